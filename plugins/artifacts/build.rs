@@ -1,0 +1,91 @@
+//! Builds every plugin crate to a `wasm32-wasip2` component and writes their
+//! paths into `$OUT_DIR/artifacts.rs` (wasmtime's test-programs pattern): the
+//! components are always built from source, never committed.
+
+use std::env;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// (constant name, cargo package, crate directory relative to the workspace root).
+const PLUGINS: &[(&str, &str, &str)] = &[
+    ("NOOP", "noop", "plugins/noop"),
+    ("MISBEHAVE", "misbehave", "plugins/testing/misbehave"),
+    ("WRONG_WORLD", "wrong-world", "plugins/testing/wrong-world"),
+    (
+        "MISSING_EXPORT",
+        "missing-export",
+        "plugins/testing/missing-export",
+    ),
+];
+
+fn main() {
+    let manifest_dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest_dir
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let out_dir = PathBuf::from(env::var("OUT_DIR").unwrap());
+    // OUT_DIR is <target>/<profile>/build/<pkg>-<hash>/out. Guests go to one
+    // directory per target dir so debug and release host builds share them.
+    let target_root = out_dir.ancestors().nth(4).unwrap().to_path_buf();
+    let wasm_target = target_root.join("wasm-plugins");
+
+    for dir in ["wit", "guest-sdk", "Cargo.lock"]
+        .iter()
+        .map(|d| root.join(d))
+        .chain(PLUGINS.iter().map(|(_, _, dir)| root.join(dir)))
+    {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+
+    let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .arg("--target-dir")
+        .arg(&wasm_target);
+    for (_, package, _) in PLUGINS {
+        cmd.args(["-p", package]);
+    }
+    // The host build's flags and profile settings are not the guests'.
+    for var in [
+        "CARGO_TARGET_DIR",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        cmd.env_remove(var);
+    }
+    let status = cmd.status().expect("failed to run cargo for the plugins");
+    assert!(
+        status.success(),
+        "building the plugins for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`)"
+    );
+
+    let mut consts = String::new();
+    let mut all = String::from("pub const ALL: &[(&str, &str)] = &[\n");
+    for (name, package, _) in PLUGINS {
+        let file = wasm_file(&wasm_target, package);
+        assert!(file.exists(), "{} was not built", file.display());
+        consts.push_str(&format!(
+            "/// Path of the `{package}` component.\npub const {name}: &str = {:?};\n",
+            file.display().to_string()
+        ));
+        all.push_str(&format!("    ({package:?}, {name}),\n"));
+    }
+    all.push_str("];\n");
+    fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
+}
+
+fn wasm_file(target: &Path, package: &str) -> PathBuf {
+    target
+        .join("wasm32-wasip2")
+        .join("release")
+        .join(format!("{}.wasm", package.replace('-', "_")))
+}

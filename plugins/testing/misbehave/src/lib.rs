@@ -1,0 +1,140 @@
+//! A test reconciler whose behaviour is chosen by the key's name, so that one
+//! plugin can show a host surviving every way a guest can go wrong while its
+//! other keys keep being reconciled:
+//!
+//! | name            | behaviour                                                  |
+//! |-----------------|------------------------------------------------------------|
+//! | `loop`          | spins forever (deadline or fuel must stop it)               |
+//! | `bomb`          | allocates until the memory limit stops it                   |
+//! | `recurse`       | recurses until the wasm stack overflows                     |
+//! | `panic`         | panics (the guest traps with `unreachable`)                 |
+//! | `slow-<ms>`     | works for `<ms>` ms, checking `cancelled` every millisecond |
+//! | `print`         | writes to stdout and stderr, then succeeds                  |
+//! | `error`         | fails with a transient error                                |
+//! | `permanent`     | fails with a permanent error                                |
+//! | `requeue`       | succeeds asking for a rate-limited requeue                  |
+//! | `after-<ms>`    | succeeds asking to be requeued after `<ms>` ms              |
+//! | `attempt-<n>`   | fails transiently until attempt `n`, then succeeds          |
+//! | `settings`      | fails permanently unless settings has `"ok": true`          |
+//! | `kube`          | gets its own ConfigMap through the host; fails with the error |
+//! | anything else   | succeeds                                                   |
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use wasmctrl_sdk::{Action, Context, Error, Gvk, Metadata, ObjectKey, Reconciler};
+
+struct Misbehave;
+
+impl Reconciler for Misbehave {
+    fn metadata() -> Metadata {
+        Metadata::new("misbehave", "0.1.0", Gvk::new("", "v1", "ConfigMap"))
+    }
+
+    fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error> {
+        let name = key.name.as_str();
+        match name {
+            "loop" => spin_forever(),
+            "bomb" => allocate_forever(),
+            "recurse" => {
+                let depth = recurse(black_box(u64::MAX));
+                Err(Error::transient(format!("recursion returned at {depth}")))
+            }
+            "panic" => panic!("misbehave: asked to panic"),
+            "print" => {
+                println!("hello from the guest's stdout");
+                eprintln!("hello from the guest's stderr");
+                Ok(Action::done())
+            }
+            "error" => Err(Error::transient("asked to fail")),
+            "permanent" => Err(Error::permanent("asked to fail for good")),
+            "requeue" => Ok(Action::requeue()),
+            "kube" => {
+                use wasmctrl_sdk::bindings::wasmctrl::reconciler::{kube, types::Gvk};
+                let kind = Gvk {
+                    group: String::new(),
+                    version: "v1".into(),
+                    kind: "ConfigMap".into(),
+                };
+                kube::get(&kind, key.namespace.as_deref(), &key.name)?;
+                Ok(Action::done())
+            }
+            "settings" => {
+                #[derive(serde::Deserialize)]
+                struct Settings {
+                    ok: bool,
+                }
+                let s: Settings = ctx.settings()?;
+                if s.ok {
+                    Ok(Action::done())
+                } else {
+                    Err(Error::permanent("settings say not ok"))
+                }
+            }
+            _ => {
+                if let Some(ms) = number_after(name, "slow-") {
+                    return slow(ms, ctx);
+                }
+                if let Some(ms) = number_after(name, "after-") {
+                    return Ok(Action::requeue_after(Duration::from_millis(ms)));
+                }
+                if let Some(n) = number_after(name, "attempt-") {
+                    let attempt = u64::from(ctx.attempt());
+                    return if attempt >= n {
+                        Ok(Action::done())
+                    } else {
+                        Err(Error::transient(format!("attempt {attempt} < {n}")))
+                    };
+                }
+                wasmctrl_sdk::info!("reconciled {key}");
+                Ok(Action::done())
+            }
+        }
+    }
+}
+
+fn number_after(name: &str, prefix: &str) -> Option<u64> {
+    name.strip_prefix(prefix)?.parse().ok()
+}
+
+fn spin_forever() -> ! {
+    let mut x = 0u64;
+    loop {
+        x = black_box(x.wrapping_add(1));
+    }
+}
+
+fn allocate_forever() -> ! {
+    let mut chunks: Vec<Vec<u8>> = Vec::new();
+    loop {
+        // Touch every page so the memory is really committed.
+        chunks.push(vec![1u8; 1 << 20]);
+        black_box(&chunks);
+    }
+}
+
+#[inline(never)]
+fn recurse(n: u64) -> u64 {
+    if n == 0 {
+        0
+    } else {
+        black_box(recurse(black_box(n - 1))) + 1
+    }
+}
+
+fn slow(ms: u64, ctx: &Context) -> Result<Action, Error> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(ms) {
+        if ctx.cancelled() {
+            wasmctrl_sdk::warn!("cancelled after {:?}", start.elapsed());
+            return Err(Error::transient("cancelled"));
+        }
+        let until = Instant::now() + Duration::from_millis(1);
+        while Instant::now() < until {
+            black_box(());
+        }
+    }
+    Ok(Action::done())
+}
+
+wasmctrl_sdk::export_reconciler!(Misbehave);
