@@ -1,0 +1,243 @@
+//! The controller loop: N workers take keys from the workqueue, call the
+//! reconciler, and turn its result into queue operations exactly as
+//! controller-runtime's `processNextWorkItem` does.
+//!
+//! # Result switch
+//! - error (including a trap, timeout, fuel exhaustion, host failure) →
+//!   `add_rate_limited`, unless it is permanent or the key reached
+//!   `max_retries`: then `forget` and record a terminal error;
+//! - `requeue_after > 0` → `forget` + `add_after` (wins over `requeue`);
+//! - `requeue` → `add_rate_limited`;
+//! - otherwise → `forget`.
+//!
+//! # Done is guaranteed
+//! The key goes back to the queue's bookkeeping (`done`) when the worker's
+//! [`QueueItem`] is dropped, whatever the reconcile did: returned, trapped,
+//! or panicked in native code.
+
+mod result;
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::FutureExt;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::metrics::{ControllerLabel, Metrics};
+use crate::reconcile::{ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
+use crate::workqueue::{QueueItem, WorkQueue};
+
+pub use result::{Disposition, TerminalErrors, TracingTerminalErrors};
+
+/// How a controller runs its reconciler.
+#[derive(Debug, Clone)]
+pub struct ControllerOptions {
+    /// The controller's name: metric label, span field, queue name.
+    pub name: String,
+    /// Workers, i.e. keys reconciled at once (never the same key twice).
+    pub max_concurrent_reconciles: usize,
+    /// The context timeout of each reconcile.
+    pub reconcile_timeout: Duration,
+    /// After this many retries of one key its error becomes terminal.
+    pub max_retries: Option<u32>,
+}
+
+impl ControllerOptions {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            max_concurrent_reconciles: 1,
+            reconcile_timeout: Duration::from_secs(10),
+            max_retries: None,
+        }
+    }
+}
+
+/// A controller: a workqueue of [`ObjectKey`]s and a reconciler.
+pub struct Controller<R: Reconcile> {
+    inner: Arc<Inner<R>>,
+}
+
+impl<R: Reconcile> Clone for Controller<R> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<R> {
+    options: ControllerOptions,
+    queue: WorkQueue<ObjectKey>,
+    reconciler: R,
+    metrics: Arc<Metrics>,
+    terminal: Arc<dyn TerminalErrors>,
+    /// Cancels in-flight reconciles (shutdown past its timeout).
+    cancel: CancellationToken,
+    next_id: AtomicU64,
+}
+
+impl<R: Reconcile> Controller<R> {
+    pub fn new(
+        options: ControllerOptions,
+        queue: WorkQueue<ObjectKey>,
+        reconciler: R,
+        metrics: Arc<Metrics>,
+        terminal: Arc<dyn TerminalErrors>,
+    ) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                options,
+                queue,
+                reconciler,
+                metrics,
+                terminal,
+                cancel: CancellationToken::new(),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.inner.options.name
+    }
+
+    pub fn queue(&self) -> &WorkQueue<ObjectKey> {
+        &self.inner.queue
+    }
+
+    pub fn reconciler(&self) -> &R {
+        &self.inner.reconciler
+    }
+
+    pub fn options(&self) -> &ControllerOptions {
+        &self.inner.options
+    }
+
+    /// Starts `max_concurrent_reconciles` workers; they run until the queue
+    /// shuts down.
+    pub fn start(&self) -> Workers<R> {
+        let label = ControllerLabel {
+            controller: self.name().to_string(),
+        };
+        let n = self.inner.options.max_concurrent_reconciles.max(1);
+        self.inner
+            .metrics
+            .max_concurrent
+            .get_or_create(&label)
+            .set(n as i64);
+        let mut set = JoinSet::new();
+        for _ in 0..n {
+            let this = self.clone();
+            set.spawn(async move {
+                while let Some(item) = this.inner.queue.get().await {
+                    this.process(item).await;
+                }
+            });
+        }
+        Workers {
+            controller: self.clone(),
+            set,
+        }
+    }
+
+    /// One `processNextWorkItem`: reconcile the key, apply the result
+    /// switch, and mark the key done (when `item` drops).
+    async fn process(&self, item: QueueItem<ObjectKey>) {
+        let inner = &self.inner;
+        let key = item.key().clone();
+        let attempt = inner.queue.num_requeues(&key);
+        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let span = tracing::info_span!(
+            "reconcile",
+            controller = %inner.options.name,
+            key = %key,
+            reconcile_id = id,
+            attempt,
+            digest = tracing::field::Empty,
+        );
+        let request = ReconcileRequest {
+            key: key.clone(),
+            attempt,
+            timeout: inner.options.reconcile_timeout,
+            cancel: inner.cancel.child_token(),
+        };
+        let label = ControllerLabel {
+            controller: inner.options.name.clone(),
+        };
+        let active = inner.metrics.active_workers.get_or_create(&label).clone();
+        active.inc();
+        let started = tokio::time::Instant::now();
+        let result = AssertUnwindSafe(inner.reconciler.reconcile(request).instrument(span.clone()))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| {
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "reconciler panicked".into());
+                Err(ReconcileError::Host(format!(
+                    "reconciler panicked: {message}"
+                )))
+            });
+        active.dec();
+        inner
+            .metrics
+            .observe_reconcile(&inner.options.name, started.elapsed(), &result);
+        let _enter = span.enter();
+        let disposition = result::handle(&inner.queue, &key, &result, inner.options.max_retries);
+        match (&disposition, &result) {
+            (Disposition::Terminal, Err(e)) => {
+                inner.metrics.terminal_errors.get_or_create(&label).inc();
+                tracing::error!(error = %e, "reconcile failed for good; not retrying");
+                inner.terminal.record(&inner.options.name, &key, e);
+            }
+            (_, Err(e)) => tracing::warn!(error = %e, "reconcile failed; retrying with backoff"),
+            (d, Ok(_)) => tracing::debug!(disposition = ?d, "reconciled"),
+        }
+        drop(item);
+    }
+}
+
+/// The running workers of a controller.
+pub struct Workers<R: Reconcile> {
+    controller: Controller<R>,
+    set: JoinSet<()>,
+}
+
+impl<R: Reconcile> Workers<R> {
+    /// Graceful shutdown: stop handing out keys, let in-flight reconciles
+    /// finish for up to `timeout`, then cancel the ones still running (a
+    /// guest is interrupted within one epoch tick) and wait for the workers.
+    /// Returns true if everything finished within `timeout`.
+    pub async fn shutdown(mut self, timeout: Duration) -> bool {
+        let queue = self.controller.inner.queue.clone();
+        let drained = tokio::time::timeout(timeout, queue.shut_down_with_drain())
+            .await
+            .is_ok();
+        if !drained {
+            tracing::warn!(
+                controller = %self.controller.name(),
+                "shutdown timeout reached; cancelling in-flight reconciles"
+            );
+            self.controller.inner.cancel.cancel();
+            queue.shut_down();
+        }
+        while self.set.join_next().await.is_some() {}
+        drained
+    }
+
+    /// Stops immediately: pending keys are dropped and in-flight reconciles
+    /// cancelled.
+    pub async fn abort(self) {
+        self.shutdown(Duration::ZERO).await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

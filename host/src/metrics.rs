@@ -1,0 +1,357 @@
+//! Prometheus metrics, named like controller-runtime's so existing dashboards
+//! work, plus wasmctrl's own plugin metrics.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::reconcile::ReconcileError;
+use crate::runtime::{Invocation, TrapKind};
+use crate::workqueue::QueueMetrics;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NameLabel {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabel {
+    pub controller: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    pub controller: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginLabel {
+    pub plugin: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TrapLabels {
+    pub plugin: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub plugin: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HostApiLabels {
+    pub plugin: String,
+    pub verb: String,
+    pub resource: String,
+    pub code: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 1 µs … ~1000 s, as client-go's workqueue buckets span.
+    Histogram::new(exponential_buckets(1e-6, 4.0, 16))
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Every metric the host exports, in one registry.
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    // workqueue_*
+    pub queue_depth: Family<NameLabel, Gauge>,
+    pub queue_adds: Family<NameLabel, Counter>,
+    pub queue_retries: Family<NameLabel, Counter>,
+    pub queue_duration: HistogramFamily<NameLabel>,
+    pub work_duration: HistogramFamily<NameLabel>,
+    pub unfinished_work: Family<NameLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub longest_running: Family<NameLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    // controller_runtime_*
+    pub reconcile_total: Family<ResultLabels, Counter>,
+    pub reconcile_errors: Family<ControllerLabel, Counter>,
+    pub reconcile_panics: Family<ControllerLabel, Counter>,
+    pub reconcile_timeouts: Family<ControllerLabel, Counter>,
+    pub terminal_errors: Family<ControllerLabel, Counter>,
+    pub reconcile_time: HistogramFamily<ControllerLabel>,
+    pub max_concurrent: Family<ControllerLabel, Gauge>,
+    pub active_workers: Family<ControllerLabel, Gauge>,
+    // wasmctrl_*
+    pub plugin_traps: Family<TrapLabels, Counter>,
+    pub plugin_fuel: HistogramFamily<PluginLabel>,
+    pub plugin_reloads: Family<ReloadLabels, Counter>,
+    pub hostapi_calls: Family<HostApiLabels, Counter>,
+    pub plugin_instantiate: HistogramFamily<PluginLabel>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let m = Self {
+            registry: Mutex::new(Registry::default()),
+            queue_depth: Family::default(),
+            queue_adds: Family::default(),
+            queue_retries: Family::default(),
+            queue_duration: Family::new_with_constructor(seconds_histogram),
+            work_duration: Family::new_with_constructor(seconds_histogram),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
+            reconcile_total: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_panics: Family::default(),
+            reconcile_timeouts: Family::default(),
+            terminal_errors: Family::default(),
+            reconcile_time: Family::new_with_constructor(seconds_histogram),
+            max_concurrent: Family::default(),
+            active_workers: Family::default(),
+            plugin_traps: Family::default(),
+            plugin_fuel: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1e3, 10.0, 10))
+            }),
+            plugin_reloads: Family::default(),
+            hostapi_calls: Family::default(),
+            plugin_instantiate: Family::new_with_constructor(seconds_histogram),
+        };
+        {
+            let mut r = m.registry.lock().unwrap();
+            r.register(
+                "workqueue_depth",
+                "Current depth of workqueue",
+                m.queue_depth.clone(),
+            );
+            r.register(
+                "workqueue_adds",
+                "Total number of adds handled by workqueue",
+                m.queue_adds.clone(),
+            );
+            r.register(
+                "workqueue_retries",
+                "Total number of retries handled by workqueue",
+                m.queue_retries.clone(),
+            );
+            r.register(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                m.queue_duration.clone(),
+            );
+            r.register(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                m.work_duration.clone(),
+            );
+            r.register("workqueue_unfinished_work_seconds", "How many seconds of work has been done that is in progress and hasn't been observed by work_duration", m.unfinished_work.clone());
+            r.register(
+                "workqueue_longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running",
+                m.longest_running.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile",
+                "Total number of reconciliations per controller",
+                m.reconcile_total.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_errors",
+                "Total number of reconciliation errors per controller",
+                m.reconcile_errors.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_panics",
+                "Total number of reconciliation panics (guest traps) per controller",
+                m.reconcile_panics.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_timeouts",
+                "Total number of reconciliation timeouts (deadline traps) per controller",
+                m.reconcile_timeouts.clone(),
+            );
+            r.register(
+                "controller_runtime_terminal_reconcile_errors",
+                "Total number of terminal reconciliation errors per controller",
+                m.terminal_errors.clone(),
+            );
+            r.register(
+                "controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                m.reconcile_time.clone(),
+            );
+            r.register(
+                "controller_runtime_max_concurrent_reconciles",
+                "Maximum number of concurrent reconciles per controller",
+                m.max_concurrent.clone(),
+            );
+            r.register(
+                "controller_runtime_active_workers",
+                "Number of currently used workers per controller",
+                m.active_workers.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_traps",
+                "Guest traps per plugin and reason (deadline|fuel|memory|panic|stack|other)",
+                m.plugin_traps.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_fuel_consumed",
+                "Fuel consumed per reconcile",
+                m.plugin_fuel.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_reloads",
+                "Plugin loads and hot swaps per plugin and result",
+                m.plugin_reloads.clone(),
+            );
+            r.register(
+                "wasmctrl_hostapi_calls",
+                "Host API calls per plugin, verb, resource and result code",
+                m.hostapi_calls.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_instantiate_seconds",
+                "Time to create a store and instantiate a plugin",
+                m.plugin_instantiate.clone(),
+            );
+        }
+        m
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry.lock().unwrap())
+            .expect("writing to a String cannot fail");
+        out
+    }
+
+    /// Hooks for the workqueue named `name`.
+    pub fn queue(self: &Arc<Self>, name: &str) -> Arc<dyn QueueMetrics> {
+        Arc::new(QueueMetricsHandle {
+            metrics: self.clone(),
+            label: NameLabel { name: name.into() },
+        })
+    }
+
+    /// Records one finished reconcile of `controller`.
+    pub fn observe_reconcile(
+        &self,
+        controller: &str,
+        took: Duration,
+        result: &Result<crate::Action, ReconcileError>,
+    ) {
+        let label = ControllerLabel {
+            controller: controller.into(),
+        };
+        let outcome = match result {
+            Ok(a) if a.requeue_after.is_some() => "requeue_after",
+            Ok(a) if a.requeue => "requeue",
+            Ok(_) => "success",
+            Err(_) => "error",
+        };
+        self.reconcile_total
+            .get_or_create(&ResultLabels {
+                controller: controller.into(),
+                result: outcome.into(),
+            })
+            .inc();
+        self.reconcile_time
+            .get_or_create(&label)
+            .observe(took.as_secs_f64());
+        if let Err(e) = result {
+            self.reconcile_errors.get_or_create(&label).inc();
+            match e.trap_kind() {
+                Some(TrapKind::Deadline) => {
+                    self.reconcile_timeouts.get_or_create(&label).inc();
+                }
+                Some(_) => {
+                    self.reconcile_panics.get_or_create(&label).inc();
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Records what one wasm invocation cost and how it ended.
+    pub fn observe_invocation(&self, plugin: &str, invocation: &Invocation) {
+        let label = PluginLabel {
+            plugin: plugin.into(),
+        };
+        self.plugin_instantiate
+            .get_or_create(&label)
+            .observe(invocation.instantiate.as_secs_f64());
+        if let Some(fuel) = invocation.fuel_consumed {
+            self.plugin_fuel.get_or_create(&label).observe(fuel as f64);
+        }
+        if let Err(ReconcileError::Trap { kind, .. }) = &invocation.result {
+            self.plugin_traps
+                .get_or_create(&TrapLabels {
+                    plugin: plugin.into(),
+                    reason: kind.as_str().into(),
+                })
+                .inc();
+        }
+    }
+}
+
+struct QueueMetricsHandle {
+    metrics: Arc<Metrics>,
+    label: NameLabel,
+}
+
+impl QueueMetrics for QueueMetricsHandle {
+    fn set_depth(&self, depth: usize) {
+        self.metrics
+            .queue_depth
+            .get_or_create(&self.label)
+            .set(depth as i64);
+    }
+
+    fn inc_adds(&self) {
+        self.metrics.queue_adds.get_or_create(&self.label).inc();
+    }
+
+    fn inc_retries(&self) {
+        self.metrics.queue_retries.get_or_create(&self.label).inc();
+    }
+
+    fn observe_queue_duration(&self, waited: Duration) {
+        self.metrics
+            .queue_duration
+            .get_or_create(&self.label)
+            .observe(waited.as_secs_f64());
+    }
+
+    fn observe_work_duration(&self, worked: Duration) {
+        self.metrics
+            .work_duration
+            .get_or_create(&self.label)
+            .observe(worked.as_secs_f64());
+    }
+
+    fn set_unfinished_work(&self, unfinished_seconds: f64, longest_running_seconds: f64) {
+        self.metrics
+            .unfinished_work
+            .get_or_create(&self.label)
+            .set(unfinished_seconds);
+        self.metrics
+            .longest_running
+            .get_or_create(&self.label)
+            .set(longest_running_seconds);
+    }
+}

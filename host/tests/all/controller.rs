@@ -1,0 +1,151 @@
+//! The controller loop driving a real plugin: a runaway guest is stopped at
+//! its deadline while other keys keep being reconciled.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmctrl::controller::{Controller, ControllerOptions, TracingTerminalErrors};
+use wasmctrl::metrics::Metrics;
+use wasmctrl::ratelimit::default_controller_rate_limiter;
+use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig, TrapKind};
+use wasmctrl::workqueue::WorkQueue;
+use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
+use wasmctrl_plugin_artifacts as artifacts;
+
+type Entry = (String, Instant, Instant, Result<Action, ReconcileError>);
+
+#[derive(Clone)]
+struct Recording {
+    plugin: Arc<Plugin>,
+    log: Arc<Mutex<Vec<Entry>>>,
+}
+
+impl Reconcile for Recording {
+    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+        let name = request.key.name.clone();
+        let started = Instant::now();
+        let result = self.plugin.reconcile(request).await;
+        self.log
+            .lock()
+            .unwrap()
+            .push((name, started, Instant::now(), result.clone()));
+        result
+    }
+}
+
+/// Polls `cond` every 5 ms for at most `limit`.
+async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    cond()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_guest_is_stopped_while_other_keys_keep_being_reconciled() {
+    let metrics = Arc::new(Metrics::new());
+    let runtime = crate::runtime_with(RuntimeConfig {
+        max_instances: 8,
+        ..RuntimeConfig::default()
+    });
+    let plugin = crate::load(
+        &runtime,
+        "misbehave",
+        artifacts::MISBEHAVE,
+        Limits::default(),
+    )
+    .await;
+    let recording = Recording {
+        plugin,
+        log: Arc::default(),
+    };
+    let queue = WorkQueue::new(
+        "misbehave",
+        Box::new(default_controller_rate_limiter()),
+        metrics.queue("misbehave"),
+    );
+    let options = ControllerOptions {
+        max_concurrent_reconciles: 2,
+        reconcile_timeout: Duration::from_millis(50),
+        ..ControllerOptions::new("misbehave")
+    };
+    let controller = Controller::new(
+        options,
+        queue.clone(),
+        recording.clone(),
+        metrics.clone(),
+        Arc::new(TracingTerminalErrors),
+    );
+    queue.add(ObjectKey::namespaced("default", "loop"));
+    for i in 0..20 {
+        queue.add(ObjectKey::namespaced("default", format!("k{i}")));
+    }
+    let workers = controller.start();
+
+    let log = recording.log.clone();
+    let done = eventually(Duration::from_secs(20), || {
+        let log = log.lock().unwrap();
+        log.iter().any(|e| e.0 == "loop")
+            && log.iter().filter(|e| e.0.starts_with('k')).count() == 20
+    })
+    .await;
+    assert!(
+        done,
+        "not all keys were reconciled: {:?}",
+        log.lock().unwrap().len()
+    );
+
+    let entries = log.lock().unwrap().clone();
+    let (_, loop_start, loop_end, loop_result) =
+        entries.iter().find(|e| e.0 == "loop").unwrap().clone();
+    assert!(
+        matches!(
+            loop_result,
+            Err(ReconcileError::Trap {
+                kind: TrapKind::Deadline,
+                ..
+            })
+        ),
+        "{loop_result:?}"
+    );
+    let took = loop_end - loop_start;
+    assert!(took >= Duration::from_millis(50), "{took:?}");
+    assert!(
+        took < Duration::from_millis(550),
+        "the worker was held for {took:?}"
+    );
+    // The other worker kept going while the runaway guest ran.
+    let during = entries
+        .iter()
+        .filter(|e| e.0.starts_with('k') && e.2 <= loop_end && e.1 >= loop_start)
+        .count();
+    assert!(
+        during > 0,
+        "no other key was reconciled during the runaway reconcile"
+    );
+    assert!(
+        entries
+            .iter()
+            .filter(|e| e.0.starts_with('k'))
+            .all(|e| e.3 == Ok(Action::done()))
+    );
+
+    let drained = workers.shutdown(Duration::from_secs(5)).await;
+    assert!(drained, "processing {}", queue.processing_len());
+    assert_eq!(queue.processing_len(), 0);
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"controller_runtime_reconcile_timeouts_total{controller="misbehave"}"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="success"} 20"#
+        ),
+        "{text}"
+    );
+}

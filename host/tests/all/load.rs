@@ -1,0 +1,142 @@
+//! Bad input: every way a plugin file can be wrong gives an error naming the
+//! file and what is wrong, and nothing is loaded.
+
+use std::path::PathBuf;
+
+use wasmctrl::runtime::{CacheHit, Limits, LoadError, RuntimeConfig};
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::{load, runtime, runtime_with, spec};
+
+fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("wasmctrl-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn loads_a_plugin_and_reads_its_metadata() {
+    let rt = runtime();
+    let plugin = load(&rt, "noop", artifacts::NOOP, Limits::default()).await;
+    assert_eq!(plugin.metadata().name, "noop");
+    assert_eq!(plugin.metadata().version, "0.1.0");
+    assert_eq!(plugin.metadata().for_.kind, "ConfigMap");
+    assert!(
+        plugin.digest().starts_with("sha256:"),
+        "{}",
+        plugin.digest()
+    );
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_wasm_is_refused_naming_the_file() {
+    let path = temp_file("not-wasm.wasm", b"hello, I am not WebAssembly");
+    let err = runtime()
+        .load(spec("bad", path.to_str().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LoadError::NotWasm { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("not-wasm.wasm") && msg.contains("not a WebAssembly file"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_core_module_is_refused_as_not_a_component() {
+    // The smallest valid core module: magic + version 1.
+    let path = temp_file("core.wasm", b"\0asm\x01\0\0\0");
+    let err = runtime()
+        .load(spec("core", path.to_str().unwrap()))
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, LoadError::CoreModule { .. }), "{err:?}");
+    assert!(
+        msg.contains("core.wasm") && msg.contains("not a component"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_truncated_component_is_refused_as_invalid() {
+    let bytes = std::fs::read(artifacts::NOOP).unwrap();
+    let path = temp_file("truncated.wasm", &bytes[..bytes.len() / 2]);
+    let err = runtime()
+        .load(spec("truncated", path.to_str().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LoadError::Compile { .. }), "{err:?}");
+    assert!(err.to_string().contains("truncated.wasm"), "{err}");
+}
+
+#[tokio::test]
+async fn a_missing_file_is_refused_naming_the_file() {
+    let err = runtime()
+        .load(spec("gone", "/nonexistent/gone.wasm"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LoadError::Read { .. }), "{err:?}");
+    assert!(err.to_string().contains("/nonexistent/gone.wasm"), "{err}");
+}
+
+#[tokio::test]
+async fn a_component_of_the_wrong_world_is_refused_naming_the_mismatch() {
+    let err = runtime()
+        .load(spec("wrong", artifacts::WRONG_WORLD))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(msg.contains("wrong_world.wasm"), "{msg}");
+    assert!(
+        msg.contains("wasmctrl:reconciler/reconciler@0.1.0"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("metadata") || msg.contains("reconcile"),
+        "names the export: {msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_component_missing_an_export_is_refused_naming_it() {
+    let err = runtime()
+        .load(spec("missing", artifacts::MISSING_EXPORT))
+        .await
+        .unwrap_err();
+    match &err {
+        LoadError::MissingExport { export, .. } => assert_eq!(*export, "metadata"),
+        other => panic!("expected MissingExport, got {other:?}"),
+    }
+    let msg = err.to_string();
+    assert!(
+        msg.contains("missing_export.wasm") && msg.contains("`metadata`"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn compiled_components_are_reused_from_memory_and_across_restarts() {
+    let dir = std::env::temp_dir().join(format!("wasmctrl-cache-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = RuntimeConfig {
+        max_instances: 8,
+        cache_dir: Some(dir.clone()),
+        ..RuntimeConfig::default()
+    };
+    let first = runtime_with(config.clone());
+    let a = load(&first, "noop", artifacts::NOOP, Limits::default()).await;
+    assert_eq!(a.cache_hit(), CacheHit::Compiled);
+    let b = load(&first, "noop", artifacts::NOOP, Limits::default()).await;
+    assert_eq!(b.cache_hit(), CacheHit::Memory);
+    assert_eq!(a.digest(), b.digest());
+    // A new runtime (a restarted host) finds the precompiled artifact on disk.
+    let second = runtime_with(config);
+    let c = load(&second, "noop", artifacts::NOOP, Limits::default()).await;
+    assert_eq!(c.cache_hit(), CacheHit::Disk);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,46 @@
+//! End-to-end tests of the host with real plugin components built from
+//! `plugins/` (one test binary for the crate).
+
+mod controller;
+mod load;
+mod sandbox;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmctrl::hostapi::NoApiServer;
+use wasmctrl::metrics::Metrics;
+use wasmctrl::runtime::{Limits, Plugin, PluginSpec, Runtime, RuntimeConfig};
+
+/// A runtime sized for tests (many run at once in this process).
+pub fn runtime() -> Runtime {
+    runtime_with(RuntimeConfig {
+        max_instances: 16,
+        ..RuntimeConfig::default()
+    })
+}
+
+pub fn runtime_with(config: RuntimeConfig) -> Runtime {
+    Runtime::new(config, Arc::new(Metrics::new())).expect("runtime starts")
+}
+
+pub fn spec(name: &str, path: &str) -> PluginSpec {
+    PluginSpec {
+        name: name.into(),
+        path: Path::new(path).to_path_buf(),
+        limits: Limits::default(),
+        settings: serde_json::json!({}),
+        kube: Arc::new(NoApiServer),
+    }
+}
+
+pub async fn load(runtime: &Runtime, name: &str, path: &str, limits: Limits) -> Arc<Plugin> {
+    let spec = PluginSpec {
+        limits,
+        ..spec(name, path)
+    };
+    runtime.load(spec).await.expect("plugin loads")
+}
+
+pub const TIMEOUT: Duration = Duration::from_secs(5);

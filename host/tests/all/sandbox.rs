@@ -1,0 +1,229 @@
+//! The sandbox: a guest that loops, exhausts memory, overflows its stack or
+//! panics fails only its own reconcile, with the right trap kind, and the
+//! next reconcile of the same plugin works.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig, TrapKind};
+use wasmctrl::{Action, ObjectKey, ReconcileError, ReconcileRequest};
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::{TIMEOUT, load, runtime, runtime_with};
+
+fn request(name: &str, timeout: Duration) -> ReconcileRequest {
+    ReconcileRequest {
+        key: ObjectKey::namespaced("default", name),
+        attempt: 0,
+        timeout,
+        cancel: CancellationToken::new(),
+    }
+}
+
+async fn reconcile(plugin: &Plugin, name: &str) -> Result<Action, ReconcileError> {
+    plugin.invoke(request(name, TIMEOUT)).await.result
+}
+
+fn trap_kind(result: &Result<Action, ReconcileError>) -> Option<TrapKind> {
+    match result {
+        Err(ReconcileError::Trap { kind, .. }) => Some(*kind),
+        _ => None,
+    }
+}
+
+async fn misbehave(limits: Limits) -> Arc<Plugin> {
+    load(&runtime(), "misbehave", artifacts::MISBEHAVE, limits).await
+}
+
+/// The next reconcile of the same plugin still works.
+async fn still_works(plugin: &Plugin) {
+    assert_eq!(reconcile(plugin, "fine").await, Ok(Action::done()));
+}
+
+#[tokio::test]
+async fn results_cross_the_boundary() {
+    let plugin = misbehave(Limits::default()).await;
+    assert_eq!(reconcile(&plugin, "fine").await, Ok(Action::done()));
+    assert_eq!(reconcile(&plugin, "requeue").await, Ok(Action::requeue()));
+    assert_eq!(
+        reconcile(&plugin, "after-1500").await,
+        Ok(Action::requeue_after(Duration::from_millis(1500)))
+    );
+    assert_eq!(
+        reconcile(&plugin, "error").await,
+        Err(ReconcileError::Transient("asked to fail".into()))
+    );
+    assert_eq!(
+        reconcile(&plugin, "permanent").await,
+        Err(ReconcileError::Permanent("asked to fail for good".into()))
+    );
+}
+
+#[tokio::test]
+async fn the_context_reaches_the_guest() {
+    let plugin = misbehave(Limits::default()).await;
+    let mut req = request("attempt-2", TIMEOUT);
+    assert!(plugin.invoke(req.clone()).await.result.is_err());
+    req.attempt = 2;
+    assert_eq!(plugin.invoke(req).await.result, Ok(Action::done()));
+
+    let rt = runtime();
+    for (settings, ok) in [
+        (serde_json::json!({"ok": true}), true),
+        (serde_json::json!({"ok": false}), false),
+    ] {
+        let spec = wasmctrl::runtime::PluginSpec {
+            settings,
+            ..crate::spec("misbehave", artifacts::MISBEHAVE)
+        };
+        let plugin = rt.load(spec).await.unwrap();
+        let result = reconcile(&plugin, "settings").await;
+        assert_eq!(result.is_ok(), ok, "{result:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_infinite_loop_stops_at_the_deadline() {
+    let plugin = misbehave(Limits::default()).await;
+    let timeout = Duration::from_millis(50);
+    let started = Instant::now();
+    let result = plugin.invoke(request("loop", timeout)).await.result;
+    let took = started.elapsed();
+    assert_eq!(trap_kind(&result), Some(TrapKind::Deadline), "{result:?}");
+    assert!(took >= timeout, "stopped before its deadline: {took:?}");
+    // Two 1 ms ticks is the design bound (the deadline benchmark measures
+    // it); the slack here only absorbs a loaded CI machine's scheduling.
+    assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
+    still_works(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_fuel_budget_stops_an_infinite_loop() {
+    let rt = runtime_with(RuntimeConfig {
+        fuel: true,
+        max_instances: 8,
+        ..RuntimeConfig::default()
+    });
+    let limits = Limits {
+        fuel: Some(20_000_000),
+        ..Limits::default()
+    };
+    let plugin = load(&rt, "misbehave", artifacts::MISBEHAVE, limits).await;
+    let invocation = plugin.invoke(request("loop", TIMEOUT)).await;
+    assert_eq!(
+        trap_kind(&invocation.result),
+        Some(TrapKind::Fuel),
+        "{:?}",
+        invocation.result
+    );
+    assert_eq!(invocation.fuel_consumed, Some(20_000_000));
+    let ok = plugin.invoke(request("fine", TIMEOUT)).await;
+    assert_eq!(ok.result, Ok(Action::done()));
+    assert!(ok.fuel_consumed.unwrap() > 0);
+}
+
+#[tokio::test]
+async fn a_memory_bomb_stops_at_the_memory_limit() {
+    let limits = Limits {
+        memory_bytes: 16 << 20,
+        ..Limits::default()
+    };
+    let plugin = misbehave(limits).await;
+    let result = reconcile(&plugin, "bomb").await;
+    assert_eq!(trap_kind(&result), Some(TrapKind::Memory), "{result:?}");
+    still_works(&plugin).await;
+}
+
+#[tokio::test]
+async fn deep_recursion_fails_only_that_reconcile() {
+    let plugin = misbehave(Limits::default()).await;
+    let result = reconcile(&plugin, "recurse").await;
+    assert_eq!(trap_kind(&result), Some(TrapKind::Stack), "{result:?}");
+    still_works(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_guest_panic_fails_only_that_reconcile() {
+    let plugin = misbehave(Limits::default()).await;
+    let result = reconcile(&plugin, "panic").await;
+    assert_eq!(trap_kind(&result), Some(TrapKind::Panic), "{result:?}");
+    still_works(&plugin).await;
+}
+
+#[tokio::test]
+async fn the_host_cancels_a_running_guest() {
+    let plugin = misbehave(Limits::default()).await;
+    let req = request("slow-60000", TIMEOUT);
+    let cancel = req.cancel.clone();
+    let started = Instant::now();
+    let call = tokio::spawn({
+        let plugin = plugin.clone();
+        async move { plugin.invoke(req).await.result }
+    });
+    tokio::task::yield_now().await;
+    cancel.cancel();
+    let result = call.await.unwrap();
+    assert_eq!(result, Err(ReconcileError::Cancelled));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    still_works(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_cooperative_guest_finishes_its_work() {
+    let plugin = misbehave(Limits::default()).await;
+    assert_eq!(reconcile(&plugin, "slow-20").await, Ok(Action::done()));
+}
+
+/// Collects formatted log events (target and message with fields).
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Fields(String);
+        impl tracing::field::Visit for Fields {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                self.0.push_str(&format!(" {}={:?}", field.name(), value));
+            }
+        }
+        let mut fields = Fields(event.metadata().target().to_string());
+        event.record(&mut fields);
+        self.0.lock().unwrap().push(fields.0);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn guest_output_and_logs_go_to_tracing() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let captured = Captured::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(captured.clone()));
+    let plugin = misbehave(Limits::default()).await;
+    assert_eq!(reconcile(&plugin, "print").await, Ok(Action::done()));
+    assert_eq!(reconcile(&plugin, "logged").await, Ok(Action::done()));
+    let lines = captured.0.lock().unwrap().join("\n");
+    assert!(
+        lines.contains("hello from the guest's stdout") && lines.contains("stream=\"stdout\""),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("hello from the guest's stderr") && lines.contains("stream=\"stderr\""),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("wasmctrl::guest") && lines.contains("reconciled default/logged"),
+        "{lines}"
+    );
+}
+
+#[tokio::test]
+async fn kube_calls_without_an_api_server_are_unavailable_not_fatal() {
+    let plugin = misbehave(Limits::default()).await;
+    let result = reconcile(&plugin, "kube").await;
+    match result {
+        Err(ReconcileError::Transient(m)) => assert!(m.contains("no API server"), "{m}"),
+        other => panic!("expected a transient unavailable error, got {other:?}"),
+    }
+    still_works(&plugin).await;
+}
