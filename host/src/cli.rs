@@ -1,11 +1,15 @@
 //! `wasmctrl` subcommands.
 
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use wasmctrl::config::HostConfig;
 use wasmctrl::hostapi::NoApiServer;
+use wasmctrl::manager::{Manager, ManagerOptions};
 use wasmctrl::metrics::Metrics;
 use wasmctrl::runtime::{Limits, PluginSpec, Runtime, RuntimeConfig};
 
@@ -29,6 +33,43 @@ enum LogFormat {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the plugins of a config against the cluster of the current
+    /// kubeconfig (or the in-cluster config).
+    Run {
+        /// The host config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run the plugins of a config against an embedded API server, and write
+    /// a kubeconfig for kubectl.
+    Dev {
+        /// The host config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Apply the manifests in this directory first (CRDs first).
+        #[arg(long)]
+        apply: Option<PathBuf>,
+        /// Where the embedded API server listens.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// Where to write the kubeconfig for kubectl.
+        #[arg(long, default_value = ".wasmctrl/kubeconfig")]
+        kubeconfig_out: PathBuf,
+        /// Serve the admin endpoints here instead of the config's admin.bind.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+    },
+    /// Run the embedded Kubernetes-compatible API server alone.
+    Apiserver {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// Where to write the kubeconfig (mode 0600).
+        #[arg(long)]
+        kubeconfig_out: Option<PathBuf>,
+        /// Keep state here across restarts.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
     /// Check a plugin against the wasmctrl:reconciler world and print its metadata.
     Inspect {
         /// The plugin component (.wasm).
@@ -46,6 +87,19 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Inspect { plugin } => inspect(plugin).await,
+            Command::Run { config } => run(config).await,
+            Command::Dev {
+                config,
+                apply,
+                addr,
+                kubeconfig_out,
+                admin,
+            } => dev(config, apply, addr, kubeconfig_out, admin).await,
+            Command::Apiserver {
+                addr,
+                kubeconfig_out,
+                data_dir,
+            } => apiserver(addr, kubeconfig_out, data_dir).await,
         }
     });
     match result {
@@ -109,5 +163,147 @@ async fn inspect(path: PathBuf) -> anyhow::Result<()> {
         })).collect::<Vec<_>>(),
     });
     println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn terminated() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("cannot listen for SIGTERM");
+    let mut int = signal(SignalKind::interrupt()).expect("cannot listen for SIGINT");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = int.recv() => tracing::info!("SIGINT received"),
+    }
+}
+
+async fn run(config: PathBuf) -> anyhow::Result<()> {
+    let config = HostConfig::load(&config)?;
+    let client = kube::Client::try_default().await.context(
+        "cannot connect to a cluster (no kubeconfig or in-cluster config); try `wasmctrl dev`",
+    )?;
+    let manager = Manager::start(config, client, ManagerOptions::default()).await?;
+    manager.run(terminated()).await?;
+    Ok(())
+}
+
+async fn dev(
+    config_path: PathBuf,
+    apply: Option<PathBuf>,
+    addr: SocketAddr,
+    kubeconfig_out: PathBuf,
+    admin: Option<SocketAddr>,
+) -> anyhow::Result<()> {
+    let config = HostConfig::load(&config_path)?;
+    build_missing_plugins(&config)?;
+    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
+        addr,
+        ..wasmctrl_apiserver::Config::default()
+    })
+    .await?;
+    server.write_kubeconfig(&kubeconfig_out)?;
+    println!("embedded API server: {}", server.url());
+    println!(
+        "kubeconfig: {} (export KUBECONFIG={})",
+        kubeconfig_out.display(),
+        absolute(&kubeconfig_out).display()
+    );
+    let client = client_for(&kubeconfig_out).await?;
+    if let Some(dir) = apply {
+        let n = wasmctrl::apply::apply_dir(&client, &dir).await?;
+        println!("applied {n} objects from {}", dir.display());
+    }
+    let options = ManagerOptions {
+        admin_bind: admin,
+        ..ManagerOptions::default()
+    };
+    let manager = Manager::start(config, client, options).await?;
+    println!("admin: http://{}/plugins", manager.admin_addr());
+    let result = manager.run(terminated()).await;
+    server.shutdown().await;
+    result?;
+    Ok(())
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A kube client for the cluster of the kubeconfig at `path`.
+pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
+    Ok(kube::Client::try_from(config)?)
+}
+
+/// `dev` builds plugins whose component is missing when its path names a
+/// crate of a cargo workspace (`…/target/wasm32-wasip2/release/<crate>.wasm`).
+fn build_missing_plugins(config: &HostConfig) -> anyhow::Result<()> {
+    for plugin in &config.plugins {
+        let path = plugin.resolved_path(&config.base_dir);
+        if path.exists() {
+            continue;
+        }
+        let release = path.parent();
+        let target = release
+            .and_then(Path::parent)
+            .filter(|t| t.ends_with("wasm32-wasip2"));
+        let workspace = target.and_then(Path::parent).and_then(Path::parent);
+        let (Some(workspace), Some(stem)) = (workspace, path.file_stem()) else {
+            anyhow::bail!(
+                "plugin {:?}: {} does not exist (build it with `cargo build --release --target wasm32-wasip2`)",
+                plugin.name,
+                path.display()
+            );
+        };
+        let krate = stem.to_string_lossy().replace('_', "-");
+        println!("building plugin {:?} (crate {krate}) …", plugin.name);
+        let status =
+            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .current_dir(workspace)
+                .args([
+                    "build",
+                    "--release",
+                    "--target",
+                    "wasm32-wasip2",
+                    "-p",
+                    &krate,
+                ])
+                .status()
+                .context("cannot run cargo to build the plugin")?;
+        anyhow::ensure!(
+            status.success() && path.exists(),
+            "plugin {:?}: building crate {krate} did not produce {}",
+            plugin.name,
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+async fn apiserver(
+    addr: SocketAddr,
+    kubeconfig_out: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
+        addr,
+        data_dir,
+        ..wasmctrl_apiserver::Config::default()
+    })
+    .await?;
+    println!("listening on {}", server.url());
+    if let Some(path) = kubeconfig_out {
+        server.write_kubeconfig(&path)?;
+        println!("kubeconfig written to {}", path.display());
+    }
+    terminated().await;
+    server.shutdown().await;
     Ok(())
 }

@@ -4,9 +4,15 @@
 //! The host owns the machinery of a controller — workqueue, rate limiters,
 //! controller loop, deadlines — and calls a plugin only for `reconcile(key)`.
 
+pub mod admin;
+pub mod apply;
+pub mod cache;
 pub mod config;
 pub mod controller;
+pub mod discovery;
 pub mod hostapi;
+pub mod leader;
+pub mod manager;
 pub mod metrics;
 pub mod ratelimit;
 pub mod reconcile;

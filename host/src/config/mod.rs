@@ -66,6 +66,10 @@ pub struct HostConfig {
     pub admin: AdminConfig,
     #[serde(default = "default_shutdown_timeout", deserialize_with = "duration")]
     pub shutdown_timeout: Duration,
+    /// How long plugins wait for their informers' first list before the
+    /// host reports not ready.
+    #[serde(default = "default_cache_sync_timeout", deserialize_with = "duration")]
+    pub cache_sync_timeout: Duration,
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
     #[serde(default)]
@@ -215,6 +219,9 @@ pub struct PermissionRule {
 
 fn default_shutdown_timeout() -> Duration {
     Duration::from_secs(30)
+}
+fn default_cache_sync_timeout() -> Duration {
+    Duration::from_secs(120)
 }
 fn default_namespace() -> String {
     "default".into()

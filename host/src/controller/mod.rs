@@ -16,6 +16,7 @@
 //! or panicked in native code.
 
 mod result;
+pub mod watches;
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;

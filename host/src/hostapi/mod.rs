@@ -1,9 +1,17 @@
 //! The `kube` imports a guest sees: one request type for every verb, served
 //! by a [`KubeApi`] implementation chosen by the host.
 
+mod cluster;
+mod grant;
+mod selector;
+
 use std::time::Instant;
 
 use futures::future::BoxFuture;
+
+pub use cluster::{ClusterApi, MAX_PAYLOAD, map_error};
+pub use grant::{Access, Grant};
+pub use selector::LabelSelector;
 
 pub use crate::runtime::bindings::wasmctrl::reconciler::kube::{
     ApplyPatch, Event, EventType, ObjectPatch,

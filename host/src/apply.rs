@@ -1,0 +1,147 @@
+//! `wasmctrl dev --apply DIR`: apply a directory of manifests the way a
+//! user would with `kubectl apply --server-side`, CRDs first, waiting until
+//! each CRD is established before the objects that need it.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use serde::Deserialize;
+
+/// Why a manifest could not be applied.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{path}: {kind} {name:?}: {message}")]
+    Object {
+        path: PathBuf,
+        kind: String,
+        name: String,
+        message: String,
+    },
+}
+
+const FIELD_MANAGER: &str = "wasmctrl-dev";
+const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Applies every `.yaml`/`.yml`/`.json` file in `dir` (sorted by name):
+/// CustomResourceDefinitions first (waiting until established), then the rest.
+/// Returns how many objects were applied.
+pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError> {
+    let file_error = |path: &Path, message: String| ApplyError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| file_error(dir, format!("cannot read the directory: {e}")))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("yaml" | "yml" | "json")
+            )
+        })
+        .collect();
+    files.sort();
+    let mut objects = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e.to_string()))?;
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let value = serde_yaml::Value::deserialize(doc)
+                .map_err(|e| file_error(&path, e.to_string()))?;
+            if value.is_null() {
+                continue;
+            }
+            let obj: DynamicObject = serde_yaml::from_value(value)
+                .map_err(|e| file_error(&path, format!("not a Kubernetes object: {e}")))?;
+            objects.push((path.clone(), obj));
+        }
+    }
+    let is_crd = |o: &DynamicObject| {
+        o.types
+            .as_ref()
+            .is_some_and(|t| t.kind == "CustomResourceDefinition")
+    };
+    let (crds, rest): (Vec<_>, Vec<_>) = objects.into_iter().partition(|(_, o)| is_crd(o));
+    let count = crds.len() + rest.len();
+    for (path, crd) in &crds {
+        apply_one(client, path, crd).await?;
+    }
+    for (path, crd) in &crds {
+        wait_established(client, path, crd).await?;
+    }
+    for (path, obj) in &rest {
+        apply_one(client, path, obj).await?;
+    }
+    Ok(count)
+}
+
+async fn apply_one(client: &Client, path: &Path, obj: &DynamicObject) -> Result<(), ApplyError> {
+    let types = obj.types.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
+    let object_error = |message: String| ApplyError::Object {
+        path: path.to_path_buf(),
+        kind: types.kind.clone(),
+        name: name.clone(),
+        message,
+    };
+    let (group, version) = match types.api_version.split_once('/') {
+        Some((g, v)) => (g.to_string(), v.to_string()),
+        None => (String::new(), types.api_version.clone()),
+    };
+    let gvk = GroupVersionKind::gvk(&group, &version, &types.kind);
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| object_error(format!("unknown kind: {e}")))?;
+    let api: Api<DynamicObject> = if caps.scope == kube::discovery::Scope::Namespaced {
+        let ns = obj
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into());
+        Api::namespaced_with(client.clone(), &ns, &ar)
+    } else {
+        Api::all_with(client.clone(), &ar)
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(obj),
+    )
+    .await
+    .map_err(|e| object_error(e.to_string()))?;
+    tracing::info!(kind = %types.kind, %name, file = %path.display(), "applied");
+    Ok(())
+}
+
+async fn wait_established(
+    client: &Client,
+    path: &Path,
+    crd: &DynamicObject,
+) -> Result<(), ApplyError> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let established = kube::runtime::wait::await_condition(
+        api,
+        &name,
+        kube::runtime::wait::conditions::is_crd_established(),
+    );
+    match tokio::time::timeout(ESTABLISH_TIMEOUT, established).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(ApplyError::Object {
+            path: path.to_path_buf(),
+            kind: "CustomResourceDefinition".into(),
+            name,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(ApplyError::Object {
+            path: path.to_path_buf(),
+            kind: "CustomResourceDefinition".into(),
+            name,
+            message: format!("not established within {ESTABLISH_TIMEOUT:?}"),
+        }),
+    }
+}

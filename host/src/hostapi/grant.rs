@@ -1,0 +1,141 @@
+//! A plugin's permission grant: verb × group/resource × namespace.
+
+use std::fmt;
+
+use crate::config::PermissionRule;
+
+/// What the host config allows one plugin to do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    rules: Vec<PermissionRule>,
+    /// The plugin's namespace scope (None: all namespaces).
+    namespaces: Option<Vec<String>>,
+}
+
+/// One access a call (or a plugin's metadata) needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access<'a> {
+    pub verb: &'a str,
+    pub group: &'a str,
+    /// The plural, with `/status` for status writes.
+    pub resource: &'a str,
+    /// None for cluster-scoped objects and all-namespace lists.
+    pub namespace: Option<&'a str>,
+}
+
+impl fmt::Display for Access<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            self.group
+        };
+        write!(f, "{} {}/{}", self.verb, group, self.resource)?;
+        match self.namespace {
+            Some(ns) => write!(f, " in namespace {ns:?}"),
+            None => write!(f, " cluster-wide"),
+        }
+    }
+}
+
+fn matches(list: &[String], value: &str) -> bool {
+    list.iter().any(|v| v == "*" || v == value)
+}
+
+impl Grant {
+    pub fn new(rules: Vec<PermissionRule>, namespaces: Option<Vec<String>>) -> Self {
+        Self { rules, namespaces }
+    }
+
+    /// Whether `access` is allowed. A namespaced call must be inside the
+    /// plugin's namespace scope and the rule's namespaces; an all-namespace
+    /// call needs a rule without namespaces and a plugin without scope.
+    pub fn allows(&self, access: &Access<'_>) -> bool {
+        let in_scope = |allowed: &Option<Vec<String>>| match (allowed, access.namespace) {
+            (None, _) => true,
+            (Some(list), Some(ns)) => list.iter().any(|n| n == ns),
+            (Some(_), None) => false,
+        };
+        in_scope(&self.namespaces)
+            && self.rules.iter().any(|r| {
+                (r.group == access.group || r.group == "*")
+                    && matches(&r.resources, access.resource)
+                    && matches(&r.verbs, access.verb)
+                    && in_scope(&r.namespaces)
+            })
+    }
+
+    /// Whether the grant covers `verb` on `group/resource` in some namespace
+    /// (used to check a plugin's declared permissions at load time).
+    pub fn covers(&self, verb: &str, group: &str, resource: &str) -> bool {
+        self.rules.iter().any(|r| {
+            (r.group == group || r.group == "*")
+                && matches(&r.resources, resource)
+                && matches(&r.verbs, verb)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(
+        group: &str,
+        resources: &[&str],
+        verbs: &[&str],
+        ns: Option<&[&str]>,
+    ) -> PermissionRule {
+        PermissionRule {
+            group: group.into(),
+            resources: resources.iter().map(|s| s.to_string()).collect(),
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+            namespaces: ns.map(|n| n.iter().map(|s| s.to_string()).collect()),
+        }
+    }
+
+    fn access<'a>(
+        verb: &'a str,
+        group: &'a str,
+        resource: &'a str,
+        ns: Option<&'a str>,
+    ) -> Access<'a> {
+        Access {
+            verb,
+            group,
+            resource,
+            namespace: ns,
+        }
+    }
+
+    #[test]
+    fn verb_group_resource_and_namespace_must_all_match() {
+        let g = Grant::new(
+            vec![
+                rule("apps", &["deployments"], &["get", "patch"], None),
+                rule("", &["configmaps"], &["*"], Some(&["default"])),
+            ],
+            None,
+        );
+        assert!(g.allows(&access("get", "apps", "deployments", Some("x"))));
+        assert!(!g.allows(&access("delete", "apps", "deployments", Some("x"))));
+        assert!(!g.allows(&access("get", "", "deployments", Some("x"))));
+        assert!(!g.allows(&access("get", "apps", "deployments/status", Some("x"))));
+        assert!(g.allows(&access("delete", "", "configmaps", Some("default"))));
+        assert!(!g.allows(&access("delete", "", "configmaps", Some("other"))));
+        assert!(!g.allows(&access("list", "", "configmaps", None)));
+    }
+
+    #[test]
+    fn the_plugin_scope_limits_every_rule() {
+        let g = Grant::new(
+            vec![rule("", &["secrets"], &["get"], None)],
+            Some(vec!["team-a".into()]),
+        );
+        assert!(g.allows(&access("get", "", "secrets", Some("team-a"))));
+        assert!(!g.allows(&access("get", "", "secrets", Some("team-b"))));
+        assert!(!g.allows(&access("get", "", "secrets", None)));
+        assert!(g.covers("get", "", "secrets"));
+        assert!(!g.covers("list", "", "secrets"));
+    }
+}

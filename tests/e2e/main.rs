@@ -1,0 +1,8 @@
+//! End to end: the wasmctrl manager against the embedded API server over
+//! HTTP, with real plugin components, driven with kubectl and kube-rs as a
+//! user would.
+
+mod harness;
+mod manager;
+
+pub use harness::*;

@@ -1,0 +1,161 @@
+//! The manager with the misbehave test plugin: permissions, metrics, admin
+//! endpoints and graceful shutdown.
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::{Cluster, eventually, host_config, http_get};
+
+fn config(permissions: &str, extra: &str) -> String {
+    format!(
+        r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 10s
+plugins:
+  - name: misbehave
+    path: {path}
+    maxConcurrentReconciles: 2
+    reconcileTimeout: 5s
+    namespaces: [default]
+    permissions: {permissions}
+{extra}"#,
+        path = artifacts::MISBEHAVE
+    )
+}
+
+struct Running {
+    admin: std::net::SocketAddr,
+    stop: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<Result<(), wasmctrl::manager::ManagerError>>,
+    queue: wasmctrl::workqueue::WorkQueue<wasmctrl::ObjectKey>,
+    metrics: std::sync::Arc<wasmctrl::metrics::Metrics>,
+}
+
+async fn start(cluster: &Cluster, text: &str) -> Running {
+    let config = host_config(text, cluster.dir.path());
+    let manager = Manager::start(
+        config,
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .expect("manager starts");
+    let admin = manager.admin_addr();
+    let queue = manager.queue("misbehave").unwrap();
+    let metrics = manager.metrics().clone();
+    let (stop, rx) = oneshot::channel();
+    let done = tokio::spawn(manager.run(async move {
+        let _ = rx.await;
+    }));
+    eventually("readiness", Duration::from_secs(30), || async {
+        (http_get(admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    Running {
+        admin,
+        stop,
+        done,
+        queue,
+        metrics,
+    }
+}
+
+async fn metric_line(admin: std::net::SocketAddr, needle: &str) -> Option<String> {
+    let (_, body) = http_get(admin, "/metrics").await;
+    body.lines()
+        .find(|l| l.starts_with(needle))
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_outside_the_grant_is_forbidden_and_counted() {
+    let cluster = Cluster::start().await;
+    let running = start(&cluster, &config("[]", "")).await;
+    // The `kube` key makes the plugin get its own ConfigMap.
+    cluster.kubectl(&["create", "configmap", "kube", "-n", "default"]);
+    let line = eventually("a forbidden call in the metrics", Duration::from_secs(30), || {
+        metric_line(
+            running.admin,
+            r#"wasmctrl_hostapi_calls_total{plugin="misbehave",verb="get",resource="configmaps",code="forbidden"}"#,
+        )
+    })
+    .await;
+    assert!(line.ends_with(" 1"), "{line}");
+    // Forbidden is permanent for the SDK: a terminal error, not retried.
+    eventually("the terminal error", Duration::from_secs(30), || {
+        metric_line(
+            running.admin,
+            r#"controller_runtime_terminal_reconcile_errors_total{controller="misbehave"} 1"#,
+        )
+    })
+    .await;
+    let _ = running.stop.send(());
+    running.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_granted_call_reaches_the_api_server() {
+    let cluster = Cluster::start().await;
+    let grant = "[{ group: \"\", resources: [configmaps], verbs: [get] }]";
+    let running = start(&cluster, &config(grant, "")).await;
+    cluster.kubectl(&["create", "configmap", "kube", "-n", "default"]);
+    eventually("a successful call in the metrics", Duration::from_secs(30), || {
+        metric_line(
+            running.admin,
+            r#"wasmctrl_hostapi_calls_total{plugin="misbehave",verb="get",resource="configmaps",code="ok"}"#,
+        )
+    })
+    .await;
+    eventually("a successful reconcile", Duration::from_secs(30), || {
+        metric_line(
+            running.admin,
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="success"}"#,
+        )
+    })
+    .await;
+    let (status, plugins) = http_get(running.admin, "/plugins").await;
+    assert_eq!(status, 200);
+    let plugins: serde_json::Value = serde_json::from_str(&plugins).unwrap();
+    assert_eq!(plugins[0]["name"], "misbehave");
+    assert_eq!(plugins[0]["state"], "running");
+    assert!(
+        plugins[0]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+    let _ = running.stop.send(());
+    running.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_slow_reconcile_and_leaves_nothing_in_processing() {
+    let cluster = Cluster::start().await;
+    let running = start(&cluster, &config("[]", "")).await;
+    cluster.kubectl(&["create", "configmap", "slow-1500", "-n", "default"]);
+    eventually(
+        "the slow reconcile to start",
+        Duration::from_secs(30),
+        || async { (running.queue.processing_len() == 1).then_some(()) },
+    )
+    .await;
+    let _ = running.stop.send(());
+    running.done.await.unwrap().unwrap();
+    assert_eq!(running.queue.processing_len(), 0);
+    // It finished its work instead of being cancelled.
+    let text = running.metrics.encode();
+    assert!(
+        text.contains(
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="success"} 1"#
+        ),
+        "{text}"
+    );
+    assert!(!text.contains(r#"result="error""#), "{text}");
+}

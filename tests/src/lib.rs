@@ -1,0 +1,1 @@
+//! End-to-end tests live in `e2e/`; this crate has no library code.
