@@ -1,0 +1,290 @@
+//! CustomResourceDefinitions: validation, the status a real server sets
+//! (NamesAccepted, Established, acceptedNames, storedVersions) and the
+//! registry entries each served version becomes.
+
+use serde_json::{Value, json};
+
+use crate::error::Cause;
+use crate::resources::{GroupResource, ResourceInfo, ScalePaths, View};
+use crate::validation::{is_subdomain, validate_name};
+
+fn cause(field: &str, message: String) -> Cause {
+    Cause {
+        reason: "FieldValueInvalid".into(),
+        message,
+        field: field.into(),
+    }
+}
+
+fn required(field: &str) -> Cause {
+    Cause {
+        reason: "FieldValueRequired".into(),
+        message: "Required value".into(),
+        field: field.into(),
+    }
+}
+
+fn is_lower_label(s: &str) -> bool {
+    validate_name(s, crate::validation::NameRule::Label, "x").is_empty()
+}
+
+/// Validates a CRD and sets its status. `old` is the stored CRD on update,
+/// whose condition transition times are kept when nothing changed.
+pub fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
+    let group = spec["group"].as_str().unwrap_or("");
+    let names = &spec["names"];
+    let plural = names["plural"].as_str().unwrap_or("");
+    let kind = names["kind"].as_str().unwrap_or("");
+    if group.is_empty() {
+        causes.push(required("spec.group"));
+    } else if !is_subdomain(group) || !group.contains('.') {
+        causes.push(cause(
+            "spec.group",
+            format!("Invalid value: \"{group}\": should be a domain with at least one dot"),
+        ));
+    }
+    if plural.is_empty() {
+        causes.push(required("spec.names.plural"));
+    } else if !is_lower_label(plural) {
+        causes.push(cause(
+            "spec.names.plural",
+            format!("Invalid value: \"{plural}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"),
+        ));
+    }
+    if kind.is_empty() {
+        causes.push(required("spec.names.kind"));
+    }
+    let name = obj["metadata"]["name"].as_str().unwrap_or("");
+    let want = format!("{plural}.{group}");
+    if name != want {
+        causes.push(cause(
+            "metadata.name",
+            format!("Invalid value: \"{name}\": must be spec.names.plural+\".\"+spec.group"),
+        ));
+    }
+    match spec["scope"].as_str() {
+        Some("Namespaced") | Some("Cluster") => {}
+        _ => causes.push(cause(
+            "spec.scope",
+            format!(
+                "Unsupported value: {}: supported values: \"Cluster\", \"Namespaced\"",
+                spec["scope"]
+            ),
+        )),
+    }
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    if versions.is_empty() {
+        causes.push(required("spec.versions"));
+    }
+    let storage: Vec<&Value> = versions
+        .iter()
+        .filter(|v| v["storage"].as_bool() == Some(true))
+        .collect();
+    if !versions.is_empty() && storage.len() != 1 {
+        causes.push(cause(
+            "spec.versions",
+            format!(
+                "Invalid value: {}: must have exactly one version marked as storage version",
+                versions.len()
+            ),
+        ));
+    }
+    for (i, v) in versions.iter().enumerate() {
+        let vn = v["name"].as_str().unwrap_or("");
+        if !is_lower_label(vn) {
+            causes.push(cause(
+                &format!("spec.versions[{i}].name"),
+                format!("Invalid value: \"{vn}\": a DNS-1035 label must consist of lower case alphanumeric characters or '-'"),
+            ));
+        }
+    }
+    if !causes.is_empty() {
+        return causes;
+    }
+    let storage_version = storage[0]["name"].as_str().unwrap_or("").to_string();
+
+    let mut accepted = names.clone();
+    accepted["singular"] = json!(
+        names["singular"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| kind.to_lowercase())
+    );
+    accepted["listKind"] = json!(
+        names["listKind"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{kind}List"))
+    );
+    // Defaulted names are part of the stored spec on a real server too.
+    obj["spec"]["names"] = accepted.clone();
+
+    let old_conditions = old
+        .and_then(|o| o["status"]["conditions"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    let condition = |ctype: &str, reason: &str, message: &str| {
+        let since = old_conditions
+            .iter()
+            .find(|c| c["type"] == ctype && c["status"] == "True")
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or(now)
+            .to_string();
+        json!({"type": ctype, "status": "True", "lastTransitionTime": since, "reason": reason, "message": message})
+    };
+    let mut stored_versions: Vec<Value> = old
+        .and_then(|o| o["status"]["storedVersions"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    if !stored_versions.iter().any(|v| *v == storage_version) {
+        stored_versions.push(json!(storage_version));
+    }
+    let terminating = obj["metadata"].get("deletionTimestamp").is_some();
+    let mut conditions = vec![
+        condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+        condition(
+            "Established",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        ),
+    ];
+    if terminating {
+        conditions.push(json!({"type": "Terminating", "status": "True", "lastTransitionTime": now,
+            "reason": "InstanceDeletionInProgress", "message": "CustomResource deletion is in progress"}));
+    }
+    obj["status"] = json!({
+        "conditions": conditions,
+        "acceptedNames": accepted,
+        "storedVersions": stored_versions,
+    });
+    causes
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s.as_str().map(str::to_string))
+        .collect()
+}
+
+/// The store key and the registry entries (one per served version) of a CRD.
+pub fn infos_for(crd: &Value) -> (GroupResource, Vec<ResourceInfo>) {
+    let spec = &crd["spec"];
+    let group = spec["group"].as_str().unwrap_or("").to_string();
+    let names = &spec["names"];
+    let plural = names["plural"].as_str().unwrap_or("").to_string();
+    let kind = names["kind"].as_str().unwrap_or("").to_string();
+    let singular = names["singular"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .unwrap_or_else(|| kind.to_lowercase());
+    let storage = GroupResource::new(&group, &plural);
+    let versions = spec["versions"].as_array().cloned().unwrap_or_default();
+    let storage_version = versions
+        .iter()
+        .find(|v| v["storage"].as_bool() == Some(true))
+        .and_then(|v| v["name"].as_str())
+        .unwrap_or("v1")
+        .to_string();
+    let infos = versions
+        .iter()
+        .filter(|v| v["served"].as_bool() == Some(true))
+        .map(|v| {
+            let subs = &v["subresources"];
+            ResourceInfo {
+                group: group.clone(),
+                version: v["name"].as_str().unwrap_or("").to_string(),
+                plural: plural.clone(),
+                singular: singular.clone(),
+                kind: kind.clone(),
+                namespaced: spec["scope"].as_str() != Some("Cluster"),
+                short_names: strings(&names["shortNames"]),
+                categories: strings(&names["categories"]),
+                status: subs.get("status").is_some_and(|s| !s.is_null()),
+                scale: subs
+                    .get("scale")
+                    .filter(|s| !s.is_null())
+                    .map(|s| ScalePaths {
+                        spec_replicas: s["specReplicasPath"]
+                            .as_str()
+                            .unwrap_or(".spec.replicas")
+                            .to_string(),
+                        status_replicas: s["statusReplicasPath"]
+                            .as_str()
+                            .unwrap_or(".status.replicas")
+                            .to_string(),
+                        label_selector: s["labelSelectorPath"].as_str().map(str::to_string),
+                    }),
+                generation: true,
+                builtin: false,
+                delete_returns_object: true,
+                review: false,
+                storage: storage.clone(),
+                storage_api_version: format!("{group}/{storage_version}"),
+                view: View::Plain,
+                printer_columns: v
+                    .get("additionalPrinterColumns")
+                    .and_then(Value::as_array)
+                    .cloned(),
+                schema: v
+                    .get("schema")
+                    .and_then(|s| s.get("openAPIV3Schema"))
+                    .cloned(),
+            }
+        })
+        .collect();
+    (storage, infos)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn widget() -> Value {
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                "names": {"plural": "widgets", "kind": "Widget", "shortNames": ["wd"]},
+                "versions": [
+                    {"name": "v1", "served": true, "storage": true,
+                     "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.size", "statusReplicasPath": ".status.size"}},
+                     "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}},
+                    {"name": "v1beta1", "served": true, "storage": false}]}})
+    }
+
+    #[test]
+    fn sets_established_status() {
+        let mut crd = widget();
+        assert!(prepare(&mut crd, None, "2025-01-01T00:00:00Z").is_empty());
+        let conds = crd["status"]["conditions"].as_array().unwrap();
+        assert!(
+            conds
+                .iter()
+                .any(|c| c["type"] == "Established" && c["status"] == "True")
+        );
+        assert_eq!(crd["status"]["acceptedNames"]["singular"], "widget");
+        assert_eq!(crd["status"]["storedVersions"], json!(["v1"]));
+        let (gr, infos) = infos_for(&crd);
+        assert_eq!(gr, GroupResource::new("example.com", "widgets"));
+        assert_eq!(infos.len(), 2);
+        assert!(infos[0].status);
+        assert_eq!(infos[0].scale.as_ref().unwrap().spec_replicas, ".spec.size");
+        assert_eq!(infos[1].storage_api_version, "example.com/v1");
+    }
+
+    #[test]
+    fn rejects_bad_names_and_storage() {
+        let mut crd = widget();
+        crd["metadata"]["name"] = json!("wrong");
+        crd["spec"]["versions"][1]["storage"] = json!(true);
+        let causes = prepare(&mut crd, None, "t");
+        assert!(causes.iter().any(|c| c.field == "metadata.name"));
+        assert!(causes.iter().any(|c| c.field == "spec.versions"));
+    }
+}

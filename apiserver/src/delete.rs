@@ -1,0 +1,252 @@
+//! Deletion: preconditions, finalizers and deletionTimestamp, propagation
+//! policies (which the garbage collector in [`crate::gc`] completes),
+//! namespace termination, and the small internal writes the in-process
+//! controllers make.
+
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::ops::{MAX_RETRIES, Sub, WriteCtx, finalizers, is_namespace};
+use crate::resources::ResourceInfo;
+use crate::server::{Shared, to_view};
+use crate::storage::{Change, Expect, StoreError};
+use crate::util::{meta_str, metadata_mut, now_rfc3339};
+
+/// The finalizer that holds an owner until its dependents are gone.
+pub const FOREGROUND: &str = "foregroundDeletion";
+/// The finalizer that holds an owner until its dependents are released.
+pub const ORPHAN: &str = "orphan";
+
+/// Namespaces the real server refuses to delete.
+const UNDELETABLE_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+/// Parsed DeleteOptions (body and query merged).
+#[derive(Debug, Clone, Default)]
+pub struct DeleteOptions {
+    pub propagation: Option<String>,
+    pub grace_period: Option<i64>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
+}
+
+impl Shared {
+    /// DELETE of one object. Returns the response body: the object while
+    /// finalizers hold it (or for kinds that return it), else a Success
+    /// status.
+    pub fn delete_object(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        ctx: &WriteCtx,
+    ) -> Result<Value, ApiError> {
+        let ns = self.ns_for(info, ns);
+        if is_namespace(info) && UNDELETABLE_NAMESPACES.contains(&name) {
+            return Err(ApiError::Forbidden {
+                message: format!(
+                    "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+                ),
+                name: name.to_string(),
+                group: String::new(),
+                kind: "namespaces".into(),
+            });
+        }
+        for _ in 0..MAX_RETRIES {
+            let cur = self.load(info, &ns, name)?;
+            if let Some(uid) = &opts.precondition_uid
+                && meta_str(&cur.obj, "uid") != Some(uid.as_str())
+            {
+                return Err(ApiError::conflict(
+                    &info.group,
+                    &info.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                        meta_str(&cur.obj, "uid").unwrap_or("")
+                    ),
+                ));
+            }
+            if let Some(rv) = &opts.precondition_rv
+                && *rv != cur.rv.to_string()
+            {
+                return Err(ApiError::conflict(
+                    &info.group,
+                    &info.plural,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                        cur.rv
+                    ),
+                ));
+            }
+            let mut fins = finalizers(&cur.obj);
+            match opts.propagation.as_deref() {
+                Some("Foreground") if !fins.iter().any(|f| f == FOREGROUND) => {
+                    fins.push(FOREGROUND.into())
+                }
+                Some("Orphan") if !fins.iter().any(|f| f == ORPHAN) => fins.push(ORPHAN.into()),
+                _ => {}
+            }
+            let already = cur.obj["metadata"].get("deletionTimestamp").is_some();
+            let change = if fins.is_empty() && !is_namespace(info) {
+                Change::Delete
+            } else if already && fins == finalizers(&cur.obj) {
+                // Deletion already in progress; nothing new to record.
+                return Ok(to_view(info, &cur.obj));
+            } else {
+                let mut obj = (*cur.obj).clone();
+                let gen_bump = info.generation && !already;
+                {
+                    let md = metadata_mut(&mut obj);
+                    if !already {
+                        md.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                        md.insert(
+                            "deletionGracePeriodSeconds".into(),
+                            json!(opts.grace_period.unwrap_or(0)),
+                        );
+                    }
+                    if fins.is_empty() {
+                        md.remove("finalizers");
+                    } else {
+                        md.insert("finalizers".into(), json!(fins));
+                    }
+                    if gen_bump && let Some(g) = md.get("generation").and_then(Value::as_i64) {
+                        md.insert("generation".into(), json!(g + 1));
+                    }
+                    md.remove("resourceVersion");
+                }
+                if is_namespace(info) {
+                    obj["status"] = json!({"phase": "Terminating"});
+                }
+                Change::Put(obj)
+            };
+            let deleted_now = matches!(change, Change::Delete);
+            match self.commit(info, &ns, name, Expect::Rv(cur.rv), change, ctx) {
+                Ok(c) => {
+                    if !deleted_now || info.delete_returns_object {
+                        return Ok(to_view(info, &c.object));
+                    }
+                    let mut details = json!({
+                        "name": name,
+                        "kind": info.plural,
+                        "uid": meta_str(&c.object, "uid").unwrap_or(""),
+                    });
+                    if !info.group.is_empty() {
+                        details["group"] = json!(info.group);
+                    }
+                    return Ok(json!({
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": details,
+                    }));
+                }
+                Err(StoreError::Mismatch(Some(_))) => continue,
+                Err(e) => return Err(self.store_error(info, name, e)),
+            }
+        }
+        Err(ApiError::stale(&info.group, &info.plural, name))
+    }
+
+    /// Removes `finalizer` from an object if present (controllers inside the
+    /// server: GC, namespace and CRD cleanup).
+    pub fn remove_finalizer(&self, info: &ResourceInfo, ns: &str, name: &str, finalizer: &str) {
+        let ctx = WriteCtx::system("wasmctrl-apiserver");
+        for _ in 0..MAX_RETRIES {
+            let Some(cur) = self.store.get(&info.storage, ns, name) else {
+                return;
+            };
+            let fins = finalizers(&cur.obj);
+            if !fins.iter().any(|f| f == finalizer) {
+                return;
+            }
+            let mut obj = (*cur.obj).clone();
+            let rest: Vec<&String> = fins.iter().filter(|f| *f != finalizer).collect();
+            metadata_mut(&mut obj).insert("finalizers".into(), json!(rest));
+            let outcome = match self.prepare_update(info, &cur.obj, obj, Sub::Main, &ctx, false) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(error = %e, "removing finalizer");
+                    return;
+                }
+            };
+            match self.finish_update(info, ns, name, &cur, outcome, &ctx) {
+                Ok(Some(_)) => return,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "removing finalizer");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Rewrites an object with `f` (no-op if `f` returns None), retrying on
+    /// concurrent writes; used by the garbage collector.
+    pub fn mutate_object(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        manager: &str,
+        f: impl Fn(&Value) -> Option<Value>,
+    ) {
+        let ctx = WriteCtx::system(manager);
+        for _ in 0..MAX_RETRIES {
+            let Some(cur) = self.store.get(&info.storage, ns, name) else {
+                return;
+            };
+            let Some(new) = f(&cur.obj) else { return };
+            let outcome = match self.prepare_update(info, &cur.obj, new, Sub::Main, &ctx, true) {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::warn!(error = %e, "internal update");
+                    return;
+                }
+            };
+            match self.finish_update(info, ns, name, &cur, outcome, &ctx) {
+                Ok(Some(_)) => return,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "internal update");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Finishes deleting a namespace whose contents are gone.
+    pub fn finalize_namespace(&self, name: &str) {
+        let Some(info) = self.registry().find("", "v1", "namespaces") else {
+            return;
+        };
+        let ctx = WriteCtx::system("namespace-controller");
+        for _ in 0..MAX_RETRIES {
+            let Some(cur) = self.store.get(&info.storage, "", name) else {
+                return;
+            };
+            if cur.obj["metadata"].get("deletionTimestamp").is_none() {
+                return;
+            }
+            let change = if finalizers(&cur.obj).is_empty() {
+                Change::Delete
+            } else {
+                // Metadata finalizers still hold it; drop only spec.finalizers.
+                let mut obj = (*cur.obj).clone();
+                if obj["spec"].get("finalizers").is_none() {
+                    return;
+                }
+                obj["spec"] = json!({});
+                metadata_mut(&mut obj).remove("resourceVersion");
+                Change::Put(obj)
+            };
+            match self.commit(&info, "", name, Expect::Rv(cur.rv), change, &ctx) {
+                Ok(_) => return,
+                Err(StoreError::Mismatch(Some(_))) => continue,
+                Err(_) => return,
+            }
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! `/version`, legacy discovery (`/api`, `/apis`, `/api/v1`, `/apis/g[/v]`)
+//! and aggregated discovery (v2 and v2beta1, chosen from Accept), plus the
+//! minimal OpenAPI v3 documents kubectl's validation needs.
+
+use serde_json::{Value, json};
+
+use crate::resources::{Registry, ResourceInfo};
+
+/// Content type of aggregated discovery v2.
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+/// Content type of aggregated discovery v2beta1 (kubectl ≤ 1.29 asks only for this).
+pub const AGGREGATED_V2BETA1: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+
+/// The Kubernetes version reported; `/usr/bin/kubectl` dispatches on `minor`.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": "v1.32.0",
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "2024-12-11T00:00:00Z",
+        "goVersion": "go1.23.3",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// Which aggregated flavour an Accept header asks for, if any (v2 wins
+/// over v2beta1 whatever the order, as on a real server).
+pub fn aggregated_flavour(accept: &str) -> Option<&'static str> {
+    let mut found = None;
+    for offer in accept.split(',') {
+        let params: Vec<(String, String)> = offer
+            .split(';')
+            .skip(1)
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
+        let has = |k: &str, v: &str| params.iter().any(|(pk, pv)| pk == k && pv == v);
+        if !has("g", "apidiscovery.k8s.io") || !has("as", "APIGroupDiscoveryList") {
+            continue;
+        }
+        if has("v", "v2") {
+            return Some("v2");
+        }
+        if has("v", "v2beta1") {
+            found = Some("v2beta1");
+        }
+    }
+    found
+}
+
+/// `/api` (legacy).
+pub fn api_versions(server_address: &str) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+    })
+}
+
+fn gv(group: &str, version: &str) -> Value {
+    json!({"groupVersion": format!("{group}/{version}"), "version": version})
+}
+
+fn api_group(g: &crate::resources::GroupEntry) -> Value {
+    let versions: Vec<Value> = g.versions.iter().map(|(v, _)| gv(&g.name, v)).collect();
+    json!({
+        "name": g.name,
+        "versions": versions,
+        "preferredVersion": versions.first().cloned().unwrap_or(Value::Null),
+    })
+}
+
+/// `/apis` (legacy).
+pub fn api_group_list(reg: &Registry) -> Value {
+    let groups: Vec<Value> = reg
+        .groups()
+        .iter()
+        .filter(|g| !g.name.is_empty())
+        .map(api_group)
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/{group}` (legacy APIGroup).
+pub fn api_group_doc(reg: &Registry, group: &str) -> Option<Value> {
+    let g = reg
+        .groups()
+        .iter()
+        .find(|g| g.name == group && !group.is_empty())?;
+    let mut doc = api_group(g);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
+}
+
+fn legacy_entries(r: &ResourceInfo) -> Vec<Value> {
+    let mut main = json!({
+        "name": r.plural,
+        "singularName": r.singular,
+        "namespaced": r.namespaced,
+        "kind": r.kind,
+        "verbs": r.verbs(),
+    });
+    if !r.short_names.is_empty() {
+        main["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        main["categories"] = json!(r.categories);
+    }
+    let mut out = vec![main];
+    if r.status {
+        out.push(json!({
+            "name": format!("{}/status", r.plural),
+            "singularName": "",
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if r.scale.is_some() {
+        out.push(json!({
+            "name": format!("{}/scale", r.plural),
+            "singularName": "",
+            "namespaced": r.namespaced,
+            "group": "autoscaling",
+            "version": "v1",
+            "kind": "Scale",
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    out
+}
+
+/// `/api/v1` or `/apis/{g}/{v}` (legacy APIResourceList).
+pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    let resources = reg.resources(group, version)?;
+    let group_version = if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    };
+    let entries: Vec<Value> = resources.iter().flat_map(|r| legacy_entries(r)).collect();
+    Some(json!({
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": group_version,
+        "resources": entries,
+    }))
+}
+
+fn aggregated_resource(r: &ResourceInfo) -> Value {
+    let mut res = json!({
+        "resource": r.plural,
+        "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+        "scope": if r.namespaced { "Namespaced" } else { "Cluster" },
+        "singularResource": r.singular,
+        "verbs": r.verbs(),
+    });
+    if !r.short_names.is_empty() {
+        res["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        res["categories"] = json!(r.categories);
+    }
+    let mut subs = Vec::new();
+    if r.status {
+        subs.push(json!({
+            "subresource": "status",
+            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if r.scale.is_some() {
+        subs.push(json!({
+            "subresource": "scale",
+            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if !subs.is_empty() {
+        res["subresources"] = Value::Array(subs);
+    }
+    res
+}
+
+/// Aggregated discovery for `/api` (`core` true: only the core group) or
+/// `/apis` (every named group), as `flavour` (`v2` or `v2beta1`).
+pub fn aggregated(reg: &Registry, core: bool, flavour: &str) -> Value {
+    let items: Vec<Value> = reg
+        .groups()
+        .iter()
+        .filter(|g| g.name.is_empty() == core)
+        .map(|g| {
+            let versions: Vec<Value> = g
+                .versions
+                .iter()
+                .map(|(v, list)| {
+                    json!({
+                        "version": v,
+                        "freshness": "Current",
+                        "resources": list.iter().map(|r| aggregated_resource(r)).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({"metadata": {"name": g.name}, "versions": versions})
+        })
+        .collect();
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": format!("apidiscovery.k8s.io/{flavour}"),
+        "metadata": {},
+        "items": items,
+    })
+}
+
+fn gv_key(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+fn gv_hash(reg: &Registry, group: &str, version: &str, generation: u64) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    generation.hash(&mut h);
+    if let Some(list) = reg.resources(group, version) {
+        for r in list {
+            r.plural.hash(&mut h);
+            r.kind.hash(&mut h);
+        }
+    }
+    format!("{:016X}", h.finish())
+}
+
+/// `/openapi/v3`: one path per served group/version, with a hash that changes
+/// whenever the registry does (so kubectl refetches after a CRD appears).
+pub fn openapi_root(reg: &Registry, generation: u64) -> Value {
+    let mut paths = serde_json::Map::new();
+    for g in reg.groups() {
+        for (v, _) in &g.versions {
+            let key = gv_key(&g.name, v);
+            paths.insert(
+                key.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={}", gv_hash(reg, &g.name, v, generation))}),
+            );
+        }
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/{api/v1 | apis/g/v}`: a `patch` operation per resource with
+/// its group-version-kind and the `fieldValidation` parameter, which is what
+/// kubectl's field validation checks for; CRD schemas are included so
+/// `kubectl explain` has something to show.
+pub fn openapi_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+    let resources = reg.resources(group, version)?;
+    let mut paths = serde_json::Map::new();
+    let mut schemas = serde_json::Map::new();
+    let prefix = if group.is_empty() {
+        format!("/api/{version}")
+    } else {
+        format!("/apis/{group}/{version}")
+    };
+    for r in resources {
+        let gvk = json!({"group": group, "version": version, "kind": r.kind});
+        let op = json!({
+            "x-kubernetes-group-version-kind": gvk,
+            "parameters": [
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            ],
+            "responses": {},
+        });
+        let item = if r.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("{prefix}/{}/{{name}}", r.plural)
+        };
+        let collection = item.trim_end_matches("/{name}").to_string();
+        paths.insert(
+            item,
+            json!({"get": op.clone(), "put": op.clone(), "patch": op.clone(), "delete": op.clone()}),
+        );
+        paths.insert(collection, json!({"post": op.clone(), "get": op}));
+        let schema_name = format!(
+            "{}.{}.{}",
+            if group.is_empty() {
+                "io.k8s.api.core"
+            } else {
+                group
+            },
+            version,
+            r.kind
+        );
+        let mut schema = r.schema.clone().unwrap_or_else(
+            || json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        schema["x-kubernetes-group-version-kind"] = json!([gvk]);
+        schemas.insert(schema_name, schema);
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": "v1.32.0"},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_negotiation() {
+        let kubectl = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_flavour(kubectl), Some("v2"));
+        let old = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json";
+        assert_eq!(aggregated_flavour(old), Some("v2beta1"));
+        assert_eq!(aggregated_flavour("application/json, */*"), None);
+        assert_eq!(aggregated_flavour(""), None);
+    }
+
+    #[test]
+    fn legacy_has_subresources_and_categories() {
+        let reg = Registry::new();
+        let doc = resource_list(&reg, "apps", "v1").unwrap();
+        let names: Vec<&str> = doc["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"deployments/status"));
+        assert!(names.contains(&"deployments/scale"));
+        let agg = aggregated(&reg, true, "v2");
+        assert_eq!(agg["items"][0]["metadata"]["name"], "");
+        let groups = api_group_list(&reg);
+        assert!(
+            groups["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|g| g["name"] != "")
+        );
+    }
+}

@@ -1,0 +1,328 @@
+//! API errors rendered as `metav1.Status`, the only error shape Kubernetes
+//! clients understand (kube-rs maps `reason`/`code`, kubectl prints `message`,
+//! the Python client raises `ApiException(status=code)`).
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// A single `details.causes[]` entry of a 422 Invalid (or SSA 409) status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cause {
+    /// Machine-readable reason, e.g. `FieldValueInvalid`, `FieldValueRequired`.
+    pub reason: String,
+    /// Human-readable message for this field.
+    pub message: String,
+    /// JSON-path-like field, e.g. `metadata.name`.
+    pub field: String,
+}
+
+/// An error the API answers with; every variant maps to one metav1.Status.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    /// 404 for an object (`details` names it) or for an unknown path.
+    #[error("{message}")]
+    NotFound {
+        message: String,
+        name: Option<String>,
+        group: String,
+        kind: String,
+    },
+    /// 409 AlreadyExists on create.
+    #[error("{message}")]
+    AlreadyExists {
+        message: String,
+        name: String,
+        group: String,
+        kind: String,
+    },
+    /// 409 Conflict: stale resourceVersion, failed precondition, SSA conflict.
+    #[error("{message}")]
+    Conflict {
+        message: String,
+        name: String,
+        group: String,
+        kind: String,
+        causes: Vec<Cause>,
+    },
+    /// 422 Invalid with per-field causes.
+    #[error("{message}")]
+    Invalid {
+        message: String,
+        name: String,
+        group: String,
+        kind: String,
+        causes: Vec<Cause>,
+    },
+    /// 400 BadRequest.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 Unauthorized.
+    #[error("Unauthorized")]
+    Unauthorized,
+    /// 403 Forbidden (e.g. creating in a terminating namespace).
+    #[error("{message}")]
+    Forbidden {
+        message: String,
+        name: String,
+        group: String,
+        kind: String,
+    },
+    /// 405 MethodNotAllowed.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// 415 UnsupportedMediaType.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 410 Expired (too old resourceVersion, stale continue token).
+    #[error("{0}")]
+    Expired(String),
+    /// 500 InternalError.
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// 404 for a named object of `plural` in `group`.
+    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+        let qualified = qualified(group, plural);
+        ApiError::NotFound {
+            message: format!("{qualified} \"{name}\" not found"),
+            name: Some(name.to_string()),
+            group: group.to_string(),
+            kind: plural.to_string(),
+        }
+    }
+
+    /// 404 for a path the server does not serve.
+    pub fn no_route() -> Self {
+        ApiError::NotFound {
+            message: "the server could not find the requested resource".into(),
+            name: None,
+            group: String::new(),
+            kind: String::new(),
+        }
+    }
+
+    /// 409 AlreadyExists.
+    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+        ApiError::AlreadyExists {
+            message: format!("{} \"{name}\" already exists", qualified(group, plural)),
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: plural.to_string(),
+        }
+    }
+
+    /// 409 Conflict for a stale resourceVersion, worded as the real server does
+    /// because some clients match on it.
+    pub fn stale(group: &str, plural: &str, name: &str) -> Self {
+        Self::conflict(
+            group,
+            plural,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        )
+    }
+
+    /// 409 Conflict with a custom reason text.
+    pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
+        ApiError::Conflict {
+            message: format!(
+                "Operation cannot be fulfilled on {} \"{name}\": {why}",
+                qualified(group, plural)
+            ),
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: plural.to_string(),
+            causes: Vec::new(),
+        }
+    }
+
+    /// 422 Invalid; `kind` is the object's Kind (the real server words the
+    /// message with the Kind, e.g. `ConfigMap "x" is invalid: ...`).
+    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        let summary = causes
+            .iter()
+            .map(|c| {
+                if c.field.is_empty() {
+                    c.message.clone()
+                } else {
+                    format!("{}: {}", c.field, c.message)
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let summary = if causes.len() > 1 {
+            format!("[{summary}]")
+        } else {
+            summary
+        };
+        ApiError::Invalid {
+            message: format!(
+                "{} \"{name}\" is invalid: {summary}",
+                qualified(group, kind)
+            ),
+            name: name.to_string(),
+            group: group.to_string(),
+            kind: kind.to_string(),
+            causes,
+        }
+    }
+
+    /// HTTP status code of this error.
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::NotFound { .. } => 404,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::Invalid { .. } => 422,
+            ApiError::BadRequest(_) => 400,
+            ApiError::Unauthorized => 401,
+            ApiError::Forbidden { .. } => 403,
+            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::Expired(_) => 410,
+            ApiError::Internal(_) => 500,
+        }
+    }
+
+    /// metav1.Status `reason`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::NotFound { .. } => "NotFound",
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Unauthorized => "Unauthorized",
+            ApiError::Forbidden { .. } => "Forbidden",
+            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::Expired(_) => "Expired",
+            ApiError::Internal(_) => "InternalError",
+        }
+    }
+
+    /// The full metav1.Status object.
+    pub fn to_status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+            "code": self.code(),
+        });
+        let details = match self {
+            ApiError::NotFound {
+                name, group, kind, ..
+            } => {
+                if kind.is_empty() {
+                    None
+                } else {
+                    Some(details(name.as_deref(), group, kind, &[]))
+                }
+            }
+            ApiError::AlreadyExists {
+                name, group, kind, ..
+            }
+            | ApiError::Forbidden {
+                name, group, kind, ..
+            } => Some(details(Some(name), group, kind, &[])),
+            ApiError::Conflict {
+                name,
+                group,
+                kind,
+                causes,
+                ..
+            }
+            | ApiError::Invalid {
+                name,
+                group,
+                kind,
+                causes,
+                ..
+            } => Some(details(Some(name), group, kind, causes)),
+            _ => None,
+        };
+        if let Some(d) = details {
+            status["details"] = d;
+        }
+        status
+    }
+}
+
+fn details(name: Option<&str>, group: &str, kind: &str, causes: &[Cause]) -> Value {
+    let mut d = json!({ "kind": kind });
+    if let Some(name) = name {
+        d["name"] = json!(name);
+    }
+    if !group.is_empty() {
+        d["group"] = json!(group);
+    }
+    if !causes.is_empty() {
+        d["causes"] = causes
+            .iter()
+            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+            .collect();
+    }
+    d
+}
+
+/// `configmaps` for core, `deployments.apps` otherwise, as the server words it.
+pub fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        crate::routes::json_response(code, &self.to_status())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_status_matches_the_real_shape() {
+        let s = ApiError::not_found("", "configmaps", "nope").to_status();
+        assert_eq!(s["message"], "configmaps \"nope\" not found");
+        assert_eq!(s["reason"], "NotFound");
+        assert_eq!(s["code"], 404);
+        assert_eq!(s["details"]["kind"], "configmaps");
+        assert!(s["details"].get("group").is_none());
+        let s = ApiError::not_found("apps", "deployments", "d").to_status();
+        assert_eq!(s["message"], "deployments.apps \"d\" not found");
+        assert_eq!(s["details"]["group"], "apps");
+    }
+
+    #[test]
+    fn invalid_message_names_the_kind() {
+        let e = ApiError::invalid(
+            "",
+            "ConfigMap",
+            "Bad",
+            vec![Cause {
+                reason: "FieldValueInvalid".into(),
+                message: "Invalid value: \"Bad\"".into(),
+                field: "metadata.name".into(),
+            }],
+        );
+        assert_eq!(
+            e.to_string(),
+            "ConfigMap \"Bad\" is invalid: metadata.name: Invalid value: \"Bad\""
+        );
+        let e = ApiError::invalid("apps", "Deployment", "x", vec![]);
+        assert!(
+            e.to_string()
+                .starts_with("Deployment.apps \"x\" is invalid")
+        );
+    }
+}

@@ -1,0 +1,717 @@
+//! Strategic merge patch (`application/strategic-merge-patch+json`), the
+//! patch type of client-side `kubectl apply` and default `kubectl patch`.
+//!
+//! Follows `k8s.io/apimachinery/pkg/util/strategicpatch` as the API server
+//! runs it (parallel-list directives merged, unmatched nulls ignored).
+
+use std::collections::HashSet;
+
+use serde_json::{Map, Value};
+
+use super::PatchError;
+use super::merge_keys::{self, Field, ListKind, Ty};
+
+const PATCH: &str = "$patch";
+const RETAIN_KEYS: &str = "$retainKeys";
+const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
+const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
+
+/// Applies a strategic merge patch to a built-in object.
+///
+/// Like a JSON merge patch (maps merge, `null` removes a key, scalars
+/// replace) except that lists the Kubernetes schema marks with a patch
+/// merge key merge item by item (containers and env by `name`, ports by
+/// `containerPort`, conditions by `type`, …) and `finalizers` merge as a
+/// set. Other lists are replaced. Supported directives:
+///
+/// - `$patch: replace` in a map replaces the map; as a list item, replaces
+///   the list with the other items.
+/// - `$patch: delete` in a map removes it; as a list item, removes the item
+///   with that merge key.
+/// - `$patch: merge` is the default and is accepted anywhere.
+/// - `$deleteFromPrimitiveList/<field>: [..]` removes those values from a
+///   primitive list.
+/// - `$setElementOrder/<field>: [..]` fixes the order of the listed items
+///   of a merged list; items it does not name keep their live position.
+/// - `$retainKeys: [..]` drops every live key of the map not listed before
+///   merging (kubectl sends it for `volumes` and `strategy`, which are
+///   unions of mutually exclusive fields).
+///
+/// Merged lists are ordered as Kubernetes orders them: items the patch
+/// names in the patch's order, live-only items slotted in by their live
+/// position. Without `$setElementOrder` that puts a new item before the
+/// live items that follow the first patched one (a patch naming only a new
+/// container puts it first), exactly as `kubectl patch` does on a cluster.
+///
+/// # Errors
+///
+/// [`PatchError::Unsupported`] for kinds without a built-in schema, which
+/// covers every custom resource; [`PatchError::Invalid`] for a malformed
+/// patch (unknown `$patch` value, keyed list item without its merge key,
+/// directive of the wrong shape).
+pub fn strategic_merge_patch(
+    target: &Value,
+    patch: &Value,
+    api_version: &str,
+    kind: &str,
+) -> Result<Value, PatchError> {
+    let Some(root) = merge_keys::builtin_root(api_version, kind) else {
+        return Err(PatchError::Unsupported(format!(
+            "strategic merge patch is not supported for {kind} ({api_version}); \
+             use application/merge-patch+json, application/json-patch+json \
+             or application/apply-patch+yaml"
+        )));
+    };
+    let Value::Object(patch) = patch else {
+        return Err(PatchError::Invalid(
+            "strategic merge patch must be a JSON object".to_owned(),
+        ));
+    };
+    let original = match target {
+        Value::Object(map) => map.clone(),
+        Value::Null => Map::new(),
+        _ => {
+            return Err(PatchError::Invalid(
+                "strategic merge patch target must be an object".to_owned(),
+            ));
+        }
+    };
+    Ok(Value::Object(
+        merge_map(original, patch, root, "")?.unwrap_or_default(),
+    ))
+}
+
+fn invalid(path: &str, msg: impl std::fmt::Display) -> PatchError {
+    let path = if path.is_empty() { "." } else { path };
+    PatchError::Invalid(format!("strategic merge patch at {path}: {msg}"))
+}
+
+/// Merges `patch` into `original`; `None` means the map was deleted with
+/// `$patch: delete`.
+fn merge_map(
+    mut original: Map<String, Value>,
+    patch: &Map<String, Value>,
+    ty: Ty,
+    path: &str,
+) -> Result<Option<Map<String, Value>>, PatchError> {
+    let mut patch = patch.clone();
+    match patch.remove(PATCH) {
+        None => {}
+        Some(Value::String(d)) if d == "merge" => {}
+        Some(Value::String(d)) if d == "delete" => return Ok(None),
+        // The patch map is the new value, but its own nested directives
+        // still have to be resolved rather than stored.
+        Some(Value::String(d)) if d == "replace" => return merge_map(Map::new(), &patch, ty, path),
+        Some(other) => return Err(invalid(path, format!("unknown $patch directive {other}"))),
+    }
+
+    if let Some(retain) = patch.remove(RETAIN_KEYS) {
+        let keys = string_list(&retain)
+            .ok_or_else(|| invalid(path, "$retainKeys must be a list of strings"))?;
+        original.retain(|k, _| keys.contains(k));
+    }
+
+    // Deletions run before the merges of the same field so that one patch
+    // can remove some values and add others.
+    let mut orders = Map::new();
+    let mut fields = Vec::new();
+    for (key, value) in patch {
+        if let Some(name) = key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) {
+            let Value::Array(remove) = value else {
+                return Err(invalid(path, format!("{key} must be a list")));
+            };
+            if let Some(Value::Array(items)) = original.get_mut(name) {
+                items.retain(|item| !remove.contains(item));
+            }
+        } else if let Some(name) = key.strip_prefix(SET_ELEMENT_ORDER) {
+            let Value::Array(order) = value else {
+                return Err(invalid(path, format!("{key} must be a list")));
+            };
+            orders.insert(name.to_owned(), Value::Array(order));
+        } else {
+            fields.push((key, value));
+        }
+    }
+
+    for (key, patch_value) in fields {
+        let child_path = format!("{path}.{key}");
+        let field = merge_keys::field(ty, &key);
+        let order = orders.remove(&key);
+        if patch_value.is_null() {
+            original.remove(&key);
+            continue;
+        }
+        let merged = match (original.remove(&key), patch_value) {
+            (Some(Value::Object(o)), Value::Object(p)) => {
+                merge_map(o, &p, field.ty, &child_path)?.map(Value::Object)
+            }
+            (Some(Value::Array(o)), Value::Array(p)) => Some(Value::Array(merge_list(
+                o,
+                &p,
+                field,
+                order.as_ref(),
+                &child_path,
+            )?)),
+            // Absent or of another type: the patch value wins, minus its
+            // directives and nulls.
+            (_, p) => new_value(&p, field, &child_path)?,
+        };
+        if let Some(merged) = merged {
+            original.insert(key, merged);
+        }
+    }
+
+    // An order directive without its list only reorders the live list.
+    for (key, order) in orders {
+        if let Some(Value::Array(items)) = original.remove(&key) {
+            let field = merge_keys::field(ty, &key);
+            let reordered = merge_list(items, &[], field, Some(&order), &format!("{path}.{key}"))?;
+            original.insert(key, Value::Array(reordered));
+        }
+    }
+    Ok(Some(original))
+}
+
+/// The value a patch introduces where there was nothing to merge with.
+fn new_value(patch: &Value, field: Field, path: &str) -> Result<Option<Value>, PatchError> {
+    Ok(match patch {
+        Value::Object(p) => merge_map(Map::new(), p, field.ty, path)?.map(Value::Object),
+        Value::Array(p) => Some(Value::Array(merge_list(Vec::new(), p, field, None, path)?)),
+        other => Some(other.clone()),
+    })
+}
+
+fn string_list(value: &Value) -> Option<HashSet<String>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+/// Merges two lists according to the field's list kind, then orders the
+/// result: items named by the patch (or by `$setElementOrder`) in that
+/// order, live-only items interleaved by their live position.
+fn merge_list(
+    original: Vec<Value>,
+    patch: &[Value],
+    field: Field,
+    order: Option<&Value>,
+    path: &str,
+) -> Result<Vec<Value>, PatchError> {
+    match field.list {
+        ListKind::Atomic => {
+            if order.is_some() && patch.is_empty() {
+                return Ok(original);
+            }
+            // Replaced wholesale; items are only cleaned of nulls the way
+            // new map values are.
+            patch
+                .iter()
+                .enumerate()
+                .filter_map(|(i, item)| {
+                    new_value(item, field_of_item(field), &format!("{path}[{i}]")).transpose()
+                })
+                .collect()
+        }
+        ListKind::Set => merge_set(original, patch, order, path),
+        ListKind::Map { merge_key, .. } => {
+            merge_keyed(original, patch, field, merge_key, order, path)
+        }
+    }
+}
+
+/// Items of an atomic list are values of the list's item type.
+fn field_of_item(field: Field) -> Field {
+    Field {
+        list: ListKind::Atomic,
+        ..field
+    }
+}
+
+fn is_replace_marker(item: &Value) -> bool {
+    item.get(PATCH).and_then(Value::as_str) == Some("replace")
+}
+
+fn merge_set(
+    original: Vec<Value>,
+    patch: &[Value],
+    order: Option<&Value>,
+    path: &str,
+) -> Result<Vec<Value>, PatchError> {
+    let replace = patch.iter().any(is_replace_marker);
+    let additions: Vec<Value> = patch
+        .iter()
+        .filter(|item| item.get(PATCH).is_none())
+        .cloned()
+        .collect();
+    if additions.iter().any(|v| v.is_object() || v.is_array()) {
+        return Err(invalid(
+            path,
+            "a merged primitive list may only hold scalars",
+        ));
+    }
+    let mut merged: Vec<Value> = Vec::new();
+    let base = if replace {
+        Vec::new()
+    } else {
+        original.clone()
+    };
+    for item in base.into_iter().chain(additions.iter().cloned()) {
+        if !merged.contains(&item) {
+            merged.push(item);
+        }
+    }
+    let id = |v: &Value| Some(v.to_string());
+    let order_ids: Vec<String> = match order {
+        Some(Value::Array(order)) => order.iter().map(Value::to_string).collect(),
+        Some(_) => return Err(invalid(path, "$setElementOrder must be a list")),
+        None => additions.iter().map(Value::to_string).collect(),
+    };
+    let live_ids: Vec<String> = original.iter().map(Value::to_string).collect();
+    Ok(order_items(merged, id, &order_ids, &live_ids))
+}
+
+fn merge_keyed(
+    original: Vec<Value>,
+    patch: &[Value],
+    field: Field,
+    merge_key: &str,
+    order: Option<&Value>,
+    path: &str,
+) -> Result<Vec<Value>, PatchError> {
+    let key_of = |item: &Value| item.get(merge_key).map(Value::to_string);
+    let live_ids: Vec<String> = original.iter().filter_map(key_of).collect();
+    let mut merged = original;
+    let mut plain = Vec::new();
+    let mut replace = false;
+    for item in patch {
+        let Value::Object(map) = item else {
+            return Err(invalid(path, format!("list item {item} is not an object")));
+        };
+        match map.get(PATCH).and_then(Value::as_str) {
+            Some("delete") => {
+                let id = key_of(item).ok_or_else(|| missing_key(path, item, merge_key))?;
+                merged.retain(|m| key_of(m).as_deref() != Some(&id));
+            }
+            Some("replace") => replace = true,
+            Some("merge") | None => plain.push(map),
+            Some(other) => return Err(invalid(path, format!("unknown $patch directive {other}"))),
+        }
+    }
+    if replace {
+        merged.clear();
+    }
+    let mut order_ids = Vec::new();
+    for map in plain {
+        let item = Value::Object(map.clone());
+        let id = key_of(&item).ok_or_else(|| missing_key(path, &item, merge_key))?;
+        let item_path = format!("{path}[{merge_key}={id}]");
+        match merged
+            .iter()
+            .position(|m| key_of(m).as_deref() == Some(&id))
+        {
+            Some(at) => {
+                let live = match merged.remove(at) {
+                    Value::Object(live) => live,
+                    _ => Map::new(),
+                };
+                if let Some(m) = merge_map(live, map, field.ty, &item_path)? {
+                    merged.insert(at, Value::Object(m));
+                }
+            }
+            None => {
+                if let Some(m) = merge_map(Map::new(), map, field.ty, &item_path)? {
+                    merged.push(Value::Object(m));
+                }
+            }
+        }
+        order_ids.push(id);
+    }
+    if let Some(order) = order {
+        let Value::Array(order) = order else {
+            return Err(invalid(path, "$setElementOrder must be a list"));
+        };
+        order_ids = order
+            .iter()
+            .map(|item| key_of(item).ok_or_else(|| missing_key(path, item, merge_key)))
+            .collect::<Result<_, _>>()?;
+    }
+    Ok(order_items(merged, key_of, &order_ids, &live_ids))
+}
+
+fn missing_key(path: &str, item: &Value, merge_key: &str) -> PatchError {
+    invalid(
+        path,
+        format!("map {item} does not contain declared merge key: {merge_key}"),
+    )
+}
+
+/// Orders merged list items the way `strategicpatch.normalizeElementOrder`
+/// does: items named in `order` come in that order; the others keep their
+/// live order and are slotted in before the first ordered item that comes
+/// after them in the live list.
+fn order_items(
+    items: Vec<Value>,
+    id: impl Fn(&Value) -> Option<String>,
+    order: &[String],
+    live: &[String],
+) -> Vec<Value> {
+    let position =
+        |ids: &[String], item: &Value| id(item).and_then(|id| ids.iter().position(|x| *x == id));
+    let (mut ordered, mut rest): (Vec<Value>, Vec<Value>) = items
+        .into_iter()
+        .partition(|item| position(order, item).is_some());
+    ordered.sort_by_key(|item| position(order, item));
+    // Stable: items unknown to the live list keep their merged position.
+    rest.sort_by_key(|item| position(live, item).unwrap_or(usize::MAX));
+
+    let mut out = Vec::with_capacity(ordered.len() + rest.len());
+    let mut ordered = ordered.into_iter().peekable();
+    let mut rest = rest.into_iter().peekable();
+    loop {
+        match (rest.peek(), ordered.peek()) {
+            (Some(left), Some(right)) => {
+                let before = matches!(
+                    (position(live, left), position(live, right)),
+                    (Some(l), Some(r)) if l < r
+                );
+                let next = if before { rest.next() } else { ordered.next() };
+                out.extend(next);
+            }
+            (Some(_), None) => out.extend(rest.next()),
+            (None, Some(_)) => out.extend(ordered.next()),
+            (None, None) => return out,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn smp(target: &Value, patch: Value) -> Value {
+        strategic_merge_patch(target, &patch, "apps/v1", "Deployment").unwrap()
+    }
+
+    fn deployment() -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "labels": {"app": "web"},
+                         "finalizers": ["a.example.com/f", "b.example.com/f"]},
+            "spec": {
+                "replicas": 2,
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1}},
+                "template": {
+                    "metadata": {"labels": {"app": "web"}},
+                    "spec": {
+                        "containers": [
+                            {"name": "app", "image": "app:1",
+                             "args": ["--a", "--b"],
+                             "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
+                             "ports": [{"containerPort": 80}]},
+                            {"name": "sidecar", "image": "side:1"}
+                        ],
+                        "volumes": [{"name": "data", "emptyDir": {}}],
+                        "tolerations": [{"key": "k1", "operator": "Exists"}]
+                    }
+                }
+            }
+        })
+    }
+
+    fn pod_spec(obj: &Value) -> &Value {
+        &obj["spec"]["template"]["spec"]
+    }
+
+    #[test]
+    fn containers_merge_by_name_and_env_by_name() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "app", "image": "app:2", "env": [{"name": "B", "value": "3"}, {"name": "C", "value": "4"}]}
+            ]}}}}),
+        );
+        let containers = &pod_spec(&out)["containers"];
+        assert_eq!(containers.as_array().unwrap().len(), 2);
+        assert_eq!(containers[0]["image"], "app:2");
+        assert_eq!(containers[0]["args"], json!(["--a", "--b"]));
+        assert_eq!(
+            containers[0]["env"],
+            json!([{"name": "A", "value": "1"}, {"name": "B", "value": "3"}, {"name": "C", "value": "4"}])
+        );
+        assert_eq!(containers[1], json!({"name": "sidecar", "image": "side:1"}));
+    }
+
+    #[test]
+    fn new_container_is_appended_and_ports_merge_by_container_port() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "app", "ports": [{"containerPort": 80, "name": "http"}, {"containerPort": 9090}]},
+                {"name": "extra", "image": "extra:1"}
+            ]}}}}),
+        );
+        let containers = &pod_spec(&out)["containers"];
+        let names: Vec<&str> = containers
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        // As in Kubernetes: without `$setElementOrder`, items named by the
+        // patch keep the patch's order and live-only items are slotted in
+        // by live position, which lands `sidecar` after the new item.
+        assert_eq!(names, ["app", "extra", "sidecar"]);
+        assert_eq!(
+            containers[0]["ports"],
+            json!([{"containerPort": 80, "name": "http"}, {"containerPort": 9090}])
+        );
+    }
+
+    #[test]
+    fn lists_without_merge_key_are_replaced() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {"template": {"spec": {
+                "tolerations": [{"key": "k2", "operator": "Exists"}],
+                "containers": [{"name": "app", "args": ["--c"]}]
+            }}}}),
+        );
+        assert_eq!(
+            pod_spec(&out)["tolerations"],
+            json!([{"key": "k2", "operator": "Exists"}])
+        );
+        assert_eq!(pod_spec(&out)["containers"][0]["args"], json!(["--c"]));
+    }
+
+    #[test]
+    fn patch_delete_removes_list_item_and_map() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {
+                "strategy": {"rollingUpdate": {"$patch": "delete"}},
+                "template": {"spec": {"containers": [
+                    {"name": "sidecar", "$patch": "delete"},
+                    {"name": "app", "env": [{"name": "A", "$patch": "delete"}]}
+                ]}}
+            }}),
+        );
+        let containers = pod_spec(&out)["containers"].as_array().unwrap();
+        assert_eq!(containers.len(), 1);
+        assert_eq!(containers[0]["env"], json!([{"name": "B", "value": "2"}]));
+        assert_eq!(out["spec"]["strategy"], json!({"type": "RollingUpdate"}));
+    }
+
+    #[test]
+    fn patch_replace_in_map_and_list() {
+        let out = smp(
+            &deployment(),
+            json!({"metadata": {"labels": {"$patch": "replace", "tier": "front"}},
+            "spec": {"template": {"spec": {"containers": [
+                {"$patch": "replace"}, {"name": "only", "image": "only:1"}
+            ]}}}}),
+        );
+        assert_eq!(out["metadata"]["labels"], json!({"tier": "front"}));
+        assert_eq!(
+            pod_spec(&out)["containers"],
+            json!([{"name": "only", "image": "only:1"}])
+        );
+    }
+
+    #[test]
+    fn null_removes_map_key() {
+        let out = smp(
+            &deployment(),
+            json!({"metadata": {"labels": {"app": null}}, "spec": {"replicas": null, "paused": null}}),
+        );
+        assert_eq!(out["metadata"]["labels"], json!({}));
+        assert!(out["spec"].get("replicas").is_none());
+        assert!(out["spec"].get("paused").is_none());
+    }
+
+    #[test]
+    fn finalizers_merge_as_a_set_and_delete_from_primitive_list() {
+        let out = smp(
+            &deployment(),
+            json!({"metadata": {
+                "finalizers": ["c.example.com/f", "a.example.com/f"],
+                "$deleteFromPrimitiveList/finalizers": ["b.example.com/f"]
+            }}),
+        );
+        assert_eq!(
+            out["metadata"]["finalizers"],
+            json!(["c.example.com/f", "a.example.com/f"])
+        );
+        let out = smp(
+            &deployment(),
+            json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a.example.com/f"]}}),
+        );
+        assert_eq!(out["metadata"]["finalizers"], json!(["b.example.com/f"]));
+    }
+
+    /// The shape client-side `kubectl apply` sends after reordering and
+    /// removing a container.
+    #[test]
+    fn set_element_order_orders_merged_list() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {"template": {"spec": {
+                "$setElementOrder/containers": [{"name": "sidecar"}, {"name": "app"}],
+                "containers": [{"name": "sidecar", "image": "side:2"}]
+            }}}}),
+        );
+        let containers = &pod_spec(&out)["containers"];
+        assert_eq!(containers[0]["name"], "sidecar");
+        assert_eq!(containers[0]["image"], "side:2");
+        assert_eq!(containers[1]["name"], "app");
+
+        // The directive alone reorders the live list.
+        let out = smp(
+            &deployment(),
+            json!({"spec": {"template": {"spec": {"containers": [{"name": "app"}]}}},
+                   "metadata": {"$setElementOrder/finalizers": ["b.example.com/f", "a.example.com/f"]}}),
+        );
+        assert_eq!(
+            out["metadata"]["finalizers"],
+            json!(["b.example.com/f", "a.example.com/f"])
+        );
+    }
+
+    #[test]
+    fn retain_keys_drops_unlisted_live_keys() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {
+                "strategy": {"$retainKeys": ["type"], "type": "Recreate"},
+                "template": {"spec": {
+                    "$setElementOrder/volumes": [{"name": "data"}],
+                    "volumes": [{"$retainKeys": ["name", "configMap"], "name": "data", "configMap": {"name": "cm"}}]
+                }}
+            }}),
+        );
+        assert_eq!(out["spec"]["strategy"], json!({"type": "Recreate"}));
+        assert_eq!(
+            pod_spec(&out)["volumes"],
+            json!([{"name": "data", "configMap": {"name": "cm"}}])
+        );
+    }
+
+    /// The body of a client-side `kubectl apply` that changes an image,
+    /// drops an env var and updates the last-applied annotation.
+    #[test]
+    fn kubectl_client_side_apply_body() {
+        let out = smp(
+            &deployment(),
+            json!({
+                "metadata": {"annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}\n"}},
+                "spec": {"template": {"spec": {
+                    "$setElementOrder/containers": [{"name": "app"}, {"name": "sidecar"}],
+                    "containers": [{
+                        "$setElementOrder/env": [{"name": "A"}],
+                        "env": [{"$patch": "delete", "name": "B"}],
+                        "image": "app:3",
+                        "name": "app"
+                    }]
+                }}}
+            }),
+        );
+        let app = &pod_spec(&out)["containers"][0];
+        assert_eq!(app["image"], "app:3");
+        assert_eq!(app["env"], json!([{"name": "A", "value": "1"}]));
+        assert_eq!(
+            out["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"],
+            "{}\n"
+        );
+    }
+
+    #[test]
+    fn new_items_are_stored_without_directives() {
+        let out = smp(
+            &deployment(),
+            json!({"spec": {"template": {"spec": {"containers": [
+                {"name": "new", "env": [{"name": "X", "value": "1"}, {"name": "Y", "$patch": "delete"}],
+                 "resources": {"limits": {"cpu": null, "memory": "1Gi"}}}
+            ]}}}}),
+        );
+        // A patch naming only a new item puts it first, as Kubernetes does.
+        assert_eq!(
+            pod_spec(&out)["containers"][0],
+            json!({"name": "new", "env": [{"name": "X", "value": "1"}],
+                   "resources": {"limits": {"memory": "1Gi"}}})
+        );
+    }
+
+    #[test]
+    fn conditions_merge_by_type_and_service_ports_by_port() {
+        let pod = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False"}, {"type": "Initialized", "status": "True"}
+        ]}});
+        let out = strategic_merge_patch(
+            &pod,
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+            "v1",
+            "Pod",
+        )
+        .unwrap();
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}])
+        );
+        let svc = json!({"spec": {"ports": [{"port": 80, "name": "http"}]}});
+        let out = strategic_merge_patch(
+            &svc,
+            &json!({"spec": {"ports": [{"port": 443, "name": "https"}]}}),
+            "v1",
+            "Service",
+        )
+        .unwrap();
+        assert_eq!(out["spec"]["ports"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn owner_references_merge_by_uid() {
+        let cm = json!({"metadata": {"ownerReferences": [{"uid": "1", "name": "a"}]}, "data": {"k": "v"}});
+        let out = strategic_merge_patch(
+            &cm,
+            &json!({"metadata": {"ownerReferences": [{"uid": "2", "name": "b"}]}, "data": {"k2": "v2"}}),
+            "v1",
+            "ConfigMap",
+        )
+        .unwrap();
+        assert_eq!(
+            out["metadata"]["ownerReferences"].as_array().unwrap().len(),
+            2
+        );
+        assert_eq!(out["data"], json!({"k": "v", "k2": "v2"}));
+    }
+
+    #[test]
+    fn custom_resources_are_unsupported() {
+        let e =
+            strategic_merge_patch(&json!({}), &json!({}), "example.com/v1", "Widget").unwrap_err();
+        assert!(matches!(e, PatchError::Unsupported(_)));
+    }
+
+    #[test]
+    fn malformed_patches_are_invalid() {
+        let target = deployment();
+        for patch in [
+            json!([1]),
+            json!({"spec": {"template": {"spec": {"containers": [{"image": "x"}]}}}}),
+            json!({"spec": {"template": {"spec": {"containers": ["app"]}}}}),
+            json!({"spec": {"$patch": "explode"}}),
+            json!({"spec": {"$retainKeys": "type"}}),
+        ] {
+            let e = strategic_merge_patch(&target, &patch, "apps/v1", "Deployment").unwrap_err();
+            assert!(matches!(e, PatchError::Invalid(_)), "{patch}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn top_level_delete_empties_the_object() {
+        assert_eq!(smp(&deployment(), json!({"$patch": "delete"})), json!({}));
+    }
+}

@@ -1,0 +1,714 @@
+//! Decoding of Kubernetes protobuf request bodies for the kinds kubectl's
+//! imperative `create` subcommands send that way (`kubectl create configmap
+//! | secret | namespace | serviceaccount | role | rolebinding | clusterrole |
+//! clusterrolebinding | deployment | service | job | cronjob`): client-go's
+//! typed clientset always sends `application/vnd.kubernetes.protobuf` and has
+//! no JSON fallback. Responses stay JSON, which those requests also accept.
+//!
+//! The envelope is the 4-byte magic `k8s\0` then a `runtime.Unknown`
+//! (`typeMeta` = 1, `raw` = 2); `raw` is the object message. Only the fields
+//! of the tables below are decoded; an unmodelled field is accepted only at
+//! its zero value (gogo-protobuf sends every non-pointer field) and rejected
+//! otherwise, rather than silently dropped.
+
+use base64::Engine;
+use serde_json::{Map, Value, json};
+
+/// Why a protobuf body could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtobufError {
+    #[error("the protobuf body is truncated or malformed")]
+    Malformed,
+    #[error("the protobuf body lacks the k8s envelope")]
+    NoEnvelope,
+    #[error("protobuf is not supported for {0}; send JSON")]
+    UnsupportedKind(String),
+    #[error("unsupported protobuf field {field} in {message}; send JSON")]
+    UnknownField { message: &'static str, field: u64 },
+}
+
+/// How one field decodes.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Strings, ints and bools are `omitempty` in JSON: gogo-protobuf still
+    /// sends their zero values, which are dropped here.
+    Str,
+    Int,
+    Bool,
+    /// Pointer fields (`*int32`, `*bool`): present only when set, so a zero
+    /// is meaningful and kept.
+    OptInt,
+    OptBool,
+    Time,
+    Msg(&'static Schema),
+    MapStr,
+    MapBytes,
+    /// map<string, Quantity>; a Quantity message holds its string at 1.
+    MapQuantity,
+    /// IntOrString: type = 1 (0 int, 1 string), intVal = 2, strVal = 3.
+    IntOrStr,
+    RepStr,
+    RepMsg(&'static Schema),
+}
+
+struct Schema {
+    name: &'static str,
+    fields: &'static [(u64, &'static str, Kind)],
+}
+
+use Kind::*;
+
+static OWNER_REF: Schema = Schema {
+    name: "OwnerReference",
+    fields: &[
+        (1, "kind", Str),
+        (3, "name", Str),
+        (4, "uid", Str),
+        (5, "apiVersion", Str),
+        (6, "controller", OptBool),
+        (7, "blockOwnerDeletion", OptBool),
+    ],
+};
+
+static OBJECT_META: Schema = Schema {
+    name: "ObjectMeta",
+    fields: &[
+        (1, "name", Str),
+        (2, "generateName", Str),
+        (3, "namespace", Str),
+        (4, "selfLink", Str),
+        (5, "uid", Str),
+        (6, "resourceVersion", Str),
+        (7, "generation", Int),
+        (8, "creationTimestamp", Time),
+        (9, "deletionTimestamp", Time),
+        (10, "deletionGracePeriodSeconds", OptInt),
+        (11, "labels", MapStr),
+        (12, "annotations", MapStr),
+        (13, "ownerReferences", RepMsg(&OWNER_REF)),
+        (14, "finalizers", RepStr),
+    ],
+};
+
+static CONFIG_MAP: Schema = Schema {
+    name: "ConfigMap",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "data", MapStr),
+        (3, "binaryData", MapBytes),
+        (4, "immutable", OptBool),
+    ],
+};
+
+static SECRET: Schema = Schema {
+    name: "Secret",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "data", MapBytes),
+        (3, "type", Str),
+        (4, "stringData", MapStr),
+        (5, "immutable", OptBool),
+    ],
+};
+
+static NAMESPACE_SPEC: Schema = Schema {
+    name: "NamespaceSpec",
+    fields: &[(1, "finalizers", RepStr)],
+};
+
+static NAMESPACE_STATUS: Schema = Schema {
+    name: "NamespaceStatus",
+    fields: &[(1, "phase", Str)],
+};
+
+static NAMESPACE: Schema = Schema {
+    name: "Namespace",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&NAMESPACE_SPEC)),
+        (3, "status", Msg(&NAMESPACE_STATUS)),
+    ],
+};
+
+static OBJECT_REF: Schema = Schema {
+    name: "ObjectReference",
+    fields: &[
+        (1, "kind", Str),
+        (2, "namespace", Str),
+        (3, "name", Str),
+        (4, "uid", Str),
+        (5, "apiVersion", Str),
+        (6, "resourceVersion", Str),
+        (7, "fieldPath", Str),
+    ],
+};
+
+static LOCAL_REF: Schema = Schema {
+    name: "LocalObjectReference",
+    fields: &[(1, "name", Str)],
+};
+
+static SERVICE_ACCOUNT: Schema = Schema {
+    name: "ServiceAccount",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "secrets", RepMsg(&OBJECT_REF)),
+        (3, "imagePullSecrets", RepMsg(&LOCAL_REF)),
+        (4, "automountServiceAccountToken", OptBool),
+    ],
+};
+
+static POLICY_RULE: Schema = Schema {
+    name: "PolicyRule",
+    fields: &[
+        (1, "verbs", RepStr),
+        (2, "apiGroups", RepStr),
+        (3, "resources", RepStr),
+        (4, "resourceNames", RepStr),
+        (5, "nonResourceURLs", RepStr),
+    ],
+};
+
+static ROLE: Schema = Schema {
+    name: "Role",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "rules", RepMsg(&POLICY_RULE)),
+    ],
+};
+
+static SUBJECT: Schema = Schema {
+    name: "Subject",
+    fields: &[
+        (1, "kind", Str),
+        (2, "apiGroup", Str),
+        (3, "name", Str),
+        (4, "namespace", Str),
+    ],
+};
+
+static ROLE_REF: Schema = Schema {
+    name: "RoleRef",
+    fields: &[(1, "apiGroup", Str), (2, "kind", Str), (3, "name", Str)],
+};
+
+static ROLE_BINDING: Schema = Schema {
+    name: "RoleBinding",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "subjects", RepMsg(&SUBJECT)),
+        (3, "roleRef", Msg(&ROLE_REF)),
+    ],
+};
+
+static LABEL_SELECTOR_REQ: Schema = Schema {
+    name: "LabelSelectorRequirement",
+    fields: &[(1, "key", Str), (2, "operator", Str), (3, "values", RepStr)],
+};
+
+static LABEL_SELECTOR: Schema = Schema {
+    name: "LabelSelector",
+    fields: &[
+        (1, "matchLabels", MapStr),
+        (2, "matchExpressions", RepMsg(&LABEL_SELECTOR_REQ)),
+    ],
+};
+
+static CONTAINER_PORT: Schema = Schema {
+    name: "ContainerPort",
+    fields: &[
+        (1, "name", Str),
+        (2, "hostPort", Int),
+        (3, "containerPort", Int),
+        (4, "protocol", Str),
+        (5, "hostIP", Str),
+    ],
+};
+
+static ENV_VAR: Schema = Schema {
+    name: "EnvVar",
+    fields: &[(1, "name", Str), (2, "value", Str)],
+};
+
+static RESOURCES: Schema = Schema {
+    name: "ResourceRequirements",
+    fields: &[(1, "limits", MapQuantity), (2, "requests", MapQuantity)],
+};
+
+static CONTAINER: Schema = Schema {
+    name: "Container",
+    fields: &[
+        (1, "name", Str),
+        (2, "image", Str),
+        (3, "command", RepStr),
+        (4, "args", RepStr),
+        (5, "workingDir", Str),
+        (6, "ports", RepMsg(&CONTAINER_PORT)),
+        (7, "env", RepMsg(&ENV_VAR)),
+        (8, "resources", Msg(&RESOURCES)),
+        (13, "terminationMessagePath", Str),
+        (14, "imagePullPolicy", Str),
+        (16, "stdin", Bool),
+        (17, "stdinOnce", Bool),
+        (18, "tty", Bool),
+        (20, "terminationMessagePolicy", Str),
+    ],
+};
+
+static POD_SPEC: Schema = Schema {
+    name: "PodSpec",
+    fields: &[
+        (2, "containers", RepMsg(&CONTAINER)),
+        (3, "restartPolicy", Str),
+        (4, "terminationGracePeriodSeconds", OptInt),
+        (5, "activeDeadlineSeconds", OptInt),
+        (6, "dnsPolicy", Str),
+        (7, "nodeSelector", MapStr),
+        (8, "serviceAccountName", Str),
+        (9, "serviceAccount", Str),
+        (10, "nodeName", Str),
+        (11, "hostNetwork", Bool),
+        (15, "imagePullSecrets", RepMsg(&LOCAL_REF)),
+        (16, "hostname", Str),
+        (17, "subdomain", Str),
+        (19, "schedulerName", Str),
+        (20, "initContainers", RepMsg(&CONTAINER)),
+        (21, "automountServiceAccountToken", OptBool),
+        (24, "priorityClassName", Str),
+    ],
+};
+
+static POD_TEMPLATE_SPEC: Schema = Schema {
+    name: "PodTemplateSpec",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&POD_SPEC)),
+    ],
+};
+
+static DEPLOYMENT_STRATEGY: Schema = Schema {
+    name: "DeploymentStrategy",
+    fields: &[(1, "type", Str)],
+};
+
+static DEPLOYMENT_SPEC: Schema = Schema {
+    name: "DeploymentSpec",
+    fields: &[
+        (1, "replicas", OptInt),
+        (2, "selector", Msg(&LABEL_SELECTOR)),
+        (3, "template", Msg(&POD_TEMPLATE_SPEC)),
+        (4, "strategy", Msg(&DEPLOYMENT_STRATEGY)),
+        (5, "minReadySeconds", Int),
+        (6, "revisionHistoryLimit", OptInt),
+        (7, "paused", Bool),
+        (9, "progressDeadlineSeconds", OptInt),
+    ],
+};
+
+/// Status messages imperative creates send empty.
+static EMPTY_STATUS: Schema = Schema {
+    name: "Status",
+    fields: &[],
+};
+
+static DEPLOYMENT: Schema = Schema {
+    name: "Deployment",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&DEPLOYMENT_SPEC)),
+        (3, "status", Msg(&EMPTY_STATUS)),
+    ],
+};
+
+static JOB_SPEC: Schema = Schema {
+    name: "JobSpec",
+    fields: &[
+        (1, "parallelism", OptInt),
+        (2, "completions", OptInt),
+        (3, "activeDeadlineSeconds", OptInt),
+        (4, "selector", Msg(&LABEL_SELECTOR)),
+        (5, "manualSelector", OptBool),
+        (6, "template", Msg(&POD_TEMPLATE_SPEC)),
+        (7, "backoffLimit", OptInt),
+        (8, "ttlSecondsAfterFinished", OptInt),
+        (9, "completionMode", Str),
+        (10, "suspend", OptBool),
+        (14, "podReplacementPolicy", Str),
+        (15, "managedBy", Str),
+    ],
+};
+
+static JOB: Schema = Schema {
+    name: "Job",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&JOB_SPEC)),
+        (3, "status", Msg(&EMPTY_STATUS)),
+    ],
+};
+
+static JOB_TEMPLATE_SPEC: Schema = Schema {
+    name: "JobTemplateSpec",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&JOB_SPEC)),
+    ],
+};
+
+static CRON_JOB_SPEC: Schema = Schema {
+    name: "CronJobSpec",
+    fields: &[
+        (1, "schedule", Str),
+        (2, "startingDeadlineSeconds", OptInt),
+        (3, "concurrencyPolicy", Str),
+        (4, "suspend", OptBool),
+        (5, "jobTemplate", Msg(&JOB_TEMPLATE_SPEC)),
+        (6, "successfulJobsHistoryLimit", OptInt),
+        (7, "failedJobsHistoryLimit", OptInt),
+        (8, "timeZone", Str),
+    ],
+};
+
+static CRON_JOB: Schema = Schema {
+    name: "CronJob",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&CRON_JOB_SPEC)),
+        (3, "status", Msg(&EMPTY_STATUS)),
+    ],
+};
+
+static SERVICE_PORT: Schema = Schema {
+    name: "ServicePort",
+    fields: &[
+        (1, "name", Str),
+        (2, "protocol", Str),
+        (3, "port", Int),
+        (4, "targetPort", IntOrStr),
+        (5, "nodePort", Int),
+        (6, "appProtocol", Str),
+    ],
+};
+
+static SERVICE_SPEC: Schema = Schema {
+    name: "ServiceSpec",
+    fields: &[
+        (1, "ports", RepMsg(&SERVICE_PORT)),
+        (2, "selector", MapStr),
+        (3, "clusterIP", Str),
+        (4, "type", Str),
+        (5, "externalIPs", RepStr),
+        (7, "sessionAffinity", Str),
+        (10, "externalName", Str),
+        (18, "clusterIPs", RepStr),
+    ],
+};
+
+static SERVICE: Schema = Schema {
+    name: "Service",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&SERVICE_SPEC)),
+        (3, "status", Msg(&EMPTY_STATUS)),
+    ],
+};
+
+fn schema_for(api_version: &str, kind: &str) -> Option<&'static Schema> {
+    Some(match (api_version, kind) {
+        ("v1", "ConfigMap") => &CONFIG_MAP,
+        ("v1", "Secret") => &SECRET,
+        ("v1", "Namespace") => &NAMESPACE,
+        ("v1", "ServiceAccount") => &SERVICE_ACCOUNT,
+        ("v1", "Service") => &SERVICE,
+        ("apps/v1", "Deployment") => &DEPLOYMENT,
+        ("batch/v1", "Job") => &JOB,
+        ("batch/v1", "CronJob") => &CRON_JOB,
+        ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => &ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => &ROLE_BINDING,
+        _ => return None,
+    })
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn varint(&mut self) -> Result<u64, ProtobufError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&b, rest) = self.buf.split_first().ok_or(ProtobufError::Malformed)?;
+            self.buf = rest;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(ProtobufError::Malformed)
+    }
+
+    fn bytes(&mut self) -> Result<&'a [u8], ProtobufError> {
+        let n = usize::try_from(self.varint()?).map_err(|_| ProtobufError::Malformed)?;
+        if n > self.buf.len() {
+            return Err(ProtobufError::Malformed);
+        }
+        let (b, rest) = self.buf.split_at(n);
+        self.buf = rest;
+        Ok(b)
+    }
+
+    /// Next (field number, wire type), or None at the end.
+    fn key(&mut self) -> Result<Option<(u64, u64)>, ProtobufError> {
+        if self.buf.is_empty() {
+            return Ok(None);
+        }
+        let k = self.varint()?;
+        Ok(Some((k >> 3, k & 7)))
+    }
+
+    fn skip(&mut self, wire: u64) -> Result<(), ProtobufError> {
+        match wire {
+            0 => self.varint().map(drop),
+            1 => self.take(8),
+            2 => self.bytes().map(drop),
+            5 => self.take(4),
+            _ => Err(ProtobufError::Malformed),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<(), ProtobufError> {
+        if n > self.buf.len() {
+            return Err(ProtobufError::Malformed);
+        }
+        self.buf = &self.buf[n..];
+        Ok(())
+    }
+}
+
+fn string(b: &[u8]) -> Result<String, ProtobufError> {
+    String::from_utf8(b.to_vec()).map_err(|_| ProtobufError::Malformed)
+}
+
+/// A map entry message: key = 1, value = 2 (a string, bytes, or a
+/// Quantity message wrapping its string at 1).
+fn map_entry(
+    b: &[u8],
+    bytes_value: bool,
+    quantity: bool,
+) -> Result<(String, Value), ProtobufError> {
+    let mut r = Reader { buf: b };
+    let (mut k, mut v) = (String::new(), json!(""));
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 2) => k = string(r.bytes()?)?,
+            (2, 2) if quantity => {
+                let mut q = Reader { buf: r.bytes()? };
+                while let Some((f, w)) = q.key()? {
+                    match (f, w) {
+                        (1, 2) => v = json!(string(q.bytes()?)?),
+                        (_, w) => q.skip(w)?,
+                    }
+                }
+            }
+            (2, 2) if bytes_value => {
+                v = json!(base64::engine::general_purpose::STANDARD.encode(r.bytes()?))
+            }
+            (2, 2) => v = json!(string(r.bytes()?)?),
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok((k, v))
+}
+
+fn int_or_string(b: &[u8]) -> Result<Value, ProtobufError> {
+    let mut r = Reader { buf: b };
+    let (mut is_str, mut i, mut st) = (false, 0i64, String::new());
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 0) => is_str = r.varint()? == 1,
+            (2, 0) => i = r.varint()? as i64,
+            (3, 2) => st = string(r.bytes()?)?,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok(if is_str { json!(st) } else { json!(i) })
+}
+
+/// A `metav1.Time`; the zero time (always sent for non-pointer fields such
+/// as `creationTimestamp`) is JSON null, so it is dropped.
+fn time(b: &[u8]) -> Result<Option<Value>, ProtobufError> {
+    let mut r = Reader { buf: b };
+    let mut secs = 0i64;
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 0) => secs = r.varint()? as i64,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok((secs != 0).then(|| json!(crate::util::format_unix(secs))))
+}
+
+fn message(schema: &'static Schema, b: &[u8]) -> Result<Value, ProtobufError> {
+    let mut r = Reader { buf: b };
+    let mut out = Map::new();
+    while let Some((field, wire)) = r.key()? {
+        let Some((_, name, kind)) = schema.fields.iter().find(|(n, ..)| *n == field) else {
+            // Unmodelled fields are accepted only at their zero value (which
+            // gogo-protobuf sends for every non-pointer field); anything
+            // else would be silently lost.
+            let zero = match wire {
+                0 => r.varint()? == 0,
+                2 => r.bytes()?.is_empty(),
+                _ => false,
+            };
+            if zero {
+                continue;
+            }
+            return Err(ProtobufError::UnknownField {
+                message: schema.name,
+                field,
+            });
+        };
+        let name = (*name).to_string();
+        match (*kind, wire) {
+            (Str, 2) => {
+                let v = string(r.bytes()?)?;
+                if !v.is_empty() {
+                    out.insert(name, json!(v));
+                }
+            }
+            (Int, 0) => {
+                let v = r.varint()? as i64;
+                if v != 0 {
+                    out.insert(name, json!(v));
+                }
+            }
+            (Bool, 0) => {
+                if r.varint()? != 0 {
+                    out.insert(name, json!(true));
+                }
+            }
+            (OptInt, 0) => {
+                out.insert(name, json!(r.varint()? as i64));
+            }
+            (OptBool, 0) => {
+                out.insert(name, json!(r.varint()? != 0));
+            }
+            (Time, 2) => {
+                if let Some(t) = time(r.bytes()?)? {
+                    out.insert(name, t);
+                }
+            }
+            (Msg(s), 2) => {
+                out.insert(name, message(s, r.bytes()?)?);
+            }
+            (MapStr | MapBytes, 2) => {
+                let (k, v) = map_entry(r.bytes()?, matches!(kind, MapBytes), false)?;
+                out.entry(name)
+                    .or_insert_with(|| Value::Object(Map::new()))
+                    .as_object_mut()
+                    .ok_or(ProtobufError::Malformed)?
+                    .insert(k, v);
+            }
+            (MapQuantity, 2) => {
+                let (k, q) = map_entry(r.bytes()?, false, true)?;
+                out.entry(name)
+                    .or_insert_with(|| Value::Object(Map::new()))
+                    .as_object_mut()
+                    .ok_or(ProtobufError::Malformed)?
+                    .insert(k, q);
+            }
+            (IntOrStr, 2) => {
+                out.insert(name, int_or_string(r.bytes()?)?);
+            }
+            (RepStr, 2) => {
+                let s = string(r.bytes()?)?;
+                push(&mut out, name, json!(s))?;
+            }
+            (RepMsg(s), 2) => {
+                let v = message(s, r.bytes()?)?;
+                push(&mut out, name, v)?;
+            }
+            _ => return Err(ProtobufError::Malformed),
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+fn push(out: &mut Map<String, Value>, name: String, v: Value) -> Result<(), ProtobufError> {
+    out.entry(name)
+        .or_insert_with(|| Value::Array(Vec::new()))
+        .as_array_mut()
+        .ok_or(ProtobufError::Malformed)?
+        .push(v);
+    Ok(())
+}
+
+/// Decodes an enveloped protobuf object into its JSON form.
+pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
+    let rest = body
+        .strip_prefix(b"k8s\0")
+        .ok_or(ProtobufError::NoEnvelope)?;
+    let mut r = Reader { buf: rest };
+    let (mut api_version, mut kind, mut raw) = (String::new(), String::new(), &[][..]);
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 2) => {
+                let mut tm = Reader { buf: r.bytes()? };
+                while let Some((f, w)) = tm.key()? {
+                    match (f, w) {
+                        (1, 2) => api_version = string(tm.bytes()?)?,
+                        (2, 2) => kind = string(tm.bytes()?)?,
+                        (_, w) => tm.skip(w)?,
+                    }
+                }
+            }
+            (2, 2) => raw = r.bytes()?,
+            (_, w) => r.skip(w)?,
+        }
+    }
+    let schema = schema_for(&api_version, &kind)
+        .ok_or_else(|| ProtobufError::UnsupportedKind(format!("{api_version} {kind}")))?;
+    let mut obj = message(schema, raw)?;
+    obj["apiVersion"] = json!(api_version);
+    obj["kind"] = json!(kind);
+    Ok(obj)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field(n: u64, payload: &[u8]) -> Vec<u8> {
+        let mut v = vec![((n << 3) | 2) as u8, payload.len() as u8];
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn decodes_a_configmap_like_kubectl_sends() {
+        let meta = [field(1, b"c1"), field(3, b"default")].concat();
+        let entry = [field(1, b"a"), field(2, b"b")].concat();
+        let raw = [field(1, &meta), field(2, &entry)].concat();
+        let tm = [field(1, b"v1"), field(2, b"ConfigMap")].concat();
+        let body = [b"k8s\0".to_vec(), field(1, &tm), field(2, &raw)].concat();
+        let v = decode(&body).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "c1", "namespace": "default"}, "data": {"a": "b"}})
+        );
+    }
+
+    #[test]
+    fn rejects_unknown_kinds_and_garbage() {
+        let tm = [field(1, b"policy/v1"), field(2, b"PodDisruptionBudget")].concat();
+        let body = [b"k8s\0".to_vec(), field(1, &tm)].concat();
+        assert!(matches!(
+            decode(&body),
+            Err(ProtobufError::UnsupportedKind(_))
+        ));
+        assert_eq!(decode(b"{}"), Err(ProtobufError::NoEnvelope));
+        assert_eq!(decode(b"k8s\0\x0a\x05ab"), Err(ProtobufError::Malformed));
+    }
+}

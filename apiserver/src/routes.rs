@@ -1,0 +1,771 @@
+//! HTTP routing: authentication, the Kubernetes URL grammar, query and body
+//! parsing, and mapping results to responses. Everything answers
+//! `application/json` whatever the Accept (clients that offer Table or
+//! protobuf also accept JSON).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::delete::DeleteOptions;
+use crate::discovery;
+use crate::error::ApiError;
+use crate::ops::{PatchKind, Sub, WriteCtx};
+use crate::resources::ResourceInfo;
+use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
+use crate::server::{Shared, to_view};
+use crate::watch::{self, WatchParams};
+
+/// Largest request body accepted (CRDs with big schemas fit easily).
+const MAX_BODY: usize = 64 << 20;
+
+/// The axum router serving everything through one fallback handler, because
+/// the Kubernetes URL grammar does not fit a static route table.
+pub fn router(shared: Arc<Shared>) -> Router {
+    Router::new().fallback(handle).with_state(shared)
+}
+
+/// A JSON response with the given status.
+pub fn json_response(code: StatusCode, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(bytes))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn json_with_type(code: StatusCode, content_type: &str, body: &Value) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(bytes))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+/// Query parameters; empty pairs (`?&watch=true`, a bare `?`) are ignored.
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Self {
+        Query(
+            form_urlencoded::parse(q.unwrap_or("").as_bytes())
+                .filter(|(k, _)| !k.is_empty())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+    fn get(&self, k: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(pk, _)| pk == k)
+            .map(|(_, v)| v.as_str())
+    }
+    fn flag(&self, k: &str) -> Option<bool> {
+        self.get(k).map(|v| v == "true" || v == "1")
+    }
+}
+
+fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
+    h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
+}
+
+fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+    let auth = header_str(headers, header::AUTHORIZATION);
+    auth.strip_prefix("Bearer ")
+        .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), shared.token.as_bytes()))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    if !authorized(&shared, &parts.headers) {
+        return ApiError::Unauthorized.into_response();
+    }
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(e) => return ApiError::BadRequest(format!("reading body: {e}")).into_response(),
+    };
+    let query = Query::parse(parts.uri.query());
+    let path = parts.uri.path().to_string();
+    let result = dispatch(&shared, &parts.method, &path, &query, &parts.headers, &body);
+    match result {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(method = %parts.method, %path, code = e.code(), error = %e, "request failed");
+            e.into_response()
+        }
+    }
+}
+
+fn segments(path: &str) -> Vec<String> {
+    path.split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        })
+        .collect()
+}
+
+fn dispatch(
+    shared: &Arc<Shared>,
+    method: &Method,
+    path: &str,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let segs = segments(path);
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let accept = header_str(headers, header::ACCEPT);
+    let get_only = |r: Value| {
+        if method == Method::GET {
+            Ok(json_response(StatusCode::OK, &r))
+        } else {
+            Err(ApiError::MethodNotAllowed(format!(
+                "the server does not allow this method on the requested resource ({method})"
+            )))
+        }
+    };
+    match s.as_slice() {
+        ["version"] => get_only(discovery::version()),
+        ["healthz"] | ["livez"] | ["readyz"] => Ok(Response::builder()
+            .status(StatusCode::OK)
+            .header(header::CONTENT_TYPE, "text/plain")
+            .body(Body::from("ok"))
+            .unwrap_or_else(|_| StatusCode::OK.into_response())),
+        ["api"] | ["apis"] => {
+            let core = s[0] == "api";
+            if let Some(flavour) = discovery::aggregated_flavour(accept) {
+                let doc = discovery::aggregated(&shared.registry(), core, flavour);
+                let ct = if flavour == "v2" {
+                    discovery::AGGREGATED_V2
+                } else {
+                    discovery::AGGREGATED_V2BETA1
+                };
+                return Ok(json_with_type(StatusCode::OK, ct, &doc));
+            }
+            if core {
+                get_only(discovery::api_versions(&shared.addr.to_string()))
+            } else {
+                get_only(discovery::api_group_list(&shared.registry()))
+            }
+        }
+        ["api", "v1"] => get_only(
+            discovery::resource_list(&shared.registry(), "", "v1")
+                .ok_or_else(ApiError::no_route)?,
+        ),
+        ["apis", g] => get_only(
+            discovery::api_group_doc(&shared.registry(), g).ok_or_else(ApiError::no_route)?,
+        ),
+        ["apis", g, v] => get_only(
+            discovery::resource_list(&shared.registry(), g, v).ok_or_else(ApiError::no_route)?,
+        ),
+        ["openapi", "v3"] => get_only(discovery::openapi_root(
+            &shared.registry(),
+            shared.registry_generation(),
+        )),
+        ["openapi", "v3", "api", v] => get_only(
+            discovery::openapi_gv(&shared.registry(), "", v).ok_or_else(ApiError::no_route)?,
+        ),
+        ["openapi", "v3", "apis", g, v] => get_only(
+            discovery::openapi_gv(&shared.registry(), g, v).ok_or_else(ApiError::no_route)?,
+        ),
+        ["api", "v1", rest @ ..] => resource(shared, method, "", "v1", rest, q, headers, body),
+        ["apis", g, v, rest @ ..] => resource(shared, method, g, v, rest, q, headers, body),
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+/// A resource URL after `/api/v1` or `/apis/g/v`.
+struct Target<'a> {
+    info: Arc<ResourceInfo>,
+    /// None for cluster-scoped resources and all-namespace lists.
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
+    sub: Option<&'a str>,
+}
+
+fn parse_target<'a>(
+    shared: &Shared,
+    group: &str,
+    version: &str,
+    rest: &[&'a str],
+) -> Result<Target<'a>, ApiError> {
+    let is_ns_sub = |r: &[&str]| {
+        group.is_empty()
+            && r.len() == 3
+            && r[0] == "namespaces"
+            && matches!(r[2], "status" | "finalize")
+    };
+    let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" && !is_ns_sub(rest) {
+        (Some(rest[1]), &rest[2..])
+    } else {
+        (None, rest)
+    };
+    let (plural, name, sub) = match rest {
+        [p] => (*p, None, None),
+        [p, n] => (*p, Some(*n), None),
+        [p, n, s] => (*p, Some(*n), Some(*s)),
+        _ => return Err(ApiError::no_route()),
+    };
+    let info = shared
+        .registry()
+        .find(group, version, plural)
+        .ok_or_else(ApiError::no_route)?;
+    if namespace.is_some() && !info.namespaced {
+        return Err(ApiError::no_route());
+    }
+    if info.namespaced && namespace.is_none() && name.is_some() {
+        return Err(ApiError::no_route());
+    }
+    Ok(Target {
+        info,
+        namespace,
+        name,
+        sub,
+    })
+}
+
+fn write_ctx(q: &Query, headers: &HeaderMap) -> Result<WriteCtx, ApiError> {
+    let dry_run = match q.get("dryRun") {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "Invalid dryRun value: \"{other}\": supported values: \"All\""
+            )));
+        }
+    };
+    let manager = match q.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => header_str(headers, header::USER_AGENT)
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .to_string(),
+    };
+    Ok(WriteCtx {
+        manager,
+        dry_run,
+        strict: q.get("fieldValidation") == Some("Strict"),
+        warnings: Default::default(),
+    })
+}
+
+/// Parses a JSON (or YAML) request body for create/update.
+fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let ct = header_str(headers, header::CONTENT_TYPE)
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match ct.as_str() {
+        // The Python client sends POST without a Content-Type.
+        "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "the object provided is unrecognized: couldn't get version/kind; json parse error: {e}"
+            ))
+        }),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_norway::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}"))),
+        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|e| match e {
+            crate::protobuf::ProtobufError::Malformed | crate::protobuf::ProtobufError::NoEnvelope => {
+                ApiError::BadRequest(e.to_string())
+            }
+            _ => ApiError::UnsupportedMediaType(e.to_string()),
+        }),
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other})"
+        ))),
+    }
+}
+
+fn patch_kind(headers: &HeaderMap, q: &Query, info: &ResourceInfo) -> Result<PatchKind, ApiError> {
+    let ct = header_str(headers, header::CONTENT_TYPE)
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    Ok(match ct.as_str() {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/json-patch+json" => PatchKind::Json,
+        "application/strategic-merge-patch+json" if info.builtin => PatchKind::Strategic,
+        "application/strategic-merge-patch+json" => return Err(crate::ops::smp_unsupported()),
+        "application/apply-patch+yaml" => PatchKind::Apply {
+            force: q.flag("force").unwrap_or(false),
+        },
+        _ => {
+            let accepted = if info.builtin {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
+            } else {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            };
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            )));
+        }
+    })
+}
+
+fn selector_error(e: SelectorError) -> ApiError {
+    ApiError::BadRequest(e.to_string())
+}
+
+fn selectors(q: &Query, info: &ResourceInfo) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    let labels =
+        LabelSelector::parse(q.get("labelSelector").unwrap_or("")).map_err(selector_error)?;
+    let fields = FieldSelector::parse(
+        q.get("fieldSelector").unwrap_or(""),
+        &info.group,
+        &info.kind,
+    )
+    .map_err(selector_error)?;
+    Ok((labels, fields))
+}
+
+fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+    let mut opts = DeleteOptions::default();
+    let trimmed = body.iter().any(|b| !b.is_ascii_whitespace());
+    if trimmed {
+        let v = parse_body(headers, body)?;
+        opts.propagation = v["propagationPolicy"].as_str().map(str::to_string);
+        opts.grace_period = v["gracePeriodSeconds"].as_i64();
+        if v["orphanDependents"].as_bool() == Some(true) {
+            opts.propagation.get_or_insert_with(|| "Orphan".into());
+        }
+        opts.precondition_uid = v["preconditions"]["uid"].as_str().map(str::to_string);
+        opts.precondition_rv = v["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        opts.propagation = Some(p.to_string());
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        opts.grace_period = g.parse().ok();
+    }
+    if q.flag("orphanDependents") == Some(true) {
+        opts.propagation.get_or_insert_with(|| "Orphan".into());
+    }
+    if let Some(p) = &opts.propagation
+        && !matches!(p.as_str(), "Background" | "Foreground" | "Orphan")
+    {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            vec![crate::error::Cause {
+                reason: "FieldValueNotSupported".into(),
+                message: format!(
+                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+                ),
+                field: "propagationPolicy".into(),
+            }],
+        ));
+    }
+    Ok(opts)
+}
+
+/// An opaque continue token: the list's resourceVersion and the last key.
+fn encode_continue(rv: u64, key: &(String, String)) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
+        serde_json::to_vec(&json!({"rv": rv, "ns": key.0, "name": key.1})).unwrap_or_default(),
+    )
+}
+
+fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
+    let bad = || ApiError::BadRequest("continue key is not valid: invalid token".into());
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .map_err(|_| bad())?;
+    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+    Ok((
+        v["rv"].as_u64().ok_or_else(bad)?,
+        (
+            v["ns"].as_str().ok_or_else(bad)?.to_string(),
+            v["name"].as_str().ok_or_else(bad)?.to_string(),
+        ),
+    ))
+}
+
+fn list(
+    shared: &Shared,
+    t: &Target<'_>,
+    q: &Query,
+    table: Option<&'static str>,
+) -> Result<Response, ApiError> {
+    let info = &t.info;
+    let (labels, fields) = selectors(q, info)?;
+    let rv_param = q.get("resourceVersion").filter(|s| !s.is_empty());
+    if q.get("resourceVersionMatch") == Some("Exact")
+        && let Some(rv) = rv_param
+        && rv != shared.store.current_rv().to_string()
+    {
+        return Err(ApiError::Expired(format!(
+            "too old resource version: {rv} ({})",
+            shared.store.current_rv()
+        )));
+    }
+    let limit = q
+        .get("limit")
+        .and_then(|l| l.parse::<usize>().ok())
+        .filter(|l| *l > 0);
+    let cont = match q.get("continue").filter(|c| !c.is_empty()) {
+        Some(c) => Some(decode_continue(c)?),
+        None => None,
+    };
+    let name_pin = fields.exact_name().map(str::to_string);
+    let filter = |o: &Value| {
+        name_pin
+            .as_deref()
+            .is_none_or(|n| crate::util::meta_str(o, "name") == Some(n))
+            && labels.matches(o)
+            && fields.matches(o)
+    };
+    let (rv, items, next) = shared.store.list(
+        &info.storage,
+        t.namespace,
+        cont.as_ref().map(|(_, k)| k),
+        limit,
+        &filter,
+    );
+    // Later pages report the first page's resourceVersion, as a real
+    // paginated list does.
+    let list_rv = cont.as_ref().map(|(r, _)| *r).unwrap_or(rv);
+    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
+    if let Some(k) = &next {
+        metadata["continue"] = json!(encode_continue(list_rv, k));
+    }
+    if let Some(version) = table {
+        let objects: Vec<Value> = items.iter().map(|o| to_view(info, o)).collect();
+        let include = crate::table::Include::parse(q.get("includeObject"));
+        return Ok(json_response(
+            StatusCode::OK,
+            &crate::table::table(info, version, &objects, metadata, include, true),
+        ));
+    }
+    // Serialize items straight into the body: a 100k-object list should not
+    // build a second Value tree.
+    let mut out = Vec::with_capacity(items.len() * 256 + 128);
+    out.extend_from_slice(b"{\"kind\":");
+    serde_json::to_writer(&mut out, &info.list_kind())
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    out.extend_from_slice(b",\"apiVersion\":");
+    serde_json::to_writer(&mut out, &info.api_version())
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut out, &metadata).map_err(|e| ApiError::Internal(e.to_string()))?;
+    out.extend_from_slice(b",\"items\":[");
+    for (i, obj) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if crate::server::view_is_identity(info, obj) {
+            serde_json::to_writer(&mut out, &**obj)
+        } else {
+            serde_json::to_writer(&mut out, &to_view(info, obj))
+        }
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(out))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+}
+
+fn watch_params(
+    t: &Target<'_>,
+    q: &Query,
+    table: Option<&'static str>,
+) -> Result<WatchParams, ApiError> {
+    let (labels, fields) = selectors(q, &t.info)?;
+    Ok(WatchParams {
+        namespace: t.namespace.map(str::to_string),
+        resource_version: q.get("resourceVersion").map(str::to_string),
+        resource_version_match: q.get("resourceVersionMatch").map(str::to_string),
+        send_initial_events: q.flag("sendInitialEvents"),
+        allow_bookmarks: q.flag("allowWatchBookmarks").unwrap_or(false),
+        timeout: q
+            .get("timeoutSeconds")
+            .and_then(|t| t.parse::<u64>().ok())
+            .map(Duration::from_secs),
+        labels,
+        fields,
+        table: table.map(|v| (v, crate::table::Include::parse(q.get("includeObject")))),
+    })
+}
+
+fn delete_collection(
+    shared: &Shared,
+    t: &Target<'_>,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let info = &t.info;
+    let (labels, fields) = selectors(q, info)?;
+    let ctx = write_ctx(q, headers)?;
+    let opts = delete_options(q, headers, body)?;
+    let (_, items, _) = shared
+        .store
+        .list(&info.storage, t.namespace, None, None, &|o| {
+            labels.matches(o) && fields.matches(o)
+        });
+    let mut deleted = Vec::new();
+    for obj in items {
+        let ns = crate::util::meta_str(&obj, "namespace")
+            .unwrap_or("")
+            .to_string();
+        let name = crate::util::meta_str(&obj, "name")
+            .unwrap_or("")
+            .to_string();
+        match shared.delete_object(info, &ns, &name, &opts, &ctx) {
+            Ok(_) => deleted.push(to_view(info, &obj)),
+            // Someone else deleted it first: that is fine for a collection.
+            Err(ApiError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": info.list_kind(),
+            "apiVersion": info.api_version(),
+            "metadata": {"resourceVersion": shared.store.current_rv().to_string()},
+            "items": deleted,
+        }),
+    ))
+}
+
+/// Adds `Warning: 299 - "..."` headers, which kubectl and client-go print.
+fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
+    for w in ctx.warnings.borrow().iter() {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// The answer to a review: everything is allowed for the one token holder.
+fn review(info: &ResourceInfo, mut body: Value) -> Value {
+    body["apiVersion"] = json!(info.api_version());
+    body["kind"] = json!(info.kind);
+    body["status"] = match info.kind.as_str() {
+        "SelfSubjectRulesReview" => json!({
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": false,
+        }),
+        "SelfSubjectReview" => json!({
+            "userInfo": {"username": "wasmctrl-admin", "groups": ["system:masters", "system:authenticated"]},
+        }),
+        "TokenReview" => json!({
+            "authenticated": true,
+            "user": {"username": "wasmctrl-admin", "groups": ["system:masters", "system:authenticated"]},
+        }),
+        _ => {
+            json!({"allowed": true, "reason": "wasmctrl-apiserver allows every authenticated request"})
+        }
+    };
+    body
+}
+
+#[allow(clippy::too_many_arguments)]
+fn resource(
+    shared: &Arc<Shared>,
+    method: &Method,
+    group: &str,
+    version: &str,
+    rest: &[&str],
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    let t = parse_target(shared, group, version, rest)?;
+    let info = t.info.clone();
+    let table = crate::table::wants_table(header_str(headers, header::ACCEPT));
+    let ns = t.namespace.unwrap_or("");
+    let not_allowed = || {
+        ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        ))
+    };
+    if info.review {
+        return match (t.name, method) {
+            (None, &Method::POST) => {
+                // The answer does not depend on the request, so a body in a
+                // protobuf shape we do not model is still answered.
+                let body = match parse_body(headers, body) {
+                    Ok(b) => b,
+                    Err(ApiError::UnsupportedMediaType(_)) => json!({}),
+                    Err(e) => return Err(e),
+                };
+                shared.check_type(&info, &body)?;
+                Ok(json_response(StatusCode::CREATED, &review(&info, body)))
+            }
+            _ => Err(not_allowed()),
+        };
+    }
+    match (t.name, t.sub) {
+        (None, _) => match *method {
+            Method::GET => {
+                if q.flag("watch") == Some(true) {
+                    watch::serve(shared.clone(), info, watch_params(&t, q, table)?)
+                } else {
+                    list(shared, &t, q, table)
+                }
+            }
+            Method::POST => {
+                if info.namespaced && t.namespace.is_none() {
+                    return Err(not_allowed());
+                }
+                let ctx = write_ctx(q, headers)?;
+                let obj = parse_body(headers, body)?;
+                let created = shared.create_object(&info, ns, obj, &ctx)?;
+                Ok(with_warnings(
+                    json_response(StatusCode::CREATED, &created),
+                    &ctx,
+                ))
+            }
+            Method::DELETE => delete_collection(shared, &t, q, headers, body),
+            _ => Err(not_allowed()),
+        },
+        (Some(name), None) => match *method {
+            Method::GET => {
+                let obj = shared.get_object(&info, ns, name)?;
+                let body = match table {
+                    Some(version) => crate::table::table(
+                        &info,
+                        version,
+                        std::slice::from_ref(&obj),
+                        json!({"resourceVersion": obj["metadata"]["resourceVersion"]}),
+                        crate::table::Include::parse(q.get("includeObject")),
+                        true,
+                    ),
+                    None => obj,
+                };
+                Ok(json_response(StatusCode::OK, &body))
+            }
+            Method::PUT => {
+                let ctx = write_ctx(q, headers)?;
+                let obj = parse_body(headers, body)?;
+                let v = shared.update_object(&info, ns, name, obj, Sub::Main, &ctx)?;
+                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+            }
+            Method::PATCH => {
+                let kind = patch_kind(headers, q, &info)?;
+                let mut ctx = write_ctx(q, headers)?;
+                if let PatchKind::Apply { .. } = kind {
+                    ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
+                }
+                let (v, created) =
+                    shared.patch_object(&info, ns, name, kind, body, Sub::Main, &ctx)?;
+                let code = if created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                };
+                Ok(with_warnings(json_response(code, &v), &ctx))
+            }
+            Method::DELETE => {
+                let ctx = write_ctx(q, headers)?;
+                let opts = delete_options(q, headers, body)?;
+                let v = shared.delete_object(&info, ns, name, &opts, &ctx)?;
+                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        (Some(name), Some("status")) if info.status => match *method {
+            Method::GET => Ok(json_response(
+                StatusCode::OK,
+                &shared.get_object(&info, ns, name)?,
+            )),
+            Method::PUT => {
+                let ctx = write_ctx(q, headers)?;
+                let obj = parse_body(headers, body)?;
+                let v = shared.update_object(&info, ns, name, obj, Sub::Status, &ctx)?;
+                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+            }
+            Method::PATCH => {
+                let kind = patch_kind(headers, q, &info)?;
+                let mut ctx = write_ctx(q, headers)?;
+                if let PatchKind::Apply { .. } = kind {
+                    ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
+                }
+                let (v, _) = shared.patch_object(&info, ns, name, kind, body, Sub::Status, &ctx)?;
+                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        (Some(name), Some("scale")) if info.scale.is_some() => match *method {
+            Method::GET => {
+                let ns_key = if info.namespaced { ns } else { "" };
+                let stored = shared
+                    .store
+                    .get(&info.storage, ns_key, name)
+                    .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
+                Ok(json_response(
+                    StatusCode::OK,
+                    &shared.scale_of(&info, &stored.obj)?,
+                ))
+            }
+            Method::PUT => {
+                let ctx = write_ctx(q, headers)?;
+                let v = shared.write_scale(&info, ns, name, None, body, &ctx)?;
+                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+            }
+            Method::PATCH => {
+                let kind = patch_kind(headers, q, &info)?;
+                let ctx = write_ctx(q, headers)?;
+                let v = shared.write_scale(&info, ns, name, Some(kind), body, &ctx)?;
+                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        _ => Err(ApiError::no_route()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_ignores_empty_pairs() {
+        let q = Query::parse(Some("&watch=true&&labelSelector=app%3Dx&"));
+        assert_eq!(q.flag("watch"), Some(true));
+        assert_eq!(q.get("labelSelector"), Some("app=x"));
+        let q = Query::parse(Some(""));
+        assert!(q.0.is_empty());
+    }
+
+    #[test]
+    fn continue_tokens_round_trip() {
+        let t = encode_continue(42, &("ns".into(), "n".into()));
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (42, ("ns".into(), "n".into()))
+        );
+        assert!(decode_continue("!!").is_err());
+    }
+}

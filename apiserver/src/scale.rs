@@ -1,0 +1,123 @@
+//! The `/scale` subresource: an autoscaling/v1 Scale view built from the
+//! resource's replica and selector paths, written back through the normal
+//! update rules.
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, Cause};
+use crate::ops::{MAX_RETRIES, PatchKind, Sub, WriteCtx, patch_error};
+use crate::patch;
+use crate::resources::ResourceInfo;
+use crate::server::{Shared, from_view};
+use crate::util::meta_str;
+
+impl Shared {
+    /// Scale subresource view of an object.
+    pub fn scale_of(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
+        let Some(paths) = &info.scale else {
+            return Err(ApiError::no_route());
+        };
+        let get_i = |p: &str| {
+            crate::util::get_path(obj, p)
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+        };
+        let mut status = Map::new();
+        status.insert("replicas".into(), json!(get_i(&paths.status_replicas)));
+        match &paths.label_selector {
+            Some(p) => {
+                if let Some(s) = crate::util::get_path(obj, p).and_then(Value::as_str) {
+                    status.insert("selector".into(), json!(s));
+                }
+            }
+            None => {
+                if let Some(sel) = obj.get("spec").and_then(|s| s.get("selector")) {
+                    let s = crate::selectors::LabelSelector::from_object(sel).to_selector_string();
+                    status.insert("selector".into(), json!(s));
+                }
+            }
+        }
+        let md = &obj["metadata"];
+        let mut smd = Map::new();
+        for f in [
+            "name",
+            "namespace",
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+        ] {
+            if let Some(v) = md.get(f) {
+                smd.insert(f.into(), v.clone());
+            }
+        }
+        Ok(json!({
+            "kind": "Scale",
+            "apiVersion": "autoscaling/v1",
+            "metadata": smd,
+            "spec": {"replicas": get_i(&paths.spec_replicas)},
+            "status": status,
+        }))
+    }
+
+    /// Writes a Scale (PUT or the result of a PATCH of the Scale view).
+    pub fn write_scale(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        kind: Option<PatchKind>,
+        body: &[u8],
+        ctx: &WriteCtx,
+    ) -> Result<Value, ApiError> {
+        let Some(paths) = info.scale.clone() else {
+            return Err(ApiError::no_route());
+        };
+        let ns = self.ns_for(info, ns);
+        let doc: Value = serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("error decoding body: {e}")))?;
+        for _ in 0..MAX_RETRIES {
+            let cur = self.load(info, &ns, name)?;
+            let scale = self.scale_of(info, &cur.obj)?;
+            let new_scale = match kind {
+                None => doc.clone(),
+                Some(PatchKind::Merge) | Some(PatchKind::Strategic) => {
+                    patch::merge_patch(&scale, &doc)
+                        .map_err(|e| patch_error(info, name, e, PatchKind::Merge))?
+                }
+                Some(PatchKind::Json) => patch::json_patch(&scale, &doc)
+                    .map_err(|e| patch_error(info, name, e, PatchKind::Json))?,
+                Some(PatchKind::Apply { .. }) => {
+                    return Err(ApiError::UnsupportedMediaType(
+                        "apply is not supported on the scale subresource".into(),
+                    ));
+                }
+            };
+            if let Some(rv) = meta_str(&new_scale, "resourceVersion")
+                && !rv.is_empty()
+                && rv != cur.rv.to_string()
+            {
+                return Err(ApiError::stale(&info.group, &info.plural, name));
+            }
+            let Some(replicas) = new_scale["spec"]["replicas"].as_i64() else {
+                return Err(ApiError::invalid(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    vec![Cause {
+                        reason: "FieldValueRequired".into(),
+                        message: "Required value".into(),
+                        field: "spec.replicas".into(),
+                    }],
+                ));
+            };
+            let mut obj = (*cur.obj).clone();
+            crate::util::set_path(&mut obj, &paths.spec_replicas, json!(replicas));
+            let outcome = self.prepare_update(info, &cur.obj, obj, Sub::Main, ctx, true)?;
+            if let Some(v) = self.finish_update(info, &ns, name, &cur, outcome, ctx)? {
+                let stored = from_view(info, v);
+                return self.scale_of(info, &stored);
+            }
+        }
+        Err(ApiError::stale(&info.group, &info.plural, name))
+    }
+}

@@ -1,0 +1,291 @@
+//! `meta.k8s.io/v1` Table responses, which kubectl asks for when it prints
+//! for humans: `Name` and `Age` for every kind, the columns kubectl users
+//! know for a few common built-ins, and a CRD's `additionalPrinterColumns`.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::resources::ResourceInfo;
+use crate::util::get_path;
+
+/// Whether `accept` prefers a Table (kubectl's human-readable `get`), and in
+/// which meta.k8s.io version.
+pub fn wants_table(accept: &str) -> Option<&'static str> {
+    let first = accept.split(',').next()?;
+    let params: Vec<(String, String)> = first
+        .split(';')
+        .skip(1)
+        .filter_map(|p| p.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let has = |k: &str, v: &str| params.iter().any(|(pk, pv)| pk == k && pv == v);
+    if !has("as", "Table") || !has("g", "meta.k8s.io") {
+        return None;
+    }
+    if has("v", "v1") {
+        Some("v1")
+    } else if has("v", "v1beta1") {
+        Some("v1beta1")
+    } else {
+        None
+    }
+}
+
+/// What a Table row carries besides its cells (`includeObject`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Include {
+    None,
+    Metadata,
+    Object,
+}
+
+impl Include {
+    pub fn parse(v: Option<&str>) -> Include {
+        match v {
+            Some("None") => Include::None,
+            Some("Object") => Include::Object,
+            _ => Include::Metadata,
+        }
+    }
+}
+
+/// One column: its definition and how to compute a cell.
+struct Column {
+    name: String,
+    ty: String,
+    format: String,
+    description: String,
+    priority: i64,
+    cell: Cell,
+}
+
+enum Cell {
+    Name,
+    Age,
+    /// A simple JSONPath (`.spec.size`, `.status.conditions[0].type`).
+    Path(String),
+    Fixed(fn(&Value) -> Value),
+}
+
+fn col(name: &str, ty: &str, cell: Cell) -> Column {
+    Column {
+        name: name.into(),
+        ty: ty.into(),
+        format: if name == "Name" {
+            "name".into()
+        } else {
+            String::new()
+        },
+        description: String::new(),
+        priority: 0,
+        cell,
+    }
+}
+
+fn count(v: Option<&Value>) -> usize {
+    v.and_then(Value::as_object).map_or(0, |m| m.len())
+}
+
+fn columns(info: &ResourceInfo) -> Vec<Column> {
+    let mut cols = vec![col("Name", "string", Cell::Name)];
+    if let Some(custom) = info.printer_columns.as_ref().filter(|c| !c.is_empty()) {
+        for c in custom {
+            let ty = c["type"].as_str().unwrap_or("string").to_string();
+            let mut column = col(
+                c["name"].as_str().unwrap_or(""),
+                &ty,
+                Cell::Path(c["jsonPath"].as_str().unwrap_or("").to_string()),
+            );
+            column.description = c["description"].as_str().unwrap_or("").to_string();
+            column.priority = c["priority"].as_i64().unwrap_or(0);
+            column.format = c["format"].as_str().unwrap_or("").to_string();
+            cols.push(column);
+        }
+        return cols;
+    }
+    match (info.group.as_str(), info.kind.as_str()) {
+        ("", "ConfigMap") => cols.push(col(
+            "Data",
+            "integer",
+            Cell::Fixed(|o| json!(count(o.get("data")) + count(o.get("binaryData")))),
+        )),
+        ("", "Secret") => {
+            cols.push(col("Type", "string", Cell::Path(".type".into())));
+            cols.push(col(
+                "Data",
+                "integer",
+                Cell::Fixed(|o| json!(count(o.get("data")))),
+            ));
+        }
+        ("", "Namespace") => cols.push(col("Status", "string", Cell::Path(".status.phase".into()))),
+        ("", "Pod") => cols.push(col("Status", "string", Cell::Path(".status.phase".into()))),
+        ("", "Service") => {
+            cols.push(col("Type", "string", Cell::Path(".spec.type".into())));
+            cols.push(col(
+                "Cluster-IP",
+                "string",
+                Cell::Path(".spec.clusterIP".into()),
+            ));
+        }
+        ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") => cols.push(col(
+            "Ready",
+            "string",
+            Cell::Fixed(|o| {
+                let ready = o["status"]["readyReplicas"].as_i64().unwrap_or(0);
+                let want = o["spec"]["replicas"].as_i64().unwrap_or(0);
+                json!(format!("{ready}/{want}"))
+            }),
+        )),
+        _ => {}
+    }
+    cols.push(col("Age", "date", Cell::Age));
+    cols
+}
+
+/// `5s`, `3m`, `2h`, `4d` since an RFC 3339 timestamp, as kubectl shows.
+fn age(ts: Option<&str>) -> String {
+    let Some(secs) = ts.and_then(parse_rfc3339) else {
+        return "<unknown>".into();
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let d = (now - secs).max(0);
+    match d {
+        0..120 => format!("{d}s"),
+        120..7200 => format!("{}m", d / 60),
+        7200..172_800 => format!("{}h", d / 3600),
+        _ => format!("{}d", d / 86_400),
+    }
+}
+
+/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SS[.frac]Z`.
+fn parse_rfc3339(s: &str) -> Option<i64> {
+    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hh, mm, ss) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    // Days from civil (Howard Hinnant), inverse of util's formatter.
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
+}
+
+/// A JSONPath subset: dotted fields with optional `[n]` indexes.
+fn eval_path(obj: &Value, path: &str) -> Value {
+    let mut cur = obj;
+    for seg in path.trim_start_matches('.').split('.') {
+        if seg.is_empty() {
+            continue;
+        }
+        let (field, idx) = match seg.split_once('[') {
+            Some((f, rest)) => (f, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (seg, None),
+        };
+        if !field.is_empty() {
+            let Some(next) = get_path(cur, field) else {
+                return Value::Null;
+            };
+            cur = next;
+        }
+        if let Some(i) = idx {
+            let Some(next) = cur.get(i) else {
+                return Value::Null;
+            };
+            cur = next;
+        }
+    }
+    cur.clone()
+}
+
+fn cell(c: &Column, obj: &Value) -> Value {
+    match &c.cell {
+        Cell::Name => obj["metadata"]["name"].clone(),
+        Cell::Age => json!(age(obj["metadata"]["creationTimestamp"].as_str())),
+        Cell::Fixed(f) => f(obj),
+        Cell::Path(p) => {
+            let v = eval_path(obj, p);
+            if c.ty == "date" {
+                match v.as_str() {
+                    Some(ts) => json!(age(Some(ts))),
+                    None => Value::Null,
+                }
+            } else {
+                v
+            }
+        }
+    }
+}
+
+fn row(cols: &[Column], obj: &Value, include: Include) -> Value {
+    let cells: Vec<Value> = cols.iter().map(|c| cell(c, obj)).collect();
+    let mut r = json!({"cells": cells});
+    match include {
+        Include::None => {}
+        Include::Metadata => {
+            let mut md = obj["metadata"].clone();
+            if let Some(m) = md.as_object_mut() {
+                m.remove("managedFields");
+            }
+            r["object"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": md});
+        }
+        Include::Object => r["object"] = obj.clone(),
+    }
+    r
+}
+
+/// A Table of `objects` (already in the served version).
+pub fn table(
+    info: &ResourceInfo,
+    version: &str,
+    objects: &[Value],
+    list_metadata: Value,
+    include: Include,
+    with_columns: bool,
+) -> Value {
+    let cols = columns(info);
+    let defs: Vec<Value> = if with_columns {
+        cols.iter()
+            .map(|c| {
+                json!({"name": c.name, "type": c.ty, "format": c.format,
+                    "description": c.description, "priority": c.priority})
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    json!({
+        "kind": "Table",
+        "apiVersion": format!("meta.k8s.io/{version}"),
+        "metadata": list_metadata,
+        "columnDefinitions": defs,
+        "rows": objects.iter().map(|o| row(&cols, o, include)).collect::<Vec<_>>(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation() {
+        let tbl = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json";
+        assert_eq!(wants_table(tbl), Some("v1"));
+        assert_eq!(wants_table("application/json"), None);
+        assert_eq!(wants_table(""), None);
+    }
+
+    #[test]
+    fn parses_and_paths() {
+        assert_eq!(parse_rfc3339("1970-01-02T00:00:01Z"), Some(86_401));
+        assert_eq!(parse_rfc3339("2025-01-02T03:04:05Z"), Some(1_735_787_045));
+        let o = json!({"status": {"conditions": [{"type": "Ready"}]}});
+        assert_eq!(eval_path(&o, ".status.conditions[0].type"), json!("Ready"));
+        assert_eq!(eval_path(&o, ".spec.x"), Value::Null);
+    }
+}

@@ -1,0 +1,152 @@
+//! Small helpers: Kubernetes timestamps, random names, JSON path access.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{Map, Value};
+
+/// Seconds-precision RFC 3339 UTC timestamp (`metav1.Time`), e.g.
+/// `2025-01-02T03:04:05Z`.
+pub fn now_rfc3339() -> String {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    format_time(d.as_secs() as i64, None)
+}
+
+/// RFC 3339 UTC timestamp of a Unix time in seconds.
+pub fn format_unix(secs: i64) -> String {
+    format_time(secs, None)
+}
+
+fn format_time(secs: i64, micros: Option<u32>) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    let (hh, mm, ss) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    match micros {
+        Some(us) => format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{us:06}Z"),
+        None => format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z"),
+    }
+}
+
+/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// Alphabet the real server uses for `generateName` suffixes (no vowels, so
+/// generated names never spell words).
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// Five random characters for a `generateName` suffix.
+pub fn random_suffix() -> String {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    bytes[..5]
+        .iter()
+        .map(|b| NAME_ALPHABET[*b as usize % NAME_ALPHABET.len()] as char)
+        .collect()
+}
+
+/// A random 256-bit token in hex.
+pub fn random_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// `obj.metadata` as a mutable map, creating it (and replacing a non-object)
+/// when needed.
+pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let map = obj.as_object_mut().expect("object");
+    let md = map
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !md.is_object() {
+        *md = Value::Object(Map::new());
+    }
+    md.as_object_mut().expect("object")
+}
+
+/// `metadata.<field>` as a string, if present.
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+/// Value at a dotted path such as `.spec.replicas` (leading dot optional).
+pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = obj;
+    for seg in path.trim_start_matches('.').split('.') {
+        if seg.is_empty() {
+            continue;
+        }
+        cur = cur.get(seg)?;
+    }
+    Some(cur)
+}
+
+/// Sets the value at a dotted path, creating intermediate objects.
+pub fn set_path(obj: &mut Value, path: &str, value: Value) {
+    let segs: Vec<&str> = path
+        .trim_start_matches('.')
+        .split('.')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut cur = obj;
+    for (i, seg) in segs.iter().enumerate() {
+        if !cur.is_object() {
+            *cur = Value::Object(Map::new());
+        }
+        let map = cur.as_object_mut().expect("object");
+        if i + 1 == segs.len() {
+            map.insert((*seg).to_string(), value);
+            return;
+        }
+        cur = map
+            .entry((*seg).to_string())
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(format_time(0, None), "1970-01-01T00:00:00Z");
+        assert_eq!(format_time(1_735_787_045, None), "2025-01-02T03:04:05Z");
+        assert_eq!(
+            format_time(951_782_400, Some(42)),
+            "2000-02-29T00:00:00.000042Z"
+        );
+    }
+
+    #[test]
+    fn suffix_uses_the_alphabet() {
+        let s = random_suffix();
+        assert_eq!(s.len(), 5);
+        assert!(s.bytes().all(|b| NAME_ALPHABET.contains(&b)));
+    }
+
+    #[test]
+    fn paths_round_trip() {
+        let mut v = serde_json::json!({});
+        set_path(&mut v, ".spec.replicas", serde_json::json!(3));
+        assert_eq!(get_path(&v, ".spec.replicas"), Some(&serde_json::json!(3)));
+        assert_eq!(get_path(&v, "spec.nothing"), None);
+    }
+}
