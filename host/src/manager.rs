@@ -62,6 +62,10 @@ pub struct ManagerOptions {
     pub identity: String,
     /// Overrides the config's admin address (tests bind port 0).
     pub admin_bind: Option<SocketAddr>,
+    /// The config file: when set, its changes (and SIGHUP) reload it.
+    pub config_path: Option<PathBuf>,
+    /// Reload a plugin when its component file changes on disk.
+    pub watch_files: bool,
 }
 
 impl Default for ManagerOptions {
@@ -70,6 +74,8 @@ impl Default for ManagerOptions {
         Self {
             identity: format!("{host}-{}", std::process::id()),
             admin_bind: None,
+            config_path: None,
+            watch_files: true,
         }
     }
 }
@@ -228,7 +234,7 @@ impl Manager {
             config,
         });
         for plugin in shared.config.plugins.clone() {
-            let entry = shared.build(plugin, 1).await?;
+            let entry = shared.build(plugin, 1, None).await?;
             shared
                 .plugins
                 .lock()
@@ -296,6 +302,12 @@ impl Manager {
             tokio::spawn(async move { shared.sync_and_enqueue(&name).await });
         }
 
+        let watcher = self
+            .options
+            .watch_files
+            .then(|| spawn_file_watcher(shared.clone(), self.options.config_path.clone()));
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
         let mut leader = shared.leader.clone();
         let mut was_leader = false;
         tokio::pin!(shutdown);
@@ -312,8 +324,15 @@ impl Manager {
             tokio::select! {
                 _ = &mut shutdown => break Ok(()),
                 changed = leader.changed() => if changed.is_err() { break Ok(()) },
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                    tracing::info!("SIGHUP: reloading");
+                    shared.reload_everything(self.options.config_path.as_deref()).await;
+                }
             }
         };
+        if let Some(w) = watcher {
+            w.abort();
+        }
         tracing::info!("shutting down: draining queues");
         shared.shutdown().await;
         election_stop.cancel();
@@ -330,9 +349,10 @@ impl Shared {
     /// Loads a plugin and wires its controller (informers subscribed, no
     /// workers yet).
     async fn build(
-        self: &Arc<Self>,
+        &self,
         config: PluginConfig,
         generation: u64,
+        queue: Option<WorkQueue<ObjectKey>>,
     ) -> Result<Entry, ManagerError> {
         let grant = Grant::new(config.permissions.clone(), config.namespaces.clone());
         let api = Arc::new(ClusterApi::new(
@@ -350,16 +370,14 @@ impl Shared {
         let (watches, resources) = self.resolve_watches(&config, &plugin).await?;
 
         let rl = &config.rate_limiter;
-        let queue = WorkQueue::new(
-            config.name.clone(),
-            Box::new(controller_rate_limiter(
-                rl.base_delay,
-                rl.max_delay,
-                rl.qps,
-                rl.burst,
-            )),
-            self.metrics.queue(&config.name),
-        );
+        let queue = queue.unwrap_or_else(|| {
+            let limiter = controller_rate_limiter(rl.base_delay, rl.max_delay, rl.qps, rl.burst);
+            WorkQueue::new(
+                config.name.clone(),
+                Box::new(limiter),
+                self.metrics.queue(&config.name),
+            )
+        });
         let for_kind = plugin.metadata().for_.clone();
         let slot = Arc::new(PluginSlot {
             current: ArcSwap::new(plugin),
@@ -555,7 +573,7 @@ impl Shared {
 
     /// Waits for a plugin's informers (bounded by `cacheSyncTimeout`), then
     /// enqueues every key they imply, and starts workers if leading.
-    async fn sync_and_enqueue(self: &Arc<Self>, name: &str) {
+    async fn sync_and_enqueue(&self, name: &str) {
         let informers: Vec<Arc<Informer>> = match self.plugins.lock().unwrap().get(name) {
             Some(e) => e.informers.clone(),
             None => return,
@@ -636,6 +654,322 @@ impl Shared {
             })
             .inc();
     }
+}
+
+/// Why a reload did not swap.
+#[derive(Debug)]
+enum ReloadError {
+    Unknown,
+    Failed(ManagerError),
+}
+
+impl Shared {
+    /// Hot swap: loads the plugin's file again, validates it (world,
+    /// metadata, permissions, watched kinds) off the hot path, and only then
+    /// swaps the controller's plugin atomically. In-flight reconciles finish
+    /// on the old version; the queue, its delays and backoff counters are
+    /// kept; watches are re-pointed if the metadata changed; every key of
+    /// the plugin is enqueued once. A failed reload changes nothing.
+    async fn reload_plugin(&self, name: &str) -> Result<serde_json::Value, ReloadError> {
+        let (config, old_meta) = {
+            let plugins = self.plugins.lock().unwrap();
+            let entry = plugins.get(name).ok_or(ReloadError::Unknown)?;
+            (
+                entry.config.clone(),
+                entry.slot.current().metadata().clone(),
+            )
+        };
+        let fail = |e: ManagerError| {
+            self.count_reload(name, "error");
+            let message = e.to_string();
+            tracing::error!(
+                plugin = name,
+                "reload failed, the old version keeps running: {message}"
+            );
+            if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
+                entry.last_error = Some(message);
+            }
+            ReloadError::Failed(e)
+        };
+        let grant = Grant::new(config.permissions.clone(), config.namespaces.clone());
+        let api = Arc::new(ClusterApi::new(
+            &config.name,
+            self.client.clone(),
+            self.resolver.clone(),
+            self.cache.clone(),
+            grant,
+            self.metrics.clone(),
+        ));
+        let plugin = self.load(&config, api).await.map_err(fail)?;
+        let new_meta = plugin.metadata().clone();
+        let watches_changed = new_meta.for_ != old_meta.for_
+            || new_meta.owns != old_meta.owns
+            || new_meta.watches != old_meta.watches;
+        let resolved = if watches_changed {
+            Some(self.resolve_watches(&config, &plugin).await.map_err(fail)?)
+        } else {
+            None
+        };
+        let status = {
+            let mut plugins = self.plugins.lock().unwrap();
+            let entry = plugins.get_mut(name).ok_or(ReloadError::Unknown)?;
+            let previous = entry.slot.current.swap(plugin.clone());
+            if let Some((watches, resources)) = resolved {
+                for t in entry.tasks.drain(..) {
+                    t.abort();
+                }
+                entry.informers.clear();
+                self.watch(entry, &new_meta.for_, watches, resources);
+            }
+            entry.generation += 1;
+            entry.loaded_at = SystemTime::now();
+            entry.last_error = None;
+            enqueue_all(entry);
+            tracing::info!(
+                plugin = name,
+                from = previous.digest(),
+                to = plugin.digest(),
+                version = %new_meta.version,
+                generation = entry.generation,
+                watches_changed,
+                "plugin swapped"
+            );
+            serde_json::json!({
+                "name": name,
+                "digest": plugin.digest(),
+                "version": new_meta.version,
+                "generation": entry.generation,
+            })
+        };
+        self.count_reload(name, "success");
+        Ok(status)
+    }
+}
+
+impl Shared {
+    /// SIGHUP: the config file again if known, else every plugin's file.
+    async fn reload_everything(&self, config_path: Option<&std::path::Path>) {
+        match config_path {
+            Some(path) => self.reload_config(path).await,
+            None => {
+                let names: Vec<String> = self.plugins.lock().unwrap().keys().cloned().collect();
+                for name in names {
+                    let _ = self.reload_plugin(&name).await;
+                }
+            }
+        }
+    }
+
+    /// Applies a changed config file: added plugins start, removed ones are
+    /// drained and stopped, changed ones are rebuilt on the same queue (keys,
+    /// delays and backoff are kept). A config that does not parse or
+    /// validate changes nothing.
+    async fn reload_config(&self, path: &std::path::Path) {
+        let new = match HostConfig::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!("config reload refused, the running config stays: {e}");
+                return;
+            }
+        };
+        let current: BTreeMap<String, PluginConfig> = self
+            .plugins
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(n, e)| (n.clone(), e.config.clone()))
+            .collect();
+        for (name, old) in &current {
+            if !new.plugins.iter().any(|p| &p.name == name) {
+                let entry = self.plugins.lock().unwrap().remove(name);
+                if let Some(mut entry) = entry {
+                    tracing::info!(plugin = %name, "plugin removed from the config: draining");
+                    entry.state = State::Draining;
+                    for t in entry.tasks.drain(..) {
+                        t.abort();
+                    }
+                    match entry.workers.take() {
+                        Some(w) => {
+                            w.shutdown(self.config.shutdown_timeout).await;
+                        }
+                        None => entry.controller.queue().shut_down(),
+                    }
+                }
+                let _ = old;
+            }
+        }
+        for plugin in new.plugins {
+            let name = plugin.name.clone();
+            match current.get(&name) {
+                None => {
+                    tracing::info!(plugin = %name, "plugin added to the config: starting");
+                    match self.build(plugin, 1, None).await {
+                        Ok(entry) => {
+                            self.plugins.lock().unwrap().insert(name.clone(), entry);
+                            self.sync_and_enqueue(&name).await;
+                        }
+                        Err(e) => {
+                            tracing::error!(plugin = %name, "cannot start the added plugin: {e}")
+                        }
+                    }
+                }
+                Some(old) if *old != plugin => {
+                    tracing::info!(plugin = %name, "plugin settings changed: rebuilding on the same queue");
+                    let (queue, generation) = {
+                        let plugins = self.plugins.lock().unwrap();
+                        let Some(e) = plugins.get(&name) else {
+                            continue;
+                        };
+                        (e.controller.queue().clone(), e.generation + 1)
+                    };
+                    if old.rate_limiter != plugin.rate_limiter {
+                        let rl = &plugin.rate_limiter;
+                        queue.set_rate_limiter(Box::new(controller_rate_limiter(
+                            rl.base_delay,
+                            rl.max_delay,
+                            rl.qps,
+                            rl.burst,
+                        )));
+                    }
+                    match self.build(plugin, generation, Some(queue)).await {
+                        Ok(mut entry) => {
+                            let old_workers = {
+                                let mut plugins = self.plugins.lock().unwrap();
+                                let old = plugins.get_mut(&name).and_then(|e| e.workers.take());
+                                entry.synced = true;
+                                if *self.leader.borrow() {
+                                    start_workers(&mut entry);
+                                }
+                                plugins.insert(name.clone(), entry);
+                                old
+                            };
+                            if let Some(w) = old_workers {
+                                w.detach(self.config.shutdown_timeout).await;
+                            }
+                            if let Some(e) = self.plugins.lock().unwrap().get(&name) {
+                                enqueue_all(e);
+                            }
+                        }
+                        Err(e) => {
+                            tracing::error!(plugin = %name, "changed plugin refused, the old one keeps running: {e}");
+                            if let Some(entry) = self.plugins.lock().unwrap().get_mut(&name) {
+                                entry.last_error = Some(e.to_string());
+                            }
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// The plugin whose component is at `path`, if its content changed.
+    fn plugin_changed_at(&self, path: &std::path::Path) -> Vec<String> {
+        let plugins = self.plugins.lock().unwrap();
+        plugins
+            .iter()
+            .filter(|(_, e)| e.config.resolved_path(&self.config.base_dir) == path)
+            .filter(|(_, e)| match std::fs::read(path) {
+                Ok(bytes) => crate::runtime::digest(&bytes) != e.slot.current().digest(),
+                Err(_) => false,
+            })
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    fn watched_paths(&self) -> Vec<PathBuf> {
+        self.plugins
+            .lock()
+            .unwrap()
+            .values()
+            .map(|e| e.config.resolved_path(&self.config.base_dir))
+            .collect()
+    }
+}
+
+/// How long file events settle before a reload (editors and `cargo build`
+/// write in several steps).
+const DEBOUNCE: Duration = Duration::from_millis(250);
+
+/// Reloads a plugin when its file changes, and the config when it does.
+fn spawn_file_watcher(shared: Arc<Shared>, config_path: Option<PathBuf>) -> JoinHandle<()> {
+    use notify::{RecursiveMode, Watcher};
+    let canonical =
+        |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let config_path = config_path.map(|p| canonical(&p));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
+    let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+        if let Ok(event) = res {
+            for p in event.paths {
+                let _ = tx.send(p);
+            }
+        }
+    });
+    let mut watcher = match watcher {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!("cannot watch plugin files; reload with SIGHUP or the admin API: {e}");
+            return tokio::spawn(async {});
+        }
+    };
+    let mut dirs = std::collections::BTreeSet::new();
+    let mut watch_new_dirs = move |watcher: &mut notify::RecommendedWatcher,
+                                   shared: &Shared,
+                                   config: Option<&PathBuf>| {
+        let mut wanted: Vec<PathBuf> = shared.watched_paths();
+        wanted.extend(config.cloned());
+        for p in wanted {
+            if let Some(dir) = canonical(&p).parent().map(std::path::Path::to_path_buf)
+                && dirs.insert(dir.clone())
+                && let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive)
+            {
+                tracing::warn!(dir = %dir.display(), "cannot watch: {e}");
+            }
+        }
+    };
+    // Registered before returning, so no change after start-up is missed.
+    watch_new_dirs(&mut watcher, &shared, config_path.as_ref());
+    tokio::spawn(async move {
+        while let Some(first) = rx.recv().await {
+            let mut changed = std::collections::BTreeSet::from([first]);
+            tokio::time::sleep(DEBOUNCE).await;
+            while let Ok(p) = rx.try_recv() {
+                changed.insert(p);
+            }
+            for path in changed {
+                if config_path.as_ref() == Some(&path) {
+                    tracing::info!("config file changed: reloading");
+                    shared.reload_config(&path).await;
+                    continue;
+                }
+                let names: Vec<String> = {
+                    let plugins = shared.plugins.lock().unwrap();
+                    plugins
+                        .iter()
+                        .filter(|(_, e)| {
+                            canonical(&e.config.resolved_path(&shared.config.base_dir)) == path
+                        })
+                        .map(|(n, _)| n.clone())
+                        .collect()
+                };
+                for name in names {
+                    let resolved = {
+                        let plugins = shared.plugins.lock().unwrap();
+                        plugins
+                            .get(&name)
+                            .map(|e| e.config.resolved_path(&shared.config.base_dir))
+                    };
+                    let Some(resolved) = resolved else { continue };
+                    if shared.plugin_changed_at(&resolved).contains(&name) {
+                        tracing::info!(plugin = %name, "component file changed: reloading");
+                        let _ = shared.reload_plugin(&name).await;
+                    }
+                }
+            }
+            // Plugins added by a config reload may live in new directories.
+            watch_new_dirs(&mut watcher, &shared, config_path.as_ref());
+        }
+    })
 }
 
 fn start_workers(entry: &mut Entry) {
@@ -730,10 +1064,11 @@ impl AdminState for Shared {
 
     fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, (u16, String)>> {
         Box::pin(async move {
-            Err((
-                501,
-                format!("reloading plugin {name:?} is not supported by this host yet"),
-            ))
+            match self.reload_plugin(&name).await {
+                Ok(status) => Ok(status),
+                Err(ReloadError::Unknown) => Err((404, format!("no plugin named {name:?}"))),
+                Err(ReloadError::Failed(e)) => Err((422, e.to_string())),
+            }
         })
     }
 }

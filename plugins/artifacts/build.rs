@@ -10,8 +10,10 @@ use std::process::Command;
 /// (constant name, cargo package, crate directory relative to the workspace root).
 const PLUGINS: &[(&str, &str, &str)] = &[
     ("NOOP", "noop", "plugins/noop"),
+    ("WEBAPP", "webapp", "plugins/webapp"),
     ("MISBEHAVE", "misbehave", "plugins/testing/misbehave"),
     ("WRONG_WORLD", "wrong-world", "plugins/testing/wrong-world"),
+    ("STAMP_V1", "stamp", "plugins/testing/stamp"),
     (
         "MISSING_EXPORT",
         "missing-export",
@@ -41,14 +43,49 @@ fn main() {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
 
+    let packages: Vec<&str> = PLUGINS.iter().map(|(_, package, _)| *package).collect();
+    cargo_build(&root, &wasm_target, &packages, None);
+
+    let mut consts = String::new();
+    let mut all = String::from("pub const ALL: &[(&str, &str)] = &[\n");
+    let mut emit = |name: &str, package: &str, file: &Path| {
+        assert!(file.exists(), "{} was not built", file.display());
+        consts.push_str(&format!(
+            "/// Path of the `{package}` component.\npub const {name}: &str = {:?};\n",
+            file.display().to_string()
+        ));
+        all.push_str(&format!("    ({package:?}, {name}),\n"));
+    };
+    for (name, package, _) in PLUGINS {
+        let mut file = wasm_file(&wasm_target, package);
+        // The second build of `stamp` overwrites its output: keep a copy.
+        if *package == "stamp" {
+            let v1 = wasm_target.join("stamp_v1.wasm");
+            fs::copy(&file, &v1).unwrap();
+            file = v1;
+        }
+        emit(name, package, &file);
+    }
+    cargo_build(&root, &wasm_target, &["stamp"], Some("stamp/v2"));
+    let v2 = wasm_target.join("stamp_v2.wasm");
+    fs::copy(wasm_file(&wasm_target, "stamp"), &v2).unwrap();
+    emit("STAMP_V2", "stamp", &v2);
+    all.push_str("];\n");
+    fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
+}
+
+fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Option<&str>) {
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    cmd.current_dir(&root)
+    cmd.current_dir(root)
         .args(["build", "--release", "--target", "wasm32-wasip2"])
         .arg("--target-dir")
-        .arg(&wasm_target);
-    for (_, package, _) in PLUGINS {
+        .arg(target_dir);
+    for package in packages {
         cmd.args(["-p", package]);
+    }
+    if let Some(f) = features {
+        cmd.args(["--features", f]);
     }
     // The host build's flags and profile settings are not the guests'.
     for var in [
@@ -67,20 +104,6 @@ fn main() {
         status.success(),
         "building the plugins for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`)"
     );
-
-    let mut consts = String::new();
-    let mut all = String::from("pub const ALL: &[(&str, &str)] = &[\n");
-    for (name, package, _) in PLUGINS {
-        let file = wasm_file(&wasm_target, package);
-        assert!(file.exists(), "{} was not built", file.display());
-        consts.push_str(&format!(
-            "/// Path of the `{package}` component.\npub const {name}: &str = {:?};\n",
-            file.display().to_string()
-        ));
-        all.push_str(&format!("    ({package:?}, {name}),\n"));
-    }
-    all.push_str("];\n");
-    fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
 }
 
 fn wasm_file(target: &Path, package: &str) -> PathBuf {

@@ -18,6 +18,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn start() -> Self {
+        // `RUST_LOG=wasmctrl=debug cargo test -p wasmctrl-e2e` shows the host's logs.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let dir = tempfile::tempdir().unwrap();
         let server = ApiServer::start(Config::default())
             .await

@@ -3,6 +3,7 @@
 //! user would.
 
 mod harness;
+mod hotswap;
 mod manager;
 
 pub use harness::*;

@@ -132,10 +132,19 @@ impl<R: Reconcile> Controller<R> {
             .get_or_create(&label)
             .set(n as i64);
         let mut set = JoinSet::new();
+        let halt = CancellationToken::new();
         for _ in 0..n {
             let this = self.clone();
+            let halt = halt.clone();
             set.spawn(async move {
-                while let Some(item) = this.inner.queue.get().await {
+                loop {
+                    // `get` is cancel-safe: halting between keys loses none.
+                    let item = tokio::select! {
+                        biased;
+                        _ = halt.cancelled() => break,
+                        item = this.inner.queue.get() => item,
+                    };
+                    let Some(item) = item else { break };
                     this.process(item).await;
                 }
             });
@@ -143,6 +152,7 @@ impl<R: Reconcile> Controller<R> {
         Workers {
             controller: self.clone(),
             set,
+            halt,
         }
     }
 
@@ -209,6 +219,8 @@ impl<R: Reconcile> Controller<R> {
 pub struct Workers<R: Reconcile> {
     controller: Controller<R>,
     set: JoinSet<()>,
+    /// Stops the workers without shutting the queue down.
+    halt: CancellationToken,
 }
 
 impl<R: Reconcile> Workers<R> {
@@ -231,6 +243,24 @@ impl<R: Reconcile> Workers<R> {
         }
         while self.set.join_next().await.is_some() {}
         drained
+    }
+
+    /// Stops these workers but keeps the queue (its keys, delays and
+    /// backoff counters) for another controller to take over: each worker
+    /// finishes the key it holds, up to `timeout`, then in-flight reconciles
+    /// are cancelled. Returns true if they all finished in time.
+    pub async fn detach(mut self, timeout: Duration) -> bool {
+        self.halt.cancel();
+        let finished = tokio::time::timeout(timeout, async {
+            while self.set.join_next().await.is_some() {}
+        })
+        .await
+        .is_ok();
+        if !finished {
+            self.controller.inner.cancel.cancel();
+            while self.set.join_next().await.is_some() {}
+        }
+        finished
     }
 
     /// Stops immediately: pending keys are dropped and in-flight reconciles

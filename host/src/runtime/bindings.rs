@@ -5,4 +5,5 @@ wasmtime::component::bindgen!({
     path: "../wit",
     imports: { default: async | trappable },
     exports: { default: async },
+    additional_derives: [PartialEq],
 });

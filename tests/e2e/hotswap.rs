@@ -1,0 +1,298 @@
+//! Hot swap: a new component file replaces a running reconciler without a
+//! restart and without losing work; a bad one changes nothing; plugins come
+//! and go with the config file.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use tokio::sync::oneshot;
+use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::{Cluster, eventually, host_config, http, http_get};
+
+const STAMP_LABEL: &str = "wasmctrl.dev/stamp";
+
+fn stamp_config() -> &'static str {
+    r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 10s
+plugins:
+  - name: stamp
+    path: stamp.wasm
+    maxConcurrentReconciles: 2
+    reconcileTimeout: 5s
+    namespaces: [default]
+    permissions:
+      - { group: "", resources: [configmaps], verbs: [get, patch] }
+"#
+}
+
+/// Replaces `to` with `from` atomically (write aside, then rename), as a
+/// deploy tool would.
+fn install(from: &str, to: &Path) {
+    let tmp = to.with_extension("partial");
+    std::fs::copy(from, &tmp).unwrap();
+    std::fs::rename(&tmp, to).unwrap();
+}
+
+struct Host {
+    admin: std::net::SocketAddr,
+    stop: oneshot::Sender<()>,
+    done: tokio::task::JoinHandle<Result<(), wasmctrl::manager::ManagerError>>,
+}
+
+async fn start(cluster: &Cluster, text: &str, config_path: Option<&Path>) -> Host {
+    let config = host_config(text, cluster.dir.path());
+    let manager = Manager::start(
+        config,
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            config_path: config_path.map(Path::to_path_buf),
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .expect("manager starts");
+    let admin = manager.admin_addr();
+    let (stop, rx) = oneshot::channel();
+    let done = tokio::spawn(manager.run(async move {
+        let _ = rx.await;
+    }));
+    eventually("readiness", Duration::from_secs(30), || async {
+        (http_get(admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    Host { admin, stop, done }
+}
+
+async fn plugin_status(admin: std::net::SocketAddr, name: &str) -> Option<serde_json::Value> {
+    let (_, body) = http_get(admin, "/plugins").await;
+    let all: serde_json::Value = serde_json::from_str(&body).ok()?;
+    all.as_array()?.iter().find(|p| p["name"] == name).cloned()
+}
+
+fn configmap(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+/// Names of the ConfigMaps `cm-*` not stamped `stamp`.
+async fn unstamped(api: &Api<ConfigMap>, stamp: &str) -> Vec<String> {
+    api.list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|c| c.metadata.name.as_deref().unwrap_or("").starts_with("cm-"))
+        .filter(|c| {
+            c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(STAMP_LABEL))
+                .map(String::as_str)
+                != Some(stamp)
+        })
+        .map(|c| c.metadata.name.unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writing_v2_over_v1_converges_every_object_to_v2_while_objects_change() {
+    let cluster = Cluster::start().await;
+    let file = cluster.dir.path().join("stamp.wasm");
+    install(artifacts::STAMP_V1, &file);
+    let host = start(&cluster, stamp_config(), None).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    for i in 0..30 {
+        api.create(&PostParams::default(), &configmap(&format!("cm-{i}")))
+            .await
+            .unwrap();
+    }
+    eventually(
+        "every ConfigMap stamped v1",
+        Duration::from_secs(60),
+        || async { unstamped(&api, "v1").await.is_empty().then_some(()) },
+    )
+    .await;
+
+    // Objects keep changing while the new version is written.
+    let writer = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for round in 0..20 {
+                for i in 0..30 {
+                    let patch = serde_json::json!({"data": {"round": round.to_string()}});
+                    let _ = api
+                        .patch(
+                            &format!("cm-{i}"),
+                            &PatchParams::default(),
+                            &Patch::Merge(&patch),
+                        )
+                        .await;
+                }
+            }
+        })
+    };
+    install(artifacts::STAMP_V2, &file);
+    eventually("the new version live", Duration::from_secs(30), || async {
+        plugin_status(host.admin, "stamp")
+            .await
+            .filter(|p| p["version"] == "2.0.0" && p["generation"] == 2)
+    })
+    .await;
+    writer.await.unwrap();
+    // Every object's last change was reconciled, by the new version.
+    eventually(
+        "every ConfigMap stamped v2",
+        Duration::from_secs(60),
+        || async { unstamped(&api, "v2").await.is_empty().then_some(()) },
+    )
+    .await;
+    let (_, metrics) = http_get(host.admin, "/metrics").await;
+    assert!(
+        metrics.contains(r#"wasmctrl_plugin_reloads_total{plugin="stamp",result="success"} 2"#),
+        "{metrics}"
+    );
+    let _ = host.stop.send(());
+    host.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_swap_keeps_the_old_version_serving_and_reports_why() {
+    let cluster = Cluster::start().await;
+    let file = cluster.dir.path().join("stamp.wasm");
+    install(artifacts::STAMP_V1, &file);
+    let host = start(&cluster, stamp_config(), None).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+
+    let cases: [(&str, &[u8]); 3] = [
+        ("not a WebAssembly file", b"garbage, half a deploy"),
+        (
+            "wrong world",
+            &std::fs::read(artifacts::WRONG_WORLD).unwrap(),
+        ),
+        (
+            "missing export `metadata`",
+            &std::fs::read(artifacts::MISSING_EXPORT).unwrap(),
+        ),
+    ];
+    for (n, (reason, bytes)) in cases.iter().enumerate() {
+        let tmp = file.with_extension("partial");
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+        let status = eventually(
+            "the failed swap reported",
+            Duration::from_secs(30),
+            || async {
+                plugin_status(host.admin, "stamp")
+                    .await
+                    .filter(|p| p["last_error"].as_str().is_some_and(|e| e.contains(reason)))
+            },
+        )
+        .await;
+        assert_eq!(status["version"], "1.0.0", "{status}");
+        assert_eq!(status["generation"], 1, "{status}");
+        // The admin endpoint reports the same reason.
+        let (code, body) = http(host.admin, "POST", "/plugins/stamp/reload").await;
+        assert_eq!(code, 422, "{body}");
+        assert!(body.contains(reason), "{body}");
+        // v1 still serves.
+        let name = format!("cm-after-{n}");
+        api.create(&PostParams::default(), &configmap(&name))
+            .await
+            .unwrap();
+        eventually("v1 still reconciling", Duration::from_secs(30), || async {
+            let c = api.get(&name).await.ok()?;
+            (c.metadata.labels?.get(STAMP_LABEL)? == "v1").then_some(())
+        })
+        .await;
+    }
+    let (_, metrics) = http_get(host.admin, "/metrics").await;
+    let errors = metrics
+        .lines()
+        .find(|l| l.starts_with(r#"wasmctrl_plugin_reloads_total{plugin="stamp",result="error"}"#))
+        .unwrap_or_default();
+    let count: u64 = errors
+        .rsplit(' ')
+        .next()
+        .unwrap_or("0")
+        .parse()
+        .unwrap_or(0);
+    assert!(
+        count >= 6,
+        "three file changes and three reload requests failed: {errors}"
+    );
+
+    // A good version after bad ones swaps normally.
+    let (code, _) = http(host.admin, "POST", "/plugins/nope/reload").await;
+    assert_eq!(code, 404);
+    install(artifacts::STAMP_V2, &file);
+    eventually("v2 live", Duration::from_secs(30), || async {
+        plugin_status(host.admin, "stamp")
+            .await
+            .filter(|p| p["version"] == "2.0.0" && p["last_error"].is_null())
+    })
+    .await;
+    let _ = host.stop.send(());
+    host.done.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
+    let cluster = Cluster::start().await;
+    install(artifacts::STAMP_V1, &cluster.dir.path().join("stamp.wasm"));
+    let config_path = cluster.file("wasmctrl.yaml", stamp_config());
+    let host = start(&cluster, stamp_config(), Some(&config_path)).await;
+
+    let with_misbehave = format!(
+        "{}  - {{ name: misbehave, path: {}, namespaces: [default] }}\n",
+        stamp_config(),
+        artifacts::MISBEHAVE
+    );
+    cluster.file("wasmctrl.yaml", &with_misbehave);
+    eventually("misbehave started", Duration::from_secs(30), || async {
+        plugin_status(host.admin, "misbehave")
+            .await
+            .filter(|p| p["state"] == "running")
+    })
+    .await;
+
+    // A config that does not validate changes nothing.
+    cluster.file(
+        "wasmctrl.yaml",
+        &with_misbehave.replace("reconcileTimeout: 5s", "reconcileTimeout: 5x"),
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(plugin_status(host.admin, "stamp").await.is_some());
+
+    let only_misbehave = with_misbehave.replace(
+        "  - name: stamp\n    path: stamp.wasm\n    maxConcurrentReconciles: 2\n    reconcileTimeout: 5s\n    namespaces: [default]\n    permissions:\n      - { group: \"\", resources: [configmaps], verbs: [get, patch] }\n",
+        "",
+    );
+    assert_ne!(only_misbehave, with_misbehave);
+    cluster.file("wasmctrl.yaml", &only_misbehave);
+    eventually(
+        "stamp drained and removed",
+        Duration::from_secs(30),
+        || async {
+            plugin_status(host.admin, "stamp")
+                .await
+                .is_none()
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(plugin_status(host.admin, "misbehave").await.is_some());
+    let _ = host.stop.send(());
+    host.done.await.unwrap().unwrap();
+}
