@@ -3,7 +3,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 
 use crate::Error;
-use crate::bindings::wasmctrl::reconciler::context as host;
+use crate::host::context as host;
 
 /// The reconcile's context: its deadline, cancellation, attempt and the
 /// plugin's settings from the host config.

@@ -2,26 +2,56 @@
 //!
 //! A plugin is a `cdylib` crate built with `cargo build --release --target
 //! wasm32-wasip2`. It implements [`Reconciler`] and exports it with
-//! [`export_reconciler!`]; this crate is its only dependency.
+//! [`export_reconciler!`].
 //!
-//! ```ignore
-//! use wasmctrl_sdk::{Action, Context, Error, Gvk, Metadata, ObjectKey, Reconciler};
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use wasmctrl_sdk::k8s_openapi::api::core::v1::ConfigMap;
+//! use wasmctrl_sdk::serde_json::json;
+//! use wasmctrl_sdk::{Action, Api, Context, Error, Metadata, ObjectKey, Patch, Reconciler, Resource};
 //!
 //! struct Hello;
 //!
 //! impl Reconciler for Hello {
 //!     fn metadata() -> Metadata {
-//!         Metadata::new("hello", "0.1.0", Gvk::new("", "v1", "ConfigMap"))
+//!         Metadata::new("hello", "0.1.0", ConfigMap::gvk())
+//!             .permission("", &["configmaps"], &["get", "list", "watch", "patch"])
 //!     }
 //!
 //!     fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error> {
-//!         wasmctrl_sdk::info!("reconciling {key} (attempt {})", ctx.attempt());
-//!         Ok(Action::done())
+//!         let configmaps = Api::<ConfigMap>::namespaced(key.require_namespace()?);
+//!         let Some(cm) = configmaps.get_opt(&key.name)? else {
+//!             return Ok(Action::done()); // deleted: nothing to do
+//!         };
+//!         let keys = cm.data.as_ref().map_or(0, |d| d.len()).to_string();
+//!         wasmctrl_sdk::info!("{key} has {keys} keys (attempt {})", ctx.attempt());
+//!         let annotate = json!({"metadata": {"annotations": {"hello.wasmctrl.dev/keys": keys}}});
+//!         configmaps.patch(&key.name, &Patch::Merge(annotate))?;
+//!         Ok(Action::requeue_after(Duration::from_secs(300)))
 //!     }
 //! }
 //!
 //! wasmctrl_sdk::export_reconciler!(Hello);
 //! ```
+//!
+//! What the SDK offers, kube-rs style, over the host's `kube` interface:
+//!
+//! - typed resources: every k8s-openapi type (re-exported as
+//!   [`k8s_openapi`]) and the plugin's own kinds, declared with
+//!   [`custom_resource!`] — both implement [`Resource`];
+//! - [`Api<K>`](Api) — `get`/`get_opt`/`list`/`create`/`replace`/`patch`/`delete`,
+//!   server-side [`Api::apply`], and the status subresource
+//!   ([`Api::apply_status`], [`Api::patch_status`], [`Api::replace_status`]);
+//!   failures are [`ApiError`]s, which `?` turns into [`Error`]s;
+//! - [`finalizer()`]: add a finalizer, clean up on deletion, remove it,
+//!   conflict-safe;
+//! - [`conditions`]: set status conditions the way apimachinery does;
+//! - [`events::Recorder`]: Kubernetes Events about an object;
+//! - `testing::FakeCluster` (feature `testing`, native only): unit-test a
+//!   reconciler against an in-memory API server, held to its permissions;
+//! - [`Context`] (deadline, cancellation, attempt, settings) and logging
+//!   ([`info!`] and friends).
 //!
 //! Each reconcile runs in a fresh instance: nothing survives between calls, so a
 //! reconciler reads the world, compares and writes, as level-triggered
@@ -30,10 +60,18 @@
 extern crate self as wasmctrl_sdk;
 
 mod action;
+mod api;
+pub mod conditions;
 mod context;
 mod error;
+pub mod events;
+pub mod finalizer;
+mod host;
 pub mod log;
 mod metadata;
+mod resource;
+#[cfg(all(any(test, feature = "testing"), not(target_arch = "wasm32")))]
+pub mod testing;
 
 /// The generated bindings of the `wasmctrl:reconciler` world. Plugin authors
 /// use the types re-exported at the crate root instead.
@@ -50,9 +88,18 @@ pub mod bindings {
 }
 
 pub use action::Action;
+pub use api::{Api, Patch, PatchOp, escape_pointer};
 pub use context::Context;
 pub use error::{ApiError, Error};
+pub use finalizer::finalizer;
 pub use metadata::{Gvk, Metadata, ObjectKey, WatchMapping};
+pub use resource::{NoStatus, Resource};
+
+/// The Kubernetes API types (k8s-openapi, latest version), for typed
+/// resources: `wasmctrl_sdk::k8s_openapi::api::apps::v1::Deployment`.
+pub use k8s_openapi;
+/// For patches: `wasmctrl_sdk::serde_json::json!({"data": {"key": null}})`.
+pub use serde_json;
 
 /// The one trait a plugin implements.
 pub trait Reconciler {
@@ -97,6 +144,8 @@ macro_rules! export_reconciler {
 #[doc(hidden)]
 pub mod __private {
     use crate::bindings::wasmctrl::reconciler::types as wit;
+    pub use crate::resource::plumbing::{ObjectParts, serialize_object};
+    pub use serde;
     pub use wit_bindgen;
 
     pub fn metadata<R: crate::Reconciler>() -> wit::PluginMetadata {
@@ -115,3 +164,6 @@ pub mod __private {
             .map_err(crate::Error::into_wit)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -2,8 +2,8 @@
 //!
 //! Use the macros: `wasmctrl_sdk::info!("created {name}")`.
 
-use crate::bindings::wasmctrl::reconciler::context as host;
 pub use crate::bindings::wasmctrl::reconciler::types::LogLevel as Level;
+use crate::host::context as host;
 
 /// Log `message` with `fields` (key/value pairs shown as structured fields).
 pub fn log(level: Level, message: &str, fields: &[(&str, &str)]) {

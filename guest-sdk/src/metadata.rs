@@ -10,6 +10,32 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    /// The key of a namespaced object.
+    pub fn namespaced(namespace: &str, name: &str) -> Self {
+        Self {
+            namespace: Some(namespace.into()),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a cluster-scoped object.
+    pub fn cluster(name: &str) -> Self {
+        Self {
+            namespace: None,
+            name: name.into(),
+        }
+    }
+
+    /// The namespace, or a permanent error for a key without one (a
+    /// namespaced kind's reconciler can only get such a key by mistake).
+    pub fn require_namespace(&self) -> Result<&str, crate::Error> {
+        self.namespace
+            .as_deref()
+            .ok_or_else(|| crate::Error::permanent(format!("key {self} has no namespace")))
+    }
+}
+
 impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.namespace {
@@ -28,6 +54,8 @@ pub struct Gvk {
 }
 
 impl Gvk {
+    /// `Gvk::new("apps", "v1", "Deployment")`; typed resources have
+    /// `Deployment::gvk()` (see [`Resource`](crate::Resource)).
     pub fn new(group: &str, version: &str, kind: &str) -> Self {
         Self {
             group: group.into(),
