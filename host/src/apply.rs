@@ -27,7 +27,8 @@ const FIELD_MANAGER: &str = "wasmctrl-dev";
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Applies every `.yaml`/`.yml`/`.json` file in `dir` (sorted by name):
-/// CustomResourceDefinitions first (waiting until established), then the rest.
+/// CustomResourceDefinitions first (waiting until established), then the
+/// rest. Documents of the host's own kinds (`wasmctrl.dev/*`) are skipped.
 /// Returns how many objects were applied.
 pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError> {
     let file_error = |path: &Path, message: String| ApplyError::File {
@@ -56,7 +57,11 @@ pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError>
             }
             let obj: DynamicObject = serde_yaml::from_value(value)
                 .map_err(|e| file_error(&path, format!("not a Kubernetes object: {e}")))?;
-            objects.push((path.clone(), obj));
+            // The host's own config may sit beside the manifests it runs on.
+            let own = obj.types.as_ref().is_some_and(|t| t.api_version.starts_with("wasmctrl.dev/"));
+            if !own {
+                objects.push((path.clone(), obj));
+            }
         }
     }
     let is_crd = |o: &DynamicObject| {

@@ -177,12 +177,17 @@ async fn terminated() {
     }
 }
 
-async fn run(config: PathBuf) -> anyhow::Result<()> {
-    let config = HostConfig::load(&config)?;
+async fn run(config_path: PathBuf) -> anyhow::Result<()> {
+    let config = HostConfig::load(&config_path)?;
     let client = kube::Client::try_default().await.context(
         "cannot connect to a cluster (no kubeconfig or in-cluster config); try `wasmctrl dev`",
     )?;
-    let manager = Manager::start(config, client, ManagerOptions::default()).await?;
+    let options = ManagerOptions {
+        config_path: Some(config_path.clone()),
+        ..ManagerOptions::default()
+    };
+    let manager = Manager::start(config, client, options).await?;
+    println!("admin: http://{}/plugins", manager.admin_addr());
     manager.run(terminated()).await?;
     Ok(())
 }
@@ -215,6 +220,7 @@ async fn dev(
     }
     let options = ManagerOptions {
         admin_bind: admin,
+        config_path: Some(config_path.clone()),
         ..ManagerOptions::default()
     };
     let manager = Manager::start(config, client, options).await?;

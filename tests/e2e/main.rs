@@ -5,5 +5,6 @@
 mod harness;
 mod hotswap;
 mod manager;
+mod webapp;
 
 pub use harness::*;

@@ -3,6 +3,7 @@
 
 mod controller;
 mod load;
+mod process;
 mod sandbox;
 
 use std::path::Path;
