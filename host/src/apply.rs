@@ -58,7 +58,10 @@ pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError>
             let obj: DynamicObject = serde_yaml::from_value(value)
                 .map_err(|e| file_error(&path, format!("not a Kubernetes object: {e}")))?;
             // The host's own config may sit beside the manifests it runs on.
-            let own = obj.types.as_ref().is_some_and(|t| t.api_version.starts_with("wasmctrl.dev/"));
+            let own = obj
+                .types
+                .as_ref()
+                .is_some_and(|t| t.api_version.starts_with("wasmctrl.dev/"));
             if !own {
                 objects.push((path.clone(), obj));
             }

@@ -28,7 +28,10 @@ fn spawn_host(config: &Path, kubeconfig: &Path) -> Host {
         .expect("wasmctrl starts");
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let admin = loop {
-        let line = lines.next().expect("wasmctrl printed its admin address").unwrap();
+        let line = lines
+            .next()
+            .expect("wasmctrl printed its admin address")
+            .unwrap();
         if let Some(rest) = line.strip_prefix("admin: http://") {
             break rest.trim_end_matches("/plugins").parse().unwrap();
         }
@@ -56,7 +59,10 @@ fn state(host: &Host) -> Option<String> {
 fn wait_for(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
     while !check() {
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -102,9 +108,11 @@ plugins:
         .await
         .unwrap();
     tokio::task::block_in_place(|| {
-        wait_for("the second host to stand by", Duration::from_secs(30), || {
-            probe(&standby).as_deref() == Some("standby")
-        })
+        wait_for(
+            "the second host to stand by",
+            Duration::from_secs(30),
+            || probe(&standby).as_deref() == Some("standby"),
+        )
     });
 
     // The leader dies without releasing its lease.
@@ -117,11 +125,21 @@ plugins:
         })
     });
     // Within the lease duration plus retry periods (loose for a loaded CI machine).
-    assert!(killed.elapsed() < Duration::from_secs(15), "took {:?}", killed.elapsed());
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "took {:?}",
+        killed.elapsed()
+    );
 
     // SIGTERM: drain and exit 0.
     let pid = standby.child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let status = tokio::task::block_in_place(|| standby.child.wait().unwrap());
     assert!(status.success(), "exit status {status:?}");
     server.shutdown().await;
