@@ -82,14 +82,25 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
     const LIMIT: Duration = Duration::from_secs(60);
 
     // Deployment + Service owned by the WebApp, replicas 2, Ready=False.
-    let deployment = eventually("the Deployment", LIMIT, || async { deployments.get("hello").await.ok() }).await;
+    let deployment = eventually("the Deployment", LIMIT, || async {
+        deployments.get("hello").await.ok()
+    })
+    .await;
     let owner = &deployment.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("WebApp", "hello", Some(true)));
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str(), owner.controller),
+        ("WebApp", "hello", Some(true))
+    );
     let spec = &deployment.spec;
     assert_eq!(spec.replicas, Some(2));
-    let image = spec.template.spec.as_ref().unwrap().containers[0].image.clone();
+    let image = spec.template.spec.as_ref().unwrap().containers[0]
+        .image
+        .clone();
     assert_eq!(image.as_deref(), Some("nginx:1.27"));
-    let service = eventually("the Service", LIMIT, || async { services.get("hello").await.ok() }).await;
+    let service = eventually("the Service", LIMIT, || async {
+        services.get("hello").await.ok()
+    })
+    .await;
     assert_eq!(service.metadata.owner_references.unwrap()[0].name, "hello");
     eventually("Ready=False", LIMIT, || async {
         let w = webapps.get("hello").await.ok()?;
@@ -98,7 +109,8 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
     .await;
 
     // The Deployment becomes ready → Ready=True and the registry entry.
-    let status = serde_json::json!({"status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}});
+    let status =
+        serde_json::json!({"status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}});
     deployments
         .patch_status("hello", &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -109,13 +121,27 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
     })
     .await;
     let registry = eventually("the registry entry", LIMIT, || async {
-        configmaps.get("webapp-registry").await.ok()?.data?.get("hello").cloned()
+        configmaps
+            .get("webapp-registry")
+            .await
+            .ok()?
+            .data?
+            .get("hello")
+            .cloned()
     })
     .await;
     assert!(registry.contains("hello.default.svc"), "{registry}");
 
     // Editing spec.replicas → the Deployment follows.
-    cluster.kubectl(&["patch", "webapp", "hello", "--type", "merge", "-p", r#"{"spec":{"replicas":3}}"#]);
+    cluster.kubectl(&[
+        "patch",
+        "webapp",
+        "hello",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"replicas":3}}"#,
+    ]);
     eventually("replicas 3", LIMIT, || async {
         let d = deployments.get("hello").await.ok()?;
         (d.spec.replicas == Some(3)).then_some(())
@@ -137,10 +163,20 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
         webapps.get_opt("hello").await.ok()?.is_none().then_some(())
     })
     .await;
-    let entries = configmaps.get("webapp-registry").await.unwrap().data.unwrap_or_default();
+    let entries = configmaps
+        .get("webapp-registry")
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
     assert!(!entries.contains_key("hello"), "{entries:?}");
     eventually("the Deployment garbage-collected", LIMIT, || async {
-        deployments.get_opt("hello").await.ok()?.is_none().then_some(())
+        deployments
+            .get_opt("hello")
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
     })
     .await;
 
@@ -168,13 +204,21 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
         r#"controller_runtime_reconcile_total{controller="webapp",result="#,
         r#"wasmctrl_hostapi_calls_total{plugin="webapp",verb="patch""#,
     ] {
-        let line = metrics.lines().find(|l| l.starts_with(nonzero)).unwrap_or_else(|| panic!("{nonzero} in {metrics}"));
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(nonzero))
+            .unwrap_or_else(|| panic!("{nonzero} in {metrics}"));
         assert!(!line.ends_with(" 0"), "{line}");
     }
     let (_, plugins) = http_get(admin, "/plugins").await;
     let plugins: serde_json::Value = serde_json::from_str(&plugins).unwrap();
     assert_eq!(plugins[0]["name"], "webapp");
-    assert!(plugins[0]["digest"].as_str().unwrap().starts_with("sha256:"));
+    assert!(
+        plugins[0]["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
 
     let _ = stop.send(());
     done.await.unwrap().unwrap();
@@ -187,14 +231,21 @@ async fn a_plugin_asking_for_more_than_its_grant_does_not_load() {
     let mut config = quickstart_config(&cluster);
     // Take away one permission the plugin's metadata asks for.
     config.plugins[0].permissions.retain(|r| r.group != "apps");
-    let err = Manager::start(config, cluster.client.clone(), ManagerOptions {
-        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-        ..ManagerOptions::default()
-    })
+    let err = Manager::start(
+        config,
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            ..ManagerOptions::default()
+        },
+    )
     .await
     .err()
     .expect("the plugin is refused");
     let message = err.to_string();
-    assert!(message.contains("webapp") && message.contains("does not grant"), "{message}");
+    assert!(
+        message.contains("webapp") && message.contains("does not grant"),
+        "{message}"
+    );
     assert!(message.contains("apps/deployments"), "{message}");
 }
