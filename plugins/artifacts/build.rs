@@ -66,10 +66,20 @@ fn main() {
         }
         emit(name, package, &file);
     }
-    cargo_build(&root, &wasm_target, &["stamp"], Some("stamp/v2"));
-    let v2 = wasm_target.join("stamp_v2.wasm");
-    fs::copy(wasm_file(&wasm_target, "stamp"), &v2).unwrap();
-    emit("STAMP_V2", "stamp", &v2);
+    for (name, features, file) in [
+        ("STAMP_V2", "stamp/v2", "stamp_v2.wasm"),
+        ("STAMP_GREEDY", "stamp/greedy", "stamp_greedy.wasm"),
+        (
+            "STAMP_TRAP_IN_METADATA",
+            "stamp/trap-in-metadata",
+            "stamp_trap_in_metadata.wasm",
+        ),
+    ] {
+        cargo_build(&root, &wasm_target, &["stamp"], Some(features));
+        let copy = wasm_target.join(file);
+        fs::copy(wasm_file(&wasm_target, "stamp"), &copy).unwrap();
+        emit(name, "stamp", &copy);
+    }
     all.push_str("];\n");
     fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
 }

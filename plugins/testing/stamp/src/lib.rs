@@ -1,6 +1,8 @@
-//! A test reconciler built twice (`--features v2` for the second build): it
-//! labels every ConfigMap it reconciles with `wasmctrl.dev/stamp: v1` (or
-//! `v2`), so a hot swap is observable from outside.
+//! A test reconciler built several times: it labels every ConfigMap it
+//! reconciles with `wasmctrl.dev/stamp: v1` (or `v2` with `--features v2`),
+//! so a hot swap is observable from outside. `--features greedy` asks for
+//! more permissions than tests grant, `--features trap-in-metadata` panics in
+//! `metadata`: both must be refused by a hot swap.
 
 use wasmctrl_sdk::bindings::wasmctrl::reconciler::kube::{self, ObjectPatch};
 use wasmctrl_sdk::bindings::wasmctrl::reconciler::types::{ApiError, Gvk};
