@@ -267,6 +267,40 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     })
     .await;
 
+    // Changed settings rebuild the controller on the same queue.
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    let changed =
+        with_misbehave.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 3");
+    cluster.file("wasmctrl.yaml", &changed);
+    eventually(
+        "stamp rebuilt with the new settings",
+        Duration::from_secs(30),
+        || async {
+            plugin_status(host.admin, "stamp")
+                .await
+                .filter(|p| p["generation"] == 2 && p["state"] == "running")
+        },
+    )
+    .await;
+    let (_, metrics) = http_get(host.admin, "/metrics").await;
+    assert!(
+        metrics.contains(r#"controller_runtime_max_concurrent_reconciles{controller="stamp"} 3"#),
+        "{metrics}"
+    );
+    api.create(&PostParams::default(), &configmap("cm-after-change"))
+        .await
+        .unwrap();
+    eventually(
+        "the rebuilt controller reconciling",
+        Duration::from_secs(30),
+        || async {
+            let c = api.get("cm-after-change").await.ok()?;
+            (c.metadata.labels?.get(STAMP_LABEL)? == "v1").then_some(())
+        },
+    )
+    .await;
+    let with_misbehave = changed;
+
     // A config that does not validate changes nothing.
     cluster.file(
         "wasmctrl.yaml",
@@ -276,7 +310,7 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     assert!(plugin_status(host.admin, "stamp").await.is_some());
 
     let only_misbehave = with_misbehave.replace(
-        "  - name: stamp\n    path: stamp.wasm\n    maxConcurrentReconciles: 2\n    reconcileTimeout: 5s\n    namespaces: [default]\n    permissions:\n      - { group: \"\", resources: [configmaps], verbs: [get, patch] }\n",
+        "  - name: stamp\n    path: stamp.wasm\n    maxConcurrentReconciles: 3\n    reconcileTimeout: 5s\n    namespaces: [default]\n    permissions:\n      - { group: \"\", resources: [configmaps], verbs: [get, patch] }\n",
         "",
     );
     assert_ne!(only_misbehave, with_misbehave);
