@@ -58,8 +58,8 @@ pub struct Options {
 #[derive(Serialize)]
 struct JsonLine {
     scenario: &'static str,
-    writes_per_s: f64,
-    watch_events_per_s: f64,
+    writes_per_s: u64,
+    watch_events_per_s: u64,
     list_100k_ms: f64,
 }
 
@@ -359,8 +359,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     if options.json {
         let line = JsonLine {
             scenario: "apiserver",
-            writes_per_s: round(writes_per_s, 0),
-            watch_events_per_s: round(watch_events_per_s, 0),
+            writes_per_s: writes_per_s.round() as u64,
+            watch_events_per_s: watch_events_per_s.round() as u64,
             list_100k_ms: round(list_ms, 1),
         };
         println!("{}", serde_json::to_string(&line)?);

@@ -585,7 +585,15 @@ impl Rig<'_> {
             .await
             .context("no ConfigMap stamped by the new version within 30 s")?
             .context("the label watch stopped")?;
-        let (start, done) = self.probe.first();
+        // The watch can deliver the new stamp before the reconcile that
+        // wrote it has returned to the controller.
+        let mut first = self.probe.first();
+        let limit = Instant::now() + Duration::from_secs(2);
+        while first.1.is_none() && Instant::now() < limit {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            first = self.probe.first();
+        }
+        let (start, done) = first;
         Ok(Swap {
             observed: seen - t0,
             response,
