@@ -2,6 +2,7 @@
 //! HTTP, with real plugin components, driven with kubectl and kube-rs as a
 //! user would.
 
+mod cache;
 mod harness;
 mod hotswap;
 mod manager;

@@ -1,0 +1,101 @@
+//! The shared cache across a forced relist (410 Gone): every change made
+//! around the expiry reaches subscribers, deletions included.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ApiResource, DeleteParams, ObjectMeta, PostParams};
+use wasmctrl::cache::{InformerKey, Notification, SharedCache};
+
+use crate::{Cluster, eventually};
+
+fn configmap(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_missed_across_a_forced_relist() {
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    for name in ["keep", "gone-1", "gone-2"] {
+        api.create(&PostParams::default(), &configmap(name))
+            .await
+            .unwrap();
+    }
+    let cache = SharedCache::new(cluster.client.clone());
+    let key = InformerKey {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+        namespace: Some("default".into()),
+    };
+    let informer = cache.informer(key, ApiResource::erase::<ConfigMap>(&()));
+    let mut events = informer.subscribe();
+    tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
+        .await
+        .expect("the informer syncs");
+
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, bool)>::new()));
+    let collector = {
+        let seen = seen.clone();
+        tokio::spawn(async move {
+            while let Some(n) = events.next().await {
+                if let Notification::Object(e) = n {
+                    let name = e.object.metadata.name.clone().unwrap_or_default();
+                    seen.lock().unwrap().push((name, e.deleted));
+                }
+            }
+        })
+    };
+
+    // Every watch expires (as after an etcd compaction) while objects change.
+    cluster.server.expire_watches();
+    api.delete("gone-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    api.delete("gone-2", &DeleteParams::default())
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &configmap("new"))
+        .await
+        .unwrap();
+    cluster.server.expire_watches();
+
+    eventually(
+        "the deletions and the creation",
+        Duration::from_secs(30),
+        || async {
+            let seen = seen.lock().unwrap();
+            let deleted: HashSet<&str> =
+                seen.iter().filter(|e| e.1).map(|e| e.0.as_str()).collect();
+            let applied: HashSet<&str> =
+                seen.iter().filter(|e| !e.1).map(|e| e.0.as_str()).collect();
+            (deleted.contains("gone-1") && deleted.contains("gone-2") && applied.contains("new"))
+                .then_some(())
+        },
+    )
+    .await;
+    let names: HashSet<String> = informer
+        .store()
+        .state()
+        .iter()
+        .filter_map(|o| o.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        names,
+        HashSet::from(["keep".to_string(), "new".to_string()])
+    );
+    assert!(
+        !seen.lock().unwrap().iter().any(|e| e.0 == "keep" && e.1),
+        "keep was never deleted"
+    );
+    collector.abort();
+}
