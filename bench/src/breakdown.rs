@@ -4,14 +4,14 @@
 //! rounds like `dispatch`. The difference between consecutive steps is what
 //! that one thing costs.
 //!
-//! Steps 0–9 are bare wasmtime with the floor's synchronous import
+//! Steps 0–6 are bare wasmtime with the floor's synchronous import
 //! implementations (the noop guest calls no import, so the sync WASI linker
-//! never blocks even under tokio); step 10 is `Plugin::invoke` itself. What
-//! step 9 → 10 adds is what the ladder does not reproduce: wasmctrl's async
+//! never blocks even under tokio); step 7 is `Plugin::invoke` itself. What
+//! step 6 → 7 adds is what the ladder does not reproduce: wasmctrl's async
 //! linker (async WASI and `context`/`kube` imports), its `GuestOutput`
 //! streams (approximated here by `MemoryOutputPipe`), and its bookkeeping.
-//! Step 11 is step 9 on wasmctrl's engine with `pagemap_scan` turned on:
-//! what the proposed engine change would save.
+//! Memory-reset settings, which differ between the floor and older wasmctrl
+//! engines by far the most, are compared by `floor-settings`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -45,31 +45,22 @@ enum Step {
     FloorAsync,
     Epoch,
     Cow,
-    NoPagemap,
-    MemoryKeep1MiB,
-    NoStackKeep,
     WasmctrlPool,
     StoreSetup,
     TokioSelect,
     WasmFresh,
-    /// Step 9 with `pagemap_scan` on: what the proposed engine change saves.
-    Proposal,
 }
 
 impl Step {
-    const ALL: [Step; 12] = [
+    const ALL: [Step; 8] = [
         Step::FloorSync,
         Step::FloorAsync,
         Step::Epoch,
         Step::Cow,
-        Step::NoPagemap,
-        Step::MemoryKeep1MiB,
-        Step::NoStackKeep,
         Step::WasmctrlPool,
         Step::StoreSetup,
         Step::TokioSelect,
         Step::WasmFresh,
-        Step::Proposal,
     ];
 
     fn name(self) -> &'static str {
@@ -78,14 +69,10 @@ impl Step {
             Step::FloorAsync => "1 floor-async",
             Step::Epoch => "2 +epoch",
             Step::Cow => "3 +cow",
-            Step::NoPagemap => "4 +no-pagemap",
-            Step::MemoryKeep1MiB => "5 +keep-1MiB",
-            Step::NoStackKeep => "6 +no-stack-keep",
-            Step::WasmctrlPool => "7 +wasmctrl-pool",
-            Step::StoreSetup => "8 +store-setup",
-            Step::TokioSelect => "9 +tokio-select",
-            Step::WasmFresh => "10 wasm-fresh",
-            Step::Proposal => "11 9+pagemap",
+            Step::WasmctrlPool => "4 +wasmctrl-pool",
+            Step::StoreSetup => "5 +store-setup",
+            Step::TokioSelect => "6 +tokio-select",
+            Step::WasmFresh => "7 wasm-fresh",
         }
     }
 
@@ -97,18 +84,12 @@ impl Step {
                 "epoch interruption compiled in; deadline 1 + wasmctrl's callback; 1 ms ticker"
             }
             Step::Cow => "memory_init_cow on (data segments mapped from the image)",
-            Step::NoPagemap => "pagemap_scan off: the 2 MiB resident part is reset by memset",
-            Step::MemoryKeep1MiB => {
-                "linear_memory_keep_resident 2 MiB -> 1 MiB (the rest: madvise)"
-            }
-            Step::NoStackKeep => "async_stack_keep_resident 64 KiB -> 0",
             Step::WasmctrlPool => {
                 "pool sized like wasmctrl (128 instances, 1 GiB): its engine exactly"
             }
             Step::StoreSetup => "WASI with 2 output pipes and no network, store limiter",
             Step::TokioSelect => "in tokio: select!(cancelled, timeout(backstop, call))",
             Step::WasmFresh => "Plugin::invoke (wasmctrl)",
-            Step::Proposal => "step 9 on wasmctrl's engine plus pagemap_scan (the proposal)",
         }
     }
 
@@ -124,33 +105,14 @@ impl Step {
             memory_init_cow: true,
             ..epoch
         };
-        let no_pagemap = EngineKnobs {
-            pagemap_scan: false,
-            ..cow
-        };
-        let keep = EngineKnobs {
-            memory_keep_resident: EngineKnobs::WASMCTRL.memory_keep_resident,
-            ..no_pagemap
-        };
-        let stack = EngineKnobs {
-            stack_keep_resident: EngineKnobs::WASMCTRL.stack_keep_resident,
-            ..keep
-        };
         match self {
             Step::FloorSync | Step::FloorAsync => Some(floor),
             Step::Epoch => Some(epoch),
             Step::Cow => Some(cow),
-            Step::NoPagemap => Some(no_pagemap),
-            Step::MemoryKeep1MiB => Some(keep),
-            Step::NoStackKeep => Some(stack),
             Step::WasmctrlPool | Step::StoreSetup | Step::TokioSelect => {
                 Some(EngineKnobs::WASMCTRL)
             }
             Step::WasmFresh => None,
-            Step::Proposal => Some(EngineKnobs {
-                pagemap_scan: true,
-                ..EngineKnobs::WASMCTRL
-            }),
         }
     }
 }
@@ -233,7 +195,7 @@ impl Ladder {
                 }
                 Ok(())
             }),
-            Step::TokioSelect | Step::Proposal => {
+            Step::TokioSelect => {
                 let floor = self.floor(step.engine().expect("a bare step"));
                 let timeout = self.request.timeout;
                 let backstop = timeout + Duration::from_millis(7);
@@ -271,13 +233,7 @@ impl Ladder {
                 }
                 Ok(())
             }
-            Step::Epoch
-            | Step::Cow
-            | Step::NoPagemap
-            | Step::MemoryKeep1MiB
-            | Step::NoStackKeep
-            | Step::WasmctrlPool
-            | Step::StoreSetup => {
+            Step::Epoch | Step::Cow | Step::WasmctrlPool | Step::StoreSetup => {
                 let floor = self.floor(step.engine().expect("a bare step"));
                 let timeout = self.request.timeout;
                 for _ in 0..n {
@@ -439,21 +395,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         "{:<18} {:>10} {:>10} {:>10}  what the step adds",
         "step", "median µs", "p99 µs", "Δ median"
     );
-    let median = |step: Step| {
-        Step::ALL
-            .iter()
-            .position(|s| *s == step)
-            .map(|i| summaries[i].median_us())
-    };
     let mut previous: Option<f64> = None;
     for (step, s) in Step::ALL.iter().zip(&summaries) {
-        // The proposal is compared with the step it modifies.
-        let base = if *step == Step::Proposal {
-            median(Step::TokioSelect)
-        } else {
-            previous
-        };
-        let delta = base.map_or(String::new(), |p| format!("{:+.2}", s.median_us() - p));
+        let delta = previous.map_or(String::new(), |p| format!("{:+.2}", s.median_us() - p));
         println!(
             "{:<18} {:>10.2} {:>10.2} {:>10}  {}",
             step.name(),

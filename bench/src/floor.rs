@@ -269,13 +269,15 @@ impl EngineKnobs {
         max_memory: 64 << 20,
     };
 
-    /// `wasmctrl::runtime::Runtime::new` with `RuntimeConfig::default()`.
+    /// `wasmctrl::runtime::Runtime::new` with `RuntimeConfig::default()`
+    /// (host/src/runtime/mod.rs): `pagemap_scan(Auto)`, on wherever the
+    /// kernel has it (Linux ≥ 6.7, as here).
     pub const WASMCTRL: Self = Self {
         epoch: true,
-        memory_keep_resident: 1 << 20,
+        memory_keep_resident: KEEP_RESIDENT,
         table_keep_resident: 64 << 10,
-        stack_keep_resident: 0,
-        pagemap_scan: false,
+        stack_keep_resident: 64 << 10,
+        pagemap_scan: true,
         memory_init_cow: true,
         max_instances: 128,
         max_memory: 1 << 30,

@@ -151,21 +151,41 @@ async fn a_guest_panic_fails_only_that_reconcile() {
     still_works(&plugin).await;
 }
 
-#[tokio::test]
-async fn the_host_cancels_a_running_guest() {
-    let plugin = misbehave(Limits::default()).await;
-    let req = request("slow-60000", TIMEOUT);
+/// Starts `name` on its own task, cancels it once it runs, returns its result.
+async fn cancel_running(plugin: &Arc<Plugin>, name: &str) -> Result<Action, ReconcileError> {
+    let req = request(name, TIMEOUT);
     let cancel = req.cancel.clone();
-    let started = Instant::now();
     let call = tokio::spawn({
         let plugin = plugin.clone();
         async move { plugin.invoke(req).await.result }
     });
-    tokio::task::yield_now().await;
+    tokio::time::sleep(Duration::from_millis(20)).await;
     cancel.cancel();
-    let result = call.await.unwrap();
-    assert_eq!(result, Err(ReconcileError::Cancelled));
-    assert!(started.elapsed() < Duration::from_secs(30));
+    call.await.unwrap()
+}
+
+#[tokio::test]
+async fn the_host_cancels_a_runaway_guest() {
+    let plugin = misbehave(Limits::default()).await;
+    let started = Instant::now();
+    assert_eq!(
+        cancel_running(&plugin, "loop").await,
+        Err(ReconcileError::Cancelled)
+    );
+    assert!(started.elapsed() < TIMEOUT, "cancelled before its deadline");
+    still_works(&plugin).await;
+}
+
+#[tokio::test]
+async fn a_cooperative_guest_sees_the_cancellation_and_stops() {
+    let plugin = misbehave(Limits::default()).await;
+    let started = Instant::now();
+    // `slow-N` checks `ctx.cancelled()` every millisecond and returns.
+    assert_eq!(
+        cancel_running(&plugin, "slow-60000").await,
+        Err(ReconcileError::Transient("cancelled".into()))
+    );
+    assert!(started.elapsed() < TIMEOUT);
     still_works(&plugin).await;
 }
 
@@ -193,12 +213,24 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
     }
 }
 
-#[tokio::test(flavor = "current_thread")]
+/// One process-wide capturing subscriber: a scoped (thread-local) one races
+/// with tracing's global callsite-interest cache when tests run in parallel.
+fn captured() -> &'static Captured {
+    static CAPTURED: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    CAPTURED.get_or_init(|| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let captured = Captured::default();
+        tracing::subscriber::set_global_default(
+            tracing_subscriber::registry().with(captured.clone()),
+        )
+        .expect("no other global subscriber in this test binary");
+        captured
+    })
+}
+
+#[tokio::test]
 async fn guest_output_and_logs_go_to_tracing() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let captured = Captured::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(captured.clone()));
+    let captured = captured();
     let plugin = misbehave(Limits::default()).await;
     assert_eq!(reconcile(&plugin, "print").await, Ok(Action::done()));
     assert_eq!(reconcile(&plugin, "logged").await, Ok(Action::done()));
