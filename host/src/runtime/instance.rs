@@ -220,6 +220,12 @@ enum Bounded<T> {
     TimedOut,
 }
 
+/// The backstop timer and the cancellation waiter of a guest call.
+type Guards = (
+    std::pin::Pin<Box<tokio::time::Sleep>>,
+    std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+);
+
 /// Runs `call` until it finishes, `cancel` fires or `deadline` passes.
 ///
 /// The timer and the cancellation waiter are only set up once `call` first
@@ -232,10 +238,7 @@ async fn bounded<F: Future>(
     deadline: Instant,
 ) -> Bounded<F::Output> {
     let mut call = std::pin::pin!(call);
-    let mut guards: Option<(
-        std::pin::Pin<Box<tokio::time::Sleep>>,
-        std::pin::Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
-    )> = None;
+    let mut guards: Option<Guards> = None;
     std::future::poll_fn(|cx| {
         if let std::task::Poll::Ready(r) = call.as_mut().poll(cx) {
             return std::task::Poll::Ready(Bounded::Done(r));
