@@ -96,7 +96,7 @@ impl Step {
     /// The engine a bare step runs on (None: wasmctrl's own). Each step
     /// changes one setting of the previous one, ending at wasmctrl's.
     fn engine(self) -> Option<EngineKnobs> {
-        let floor = EngineKnobs::FLOOR;
+        let floor = EngineKnobs::floor();
         let epoch = EngineKnobs {
             epoch: true,
             ..floor
@@ -219,7 +219,7 @@ impl Ladder {
                 })
             }
             Step::FloorSync | Step::FloorAsync => {
-                let floor = self.floor(EngineKnobs::FLOOR);
+                let floor = self.floor(EngineKnobs::floor());
                 for _ in 0..n {
                     let key = self.key.clone();
                     let start = Instant::now();

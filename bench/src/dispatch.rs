@@ -301,6 +301,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     println!(
         "wasm-fresh and native run on a tokio current_thread runtime; the floor runs outside tokio"
     );
+    println!("floor engine: {:?}", floor::EngineKnobs::floor());
     println!(
         "nproc {}, load average {load_before} before, {load_after} after",
         std::thread::available_parallelism().map_or(0, |n| n.get())

@@ -269,6 +269,21 @@ impl EngineKnobs {
         max_memory: 64 << 20,
     };
 
+    /// The floor's settings on this host. Without `PAGEMAP_SCAN` (Linux
+    /// < 6.7) keeping memory resident only adds a `memset` per instance
+    /// (see `floor-settings`), so nothing is kept.
+    pub fn floor() -> Self {
+        if pagemap_scan_available() {
+            Self::FLOOR
+        } else {
+            Self {
+                pagemap_scan: false,
+                memory_keep_resident: 0,
+                ..Self::FLOOR
+            }
+        }
+    }
+
     /// `wasmctrl::runtime::Runtime::new` with `RuntimeConfig::default()`
     /// (host/src/runtime/mod.rs): `pagemap_scan(Auto)`, on wherever the
     /// kernel has it (Linux ≥ 6.7, as here).
@@ -284,8 +299,14 @@ impl EngineKnobs {
     };
 }
 
+/// Whether the kernel has the `PAGEMAP_SCAN` ioctl (Linux ≥ 6.7).
+pub fn pagemap_scan_available() -> bool {
+    PoolingAllocationConfig::is_pagemap_scan_available()
+}
+
 /// An engine with a pooling allocator, no fuel and no component-model
-/// concurrency, set up as `knobs` say.
+/// concurrency, set up as `knobs` say (`pagemap_scan` only where the
+/// kernel has it, as wasmctrl's `Enabled::Auto`).
 pub fn engine(knobs: EngineKnobs) -> anyhow::Result<Engine> {
     let mut pool = PoolingAllocationConfig::new();
     let instances = knobs.max_instances;
@@ -299,7 +320,7 @@ pub fn engine(knobs: EngineKnobs) -> anyhow::Result<Engine> {
         .table_keep_resident(knobs.table_keep_resident)
         .async_stack_keep_resident(knobs.stack_keep_resident)
         .pagemap_scan(if knobs.pagemap_scan {
-            Enabled::Yes
+            Enabled::Auto
         } else {
             Enabled::No
         });
@@ -322,9 +343,9 @@ pub struct Floor {
 }
 
 impl Floor {
-    /// The floor proper: the fastest engine settings.
+    /// The floor proper: the fastest engine settings on this host.
     pub fn new(component: &Path) -> anyhow::Result<Self> {
-        Self::with_engine(component, EngineKnobs::FLOOR)
+        Self::with_engine(component, EngineKnobs::floor())
     }
 
     pub fn with_engine(component: &Path, knobs: EngineKnobs) -> anyhow::Result<Self> {

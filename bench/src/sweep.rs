@@ -148,6 +148,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     println!(
         "all: no epoch, no fuel, concurrency_support(false); tables and fiber stacks 64 KiB resident unless =0"
     );
+    if !floor::pagemap_scan_available() {
+        println!("PAGEMAP_SCAN is not available on this kernel: the pagemap rows run without it");
+    }
     println!(
         "nproc {}, load average {load_before} before, {} after",
         std::thread::available_parallelism().map_or(0, |n| n.get()),

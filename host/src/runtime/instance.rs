@@ -64,8 +64,6 @@ impl Sandbox {
             .allow_udp(false)
             .allow_ip_name_lookup(false)
             .build();
-        let deadline = call.deadline;
-        let cancel = call.cancel.clone();
         let state = HostState {
             wasi,
             table: ResourceTable::new(),
@@ -90,11 +88,13 @@ impl Sandbox {
         // Check at every tick: cancelled → error, past the deadline → trap,
         // otherwise yield so a busy guest never starves the executor.
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(move |_| {
-            if cancel.is_cancelled() {
+        // Reads the context from the store: no token clone per reconcile.
+        store.epoch_deadline_callback(|store| {
+            let call = &store.data().call;
+            if call.cancel.is_cancelled() {
                 return Err(wasmtime::Error::new(Cancelled));
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= call.deadline {
                 return Ok(UpdateDeadline::Interrupt);
             }
             Ok(UpdateDeadline::Yield(1))

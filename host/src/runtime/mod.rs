@@ -102,6 +102,10 @@ impl Runtime {
     pub fn new(config: RuntimeConfig, metrics: Arc<Metrics>) -> Result<Self, RuntimeError> {
         let mut pool = PoolingAllocationConfig::new();
         let instances = config.max_instances.max(1);
+        // Without PAGEMAP_SCAN (Linux < 6.7) the resident part of a slot is
+        // memset whole on every reuse, dearer than decommitting it all
+        // (`wasmctrl-bench -- floor-settings`: 2 MiB resident 25 µs, none 15 µs).
+        let pagemap = PoolingAllocationConfig::is_pagemap_scan_available();
         pool.total_component_instances(instances)
             // Each reconciler instance uses ~3 core instances, 1 memory, 2 tables.
             .total_core_instances(instances * 4)
@@ -114,10 +118,10 @@ impl Runtime {
             // no decommit and refault per reconcile. Measured with
             // `wasmctrl-bench -- breakdown`: 38 µs → ~8 µs per fresh noop
             // instance (docs/BENCHMARKS.md).
-            .linear_memory_keep_resident(KEEP_RESIDENT)
+            .linear_memory_keep_resident(if pagemap { KEEP_RESIDENT } else { 0 })
             .table_keep_resident(64 << 10)
             .async_stack_keep_resident(64 << 10)
-            .pagemap_scan(Enabled::Auto);
+            .pagemap_scan(if pagemap { Enabled::Yes } else { Enabled::No });
 
         let mut c = Config::new();
         c.wasm_component_model(true)
