@@ -354,15 +354,7 @@ impl Shared {
         generation: u64,
         queue: Option<WorkQueue<ObjectKey>>,
     ) -> Result<Entry, ManagerError> {
-        let grant = Grant::new(config.permissions.clone(), config.namespaces.clone());
-        let api = Arc::new(ClusterApi::new(
-            &config.name,
-            self.client.clone(),
-            self.resolver.clone(),
-            self.cache.clone(),
-            grant.clone(),
-            self.metrics.clone(),
-        ));
+        let api = self.plugin_api(&config);
         let plugin = self.load(&config, api.clone()).await.inspect_err(|_| {
             self.count_reload(&config.name, "error");
         })?;
@@ -371,7 +363,7 @@ impl Shared {
 
         let rl = &config.rate_limiter;
         let queue = queue.unwrap_or_else(|| {
-            let limiter = controller_rate_limiter(rl.base_delay, rl.max_delay, rl.qps, rl.burst);
+            let limiter = rate_limiter(rl);
             WorkQueue::new(
                 config.name.clone(),
                 Box::new(limiter),
@@ -414,6 +406,18 @@ impl Shared {
         Ok(entry)
     }
 
+    /// The `kube` imports of one plugin, held to its grant.
+    fn plugin_api(&self, config: &PluginConfig) -> Arc<ClusterApi> {
+        Arc::new(ClusterApi::new(
+            &config.name,
+            self.client.clone(),
+            self.resolver.clone(),
+            self.cache.clone(),
+            Grant::new(config.permissions.clone(), config.namespaces.clone()),
+            self.metrics.clone(),
+        ))
+    }
+
     async fn load(
         &self,
         config: &PluginConfig,
@@ -431,10 +435,10 @@ impl Shared {
                     ..Limits::default()
                 },
                 settings: config.settings.clone(),
-                kube: api,
+                kube: api.clone(),
             })
             .await?;
-        let grant = Grant::new(config.permissions.clone(), config.namespaces.clone());
+        let grant = api.grant();
         let missing: Vec<String> = plugin
             .metadata()
             .permissions
@@ -535,11 +539,7 @@ impl Shared {
                                 let Some(informer) = weak.upgrade() else {
                                     break;
                                 };
-                                for o in informer.store().state() {
-                                    for k in keys(&mapping2, &reconciled, &o) {
-                                        queue.add(k);
-                                    }
-                                }
+                                enqueue_store(&queue, &informer, &mapping2, &reconciled);
                             }
                         }
                     }
@@ -558,11 +558,7 @@ impl Shared {
                             let Some(informer) = weak.upgrade() else {
                                 break;
                             };
-                            for o in informer.store().state() {
-                                for k in keys(&KeyMapping::Itself, &for_kind, &o) {
-                                    queue.add(k);
-                                }
-                            }
+                            enqueue_store(&queue, &informer, &KeyMapping::Itself, &for_kind);
                         }
                     }));
                 }
@@ -691,16 +687,10 @@ impl Shared {
             }
             ReloadError::Failed(e)
         };
-        let grant = Grant::new(config.permissions.clone(), config.namespaces.clone());
-        let api = Arc::new(ClusterApi::new(
-            &config.name,
-            self.client.clone(),
-            self.resolver.clone(),
-            self.cache.clone(),
-            grant,
-            self.metrics.clone(),
-        ));
-        let plugin = self.load(&config, api).await.map_err(fail)?;
+        let plugin = self
+            .load(&config, self.plugin_api(&config))
+            .await
+            .map_err(fail)?;
         let new_meta = plugin.metadata().clone();
         let watches_changed = new_meta.for_ != old_meta.for_
             || new_meta.owns != old_meta.owns
@@ -779,7 +769,7 @@ impl Shared {
             .iter()
             .map(|(n, e)| (n.clone(), e.config.clone()))
             .collect();
-        for (name, old) in &current {
+        for name in current.keys() {
             if !new.plugins.iter().any(|p| &p.name == name) {
                 let entry = self.plugins.lock().unwrap().remove(name);
                 if let Some(mut entry) = entry {
@@ -795,7 +785,6 @@ impl Shared {
                         None => entry.controller.queue().shut_down(),
                     }
                 }
-                let _ = old;
             }
         }
         for plugin in new.plugins {
@@ -824,12 +813,7 @@ impl Shared {
                     };
                     if old.rate_limiter != plugin.rate_limiter {
                         let rl = &plugin.rate_limiter;
-                        queue.set_rate_limiter(Box::new(controller_rate_limiter(
-                            rl.base_delay,
-                            rl.max_delay,
-                            rl.qps,
-                            rl.burst,
-                        )));
+                        queue.set_rate_limiter(Box::new(rate_limiter(rl)));
                     }
                     match self.build(plugin, generation, Some(queue)).await {
                         Ok(mut entry) => {
@@ -863,16 +847,18 @@ impl Shared {
         }
     }
 
-    /// The plugin whose component is at `path`, if its content changed.
-    fn plugin_changed_at(&self, path: &std::path::Path) -> Vec<String> {
+    /// Plugins whose component is at `path` (absolute) and whose content
+    /// differs from the version running (a touch without change is no swap).
+    fn changed_plugins_at(&self, path: &std::path::Path) -> Vec<String> {
+        let Ok(bytes) = std::fs::read(path) else {
+            return Vec::new();
+        };
+        let digest = crate::runtime::digest(&bytes);
         let plugins = self.plugins.lock().unwrap();
         plugins
             .iter()
-            .filter(|(_, e)| e.config.resolved_path(&self.config.base_dir) == path)
-            .filter(|(_, e)| match std::fs::read(path) {
-                Ok(bytes) => crate::runtime::digest(&bytes) != e.slot.current().digest(),
-                Err(_) => false,
-            })
+            .filter(|(_, e)| absolute(&e.config.resolved_path(&self.config.base_dir)) == path)
+            .filter(|(_, e)| e.slot.current().digest() != digest)
             .map(|(n, _)| n.clone())
             .collect()
     }
@@ -887,6 +873,11 @@ impl Shared {
     }
 }
 
+/// `p` made absolute, as file events name paths.
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
 /// How long file events settle before a reload (editors and `cargo build`
 /// write in several steps).
 const DEBOUNCE: Duration = Duration::from_millis(250);
@@ -894,9 +885,7 @@ const DEBOUNCE: Duration = Duration::from_millis(250);
 /// Reloads a plugin when its file changes, and the config when it does.
 fn spawn_file_watcher(shared: Arc<Shared>, config_path: Option<PathBuf>) -> JoinHandle<()> {
     use notify::{RecursiveMode, Watcher};
-    let canonical =
-        |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let config_path = config_path.map(|p| canonical(&p));
+    let config_path = config_path.map(|p| absolute(&p));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<PathBuf>();
     let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
         if let Ok(event) = res {
@@ -919,7 +908,7 @@ fn spawn_file_watcher(shared: Arc<Shared>, config_path: Option<PathBuf>) -> Join
         let mut wanted: Vec<PathBuf> = shared.watched_paths();
         wanted.extend(config.cloned());
         for p in wanted {
-            if let Some(dir) = canonical(&p).parent().map(std::path::Path::to_path_buf)
+            if let Some(dir) = absolute(&p).parent().map(std::path::Path::to_path_buf)
                 && dirs.insert(dir.clone())
                 && let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive)
             {
@@ -942,28 +931,9 @@ fn spawn_file_watcher(shared: Arc<Shared>, config_path: Option<PathBuf>) -> Join
                     shared.reload_config(&path).await;
                     continue;
                 }
-                let names: Vec<String> = {
-                    let plugins = shared.plugins.lock().unwrap();
-                    plugins
-                        .iter()
-                        .filter(|(_, e)| {
-                            canonical(&e.config.resolved_path(&shared.config.base_dir)) == path
-                        })
-                        .map(|(n, _)| n.clone())
-                        .collect()
-                };
-                for name in names {
-                    let resolved = {
-                        let plugins = shared.plugins.lock().unwrap();
-                        plugins
-                            .get(&name)
-                            .map(|e| e.config.resolved_path(&shared.config.base_dir))
-                    };
-                    let Some(resolved) = resolved else { continue };
-                    if shared.plugin_changed_at(&resolved).contains(&name) {
-                        tracing::info!(plugin = %name, "component file changed: reloading");
-                        let _ = shared.reload_plugin(&name).await;
-                    }
+                for name in shared.changed_plugins_at(&path) {
+                    tracing::info!(plugin = %name, "component file changed: reloading");
+                    let _ = shared.reload_plugin(&name).await;
                 }
             }
             // Plugins added by a config reload may live in new directories.
@@ -985,15 +955,30 @@ fn enqueue_all(entry: &Entry) {
     let queue = entry.controller.queue();
     for informer in &entry.informers {
         let is_for = informer.key.group == for_kind.group && informer.key.kind == for_kind.kind;
-        if !is_for {
-            continue;
-        }
-        for o in informer.store().state() {
-            for k in keys(&KeyMapping::Itself, &for_kind, &o) {
-                queue.add(k);
-            }
+        if is_for {
+            enqueue_store(queue, informer, &KeyMapping::Itself, &for_kind);
         }
     }
+}
+
+/// Adds the key of every object `informer` holds, as `mapping` maps it.
+fn enqueue_store(
+    queue: &WorkQueue<ObjectKey>,
+    informer: &Informer,
+    mapping: &KeyMapping,
+    reconciled: &Gvk,
+) {
+    for o in informer.store().state() {
+        for k in keys(mapping, reconciled, &o) {
+            queue.add(k);
+        }
+    }
+}
+
+fn rate_limiter(
+    rl: &crate::config::RateLimiterConfig,
+) -> crate::ratelimit::MaxOfRateLimiter<ObjectKey> {
+    controller_rate_limiter(rl.base_delay, rl.max_delay, rl.qps, rl.burst)
 }
 
 fn rfc3339(t: SystemTime) -> String {

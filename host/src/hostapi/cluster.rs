@@ -59,6 +59,11 @@ impl ClusterApi {
         }
     }
 
+    /// The grant every call of this plugin is checked against.
+    pub fn grant(&self) -> &Grant {
+        &self.grant
+    }
+
     fn count(&self, verb: &str, resource: &str, code: &str) {
         self.metrics
             .hostapi_calls
@@ -267,11 +272,6 @@ impl ClusterApi {
             )));
         }
         let kind = &event.regarding_kind;
-        let api_version = if kind.group.is_empty() {
-            kind.version.clone()
-        } else {
-            format!("{}/{}", kind.group, kind.version)
-        };
         // The uid lets `kubectl describe` show the event on the object.
         let uid = match self.resolver.resolve(kind).await {
             Ok(resolved) => {
@@ -290,7 +290,7 @@ impl ClusterApi {
             Err(_) => None,
         };
         let reference = ObjectReference {
-            api_version: Some(api_version),
+            api_version: Some(api_version(kind)),
             kind: Some(kind.kind.clone()),
             name: Some(event.regarding_name.clone()),
             namespace: event.regarding_namespace.clone(),
@@ -326,11 +326,7 @@ impl ClusterApi {
         message: &str,
     ) {
         let reference = ObjectReference {
-            api_version: Some(if kind.group.is_empty() {
-                kind.version.clone()
-            } else {
-                format!("{}/{}", kind.group, kind.version)
-            }),
+            api_version: Some(api_version(kind)),
             kind: Some(kind.kind.clone()),
             name: Some(key.name.clone()),
             namespace: key.namespace.clone(),
@@ -363,6 +359,15 @@ impl KubeApi for ClusterApi {
             }
             self.serve(request).await
         })
+    }
+}
+
+/// `group/version`, or `version` for the core group.
+fn api_version(kind: &super::Gvk) -> String {
+    if kind.group.is_empty() {
+        kind.version.clone()
+    } else {
+        format!("{}/{}", kind.group, kind.version)
     }
 }
 
