@@ -21,9 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use wasmctrl::hostapi::NoApiServer;
 use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Limits, Plugin, PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::runtime::{Plugin, PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{ObjectKey, ReconcileRequest};
 use wasmtime::{Engine, Store, UpdateDeadline};
 use wasmtime_wasi::WasiCtx;
@@ -303,14 +302,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let noop = wasmctrl_plugin_artifacts::NOOP;
     let plugin = tokio.block_on(async {
         let runtime = Runtime::new(config, Arc::new(Metrics::new()))?;
-        let spec = PluginSpec {
-            name: "noop".into(),
-            path: noop.into(),
-            limits: Limits::default(),
-            settings: serde_json::json!({}),
-            kube: Arc::new(NoApiServer),
-        };
-        anyhow::Ok(runtime.load(spec).await?)
+        let spec = PluginSpec::new("noop");
+        anyhow::Ok(runtime.load_file(noop, spec).await?)
     })?;
     let mut floors: Vec<(EngineKnobs, Floor)> = Vec::new();
     for knobs in Step::ALL.iter().filter_map(|s| s.engine()) {

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, ensure};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use wasmctrl::hostapi::NoApiServer;
+use wasmctrl::TrapKind;
 use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Limits, PluginSpec, Runtime, RuntimeConfig, TrapKind};
+use wasmctrl::runtime::{PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{ObjectKey, ReconcileError, ReconcileRequest};
 
 use crate::stats::{Samples, load_average, round};
@@ -55,14 +55,12 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let tick = config.epoch_tick;
     let plugin = tokio.block_on(async {
         let runtime = Runtime::new(config, Arc::new(Metrics::new()))?;
-        let spec = PluginSpec {
-            name: "misbehave".into(),
-            path: wasmctrl_plugin_artifacts::MISBEHAVE.into(),
-            limits: Limits::default(),
-            settings: serde_json::json!({}),
-            kube: Arc::new(NoApiServer),
-        };
-        anyhow::Ok(runtime.load(spec).await?)
+        let spec = PluginSpec::new("misbehave");
+        anyhow::Ok(
+            runtime
+                .load_file(wasmctrl_plugin_artifacts::MISBEHAVE, spec)
+                .await?,
+        )
     })?;
 
     let per_round = options.trials.div_ceil(options.rounds);

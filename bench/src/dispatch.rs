@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use wasmctrl::hostapi::NoApiServer;
 use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Limits, Plugin, PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::runtime::{Plugin, PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use crate::floor::{self, Floor};
@@ -93,14 +92,8 @@ impl Bench {
         let noop = wasmctrl_plugin_artifacts::NOOP;
         let plugin = tokio.block_on(async {
             let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(Metrics::new()))?;
-            let spec = PluginSpec {
-                name: "noop".into(),
-                path: noop.into(),
-                limits: Limits::default(),
-                settings: serde_json::json!({}),
-                kube: Arc::new(NoApiServer),
-            };
-            anyhow::Ok(runtime.load(spec).await?)
+            let spec = PluginSpec::new("noop");
+            anyhow::Ok(runtime.load_file(noop, spec).await?)
         })?;
         let floor = Floor::new(Path::new(noop))?;
         let request = ReconcileRequest {

@@ -659,7 +659,7 @@ async fn measure(options: &Options, probe: &Probe) -> anyhow::Result<Outcome> {
         client_for(&server).await?,
         ManagerOptions {
             admin_bind: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
-            watch_files: false,
+            watch_sources: false,
             ..ManagerOptions::default()
         },
     )

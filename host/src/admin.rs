@@ -22,8 +22,35 @@ pub trait AdminState: Send + Sync + 'static {
     fn readyz(&self) -> Result<(), String>;
     /// Status of every plugin.
     fn plugins(&self) -> serde_json::Value;
-    /// Reloads one plugin from its file; Err((status, message)).
-    fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, (u16, String)>>;
+    /// Reloads one plugin from its source; Ok: its new status.
+    fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, Refusal>>;
+}
+
+/// Why a mutating admin request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// 404: no such plugin.
+    NotFound(String),
+    /// 409: the plugin is being removed.
+    Conflict(String),
+    /// 422: the new version was refused; the old one keeps running.
+    Invalid(String),
+}
+
+impl Refusal {
+    fn status(&self) -> StatusCode {
+        match self {
+            Refusal::NotFound(_) => StatusCode::NOT_FOUND,
+            Refusal::Conflict(_) => StatusCode::CONFLICT,
+            Refusal::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        }
+    }
+
+    fn message(&self) -> &str {
+        match self {
+            Refusal::NotFound(m) | Refusal::Conflict(m) | Refusal::Invalid(m) => m,
+        }
+    }
 }
 
 /// Why the admin server could not start.
@@ -36,9 +63,16 @@ pub struct AdminError {
 
 /// Binds `bind` and serves until `stop` is cancelled. Returns the bound
 /// address (useful with port 0).
+///
+/// # Mutating endpoints need the token
+/// With a `token`, `POST` endpoints answer 401 unless the request carries
+/// `Authorization: Bearer <token>`. The config requires a token whenever
+/// the address is not loopback. Read-only endpoints (metrics, probes,
+/// status) stay open for scrapers and kubelets.
 pub async fn serve(
     bind: SocketAddr,
     state: Arc<dyn AdminState>,
+    token: Option<String>,
     stop: CancellationToken,
 ) -> Result<SocketAddr, AdminError> {
     let listener = tokio::net::TcpListener::bind(bind)
@@ -52,7 +86,13 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/plugins", get(plugins))
-        .route("/plugins/{name}/reload", post(reload))
+        .route(
+            "/plugins/{name}/reload",
+            post(reload).route_layer(axum::middleware::from_fn_with_state(
+                Arc::new(token),
+                require_token,
+            )),
+        )
         .with_state(state);
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -98,10 +138,42 @@ async fn plugins(State(state): State<Arc<dyn AdminState>>) -> Json<serde_json::V
 async fn reload(State(state): State<Arc<dyn AdminState>>, Path(name): Path<String>) -> Response {
     match state.reload(name).await {
         Ok(v) => Json(v).into_response(),
-        Err((code, message)) => (
-            StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            Json(serde_json::json!({ "error": message })),
+        Err(refusal) => (
+            refusal.status(),
+            Json(serde_json::json!({ "error": refusal.message() })),
         )
             .into_response(),
     }
+}
+
+/// 401 unless the request carries the bearer token (when one is set).
+async fn require_token(
+    State(token): State<Arc<Option<String>>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if let Some(token) = token.as_deref() {
+        let presented = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
+        if !ok {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Json(serde_json::json!({ "error": "this endpoint needs the admin token (Authorization: Bearer …)" })),
+            )
+                .into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares without an early exit, so timing does not reveal the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }

@@ -8,10 +8,9 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use wasmctrl::config::HostConfig;
-use wasmctrl::hostapi::NoApiServer;
 use wasmctrl::manager::{Manager, ManagerOptions};
 use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Limits, PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::runtime::{PluginSpec, Runtime, RuntimeConfig};
 
 /// A Kubernetes controller runtime whose reconcilers are sandboxed
 /// WebAssembly components.
@@ -135,20 +134,12 @@ async fn inspect(path: PathBuf) -> anyhow::Result<()> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let plugin = runtime
-        .load(PluginSpec {
-            name,
-            path,
-            limits: Limits::default(),
-            settings: serde_json::json!({}),
-            kube: Arc::new(NoApiServer),
-        })
-        .await?;
+    let plugin = runtime.load_file(&path, PluginSpec::new(name)).await?;
     let m = plugin.metadata();
-    let gvk = |g: &wasmctrl::hostapi::Gvk| serde_json::json!({"group": g.group, "version": g.version, "kind": g.kind});
+    let gvk = |g: &wasmctrl::Gvk| serde_json::json!({"group": g.group, "version": g.version, "kind": g.kind});
     let out = serde_json::json!({
         "world": "wasmctrl:reconciler/reconciler@0.1.0",
-        "path": plugin.path(),
+        "path": plugin.origin(),
         "digest": plugin.digest(),
         "name": m.name,
         "version": m.version,
@@ -252,7 +243,9 @@ pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
 /// crate of a cargo workspace (`…/target/wasm32-wasip2/release/<crate>.wasm`).
 fn build_missing_plugins(config: &HostConfig) -> anyhow::Result<()> {
     for plugin in &config.plugins {
-        let path = plugin.resolved_path(&config.base_dir);
+        let Some(path) = plugin.file(&config.base_dir) else {
+            continue;
+        };
         if path.exists() {
             continue;
         }

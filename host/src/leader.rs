@@ -21,6 +21,9 @@ pub struct LeaderElection {
     pub identity: String,
     /// A lease not renewed for this long is free to take.
     pub lease_duration: Duration,
+    /// A leader that could not renew for this long gives up (less than
+    /// `lease_duration`, so it stops before anyone may take over).
+    pub renew_deadline: Duration,
     /// How often the leader renews and a standby retries.
     pub retry_period: Duration,
 }
@@ -51,7 +54,7 @@ impl LeaderElection {
                 }
                 Err(e) => {
                     tracing::warn!(identity = %self.identity, "leader election: {e}");
-                    if last_renewed.is_some_and(|t| t.elapsed() >= self.lease_duration) {
+                    if last_renewed.is_some_and(|t| t.elapsed() >= self.renew_deadline) {
                         tracing::error!(identity = %self.identity, "leader election lost: could not renew the lease");
                         last_renewed = None;
                         leader.send_replace(false);

@@ -11,12 +11,16 @@ pub mod config;
 pub mod controller;
 pub mod discovery;
 pub mod hostapi;
+pub mod kind;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
-pub mod ratelimit;
 pub mod reconcile;
 pub mod runtime;
+pub mod source;
+pub mod syntax;
+mod wit;
 pub mod workqueue;
 
-pub use reconcile::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
+pub use kind::Gvk;
+pub use reconcile::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest, TrapKind};

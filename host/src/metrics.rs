@@ -1,6 +1,7 @@
 //! Prometheus metrics, named like controller-runtime's so existing dashboards
 //! work, plus wasmctrl's own plugin metrics.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,9 +12,30 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::reconcile::ReconcileError;
-use crate::runtime::{Invocation, TrapKind};
+use crate::reconcile::{ReconcileError, TrapKind};
 use crate::workqueue::QueueMetrics;
+
+/// What one guest call cost and how it ended, as the runtime measured it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CallUsage {
+    /// Store creation and instantiation.
+    pub instantiate: Duration,
+    /// Time spent running the guest (its polls: CPU time unless the OS
+    /// preempted the thread).
+    pub guest_time: Duration,
+    /// Fuel burnt, when fuel metering is on.
+    pub fuel_consumed: Option<u64>,
+    /// The most linear memory the instance held, all memories together.
+    pub memory_peak: usize,
+    /// Bytes the guest wrote to stdout/stderr or logged.
+    pub output_bytes: u64,
+    /// `kube` calls the guest made.
+    pub host_calls: u32,
+    /// How the call trapped, if it did.
+    pub trap: Option<TrapKind>,
+    /// The plugin ceiling the call ran into (a `Limits` field name).
+    pub ceiling: Option<&'static str>,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
@@ -46,6 +68,18 @@ pub struct TrapLabels {
 pub struct ReloadLabels {
     pub plugin: String,
     pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabel {
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub plugin: String,
+    /// The `limits` field that was exceeded.
+    pub limit: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -87,8 +121,17 @@ pub struct Metrics {
     pub plugin_traps: Family<TrapLabels, Counter>,
     pub plugin_fuel: HistogramFamily<PluginLabel>,
     pub plugin_reloads: Family<ReloadLabels, Counter>,
+    pub config_reloads: Family<ResultLabel, Counter>,
     pub hostapi_calls: Family<HostApiLabels, Counter>,
     pub plugin_instantiate: HistogramFamily<PluginLabel>,
+    // wasmctrl_plugin_* usage and ceilings
+    pub plugin_guest_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
+    pub plugin_memory_peak: Family<PluginLabel, Gauge>,
+    pub plugin_output_bytes: Family<PluginLabel, Counter>,
+    pub plugin_host_calls: Family<PluginLabel, Counter>,
+    pub api_requests: Family<PluginLabel, Counter>,
+    pub api_throttled_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
+    pub limit_exceeded: Family<LimitLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -127,8 +170,16 @@ impl Metrics {
                 Histogram::new(exponential_buckets(1e3, 10.0, 10))
             }),
             plugin_reloads: Family::default(),
+            config_reloads: Family::default(),
             hostapi_calls: Family::default(),
             plugin_instantiate: Family::new_with_constructor(seconds_histogram),
+            plugin_guest_seconds: Family::default(),
+            plugin_memory_peak: Family::default(),
+            plugin_output_bytes: Family::default(),
+            plugin_host_calls: Family::default(),
+            api_requests: Family::default(),
+            api_throttled_seconds: Family::default(),
+            limit_exceeded: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap();
@@ -219,6 +270,11 @@ impl Metrics {
                 m.plugin_reloads.clone(),
             );
             r.register(
+                "wasmctrl_config_reloads",
+                "Config file reloads per result (error: refused, the running config stays)",
+                m.config_reloads.clone(),
+            );
+            r.register(
                 "wasmctrl_hostapi_calls",
                 "Host API calls per plugin, verb, resource and result code",
                 m.hostapi_calls.clone(),
@@ -227,6 +283,41 @@ impl Metrics {
                 "wasmctrl_plugin_instantiate_seconds",
                 "Time to create a store and instantiate a plugin",
                 m.plugin_instantiate.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_guest_seconds",
+                "Time spent running guest code per plugin (CPU unless preempted)",
+                m.plugin_guest_seconds.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_memory_peak_bytes",
+                "The most linear memory one instance of the plugin held (all memories together)",
+                m.plugin_memory_peak.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_output_bytes",
+                "Bytes of stdout, stderr and log messages the plugin wrote, kept or dropped",
+                m.plugin_output_bytes.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_host_calls",
+                "kube host calls the plugin made",
+                m.plugin_host_calls.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_api_requests",
+                "Requests the plugin's host calls sent to the API server",
+                m.api_requests.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_api_throttled_seconds",
+                "Time the plugin's API requests waited for its API rate limit",
+                m.api_throttled_seconds.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_limit_exceeded",
+                "Calls that ran into one of the plugin's ceilings, per limit",
+                m.limit_exceeded.clone(),
             );
         }
         m
@@ -287,18 +378,18 @@ impl Metrics {
         }
     }
 
-    /// Records what one wasm invocation cost and how it ended.
-    pub fn observe_invocation(&self, plugin: &str, invocation: &Invocation) {
+    /// Records what one guest call cost and how it ended.
+    pub fn observe_call(&self, plugin: &str, usage: &CallUsage) {
         let label = PluginLabel {
             plugin: plugin.into(),
         };
         self.plugin_instantiate
             .get_or_create(&label)
-            .observe(invocation.instantiate.as_secs_f64());
-        if let Some(fuel) = invocation.fuel_consumed {
+            .observe(usage.instantiate.as_secs_f64());
+        if let Some(fuel) = usage.fuel_consumed {
             self.plugin_fuel.get_or_create(&label).observe(fuel as f64);
         }
-        if let Err(ReconcileError::Trap { kind, .. }) = &invocation.result {
+        if let Some(kind) = usage.trap {
             self.plugin_traps
                 .get_or_create(&TrapLabels {
                     plugin: plugin.into(),
@@ -306,6 +397,28 @@ impl Metrics {
                 })
                 .inc();
         }
+        if let Some(limit) = usage.ceiling {
+            self.limit_exceeded
+                .get_or_create(&LimitLabels {
+                    plugin: plugin.into(),
+                    limit: limit.into(),
+                })
+                .inc();
+        }
+        self.plugin_guest_seconds
+            .get_or_create(&label)
+            .inc_by(usage.guest_time.as_secs_f64());
+        let peak = self.plugin_memory_peak.get_or_create(&label);
+        let memory = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
+        if memory > peak.get() {
+            peak.set(memory);
+        }
+        self.plugin_output_bytes
+            .get_or_create(&label)
+            .inc_by(usage.output_bytes);
+        self.plugin_host_calls
+            .get_or_create(&label)
+            .inc_by(u64::from(usage.host_calls));
     }
 }
 

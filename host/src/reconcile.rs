@@ -7,8 +7,6 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::runtime::TrapKind;
-
 /// The key a reconcile is asked for (controller-runtime's `Request`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
@@ -140,5 +138,58 @@ impl<R: Reconcile> Reconcile for std::sync::Arc<R> {
         request: ReconcileRequest,
     ) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
         (**self).reconcile(request)
+    }
+}
+
+/// Why a guest call stopped abnormally. Used for the
+/// `wasmctrl_plugin_traps_total{reason}` metric and the controller's
+/// timeout/panic counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrapKind {
+    /// The reconcile's deadline passed while the guest ran (epoch interruption).
+    Deadline,
+    /// The guest used its whole fuel budget.
+    Fuel,
+    /// The guest tried to grow memory (or tables) past its limit.
+    Memory,
+    /// The guest overflowed its stack.
+    Stack,
+    /// The guest aborted (`unreachable`, a Rust panic).
+    Panic,
+    /// The guest went past one of its plugin's ceilings (host calls,
+    /// instances, tables, …); the message names which.
+    Limit,
+    /// Anything else (out-of-bounds access, bad cast, a host error).
+    Other,
+}
+
+impl TrapKind {
+    pub const ALL: [TrapKind; 7] = [
+        TrapKind::Deadline,
+        TrapKind::Fuel,
+        TrapKind::Memory,
+        TrapKind::Stack,
+        TrapKind::Panic,
+        TrapKind::Limit,
+        TrapKind::Other,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapKind::Deadline => "deadline",
+            TrapKind::Fuel => "fuel",
+            TrapKind::Memory => "memory",
+            TrapKind::Stack => "stack",
+            TrapKind::Panic => "panic",
+            TrapKind::Limit => "limit",
+            TrapKind::Other => "other",
+        }
+    }
+}
+
+impl fmt::Display for TrapKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -31,13 +31,9 @@ async fn nothing_is_missed_across_a_forced_relist() {
             .unwrap();
     }
     let cache = SharedCache::new(cluster.client.clone());
-    let key = InformerKey {
-        group: String::new(),
-        version: "v1".into(),
-        kind: "ConfigMap".into(),
-        namespace: Some("default".into()),
-    };
-    let informer = cache.informer(key, ApiResource::erase::<ConfigMap>(&()));
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let key = InformerKey::new(&resource, Some("default"));
+    let informer = cache.informer(key, resource);
     let mut events = informer.subscribe();
     tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
         .await

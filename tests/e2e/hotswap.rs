@@ -27,7 +27,7 @@ plugins:
     reconcileTimeout: 5s
     namespaces: [default]
     permissions:
-      - { group: "", resources: [configmaps], verbs: [get, patch] }
+      - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
 "#
 }
 
@@ -255,7 +255,7 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     let host = start(&cluster, stamp_config(), Some(&config_path)).await;
 
     let with_misbehave = format!(
-        "{}  - {{ name: misbehave, path: {}, namespaces: [default] }}\n",
+        "{}  - {{ name: misbehave, path: {}, namespaces: [default], permissions: [{{ resources: [configmaps], verbs: [list, watch] }}] }}\n",
         stamp_config(),
         artifacts::MISBEHAVE
     );
@@ -310,7 +310,7 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     assert!(plugin_status(host.admin, "stamp").await.is_some());
 
     let only_misbehave = with_misbehave.replace(
-        "  - name: stamp\n    path: stamp.wasm\n    maxConcurrentReconciles: 3\n    reconcileTimeout: 5s\n    namespaces: [default]\n    permissions:\n      - { group: \"\", resources: [configmaps], verbs: [get, patch] }\n",
+        "  - name: stamp\n    path: stamp.wasm\n    maxConcurrentReconciles: 3\n    reconcileTimeout: 5s\n    namespaces: [default]\n    permissions:\n      - { group: \"\", resources: [configmaps], verbs: [get, list, watch, patch] }\n",
         "",
     );
     assert_ne!(only_misbehave, with_misbehave);

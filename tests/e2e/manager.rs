@@ -77,7 +77,11 @@ async fn metric_line(admin: std::net::SocketAddr, needle: &str) -> Option<String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_outside_the_grant_is_forbidden_and_counted() {
     let cluster = Cluster::start().await;
-    let running = start(&cluster, &config("[]", "")).await;
+    let running = start(
+        &cluster,
+        &config("[{ resources: [configmaps], verbs: [list, watch] }]", ""),
+    )
+    .await;
     // The `kube` key makes the plugin get its own ConfigMap.
     cluster.kubectl(&["create", "configmap", "kube", "-n", "default"]);
     let line = eventually("a forbidden call in the metrics", Duration::from_secs(30), || {
@@ -103,7 +107,7 @@ async fn a_call_outside_the_grant_is_forbidden_and_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_granted_call_reaches_the_api_server() {
     let cluster = Cluster::start().await;
-    let grant = "[{ group: \"\", resources: [configmaps], verbs: [get] }]";
+    let grant = "[{ group: \"\", resources: [configmaps], verbs: [get, list, watch] }]";
     let running = start(&cluster, &config(grant, "")).await;
     cluster.kubectl(&["create", "configmap", "kube", "-n", "default"]);
     eventually("a successful call in the metrics", Duration::from_secs(30), || {
@@ -138,7 +142,11 @@ async fn a_granted_call_reaches_the_api_server() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_a_slow_reconcile_and_leaves_nothing_in_processing() {
     let cluster = Cluster::start().await;
-    let running = start(&cluster, &config("[]", "")).await;
+    let running = start(
+        &cluster,
+        &config("[{ resources: [configmaps], verbs: [list, watch] }]", ""),
+    )
+    .await;
     cluster.kubectl(&["create", "configmap", "slow-1500", "-n", "default"]);
     eventually(
         "the slow reconcile to start",

@@ -41,7 +41,7 @@ fn ready_condition(webapp: &DynamicObject) -> Option<String> {
 fn quickstart_config(cluster: &Cluster) -> wasmctrl::config::HostConfig {
     let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
     let mut config = host_config(&text, std::path::Path::new(QUICKSTART));
-    config.plugins[0].path = artifacts::WEBAPP.into();
+    config.plugins[0].path = Some(artifacts::WEBAPP.into());
     let _ = cluster;
     config
 }

@@ -41,13 +41,42 @@ pub enum Notification {
     Resync,
 }
 
-/// Which informer: a resource, cluster-wide or in one namespace.
+/// Which informer: a resolved resource (as discovery names it, so two
+/// spellings of one kind share an informer), cluster-wide or in one
+/// namespace.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct InformerKey {
     pub group: String,
     pub version: String,
-    pub kind: String,
+    /// The resource's plural (`deployments`).
+    pub resource: String,
     pub namespace: Option<String>,
+}
+
+impl InformerKey {
+    /// The informer of `resource` in `namespace` (None: all namespaces).
+    pub fn new(resource: &ApiResource, namespace: Option<&str>) -> Self {
+        Self {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            resource: resource.plural.clone(),
+            namespace: namespace.map(str::to_string),
+        }
+    }
+}
+
+impl std::fmt::Display for InformerKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.group.is_empty() {
+            write!(f, "{}/{}", self.version, self.resource)?;
+        } else {
+            write!(f, "{}/{}/{}", self.group, self.version, self.resource)?;
+        }
+        match &self.namespace {
+            Some(ns) => write!(f, " in {ns}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// One watcher + reflector.
@@ -174,7 +203,7 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
     let (synced_tx, synced) = watch::channel(false);
     let tx = events.clone();
     let dyntype = resource.clone();
-    let label = format!("{}/{} {}", key.group, key.version, key.kind);
+    let label = key.to_string();
     let task = tokio::spawn(async move {
         let config = watcher::Config::default().any_semantic();
         let mut stream = watcher::watcher(api, config).default_backoff().boxed();

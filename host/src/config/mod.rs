@@ -23,7 +23,65 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
+use crate::syntax;
+
 pub const API_VERSION: &str = "wasmctrl.dev/v1alpha1";
+
+/// The most core instances, memories and tables a plugin may be allowed per
+/// component instance (`limits.instances`, …): the engine's instance pool is
+/// sized for them.
+pub const MAX_INSTANCES: usize = 64;
+pub const MAX_MEMORIES: usize = 8;
+pub const MAX_TABLES: usize = 64;
+/// Bytes of a plugin's `settings` as JSON.
+const MAX_SETTINGS: usize = 1 << 20;
+
+const MILLI: Duration = Duration::from_millis(1);
+const SECOND: Duration = Duration::from_secs(1);
+const HOUR: Duration = Duration::from_secs(3600);
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+/// No duration in a config may be longer: arithmetic on deadlines and
+/// timers can then never overflow.
+const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `d` within `[min, max]`, said in the units a user writes.
+fn within(d: Duration, min: Duration, max: Duration) -> Result<(), String> {
+    if d < min || d > max {
+        return Err(format!(
+            "must be between {} and {} (got {})",
+            show(min),
+            show(max),
+            show(d)
+        ));
+    }
+    Ok(())
+}
+
+fn show(d: Duration) -> String {
+    match d.as_millis() {
+        0 => "0".into(),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1000 == 0 => format!("{}s", ms / 1000),
+        ms => format!("{ms}ms"),
+    }
+}
+
+fn count(n: u64, min: u64, max: u64) -> Result<(), String> {
+    if n < min || n > max {
+        return Err(format!("must be between {min} and {max} (got {n})"));
+    }
+    Ok(())
+}
+
+fn rate(r: f64, max: f64) -> Result<(), String> {
+    if !(r.is_finite() && r > 0.0 && r <= max) {
+        return Err(format!(
+            "must be a positive number of at most {max} (got {r})"
+        ));
+    }
+    Ok(())
+}
 pub const KIND: &str = "HostConfig";
 const VERBS: [&str; 8] = [
     "get", "list", "watch", "create", "update", "patch", "delete", "*",
@@ -86,12 +144,18 @@ pub struct HostConfig {
 pub struct AdminConfig {
     /// Where `/metrics`, `/healthz`, `/readyz` and `/plugins` are served.
     pub bind: SocketAddr,
+    /// A file holding the bearer token the mutating endpoints (`POST
+    /// /plugins/{name}/reload`) require. Required when `bind` is not a
+    /// loopback address; relative to the config file.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             bind: "127.0.0.1:9090".parse().unwrap(),
+            token_file: None,
         }
     }
 }
@@ -109,8 +173,15 @@ pub struct LeaderElectionConfig {
     /// within this after the leader dies.
     #[serde(default = "default_lease_duration", deserialize_with = "duration")]
     pub lease_duration: Duration,
-    /// How often the leader renews (and a standby retries).
-    #[serde(default = "default_retry_period", deserialize_with = "duration")]
+    /// How long the leader keeps trying to renew before it gives up
+    /// leadership and stops its workers; less than `leaseDuration`, so a
+    /// leader stops before a standby may take over (client-go's
+    /// `renewDeadline`). Default: two thirds of `leaseDuration`.
+    #[serde(default, deserialize_with = "duration")]
+    pub renew_deadline: Duration,
+    /// How often the leader renews (and a standby retries). Default: 2s, at
+    /// most half of `renewDeadline`.
+    #[serde(default, deserialize_with = "duration")]
     pub retry_period: Duration,
 }
 
@@ -121,19 +192,130 @@ impl Default for LeaderElectionConfig {
             namespace: default_namespace(),
             lease_name: default_lease_name(),
             lease_duration: default_lease_duration(),
-            retry_period: default_retry_period(),
+            renew_deadline: Duration::ZERO,
+            retry_period: Duration::ZERO,
         }
+        .with_derived_defaults()
     }
 }
 
-/// Engine-wide wasm settings.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+impl LeaderElectionConfig {
+    /// Fills `renewDeadline` and `retryPeriod` left out (zero) from
+    /// `leaseDuration`, client-go's 15s/10s/2s proportions.
+    fn with_derived_defaults(mut self) -> Self {
+        if self.renew_deadline.is_zero() {
+            self.renew_deadline = self.lease_duration * 2 / 3;
+        }
+        if self.retry_period.is_zero() {
+            self.retry_period = default_retry_period().min(self.renew_deadline / 2);
+        }
+        self
+    }
+}
+
+/// Engine-wide wasm settings. They are fixed when the host starts: a plugin
+/// added later that needs more (fuel, instance slots) is refused with the
+/// reason.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RuntimeSection {
     /// Where compiled components are cached across restarts (relative to
     /// the config file). Default: none (memory only).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+    /// Compile fuel metering in (needed by any plugin with `fuel`). Default:
+    /// on when a plugin of the config at start-up sets `fuel`.
+    #[serde(default)]
+    pub fuel: Option<bool>,
+    /// Instances live at once across all plugins. Default: twice the sum of
+    /// `maxConcurrentReconciles` at start-up plus headroom.
+    #[serde(default)]
+    pub max_instances: Option<u32>,
+    /// Requests per second to the API server for all plugins together; a
+    /// plugin without `limits.apiQps` gets an equal share of it.
+    #[serde(default = "default_host_api_qps")]
+    pub api_qps: f64,
+}
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        Self {
+            cache_dir: None,
+            fuel: None,
+            max_instances: None,
+            api_qps: default_host_api_qps(),
+        }
+    }
+}
+
+/// Where a plugin's component comes from, as written (one field is set).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SourceConfig {
+    /// A component file (relative to the config file).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+}
+
+/// Where a plugin's component comes from, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// A component file (relative to the config file).
+    File(PathBuf),
+}
+
+/// A plugin's ceilings (docs/SECURITY.md lists them with their defaults).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LimitsConfig {
+    /// Bytes of output (stdout, stderr, log messages) kept per reconcile.
+    #[serde(default = "default_output_bytes", deserialize_with = "quantity")]
+    pub output_bytes: u64,
+    /// Bytes of one output line or log message kept.
+    #[serde(default = "default_output_line", deserialize_with = "quantity")]
+    pub output_line: u64,
+    /// `log` calls per reconcile.
+    #[serde(default = "default_log_calls")]
+    pub log_calls: u32,
+    /// `kube` calls per reconcile; one more fails the reconcile.
+    #[serde(default = "default_host_calls")]
+    pub host_calls: u32,
+    /// Bytes of one `list` result.
+    #[serde(default = "default_list_bytes", deserialize_with = "quantity")]
+    pub list_bytes: u64,
+    /// API requests per second (default: an equal share of
+    /// `runtime.apiQps`).
+    #[serde(default)]
+    pub api_qps: Option<f64>,
+    /// API requests allowed at once above `apiQps` (default: 2 × apiQps).
+    #[serde(default)]
+    pub api_burst: Option<u32>,
+    /// Core instances one instance of the component may create.
+    #[serde(default = "default_instances")]
+    pub instances: u32,
+    /// Linear memories one instance may define (`memoryLimit` is their sum).
+    #[serde(default = "default_memories")]
+    pub memories: u32,
+    /// Tables one instance may define.
+    #[serde(default = "default_tables")]
+    pub tables: u32,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        Self {
+            output_bytes: default_output_bytes(),
+            output_line: default_output_line(),
+            log_calls: default_log_calls(),
+            host_calls: default_host_calls(),
+            list_bytes: default_list_bytes(),
+            api_qps: None,
+            api_burst: None,
+            instances: default_instances(),
+            memories: default_memories(),
+            tables: default_tables(),
+        }
+    }
 }
 
 /// One plugin: its component and how the host runs it.
@@ -141,8 +323,12 @@ pub struct RuntimeSection {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginConfig {
     pub name: String,
-    /// The component file (relative paths are relative to the config file).
-    pub path: PathBuf,
+    /// Shorthand for `source: { file: PATH }`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Where the component comes from (one of `path` and `source`).
+    #[serde(default)]
+    pub source: Option<SourceConfig>,
     #[serde(default = "one")]
     pub max_concurrent_reconciles: usize,
     #[serde(default = "default_reconcile_timeout", deserialize_with = "duration")]
@@ -169,12 +355,53 @@ pub struct PluginConfig {
     /// Handed to the plugin as JSON.
     #[serde(default = "empty_object")]
     pub settings: serde_json::Value,
+    /// Ceilings on what one reconcile may consume.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// `fresh` (a new instance per reconcile), `reuse` (warm instances) or
+    /// `auto` (reuse for components with a large initial memory:
+    /// interpreted guests).
+    #[serde(default)]
+    pub instance_mode: InstanceModeConfig,
+    /// A warm instance serves at most this many reconciles.
+    #[serde(default = "default_max_calls_per_instance")]
+    pub max_calls_per_instance: u32,
+    /// A warm instance lives at most this long.
+    #[serde(default = "default_max_instance_age", deserialize_with = "duration")]
+    pub max_instance_age: Duration,
+    /// A warm instance whose memory grew past this is dropped (default: ¾ of
+    /// memoryLimit).
+    #[serde(default, deserialize_with = "optional_quantity")]
+    pub max_instance_memory: Option<u64>,
+}
+
+/// `instanceMode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InstanceModeConfig {
+    #[default]
+    Fresh,
+    Reuse,
+    Auto,
 }
 
 impl PluginConfig {
-    /// The component path, resolved against the config file's directory.
-    pub fn resolved_path(&self, base_dir: &Path) -> PathBuf {
-        base_dir.join(&self.path)
+    /// Where the component comes from (`path` is `source: { file: path }`).
+    pub fn source(&self) -> SourceSpec {
+        match (&self.source, &self.path) {
+            (Some(SourceConfig { file: Some(f) }), _) | (None, Some(f)) => {
+                SourceSpec::File(f.clone())
+            }
+            _ => unreachable!("validated: a plugin has a path or a file source"),
+        }
+    }
+
+    /// The component file, resolved against the config file's directory,
+    /// for a file source.
+    pub fn file(&self, base_dir: &Path) -> Option<PathBuf> {
+        match self.source() {
+            SourceSpec::File(p) => Some(base_dir.join(p)),
+        }
     }
 }
 
@@ -235,6 +462,39 @@ fn default_lease_duration() -> Duration {
 fn default_retry_period() -> Duration {
     Duration::from_secs(2)
 }
+fn default_max_calls_per_instance() -> u32 {
+    1_000
+}
+fn default_max_instance_age() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_host_api_qps() -> f64 {
+    200.0
+}
+fn default_output_bytes() -> u64 {
+    1 << 20
+}
+fn default_output_line() -> u64 {
+    16 << 10
+}
+fn default_log_calls() -> u32 {
+    1_000
+}
+fn default_host_calls() -> u32 {
+    10_000
+}
+fn default_list_bytes() -> u64 {
+    16 << 20
+}
+fn default_instances() -> u32 {
+    32
+}
+fn default_memories() -> u32 {
+    4
+}
+fn default_tables() -> u32 {
+    32
+}
 fn one() -> usize {
     1
 }
@@ -289,6 +549,7 @@ impl HostConfig {
             }
         })?;
         config.base_dir = base_dir;
+        config.leader_election = config.leader_election.with_derived_defaults();
         config.validate(file)?;
         Ok(config)
     }
@@ -316,10 +577,65 @@ impl HostConfig {
                 format!("must be {KIND:?}, not {:?}", self.kind),
             ));
         }
+        let top =
+            |field: &str, r: Result<(), String>| r.map_err(|m| invalid(field.to_string(), None, m));
+        top(
+            "shutdownTimeout",
+            within(self.shutdown_timeout, Duration::ZERO, HOUR),
+        )?;
+        top(
+            "cacheSyncTimeout",
+            within(self.cache_sync_timeout, SECOND, HOUR),
+        )?;
+        if !self.admin.bind.ip().is_loopback() && self.admin.token_file.is_none() {
+            return Err(invalid(
+                "admin.tokenFile".into(),
+                None,
+                format!(
+                    "is required when admin.bind ({}) is not a loopback address: the reload endpoint must not be open to the network",
+                    self.admin.bind
+                ),
+            ));
+        }
+        let le = &self.leader_election;
+        top(
+            "leaderElection.namespace",
+            syntax::namespace(&le.namespace).map_err(|e| e.message),
+        )?;
+        top(
+            "leaderElection.leaseName",
+            syntax::dns_subdomain("leaseName", &le.lease_name).map_err(|e| e.message),
+        )?;
+        top(
+            "leaderElection.leaseDuration",
+            within(le.lease_duration, SECOND, HOUR),
+        )?;
+        top(
+            "leaderElection.renewDeadline",
+            within(le.renew_deadline, MILLI, HOUR).and_then(|()| {
+                (le.renew_deadline < le.lease_duration)
+                    .then_some(())
+                    .ok_or_else(|| "must be less than leaseDuration".to_string())
+            }),
+        )?;
+        top(
+            "leaderElection.retryPeriod",
+            within(le.retry_period, MILLI, HOUR).and_then(|()| {
+                (le.retry_period < le.renew_deadline)
+                    .then_some(())
+                    .ok_or_else(|| "must be less than renewDeadline".to_string())
+            }),
+        )?;
+        top("runtime.apiQps", rate(self.runtime.api_qps, 1e6))?;
+        if let Some(n) = self.runtime.max_instances {
+            top("runtime.maxInstances", count(u64::from(n), 1, 10_000))?;
+        }
         let mut names = HashSet::new();
         for (i, p) in self.plugins.iter().enumerate() {
             let at = |field: &str| format!("plugins[{i}].{field}");
             let name = Some(p.name.as_str());
+            let check =
+                |field: &str, r: Result<(), String>| r.map_err(|m| invalid(at(field), name, m));
             if !is_dns_label(&p.name) {
                 return Err(invalid(
                     at("name"),
@@ -330,27 +646,33 @@ impl HostConfig {
             if !names.insert(p.name.as_str()) {
                 return Err(invalid(at("name"), name, "duplicate plugin name".into()));
             }
-            if p.max_concurrent_reconciles == 0 {
-                return Err(invalid(
-                    at("maxConcurrentReconciles"),
-                    name,
-                    "must be at least 1".into(),
-                ));
+            match (&p.path, &p.source) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        at("source"),
+                        name,
+                        "give either path or source, not both".into(),
+                    ));
+                }
+                (None, None) | (None, Some(SourceConfig { file: None })) => {
+                    return Err(invalid(
+                        at("source"),
+                        name,
+                        "is required: where the component comes from (path: FILE or source: { file: FILE })".into(),
+                    ));
+                }
+                _ => {}
             }
-            if p.reconcile_timeout.is_zero() {
-                return Err(invalid(
-                    at("reconcileTimeout"),
-                    name,
-                    "must be positive".into(),
-                ));
-            }
-            if p.memory_limit < (1 << 20) {
-                return Err(invalid(
-                    at("memoryLimit"),
-                    name,
-                    "must be at least 1Mi".into(),
-                ));
-            }
+            check(
+                "maxConcurrentReconciles",
+                count(p.max_concurrent_reconciles as u64, 1, 1024),
+            )?;
+            check("reconcileTimeout", within(p.reconcile_timeout, MILLI, HOUR))?;
+            check(
+                "memoryLimit",
+                count(p.memory_limit, 1 << 20, 4 << 30)
+                    .map_err(|_| "must be between 1Mi and 4Gi".to_string()),
+            )?;
             if p.fuel == Some(0) {
                 return Err(invalid(
                     at("fuel"),
@@ -359,6 +681,10 @@ impl HostConfig {
                 ));
             }
             let rl = &p.rate_limiter;
+            check(
+                "rateLimiter.maxDelay",
+                within(rl.max_delay, Duration::ZERO, YEAR),
+            )?;
             if rl.base_delay > rl.max_delay {
                 return Err(invalid(
                     at("rateLimiter.baseDelay"),
@@ -366,23 +692,78 @@ impl HostConfig {
                     "must not exceed maxDelay".into(),
                 ));
             }
-            if !(rl.qps.is_finite() && rl.qps > 0.0) {
-                return Err(invalid(
-                    at("rateLimiter.qps"),
-                    name,
-                    "must be a positive number".into(),
-                ));
+            check("rateLimiter.qps", rate(rl.qps, 1e6))?;
+            check(
+                "rateLimiter.burst",
+                count(u64::from(rl.burst), 1, 1_000_000),
+            )?;
+            if let Some(list) = &p.namespaces {
+                if list.is_empty() {
+                    return Err(invalid(
+                        at("namespaces"),
+                        name,
+                        "must name at least one namespace (omit it for all)".into(),
+                    ));
+                }
+                for ns in list {
+                    check("namespaces", syntax::namespace(ns).map_err(|e| e.message))?;
+                }
             }
-            if rl.burst == 0 {
-                return Err(invalid(
-                    at("rateLimiter.burst"),
-                    name,
-                    "must be at least 1".into(),
-                ));
+            if let Some(period) = p.resync_period {
+                check("resyncPeriod", within(period, SECOND, YEAR))?;
             }
             if !p.settings.is_object() {
                 return Err(invalid(at("settings"), name, "must be a mapping".into()));
             }
+            let settings_len = p.settings.to_string().len();
+            if settings_len > MAX_SETTINGS {
+                return Err(invalid(
+                    at("settings"),
+                    name,
+                    format!("is {settings_len} bytes as JSON; at most {MAX_SETTINGS} are allowed"),
+                ));
+            }
+            check(
+                "maxCallsPerInstance",
+                count(u64::from(p.max_calls_per_instance), 1, 1_000_000_000),
+            )?;
+            check("maxInstanceAge", within(p.max_instance_age, SECOND, YEAR))?;
+            if let Some(m) = p.max_instance_memory {
+                check("maxInstanceMemory", count(m, 1 << 20, p.memory_limit))?;
+            }
+            let l = &p.limits;
+            check(
+                "limits.outputBytes",
+                count(l.output_bytes, 1 << 10, 64 << 20),
+            )?;
+            check("limits.outputLine", count(l.output_line, 64, 1 << 20))?;
+            check(
+                "limits.logCalls",
+                count(u64::from(l.log_calls), 0, 1_000_000),
+            )?;
+            check(
+                "limits.hostCalls",
+                count(u64::from(l.host_calls), 1, 1_000_000),
+            )?;
+            check("limits.listBytes", count(l.list_bytes, 1 << 10, 1 << 30))?;
+            if let Some(qps) = l.api_qps {
+                check("limits.apiQps", rate(qps, 1e5))?;
+            }
+            if let Some(burst) = l.api_burst {
+                check("limits.apiBurst", count(u64::from(burst), 1, 100_000))?;
+            }
+            check(
+                "limits.instances",
+                count(u64::from(l.instances), 1, MAX_INSTANCES as u64),
+            )?;
+            check(
+                "limits.memories",
+                count(u64::from(l.memories), 1, MAX_MEMORIES as u64),
+            )?;
+            check(
+                "limits.tables",
+                count(u64::from(l.tables), 1, MAX_TABLES as u64),
+            )?;
             for (j, rule) in p.permissions.iter().enumerate() {
                 for verb in &rule.verbs {
                     if !VERBS.contains(&verb.as_str()) {
@@ -402,6 +783,18 @@ impl HostConfig {
                         name,
                         "needs at least one resource and one verb".into(),
                     ));
+                }
+                if rule.group != "*" {
+                    check(
+                        &format!("permissions[{j}].group"),
+                        syntax::group(&rule.group).map_err(|e| e.message),
+                    )?;
+                }
+                for ns in rule.namespaces.iter().flatten() {
+                    check(
+                        &format!("permissions[{j}].namespaces"),
+                        syntax::namespace(ns).map_err(|e| e.message),
+                    )?;
                 }
             }
         }
@@ -477,6 +870,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         total += value * seconds;
         rest = &rest[unit_end..];
     }
+    if !(total.is_finite() && total <= MAX_DURATION.as_secs_f64()) {
+        return Err(format!("duration {s:?} is longer than 100 years"));
+    }
     Ok(Duration::from_secs_f64(total))
 }
 
@@ -518,7 +914,10 @@ enum DurationRepr {
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     match DurationRepr::deserialize(d)? {
         DurationRepr::Text(s) => parse_duration(&s).map_err(serde::de::Error::custom),
-        DurationRepr::Seconds(n) => Ok(Duration::from_secs(n)),
+        DurationRepr::Seconds(n) if n <= MAX_DURATION.as_secs() => Ok(Duration::from_secs(n)),
+        DurationRepr::Seconds(n) => Err(serde::de::Error::custom(format!(
+            "duration of {n} seconds is longer than 100 years"
+        ))),
     }
 }
 
@@ -531,6 +930,10 @@ fn optional_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>
 enum QuantityRepr {
     Text(String),
     Bytes(u64),
+}
+
+fn optional_quantity<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    quantity(d).map(Some)
 }
 
 fn quantity<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {

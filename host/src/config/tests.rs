@@ -44,7 +44,7 @@ fn parses_every_field() {
     assert_eq!(p.resync_period, Some(Duration::from_secs(5400)));
     assert_eq!(p.settings["replicasDefault"], 2);
     assert_eq!(
-        p.resolved_path(&c.base_dir),
+        p.file(&c.base_dir).unwrap(),
         Path::new("/etc/wasmctrl/../../target/wasm32-wasip2/release/webapp.wasm")
     );
 }
@@ -106,7 +106,9 @@ fn semantic_errors_name_the_plugin() {
     let text = FULL.replace("maxConcurrentReconciles: 2", "maxConcurrentReconciles: 0");
     let err = parse(&text).unwrap_err().to_string();
     assert!(
-        err.contains("maxConcurrentReconciles (plugin \"webapp\"): must be at least 1"),
+        err.contains(
+            "maxConcurrentReconciles (plugin \"webapp\"): must be between 1 and 1024 (got 0)"
+        ),
         "{err}"
     );
 }
@@ -149,4 +151,126 @@ fn a_missing_file_is_named() {
             .starts_with("/nonexistent/wasmctrl.yaml: cannot read"),
         "{err}"
     );
+}
+
+/// Values that once panicked the host or a task are refused at parse time,
+/// naming the field.
+#[test]
+fn out_of_range_values_are_refused_not_panicked_on() {
+    for (from, to, field) in [
+        (
+            "reconcileTimeout: 10s",
+            "reconcileTimeout: 999999999999h",
+            "reconcileTimeout",
+        ),
+        (
+            "reconcileTimeout: 10s",
+            "reconcileTimeout: 18446744073709551615",
+            "reconcileTimeout",
+        ),
+        ("resyncPeriod: 1h30m", "resyncPeriod: 0", "resyncPeriod"),
+        (
+            "leaseDuration: 10s",
+            "leaseDuration: 9999999999s",
+            "leaseDuration",
+        ),
+        ("retryPeriod: 1s", "retryPeriod: 20s", "retryPeriod"),
+        (
+            "shutdownTimeout: 45s",
+            "shutdownTimeout: 3h",
+            "shutdownTimeout",
+        ),
+        ("memoryLimit: 64Mi", "memoryLimit: 64Gi", "memoryLimit"),
+        ("qps: 10", "qps: .inf", "rateLimiter.qps"),
+        ("maxDelay: 5m", "maxDelay: 1000000h", "maxDelay"),
+        (
+            "namespaces: [default]",
+            "namespaces: [\"a/b\"]",
+            "namespaces",
+        ),
+        ("namespaces: [default]", "namespaces: []", "namespaces"),
+        (
+            "group: apps,",
+            "group: \"apps/v1?\",",
+            "permissions[0].group",
+        ),
+    ] {
+        let text = FULL.replace(from, to);
+        assert_ne!(text, FULL, "{from} not in the fixture");
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains(field), "{to}: {err}");
+    }
+}
+
+#[test]
+fn limits_have_defaults_and_ranges() {
+    let c = parse(FULL).unwrap();
+    let l = &c.plugins[0].limits;
+    assert_eq!(l.host_calls, 10_000);
+    assert_eq!(l.output_bytes, 1 << 20);
+    let text = FULL.replace(
+        "    settings: { replicasDefault: 2 }",
+        "    settings: { replicasDefault: 2 }\n    limits: { hostCalls: 5, outputBytes: 4Ki, apiQps: 5, instances: 999 }",
+    );
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("limits.instances") && err.contains("between 1 and 64"),
+        "{err}"
+    );
+    let ok = text.replace("instances: 999", "instances: 16");
+    let c = parse(&ok).unwrap();
+    assert_eq!(c.plugins[0].limits.host_calls, 5);
+    assert_eq!(c.plugins[0].limits.output_bytes, 4096);
+    assert_eq!(c.plugins[0].limits.api_qps, Some(5.0));
+}
+
+#[test]
+fn an_admin_address_beyond_loopback_needs_a_token() {
+    let open = FULL.replace("127.0.0.1:9191", "0.0.0.0:9191");
+    let err = parse(&open).unwrap_err().to_string();
+    assert!(
+        err.contains("admin.tokenFile") && err.contains("0.0.0.0:9191"),
+        "{err}"
+    );
+    let with_token = open.replace(
+        "admin: { bind: \"0.0.0.0:9191\" }",
+        "admin: { bind: \"0.0.0.0:9191\", tokenFile: admin-token }",
+    );
+    assert!(parse(&with_token).is_ok());
+}
+
+#[test]
+fn a_source_is_a_path_or_a_file_source_but_not_both() {
+    let source = FULL.replace(
+        "path: ../../target/wasm32-wasip2/release/webapp.wasm",
+        "source: { file: ../../target/wasm32-wasip2/release/webapp.wasm }",
+    );
+    let c = parse(&source).unwrap();
+    assert_eq!(
+        c.plugins[0].source(),
+        parse(FULL).unwrap().plugins[0].source()
+    );
+    let both = FULL.replace(
+        "    maxConcurrentReconciles: 2",
+        "    source: { file: x.wasm }\n    maxConcurrentReconciles: 2",
+    );
+    assert!(parse(&both).unwrap_err().to_string().contains("not both"));
+    let neither = FULL.replace(
+        "    path: ../../target/wasm32-wasip2/release/webapp.wasm\n",
+        "",
+    );
+    assert!(
+        parse(&neither)
+            .unwrap_err()
+            .to_string()
+            .contains("plugins[0].source")
+    );
+}
+
+#[test]
+fn lease_timings_default_in_client_go_proportions() {
+    let c = parse(&FULL.replace("retryPeriod: 1s ", "")).unwrap();
+    let le = &c.leader_election;
+    assert_eq!(le.lease_duration, Duration::from_secs(10));
+    assert!(le.retry_period < le.renew_deadline && le.renew_deadline < le.lease_duration);
 }

@@ -8,7 +8,7 @@ use tokio::time::{Instant, advance};
 
 use super::*;
 use crate::Action;
-use crate::ratelimit::default_controller_rate_limiter;
+use crate::workqueue::ratelimit::default_controller_rate_limiter;
 
 const MS: Duration = Duration::from_millis(1);
 

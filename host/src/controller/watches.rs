@@ -3,7 +3,7 @@
 use kube::api::DynamicObject;
 
 use crate::ObjectKey;
-use crate::hostapi::Gvk;
+use crate::kind::Gvk;
 
 /// How events of one watched kind map to keys of the reconciled kind.
 #[derive(Debug, Clone, PartialEq, Eq)]

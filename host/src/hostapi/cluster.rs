@@ -1,6 +1,17 @@
 //! The `kube` imports served by a real API server (a cluster or the
-//! embedded one): discovery, the shared cache for reads of watched kinds,
-//! the plugin's grant for every call, metrics for every call.
+//! embedded one).
+//!
+//! # One order for every call
+//! 1. every string is checked against Kubernetes syntax (`validate`);
+//! 2. the kind is resolved through discovery;
+//! 3. the plugin's grant is checked against the *resolved* group and
+//!    resource (`<plural>/status` for status writes — the only subresource
+//!    the WIT names);
+//! 4. the call is served: reads of watched kinds from the shared cache,
+//!    everything else from the API server under the plugin's API rate limit;
+//! 5. it is counted in `wasmctrl_hostapi_calls_total`.
+//!
+//! A refusal at 1–3 never reaches the API server.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,13 +24,45 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Reco
 
 use super::grant::{Access, Grant};
 use super::selector::LabelSelector;
-use super::{ApiError, EventType, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
+use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
 use crate::cache::{InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
-use crate::metrics::{HostApiLabels, Metrics};
+use crate::metrics::{HostApiLabels, LimitLabels, Metrics, PluginLabel};
+use crate::syntax::{self as validate, Invalid};
+use crate::workqueue::ratelimit::BucketRateLimiter;
 
 /// Objects larger than this are refused in both directions.
 pub const MAX_PAYLOAD: usize = 4 << 20;
+/// Bytes of a label selector.
+const MAX_SELECTOR: usize = 4096;
+/// Kubernetes' limits on an event's fields (events.k8s.io/v1).
+const MAX_EVENT_REASON: usize = 128;
+const MAX_EVENT_ACTION: usize = 128;
+const MAX_EVENT_NOTE: usize = 1024;
+/// The `resource` label of a call refused before its kind was resolved:
+/// guest strings never become metric labels.
+const UNRESOLVED: &str = "<unresolved>";
+
+/// Per-plugin ceilings of the host API.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiLimits {
+    /// Bytes of one `list` result (all objects' JSON together).
+    pub list_bytes: usize,
+    /// Requests per second to the API server (cache reads are free).
+    pub qps: f64,
+    /// Requests that may be made at once above `qps`.
+    pub burst: u32,
+}
+
+impl Default for ApiLimits {
+    fn default() -> Self {
+        Self {
+            list_bytes: 16 << 20,
+            qps: 50.0,
+            burst: 100,
+        }
+    }
+}
 
 /// One plugin's view of the API server.
 pub struct ClusterApi {
@@ -30,6 +73,9 @@ pub struct ClusterApi {
     grant: Grant,
     metrics: Arc<Metrics>,
     recorder: Recorder,
+    limits: ApiLimits,
+    /// The plugin's API rate limit: a token bucket with reservations.
+    bucket: BucketRateLimiter,
 }
 
 impl ClusterApi {
@@ -40,6 +86,7 @@ impl ClusterApi {
         cache: Arc<SharedCache>,
         grant: Grant,
         metrics: Arc<Metrics>,
+        limits: ApiLimits,
     ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
@@ -56,6 +103,8 @@ impl ClusterApi {
             grant,
             metrics,
             recorder,
+            bucket: BucketRateLimiter::new(limits.qps, limits.burst),
+            limits,
         }
     }
 
@@ -76,52 +125,92 @@ impl ClusterApi {
             .inc();
     }
 
-    async fn serve(&self, request: KubeRequest) -> Result<KubeResponse, ApiError> {
-        let verb = request.verb();
-        let (kind, namespace, status) = match &request {
-            KubeRequest::Get {
-                kind, namespace, ..
-            }
-            | KubeRequest::List {
-                kind, namespace, ..
-            }
-            | KubeRequest::Create {
-                kind, namespace, ..
-            }
-            | KubeRequest::Replace {
-                kind, namespace, ..
-            }
-            | KubeRequest::Patch {
-                kind, namespace, ..
-            }
-            | KubeRequest::Delete {
-                kind, namespace, ..
-            } => (kind.clone(), namespace.clone(), false),
-            KubeRequest::ReplaceStatus {
-                kind, namespace, ..
-            }
-            | KubeRequest::PatchStatus {
-                kind, namespace, ..
-            } => (kind.clone(), namespace.clone(), true),
-            KubeRequest::RecordEvent(e) => {
-                return self.record_event(e.clone()).await;
-            }
+    fn limit_exceeded(&self, limit: &str) {
+        self.metrics
+            .limit_exceeded
+            .get_or_create(&LimitLabels {
+                plugin: self.plugin.clone(),
+                limit: limit.into(),
+            })
+            .inc();
+    }
+
+    /// Refuses a call whose strings are not Kubernetes syntax.
+    fn refuse_invalid(&self, verb: &str, e: Invalid) -> ApiError {
+        self.count(verb, UNRESOLVED, "invalid");
+        ApiError::Invalid(e.to_string())
+    }
+
+    /// Waits for the plugin's API rate limit (bounded by `deadline`).
+    async fn throttle(&self, deadline: Instant) -> Result<(), ApiError> {
+        let label = PluginLabel {
+            plugin: self.plugin.clone(),
         };
-        let resolved = self.resolver.resolve(&kind).await.map_err(|e| {
-            self.count(verb, &kind.kind.to_lowercase(), "invalid");
+        self.metrics.api_requests.get_or_create(&label).inc();
+        let wait = self.bucket.reserve();
+        if wait.is_zero() {
+            return Ok(());
+        }
+        self.metrics
+            .api_throttled_seconds
+            .get_or_create(&label)
+            .inc_by(wait.as_secs_f64());
+        if Instant::now() + wait > deadline {
+            self.limit_exceeded("apiQps");
+            return Err(ApiError::Timeout(format!(
+                "the plugin's API rate limit ({} requests/s, burst {}) would delay this call past the reconcile's deadline",
+                self.limits.qps, self.limits.burst
+            )));
+        }
+        tokio::time::sleep(wait).await;
+        Ok(())
+    }
+
+    async fn serve(
+        &self,
+        request: KubeRequest,
+        deadline: Instant,
+    ) -> Result<KubeResponse, ApiError> {
+        let verb = request.verb();
+        if let KubeRequest::RecordEvent(event) = request {
+            return self.record_event(event, deadline).await;
+        }
+        let target = Target::of(&request);
+        target
+            .validate()
+            .map_err(|e| self.refuse_invalid(verb, e))?;
+        let resolved = self.resolver.resolve(target.kind).await.map_err(|e| {
+            self.count(verb, UNRESOLVED, "invalid");
             ApiError::Invalid(e.to_string())
         })?;
-        let namespace = if resolved.namespaced { namespace } else { None };
+        let ar = &resolved.resource;
+        let status = target.status;
+        // Owned: the request moves into `execute` below.
+        let namespace = target
+            .namespace
+            .filter(|_| resolved.namespaced)
+            .map(str::to_string);
+        let namespace = namespace.as_deref();
+        if resolved.namespaced
+            && namespace.is_none()
+            && !matches!(request, KubeRequest::List { .. })
+        {
+            self.count(verb, &ar.plural, "invalid");
+            return Err(ApiError::Invalid(format!(
+                "{} is namespaced: the call needs a namespace",
+                ar.plural
+            )));
+        }
         let resource = if status {
-            format!("{}/status", resolved.resource.plural)
+            format!("{}/status", ar.plural)
         } else {
-            resolved.resource.plural.clone()
+            ar.plural.clone()
         };
         let access = Access {
             verb,
-            group: &kind.group,
+            group: &ar.group,
             resource: &resource,
-            namespace: namespace.as_deref(),
+            namespace,
         };
         if !self.grant.allows(&access) {
             self.count(verb, &resource, "forbidden");
@@ -131,7 +220,7 @@ impl ClusterApi {
                 self.plugin
             )));
         }
-        let result = self.execute(request, &resolved, namespace.as_deref()).await;
+        let result = self.execute(request, &resolved, namespace, deadline).await;
         self.count(verb, &resource, code(&result));
         result
     }
@@ -141,18 +230,14 @@ impl ClusterApi {
         request: KubeRequest,
         resolved: &Resolved,
         namespace: Option<&str>,
+        deadline: Instant,
     ) -> Result<KubeResponse, ApiError> {
         let ar = &resolved.resource;
         let api: Api<DynamicObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
             None => Api::all_with(self.client.clone(), ar),
         };
-        let informer_key = |ns: Option<&str>| InformerKey {
-            group: ar.group.clone(),
-            version: ar.version.clone(),
-            kind: ar.kind.clone(),
-            namespace: ns.map(str::to_string),
-        };
+        let informer_key = |ns: Option<&str>| InformerKey::new(ar, ns);
         // Reads of watched kinds come from the cache (once it has synced).
         let cached = |ns: Option<&str>| {
             self.cache
@@ -171,47 +256,43 @@ impl ClusterApi {
                         ))),
                     };
                 }
+                self.throttle(deadline).await?;
                 let o = api.get(&name).await.map_err(map_error)?;
                 Ok(KubeResponse::Object(to_json(&o)?))
             }
             KubeRequest::List { label_selector, .. } => {
+                let selector = label_selector
+                    .as_deref()
+                    .map(|s| LabelSelector::parse(s).map_err(ApiError::Invalid))
+                    .transpose()?;
+                let mut list = ListJson::new(self.limits.list_bytes);
                 if let Some(informer) = cached(namespace) {
-                    let selector = match &label_selector {
-                        Some(s) => Some(LabelSelector::parse(s).map_err(|e| {
-                            ApiError::Invalid(format!("label selector {s:?}: {e}"))
-                        })?),
-                        None => None,
-                    };
-                    let objects = informer
-                        .store()
-                        .state()
-                        .into_iter()
-                        .filter(|o| {
-                            namespace.is_none() || o.metadata.namespace.as_deref() == namespace
-                        })
-                        .filter(|o| {
-                            selector.as_ref().is_none_or(|s| {
-                                s.matches(o.metadata.labels.as_ref().unwrap_or(&Default::default()))
-                            })
-                        })
-                        .map(|o| to_json(&*o))
-                        .collect::<Result<Vec<_>, _>>()?;
-                    return Ok(KubeResponse::Objects(objects));
+                    for o in informer.store().state() {
+                        let in_namespace =
+                            namespace.is_none() || o.metadata.namespace.as_deref() == namespace;
+                        let selected = selector.as_ref().is_none_or(|s| {
+                            s.matches(o.metadata.labels.as_ref().unwrap_or(&Default::default()))
+                        });
+                        if in_namespace && selected {
+                            list.push(&*o).map_err(|e| self.list_too_big(e))?;
+                        }
+                    }
+                    return Ok(KubeResponse::Objects(list.objects));
                 }
+                self.throttle(deadline).await?;
                 let mut lp = ListParams::default();
-                if let Some(s) = &label_selector {
-                    lp = lp.labels(s);
+                if let Some(s) = &selector {
+                    lp = lp.labels(&s.to_string());
                 }
-                let list = api.list(&lp).await.map_err(map_error)?;
-                let objects = list
-                    .items
-                    .iter()
-                    .map(to_json)
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok(KubeResponse::Objects(objects))
+                let found = api.list(&lp).await.map_err(map_error)?;
+                for o in &found.items {
+                    list.push(o).map_err(|e| self.list_too_big(e))?;
+                }
+                Ok(KubeResponse::Objects(list.objects))
             }
             KubeRequest::Create { object, .. } => {
-                let obj = parse_object(&object, ar)?;
+                let obj = parse_object(&object, ar, namespace)?;
+                self.throttle(deadline).await?;
                 let o = api
                     .create(&PostParams::default(), &obj)
                     .await
@@ -219,7 +300,8 @@ impl ClusterApi {
                 Ok(KubeResponse::Object(to_json(&o)?))
             }
             KubeRequest::Replace { name, object, .. } => {
-                let obj = parse_object(&object, ar)?;
+                let obj = parse_object(&object, ar, namespace)?;
+                self.throttle(deadline).await?;
                 let o = api
                     .replace(&name, &PostParams::default(), &obj)
                     .await
@@ -227,7 +309,8 @@ impl ClusterApi {
                 Ok(KubeResponse::Object(to_json(&o)?))
             }
             KubeRequest::ReplaceStatus { name, object, .. } => {
-                let obj = parse_object(&object, ar)?;
+                let obj = parse_object(&object, ar, namespace)?;
+                self.throttle(deadline).await?;
                 let o = api
                     .replace_status(&name, &PostParams::default(), &obj)
                     .await
@@ -235,12 +318,14 @@ impl ClusterApi {
                 Ok(KubeResponse::Object(to_json(&o)?))
             }
             KubeRequest::Patch { name, patch, .. } => {
-                let (params, patch) = to_patch(&self.plugin, patch)?;
+                let (params, patch) = to_patch(&self.plugin, patch, ar)?;
+                self.throttle(deadline).await?;
                 let o = api.patch(&name, &params, &patch).await.map_err(map_error)?;
                 Ok(KubeResponse::Object(to_json(&o)?))
             }
             KubeRequest::PatchStatus { name, patch, .. } => {
-                let (params, patch) = to_patch(&self.plugin, patch)?;
+                let (params, patch) = to_patch(&self.plugin, patch, ar)?;
+                self.throttle(deadline).await?;
                 let o = api
                     .patch_status(&name, &params, &patch)
                     .await
@@ -248,6 +333,7 @@ impl ClusterApi {
                 Ok(KubeResponse::Object(to_json(&o)?))
             }
             KubeRequest::Delete { name, .. } => {
+                self.throttle(deadline).await?;
                 api.delete(&name, &DeleteParams::background())
                     .await
                     .map_err(map_error)?;
@@ -257,7 +343,27 @@ impl ClusterApi {
         }
     }
 
-    async fn record_event(&self, event: super::Event) -> Result<KubeResponse, ApiError> {
+    fn list_too_big(&self, e: ApiError) -> ApiError {
+        self.limit_exceeded("listBytes");
+        e
+    }
+
+    async fn record_event(
+        &self,
+        event: Event,
+        deadline: Instant,
+    ) -> Result<KubeResponse, ApiError> {
+        let checked = (|| {
+            validate::gvk(&event.regarding_kind)?;
+            if let Some(ns) = &event.regarding_namespace {
+                validate::namespace(ns)?;
+            }
+            validate::object_name("regarding name", &event.regarding_name)?;
+            validate::printable("reason", &event.reason, MAX_EVENT_REASON)?;
+            validate::printable("action", &event.action, MAX_EVENT_ACTION)?;
+            validate::text("note", &event.note, MAX_EVENT_NOTE)
+        })();
+        checked.map_err(|e| self.refuse_invalid("create", e))?;
         let access = Access {
             verb: "create",
             group: "events.k8s.io",
@@ -272,25 +378,31 @@ impl ClusterApi {
             )));
         }
         let kind = &event.regarding_kind;
-        // The uid lets `kubectl describe` show the event on the object.
+        // The uid lets `kubectl describe` show the event on the object; it
+        // is read only where the plugin may read the object itself.
         let uid = match self.resolver.resolve(kind).await {
             Ok(resolved) => {
-                let api: Api<DynamicObject> = match &event.regarding_namespace {
-                    Some(ns) if resolved.namespaced => {
-                        Api::namespaced_with(self.client.clone(), ns, &resolved.resource)
-                    }
-                    _ => Api::all_with(self.client.clone(), &resolved.resource),
-                };
-                api.get_opt(&event.regarding_name)
-                    .await
-                    .ok()
-                    .flatten()
-                    .and_then(|o| o.metadata.uid)
+                let namespace = event
+                    .regarding_namespace
+                    .as_deref()
+                    .filter(|_| resolved.namespaced);
+                let may_read = self.grant.allows(&Access {
+                    verb: "get",
+                    group: &resolved.resource.group,
+                    resource: &resolved.resource.plural,
+                    namespace,
+                });
+                if may_read {
+                    self.regarding_uid(&resolved, namespace, &event.regarding_name, deadline)
+                        .await
+                } else {
+                    None
+                }
             }
             Err(_) => None,
         };
         let reference = ObjectReference {
-            api_version: Some(api_version(kind)),
+            api_version: Some(kind.api_version()),
             kind: Some(kind.kind.clone()),
             name: Some(event.regarding_name.clone()),
             namespace: event.regarding_namespace.clone(),
@@ -307,6 +419,7 @@ impl ClusterApi {
             action: event.action,
             secondary: None,
         };
+        self.throttle(deadline).await?;
         let result = self
             .recorder
             .publish(&ev, &reference)
@@ -317,16 +430,40 @@ impl ClusterApi {
         result
     }
 
+    /// The uid of the object an event is about, from the cache when it is
+    /// watched.
+    async fn regarding_uid(
+        &self,
+        resolved: &Resolved,
+        namespace: Option<&str>,
+        name: &str,
+        deadline: Instant,
+    ) -> Option<String> {
+        let key = InformerKey::new(&resolved.resource, namespace);
+        let informer = self
+            .cache
+            .existing(&key)
+            .or_else(|| {
+                self.cache
+                    .existing(&InformerKey::new(&resolved.resource, None))
+            })
+            .filter(|i| i.is_synced());
+        if let Some(informer) = informer {
+            return informer.get(namespace, name)?.metadata.uid.clone();
+        }
+        self.throttle(deadline).await.ok()?;
+        let api: Api<DynamicObject> = match namespace {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &resolved.resource),
+            None => Api::all_with(self.client.clone(), &resolved.resource),
+        };
+        api.get_opt(name).await.ok().flatten()?.metadata.uid
+    }
+
     /// Records a terminal reconcile error as a Warning event on the object
     /// (host-side, not subject to the plugin's grant).
-    pub async fn record_terminal_error(
-        &self,
-        kind: &super::Gvk,
-        key: &crate::ObjectKey,
-        message: &str,
-    ) {
+    pub async fn record_terminal_error(&self, kind: &Gvk, key: &crate::ObjectKey, message: &str) {
         let reference = ObjectReference {
-            api_version: Some(api_version(kind)),
+            api_version: Some(kind.api_version()),
             kind: Some(kind.kind.clone()),
             name: Some(key.name.clone()),
             namespace: key.namespace.clone(),
@@ -335,7 +472,7 @@ impl ClusterApi {
         let ev = KubeEvent {
             type_: KubeEventType::Warning,
             reason: "ReconcileFailed".into(),
-            note: Some(truncate(message, 1024)),
+            note: Some(truncate(message, MAX_EVENT_NOTE)),
             action: "Reconcile".into(),
             secondary: None,
         };
@@ -357,17 +494,128 @@ impl KubeApi for ClusterApi {
                     "the reconcile's deadline has passed".into(),
                 ));
             }
-            self.serve(request).await
+            self.serve(request, deadline).await
         })
     }
 }
 
-/// `group/version`, or `version` for the core group.
-fn api_version(kind: &super::Gvk) -> String {
-    if kind.group.is_empty() {
-        kind.version.clone()
-    } else {
-        format!("{}/{}", kind.group, kind.version)
+/// What a call addresses, taken from the request for validation.
+struct Target<'a> {
+    kind: &'a Gvk,
+    namespace: Option<&'a str>,
+    name: Option<&'a str>,
+    selector: Option<&'a str>,
+    /// The status subresource.
+    status: bool,
+}
+
+impl<'a> Target<'a> {
+    fn of(request: &'a KubeRequest) -> Self {
+        let t = |kind, namespace: &'a Option<String>, name: Option<&'a String>, status| Target {
+            kind,
+            namespace: namespace.as_deref(),
+            name: name.map(String::as_str),
+            selector: None,
+            status,
+        };
+        match request {
+            KubeRequest::Get {
+                kind,
+                namespace,
+                name,
+            }
+            | KubeRequest::Replace {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::Patch {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::Delete {
+                kind,
+                namespace,
+                name,
+            } => t(kind, namespace, Some(name), false),
+            KubeRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                ..
+            } => t(kind, namespace, Some(name), true),
+            KubeRequest::Create {
+                kind, namespace, ..
+            } => t(kind, namespace, None, false),
+            KubeRequest::List {
+                kind,
+                namespace,
+                label_selector,
+            } => Target {
+                selector: label_selector.as_deref(),
+                ..t(kind, namespace, None, false)
+            },
+            KubeRequest::RecordEvent(_) => unreachable!("events are validated on their own"),
+        }
+    }
+
+    fn validate(&self) -> Result<(), Invalid> {
+        validate::gvk(self.kind)?;
+        if let Some(ns) = self.namespace {
+            validate::namespace(ns)?;
+        }
+        if let Some(name) = self.name {
+            validate::object_name("name", name)?;
+        }
+        if let Some(s) = self.selector
+            && s.len() > MAX_SELECTOR
+        {
+            return Err(Invalid {
+                field: "label selector",
+                message: format!("is {} bytes; at most {MAX_SELECTOR} are allowed", s.len()),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A list's objects as JSON, refused once they pass `limit` bytes together.
+struct ListJson {
+    objects: Vec<String>,
+    bytes: usize,
+    limit: usize,
+}
+
+impl ListJson {
+    fn new(limit: usize) -> Self {
+        Self {
+            objects: Vec::new(),
+            bytes: 0,
+            limit,
+        }
+    }
+
+    fn push<T: serde::Serialize>(&mut self, o: &T) -> Result<(), ApiError> {
+        let json = to_json(o)?;
+        self.bytes += json.len();
+        if self.bytes > self.limit {
+            return Err(ApiError::Invalid(format!(
+                "the list result exceeds the plugin's limit of {} bytes (limits.listBytes) after {} objects; narrow it with a namespace or a label selector",
+                self.limit,
+                self.objects.len()
+            )));
+        }
+        self.objects.push(json);
+        Ok(())
     }
 }
 
@@ -375,7 +623,7 @@ fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
     }
-    let mut end = max;
+    let mut end = max.saturating_sub(3);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -385,14 +633,7 @@ fn truncate(s: &str, max: usize) -> String {
 fn code(result: &Result<KubeResponse, ApiError>) -> &'static str {
     match result {
         Ok(_) => "ok",
-        Err(ApiError::NotFound(_)) => "not-found",
-        Err(ApiError::Conflict(_)) => "conflict",
-        Err(ApiError::AlreadyExists(_)) => "already-exists",
-        Err(ApiError::Forbidden(_)) => "forbidden",
-        Err(ApiError::Invalid(_)) => "invalid",
-        Err(ApiError::Timeout(_)) => "timeout",
-        Err(ApiError::Unavailable(_)) => "unavailable",
-        Err(ApiError::Other(_)) => "other",
+        Err(e) => e.code(),
     }
 }
 
@@ -417,15 +658,38 @@ fn to_json<T: serde::Serialize>(o: &T) -> Result<String, ApiError> {
     Ok(s)
 }
 
-fn parse_object(json: &str, ar: &kube::api::ApiResource) -> Result<DynamicObject, ApiError> {
+/// The guest's object for a write: valid JSON within the size limit, of the
+/// kind the call resolved (apiVersion and kind are filled in when absent),
+/// in the call's namespace.
+fn parse_object(
+    json: &str,
+    ar: &kube::api::ApiResource,
+    namespace: Option<&str>,
+) -> Result<DynamicObject, ApiError> {
     check_size(json)?;
     let mut obj: DynamicObject = serde_json::from_str(json)
         .map_err(|e| ApiError::Invalid(format!("object is not valid JSON: {e}")))?;
-    if obj.types.is_none() {
-        obj.types = Some(kube::api::TypeMeta {
-            api_version: ar.api_version.clone(),
-            kind: ar.kind.clone(),
-        });
+    match &obj.types {
+        None => {
+            obj.types = Some(kube::api::TypeMeta {
+                api_version: ar.api_version.clone(),
+                kind: ar.kind.clone(),
+            });
+        }
+        Some(t) if t.api_version != ar.api_version || t.kind != ar.kind => {
+            return Err(ApiError::Invalid(format!(
+                "the object is a {} {}, but the call is for {} {}",
+                t.api_version, t.kind, ar.api_version, ar.kind
+            )));
+        }
+        Some(_) => {}
+    }
+    if let (Some(ns), Some(own)) = (namespace, obj.metadata.namespace.as_deref())
+        && ns != own
+    {
+        return Err(ApiError::Invalid(format!(
+            "the object's namespace {own:?} is not the call's namespace {ns:?}"
+        )));
     }
     Ok(obj)
 }
@@ -433,6 +697,7 @@ fn parse_object(json: &str, ar: &kube::api::ApiResource) -> Result<DynamicObject
 fn to_patch(
     plugin: &str,
     patch: ObjectPatch,
+    ar: &kube::api::ApiResource,
 ) -> Result<(PatchParams, Patch<serde_json::Value>), ApiError> {
     let parse = |s: &str| {
         check_size(s)?;
@@ -450,13 +715,24 @@ fn to_patch(
             let manager = if a.field_manager.is_empty() {
                 format!("wasmctrl-{plugin}")
             } else {
+                validate::field_manager(&a.field_manager)
+                    .map_err(|e| ApiError::Invalid(e.to_string()))?;
                 a.field_manager
             };
+            let body = parse(&a.body)?;
+            let api_version = body.get("apiVersion").and_then(|v| v.as_str());
+            let kind = body.get("kind").and_then(|v| v.as_str());
+            if api_version != Some(ar.api_version.as_str()) || kind != Some(ar.kind.as_str()) {
+                return Err(ApiError::Invalid(format!(
+                    "an apply patch must name the call's kind: apiVersion {:?} and kind {:?}",
+                    ar.api_version, ar.kind
+                )));
+            }
             let mut params = PatchParams::apply(&manager);
             if a.force {
                 params = params.force();
             }
-            (params, Patch::Apply(parse(&a.body)?))
+            (params, Patch::Apply(body))
         }
     })
 }

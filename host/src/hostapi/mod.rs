@@ -9,14 +9,89 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 
-pub use cluster::{ClusterApi, MAX_PAYLOAD, map_error};
+pub use cluster::{ApiLimits, ClusterApi, MAX_PAYLOAD, map_error};
 pub use grant::{Access, Grant};
 pub use selector::LabelSelector;
 
-pub use crate::runtime::bindings::wasmctrl::reconciler::kube::{
-    ApplyPatch, Event, EventType, ObjectPatch,
-};
-pub use crate::runtime::bindings::wasmctrl::reconciler::types::{ApiError, Gvk};
+pub use crate::kind::Gvk;
+
+/// Why a `kube` call failed (the WIT `api-error`); the payload is a
+/// human-readable message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiError {
+    #[error("not found: {0}")]
+    NotFound(String),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    #[error("already exists: {0}")]
+    AlreadyExists(String),
+    /// The plugin's grant (or the API server's authorization) refused it.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The reconcile's deadline ran out during the call.
+    #[error("timeout: {0}")]
+    Timeout(String),
+    /// No API server could be reached.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+impl ApiError {
+    /// The `code` label of `wasmctrl_hostapi_calls_total`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::NotFound(_) => "not-found",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::AlreadyExists(_) => "already-exists",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Invalid(_) => "invalid",
+            ApiError::Timeout(_) => "timeout",
+            ApiError::Unavailable(_) => "unavailable",
+            ApiError::Other(_) => "other",
+        }
+    }
+}
+
+/// A patch (the WIT `object-patch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectPatch {
+    /// JSON merge patch (RFC 7386).
+    Merge(String),
+    /// JSON patch (RFC 6902).
+    Json(String),
+    /// Server-side apply of the given object.
+    Apply(ApplyPatch),
+}
+
+/// A server-side apply: the object, the field manager and whether to force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApplyPatch {
+    pub body: String,
+    pub field_manager: String,
+    pub force: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// An event about an object (events.k8s.io/v1 semantics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub regarding_kind: Gvk,
+    pub regarding_namespace: Option<String>,
+    pub regarding_name: String,
+    pub type_: EventType,
+    pub reason: String,
+    pub action: String,
+    pub note: String,
+}
 
 /// One call a guest makes through the `kube` interface.
 #[derive(Debug, Clone)]

@@ -2,6 +2,9 @@
 //! for lists served from the cache.
 
 use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::syntax as validate;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Requirement {
@@ -13,9 +16,16 @@ enum Requirement {
     NotExists(String),
 }
 
-/// A parsed label selector; all requirements must hold.
+/// A parsed label selector; all requirements must hold. Keys and values
+/// are checked against Kubernetes label syntax, so what reaches the API
+/// server is this parse printed back ([`fmt::Display`]), never the guest's
+/// text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelSelector(Vec<Requirement>);
+
+/// Requirements one selector may hold, and values one set may hold.
+const MAX_REQUIREMENTS: usize = 64;
+const MAX_SET: usize = 64;
 
 impl LabelSelector {
     pub fn parse(s: &str) -> Result<Self, String> {
@@ -35,15 +45,17 @@ impl LabelSelector {
                 Requirement::NotIn(k, set?)
             } else if let Some((k, set)) = split_set(term, " in ") {
                 Requirement::In(k, set?)
-            } else if term
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c))
-            {
-                Requirement::Exists(term.into())
             } else {
-                return Err(format!("cannot parse label selector term {term:?}"));
+                Requirement::Exists(term.into())
             };
+            req.check()
+                .map_err(|e| format!("label selector term {:?}: {e}", cut(term)))?;
             reqs.push(req);
+            if reqs.len() > MAX_REQUIREMENTS {
+                return Err(format!(
+                    "label selector has more than {MAX_REQUIREMENTS} requirements"
+                ));
+            }
         }
         Ok(Self(reqs))
     }
@@ -58,6 +70,51 @@ impl LabelSelector {
             Requirement::NotExists(k) => !labels.contains_key(k),
         })
     }
+}
+
+impl Requirement {
+    fn check(&self) -> Result<(), String> {
+        let key = |k: &str| validate::label_key(k).map_err(|e| e.message);
+        let value = |v: &str| validate::label_value(v).map_err(|e| e.message);
+        match self {
+            Requirement::Equals(k, v) | Requirement::NotEquals(k, v) => {
+                key(k)?;
+                value(v)
+            }
+            Requirement::In(k, set) | Requirement::NotIn(k, set) => {
+                key(k)?;
+                if set.is_empty() || set.len() > MAX_SET {
+                    return Err(format!("a set must hold 1 to {MAX_SET} values"));
+                }
+                set.iter().try_for_each(|v| value(v))
+            }
+            Requirement::Exists(k) | Requirement::NotExists(k) => key(k),
+        }
+    }
+}
+
+impl fmt::Display for LabelSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, r) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match r {
+                Requirement::Equals(k, v) => write!(f, "{k}={v}")?,
+                Requirement::NotEquals(k, v) => write!(f, "{k}!={v}")?,
+                Requirement::In(k, set) => write!(f, "{k} in ({})", set.join(","))?,
+                Requirement::NotIn(k, set) => write!(f, "{k} notin ({})", set.join(","))?,
+                Requirement::Exists(k) => write!(f, "{k}")?,
+                Requirement::NotExists(k) => write!(f, "!{k}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The start of a term, for an error message.
+fn cut(s: &str) -> String {
+    s.chars().take(64).collect()
 }
 
 /// Splits on commas outside parentheses.
@@ -85,7 +142,13 @@ fn split_set(term: &str, op: &str) -> Option<(String, Result<Vec<String>, String
     let set = rest
         .strip_prefix('(')
         .and_then(|r| r.strip_suffix(')'))
-        .map(|inner| inner.split(',').map(|v| v.trim().to_string()).collect())
+        .map(|inner| {
+            if inner.trim().is_empty() {
+                Vec::new()
+            } else {
+                inner.split(',').map(|v| v.trim().to_string()).collect()
+            }
+        })
         .ok_or_else(|| format!("expected a parenthesised set in {term:?}"));
     Some((k.trim().to_string(), set))
 }
@@ -114,5 +177,28 @@ mod tests {
         assert!(!t("legacy"));
         assert!(t(""));
         assert!(LabelSelector::parse("app in front").is_err());
+    }
+
+    #[test]
+    fn only_label_syntax_is_accepted_and_printed_back() {
+        for bad in [
+            "app=web&x=1",
+            "app=we b",
+            "a/b/c=d",
+            "app in ()",
+            "app=web?watch=1",
+            "=web",
+            "app==",
+        ] {
+            // `app==` is `app` equal to the empty value: valid.
+            if bad == "app==" {
+                assert!(LabelSelector::parse(bad).is_ok());
+                continue;
+            }
+            assert!(LabelSelector::parse(bad).is_err(), "{bad:?} accepted");
+        }
+        let s = LabelSelector::parse(" app = web , tier in (a, b),!legacy,x.io/y").unwrap();
+        assert_eq!(s.to_string(), "app=web,tier in (a,b),!legacy,x.io/y");
+        assert!(LabelSelector::parse(&"a=b,".repeat(100)).is_err());
     }
 }

@@ -3,38 +3,51 @@
 //!
 //! # Deadlines are the context timeout
 //! One engine-wide ticker thread bumps the epoch every `epoch_tick`. Each
-//! reconcile's store checks, on every tick its guest runs through, whether
-//! the reconcile was cancelled (→ [`ReconcileError::Cancelled`]) or its
-//! deadline passed (→ a [`TrapKind::Deadline`] trap), and otherwise yields to
-//! tokio. A runaway guest is therefore stopped within one tick of its
-//! deadline, and a guest blocked in a host call is bounded by the call's own
-//! deadline plus a backstop timeout.
+//! call's store checks, on every tick its guest runs through, whether the
+//! call's deadline passed (→ a [`TrapKind::Deadline`] trap) or it was
+//! cancelled more than `cancel_grace` ago (→ [`ReconcileError::Cancelled`]),
+//! and otherwise yields to tokio. A runaway guest is therefore stopped within
+//! one tick of its deadline, and a guest blocked in a host call is bounded by
+//! the call's own deadline plus a backstop timeout.
+//!
+//! # Layout
+//! `plugin` loads a component; `sandbox` runs one call of it in an instance
+//! from its `strategy`, in a store (`store`) held to its `limits`, with the
+//! imports of `host/` (one file per WIT interface); `failure` classifies how
+//! a call ended; `cache` keeps compiled components.
 //!
 //! [`ReconcileError::Cancelled`]: crate::ReconcileError::Cancelled
+//! [`TrapKind::Deadline`]: crate::TrapKind::Deadline
 
-pub mod bindings;
 mod cache;
-mod instance;
+mod failure;
+mod host;
+mod limits;
+mod metadata;
 mod output;
 mod plugin;
-mod trap;
+mod sandbox;
+mod store;
+mod strategy;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::Linker;
 use wasmtime::{
     Config, Enabled, Engine, InstanceAllocationStrategy, OptLevel, PoolingAllocationConfig,
 };
 
 pub use cache::{CacheHit, digest};
-pub use instance::Invocation;
-pub use plugin::{Limits, LoadError, Plugin, PluginMetadata, PluginSpec};
-pub use trap::TrapKind;
+pub use failure::CallFailure;
+pub use limits::{Ceiling, Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
+pub use metadata::{Permission, PluginMetadata, Watch, WatchMapping};
+pub use plugin::{Invocation, LoadError, Plugin, PluginSpec};
+pub use strategy::{AUTO_REUSE_PAGES, InstanceMode, ReuseLimits};
 
 use crate::metrics::Metrics;
-use instance::HostState;
+use store::StoreState;
 
 /// Linear memory a pooled slot keeps resident between instances: more than
 /// a small Rust guest's whole memory, so its pages are never refaulted.
@@ -46,6 +59,11 @@ const KEEP_RESIDENT: usize = 2 << 20;
 pub struct RuntimeConfig {
     /// How often the epoch advances: the precision of deadlines and cancellation.
     pub epoch_tick: Duration,
+    /// How long a cancelled guest may keep running to notice the
+    /// cancellation itself (`context.cancelled`) and return; past it the host
+    /// interrupts the guest. Go's context is cooperative; this keeps a guest's
+    /// own clean-up path reachable while bounding how long cancellation takes.
+    pub cancel_grace: Duration,
     /// Compile fuel metering in, so plugins may have a deterministic CPU
     /// budget (`Limits::fuel`). Costs ~40% on call-heavy guests.
     pub fuel: bool,
@@ -53,7 +71,8 @@ pub struct RuntimeConfig {
     /// allocator's slots). Size it to the sum of `maxConcurrentReconciles`
     /// plus headroom; when it is exhausted a reconcile fails and is retried.
     pub max_instances: u32,
-    /// The largest linear memory any plugin may be granted.
+    /// The largest linear memory any plugin may be granted (each memory's
+    /// address-space reservation; plugins' own limits are enforced per store).
     pub max_memory: usize,
     /// Where precompiled components are kept across restarts (None: memory only).
     pub cache_dir: Option<PathBuf>,
@@ -63,9 +82,10 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         Self {
             epoch_tick: Duration::from_millis(1),
+            cancel_grace: Duration::from_millis(100),
             fuel: false,
             max_instances: 128,
-            max_memory: 1 << 30,
+            max_memory: 4 << 30,
             cache_dir: None,
         }
     }
@@ -87,9 +107,10 @@ pub struct Runtime {
     inner: Arc<Inner>,
 }
 
+/// What a [`Runtime`] shares between its clones.
 struct Inner {
     engine: Engine,
-    linker: Linker<HostState>,
+    linker: Linker<StoreState>,
     cache: cache::ComponentCache,
     config: RuntimeConfig,
     metrics: Arc<Metrics>,
@@ -106,11 +127,16 @@ impl Runtime {
         // memset whole on every reuse, dearer than decommitting it all
         // (`wasmctrl-bench -- floor-settings`: 2 MiB resident 25 µs, none 15 µs).
         let pagemap = PoolingAllocationConfig::is_pagemap_scan_available();
+        // Sized for every instance at its plugin's ceilings at once, so no
+        // component can take pool slots other plugins need: a component
+        // beyond a ceiling is refused by its store, not by the pool.
         pool.total_component_instances(instances)
-            // Each reconciler instance uses ~3 core instances, 1 memory, 2 tables.
-            .total_core_instances(instances * 4)
-            .total_memories(instances * 2)
-            .total_tables(instances * 4)
+            .total_core_instances(instances * MAX_INSTANCES as u32)
+            .total_memories(instances * MAX_MEMORIES as u32)
+            .total_tables(instances * MAX_TABLES as u32)
+            .max_core_instances_per_component(MAX_INSTANCES as u32)
+            .max_memories_per_component(MAX_MEMORIES as u32)
+            .max_tables_per_component(MAX_TABLES as u32)
             .total_stacks(instances)
             .max_memory_size(config.max_memory)
             // A reused slot keeps this much resident and, with pagemap_scan
@@ -133,9 +159,7 @@ impl Runtime {
         let engine = Engine::new(&c).map_err(RuntimeError::Engine)?;
 
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(RuntimeError::Link)?;
-        bindings::Reconciler::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
-            .map_err(RuntimeError::Link)?;
+        host::add_to_linker(&mut linker).map_err(RuntimeError::Link)?;
 
         start_ticker(&engine, config.epoch_tick);
         let cache = cache::ComponentCache::new(engine.clone(), config.cache_dir.clone());

@@ -1,6 +1,12 @@
-//! Guest stdout/stderr into `tracing`, line by line, inside the reconcile's
-//! span. Never blocks and never fills up: a full in-memory pipe looks closed
-//! to the guest and turns a `println!` into a trap.
+//! Guest output — stdout, stderr and `log` messages — into `tracing`, line
+//! by line, inside the reconcile's span, within the call's byte budget.
+//!
+//! # Never blocks, never fills up, never grows past its budget
+//! A full in-memory pipe looks closed to the guest and turns a `println!`
+//! into a trap, so writes always succeed. What the host keeps is bounded
+//! twice: a line is cut at `line_limit` bytes *before* it is buffered (a
+//! newline-free write never becomes a line the size of guest memory), and a
+//! call's output stops at `budget` bytes. Each cut leaves one marker.
 
 use std::io;
 use std::pin::Pin;
@@ -12,54 +18,166 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
-/// The longest line kept before it is emitted unterminated.
-const MAX_LINE: usize = 16 << 10;
-
-/// One of a guest's output streams (`stdout` or `stderr`) for one plugin.
-#[derive(Clone)]
-pub struct GuestOutput {
-    plugin: Arc<str>,
-    stream: &'static str,
-    pending: Arc<Mutex<Vec<u8>>>,
+/// Which of a guest's streams a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stream {
+    Stdout,
+    Stderr,
 }
 
-impl GuestOutput {
-    pub fn new(plugin: Arc<str>, stream: &'static str) -> Self {
+impl Stream {
+    fn as_str(self) -> &'static str {
+        match self {
+            Stream::Stdout => "stdout",
+            Stream::Stderr => "stderr",
+        }
+    }
+}
+
+/// The output of one store: both streams share the call's budget.
+#[derive(Clone)]
+pub(crate) struct OutputSink {
+    plugin: Arc<str>,
+    state: Arc<Mutex<SinkState>>,
+}
+
+struct SinkState {
+    budget: usize,
+    line_limit: usize,
+    /// Bytes emitted this call.
+    emitted: usize,
+    /// Bytes the guest wrote (or logged) this call, kept or not.
+    written: u64,
+    /// Whether the "budget reached" marker was emitted this call.
+    exhausted: bool,
+    /// Partial lines of stdout and stderr, at most `line_limit` bytes each.
+    pending: [Vec<u8>; 2],
+    /// Bytes cut from the pending lines.
+    cut: [usize; 2],
+}
+
+impl OutputSink {
+    pub(crate) fn new(plugin: Arc<str>, budget: usize, line_limit: usize) -> Self {
         Self {
             plugin,
+            state: Arc::new(Mutex::new(SinkState {
+                budget,
+                line_limit: line_limit.max(1),
+                emitted: 0,
+                written: 0,
+                exhausted: false,
+                pending: [Vec::new(), Vec::new()],
+                cut: [0, 0],
+            })),
+        }
+    }
+
+    /// The WASI stream writing into this sink.
+    pub(crate) fn stream(&self, stream: Stream) -> GuestOutput {
+        GuestOutput {
+            sink: self.clone(),
             stream,
-            pending: Arc::default(),
         }
     }
 
-    fn push(&self, mut bytes: &[u8]) {
-        let mut pending = self.pending.lock().unwrap();
-        while let Some(nl) = bytes.iter().position(|b| *b == b'\n') {
-            pending.extend_from_slice(&bytes[..nl]);
-            self.emit(&pending);
-            pending.clear();
-            bytes = &bytes[nl + 1..];
-        }
-        pending.extend_from_slice(bytes);
-        if pending.len() >= MAX_LINE {
-            self.emit(&pending);
-            pending.clear();
+    /// Starts a new call's budget (an instance reused for another call).
+    pub(crate) fn begin_call(&self) {
+        let mut s = self.state.lock().unwrap();
+        s.emitted = 0;
+        s.written = 0;
+        s.exhausted = false;
+    }
+
+    /// Bytes the guest wrote or logged this call.
+    pub(crate) fn written(&self) -> u64 {
+        self.state.lock().unwrap().written
+    }
+
+    fn write(&self, stream: Stream, mut bytes: &[u8]) {
+        let mut s = self.state.lock().unwrap();
+        s.written += bytes.len() as u64;
+        let i = stream as usize;
+        while !bytes.is_empty() {
+            let (chunk, ended) = match bytes.iter().position(|b| *b == b'\n') {
+                Some(nl) => (&bytes[..nl], true),
+                None => (bytes, false),
+            };
+            let room = s.line_limit - s.pending[i].len().min(s.line_limit);
+            let kept = chunk.len().min(room);
+            s.pending[i].extend_from_slice(&chunk[..kept]);
+            s.cut[i] += chunk.len() - kept;
+            bytes = &bytes[(chunk.len() + usize::from(ended)).min(bytes.len())..];
+            if ended {
+                self.emit_pending(&mut s, stream);
+            }
         }
     }
 
-    /// Emits what is left without a trailing newline (at the end of a call).
-    pub fn flush_partial(&self) {
-        let mut pending = self.pending.lock().unwrap();
-        if !pending.is_empty() {
-            self.emit(&pending);
-            pending.clear();
+    /// Emits the unterminated rest of both streams (at the end of a call).
+    pub(crate) fn flush(&self) {
+        let mut s = self.state.lock().unwrap();
+        for stream in [Stream::Stdout, Stream::Stderr] {
+            if !s.pending[stream as usize].is_empty() || s.cut[stream as usize] > 0 {
+                self.emit_pending(&mut s, stream);
+            }
         }
     }
 
-    fn emit(&self, line: &[u8]) {
-        let line = String::from_utf8_lossy(line);
-        tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream = self.stream, "{line}");
+    fn emit_pending(&self, s: &mut SinkState, stream: Stream) {
+        let i = stream as usize;
+        let line = std::mem::take(&mut s.pending[i]);
+        let cut = std::mem::take(&mut s.cut[i]);
+        if self.admit(s, line.len()) {
+            let text = String::from_utf8_lossy(&line);
+            let stream = stream.as_str();
+            if cut > 0 {
+                tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{text}… [wasmctrl: {cut} more bytes of this line dropped]");
+            } else {
+                tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{text}");
+            }
+        }
+        // Keep the allocation of a reasonably sized line for the next one.
+        if line.capacity() <= 4096 {
+            let mut line = line;
+            line.clear();
+            s.pending[i] = line;
+        }
     }
+
+    /// Counts a `log` message against the budget: Some(message, cut bytes)
+    /// to emit, None once the budget is spent.
+    pub(crate) fn admit_log<'m>(&self, message: &'m str) -> Option<(&'m str, usize)> {
+        let mut s = self.state.lock().unwrap();
+        s.written += message.len() as u64;
+        let mut end = message.len().min(s.line_limit);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.admit(&mut s, end)
+            .then_some((&message[..end], message.len() - end))
+    }
+
+    /// Whether `len` more bytes fit the call's budget; emits the marker the
+    /// first time they do not.
+    fn admit(&self, s: &mut SinkState, len: usize) -> bool {
+        if s.emitted + len <= s.budget {
+            s.emitted += len;
+            return true;
+        }
+        if !s.exhausted {
+            s.exhausted = true;
+            tracing::warn!(target: "wasmctrl::guest", plugin = %self.plugin,
+                "[wasmctrl: the output limit of {} bytes per call is reached; the rest of this call's output is dropped]", s.budget);
+        }
+        false
+    }
+}
+
+/// One of a guest's output streams, as WASI sees it.
+#[derive(Clone)]
+pub(crate) struct GuestOutput {
+    sink: OutputSink,
+    stream: Stream,
 }
 
 impl IsTerminal for GuestOutput {
@@ -78,9 +196,12 @@ impl StdoutStream for GuestOutput {
     }
 }
 
+/// How much a single WASI write may carry; a guest writes more in pieces.
+const WRITE_CHUNK: usize = 64 << 10;
+
 impl OutputStream for GuestOutput {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        self.push(&bytes);
+        self.sink.write(self.stream, &bytes);
         Ok(())
     }
 
@@ -89,7 +210,7 @@ impl OutputStream for GuestOutput {
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
-        Ok(MAX_LINE)
+        Ok(WRITE_CHUNK)
     }
 }
 
@@ -104,7 +225,7 @@ impl AsyncWrite for GuestOutput {
         _: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.push(buf);
+        self.sink.write(self.stream, buf);
         Poll::Ready(Ok(buf.len()))
     }
 
@@ -114,5 +235,47 @@ impl AsyncWrite for GuestOutput {
 
     fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
         Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_newline_free_write_is_cut_before_it_is_buffered() {
+        let sink = OutputSink::new("p".into(), 1 << 20, 16);
+        sink.write(Stream::Stdout, &[b'x'; 100_000]);
+        {
+            let s = sink.state.lock().unwrap();
+            assert_eq!(s.pending[0].len(), 16);
+            assert_eq!(s.cut[0], 100_000 - 16);
+        }
+        sink.flush();
+        let s = sink.state.lock().unwrap();
+        assert!(s.pending[0].is_empty());
+        assert_eq!(s.emitted, 16);
+        assert_eq!(s.written, 100_000);
+    }
+
+    #[test]
+    fn output_stops_at_the_budget() {
+        let sink = OutputSink::new("p".into(), 10, 100);
+        sink.write(Stream::Stdout, b"12345\n12345\n12345\n");
+        sink.write(Stream::Stderr, b"abc\n");
+        assert_eq!(sink.admit_log("hello"), None);
+        let s = sink.state.lock().unwrap();
+        assert_eq!(s.emitted, 10);
+        assert!(s.exhausted);
+        assert_eq!(s.written, 18 + 4 + 5);
+        drop(s);
+        sink.begin_call();
+        assert_eq!(sink.admit_log("héllo"), Some(("héllo", 0)));
+    }
+
+    #[test]
+    fn log_messages_are_cut_on_a_char_boundary() {
+        let sink = OutputSink::new("p".into(), 1 << 20, 4);
+        assert_eq!(sink.admit_log("aéé"), Some(("aé", 2)));
     }
 }

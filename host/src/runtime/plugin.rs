@@ -1,95 +1,120 @@
 //! Loading a plugin: read, validate against the world, compile (through the
 //! cache), pre-link, and ask it for its metadata.
 
-use super::bindings::ReconcilerPre;
-use super::cache::{self, CacheHit};
-use super::instance::Sandbox;
-use super::{Runtime, TrapKind};
-use crate::hostapi::KubeApi;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-pub use super::bindings::wasmctrl::reconciler::types::PluginMetadata;
+use tokio_util::sync::CancellationToken;
+
+use super::Runtime;
+use super::cache::{self, CacheHit};
+use super::failure::CallFailure;
+use super::limits::Limits;
+use super::metadata::PluginMetadata;
+use super::sandbox::{self, Export, Returned, Sandbox};
+use super::store::StoreState;
+use super::strategy::{AUTO_REUSE_PAGES, InstanceMode, InstanceStrategy, ReuseLimits};
+use crate::hostapi::KubeApi;
+use crate::metrics::CallUsage;
+use crate::reconcile::{Action, ReconcileError, ReconcileRequest, TrapKind};
+use crate::wit::ReconcilerPre;
+use crate::wit::wasmctrl::reconciler::types;
+
+/// How long `metadata` may run at load time.
+const METADATA_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The exports every plugin must have (the `reconciler` world).
 const REQUIRED_EXPORTS: [&str; 2] = ["metadata", "reconcile"];
 
-/// Per-plugin sandbox limits, applied to every instance.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limits {
-    /// Linear memory cap in bytes; a grow past it fails (and the guest
-    /// usually aborts, reported as a [`TrapKind::Memory`] trap).
-    pub memory_bytes: usize,
-    /// Table elements cap.
-    pub table_elements: usize,
-    /// Fuel per reconcile (needs `RuntimeConfig::fuel`); None: unmetered.
-    pub fuel: Option<u64>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            memory_bytes: 64 << 20,
-            table_elements: 20_000,
-            fuel: None,
-        }
-    }
-}
-
-/// What to load: a component file and how to run it.
+/// How to run a component.
 #[derive(Clone)]
 pub struct PluginSpec {
     /// The name the host knows the plugin by (the config's `name`).
     pub name: String,
-    pub path: PathBuf,
     pub limits: Limits,
+    /// Fresh instances, warm ones, or chosen by the component's size.
+    pub instance_mode: InstanceMode,
+    /// When a warm instance is recycled (`reuse` and `auto`).
+    pub reuse: ReuseLimits,
     /// The plugin's settings, handed to the guest as JSON.
     pub settings: serde_json::Value,
     /// Serves the plugin's `kube` calls.
     pub kube: Arc<dyn KubeApi>,
 }
 
-/// Why a plugin could not be loaded. Every variant names the file.
+impl PluginSpec {
+    /// Default limits, fresh instances, `{}` settings and no API server:
+    /// every `kube` call is `unavailable` (inspect, benchmarks, tests).
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            limits: Limits::default(),
+            instance_mode: InstanceMode::Fresh,
+            reuse: ReuseLimits::default(),
+            settings: serde_json::json!({}),
+            kube: Arc::new(crate::hostapi::NoApiServer),
+        }
+    }
+}
+
+/// Why a plugin could not be loaded. Every variant names where it came from.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("plugin {path}: cannot read the file: {source}")]
+    #[error("plugin {origin}: cannot read the file: {source}")]
     Read {
-        path: PathBuf,
+        origin: String,
         source: std::io::Error,
     },
-    #[error("plugin {path}: not a WebAssembly file (no `\\0asm` header)")]
-    NotWasm { path: PathBuf },
+    #[error("plugin {origin}: not a WebAssembly file (no `\\0asm` header)")]
+    NotWasm { origin: String },
     #[error(
-        "plugin {path}: a core WebAssembly module, not a component; build it with `cargo build --release --target wasm32-wasip2` against the wasmctrl:reconciler world"
+        "plugin {origin}: a core WebAssembly module, not a component; build it with `cargo build --release --target wasm32-wasip2` against the wasmctrl:reconciler world"
     )]
-    CoreModule { path: PathBuf },
-    #[error("plugin {path}: invalid component: {message}")]
-    Compile { path: PathBuf, message: String },
+    CoreModule { origin: String },
+    #[error("plugin {origin}: invalid component: {message}")]
+    Compile { origin: String, message: String },
     #[error(
-        "plugin {path}: missing export `{export}`: the component does not implement the wasmctrl:reconciler/reconciler@0.1.0 world"
+        "plugin {origin}: missing export `{export}`: the component does not implement the wasmctrl:reconciler/reconciler@0.1.0 world"
     )]
-    MissingExport { path: PathBuf, export: &'static str },
+    MissingExport {
+        origin: String,
+        export: &'static str,
+    },
     #[error(
-        "plugin {path}: wrong world: the component's exports do not match wasmctrl:reconciler/reconciler@0.1.0: {message}"
+        "plugin {origin}: wrong world: the component's exports do not match wasmctrl:reconciler/reconciler@0.1.0: {message}"
     )]
-    WrongWorld { path: PathBuf, message: String },
-    #[error("plugin {path}: imports something the host does not provide: {message}")]
-    UnsupportedImport { path: PathBuf, message: String },
-    #[error("plugin {path}: `metadata` failed ({kind}): {message}")]
+    WrongWorld { origin: String, message: String },
+    #[error("plugin {origin}: imports something the host does not provide: {message}")]
+    UnsupportedImport { origin: String, message: String },
+    #[error("plugin {origin}: `metadata` failed ({kind}): {message}")]
     Metadata {
-        path: PathBuf,
+        origin: String,
         kind: TrapKind,
         message: String,
     },
-    #[error("plugin {path}: the instance pool is exhausted: {message}")]
-    Pool { path: PathBuf, message: String },
+    #[error("plugin {origin}: `metadata` was cancelled")]
+    MetadataCancelled { origin: String },
+    #[error("plugin {origin}: invalid metadata: {message}")]
+    InvalidMetadata { origin: String, message: String },
+    #[error("plugin {origin}: {message}")]
+    ExceedsLimits { origin: String, message: String },
+    #[error("plugin {origin}: the instance pool is exhausted: {message}")]
+    Pool { origin: String, message: String },
+}
+
+/// The outcome of one reconcile with what it cost.
+#[derive(Debug)]
+pub struct Invocation {
+    pub result: Result<Action, ReconcileError>,
+    pub usage: CallUsage,
 }
 
 /// A loaded plugin: a compiled, pre-linked, validated component. Each
-/// reconcile instantiates it afresh (see [`Plugin::invoke`]).
+/// reconcile runs in an instance from its strategy (see [`Plugin::invoke`]).
 pub struct Plugin {
     pub(crate) sandbox: Sandbox,
-    path: PathBuf,
+    origin: String,
     digest: String,
     metadata: PluginMetadata,
     cache_hit: CacheHit,
@@ -99,7 +124,7 @@ impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Plugin")
             .field("name", &self.sandbox.name)
-            .field("path", &self.path)
+            .field("origin", &self.origin)
             .field("digest", &self.digest)
             .finish_non_exhaustive()
     }
@@ -110,8 +135,9 @@ impl Plugin {
         &self.sandbox.name
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where the component came from (a file path, …).
+    pub fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// `sha256:<hex>` of the component file.
@@ -128,6 +154,16 @@ impl Plugin {
         &self.sandbox.limits
     }
 
+    /// Whether calls reuse warm instances (`instanceMode` resolved).
+    pub fn reuses_instances(&self) -> bool {
+        matches!(self.sandbox.strategy, InstanceStrategy::Reuse(_))
+    }
+
+    /// Warm instances waiting for a call.
+    pub fn idle_instances(&self) -> usize {
+        self.sandbox.strategy.idle()
+    }
+
     /// Whether loading reused a compiled artifact.
     pub fn cache_hit(&self) -> CacheHit {
         self.cache_hit
@@ -135,34 +171,43 @@ impl Plugin {
 }
 
 impl Runtime {
-    /// Loads the component at `spec.path`: validates it against the
-    /// `reconciler` world, compiles it off the async executor (or reuses the
-    /// compiled artifact of the same digest), pre-links it and calls its
-    /// `metadata`. Nothing of a plugin that fails here is kept.
-    pub async fn load(&self, spec: PluginSpec) -> Result<Arc<Plugin>, LoadError> {
-        let bytes = tokio::fs::read(&spec.path)
+    /// Loads the component file at `path` (see [`Runtime::load_bytes`]).
+    pub async fn load_file(
+        &self,
+        path: impl AsRef<Path>,
+        spec: PluginSpec,
+    ) -> Result<Arc<Plugin>, LoadError> {
+        let path = path.as_ref();
+        let origin = path.display().to_string();
+        let bytes = tokio::fs::read(path)
             .await
             .map_err(|source| LoadError::Read {
-                path: spec.path.clone(),
+                origin: origin.clone(),
                 source,
             })?;
-        self.load_bytes(spec, bytes).await
+        self.load_bytes(origin, bytes, spec).await
     }
 
-    /// Like [`Runtime::load`], with the component's bytes already read.
+    /// Loads a component from `origin` (named in errors): validates it
+    /// against the `reconciler` world, compiles it off the async executor
+    /// (or reuses the compiled artifact of the same digest), pre-links it
+    /// and calls its `metadata`. Nothing of a plugin that fails here is
+    /// kept.
     pub async fn load_bytes(
         &self,
-        spec: PluginSpec,
+        origin: impl Into<String>,
         bytes: Vec<u8>,
+        spec: PluginSpec,
     ) -> Result<Arc<Plugin>, LoadError> {
-        let path = spec.path.clone();
+        let path: String = origin.into();
         check_header(&path, &bytes)?;
         let digest = cache::digest(&bytes);
         let runtime = self.clone();
         let pre_digest = digest.clone();
         let compile_path = path.clone();
-        let (pre, cache_hit) = tokio::task::spawn_blocking(move || {
-            runtime.prepare(&compile_path, &pre_digest, &bytes)
+        let limits = spec.limits.clone();
+        let (pre, cache_hit, initial_pages) = tokio::task::spawn_blocking(move || {
+            runtime.prepare(&compile_path, &pre_digest, &bytes, &limits)
         })
         .await
         .expect("plugin compilation panicked")?;
@@ -174,24 +219,45 @@ impl Runtime {
             settings: spec.settings.to_string().into(),
             limits: spec.limits,
             kube: spec.kube,
+            strategy: match spec.instance_mode {
+                InstanceMode::Fresh => InstanceStrategy::Fresh,
+                InstanceMode::Reuse => InstanceStrategy::reuse(spec.reuse),
+                InstanceMode::Auto if initial_pages > AUTO_REUSE_PAGES => {
+                    InstanceStrategy::reuse(spec.reuse)
+                }
+                InstanceMode::Auto => InstanceStrategy::Fresh,
+            },
         };
-        let metadata = sandbox
-            .call_metadata()
-            .await
-            .map_err(|(kind, message)| match kind {
-                None => LoadError::Pool {
-                    path: path.clone(),
+        let context = sandbox::context(0, METADATA_TIMEOUT, CancellationToken::new());
+        let report = sandbox.call(Export::Metadata, context).await;
+        let metadata = match report.result {
+            Ok(Returned::Metadata(m)) => {
+                PluginMetadata::try_from(m).map_err(|message| LoadError::InvalidMetadata {
+                    origin: path.clone(),
                     message,
-                },
-                Some(kind) => LoadError::Metadata {
-                    path: path.clone(),
+                })?
+            }
+            Ok(Returned::Reconcile(_)) => unreachable!("metadata returns metadata"),
+            Err(CallFailure::Trap { kind, message, .. }) => {
+                return Err(LoadError::Metadata {
+                    origin: path,
                     kind,
                     message,
-                },
-            })?;
+                });
+            }
+            Err(CallFailure::Cancelled) => {
+                return Err(LoadError::MetadataCancelled { origin: path });
+            }
+            Err(CallFailure::PoolExhausted(message)) => {
+                return Err(LoadError::Pool {
+                    origin: path,
+                    message,
+                });
+            }
+        };
         Ok(Arc::new(Plugin {
             sandbox,
-            path,
+            origin: path,
             digest,
             metadata,
             cache_hit,
@@ -200,53 +266,118 @@ impl Runtime {
 
     fn prepare(
         &self,
-        path: &Path,
+        path: &str,
         digest: &str,
         bytes: &[u8],
-    ) -> Result<(ReconcilerPre<super::HostState>, CacheHit), LoadError> {
+        limits: &Limits,
+    ) -> Result<(ReconcilerPre<StoreState>, CacheHit, u64), LoadError> {
         let (component, hit) = self
             .inner
             .cache
             .get_or_compile(digest, bytes)
             .map_err(|e| LoadError::Compile {
-                path: path.to_path_buf(),
+                origin: path.to_string(),
                 message: format!("{e:#}"),
             })?;
+        // Counts the component declares statically; instances are counted
+        // by the store at instantiation.
+        let needs = component.resources_required();
+        let initial_pages = needs
+            .as_ref()
+            .and_then(|n| n.max_initial_memory_size)
+            .unwrap_or(0);
+        if let Some(needs) = needs
+            && (needs.num_memories as usize > limits.memories
+                || needs.num_tables as usize > limits.tables)
+        {
+            return Err(LoadError::ExceedsLimits {
+                origin: path.to_string(),
+                message: format!(
+                    "the component defines {} memories and {} tables; its limits allow {} and {} (limits.memories, limits.tables)",
+                    needs.num_memories, needs.num_tables, limits.memories, limits.tables
+                ),
+            });
+        }
         let ty = component.component_type();
         for export in REQUIRED_EXPORTS {
             if ty.get_export(&self.inner.engine, export).is_none() {
                 return Err(LoadError::MissingExport {
-                    path: path.to_path_buf(),
+                    origin: path.to_string(),
                     export,
                 });
             }
         }
         let pre = self.inner.linker.instantiate_pre(&component).map_err(|e| {
             LoadError::UnsupportedImport {
-                path: path.to_path_buf(),
+                origin: path.to_string(),
                 message: format!("{e:#}"),
             }
         })?;
         let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::WrongWorld {
-            path: path.to_path_buf(),
+            origin: path.to_string(),
             message: format!("{e:#}"),
         })?;
-        Ok((pre, hit))
+        Ok((pre, hit, initial_pages))
     }
 }
 
-fn check_header(path: &Path, bytes: &[u8]) -> Result<(), LoadError> {
+fn check_header(path: &str, bytes: &[u8]) -> Result<(), LoadError> {
     if bytes.len() < 8 || &bytes[..4] != b"\0asm" {
         return Err(LoadError::NotWasm {
-            path: path.to_path_buf(),
+            origin: path.to_string(),
         });
     }
     // Bytes 4..8 are the version and layer: 1,0,0,0 is a core module;
     // components have layer 1 (`0d 00 01 00`).
     if bytes[6..8] == [0, 0] {
         return Err(LoadError::CoreModule {
-            path: path.to_path_buf(),
+            origin: path.to_string(),
         });
     }
     Ok(())
+}
+
+impl Plugin {
+    /// Runs one reconcile in an instance from the plugin's strategy, under
+    /// the request's deadline and cancellation. Never panics and never
+    /// leaves the guest running: every failure comes back as a
+    /// [`ReconcileError`].
+    pub async fn invoke(&self, request: ReconcileRequest) -> Invocation {
+        let context = sandbox::context(request.attempt, request.timeout, request.cancel);
+        let report = self
+            .sandbox
+            .call(Export::Reconcile(request.key), context)
+            .await;
+        let result = match report.result {
+            Ok(Returned::Reconcile(Ok(action))) => Ok(Action {
+                requeue: action.requeue,
+                requeue_after: (action.requeue_after_ms > 0)
+                    .then(|| Duration::from_millis(action.requeue_after_ms)),
+            }),
+            Ok(Returned::Reconcile(Err(types::ReconcileError::Transient(m)))) => {
+                Err(ReconcileError::Transient(m))
+            }
+            Ok(Returned::Reconcile(Err(types::ReconcileError::Permanent(m)))) => {
+                Err(ReconcileError::Permanent(m))
+            }
+            Ok(Returned::Metadata(_)) => unreachable!("reconcile returns an action"),
+            Err(failure) => Err(failure.into()),
+        };
+        Invocation {
+            result,
+            usage: report.usage,
+        }
+    }
+}
+
+impl crate::reconcile::Reconcile for Plugin {
+    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+        tracing::Span::current().record("digest", self.digest());
+        let invocation = self.invoke(request).await;
+        self.sandbox
+            .runtime
+            .metrics()
+            .observe_call(self.name(), &invocation.usage);
+        invocation.result
+    }
 }

@@ -25,12 +25,12 @@
 mod delaying;
 mod metrics;
 mod queue;
+pub mod ratelimit;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashSet;
 use std::fmt;
-use std::hash::Hash;
 use std::ops::Deref;
 use std::pin::pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
@@ -39,15 +39,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::ratelimit::RateLimiter;
 use delaying::Waiting;
 pub use metrics::{NoopQueueMetrics, QueueMetrics};
 use queue::Queue;
-
-/// What a queue can hold: a cheap-to-clone, hashable key shared across tasks.
-pub trait QueueKey: Clone + Eq + Hash + Send + Sync + 'static {}
-
-impl<T: Clone + Eq + Hash + Send + Sync + 'static> QueueKey for T {}
+pub use ratelimit::{QueueKey, RateLimiter};
 
 /// Delays are clamped to about a century so that `now + delay` cannot
 /// overflow; a key delayed that long is, for a running process, never due.

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, advance, sleep};
 
 use super::*;
-use crate::ratelimit::{ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter};
+use crate::workqueue::ratelimit::{ItemExponentialFailureRateLimiter, ItemFastSlowRateLimiter};
 
 const MS: Duration = Duration::from_millis(1);
 const SEC: Duration = Duration::from_secs(1);

@@ -4,11 +4,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use wasmctrl::TrapKind;
 use wasmctrl::controller::{Controller, ControllerOptions, TracingTerminalErrors};
 use wasmctrl::metrics::Metrics;
-use wasmctrl::ratelimit::default_controller_rate_limiter;
-use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig, TrapKind};
+use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
 use wasmctrl::workqueue::WorkQueue;
+use wasmctrl::workqueue::ratelimit::default_controller_rate_limiter;
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 
@@ -18,12 +19,15 @@ type Entry = (String, Instant, Instant, Result<Action, ReconcileError>);
 struct Recording {
     plugin: Arc<Plugin>,
     log: Arc<Mutex<Vec<Entry>>>,
+    /// Names of the keys whose reconcile has started.
+    started: Arc<Mutex<Vec<String>>>,
 }
 
 impl Reconcile for Recording {
     async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
         let name = request.key.name.clone();
         let started = Instant::now();
+        self.started.lock().unwrap().push(name.clone());
         let result = self.plugin.reconcile(request).await;
         self.log
             .lock()
@@ -62,15 +66,19 @@ async fn a_runaway_guest_is_stopped_while_other_keys_keep_being_reconciled() {
     let recording = Recording {
         plugin,
         log: Arc::default(),
+        started: Arc::default(),
     };
     let queue = WorkQueue::new(
         "misbehave",
         Box::new(default_controller_rate_limiter()),
         metrics.queue("misbehave"),
     );
+    // Long enough that the other worker certainly reconciles a key while
+    // the runaway guest runs, however slowly this machine schedules it.
+    let timeout = Duration::from_secs(1);
     let options = ControllerOptions {
         max_concurrent_reconciles: 2,
-        reconcile_timeout: Duration::from_millis(50),
+        reconcile_timeout: timeout,
         ..ControllerOptions::new("misbehave")
     };
     let controller = Controller::new(
@@ -81,10 +89,18 @@ async fn a_runaway_guest_is_stopped_while_other_keys_keep_being_reconciled() {
         Arc::new(TracingTerminalErrors),
     );
     queue.add(ObjectKey::namespaced("default", "loop"));
+    let workers = controller.start();
+    // The other keys arrive once the runaway reconcile is under way, so they
+    // cannot all be done before it starts.
+    let started = recording.started.clone();
+    let looping = eventually(Duration::from_secs(20), || {
+        started.lock().unwrap().iter().any(|k| k == "loop")
+    })
+    .await;
+    assert!(looping, "the runaway reconcile never started");
     for i in 0..20 {
         queue.add(ObjectKey::namespaced("default", format!("k{i}")));
     }
-    let workers = controller.start();
 
     let log = recording.log.clone();
     let done = eventually(Duration::from_secs(20), || {
@@ -113,9 +129,11 @@ async fn a_runaway_guest_is_stopped_while_other_keys_keep_being_reconciled() {
         "{loop_result:?}"
     );
     let took = loop_end - loop_start;
-    assert!(took >= Duration::from_millis(50), "{took:?}");
+    assert!(took >= timeout, "{took:?}");
+    // Two 1 ms ticks is the design bound (the deadline benchmark measures
+    // it); the slack only absorbs a loaded CI machine's scheduling.
     assert!(
-        took < Duration::from_millis(550),
+        took < timeout + Duration::from_secs(2),
         "the worker was held for {took:?}"
     );
     // The other worker kept going while the runaway guest ran.

@@ -33,10 +33,7 @@ async fn loads_a_plugin_and_reads_its_metadata() {
 #[tokio::test]
 async fn a_file_that_is_not_wasm_is_refused_naming_the_file() {
     let path = temp_file("not-wasm.wasm", b"hello, I am not WebAssembly");
-    let err = runtime()
-        .load(spec("bad", path.to_str().unwrap()))
-        .await
-        .unwrap_err();
+    let err = runtime().load_file(&path, spec("bad")).await.unwrap_err();
     assert!(matches!(err, LoadError::NotWasm { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(
@@ -49,10 +46,7 @@ async fn a_file_that_is_not_wasm_is_refused_naming_the_file() {
 async fn a_core_module_is_refused_as_not_a_component() {
     // The smallest valid core module: magic + version 1.
     let path = temp_file("core.wasm", b"\0asm\x01\0\0\0");
-    let err = runtime()
-        .load(spec("core", path.to_str().unwrap()))
-        .await
-        .unwrap_err();
+    let err = runtime().load_file(&path, spec("core")).await.unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, LoadError::CoreModule { .. }), "{err:?}");
     assert!(
@@ -66,7 +60,7 @@ async fn a_truncated_component_is_refused_as_invalid() {
     let bytes = std::fs::read(artifacts::NOOP).unwrap();
     let path = temp_file("truncated.wasm", &bytes[..bytes.len() / 2]);
     let err = runtime()
-        .load(spec("truncated", path.to_str().unwrap()))
+        .load_file(&path, spec("truncated"))
         .await
         .unwrap_err();
     assert!(matches!(err, LoadError::Compile { .. }), "{err:?}");
@@ -76,7 +70,7 @@ async fn a_truncated_component_is_refused_as_invalid() {
 #[tokio::test]
 async fn a_missing_file_is_refused_naming_the_file() {
     let err = runtime()
-        .load(spec("gone", "/nonexistent/gone.wasm"))
+        .load_file("/nonexistent/gone.wasm", spec("gone"))
         .await
         .unwrap_err();
     assert!(matches!(err, LoadError::Read { .. }), "{err:?}");
@@ -86,7 +80,7 @@ async fn a_missing_file_is_refused_naming_the_file() {
 #[tokio::test]
 async fn a_component_of_the_wrong_world_is_refused_naming_the_mismatch() {
     let err = runtime()
-        .load(spec("wrong", artifacts::WRONG_WORLD))
+        .load_file(artifacts::WRONG_WORLD, spec("wrong"))
         .await
         .unwrap_err();
     assert!(matches!(err, LoadError::WrongWorld { .. }), "{err:?}");
@@ -105,7 +99,7 @@ async fn a_component_of_the_wrong_world_is_refused_naming_the_mismatch() {
 #[tokio::test]
 async fn a_component_missing_an_export_is_refused_naming_it() {
     let err = runtime()
-        .load(spec("missing", artifacts::MISSING_EXPORT))
+        .load_file(artifacts::MISSING_EXPORT, spec("missing"))
         .await
         .unwrap_err();
     match &err {

@@ -6,42 +6,39 @@ mod load;
 mod process;
 mod sandbox;
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmctrl::hostapi::NoApiServer;
 use wasmctrl::metrics::Metrics;
 use wasmctrl::runtime::{Limits, Plugin, PluginSpec, Runtime, RuntimeConfig};
 
 /// A runtime sized for tests (many run at once in this process).
 pub fn runtime() -> Runtime {
-    runtime_with(RuntimeConfig {
+    runtime_with(test_runtime_config())
+}
+
+/// The engine settings of [`runtime`], to start from.
+pub fn test_runtime_config() -> RuntimeConfig {
+    RuntimeConfig {
         max_instances: 16,
         ..RuntimeConfig::default()
-    })
+    }
 }
 
 pub fn runtime_with(config: RuntimeConfig) -> Runtime {
     Runtime::new(config, Arc::new(Metrics::new())).expect("runtime starts")
 }
 
-pub fn spec(name: &str, path: &str) -> PluginSpec {
-    PluginSpec {
-        name: name.into(),
-        path: Path::new(path).to_path_buf(),
-        limits: Limits::default(),
-        settings: serde_json::json!({}),
-        kube: Arc::new(NoApiServer),
-    }
+pub fn spec(name: &str) -> PluginSpec {
+    PluginSpec::new(name)
 }
 
 pub async fn load(runtime: &Runtime, name: &str, path: &str, limits: Limits) -> Arc<Plugin> {
     let spec = PluginSpec {
         limits,
-        ..spec(name, path)
+        ..spec(name)
     };
-    runtime.load(spec).await.expect("plugin loads")
+    runtime.load_file(path, spec).await.expect("plugin loads")
 }
 
 pub const TIMEOUT: Duration = Duration::from_secs(5);

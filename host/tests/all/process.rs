@@ -86,7 +86,10 @@ admin: {{ bind: "127.0.0.1:0" }}
 shutdownTimeout: 5s
 leaderElection: {{ enabled: true, leaseName: le-test, leaseDuration: 2s, retryPeriod: 200ms }}
 plugins:
-  - {{ name: misbehave, path: {}, namespaces: [default] }}
+  - name: misbehave
+    path: {}
+    namespaces: [default]
+    permissions: [ {{ resources: [configmaps], verbs: [list, watch] }} ]
 "#,
             artifacts::MISBEHAVE
         ),

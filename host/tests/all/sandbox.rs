@@ -6,11 +6,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig, TrapKind};
+use wasmctrl::TrapKind;
+use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{TIMEOUT, load, runtime, runtime_with};
+use crate::{TIMEOUT, load, runtime, runtime_with, test_runtime_config};
 
 fn request(name: &str, timeout: Duration) -> ReconcileRequest {
     ReconcileRequest {
@@ -75,9 +76,9 @@ async fn the_context_reaches_the_guest() {
     ] {
         let spec = wasmctrl::runtime::PluginSpec {
             settings,
-            ..crate::spec("misbehave", artifacts::MISBEHAVE)
+            ..crate::spec("misbehave")
         };
-        let plugin = rt.load(spec).await.unwrap();
+        let plugin = rt.load_file(artifacts::MISBEHAVE, spec).await.unwrap();
         let result = reconcile(&plugin, "settings").await;
         assert_eq!(result.is_ok(), ok, "{result:?}");
     }
@@ -117,10 +118,10 @@ async fn a_fuel_budget_stops_an_infinite_loop() {
         "{:?}",
         invocation.result
     );
-    assert_eq!(invocation.fuel_consumed, Some(20_000_000));
+    assert_eq!(invocation.usage.fuel_consumed, Some(20_000_000));
     let ok = plugin.invoke(request("fine", TIMEOUT)).await;
     assert_eq!(ok.result, Ok(Action::done()));
-    assert!(ok.fuel_consumed.unwrap() > 0);
+    assert!(ok.usage.fuel_consumed.unwrap() > 0);
 }
 
 #[tokio::test]
@@ -151,25 +152,45 @@ async fn a_guest_panic_fails_only_that_reconcile() {
     still_works(&plugin).await;
 }
 
-/// Starts `name` on its own task, cancels it once it runs, returns its result.
-async fn cancel_running(plugin: &Arc<Plugin>, name: &str) -> Result<Action, ReconcileError> {
+/// Starts key `name` on its own task, cancels it once the guest logged
+/// `marker` (its first host call: the guest is running), returns its result.
+async fn cancel_running(
+    plugin: &Arc<Plugin>,
+    name: &str,
+    marker: &str,
+) -> Result<Action, ReconcileError> {
+    let captured = captured();
     let req = request(name, TIMEOUT);
     let cancel = req.cancel.clone();
     let call = tokio::spawn({
         let plugin = plugin.clone();
         async move { plugin.invoke(req).await.result }
     });
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let wanted = [format!("plugin={:?}", plugin.name()), marker.to_string()];
+    let started = captured.wait_for(&wanted, TIMEOUT).await;
+    assert!(started, "the guest never logged {marker:?}");
     cancel.cancel();
     call.await.unwrap()
 }
 
+/// A plugin of its own name, so that its log lines are told apart from
+/// other tests' in the process-wide capture.
+async fn misbehave_named(name: &str, config: RuntimeConfig) -> Arc<Plugin> {
+    load(
+        &runtime_with(config),
+        name,
+        artifacts::MISBEHAVE,
+        Limits::default(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn the_host_cancels_a_runaway_guest() {
-    let plugin = misbehave(Limits::default()).await;
+    let plugin = misbehave_named("cancel-runaway", test_runtime_config()).await;
     let started = Instant::now();
     assert_eq!(
-        cancel_running(&plugin, "loop").await,
+        cancel_running(&plugin, "loop", "loop started").await,
         Err(ReconcileError::Cancelled)
     );
     assert!(started.elapsed() < TIMEOUT, "cancelled before its deadline");
@@ -178,11 +199,20 @@ async fn the_host_cancels_a_runaway_guest() {
 
 #[tokio::test]
 async fn a_cooperative_guest_sees_the_cancellation_and_stops() {
-    let plugin = misbehave(Limits::default()).await;
+    // A grace as long as the reconcile: the host never interrupts the guest
+    // first, however slowly this machine schedules it.
+    let plugin = misbehave_named(
+        "cancel-cooperative",
+        RuntimeConfig {
+            cancel_grace: TIMEOUT,
+            ..test_runtime_config()
+        },
+    )
+    .await;
     let started = Instant::now();
     // `slow-N` checks `ctx.cancelled()` every millisecond and returns.
     assert_eq!(
-        cancel_running(&plugin, "slow-60000").await,
+        cancel_running(&plugin, "slow-60000", "slow-60000 started").await,
         Err(ReconcileError::Transient("cancelled".into()))
     );
     assert!(started.elapsed() < TIMEOUT);
@@ -198,6 +228,28 @@ async fn a_cooperative_guest_finishes_its_work() {
 /// Collects formatted log events (target and message with fields).
 #[derive(Clone, Default)]
 struct Captured(Arc<Mutex<Vec<String>>>);
+
+impl Captured {
+    /// Waits (bounded) until one captured line contains every part of `wanted`.
+    async fn wait_for(&self, wanted: &[String], limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            let found = self
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| wanted.iter().all(|w| l.contains(w.as_str())));
+            if found {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+}
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Captured {
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {

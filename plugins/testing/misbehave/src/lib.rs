@@ -4,11 +4,11 @@
 //!
 //! | name            | behaviour                                                  |
 //! |-----------------|------------------------------------------------------------|
-//! | `loop`          | spins forever (deadline or fuel must stop it)               |
+//! | `loop`          | logs "loop started", then spins forever (deadline or fuel must stop it) |
 //! | `bomb`          | allocates until the memory limit stops it                   |
 //! | `recurse`       | recurses until the wasm stack overflows                     |
 //! | `panic`         | panics (the guest traps with `unreachable`)                 |
-//! | `slow-<ms>`     | works for `<ms>` ms, checking `cancelled` every millisecond |
+//! | `slow-<ms>`     | logs "slow-<ms> started", then works for `<ms>` ms, checking `cancelled` every millisecond |
 //! | `print`         | writes to stdout and stderr, then succeeds                  |
 //! | `error`         | fails with a transient error                                |
 //! | `permanent`     | fails with a permanent error                                |
@@ -34,7 +34,11 @@ impl Reconciler for Misbehave {
     fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error> {
         let name = key.name.as_str();
         match name {
-            "loop" => spin_forever(),
+            "loop" => {
+                // Tests wait for this host call before they act on a running guest.
+                wasmctrl_sdk::info!("loop started");
+                spin_forever()
+            }
             "bomb" => allocate_forever(),
             "recurse" => {
                 let depth = recurse(black_box(u64::MAX));
@@ -73,6 +77,7 @@ impl Reconciler for Misbehave {
             }
             _ => {
                 if let Some(ms) = number_after(name, "slow-") {
+                    wasmctrl_sdk::info!("{name} started");
                     return slow(ms, ctx);
                 }
                 if let Some(ms) = number_after(name, "after-") {

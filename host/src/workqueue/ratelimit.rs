@@ -3,7 +3,7 @@
 //! These are client-go's `workqueue` rate limiters
 //! (`k8s.io/client-go/util/workqueue/default_rate_limiters.go`) with the same
 //! arithmetic, so a controller ported from controller-runtime backs off exactly
-//! as it did there. A [`WorkQueue`](crate::workqueue::WorkQueue) calls
+//! as it did there. A [`WorkQueue`](super::WorkQueue) calls
 //! [`RateLimiter::when`] from `add_rate_limited` and [`RateLimiter::forget`]
 //! when a reconcile succeeds.
 //!
@@ -16,7 +16,11 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::workqueue::QueueKey;
+/// What a queue and its rate limiters key on (an object key in a
+/// controller).
+pub trait QueueKey: Clone + Eq + std::hash::Hash + Send + Sync + 'static {}
+
+impl<T: Clone + Eq + std::hash::Hash + Send + Sync + 'static> QueueKey for T {}
 
 /// Decides how long a key waits before it is retried.
 ///

@@ -1,0 +1,532 @@
+//! A plugin's lifecycle in the manager: one [`PluginEntry`] per plugin, with
+//! one method per transition.
+//!
+//! ```text
+//!                 start (synced, leader)
+//!     Starting ───────────────────────────► Running ◄──┐
+//!      │    │  start (synced, standby)        │  ▲     │ swap
+//!      │    └───────────────────► Standby ────┘  │     │ (same state,
+//!      │ fail (not synced           │    lead    │     │  generation+1)
+//!      │  within cacheSyncTimeout)  └────────────┘     │
+//!      ▼                                               │
+//!    Failed ── start (synced later: sync is retried) ──┘
+//!
+//!    any state ── drain ──► Draining ── stop ──► Stopped
+//! ```
+//!
+//! - A swap (hot swap or rebuild) keeps the state and bumps the generation.
+//! - A failed reload is recorded (`last_error`) without a transition: the
+//!   running version stays.
+//! - `Failed` is not final: the manager keeps waiting for the informers, and
+//!   `start` leaves it once they sync.
+//!
+//! The pure state machine ([`Lifecycle`]) is tested here without a cluster;
+//! [`PluginEntry`] adds the resources each state owns (workers, watch tasks,
+//! informers).
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwap;
+use tokio::task::JoinHandle;
+
+use crate::cache::Informer;
+use crate::config::PluginConfig;
+use crate::controller::{Controller, Workers};
+use crate::runtime::Plugin;
+use crate::source::PluginSource;
+use crate::{Action, Reconcile, ReconcileError, ReconcileRequest};
+
+/// Where a plugin is in its lifecycle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginState {
+    /// Loaded; its informers are syncing.
+    Starting,
+    /// Reconciling: workers run.
+    Running,
+    /// Synced, but another host leads: no workers.
+    Standby,
+    /// Its informers did not sync in time; still waiting for them.
+    Failed,
+    /// Being removed: workers finish their keys.
+    Draining,
+    /// Removed.
+    Stopped,
+}
+
+impl PluginState {
+    /// The `state` of `/plugins`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginState::Starting => "starting",
+            PluginState::Running => "running",
+            PluginState::Standby => "standby",
+            PluginState::Failed => "failed",
+            PluginState::Draining => "draining",
+            PluginState::Stopped => "stopped",
+        }
+    }
+}
+
+/// A transition the state machine refused (a bug in the manager if seen).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("plugin lifecycle: cannot {transition} from {from:?}")]
+pub struct InvalidTransition {
+    pub transition: &'static str,
+    pub from: PluginState,
+}
+
+/// The pure state machine of a plugin: state, generation, last error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lifecycle {
+    state: PluginState,
+    generation: u64,
+    last_error: Option<String>,
+    loaded_at: SystemTime,
+}
+
+impl Lifecycle {
+    /// A plugin loaded as generation `generation`, syncing.
+    pub fn new(generation: u64) -> Self {
+        Self {
+            state: PluginState::Starting,
+            generation,
+            last_error: None,
+            loaded_at: SystemTime::now(),
+        }
+    }
+
+    pub fn state(&self) -> PluginState {
+        self.state
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    pub fn loaded_at(&self) -> SystemTime {
+        self.loaded_at
+    }
+
+    /// Whether its informers synced (the plugin can reconcile).
+    pub fn synced(&self) -> bool {
+        matches!(self.state, PluginState::Running | PluginState::Standby)
+    }
+
+    fn refuse(&self, transition: &'static str) -> InvalidTransition {
+        InvalidTransition {
+            transition,
+            from: self.state,
+        }
+    }
+
+    /// Informers synced: Starting or Failed → Running (leader) or Standby.
+    pub fn start(&mut self, leader: bool) -> Result<(), InvalidTransition> {
+        match self.state {
+            PluginState::Starting | PluginState::Failed => {
+                if self.state == PluginState::Failed {
+                    self.last_error = None;
+                }
+                self.state = if leader {
+                    PluginState::Running
+                } else {
+                    PluginState::Standby
+                };
+                Ok(())
+            }
+            _ => Err(self.refuse("start")),
+        }
+    }
+
+    /// This host became leader: Standby → Running.
+    pub fn lead(&mut self) -> Result<(), InvalidTransition> {
+        match self.state {
+            PluginState::Standby => {
+                self.state = PluginState::Running;
+                Ok(())
+            }
+            _ => Err(self.refuse("lead")),
+        }
+    }
+
+    /// A new version (or a rebuild) took over: same state, next generation.
+    pub fn swap(&mut self) -> Result<(), InvalidTransition> {
+        match self.state {
+            PluginState::Draining | PluginState::Stopped => Err(self.refuse("swap")),
+            _ => {
+                self.generation += 1;
+                self.loaded_at = SystemTime::now();
+                self.last_error = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Informers did not sync in time: Starting → Failed, with the reason.
+    pub fn fail(&mut self, reason: String) -> Result<(), InvalidTransition> {
+        match self.state {
+            PluginState::Starting | PluginState::Failed => {
+                self.state = PluginState::Failed;
+                self.last_error = Some(reason);
+                Ok(())
+            }
+            _ => Err(self.refuse("fail")),
+        }
+    }
+
+    /// A reload was refused: the running version stays, the reason is shown.
+    pub fn record_error(&mut self, reason: String) {
+        self.last_error = Some(reason);
+    }
+
+    /// Removal begins: any live state → Draining.
+    pub fn drain(&mut self) -> Result<(), InvalidTransition> {
+        match self.state {
+            PluginState::Draining | PluginState::Stopped => Err(self.refuse("drain")),
+            _ => {
+                self.state = PluginState::Draining;
+                Ok(())
+            }
+        }
+    }
+
+    /// Removal done: Draining → Stopped.
+    pub fn stop(&mut self) -> Result<(), InvalidTransition> {
+        match self.state {
+            PluginState::Draining => {
+                self.state = PluginState::Stopped;
+                Ok(())
+            }
+            _ => Err(self.refuse("stop")),
+        }
+    }
+}
+
+/// The reconciler a controller calls: the plugin's current version,
+/// swapped atomically (in-flight reconciles keep the version they started
+/// with).
+pub struct PluginSlot {
+    current: ArcSwap<Plugin>,
+}
+
+impl PluginSlot {
+    pub fn new(plugin: Arc<Plugin>) -> Self {
+        Self {
+            current: ArcSwap::new(plugin),
+        }
+    }
+
+    pub fn current(&self) -> Arc<Plugin> {
+        self.current.load_full()
+    }
+
+    /// Makes `plugin` current; returns the version it replaced.
+    pub fn swap(&self, plugin: Arc<Plugin>) -> Arc<Plugin> {
+        self.current.swap(plugin)
+    }
+}
+
+impl Reconcile for PluginSlot {
+    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+        let plugin = self.current.load_full();
+        plugin.reconcile(request).await
+    }
+}
+
+pub(crate) type PluginController = Controller<Arc<PluginSlot>>;
+
+/// What feeds a plugin's queue: the informers it holds and the tasks that
+/// turn their events (and resyncs) into keys.
+#[derive(Default)]
+pub(crate) struct Feeds {
+    pub(crate) informers: Vec<Arc<Informer>>,
+    pub(crate) tasks: Vec<JoinHandle<()>>,
+}
+
+impl Feeds {
+    fn abort(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+        self.informers.clear();
+    }
+}
+
+impl Drop for Feeds {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// One plugin in the manager: its config, current version, controller,
+/// feeds and workers, and its [`Lifecycle`]. Fields are private: every
+/// change goes through a transition method.
+pub(crate) struct PluginEntry {
+    config: PluginConfig,
+    source: Arc<dyn PluginSource>,
+    /// Reloads the plugin when its source changes.
+    follower: Option<JoinHandle<()>>,
+    slot: Arc<PluginSlot>,
+    controller: PluginController,
+    feeds: Feeds,
+    workers: Option<Workers<Arc<PluginSlot>>>,
+    lifecycle: Lifecycle,
+}
+
+impl Drop for PluginEntry {
+    fn drop(&mut self) {
+        if let Some(f) = &self.follower {
+            f.abort();
+        }
+    }
+}
+
+impl PluginEntry {
+    /// A loaded plugin with its controller and feeds, Starting.
+    pub(crate) fn new(
+        config: PluginConfig,
+        source: Arc<dyn PluginSource>,
+        slot: Arc<PluginSlot>,
+        controller: PluginController,
+        feeds: Feeds,
+        generation: u64,
+    ) -> Self {
+        Self {
+            config,
+            source,
+            follower: None,
+            slot,
+            controller,
+            feeds,
+            workers: None,
+            lifecycle: Lifecycle::new(generation),
+        }
+    }
+
+    /// Sets the task that follows the plugin's source.
+    pub(crate) fn follow(&mut self, follower: JoinHandle<()>) {
+        if let Some(old) = self.follower.replace(follower) {
+            old.abort();
+        }
+    }
+
+    pub(crate) fn config(&self) -> &PluginConfig {
+        &self.config
+    }
+
+    pub(crate) fn source(&self) -> &Arc<dyn PluginSource> {
+        &self.source
+    }
+
+    pub(crate) fn slot(&self) -> &Arc<PluginSlot> {
+        &self.slot
+    }
+
+    pub(crate) fn controller(&self) -> &PluginController {
+        &self.controller
+    }
+
+    pub(crate) fn informers(&self) -> &[Arc<Informer>] {
+        &self.feeds.informers
+    }
+
+    pub(crate) fn lifecycle(&self) -> &Lifecycle {
+        &self.lifecycle
+    }
+
+    /// Informers synced: workers start if `leader`.
+    pub(crate) fn start(&mut self, leader: bool) -> Result<(), InvalidTransition> {
+        self.lifecycle.start(leader)?;
+        if leader {
+            self.start_workers();
+        }
+        Ok(())
+    }
+
+    /// This host became leader: a synced standby starts its workers.
+    pub(crate) fn lead(&mut self) {
+        if self.lifecycle.lead().is_ok() {
+            self.start_workers();
+        }
+    }
+
+    fn start_workers(&mut self) {
+        if self.workers.is_none() {
+            self.workers = Some(self.controller.start());
+        }
+    }
+
+    /// A new version of the same plugin: swapped into the slot; `feeds`
+    /// replaces the old ones when the watched kinds changed.
+    pub(crate) fn swap(
+        &mut self,
+        plugin: Arc<Plugin>,
+        feeds: Option<Feeds>,
+    ) -> Result<Arc<Plugin>, InvalidTransition> {
+        self.lifecycle.swap()?;
+        if let Some(feeds) = feeds {
+            self.feeds.abort();
+            self.feeds = feeds;
+        }
+        Ok(self.slot.swap(plugin))
+    }
+
+    /// A rebuilt entry (changed settings) takes over this one's queue: the
+    /// new entry keeps this one's state and the next generation; this one's
+    /// workers are returned to be detached.
+    pub(crate) fn succeed(
+        &mut self,
+        mut next: PluginEntry,
+    ) -> (PluginEntry, Option<Workers<Arc<PluginSlot>>>) {
+        next.lifecycle = self.lifecycle.clone();
+        let _ = next.lifecycle.swap();
+        if self.lifecycle.state() == PluginState::Running {
+            next.start_workers();
+        }
+        self.feeds.abort();
+        (next, self.workers.take())
+    }
+
+    /// Informers did not sync in time.
+    pub(crate) fn fail(&mut self, reason: String) -> Result<(), InvalidTransition> {
+        self.lifecycle.fail(reason)
+    }
+
+    /// A reload was refused; the running version stays.
+    pub(crate) fn record_error(&mut self, reason: String) {
+        self.lifecycle.record_error(reason);
+    }
+
+    /// Stops the feeds, then lets the workers finish their keys for up to
+    /// `timeout` (cancelling what still runs); the queue shuts down.
+    pub(crate) async fn drain(&mut self, timeout: Duration) -> Result<bool, InvalidTransition> {
+        self.lifecycle.drain()?;
+        self.feeds.abort();
+        if let Some(f) = self.follower.take() {
+            f.abort();
+        }
+        let drained = match self.workers.take() {
+            Some(w) => w.shutdown(timeout).await,
+            None => {
+                self.controller.queue().shut_down();
+                true
+            }
+        };
+        self.lifecycle.stop()?;
+        Ok(drained)
+    }
+
+    /// Marks the entry Draining and hands out what the drain needs, so the
+    /// caller can wait for it without holding the manager's lock.
+    pub(crate) fn begin_drain(
+        &mut self,
+    ) -> Result<Option<Workers<Arc<PluginSlot>>>, InvalidTransition> {
+        self.lifecycle.drain()?;
+        self.feeds.abort();
+        if let Some(f) = self.follower.take() {
+            f.abort();
+        }
+        let workers = self.workers.take();
+        if workers.is_none() {
+            self.controller.queue().shut_down();
+        }
+        Ok(workers)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plugin_starts_running_when_leader_and_standby_otherwise() {
+        let mut l = Lifecycle::new(1);
+        assert_eq!(l.state(), PluginState::Starting);
+        assert!(!l.synced());
+        l.start(true).unwrap();
+        assert_eq!(l.state(), PluginState::Running);
+        assert!(l.synced());
+
+        let mut s = Lifecycle::new(1);
+        s.start(false).unwrap();
+        assert_eq!(s.state(), PluginState::Standby);
+        s.lead().unwrap();
+        assert_eq!(s.state(), PluginState::Running);
+        assert!(s.lead().is_err(), "a running plugin does not lead again");
+        assert!(
+            s.start(true).is_err(),
+            "a running plugin does not start again"
+        );
+    }
+
+    #[test]
+    fn a_missed_sync_fails_and_a_later_sync_recovers() {
+        let mut l = Lifecycle::new(1);
+        l.fail("informers did not sync".into()).unwrap();
+        assert_eq!(l.state(), PluginState::Failed);
+        assert_eq!(l.last_error(), Some("informers did not sync"));
+        assert!(!l.synced());
+        l.fail("still not".into()).unwrap();
+        l.start(true).unwrap();
+        assert_eq!(l.state(), PluginState::Running);
+        assert_eq!(l.last_error(), None);
+        assert!(
+            l.fail("late".into()).is_err(),
+            "a running plugin cannot fail sync"
+        );
+    }
+
+    #[test]
+    fn a_swap_keeps_the_state_and_bumps_the_generation() {
+        let mut l = Lifecycle::new(1);
+        l.start(false).unwrap();
+        l.record_error("v3 refused".into());
+        l.swap().unwrap();
+        assert_eq!(l.state(), PluginState::Standby);
+        assert_eq!(l.generation(), 2);
+        assert_eq!(l.last_error(), None);
+        let mut starting = Lifecycle::new(1);
+        starting.swap().unwrap();
+        assert_eq!(starting.state(), PluginState::Starting);
+    }
+
+    #[test]
+    fn a_refused_reload_is_recorded_without_a_transition() {
+        let mut l = Lifecycle::new(4);
+        l.start(true).unwrap();
+        l.record_error("wrong world".into());
+        assert_eq!(l.state(), PluginState::Running);
+        assert_eq!(l.generation(), 4);
+        assert_eq!(l.last_error(), Some("wrong world"));
+    }
+
+    #[test]
+    fn drain_then_stop_ends_every_state() {
+        for setup in [
+            |_: &mut Lifecycle| {},
+            |l: &mut Lifecycle| l.start(true).unwrap(),
+            |l: &mut Lifecycle| l.start(false).unwrap(),
+            |l: &mut Lifecycle| l.fail("x".into()).unwrap(),
+        ] {
+            let mut l = Lifecycle::new(1);
+            setup(&mut l);
+            l.drain().unwrap();
+            assert_eq!(l.state(), PluginState::Draining);
+            assert!(l.swap().is_err(), "no swap while draining");
+            assert!(l.drain().is_err(), "no second drain");
+            l.stop().unwrap();
+            assert_eq!(l.state(), PluginState::Stopped);
+            assert!(l.start(true).is_err(), "a stopped plugin stays stopped");
+        }
+        assert!(
+            Lifecycle::new(1).stop().is_err(),
+            "stop needs a drain first"
+        );
+    }
+}

@@ -1,0 +1,362 @@
+//! The manager: builds a controller per plugin from the host config, feeds
+//! it from the shared cache, runs workers (only while leader, with leader
+//! election on), serves the admin endpoints, and shuts down gracefully.
+//!
+//! # Layout
+//! - `lifecycle`: a plugin's [`PluginEntry`] and its state machine;
+//! - `wiring`: loading a plugin from its source and wiring its controller
+//!   (grant checks, watches → informers → queue);
+//! - `reload`: every way a plugin or the config is reloaded (source change,
+//!   admin API, SIGHUP, config file);
+//! - `status`: the typed [`PluginStatus`] of `/plugins`, `/readyz`, logs;
+//! - `engine`: engine settings fixed at start, and the check a plugin loaded
+//!   later must pass against them.
+
+mod engine;
+mod lifecycle;
+mod reload;
+mod status;
+mod wiring;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kube::Client;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::ObjectKey;
+use crate::admin;
+use crate::cache::SharedCache;
+use crate::config::HostConfig;
+use crate::discovery::{self, Resolver};
+use crate::leader::LeaderElection;
+use crate::metrics::{Metrics, ReloadLabels};
+use crate::runtime::{LoadError, Runtime, RuntimeError};
+use crate::source::{FileWatcher, SourceError};
+use crate::workqueue::WorkQueue;
+
+pub use engine::EngineLimits;
+pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState};
+pub use status::PluginStatus;
+
+use lifecycle::PluginEntry;
+
+/// Why the manager could not start a plugin or itself.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(
+        "plugin {plugin:?} ({origin}): its metadata asks for permissions the config does not grant: {missing}"
+    )]
+    PermissionsExceedGrant {
+        plugin: String,
+        origin: String,
+        missing: String,
+    },
+    #[error(
+        "plugin {plugin:?} ({origin}): it watches kinds the config does not grant list and watch on: {missing}"
+    )]
+    WatchesExceedGrant {
+        plugin: String,
+        origin: String,
+        missing: String,
+    },
+    #[error("plugin {plugin:?}: {message}")]
+    Engine { plugin: String, message: String },
+    #[error("plugin {plugin:?}: {source}")]
+    Kind {
+        plugin: String,
+        source: discovery::ResolveError,
+    },
+    #[error("admin token file {path}: {source}")]
+    AdminToken {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+    #[error("leader election lost")]
+    LeadershipLost,
+}
+
+/// Per-process settings that are not in the config file.
+#[derive(Debug, Clone)]
+pub struct ManagerOptions {
+    /// This host's identity for leader election.
+    pub identity: String,
+    /// Overrides the config's admin address (tests bind port 0).
+    pub admin_bind: Option<SocketAddr>,
+    /// The config file: when set, its changes (and SIGHUP) reload it.
+    pub config_path: Option<PathBuf>,
+    /// Reload a plugin when its source changes (a file written, …).
+    pub watch_sources: bool,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "wasmctrl".into());
+        Self {
+            identity: format!("{host}-{}", std::process::id()),
+            admin_bind: None,
+            config_path: None,
+            watch_sources: true,
+        }
+    }
+}
+
+/// What the manager's tasks share: the config it started with, the API
+/// client, the wasm runtime, the shared cache and discovery, and the plugins.
+pub(crate) struct Host {
+    config: HostConfig,
+    client: Client,
+    runtime: Runtime,
+    engine: EngineLimits,
+    metrics: Arc<Metrics>,
+    cache: Arc<SharedCache>,
+    resolver: Arc<Resolver>,
+    plugins: Mutex<BTreeMap<String, PluginEntry>>,
+    /// Whether this host leads (always true without leader election).
+    leader: watch::Receiver<bool>,
+    /// Reports source and config file changes (None: not watching).
+    watcher: Option<FileWatcher>,
+    stop: CancellationToken,
+}
+
+/// A running host.
+pub struct Manager {
+    host: Arc<Host>,
+    admin_addr: SocketAddr,
+    leader_tx: Option<watch::Sender<bool>>,
+    options: ManagerOptions,
+}
+
+impl Manager {
+    /// Loads every plugin of `config` (any failure is an error: at start-up
+    /// a bad plugin stops the host), starts their informers and the admin
+    /// server. Workers start in [`Manager::run`].
+    pub async fn start(
+        config: HostConfig,
+        client: Client,
+        options: ManagerOptions,
+    ) -> Result<Self, ManagerError> {
+        let metrics = Arc::new(Metrics::new());
+        let engine = EngineLimits::for_config(&config);
+        let runtime = Runtime::new(engine.runtime_config(&config), metrics.clone())?;
+        let admin_token = match &config.admin.token_file {
+            Some(file) => {
+                let path = config.base_dir.join(file);
+                let token = std::fs::read_to_string(&path)
+                    .map_err(|source| ManagerError::AdminToken { path, source })?;
+                Some(token.trim().to_string())
+            }
+            None => None,
+        };
+        let (leader_tx, leader) = watch::channel(!config.leader_election.enabled);
+        let host = Arc::new(Host {
+            cache: Arc::new(SharedCache::new(client.clone())),
+            resolver: Arc::new(Resolver::new(client.clone())),
+            client,
+            runtime,
+            engine,
+            metrics,
+            plugins: Mutex::new(BTreeMap::new()),
+            leader,
+            watcher: options.watch_sources.then(FileWatcher::new),
+            stop: CancellationToken::new(),
+            config,
+        });
+        for plugin in host.config.plugins.clone() {
+            let entry = host.build(plugin, 1, None).await.inspect_err(|e| {
+                tracing::error!("{e}");
+            })?;
+            let name = entry.config().name.clone();
+            host.plugins.lock().unwrap().insert(name, entry);
+        }
+        let bind = options.admin_bind.unwrap_or(host.config.admin.bind);
+        let admin_addr = admin::serve(bind, host.clone(), admin_token, host.stop.clone()).await?;
+        tracing::info!(admin = %admin_addr, plugins = host.config.plugins.len(), "wasmctrl started");
+        Ok(Self {
+            host,
+            admin_addr,
+            leader_tx: Some(leader_tx),
+            options,
+        })
+    }
+
+    /// Where the admin endpoints are served.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.host.metrics
+    }
+
+    /// The queue of plugin `name` (for inspection).
+    pub fn queue(&self, name: &str) -> Option<WorkQueue<ObjectKey>> {
+        let plugins = self.host.plugins.lock().unwrap();
+        plugins.get(name).map(|e| e.controller().queue().clone())
+    }
+
+    /// The status of every plugin, as `/plugins` serves it.
+    pub fn status(&self) -> Vec<PluginStatus> {
+        self.host.statuses()
+    }
+
+    /// Runs until `shutdown` resolves (or leadership is lost), then stops
+    /// watches, drains every queue for up to `shutdownTimeout` and cancels
+    /// what still runs.
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), ManagerError> {
+        let host = self.host.clone();
+        let election_stop = CancellationToken::new();
+        let election = if host.config.leader_election.enabled {
+            let le = &host.config.leader_election;
+            let election = LeaderElection {
+                namespace: le.namespace.clone(),
+                lease_name: le.lease_name.clone(),
+                identity: self.options.identity.clone(),
+                lease_duration: le.lease_duration,
+                renew_deadline: le.renew_deadline,
+                retry_period: le.retry_period,
+            };
+            let tx = self.leader_tx.take().expect("run is called once");
+            Some(tokio::spawn(election.run(
+                host.client.clone(),
+                tx,
+                election_stop.clone(),
+            )))
+        } else {
+            None
+        };
+
+        let names: Vec<String> = host.plugins.lock().unwrap().keys().cloned().collect();
+        for name in names {
+            let host = host.clone();
+            tokio::spawn(async move { host.sync_and_start(&name).await });
+        }
+
+        let config_changes = match (&host.watcher, &self.options.config_path) {
+            (Some(w), Some(path)) => Some(reload::watch_config(host.clone(), w, path.clone())),
+            _ => None,
+        };
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut leader = host.leader.clone();
+        let mut was_leader = false;
+        tokio::pin!(shutdown);
+        let outcome = loop {
+            let is_leader = *leader.borrow_and_update();
+            if is_leader && !was_leader {
+                host.lead_all();
+            } else if !is_leader && was_leader {
+                break Err(ManagerError::LeadershipLost);
+            }
+            was_leader = is_leader;
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                changed = leader.changed() => if changed.is_err() { break Ok(()) },
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                    tracing::info!("SIGHUP: reloading");
+                    host.reload_everything(self.options.config_path.as_deref()).await;
+                }
+            }
+        };
+        if let Some(w) = config_changes {
+            w.abort();
+        }
+        tracing::info!("shutting down: draining queues");
+        host.shutdown().await;
+        election_stop.cancel();
+        if let Some(e) = election {
+            let _ = e.await;
+        }
+        host.stop.cancel();
+        tracing::info!("shutdown complete");
+        outcome
+    }
+}
+
+impl Host {
+    /// Waits for a plugin's informers (reporting Failed past
+    /// `cacheSyncTimeout`, and still waiting), then enqueues every key they
+    /// imply and starts workers if leading.
+    async fn sync_and_start(&self, name: &str) {
+        let informers = match self.plugins.lock().unwrap().get(name) {
+            Some(e) => e.informers().to_vec(),
+            None => return,
+        };
+        let wait_all = async {
+            for i in &informers {
+                i.wait_synced().await;
+            }
+        };
+        tokio::pin!(wait_all);
+        if tokio::time::timeout(self.config.cache_sync_timeout, &mut wait_all)
+            .await
+            .is_err()
+        {
+            let pending: Vec<String> = informers
+                .iter()
+                .filter(|i| !i.is_synced())
+                .map(|i| i.key.to_string())
+                .collect();
+            let message = format!(
+                "informers did not sync within {:?} (still retrying): {}",
+                self.config.cache_sync_timeout,
+                pending.join(", ")
+            );
+            tracing::error!(plugin = name, "{message}");
+            if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
+                let _ = entry.fail(message);
+            }
+            wait_all.await;
+            tracing::info!(plugin = name, "informers synced after all");
+        }
+        let mut plugins = self.plugins.lock().unwrap();
+        let Some(entry) = plugins.get_mut(name) else {
+            return;
+        };
+        let leader = *self.leader.borrow();
+        if entry.start(leader).is_ok() {
+            wiring::enqueue_all(entry);
+        }
+    }
+
+    fn lead_all(&self) {
+        for entry in self.plugins.lock().unwrap().values_mut() {
+            entry.lead();
+        }
+    }
+
+    async fn shutdown(&self) {
+        let timeout = self.config.shutdown_timeout;
+        let mut draining = Vec::new();
+        for entry in self.plugins.lock().unwrap().values_mut() {
+            if let Ok(Some(workers)) = entry.begin_drain() {
+                draining.push(workers.shutdown(timeout));
+            }
+        }
+        futures::future::join_all(draining).await;
+    }
+
+    fn count_reload(&self, plugin: &str, result: &str) {
+        self.metrics
+            .plugin_reloads
+            .get_or_create(&ReloadLabels {
+                plugin: plugin.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+}

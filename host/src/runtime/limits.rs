@@ -1,0 +1,195 @@
+//! What one instance of a plugin may consume, and the wasmtime
+//! [`ResourceLimiter`] that holds it to that.
+//!
+//! # Memory is counted across every linear memory
+//! A component may instantiate many core modules, each with its own memory.
+//! The limit is on their sum, so a component cannot multiply its budget by
+//! defining more memories.
+//!
+//! # Instances, memories and tables are counted per store
+//! A component that needs more core instances, memories or tables than its
+//! plugin is allowed is refused at instantiation; it never takes pool slots
+//! from other plugins.
+
+use wasmtime::ResourceLimiter;
+
+/// Per-plugin sandbox ceilings, applied to every instance (and, for the
+/// per-call budgets, to every call).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Linear memory of all the instance's memories together, in bytes. A
+    /// grow past it fails (the guest usually aborts: a [`Memory`] trap).
+    ///
+    /// [`Memory`]: crate::TrapKind::Memory
+    pub memory_bytes: usize,
+    /// Elements of any one table.
+    pub table_elements: usize,
+    /// Core instances one component instance may create.
+    pub instances: usize,
+    /// Linear memories one component instance may define.
+    pub memories: usize,
+    /// Tables one component instance may define.
+    pub tables: usize,
+    /// Fuel per call (needs `RuntimeConfig::fuel`); None: unmetered.
+    pub fuel: Option<u64>,
+    /// Bytes of stdout, stderr and `log` messages kept per call; the rest is
+    /// dropped with one marker line.
+    pub output_bytes: usize,
+    /// The longest output line (or `log` message) kept; longer ones are cut
+    /// with a marker.
+    pub output_line: usize,
+    /// `log` calls per call; further ones are dropped (one marker line).
+    pub log_calls: u32,
+    /// `kube` calls per call; the one past it fails the call with a
+    /// [`Limit`] trap.
+    ///
+    /// [`Limit`]: crate::TrapKind::Limit
+    pub host_calls: u32,
+}
+
+pub use crate::config::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 64 << 20,
+            table_elements: 20_000,
+            // Rust guests use 3 core instances, Python 14, QuickJS 9
+            // (shared/research/polyglot.md); 2 memories and a few tables.
+            instances: 32,
+            memories: 4,
+            tables: 32,
+            fuel: None,
+            output_bytes: 1 << 20,
+            output_line: 16 << 10,
+            log_calls: 1_000,
+            host_calls: 10_000,
+        }
+    }
+}
+
+/// Which ceiling a call ran into (for the error and the metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ceiling {
+    Memory,
+    TableElements,
+    Instances,
+    Memories,
+    Tables,
+    HostCalls,
+}
+
+impl Ceiling {
+    /// The `limit` label of `wasmctrl_plugin_limit_exceeded_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ceiling::Memory => "memory",
+            Ceiling::TableElements => "tableElements",
+            Ceiling::Instances => "instances",
+            Ceiling::Memories => "memories",
+            Ceiling::Tables => "tables",
+            Ceiling::HostCalls => "hostCalls",
+        }
+    }
+}
+
+/// Holds a store to its plugin's [`Limits`] and records what it refused:
+/// wasmtime has no trap code for a refused grow, so this is how a memory
+/// trap is recognised.
+pub(crate) struct GuestLimiter {
+    memory_limit: usize,
+    table_elements: usize,
+    instances: usize,
+    memories: usize,
+    tables: usize,
+    /// Bytes of every memory of the store together, now.
+    memory_total: usize,
+    /// The most `memory_total` reached.
+    pub(crate) memory_peak: usize,
+    /// The ceiling refused during the current call, if any.
+    pub(crate) refused: Option<Ceiling>,
+}
+
+impl GuestLimiter {
+    /// Bytes of every memory of the store together, now.
+    pub(crate) fn memory_now(&self) -> usize {
+        self.memory_total
+    }
+
+    pub(crate) fn new(limits: &Limits) -> Self {
+        Self {
+            memory_limit: limits.memory_bytes,
+            table_elements: limits.table_elements,
+            instances: limits.instances,
+            memories: limits.memories,
+            tables: limits.tables,
+            memory_total: 0,
+            memory_peak: 0,
+            refused: None,
+        }
+    }
+}
+
+impl ResourceLimiter for GuestLimiter {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let total = self.memory_total - current.min(self.memory_total) + desired;
+        if total > self.memory_limit {
+            self.refused = Some(Ceiling::Memory);
+            return Ok(false);
+        }
+        self.memory_total = total;
+        self.memory_peak = self.memory_peak.max(total);
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.table_elements {
+            self.refused = Some(Ceiling::TableElements);
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn instances(&self) -> usize {
+        self.instances
+    }
+
+    fn memories(&self) -> usize {
+        self.memories
+    }
+
+    fn tables(&self) -> usize {
+        self.tables
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_counted_across_memories() {
+        let mut l = GuestLimiter::new(&Limits {
+            memory_bytes: 10 << 20,
+            ..Limits::default()
+        });
+        // Two memories of 4 MiB each fit; a third does not.
+        assert!(l.memory_growing(0, 4 << 20, None).unwrap());
+        assert!(l.memory_growing(0, 4 << 20, None).unwrap());
+        assert!(!l.memory_growing(0, 4 << 20, None).unwrap());
+        assert_eq!(l.refused, Some(Ceiling::Memory));
+        // Growing one of them by 2 MiB still fits exactly.
+        assert!(l.memory_growing(4 << 20, 6 << 20, None).unwrap());
+        assert_eq!(l.memory_peak, 10 << 20);
+    }
+}

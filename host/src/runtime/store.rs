@@ -1,0 +1,156 @@
+//! A store's data: WASI, the limiter, the call's context and budgets, and
+//! the views each WIT interface's host implementation gets of them.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio_util::sync::CancellationToken;
+use wasmtime::component::ResourceTable;
+use wasmtime::{Store, UpdateDeadline};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::Runtime;
+use super::failure::Cancelled;
+use super::limits::{GuestLimiter, Limits};
+use super::output::{OutputSink, Stream};
+use crate::hostapi::KubeApi;
+
+/// WASI resources (pollables, streams) a guest may hold at once.
+const MAX_RESOURCES: usize = 1_000;
+
+/// The context one call runs under.
+pub(crate) struct CallContext {
+    pub(crate) attempt: u32,
+    pub(crate) deadline: Instant,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// The call's context as the store keeps it.
+pub(crate) struct CallState {
+    pub(crate) context: CallContext,
+    /// When the epoch callback first saw the cancellation.
+    pub(crate) cancel_seen: Option<Instant>,
+}
+
+/// Per-call budgets of host calls.
+pub(crate) struct Budget {
+    pub(crate) host_calls: u32,
+    pub(crate) host_call_limit: u32,
+    pub(crate) log_calls: u32,
+    pub(crate) log_call_limit: u32,
+    /// Whether the "log calls exhausted" marker was emitted this call.
+    pub(crate) log_exhausted: bool,
+}
+
+/// Everything a store holds. Each WIT interface is implemented on a narrow
+/// view of it (`runtime/host/`), never on the whole.
+pub(crate) struct StoreState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: GuestLimiter,
+    pub(crate) call: CallState,
+    pub(crate) budget: Budget,
+    pub(crate) output: OutputSink,
+    pub(crate) plugin: Arc<str>,
+    pub(crate) settings: Arc<str>,
+    pub(crate) kube: Arc<dyn KubeApi>,
+}
+
+/// What a store is made for: the plugin's identity, settings, limits and API.
+pub(crate) struct StoreSpec<'a> {
+    pub(crate) runtime: &'a Runtime,
+    pub(crate) plugin: &'a Arc<str>,
+    pub(crate) settings: &'a Arc<str>,
+    pub(crate) limits: &'a Limits,
+    pub(crate) kube: &'a Arc<dyn KubeApi>,
+}
+
+impl StoreState {
+    /// A store with the plugin's limits and the call's context, its epoch
+    /// deadline checked at every tick.
+    pub(crate) fn new_store(spec: StoreSpec<'_>, context: CallContext) -> Store<Self> {
+        let limits = spec.limits;
+        let output = OutputSink::new(spec.plugin.clone(), limits.output_bytes, limits.output_line);
+        // No preopens, no environment, no arguments, no sockets.
+        let wasi = WasiCtx::builder()
+            .stdout(output.stream(Stream::Stdout))
+            .stderr(output.stream(Stream::Stderr))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let mut table = ResourceTable::new();
+        table.set_max_capacity(MAX_RESOURCES);
+        let state = StoreState {
+            wasi,
+            table,
+            limiter: GuestLimiter::new(limits),
+            call: CallState {
+                context,
+                cancel_seen: None,
+            },
+            budget: Budget {
+                host_calls: 0,
+                host_call_limit: limits.host_calls,
+                log_calls: 0,
+                log_call_limit: limits.log_calls,
+                log_exhausted: false,
+            },
+            output,
+            plugin: spec.plugin.clone(),
+            settings: spec.settings.clone(),
+            kube: spec.kube.clone(),
+        };
+        let runtime = spec.runtime;
+        let mut store = Store::new(runtime.engine(), state);
+        store.limiter(|s| &mut s.limiter);
+        if runtime.config().fuel {
+            store
+                .set_fuel(limits.fuel.unwrap_or(u64::MAX))
+                .expect("fuel is enabled on the engine");
+        }
+        // Check at every tick: cancelled for longer than the grace → error,
+        // past the deadline → trap, otherwise yield so a busy guest never
+        // starves the executor.
+        store.set_epoch_deadline(1);
+        let grace = runtime.config().cancel_grace;
+        store.epoch_deadline_callback(move |mut store| {
+            let now = Instant::now();
+            let call = &mut store.data_mut().call;
+            if call.context.cancel.is_cancelled() {
+                let seen = *call.cancel_seen.get_or_insert(now);
+                if now >= seen + grace {
+                    return Err(wasmtime::Error::new(Cancelled));
+                }
+            }
+            if now >= call.context.deadline {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            Ok(UpdateDeadline::Yield(1))
+        });
+        store
+    }
+
+    /// Starts another call in this store (an instance reused): a new
+    /// context and fresh per-call budgets; memory and globals stay.
+    pub(crate) fn begin_call(&mut self, context: CallContext) {
+        self.call = CallState {
+            context,
+            cancel_seen: None,
+        };
+        self.budget.host_calls = 0;
+        self.budget.log_calls = 0;
+        self.budget.log_exhausted = false;
+        self.limiter.refused = None;
+        self.output.begin_call();
+    }
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
