@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 /// Seconds-precision RFC 3339 UTC timestamp (`metav1.Time`), e.g.
 /// `2025-01-02T03:04:05Z`.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -14,7 +14,7 @@ pub fn now_rfc3339() -> String {
 }
 
 /// RFC 3339 UTC timestamp of a Unix time in seconds.
-pub fn format_unix(secs: i64) -> String {
+pub(crate) fn format_unix(secs: i64) -> String {
     format_time(secs, None)
 }
 
@@ -48,7 +48,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// Five random characters for a `generateName` suffix.
-pub fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let bytes = uuid::Uuid::new_v4().into_bytes();
     bytes[..5]
         .iter()
@@ -57,7 +57,7 @@ pub fn random_suffix() -> String {
 }
 
 /// A random 256-bit token in hex.
-pub fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),
@@ -67,7 +67,7 @@ pub fn random_token() -> String {
 
 /// `obj.metadata` as a mutable map, creating it (and replacing a non-object)
 /// when needed.
-pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
@@ -82,12 +82,12 @@ pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// `metadata.<field>` as a string, if present.
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
 /// Value at a dotted path such as `.spec.replicas` (leading dot optional).
-pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+pub(crate) fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = obj;
     for seg in path.trim_start_matches('.').split('.') {
         if seg.is_empty() {
@@ -99,7 +99,7 @@ pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Sets the value at a dotted path, creating intermediate objects.
-pub fn set_path(obj: &mut Value, path: &str, value: Value) {
+pub(crate) fn set_path(obj: &mut Value, path: &str, value: Value) {
     let segs: Vec<&str> = path
         .trim_start_matches('.')
         .split('.')

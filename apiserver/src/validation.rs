@@ -10,7 +10,7 @@ const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alp
 
 /// Which name rule a kind uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameRule {
+pub(crate) enum NameRule {
     /// Most kinds: RFC 1123 subdomain, ≤ 253.
     Subdomain,
     /// Namespaces: RFC 1123 label, ≤ 63.
@@ -22,7 +22,7 @@ pub enum NameRule {
 }
 
 /// The name rule of a built-in kind.
-pub fn name_rule(group: &str, kind: &str) -> NameRule {
+pub(crate) fn name_rule(group: &str, kind: &str) -> NameRule {
     match (group, kind) {
         ("", "Namespace") => NameRule::Label,
         ("", "Service") => NameRule::Dns1035,
@@ -41,7 +41,7 @@ fn is_label(s: &str) -> bool {
 }
 
 /// RFC 1123 subdomain.
-pub fn is_subdomain(s: &str) -> bool {
+pub(crate) fn is_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label)
 }
 
@@ -54,7 +54,7 @@ fn invalid(field: &str, value: &str, msg: &str) -> Cause {
 }
 
 /// Validates a name (`field` is where it came from, e.g. `metadata.name`).
-pub fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
+pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
     let mut out = Vec::new();
     match rule {
         NameRule::Subdomain => {
@@ -118,7 +118,7 @@ fn is_label_value(s: &str) -> bool {
 }
 
 /// Validates labels and annotations keys/values and basic metadata types.
-pub fn validate_metadata(obj: &Value) -> Vec<Cause> {
+pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
     let md = &obj["metadata"];
     if let Some(labels) = md.get("labels") {

@@ -19,7 +19,7 @@ use super::PatchError;
 /// Messages name the operation index, its `op` and its path. A failed
 /// `test` is [`PatchError::TestFailed`]; a malformed patch, a missing path
 /// or an out-of-range index is [`PatchError::Invalid`].
-pub fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
+pub(crate) fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     let Value::Array(ops) = patch else {
         return Err(PatchError::Invalid(
             "json patch must be a JSON array of operations".to_owned(),
