@@ -43,6 +43,29 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// first by the caller).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// The connection timeouts of one server (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Time a client gets to complete the TLS handshake.
+    pub tls_handshake: Duration,
+    /// Time a client gets to send a complete request head: from the end of
+    /// the handshake for the first request, from its first byte for later
+    /// ones.
+    pub request_head: Duration,
+    /// Time a keep-alive connection may sit with no request in flight.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            tls_handshake: TLS_HANDSHAKE_TIMEOUT,
+            request_head: HEADER_READ_TIMEOUT,
+            idle: IDLE_TIMEOUT,
+        }
+    }
+}
+
 /// The client's address, attached to every request (the write audit
 /// records it).
 #[derive(Clone, Copy, Debug)]
@@ -54,6 +77,7 @@ pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     tls: Arc<rustls::ServerConfig>,
     app: axum::Router,
+    timeouts: Timeouts,
     mut stopped: oneshot::Receiver<()>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -78,6 +102,7 @@ pub(crate) async fn serve(
             peer,
             acceptor.clone(),
             app.clone(),
+            timeouts,
             shutdown_rx.clone(),
         ));
     }
@@ -94,9 +119,10 @@ async fn connection(
     peer: SocketAddr,
     acceptor: tokio_rustls::TlsAcceptor,
     app: axum::Router,
+    timeouts: Timeouts,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let stream = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+    let stream = match tokio::time::timeout(timeouts.tls_handshake, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
@@ -107,7 +133,7 @@ async fn connection(
             return;
         }
     };
-    let activity = Arc::new(Activity::new());
+    let activity = Arc::new(Activity::new(timeouts));
     let io = hyper_util::rt::TokioIo::new(Tracked {
         inner: stream,
         activity: activity.clone(),
@@ -179,11 +205,13 @@ struct ActivityState {
 struct Activity {
     state: Mutex<ActivityState>,
     changed: Notify,
+    timeouts: Timeouts,
 }
 
 impl Activity {
-    fn new() -> Self {
+    fn new(timeouts: Timeouts) -> Self {
         Activity {
+            timeouts,
             state: Mutex::new(ActivityState {
                 in_flight: 0,
                 idle_since: Instant::now(),
@@ -230,14 +258,20 @@ impl Activity {
                 if st.in_flight > 0 {
                     None
                 } else if let Some(t) = st.head_started {
-                    Some((t + HEADER_READ_TIMEOUT, "request head not received in time"))
+                    Some((
+                        t + self.timeouts.request_head,
+                        "request head not received in time",
+                    ))
                 } else if !st.served_any {
                     Some((
-                        st.idle_since + HEADER_READ_TIMEOUT,
+                        st.idle_since + self.timeouts.request_head,
                         "no request after the TLS handshake",
                     ))
                 } else {
-                    Some((st.idle_since + IDLE_TIMEOUT, "idle keep-alive connection"))
+                    Some((
+                        st.idle_since + self.timeouts.idle,
+                        "idle keep-alive connection",
+                    ))
                 }
             };
             match deadline {

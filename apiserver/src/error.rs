@@ -6,6 +6,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::util::go_quote;
+
 /// A single `details.causes[]` entry of a 422 Invalid (or SSA 409) status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cause {
@@ -93,7 +95,7 @@ impl ApiError {
     pub(crate) fn not_found(group: &str, plural: &str, name: &str) -> Self {
         let qualified = qualified(group, plural);
         ApiError::NotFound {
-            message: format!("{qualified} \"{name}\" not found"),
+            message: format!("{qualified} {} not found", go_quote(name)),
             name: Some(name.to_string()),
             group: group.to_string(),
             kind: plural.to_string(),
@@ -113,7 +115,11 @@ impl ApiError {
     /// 409 AlreadyExists.
     pub(crate) fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         ApiError::AlreadyExists {
-            message: format!("{} \"{name}\" already exists", qualified(group, plural)),
+            message: format!(
+                "{} {} already exists",
+                qualified(group, plural),
+                go_quote(name)
+            ),
             name: name.to_string(),
             group: group.to_string(),
             kind: plural.to_string(),
@@ -135,8 +141,9 @@ impl ApiError {
     pub(crate) fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
         ApiError::Conflict {
             message: format!(
-                "Operation cannot be fulfilled on {} \"{name}\": {why}",
-                qualified(group, plural)
+                "Operation cannot be fulfilled on {} {}: {why}",
+                qualified(group, plural),
+                go_quote(name)
             ),
             name: name.to_string(),
             group: group.to_string(),
@@ -166,8 +173,9 @@ impl ApiError {
         };
         ApiError::Invalid {
             message: format!(
-                "{} \"{name}\" is invalid: {summary}",
-                qualified(group, kind)
+                "{} {} is invalid: {summary}",
+                qualified(group, kind),
+                go_quote(name)
             ),
             name: name.to_string(),
             group: group.to_string(),

@@ -51,10 +51,12 @@ mod tls;
 mod util;
 mod validation;
 mod watch;
+mod yaml;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use conn::Timeouts;
 pub use kubeconfig::KubeconfigError;
 pub use persist::PersistError;
 pub use tls::TlsError;
@@ -112,6 +114,9 @@ pub struct Config {
     /// `data_dir`, else generates one. Reusing a CA (and token) keeps
     /// kubeconfigs written earlier valid.
     pub ca: Option<CertificateAuthority>,
+    /// Connection timeouts (TLS handshake 10 s, request head 10 s, idle
+    /// keep-alive 120 s by default).
+    pub timeouts: Timeouts,
 }
 
 impl std::fmt::Debug for Config {
@@ -122,6 +127,7 @@ impl std::fmt::Debug for Config {
             .field("data_dir", &self.data_dir)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("ca", &self.ca)
+            .field("timeouts", &self.timeouts)
             .finish()
     }
 }
@@ -133,6 +139,7 @@ impl Default for Config {
             data_dir: None,
             token: None,
             ca: None,
+            timeouts: Timeouts::default(),
         }
     }
 }
@@ -180,7 +187,9 @@ pub struct ApiServer {
     persister: Option<persist::Persister>,
     /// The CA (certificate and key) the server certificate is signed by.
     ca: CertificateAuthority,
+    /// Where state is persisted, if anywhere.
     data_dir: Option<PathBuf>,
+    timeouts: Timeouts,
 }
 
 impl ApiServer {
@@ -261,6 +270,7 @@ impl ApiServer {
                 key_pem: ca.key_pem(),
             },
             data_dir: config.data_dir.clone(),
+            timeouts: config.timeouts,
         };
         server.seed().await?;
 
@@ -270,6 +280,7 @@ impl ApiServer {
             listener,
             tls.server_config.clone(),
             app,
+            config.timeouts,
             stopped,
         )));
         server.stop = Some(stop);
@@ -346,6 +357,7 @@ impl ApiServer {
             data_dir: self.data_dir.clone(),
             token: Some(self.shared.token.clone()),
             ca: Some(self.ca.clone()),
+            timeouts: self.timeouts,
         }
     }
 

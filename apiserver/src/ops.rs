@@ -154,6 +154,7 @@ pub(crate) fn patch_error(
                 .collect(),
         },
         PatchError::Unsupported(m) => ApiError::UnsupportedMediaType(m),
+        PatchError::TooLarge(m) => ApiError::RequestEntityTooLarge(m),
     }
 }
 
@@ -352,6 +353,7 @@ impl Shared {
                 ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
             }
             e @ StoreError::ShuttingDown => ApiError::Internal(e.to_string()),
+            e @ StoreError::TooLarge { .. } => ApiError::RequestEntityTooLarge(e.to_string()),
         }
     }
 
@@ -465,6 +467,9 @@ impl Shared {
                 validation::name_rule(&info.group, &info.kind),
                 "metadata.name",
             ));
+        }
+        if info.namespaced {
+            causes.extend(validation::validate_namespace(ns));
         }
         causes.extend(validation::validate_metadata(&obj));
         if info.status && !is_crd(info) && !is_namespace(info) {
@@ -829,7 +834,7 @@ impl Shared {
             return Err(smp_unsupported());
         }
         let doc: Value = match kind {
-            PatchKind::Apply { .. } => serde_norway::from_slice(body)
+            PatchKind::Apply { .. } => crate::yaml::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?,
             _ => serde_json::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?,

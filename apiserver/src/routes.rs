@@ -378,7 +378,7 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
                 "the object provided is unrecognized: couldn't get version/kind; json parse error: {e}"
             ))
         }),
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_norway::from_slice(body)
+        "application/yaml" | "application/x-yaml" | "text/yaml" => crate::yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}"))),
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|e| match e {
             crate::protobuf::ProtobufError::Malformed | crate::protobuf::ProtobufError::NoEnvelope => {

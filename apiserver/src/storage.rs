@@ -32,6 +32,12 @@ pub(crate) type ObjKey = (String, String);
 /// 410 Expired, as past the real server's watch cache.
 pub(crate) const HISTORY_LEN: usize = 50_000;
 
+/// Largest object stored, as compact JSON: the request body limit, so any
+/// object a client can send fits, while patches (a JSON patch may copy
+/// 3 MiB per request) cannot grow an object without bound across requests.
+/// The real server's etcd refuses objects over 1.5 MiB of protobuf.
+pub(crate) const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024;
+
 /// Broadcast buffer per watcher; a watcher further behind than this is closed
 /// with 410 Expired and relists.
 const BROADCAST_CAPACITY: usize = 1 << 16;
@@ -165,6 +171,8 @@ pub(crate) enum StoreError {
     Expired { requested: u64, oldest: u64 },
     #[error("the server is shutting down and no longer persists writes")]
     ShuttingDown,
+    #[error("the object is {bytes} bytes as JSON, more than the limit {MAX_OBJECT_BYTES}")]
+    TooLarge { bytes: usize },
 }
 
 /// A committed (or dry-run) change.
@@ -579,6 +587,14 @@ impl Store {
         change: Change,
         dry_run: bool,
     ) -> Result<Committed, StoreError> {
+        if let Change::Put(obj) = &change {
+            // Measured outside the lock; the resourceVersion added below
+            // is a few bytes.
+            let bytes = crate::util::json_len(obj);
+            if bytes > MAX_OBJECT_BYTES {
+                return Err(StoreError::TooLarge { bytes });
+            }
+        }
         let key: ObjKey = (ns.to_string(), name.to_string());
         let mut st = self.lock();
         let current = st.latest(gr, &key);

@@ -58,4 +58,8 @@ pub(crate) enum PatchError {
     /// patch of a custom resource (415).
     #[error("{0}")]
     Unsupported(String),
+    /// The patch exceeds a limit on its own size, e.g. too many JSON patch
+    /// operations (413).
+    #[error("{0}")]
+    TooLarge(String),
 }
