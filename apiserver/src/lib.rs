@@ -232,6 +232,17 @@ impl ApiServer {
         });
 
         let mut persister = None;
+        if config.data_dir.is_none() {
+            // A fresh in-memory store starts its resourceVersions at the
+            // current time in microseconds, above any earlier run's: a
+            // client that outlives a restart gets 410 and relists instead
+            // of resuming from a version that now means something else.
+            // (Below 2^53, so clients parsing them as doubles stay exact.)
+            let micros = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            shared.store.load(micros, Vec::new());
+        }
         if let Some(dir) = &config.data_dir {
             let (db, loaded) = persist::open(dir)?;
             let crds: Vec<serde_json::Value> = loaded

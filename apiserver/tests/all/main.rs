@@ -5,10 +5,14 @@
 
 mod bad_input;
 mod common;
+#[cfg(feature = "testing")]
+mod faults;
 mod kube_rs;
 mod kubectl;
 mod limits;
 mod names;
+#[cfg(feature = "testing")]
+mod persistence;
 mod protocol;
 mod python;
 mod timeouts;
