@@ -7,6 +7,7 @@ mod bad_input;
 mod common;
 #[cfg(feature = "testing")]
 mod faults;
+mod fuzz;
 mod kube_rs;
 mod kubectl;
 mod limits;
