@@ -30,7 +30,7 @@ fn is_lower_label(s: &str) -> bool {
 
 /// Validates a CRD and sets its status. `old` is the stored CRD on update,
 /// whose condition transition times are kept when nothing changed.
-pub fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Cause> {
+pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Cause> {
     let mut causes = Vec::new();
     let spec = obj.get("spec").cloned().unwrap_or(Value::Null);
     let group = spec["group"].as_str().unwrap_or("");
@@ -173,7 +173,7 @@ fn strings(v: &Value) -> Vec<String> {
 }
 
 /// The store key and the registry entries (one per served version) of a CRD.
-pub fn infos_for(crd: &Value) -> (GroupResource, Vec<ResourceInfo>) {
+pub(crate) fn infos_for(crd: &Value) -> (GroupResource, Vec<ResourceInfo>) {
     let spec = &crd["spec"];
     let group = spec["group"].as_str().unwrap_or("").to_string();
     let names = &spec["names"];

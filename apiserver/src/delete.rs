@@ -13,27 +13,27 @@ use crate::storage::{Change, Expect, StoreError};
 use crate::util::{meta_str, metadata_mut, now_rfc3339};
 
 /// The finalizer that holds an owner until its dependents are gone.
-pub const FOREGROUND: &str = "foregroundDeletion";
+pub(crate) const FOREGROUND: &str = "foregroundDeletion";
 /// The finalizer that holds an owner until its dependents are released.
-pub const ORPHAN: &str = "orphan";
+pub(crate) const ORPHAN: &str = "orphan";
 
 /// Namespaces the real server refuses to delete.
 const UNDELETABLE_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
 /// Parsed DeleteOptions (body and query merged).
 #[derive(Debug, Clone, Default)]
-pub struct DeleteOptions {
-    pub propagation: Option<String>,
-    pub grace_period: Option<i64>,
-    pub precondition_uid: Option<String>,
-    pub precondition_rv: Option<String>,
+pub(crate) struct DeleteOptions {
+    pub(crate) propagation: Option<String>,
+    pub(crate) grace_period: Option<i64>,
+    pub(crate) precondition_uid: Option<String>,
+    pub(crate) precondition_rv: Option<String>,
 }
 
 impl Shared {
     /// DELETE of one object. Returns the response body: the object while
     /// finalizers hold it (or for kinds that return it), else a Success
     /// status.
-    pub fn delete_object(
+    pub(crate) fn delete_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -152,10 +152,16 @@ impl Shared {
 
     /// Removes `finalizer` from an object if present (controllers inside the
     /// server: GC, namespace and CRD cleanup).
-    pub fn remove_finalizer(&self, info: &ResourceInfo, ns: &str, name: &str, finalizer: &str) {
+    pub(crate) fn remove_finalizer(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        finalizer: &str,
+    ) {
         let ctx = WriteCtx::system("wasmctrl-apiserver");
         for _ in 0..MAX_RETRIES {
-            let Some(cur) = self.store.get(&info.storage, ns, name) else {
+            let Some(cur) = self.store.latest(&info.storage, ns, name) else {
                 return;
             };
             let fins = finalizers(&cur.obj);
@@ -185,7 +191,7 @@ impl Shared {
 
     /// Rewrites an object with `f` (no-op if `f` returns None), retrying on
     /// concurrent writes; used by the garbage collector.
-    pub fn mutate_object(
+    pub(crate) fn mutate_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -195,7 +201,7 @@ impl Shared {
     ) {
         let ctx = WriteCtx::system(manager);
         for _ in 0..MAX_RETRIES {
-            let Some(cur) = self.store.get(&info.storage, ns, name) else {
+            let Some(cur) = self.store.latest(&info.storage, ns, name) else {
                 return;
             };
             let Some(new) = f(&cur.obj) else { return };
@@ -218,13 +224,13 @@ impl Shared {
     }
 
     /// Finishes deleting a namespace whose contents are gone.
-    pub fn finalize_namespace(&self, name: &str) {
+    pub(crate) fn finalize_namespace(&self, name: &str) {
         let Some(info) = self.registry().find("", "v1", "namespaces") else {
             return;
         };
         let ctx = WriteCtx::system("namespace-controller");
         for _ in 0..MAX_RETRIES {
-            let Some(cur) = self.store.get(&info.storage, "", name) else {
+            let Some(cur) = self.store.latest(&info.storage, "", name) else {
                 return;
             };
             if cur.obj["metadata"].get("deletionTimestamp").is_none() {

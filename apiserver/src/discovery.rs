@@ -7,14 +7,14 @@ use serde_json::{Value, json};
 use crate::resources::{Registry, ResourceInfo};
 
 /// Content type of aggregated discovery v2.
-pub const AGGREGATED_V2: &str =
+pub(crate) const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 /// Content type of aggregated discovery v2beta1 (kubectl ≤ 1.29 asks only for this).
-pub const AGGREGATED_V2BETA1: &str =
+pub(crate) const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
 /// The Kubernetes version reported; `/usr/bin/kubectl` dispatches on `minor`.
-pub fn version() -> Value {
+pub(crate) fn version() -> Value {
     json!({
         "major": "1",
         "minor": "32",
@@ -30,7 +30,7 @@ pub fn version() -> Value {
 
 /// Which aggregated flavour an Accept header asks for, if any (v2 wins
 /// over v2beta1 whatever the order, as on a real server).
-pub fn aggregated_flavour(accept: &str) -> Option<&'static str> {
+pub(crate) fn aggregated_flavour(accept: &str) -> Option<&'static str> {
     let mut found = None;
     for offer in accept.split(',') {
         let params: Vec<(String, String)> = offer
@@ -54,7 +54,7 @@ pub fn aggregated_flavour(accept: &str) -> Option<&'static str> {
 }
 
 /// `/api` (legacy).
-pub fn api_versions(server_address: &str) -> Value {
+pub(crate) fn api_versions(server_address: &str) -> Value {
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -76,7 +76,7 @@ fn api_group(g: &crate::resources::GroupEntry) -> Value {
 }
 
 /// `/apis` (legacy).
-pub fn api_group_list(reg: &Registry) -> Value {
+pub(crate) fn api_group_list(reg: &Registry) -> Value {
     let groups: Vec<Value> = reg
         .groups()
         .iter()
@@ -87,7 +87,7 @@ pub fn api_group_list(reg: &Registry) -> Value {
 }
 
 /// `/apis/{group}` (legacy APIGroup).
-pub fn api_group_doc(reg: &Registry, group: &str) -> Option<Value> {
+pub(crate) fn api_group_doc(reg: &Registry, group: &str) -> Option<Value> {
     let g = reg
         .groups()
         .iter()
@@ -137,7 +137,7 @@ fn legacy_entries(r: &ResourceInfo) -> Vec<Value> {
 }
 
 /// `/api/v1` or `/apis/{g}/{v}` (legacy APIResourceList).
-pub fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn resource_list(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let resources = reg.resources(group, version)?;
     let group_version = if group.is_empty() {
         version.to_string()
@@ -190,7 +190,7 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
 
 /// Aggregated discovery for `/api` (`core` true: only the core group) or
 /// `/apis` (every named group), as `flavour` (`v2` or `v2beta1`).
-pub fn aggregated(reg: &Registry, core: bool, flavour: &str) -> Value {
+pub(crate) fn aggregated(reg: &Registry, core: bool, flavour: &str) -> Value {
     let items: Vec<Value> = reg
         .groups()
         .iter()
@@ -241,7 +241,7 @@ fn gv_hash(reg: &Registry, group: &str, version: &str, generation: u64) -> Strin
 
 /// `/openapi/v3`: one path per served group/version, with a hash that changes
 /// whenever the registry does (so kubectl refetches after a CRD appears).
-pub fn openapi_root(reg: &Registry, generation: u64) -> Value {
+pub(crate) fn openapi_root(reg: &Registry, generation: u64) -> Value {
     let mut paths = serde_json::Map::new();
     for g in reg.groups() {
         for (v, _) in &g.versions {
@@ -259,7 +259,7 @@ pub fn openapi_root(reg: &Registry, generation: u64) -> Value {
 /// its group-version-kind and the `fieldValidation` parameter, which is what
 /// kubectl's field validation checks for; CRD schemas are included so
 /// `kubectl explain` has something to show.
-pub fn openapi_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
+pub(crate) fn openapi_gv(reg: &Registry, group: &str, version: &str) -> Option<Value> {
     let resources = reg.resources(group, version)?;
     let mut paths = serde_json::Map::new();
     let mut schemas = serde_json::Map::new();

@@ -6,20 +6,22 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
+use crate::util::go_quote;
+
 /// A single `details.causes[]` entry of a 422 Invalid (or SSA 409) status.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cause {
+pub(crate) struct Cause {
     /// Machine-readable reason, e.g. `FieldValueInvalid`, `FieldValueRequired`.
-    pub reason: String,
+    pub(crate) reason: String,
     /// Human-readable message for this field.
-    pub message: String,
+    pub(crate) message: String,
     /// JSON-path-like field, e.g. `metadata.name`.
-    pub field: String,
+    pub(crate) field: String,
 }
 
 /// An error the API answers with; every variant maps to one metav1.Status.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 404 for an object (`details` names it) or for an unknown path.
     #[error("{message}")]
     NotFound {
@@ -80,14 +82,20 @@ pub enum ApiError {
     /// 500 InternalError.
     #[error("{0}")]
     Internal(String),
+    /// 413 RequestEntityTooLarge; worded as the real server words it.
+    #[error("Request entity too large: {0}")]
+    RequestEntityTooLarge(String),
+    /// 504 Timeout: the request did not complete in the allotted time.
+    #[error("Timeout: {0}")]
+    Timeout(String),
 }
 
 impl ApiError {
     /// 404 for a named object of `plural` in `group`.
-    pub fn not_found(group: &str, plural: &str, name: &str) -> Self {
+    pub(crate) fn not_found(group: &str, plural: &str, name: &str) -> Self {
         let qualified = qualified(group, plural);
         ApiError::NotFound {
-            message: format!("{qualified} \"{name}\" not found"),
+            message: format!("{qualified} {} not found", go_quote(name)),
             name: Some(name.to_string()),
             group: group.to_string(),
             kind: plural.to_string(),
@@ -95,7 +103,7 @@ impl ApiError {
     }
 
     /// 404 for a path the server does not serve.
-    pub fn no_route() -> Self {
+    pub(crate) fn no_route() -> Self {
         ApiError::NotFound {
             message: "the server could not find the requested resource".into(),
             name: None,
@@ -105,9 +113,13 @@ impl ApiError {
     }
 
     /// 409 AlreadyExists.
-    pub fn already_exists(group: &str, plural: &str, name: &str) -> Self {
+    pub(crate) fn already_exists(group: &str, plural: &str, name: &str) -> Self {
         ApiError::AlreadyExists {
-            message: format!("{} \"{name}\" already exists", qualified(group, plural)),
+            message: format!(
+                "{} {} already exists",
+                qualified(group, plural),
+                go_quote(name)
+            ),
             name: name.to_string(),
             group: group.to_string(),
             kind: plural.to_string(),
@@ -116,7 +128,7 @@ impl ApiError {
 
     /// 409 Conflict for a stale resourceVersion, worded as the real server does
     /// because some clients match on it.
-    pub fn stale(group: &str, plural: &str, name: &str) -> Self {
+    pub(crate) fn stale(group: &str, plural: &str, name: &str) -> Self {
         Self::conflict(
             group,
             plural,
@@ -126,11 +138,12 @@ impl ApiError {
     }
 
     /// 409 Conflict with a custom reason text.
-    pub fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
+    pub(crate) fn conflict(group: &str, plural: &str, name: &str, why: &str) -> Self {
         ApiError::Conflict {
             message: format!(
-                "Operation cannot be fulfilled on {} \"{name}\": {why}",
-                qualified(group, plural)
+                "Operation cannot be fulfilled on {} {}: {why}",
+                qualified(group, plural),
+                go_quote(name)
             ),
             name: name.to_string(),
             group: group.to_string(),
@@ -141,7 +154,7 @@ impl ApiError {
 
     /// 422 Invalid; `kind` is the object's Kind (the real server words the
     /// message with the Kind, e.g. `ConfigMap "x" is invalid: ...`).
-    pub fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+    pub(crate) fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
         let summary = causes
             .iter()
             .map(|c| {
@@ -160,8 +173,9 @@ impl ApiError {
         };
         ApiError::Invalid {
             message: format!(
-                "{} \"{name}\" is invalid: {summary}",
-                qualified(group, kind)
+                "{} {} is invalid: {summary}",
+                qualified(group, kind),
+                go_quote(name)
             ),
             name: name.to_string(),
             group: group.to_string(),
@@ -171,7 +185,7 @@ impl ApiError {
     }
 
     /// HTTP status code of this error.
-    pub fn code(&self) -> u16 {
+    pub(crate) fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } => 404,
             ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
@@ -183,11 +197,13 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Expired(_) => 410,
             ApiError::Internal(_) => 500,
+            ApiError::RequestEntityTooLarge(_) => 413,
+            ApiError::Timeout(_) => 504,
         }
     }
 
     /// metav1.Status `reason`.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             ApiError::NotFound { .. } => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
@@ -200,11 +216,13 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Expired(_) => "Expired",
             ApiError::Internal(_) => "InternalError",
+            ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
+            ApiError::Timeout(_) => "Timeout",
         }
     }
 
     /// The full metav1.Status object.
-    pub fn to_status(&self) -> Value {
+    pub(crate) fn to_status(&self) -> Value {
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -271,7 +289,7 @@ fn details(name: Option<&str>, group: &str, kind: &str, causes: &[Cause]) -> Val
 }
 
 /// `configmaps` for core, `deployments.apps` otherwise, as the server words it.
-pub fn qualified(group: &str, plural: &str) -> String {
+pub(crate) fn qualified(group: &str, plural: &str) -> String {
     if group.is_empty() {
         plural.to_string()
     } else {
@@ -282,7 +300,7 @@ pub fn qualified(group: &str, plural: &str) -> String {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        crate::routes::json_response(code, &self.to_status())
+        crate::response::json(code, &self.to_status())
     }
 }
 

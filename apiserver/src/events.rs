@@ -49,12 +49,12 @@ fn convert(obj: &Value, to_v1: bool, api_version: &str) -> Value {
 }
 
 /// A stored core v1 Event as `events.k8s.io/v1`.
-pub fn core_to_events_v1(obj: &Value) -> Value {
+pub(crate) fn core_to_events_v1(obj: &Value) -> Value {
     convert(obj, true, "events.k8s.io/v1")
 }
 
 /// An `events.k8s.io/v1` Event in stored core v1 form.
-pub fn events_v1_to_core(obj: &Value) -> Value {
+pub(crate) fn events_v1_to_core(obj: &Value) -> Value {
     let mut core = convert(obj, false, "v1");
     // Core consumers (kubectl describe, field selectors) key on source and
     // lastTimestamp; derive them from the v1 fields when the writer set only

@@ -18,7 +18,7 @@ use crate::util::meta_str;
 const MANAGER: &str = "garbage-collector";
 
 /// Runs until the channel closes (server shutdown).
-pub async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
+pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
     while let Some(ev) = rx.recv().await {
         handle(&shared, &ev);
     }
@@ -43,7 +43,7 @@ fn namespace_key() -> GroupResource {
 }
 
 /// Reacts to one event.
-pub fn handle(shared: &Shared, ev: &Event) {
+pub(crate) fn handle(shared: &Shared, ev: &Event) {
     let obj = &ev.object;
     let uid = meta_str(obj, "uid").unwrap_or("").to_string();
     match ev.etype {

@@ -1,12 +1,12 @@
 //! The kubeconfig kubectl, kube-rs and the Python client load to reach the
 //! server: one cluster, user and context, all named `wasmctrl`.
 
-use std::io::Write;
 use std::path::Path;
 
 /// Why a kubeconfig could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum KubeconfigError {
+    /// The file could not be written.
     #[error("creating {path}: {source}")]
     Io {
         path: String,
@@ -22,7 +22,7 @@ fn q(s: &str) -> String {
 
 /// Kubeconfig YAML for `server` with a bearer `token`, trusting the CA in
 /// `ca_pem`.
-pub fn render(server: &str, token: &str, ca_pem: &str) -> String {
+pub(crate) fn render(server: &str, token: &str, ca_pem: &str) -> String {
     use base64::Engine;
     let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
@@ -33,36 +33,14 @@ pub fn render(server: &str, token: &str, ca_pem: &str) -> String {
     )
 }
 
-/// Writes `contents` to `path` with mode 0600 (it holds the token), creating
-/// parent directories. The file is created with the restrictive mode before
-/// any byte is written, so the token is never world-readable.
-pub fn write(path: &Path, contents: &str) -> Result<(), KubeconfigError> {
-    let err = |source| KubeconfigError::Io {
+/// Writes `contents` to `path` atomically with mode 0600 (it holds the
+/// token), creating parent directories: a reader (a process waiting for the
+/// file to appear) never sees a partial kubeconfig.
+pub(crate) fn write(path: &Path, contents: &str) -> Result<(), KubeconfigError> {
+    crate::files::write_private(path, contents.as_bytes()).map_err(|source| KubeconfigError::Io {
         path: path.display().to_string(),
         source,
-    };
-    if let Some(parent) = path.parent()
-        && !parent.as_os_str().is_empty()
-    {
-        std::fs::create_dir_all(parent).map_err(err)?;
-    }
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        opts.mode(0o600);
-    }
-    let mut f = opts.open(path).map_err(err)?;
-    #[cfg(unix)]
-    {
-        // An existing file keeps its old mode through open(); force it.
-        use std::os::unix::fs::PermissionsExt;
-        f.set_permissions(std::fs::Permissions::from_mode(0o600))
-            .map_err(err)?;
-    }
-    f.write_all(contents.as_bytes()).map_err(err)?;
-    Ok(())
+    })
 }
 
 #[cfg(test)]

@@ -8,6 +8,11 @@
 //! pagination and resumable watches. Every request needs the bearer token
 //! from the generated kubeconfig.
 //!
+//! The public API is [`ApiServer`], [`Config`] and [`Error`]; everything
+//! else is internal. The `testing` feature adds `testing` (fault injection
+//! and an audit of writes) for tests of clients against a misbehaving
+//! server.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), wasmctrl_apiserver::Error> {
 //! let server = wasmctrl_apiserver::ApiServer::start(Default::default()).await?;
@@ -17,29 +22,44 @@
 //! # Ok(()) }
 //! ```
 
-pub mod crd;
-pub mod delete;
-pub mod discovery;
-pub mod error;
-pub mod events;
-pub mod gc;
-pub mod kubeconfig;
-pub mod ops;
-pub mod patch;
-pub mod persist;
-pub mod protobuf;
-pub mod resources;
-pub mod routes;
-pub mod scale;
-pub mod schema;
-pub mod selectors;
-pub mod server;
-pub mod storage;
-pub mod table;
-pub mod tls;
-pub mod util;
-pub mod validation;
-pub mod watch;
+mod audit;
+mod conn;
+mod crd;
+mod delete;
+mod discovery;
+mod error;
+mod events;
+mod faults;
+mod files;
+mod gc;
+mod kubeconfig;
+mod ops;
+mod patch;
+mod persist;
+mod protobuf;
+mod request_info;
+mod resources;
+mod response;
+mod routes;
+mod scale;
+mod schema;
+mod selectors;
+mod server;
+mod storage;
+mod table;
+mod tls;
+mod util;
+mod validation;
+mod watch;
+mod yaml;
+
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use conn::Timeouts;
+pub use kubeconfig::KubeconfigError;
+pub use persist::PersistError;
+pub use tls::TlsError;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -56,6 +76,30 @@ use crate::server::Shared;
 pub const DEFAULT_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// How many watch events the server keeps for resumption: a watch from a
+/// resourceVersion more than this many events old gets 410 Expired and the
+/// client relists, as past the real server's watch cache.
+pub const WATCH_HISTORY_LEN: usize = storage::HISTORY_LEN;
+
+/// A certificate authority: its certificate and private key, PEM encoded.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CertificateAuthority {
+    /// The CA certificate clients trust (also in the kubeconfig).
+    pub cert_pem: String,
+    /// The CA private key; a credential.
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for CertificateAuthority {
+    // The key is a credential: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertificateAuthority")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
 /// How the server starts.
 #[derive(Clone)]
 pub struct Config {
@@ -63,8 +107,16 @@ pub struct Config {
     pub addr: SocketAddr,
     /// Persist state here (a redb database) and reload it on start.
     pub data_dir: Option<PathBuf>,
-    /// Bearer token clients must present; `None` generates a random one.
+    /// Bearer token clients must present; `None` takes the one kept in
+    /// `data_dir`, else generates a random one.
     pub token: Option<String>,
+    /// CA that signs the server certificate; `None` takes the one kept in
+    /// `data_dir`, else generates one. Reusing a CA (and token) keeps
+    /// kubeconfigs written earlier valid.
+    pub ca: Option<CertificateAuthority>,
+    /// Connection timeouts (TLS handshake 10 s, request head 10 s, idle
+    /// keep-alive 120 s by default).
+    pub timeouts: Timeouts,
 }
 
 impl std::fmt::Debug for Config {
@@ -74,6 +126,8 @@ impl std::fmt::Debug for Config {
             .field("addr", &self.addr)
             .field("data_dir", &self.data_dir)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("ca", &self.ca)
+            .field("timeouts", &self.timeouts)
             .finish()
     }
 }
@@ -84,6 +138,8 @@ impl Default for Config {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: None,
             token: None,
+            ca: None,
+            timeouts: Timeouts::default(),
         }
     }
 }
@@ -91,35 +147,49 @@ impl Default for Config {
 /// Why the server could not start or write its kubeconfig.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The listen address could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
         addr: SocketAddr,
         #[source]
         source: std::io::Error,
     },
+    /// The data directory could not be opened, read or written.
     #[error(transparent)]
     Persist(#[from] persist::PersistError),
+    /// The kubeconfig could not be written.
     #[error(transparent)]
     Kubeconfig(#[from] kubeconfig::KubeconfigError),
+    /// Certificates could not be created or loaded.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// A default namespace could not be created.
     #[error("creating namespace {name}: {source}")]
     Seed {
         name: String,
         #[source]
-        source: Box<error::ApiError>,
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 
 /// A running API server. Dropping it stops serving; [`ApiServer::shutdown`]
 /// also waits for persistence to be flushed.
 pub struct ApiServer {
+    /// State shared with every request handler and background task.
     shared: Arc<Shared>,
+    /// Fires to stop accepting connections.
     stop: Option<oneshot::Sender<()>>,
+    /// The accept loop (it waits for connections in flight on shutdown).
     task: Option<JoinHandle<()>>,
+    /// The garbage collector task.
     gc: Option<JoinHandle<()>>,
+    /// The persistence thread, with a data directory.
     persister: Option<persist::Persister>,
-    ca_pem: String,
+    /// The CA (certificate and key) the server certificate is signed by.
+    ca: CertificateAuthority,
+    /// Where state is persisted, if anywhere.
+    data_dir: Option<PathBuf>,
+    timeouts: Timeouts,
 }
 
 impl ApiServer {
@@ -142,9 +212,10 @@ impl ApiServer {
             Some(dir) => Some(persist::credentials(dir)?),
             None => None,
         };
-        let ca = match &creds {
-            Some(c) => tls::Ca::from_pem(&c.ca_cert, &c.ca_key)?,
-            None => tls::Ca::generate()?,
+        let ca = match (&config.ca, &creds) {
+            (Some(ca), _) => tls::Ca::from_pem(&ca.cert_pem, &ca.key_pem)?,
+            (None, Some(c)) => tls::Ca::from_pem(&c.ca_cert, &c.ca_key)?,
+            (None, None) => tls::Ca::generate()?,
         };
         let tls = ca.server(addr.ip())?;
         let token = config
@@ -152,8 +223,26 @@ impl ApiServer {
             .or_else(|| creds.map(|c| c.token))
             .unwrap_or_else(util::random_token);
         let shared = Arc::new(Shared::new(token, addr));
+        // Derived state (the CRD registry) follows every visible change.
+        let weak = Arc::downgrade(&shared);
+        shared.store.set_apply_hook(move |ev| {
+            if let Some(shared) = weak.upgrade() {
+                shared.after_apply(ev);
+            }
+        });
 
         let mut persister = None;
+        if config.data_dir.is_none() {
+            // A fresh in-memory store starts its resourceVersions at the
+            // current time in microseconds, above any earlier run's: a
+            // client that outlives a restart gets 410 and relists instead
+            // of resuming from a version that now means something else.
+            // (Below 2^53, so clients parsing them as doubles stay exact.)
+            let micros = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64);
+            shared.store.load(micros, Vec::new());
+        }
         if let Some(dir) = &config.data_dir {
             let (db, loaded) = persist::open(dir)?;
             let crds: Vec<serde_json::Value> = loaded
@@ -171,7 +260,7 @@ impl ApiServer {
             }
             let (tx, rx) = mpsc::unbounded_channel();
             shared.store.set_persist(tx);
-            persister = Some(persist::Persister::start(db, rx));
+            persister = Some(persist::Persister::start(db, rx, shared.clone())?);
         }
 
         let (gc_tx, gc_rx) = mpsc::unbounded_channel();
@@ -181,35 +270,71 @@ impl ApiServer {
         shared.store.set_gc(gc_tx);
         let gc = tokio::spawn(gc::run(shared.clone(), gc_rx));
 
-        let ns_info = shared
+        let mut server = ApiServer {
+            shared: shared.clone(),
+            stop: None,
+            task: None,
+            gc: Some(gc),
+            persister,
+            ca: CertificateAuthority {
+                cert_pem: ca.cert_pem.clone(),
+                key_pem: ca.key_pem(),
+            },
+            data_dir: config.data_dir.clone(),
+            timeouts: config.timeouts,
+        };
+        server.seed().await?;
+
+        let (stop, stopped) = oneshot::channel::<()>();
+        let app = routes::router(shared);
+        server.task = Some(tokio::spawn(conn::serve(
+            listener,
+            tls.server_config.clone(),
+            app,
+            config.timeouts,
+            stopped,
+        )));
+        server.stop = Some(stop);
+        tracing::info!(%addr, "embedded API server listening");
+        Ok(server)
+    }
+
+    /// Creates the default namespaces that do not exist yet, waiting until
+    /// they are durable.
+    async fn seed(&self) -> Result<(), Error> {
+        let ns_info = self
+            .shared
             .registry()
             .find("", "v1", "namespaces")
             .expect("namespaces are built in");
         for name in DEFAULT_NAMESPACES {
-            if shared.store.get(&ns_info.storage, "", name).is_some() {
+            if self
+                .shared
+                .store
+                .latest(&ns_info.storage, "", name)
+                .is_some()
+            {
                 continue;
             }
             let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
-            shared
-                .create_object(&ns_info, "", body, &WriteCtx::system("wasmctrl-apiserver"))
-                .map_err(|source| Error::Seed {
-                    name: name.to_string(),
-                    source: Box::new(source),
-                })?;
+            let ctx = WriteCtx::system("wasmctrl-apiserver");
+            let seed_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Seed {
+                name: name.to_string(),
+                source,
+            };
+            self.shared
+                .create_object(&ns_info, "", body, &ctx)
+                .map_err(|e| seed_err(Box::new(e)))?;
+            let pending =
+                std::mem::take(&mut *ctx.pending.lock().unwrap_or_else(|e| e.into_inner()));
+            for durable in pending {
+                durable
+                    .wait()
+                    .await
+                    .map_err(|message| seed_err(message.to_string().into()))?;
+            }
         }
-
-        let (stop, stopped) = oneshot::channel::<()>();
-        let app = routes::router(shared.clone());
-        let task = tokio::spawn(serve_tls(listener, tls.server_config.clone(), app, stopped));
-        tracing::info!(%addr, "embedded API server listening");
-        Ok(ApiServer {
-            shared,
-            stop: Some(stop),
-            task: Some(task),
-            gc: Some(gc),
-            persister,
-            ca_pem: tls.ca_pem,
-        })
+        Ok(())
     }
 
     /// The bound address (with the real port when started on port 0).
@@ -225,7 +350,7 @@ impl ApiServer {
     /// PEM of the CA that signed the server certificate (also embedded in
     /// the kubeconfig).
     pub fn ca_pem(&self) -> &str {
-        &self.ca_pem
+        &self.ca.cert_pem
     }
 
     /// The bearer token every request must carry.
@@ -233,13 +358,27 @@ impl ApiServer {
         &self.shared.token
     }
 
-    /// Kubeconfig YAML (cluster, user and context named `wasmctrl`).
-    pub fn kubeconfig(&self) -> String {
-        kubeconfig::render(&self.url(), self.token(), &self.ca_pem)
+    /// The configuration that serves the same clients again: this address,
+    /// token, CA and data directory. Start a server with it after
+    /// [`ApiServer::shutdown`] to restart: kubeconfigs stay valid, and state
+    /// survives when there is a data directory (in memory it starts empty).
+    pub fn config(&self) -> Config {
+        Config {
+            addr: self.shared.addr,
+            data_dir: self.data_dir.clone(),
+            token: Some(self.shared.token.clone()),
+            ca: Some(self.ca.clone()),
+            timeouts: self.timeouts,
+        }
     }
 
-    /// Writes [`ApiServer::kubeconfig`] to `path` with mode 0600, creating
-    /// parent directories.
+    /// Kubeconfig YAML (cluster, user and context named `wasmctrl`).
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig::render(&self.url(), self.token(), &self.ca.cert_pem)
+    }
+
+    /// Writes [`ApiServer::kubeconfig`] to `path` atomically with mode
+    /// 0600, creating parent directories.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
         Ok(kubeconfig::write(path, &self.kubeconfig())?)
     }
@@ -256,13 +395,35 @@ impl ApiServer {
         self.shared.expire_watches();
     }
 
+    /// Fault injection: switch faults of this server on and off at run
+    /// time (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub fn faults(&self) -> testing::Faults {
+        testing::Faults::new(self.shared.clone())
+    }
+
+    /// The audit of writes this server answered (feature `testing`).
+    #[cfg(feature = "testing")]
+    pub fn audit(&self) -> testing::Audit {
+        testing::Audit::new(self.shared.clone())
+    }
+
+    /// A kubeconfig whose token authenticates as `user`, so processes that
+    /// share this server can be told apart in the [`ApiServer::audit`]
+    /// (feature `testing`). The token is issued on first use and lives as
+    /// long as this server.
+    #[cfg(feature = "testing")]
+    pub fn kubeconfig_for_user(&self, user: &str) -> String {
+        kubeconfig::render(&self.url(), &self.shared.token_for(user), &self.ca.cert_pem)
+    }
+
     /// Stops accepting requests, closes watches, waits for in-flight requests
     /// (bounded) and flushes persistence.
     pub async fn shutdown(mut self) {
         self.stop_serving();
         if let Some(task) = self.task.take() {
             let abort = task.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(10), task)
+            if tokio::time::timeout(Duration::from_secs(15), task)
                 .await
                 .is_err()
             {
@@ -284,52 +445,6 @@ impl ApiServer {
             let _ = stop.send(());
         }
     }
-}
-
-/// Accepts TLS connections and serves each with hyper until `stopped`, then
-/// lets open requests finish (watches are closed by the caller).
-async fn serve_tls(
-    listener: tokio::net::TcpListener,
-    config: Arc<rustls::ServerConfig>,
-    app: axum::Router,
-    mut stopped: oneshot::Receiver<()>,
-) {
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
-        let (tcp, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(c) => c,
-                Err(e) => {
-                    // Transient (e.g. out of file descriptors): keep serving.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = &mut stopped => break,
-        };
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let stream = match acceptor.accept(tcp).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-            };
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    let _ = tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await;
 }
 
 impl Drop for ApiServer {

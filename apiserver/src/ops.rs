@@ -5,7 +5,7 @@
 //! real server's GuaranteedUpdate: read, compute outside the store lock,
 //! commit at the read resourceVersion, retry if someone else got there first.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 
@@ -13,7 +13,7 @@ use crate::error::{ApiError, Cause};
 use crate::patch::{self, ApplyRequest, PatchError};
 use crate::resources::ResourceInfo;
 use crate::server::{Shared, from_view, to_view};
-use crate::storage::{Change, Committed, EventType, Expect, StoreError, Stored};
+use crate::storage::{Change, Committed, Durable, EventType, Expect, StoreError, Stored};
 use crate::util::{meta_str, metadata_mut, now_rfc3339, random_suffix};
 use crate::validation;
 
@@ -22,34 +22,49 @@ pub(crate) const MAX_RETRIES: usize = 64;
 
 /// Per-request write parameters.
 #[derive(Debug, Clone)]
-pub struct WriteCtx {
+pub(crate) struct WriteCtx {
     /// `fieldManager`, else the User-Agent up to the first `/`.
-    pub manager: String,
+    pub(crate) manager: String,
     /// `dryRun=All`: compute and answer, store nothing, emit nothing.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
     /// `fieldValidation=Strict`: unknown fields of a custom resource are a
     /// 400 instead of being pruned.
-    pub strict: bool,
+    pub(crate) strict: bool,
     /// `Warning` headers for the response (pruned unknown fields under the
     /// default `fieldValidation=Warn`).
-    pub warnings: std::cell::RefCell<Vec<String>>,
+    pub(crate) warnings: std::cell::RefCell<Vec<String>>,
+    /// With persistence: the staged writes the response must wait for.
+    /// Shared with the HTTP layer, which waits after the (synchronous)
+    /// handler returns.
+    pub(crate) pending: Arc<Mutex<Vec<Durable>>>,
 }
 
 impl WriteCtx {
     /// A server-internal writer (garbage collector, namespace controller).
-    pub fn system(manager: &str) -> Self {
+    pub(crate) fn system(manager: &str) -> Self {
         WriteCtx {
             manager: manager.to_string(),
             dry_run: false,
             strict: false,
             warnings: Default::default(),
+            pending: Default::default(),
+        }
+    }
+
+    /// Makes the response wait until `durable` resolves (no-op for None).
+    pub(crate) fn wait_for(&self, durable: Option<Durable>) {
+        if let Some(d) = durable {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(d);
         }
     }
 }
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sub {
+pub(crate) enum Sub {
     Main,
     Status,
 }
@@ -65,21 +80,25 @@ impl Sub {
 
 /// A PATCH content type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchKind {
+pub(crate) enum PatchKind {
     Merge,
     Json,
     Strategic,
     Apply { force: bool },
 }
 
+/// What an update comes to once the update rules ran.
 pub(crate) enum Outcome {
+    /// Nothing changed: answer with the stored object, write nothing.
     NoOp,
+    /// Store this object.
     Put(Value),
+    /// The last finalizer of a deleting object is gone: delete it.
     Delete,
 }
 
 /// The finalizer a CRD carries until its custom resources are gone.
-pub const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+pub(crate) const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
 
 pub(crate) fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
@@ -135,11 +154,12 @@ pub(crate) fn patch_error(
                 .collect(),
         },
         PatchError::Unsupported(m) => ApiError::UnsupportedMediaType(m),
+        PatchError::TooLarge(m) => ApiError::RequestEntityTooLarge(m),
     }
 }
 
 /// The 415 the real server gives a strategic merge patch of a custom resource.
-pub fn smp_unsupported() -> ApiError {
+pub(crate) fn smp_unsupported() -> ApiError {
     ApiError::UnsupportedMediaType("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into())
 }
 
@@ -332,6 +352,8 @@ impl Shared {
             StoreError::Expired { requested, oldest } => {
                 ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
             }
+            e @ StoreError::ShuttingDown => ApiError::Internal(e.to_string()),
+            e @ StoreError::TooLarge { .. } => ApiError::RequestEntityTooLarge(e.to_string()),
         }
     }
 
@@ -344,7 +366,12 @@ impl Shared {
     }
 
     /// GET of one object in the served version.
-    pub fn get_object(&self, info: &ResourceInfo, ns: &str, name: &str) -> Result<Value, ApiError> {
+    pub(crate) fn get_object(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+    ) -> Result<Value, ApiError> {
         let ns = self.ns_for(info, ns);
         self.store
             .get(&info.storage, &ns, name)
@@ -353,7 +380,7 @@ impl Shared {
     }
 
     /// Checks the body names the same apiVersion/kind as the URL (when set).
-    pub fn check_type(&self, info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
+    pub(crate) fn check_type(&self, info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
         if !body.is_object() {
             return Err(ApiError::BadRequest(format!(
                 "the object provided is unrecognized (must be of type {})",
@@ -440,6 +467,9 @@ impl Shared {
                 validation::name_rule(&info.group, &info.kind),
                 "metadata.name",
             ));
+        }
+        if info.namespaced {
+            causes.extend(validation::validate_namespace(ns));
         }
         causes.extend(validation::validate_metadata(&obj));
         if info.status && !is_crd(info) && !is_namespace(info) {
@@ -645,14 +675,16 @@ impl Shared {
         Ok(Outcome::Put(new))
     }
 
-    /// Runs after every committed change: keeps the registry in step with
-    /// CRDs.
-    pub(crate) fn after_commit(&self, info: &ResourceInfo, etype: EventType, obj: &Value) {
-        if !is_crd(info) {
+    /// Keeps the registry in step with CRDs as their changes become visible
+    /// (the store's apply hook; runs under the store lock).
+    pub(crate) fn after_apply(&self, ev: &crate::storage::Event) {
+        if !(ev.resource.group == "apiextensions.k8s.io"
+            && ev.resource.resource == "customresourcedefinitions")
+        {
             return;
         }
-        let (storage, infos) = crate::crd::infos_for(obj);
-        let infos = if etype == EventType::Deleted {
+        let (storage, infos) = crate::crd::infos_for(&ev.object);
+        let infos = if ev.etype == EventType::Deleted {
             Vec::new()
         } else {
             infos
@@ -660,6 +692,8 @@ impl Shared {
         self.registry_mut().set_custom(&storage, infos);
     }
 
+    /// Commits a change for a request; with persistence the request's
+    /// response waits (in the HTTP layer) until the change is durable.
     pub(crate) fn commit(
         &self,
         info: &ResourceInfo,
@@ -669,23 +703,15 @@ impl Shared {
         change: Change,
         ctx: &WriteCtx,
     ) -> Result<Committed, StoreError> {
-        let deleting = matches!(change, Change::Delete);
         let c = self
             .store
             .commit(&info.storage, ns, name, expect, change, ctx.dry_run)?;
-        if !ctx.dry_run {
-            let et = match (deleting, expect) {
-                (true, _) => EventType::Deleted,
-                (false, Expect::Absent) => EventType::Added,
-                (false, Expect::Rv(_)) => EventType::Modified,
-            };
-            self.after_commit(info, et, &c.object);
-        }
+        ctx.wait_for(c.durable.clone());
         Ok(c)
     }
 
     /// POST: creates the object (201 in the caller).
-    pub fn create_object(
+    pub(crate) fn create_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -725,7 +751,7 @@ impl Shared {
         name: &str,
     ) -> Result<Stored, ApiError> {
         self.store
-            .get(&info.storage, ns, name)
+            .latest(&info.storage, ns, name)
             .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))
     }
 
@@ -741,7 +767,11 @@ impl Shared {
         ctx: &WriteCtx,
     ) -> Result<Option<Value>, ApiError> {
         let change = match outcome {
-            Outcome::NoOp => return Ok(Some(to_view(info, &cur.obj))),
+            Outcome::NoOp => {
+                // Answering with a staged state promises it is durable.
+                ctx.wait_for(cur.durable.clone());
+                return Ok(Some(to_view(info, &cur.obj)));
+            }
             Outcome::Put(v) => Change::Put(v),
             Outcome::Delete => Change::Delete,
         };
@@ -753,7 +783,7 @@ impl Shared {
     }
 
     /// PUT (main resource or /status).
-    pub fn update_object(
+    pub(crate) fn update_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -789,7 +819,7 @@ impl Shared {
     /// PATCH (main resource or /status). Returns the object and whether an
     /// apply created it (201).
     #[allow(clippy::too_many_arguments)]
-    pub fn patch_object(
+    pub(crate) fn patch_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -804,7 +834,7 @@ impl Shared {
             return Err(smp_unsupported());
         }
         let doc: Value = match kind {
-            PatchKind::Apply { .. } => serde_norway::from_slice(body)
+            PatchKind::Apply { .. } => crate::yaml::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?,
             _ => serde_json::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?,
@@ -813,7 +843,7 @@ impl Shared {
             self.check_apply_body(info, name, &doc, ctx)?;
         }
         for _ in 0..MAX_RETRIES {
-            let cur = self.store.get(&info.storage, &ns, name);
+            let cur = self.store.latest(&info.storage, &ns, name);
             let cur_view = cur.as_ref().map(|c| to_view(info, &c.obj));
             let patched = match (kind, &cur_view) {
                 (PatchKind::Apply { force }, _) => {
@@ -928,7 +958,10 @@ impl Shared {
     }
 
     /// The info of the resource stored under `storage`.
-    pub fn info_for(&self, storage: &crate::resources::GroupResource) -> Option<Arc<ResourceInfo>> {
+    pub(crate) fn info_for(
+        &self,
+        storage: &crate::resources::GroupResource,
+    ) -> Option<Arc<ResourceInfo>> {
         self.registry().by_storage(storage)
     }
 }

@@ -1,10 +1,14 @@
-//! `--data-dir` persistence in a redb database: every committed write is
+//! `--data-dir` persistence in a redb database: every staged write is
 //! queued to a blocking writer thread that batches them into one durable
-//! transaction, so a burst of writes costs one fsync, not one each. On start
-//! the objects and the resourceVersion counter are loaded back, so
-//! resourceVersions keep increasing across restarts.
+//! transaction, so a burst of writes costs one fsync, not one each. Only a
+//! committed transaction makes its writes visible (and answers their
+//! requests); a failed one discards every staged write, so memory always
+//! equals disk (see [`crate::storage`]). On start the objects and the
+//! resourceVersion counter are loaded back, so resourceVersions keep
+//! increasing across restarts.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -12,7 +16,8 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::resources::GroupResource;
-use crate::storage::{ObjKey, PersistOp};
+use crate::server::Shared;
+use crate::storage::{EventType, ObjKey, PersistOp};
 
 /// Objects, keyed `group \0 resource \0 namespace \0 name`, JSON values.
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -25,48 +30,75 @@ const BATCH: usize = 4096;
 /// Why the database could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum PersistError {
-    #[error("creating data directory {path}: {source}")]
-    Dir {
-        path: String,
+    /// A file or directory of the data directory could not be used.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
         #[source]
         source: std::io::Error,
     },
+    /// The database failed.
     #[error("database: {0}")]
     Db(#[from] redb::Error),
+    /// A stored record (or `credentials.json`) cannot be read back.
     #[error("corrupt record {key}: {message}")]
     Corrupt { key: String, message: String },
+    /// A failure a test asked for through `Faults::fail_persistence`.
+    #[cfg(feature = "testing")]
+    #[error("injected failure: {0}")]
+    Injected(String),
 }
 
 fn db_err(e: impl Into<redb::Error>) -> PersistError {
     PersistError::Db(e.into())
 }
 
-fn key_of(gr: &GroupResource, key: &ObjKey) -> String {
-    format!("{}\0{}\0{}\0{}", gr.group, gr.resource, key.0, key.1)
+/// The record key. Names are validated long before they get here, so a NUL
+/// inside a part would be a bug; it is refused rather than written as a key
+/// that would load back as a different object.
+fn key_of(gr: &GroupResource, ns: &str, name: &str) -> Result<String, PersistError> {
+    let parts = [gr.group.as_str(), gr.resource.as_str(), ns, name];
+    if parts.iter().any(|p| p.contains('\0')) {
+        return Err(PersistError::Corrupt {
+            key: parts.join("/").escape_debug().to_string(),
+            message: "a key part contains NUL".into(),
+        });
+    }
+    Ok(parts.join("\0"))
 }
 
 /// Credentials kept with the data: the bearer token and the CA.
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Credentials {
-    pub token: String,
-    pub ca_cert: String,
-    pub ca_key: String,
+pub(crate) struct Credentials {
+    pub(crate) token: String,
+    pub(crate) ca_cert: String,
+    pub(crate) ca_key: String,
 }
 
 /// Reads `dir/credentials.json`, creating it (mode 0600) on first use.
-pub fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
-    let io = |source| PersistError::Dir {
-        path: dir.display().to_string(),
+pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
+    crate::files::create_private_dir(dir).map_err(|source| PersistError::Io {
+        what: format!("creating data directory {}", dir.display()),
         source,
-    };
-    std::fs::create_dir_all(dir).map_err(io)?;
+    })?;
     let path = dir.join("credentials.json");
-    if let Ok(bytes) = std::fs::read(&path) {
-        return serde_json::from_slice(&bytes).map_err(|e| PersistError::Corrupt {
-            key: path.display().to_string(),
-            message: e.to_string(),
-        });
+    match std::fs::read(&path) {
+        Ok(bytes) => {
+            return serde_json::from_slice(&bytes).map_err(|e| PersistError::Corrupt {
+                key: path.display().to_string(),
+                message: e.to_string(),
+            });
+        }
+        // Only a missing file means "first start"; anything else must not
+        // silently replace the credentials existing kubeconfigs carry.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(PersistError::Io {
+                what: format!("reading {}", path.display()),
+                source,
+            });
+        }
     }
     let ca = crate::tls::Ca::generate().map_err(|e| PersistError::Corrupt {
         key: "ca".into(),
@@ -81,30 +113,43 @@ pub fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
         key: path.display().to_string(),
         message: e.to_string(),
     })?;
-    crate::kubeconfig::write(&path, &json).map_err(|e| match e {
-        crate::kubeconfig::KubeconfigError::Io { source, .. } => io(source),
+    crate::files::write_private(&path, json.as_bytes()).map_err(|source| PersistError::Io {
+        what: format!("writing {}", path.display()),
+        source,
     })?;
     Ok(creds)
 }
 
 /// Everything loaded from disk.
-pub struct Loaded {
-    pub rv: u64,
-    pub objects: Vec<(GroupResource, ObjKey, u64, Value)>,
+pub(crate) struct Loaded {
+    pub(crate) rv: u64,
+    pub(crate) objects: Vec<(GroupResource, ObjKey, u64, Value)>,
 }
 
-/// An open database and its writer thread.
-pub struct Persister {
+/// The writer thread of an open database; it owns the database.
+pub(crate) struct Persister {
     writer: Option<JoinHandle<()>>,
 }
 
 /// Opens (or creates) `dir/state.redb` and loads its contents.
-pub fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
-    std::fs::create_dir_all(dir).map_err(|source| PersistError::Dir {
-        path: dir.display().to_string(),
+pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
+    crate::files::create_private_dir(dir).map_err(|source| PersistError::Io {
+        what: format!("creating data directory {}", dir.display()),
         source,
     })?;
-    let db = Database::create(dir.join("state.redb")).map_err(db_err)?;
+    let path = dir.join("state.redb");
+    let db = Database::create(&path).map_err(db_err)?;
+    // The database holds Secrets: readable by this user only.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).map_err(
+            |source| PersistError::Io {
+                what: format!("restricting {}", path.display()),
+                source,
+            },
+        )?;
+    }
     {
         // Make sure both tables exist so the first read finds them.
         let tx = db.begin_write().map_err(db_err)?;
@@ -154,23 +199,36 @@ pub fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
 impl Persister {
     /// Starts the writer thread; it exits once every sender is dropped and
     /// the queue is drained.
-    pub fn start(db: Database, rx: mpsc::UnboundedReceiver<PersistOp>) -> Persister {
+    pub(crate) fn start(
+        db: Database,
+        rx: mpsc::UnboundedReceiver<PersistOp>,
+        shared: Arc<Shared>,
+    ) -> Result<Persister, PersistError> {
         let writer = std::thread::Builder::new()
             .name("apiserver-persist".into())
-            .spawn(move || writer_loop(db, rx))
-            .ok();
-        Persister { writer }
+            .spawn(move || writer_loop(db, rx, &shared))
+            .map_err(|source| PersistError::Io {
+                what: "starting the persistence thread".into(),
+                source,
+            })?;
+        Ok(Persister {
+            writer: Some(writer),
+        })
     }
 
     /// Waits for the queue to be written (after the store dropped its sender).
-    pub fn join(mut self) {
+    pub(crate) fn join(mut self) {
         if let Some(h) = self.writer.take() {
             let _ = h.join();
         }
     }
 }
 
-fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>) {
+/// Why a queued write was discarded without being tried: an earlier batch
+/// failed, and it may build on a write of that batch.
+const DISCARDED: &str = "an earlier write it may depend on could not be persisted";
+
+fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared: &Shared) {
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -179,37 +237,74 @@ fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>) {
                 Err(_) => break,
             }
         }
-        if let Err(e) = write_batch(&db, batch) {
-            tracing::error!(error = %e, "persisting writes failed");
+        // Only this thread changes the epoch, so it cannot move meanwhile.
+        let epoch = shared.store.epoch();
+        let (live, stale): (Vec<PersistOp>, Vec<PersistOp>) =
+            batch.into_iter().partition(|op| op.epoch() == epoch);
+        for op in stale {
+            if let PersistOp::Write { done, .. } = op {
+                done.resolve(Err(DISCARDED.into()));
+            }
+        }
+        if live.is_empty() {
+            continue;
+        }
+        let result = write_or_fail(&db, &live, shared);
+        let mut events = Vec::with_capacity(live.len());
+        let mut dones = Vec::with_capacity(live.len());
+        for op in live {
+            if let PersistOp::Write { event, done, .. } = op {
+                events.push(event);
+                dones.push(done);
+            }
+        }
+        let outcome: Result<(), Arc<str>> = match result {
+            Ok(()) => {
+                shared.store.apply_durable(events);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(error = %e, writes = dones.len(), "persisting writes failed; discarding them");
+                shared.store.abort_staged();
+                Err(format!("persisting the write failed: {e}").into())
+            }
+        };
+        for done in dones {
+            done.resolve(outcome.clone());
         }
     }
 }
 
-fn write_batch(db: &Database, batch: Vec<PersistOp>) -> Result<(), PersistError> {
+/// Writes the batch, unless a test asked persistence to fail.
+fn write_or_fail(db: &Database, batch: &[PersistOp], shared: &Shared) -> Result<(), PersistError> {
+    #[cfg(feature = "testing")]
+    if let Some(message) = shared.faults.persistence_failure() {
+        return Err(PersistError::Injected(message));
+    }
+    #[cfg(not(feature = "testing"))]
+    let _ = shared;
+    write_batch(db, batch)
+}
+
+fn write_batch(db: &Database, batch: &[PersistOp]) -> Result<(), PersistError> {
     let tx = db.begin_write().map_err(db_err)?;
     let mut max_rv = 0;
     {
         let mut objects = tx.open_table(OBJECTS).map_err(db_err)?;
         for op in batch {
             match op {
-                PersistOp::Put {
-                    resource,
-                    key,
-                    json,
-                    rv,
-                } => {
-                    objects
-                        .insert(key_of(&resource, &key).as_str(), json.as_ref())
-                        .map_err(db_err)?;
-                    max_rv = max_rv.max(rv);
+                PersistOp::Write { event, .. } => {
+                    let key = key_of(&event.resource, &event.namespace, &event.name)?;
+                    if event.etype == EventType::Deleted {
+                        objects.remove(key.as_str()).map_err(db_err)?;
+                    } else {
+                        objects
+                            .insert(key.as_str(), event.rendered().as_ref())
+                            .map_err(db_err)?;
+                    }
+                    max_rv = max_rv.max(event.rv);
                 }
-                PersistOp::Delete { resource, key, rv } => {
-                    objects
-                        .remove(key_of(&resource, &key).as_str())
-                        .map_err(db_err)?;
-                    max_rv = max_rv.max(rv);
-                }
-                PersistOp::Rv(rv) => max_rv = max_rv.max(rv),
+                PersistOp::Rv { rv, .. } => max_rv = max_rv.max(*rv),
             }
         }
         let mut meta = tx.open_table(META).map_err(db_err)?;

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 
 /// Why a protobuf body could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProtobufError {
+pub(crate) enum ProtobufError {
     #[error("the protobuf body is truncated or malformed")]
     Malformed,
     #[error("the protobuf body lacks the k8s envelope")]
@@ -51,6 +51,7 @@ enum Kind {
     RepMsg(&'static Schema),
 }
 
+/// The protobuf layout of one message: its name and numbered fields.
 struct Schema {
     name: &'static str,
     fields: &'static [(u64, &'static str, Kind)],
@@ -429,6 +430,7 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static Schema> {
     })
 }
 
+/// A cursor over protobuf wire bytes; every read is bounds-checked.
 struct Reader<'a> {
     buf: &'a [u8],
 }
@@ -645,7 +647,7 @@ fn push(out: &mut Map<String, Value>, name: String, v: Value) -> Result<(), Prot
 }
 
 /// Decodes an enveloped protobuf object into its JSON form.
-pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
+pub(crate) fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let rest = body
         .strip_prefix(b"k8s\0")
         .ok_or(ProtobufError::NoEnvelope)?;

@@ -9,13 +9,13 @@ use serde_json::Value;
 /// Where objects of a resource are stored, independent of the served version
 /// (every version of a CRD, and core/events.k8s.io Events, share one store).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct GroupResource {
-    pub group: String,
-    pub resource: String,
+pub(crate) struct GroupResource {
+    pub(crate) group: String,
+    pub(crate) resource: String,
 }
 
 impl GroupResource {
-    pub fn new(group: &str, resource: &str) -> Self {
+    pub(crate) fn new(group: &str, resource: &str) -> Self {
         GroupResource {
             group: group.to_string(),
             resource: resource.to_string(),
@@ -25,7 +25,7 @@ impl GroupResource {
 
 /// How a served version presents stored objects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum View {
+pub(crate) enum View {
     /// Stored shape; only `apiVersion` is rewritten to the served version.
     Plain,
     /// `events.k8s.io/v1` Event over a store of core v1 Events.
@@ -34,49 +34,49 @@ pub enum View {
 
 /// JSON paths of a scale subresource (`.spec.replicas` style).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScalePaths {
-    pub spec_replicas: String,
-    pub status_replicas: String,
-    pub label_selector: Option<String>,
+pub(crate) struct ScalePaths {
+    pub(crate) spec_replicas: String,
+    pub(crate) status_replicas: String,
+    pub(crate) label_selector: Option<String>,
 }
 
 /// One served resource at one group/version.
 #[derive(Clone, Debug)]
-pub struct ResourceInfo {
-    pub group: String,
-    pub version: String,
-    pub plural: String,
-    pub singular: String,
-    pub kind: String,
-    pub namespaced: bool,
-    pub short_names: Vec<String>,
-    pub categories: Vec<String>,
+pub(crate) struct ResourceInfo {
+    pub(crate) group: String,
+    pub(crate) version: String,
+    pub(crate) plural: String,
+    pub(crate) singular: String,
+    pub(crate) kind: String,
+    pub(crate) namespaced: bool,
+    pub(crate) short_names: Vec<String>,
+    pub(crate) categories: Vec<String>,
     /// Has a `/status` subresource (status writes are separated from spec).
-    pub status: bool,
-    pub scale: Option<ScalePaths>,
+    pub(crate) status: bool,
+    pub(crate) scale: Option<ScalePaths>,
     /// `metadata.generation` is maintained.
-    pub generation: bool,
+    pub(crate) generation: bool,
     /// Built-in kinds accept strategic merge patch; custom resources do not.
-    pub builtin: bool,
+    pub(crate) builtin: bool,
     /// DELETE answers with the object instead of a Success status.
-    pub delete_returns_object: bool,
+    pub(crate) delete_returns_object: bool,
     /// A review resource (access reviews, whoami): only `create`, which
     /// answers at once and stores nothing.
-    pub review: bool,
-    pub storage: GroupResource,
+    pub(crate) review: bool,
+    pub(crate) storage: GroupResource,
     /// apiVersion objects are stored with (the CRD storage version; `v1`
     /// for both Event APIs).
-    pub storage_api_version: String,
-    pub view: View,
+    pub(crate) storage_api_version: String,
+    pub(crate) view: View,
     /// The CRD's `openAPIV3Schema` for this version, if any.
-    pub schema: Option<Value>,
+    pub(crate) schema: Option<Value>,
     /// The CRD's `additionalPrinterColumns` for this version, if any.
-    pub printer_columns: Option<Vec<Value>>,
+    pub(crate) printer_columns: Option<Vec<Value>>,
 }
 
 impl ResourceInfo {
     /// `apps/v1`, or `v1` for the core group.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()
         } else {
@@ -85,12 +85,12 @@ impl ResourceInfo {
     }
 
     /// `ConfigMapList`.
-    pub fn list_kind(&self) -> String {
+    pub(crate) fn list_kind(&self) -> String {
         format!("{}List", self.kind)
     }
 
     /// The verbs this resource supports.
-    pub fn verbs(&self) -> Vec<&'static str> {
+    pub(crate) fn verbs(&self) -> Vec<&'static str> {
         if self.review {
             return vec!["create"];
         }
@@ -104,15 +104,6 @@ impl ResourceInfo {
             "update",
             "watch",
         ]
-    }
-
-    /// URL path prefix of this group/version (`/api/v1`, `/apis/apps/v1`).
-    pub fn gv_path(&self) -> String {
-        if self.group.is_empty() {
-            format!("/api/{}", self.version)
-        } else {
-            format!("/apis/{}/{}", self.group, self.version)
-        }
     }
 }
 
@@ -193,7 +184,7 @@ impl B {
 }
 
 /// The built-in kinds served from an empty server.
-pub fn builtins() -> Vec<ResourceInfo> {
+pub(crate) fn builtins() -> Vec<ResourceInfo> {
     let mut v = vec![
         B::new("", "v1", "namespaces", "Namespace", false)
             .short(&["ns"])
@@ -363,16 +354,16 @@ pub fn builtins() -> Vec<ResourceInfo> {
 
 /// All served resources, by group then version (preferred version first).
 #[derive(Debug, Clone)]
-pub struct Registry {
+pub(crate) struct Registry {
     /// group → ordered versions → resources (in insertion order).
     groups: Vec<GroupEntry>,
 }
 
 /// One API group with its versions in preference order.
 #[derive(Debug, Clone)]
-pub struct GroupEntry {
-    pub name: String,
-    pub versions: Vec<(String, Vec<Arc<ResourceInfo>>)>,
+pub(crate) struct GroupEntry {
+    pub(crate) name: String,
+    pub(crate) versions: Vec<(String, Vec<Arc<ResourceInfo>>)>,
 }
 
 impl Default for Registry {
@@ -383,7 +374,7 @@ impl Default for Registry {
 
 impl Registry {
     /// A registry holding the built-in kinds.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut r = Registry { groups: Vec::new() };
         for info in builtins() {
             r.insert(info);
@@ -414,7 +405,7 @@ impl Registry {
 
     /// Replaces every served version of the custom resource `storage` with
     /// `infos` (already in preference order); an empty list removes it.
-    pub fn set_custom(&mut self, storage: &GroupResource, infos: Vec<ResourceInfo>) {
+    pub(crate) fn set_custom(&mut self, storage: &GroupResource, infos: Vec<ResourceInfo>) {
         for g in &mut self.groups {
             if g.name != storage.group {
                 continue;
@@ -436,12 +427,17 @@ impl Registry {
     }
 
     /// Groups in serving order.
-    pub fn groups(&self) -> &[GroupEntry] {
+    pub(crate) fn groups(&self) -> &[GroupEntry] {
         &self.groups
     }
 
     /// The resource served at `group/version/plural`.
-    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+    pub(crate) fn find(
+        &self,
+        group: &str,
+        version: &str,
+        plural: &str,
+    ) -> Option<Arc<ResourceInfo>> {
         self.groups
             .iter()
             .find(|g| g.name == group)?
@@ -455,7 +451,7 @@ impl Registry {
     }
 
     /// Resources of one group/version, if served.
-    pub fn resources(&self, group: &str, version: &str) -> Option<&[Arc<ResourceInfo>]> {
+    pub(crate) fn resources(&self, group: &str, version: &str) -> Option<&[Arc<ResourceInfo>]> {
         self.groups
             .iter()
             .find(|g| g.name == group)?
@@ -467,7 +463,7 @@ impl Registry {
 
     /// The preferred served info of a store (used to render objects for GC
     /// and watch bookkeeping).
-    pub fn by_storage(&self, storage: &GroupResource) -> Option<Arc<ResourceInfo>> {
+    pub(crate) fn by_storage(&self, storage: &GroupResource) -> Option<Arc<ResourceInfo>> {
         let mut fallback = None;
         for g in &self.groups {
             for (_, list) in &g.versions {
@@ -485,17 +481,9 @@ impl Registry {
     }
 }
 
-/// `apps/v1` → (`apps`, `v1`); `v1` → (``, `v1`).
-pub fn split_api_version(api_version: &str) -> (&str, &str) {
-    match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
-    }
-}
-
 /// Kubernetes version priority: GA > beta > alpha, higher numbers first,
 /// anything non-conforming last in lexical order.
-pub fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
+pub(crate) fn compare_versions(a: &str, b: &str) -> std::cmp::Ordering {
     fn key(v: &str) -> (u8, u64, u64, String) {
         let Some(rest) = v.strip_prefix('v') else {
             return (3, 0, 0, v.to_string());

@@ -3,8 +3,8 @@
 //! `application/json` whatever the Accept (clients that offer Table or
 //! protobuf also accept JSON).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use axum::Router;
 use axum::body::Body;
@@ -14,41 +14,24 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
 
+use crate::audit::Caller;
+use crate::conn::Peer;
 use crate::delete::DeleteOptions;
 use crate::discovery;
 use crate::error::ApiError;
 use crate::ops::{PatchKind, Sub, WriteCtx};
+use crate::request_info::RequestInfo;
 use crate::resources::ResourceInfo;
+use crate::response;
 use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
 use crate::server::{Shared, to_view};
+use crate::storage::Durable;
 use crate::watch::{self, WatchParams};
-
-/// Largest request body accepted (CRDs with big schemas fit easily).
-const MAX_BODY: usize = 64 << 20;
 
 /// The axum router serving everything through one fallback handler, because
 /// the Kubernetes URL grammar does not fit a static route table.
-pub fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(shared: Arc<Shared>) -> Router {
     Router::new().fallback(handle).with_state(shared)
-}
-
-/// A JSON response with the given status.
-pub fn json_response(code: StatusCode, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(bytes))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-fn json_with_type(code: StatusCode, content_type: &str, body: &Value) -> Response {
-    let bytes = serde_json::to_vec(body).unwrap_or_default();
-    Response::builder()
-        .status(code)
-        .header(header::CONTENT_TYPE, content_type)
-        .body(Body::from(bytes))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 /// Query parameters; empty pairs (`?&watch=true`, a bare `?`) are ignored.
@@ -78,75 +61,188 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
     h.get(name).and_then(|v| v.to_str().ok()).unwrap_or("")
 }
 
-fn authorized(shared: &Shared, headers: &HeaderMap) -> bool {
+/// The user of the request's bearer token, if it carries a valid one.
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<String> {
     let auth = header_str(headers, header::AUTHORIZATION);
-    auth.strip_prefix("Bearer ")
-        .is_some_and(|t| constant_time_eq(t.trim().as_bytes(), shared.token.as_bytes()))
+    shared.authenticate(auth.strip_prefix("Bearer ")?.trim())
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Largest request body accepted: kube-apiserver's default
+/// (`MaxRequestBodyBytes`, 3 MiB); bigger bodies get 413.
+pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How long a client may take to send a body once its headers arrived
+/// (kube-apiserver's default request timeout); slower uploads get 504.
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Per-request state the synchronous handlers leave for the async layer.
+#[derive(Default)]
+struct RequestScope {
+    /// Staged writes the response must wait for (see [`WriteCtx::pending`]).
+    pending: Arc<Mutex<Vec<Durable>>>,
+    /// The name a create gave its object (for the audit).
+    created: Mutex<Option<String>>,
+}
+
+impl RequestScope {
+    fn set_created(&self, obj: &Value) {
+        if let Some(n) = crate::util::meta_str(obj, "name") {
+            *self.created.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.to_string());
+        }
+    }
+
+    fn created(&self) -> Option<String> {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn take_pending(&self) -> Vec<Durable> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
+    }
 }
 
 async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let time = SystemTime::now();
+    let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let (parts, body) = req.into_parts();
-    if !authorized(&shared, &parts.headers) {
+    let Some(user) = authenticate(&shared, &parts.headers) else {
         return ApiError::Unauthorized.into_response();
-    }
-    let body = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(b) => b,
-        Err(e) => return ApiError::BadRequest(format!("reading body: {e}")).into_response(),
     };
     let query = Query::parse(parts.uri.query());
-    let path = parts.uri.path().to_string();
-    let result = dispatch(&shared, &parts.method, &path, &query, &parts.headers, &body);
-    match result {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::debug!(method = %parts.method, %path, code = e.code(), error = %e, "request failed");
-            e.into_response()
+    let segs = match segments(parts.uri.path()) {
+        Ok(s) => s,
+        Err(e) => return e.into_response(),
+    };
+    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let info = RequestInfo::parse(parts.method.as_str(), &s, query.flag("watch") == Some(true));
+    let scope = RequestScope::default();
+    let response = serve(&shared, &parts, body, &query, &s, &info, &scope).await;
+    if let Some(delay) = shared.faults.response_delay() {
+        tokio::time::sleep(delay).await;
+    }
+    let caller = Caller {
+        user: &user,
+        user_agent: header_str(&parts.headers, header::USER_AGENT),
+        peer,
+    };
+    shared.audit.record(
+        time,
+        &caller,
+        &info,
+        query.get("fieldManager"),
+        scope.created().as_deref(),
+        response.status().as_u16(),
+    );
+    response
+}
+
+/// Reads the body and answers the request; with persistence, waits until
+/// its writes are durable (or answers 500 if they could not be persisted).
+async fn serve(
+    shared: &Arc<Shared>,
+    parts: &axum::http::request::Parts,
+    body: Body,
+    query: &Query,
+    segs: &[&str],
+    info: &RequestInfo,
+    scope: &RequestScope,
+) -> Response {
+    let target = info
+        .is_resource
+        .then_some((info.group.as_str(), info.resource.as_str()));
+    if shared.faults.fails_request(target) {
+        return ApiError::Internal("injected failure (Faults::fail_requests)".into())
+            .into_response();
+    }
+    let body = match read_body(body).await {
+        Ok(b) => b,
+        Err(e) => return e.into_response(),
+    };
+    let req = Req {
+        method: &parts.method,
+        q: query,
+        headers: &parts.headers,
+        body: &body,
+        scope,
+    };
+    let result = dispatch(shared, segs, req);
+    let mut response = result.unwrap_or_else(|e| {
+        tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code(), error = %e, "request failed");
+        e.into_response()
+    });
+    for durable in scope.take_pending() {
+        if let Err(message) = durable.wait().await {
+            response = ApiError::Internal(message.to_string()).into_response();
+            break;
         }
+    }
+    response
+}
+
+/// The whole body, bounded in size ([`MAX_BODY_BYTES`]) and time
+/// ([`BODY_READ_TIMEOUT`]).
+async fn read_body(body: Body) -> Result<bytes::Bytes, ApiError> {
+    let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
+    match tokio::time::timeout(BODY_READ_TIMEOUT, http_body_util::BodyExt::collect(limited)).await {
+        Err(_) => Err(ApiError::Timeout(format!(
+            "request body not received within {}s",
+            BODY_READ_TIMEOUT.as_secs()
+        ))),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(
+            ApiError::RequestEntityTooLarge(format!("limit is {MAX_BODY_BYTES}")),
+        ),
+        Ok(Err(e)) => Err(ApiError::BadRequest(format!("reading body: {e}"))),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
 }
 
-fn segments(path: &str) -> Vec<String> {
+/// Decoded path segments; a segment that is not UTF-8 once decoded is a
+/// 400 (names are UTF-8 strings).
+fn segments(path: &str) -> Result<Vec<String>, ApiError> {
     path.split('/')
         .filter(|s| !s.is_empty())
         .map(|s| {
             percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned()
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| ApiError::BadRequest(format!("path segment {s:?} is not UTF-8")))
         })
         .collect()
 }
 
-fn dispatch(
-    shared: &Arc<Shared>,
-    method: &Method,
-    path: &str,
-    q: &Query,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Response, ApiError> {
-    let segs = segments(path);
-    let s: Vec<&str> = segs.iter().map(String::as_str).collect();
+/// One request as the synchronous handlers see it.
+#[derive(Clone, Copy)]
+struct Req<'a> {
+    method: &'a Method,
+    q: &'a Query,
+    headers: &'a HeaderMap,
+    body: &'a [u8],
+    scope: &'a RequestScope,
+}
+
+fn dispatch(shared: &Arc<Shared>, s: &[&str], req: Req<'_>) -> Result<Response, ApiError> {
+    let Req {
+        method, headers, ..
+    } = req;
     let accept = header_str(headers, header::ACCEPT);
     let get_only = |r: Value| {
         if method == Method::GET {
-            Ok(json_response(StatusCode::OK, &r))
+            Ok(response::json(StatusCode::OK, &r))
         } else {
             Err(ApiError::MethodNotAllowed(format!(
                 "the server does not allow this method on the requested resource ({method})"
             )))
         }
     };
-    match s.as_slice() {
+    match s {
         ["version"] => get_only(discovery::version()),
-        ["healthz"] | ["livez"] | ["readyz"] => Ok(Response::builder()
-            .status(StatusCode::OK)
-            .header(header::CONTENT_TYPE, "text/plain")
-            .body(Body::from("ok"))
-            .unwrap_or_else(|_| StatusCode::OK.into_response())),
+        ["healthz"] | ["livez"] | ["readyz"] => Ok(response::bytes_with_type(
+            StatusCode::OK,
+            "text/plain",
+            b"ok".to_vec(),
+        )),
         ["api"] | ["apis"] => {
             let core = s[0] == "api";
             if let Some(flavour) = discovery::aggregated_flavour(accept) {
@@ -156,7 +252,7 @@ fn dispatch(
                 } else {
                     discovery::AGGREGATED_V2BETA1
                 };
-                return Ok(json_with_type(StatusCode::OK, ct, &doc));
+                return Ok(response::json_with_type(StatusCode::OK, ct, &doc));
             }
             if core {
                 get_only(discovery::api_versions(&shared.addr.to_string()))
@@ -184,8 +280,8 @@ fn dispatch(
         ["openapi", "v3", "apis", g, v] => get_only(
             discovery::openapi_gv(&shared.registry(), g, v).ok_or_else(ApiError::no_route)?,
         ),
-        ["api", "v1", rest @ ..] => resource(shared, method, "", "v1", rest, q, headers, body),
-        ["apis", g, v, rest @ ..] => resource(shared, method, g, v, rest, q, headers, body),
+        ["api", "v1", rest @ ..] => resource(shared, "", "v1", rest, req),
+        ["apis", g, v, rest @ ..] => resource(shared, g, v, rest, req),
         _ => Err(ApiError::no_route()),
     }
 }
@@ -240,7 +336,7 @@ fn parse_target<'a>(
     })
 }
 
-fn write_ctx(q: &Query, headers: &HeaderMap) -> Result<WriteCtx, ApiError> {
+fn write_ctx(q: &Query, headers: &HeaderMap, scope: &RequestScope) -> Result<WriteCtx, ApiError> {
     let dry_run = match q.get("dryRun") {
         None | Some("") => false,
         Some("All") => true,
@@ -263,6 +359,7 @@ fn write_ctx(q: &Query, headers: &HeaderMap) -> Result<WriteCtx, ApiError> {
         dry_run,
         strict: q.get("fieldValidation") == Some("Strict"),
         warnings: Default::default(),
+        pending: scope.pending.clone(),
     })
 }
 
@@ -281,7 +378,7 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
                 "the object provided is unrecognized: couldn't get version/kind; json parse error: {e}"
             ))
         }),
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_norway::from_slice(body)
+        "application/yaml" | "application/x-yaml" | "text/yaml" => crate::yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}"))),
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|e| match e {
             crate::protobuf::ProtobufError::Malformed | crate::protobuf::ProtobufError::NoEnvelope => {
@@ -455,7 +552,7 @@ fn list(
     if let Some(version) = table {
         let objects: Vec<Value> = items.iter().map(|o| to_view(info, o)).collect();
         let include = crate::table::Include::parse(q.get("includeObject"));
-        return Ok(json_response(
+        return Ok(response::json(
             StatusCode::OK,
             &crate::table::table(info, version, &objects, metadata, include, true),
         ));
@@ -484,11 +581,11 @@ fn list(
         .map_err(|e| ApiError::Internal(e.to_string()))?;
     }
     out.extend_from_slice(b"]}");
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(out))
-        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+    Ok(response::bytes_with_type(
+        StatusCode::OK,
+        "application/json",
+        out,
+    ))
 }
 
 fn watch_params(
@@ -513,16 +610,17 @@ fn watch_params(
     })
 }
 
-fn delete_collection(
-    shared: &Shared,
-    t: &Target<'_>,
-    q: &Query,
-    headers: &HeaderMap,
-    body: &[u8],
-) -> Result<Response, ApiError> {
+fn delete_collection(shared: &Shared, t: &Target<'_>, req: Req<'_>) -> Result<Response, ApiError> {
+    let Req {
+        q,
+        headers,
+        body,
+        scope,
+        ..
+    } = req;
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
-    let ctx = write_ctx(q, headers)?;
+    let ctx = write_ctx(q, headers, scope)?;
     let opts = delete_options(q, headers, body)?;
     let (_, items, _) = shared
         .store
@@ -544,7 +642,7 @@ fn delete_collection(
             Err(e) => return Err(e),
         }
     }
-    Ok(json_response(
+    Ok(response::json(
         StatusCode::OK,
         &json!({
             "kind": info.list_kind(),
@@ -590,17 +688,20 @@ fn review(info: &ResourceInfo, mut body: Value) -> Value {
     body
 }
 
-#[allow(clippy::too_many_arguments)]
 fn resource(
     shared: &Arc<Shared>,
-    method: &Method,
     group: &str,
     version: &str,
     rest: &[&str],
-    q: &Query,
-    headers: &HeaderMap,
-    body: &[u8],
+    req: Req<'_>,
 ) -> Result<Response, ApiError> {
+    let Req {
+        method,
+        q,
+        headers,
+        body,
+        scope,
+    } = req;
     let t = parse_target(shared, group, version, rest)?;
     let info = t.info.clone();
     let table = crate::table::wants_table(header_str(headers, header::ACCEPT));
@@ -621,7 +722,7 @@ fn resource(
                     Err(e) => return Err(e),
                 };
                 shared.check_type(&info, &body)?;
-                Ok(json_response(StatusCode::CREATED, &review(&info, body)))
+                Ok(response::json(StatusCode::CREATED, &review(&info, body)))
             }
             _ => Err(not_allowed()),
         };
@@ -630,6 +731,11 @@ fn resource(
         (None, _) => match *method {
             Method::GET => {
                 if q.flag("watch") == Some(true) {
+                    if shared.faults.take_watch_expiry(&info.group, &info.plural) {
+                        return watch::expired(
+                            "too old resource version: injected expiry (Faults::expire_watches)",
+                        );
+                    }
                     watch::serve(shared.clone(), info, watch_params(&t, q, table)?)
                 } else {
                     list(shared, &t, q, table)
@@ -639,15 +745,16 @@ fn resource(
                 if info.namespaced && t.namespace.is_none() {
                     return Err(not_allowed());
                 }
-                let ctx = write_ctx(q, headers)?;
+                let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(headers, body)?;
                 let created = shared.create_object(&info, ns, obj, &ctx)?;
+                scope.set_created(&created);
                 Ok(with_warnings(
-                    json_response(StatusCode::CREATED, &created),
+                    response::json(StatusCode::CREATED, &created),
                     &ctx,
                 ))
             }
-            Method::DELETE => delete_collection(shared, &t, q, headers, body),
+            Method::DELETE => delete_collection(shared, &t, req),
             _ => Err(not_allowed()),
         },
         (Some(name), None) => match *method {
@@ -664,17 +771,17 @@ fn resource(
                     ),
                     None => obj,
                 };
-                Ok(json_response(StatusCode::OK, &body))
+                Ok(response::json(StatusCode::OK, &body))
             }
             Method::PUT => {
-                let ctx = write_ctx(q, headers)?;
+                let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(headers, body)?;
                 let v = shared.update_object(&info, ns, name, obj, Sub::Main, &ctx)?;
-                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
                 let kind = patch_kind(headers, q, &info)?;
-                let mut ctx = write_ctx(q, headers)?;
+                let mut ctx = write_ctx(q, headers, scope)?;
                 if let PatchKind::Apply { .. } = kind {
                     ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
                 }
@@ -685,35 +792,49 @@ fn resource(
                 } else {
                     StatusCode::OK
                 };
-                Ok(with_warnings(json_response(code, &v), &ctx))
+                Ok(with_warnings(response::json(code, &v), &ctx))
             }
             Method::DELETE => {
-                let ctx = write_ctx(q, headers)?;
+                let ctx = write_ctx(q, headers, scope)?;
                 let opts = delete_options(q, headers, body)?;
                 let v = shared.delete_object(&info, ns, name, &opts, &ctx)?;
-                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),
         },
+        (Some(name), Some("status"))
+            if info.status
+                && matches!(*method, Method::PUT | Method::PATCH)
+                && shared
+                    .faults
+                    .refuses_status_write(&info.group, &info.plural, ns, name) =>
+        {
+            Err(ApiError::conflict(
+                &info.group,
+                &info.plural,
+                name,
+                "injected conflict on the first status write (Faults::conflict_first_status_writes)",
+            ))
+        }
         (Some(name), Some("status")) if info.status => match *method {
-            Method::GET => Ok(json_response(
+            Method::GET => Ok(response::json(
                 StatusCode::OK,
                 &shared.get_object(&info, ns, name)?,
             )),
             Method::PUT => {
-                let ctx = write_ctx(q, headers)?;
+                let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(headers, body)?;
                 let v = shared.update_object(&info, ns, name, obj, Sub::Status, &ctx)?;
-                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
                 let kind = patch_kind(headers, q, &info)?;
-                let mut ctx = write_ctx(q, headers)?;
+                let mut ctx = write_ctx(q, headers, scope)?;
                 if let PatchKind::Apply { .. } = kind {
                     ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
                 }
                 let (v, _) = shared.patch_object(&info, ns, name, kind, body, Sub::Status, &ctx)?;
-                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),
         },
@@ -724,21 +845,21 @@ fn resource(
                     .store
                     .get(&info.storage, ns_key, name)
                     .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
-                Ok(json_response(
+                Ok(response::json(
                     StatusCode::OK,
                     &shared.scale_of(&info, &stored.obj)?,
                 ))
             }
             Method::PUT => {
-                let ctx = write_ctx(q, headers)?;
+                let ctx = write_ctx(q, headers, scope)?;
                 let v = shared.write_scale(&info, ns, name, None, body, &ctx)?;
-                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
                 let kind = patch_kind(headers, q, &info)?;
-                let ctx = write_ctx(q, headers)?;
+                let ctx = write_ctx(q, headers, scope)?;
                 let v = shared.write_scale(&info, ns, name, Some(kind), body, &ctx)?;
-                Ok(with_warnings(json_response(StatusCode::OK, &v), &ctx))
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),
         },

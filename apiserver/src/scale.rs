@@ -13,7 +13,7 @@ use crate::util::meta_str;
 
 impl Shared {
     /// Scale subresource view of an object.
-    pub fn scale_of(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
+    pub(crate) fn scale_of(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
         let Some(paths) = &info.scale else {
             return Err(ApiError::no_route());
         };
@@ -60,7 +60,7 @@ impl Shared {
     }
 
     /// Writes a Scale (PUT or the result of a PATCH of the Scale view).
-    pub fn write_scale(
+    pub(crate) fn write_scale(
         &self,
         info: &ResourceInfo,
         ns: &str,

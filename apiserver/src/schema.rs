@@ -10,11 +10,11 @@ use crate::error::Cause;
 
 /// What applying a schema found.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Paths of removed unknown fields (for `fieldValidation=Strict`).
-    pub pruned: Vec<String>,
+    pub(crate) pruned: Vec<String>,
     /// Validation failures.
-    pub causes: Vec<Cause>,
+    pub(crate) causes: Vec<Cause>,
 }
 
 fn truthy(s: &Value, key: &str) -> bool {
@@ -52,7 +52,7 @@ fn short(v: &Value) -> String {
 
 /// Applies the schema of a custom resource to the whole object in place.
 /// `apiVersion`, `kind` and `metadata` are left to the generic checks.
-pub fn apply(obj: &mut Value, schema: &Value) -> Outcome {
+pub(crate) fn apply(obj: &mut Value, schema: &Value) -> Outcome {
     let mut out = Outcome::default();
     let Some(map) = obj.as_object_mut() else {
         return out;

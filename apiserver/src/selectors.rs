@@ -4,7 +4,7 @@ use serde_json::Value;
 
 /// A selector parse failure (answered as 400 BadRequest).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SelectorError {
+pub(crate) enum SelectorError {
     #[error("unable to parse requirement: {0}")]
     Label(String),
     #[error("invalid selector: '{0}'; can't understand '{0}'")]
@@ -13,6 +13,7 @@ pub enum SelectorError {
     UnsupportedField(String),
 }
 
+/// One requirement of a label selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum LabelReq {
     Eq(String, String),
@@ -25,7 +26,7 @@ enum LabelReq {
 
 /// A parsed `labelSelector`; the empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     reqs: Vec<LabelReq>,
 }
 
@@ -65,7 +66,7 @@ fn set_values(s: &str) -> Result<Vec<String>, SelectorError> {
 impl LabelSelector {
     /// Parses `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`,
     /// comma-separated (AND).
-    pub fn parse(s: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in split_top(s) {
             let p = part.trim();
@@ -96,7 +97,7 @@ impl LabelSelector {
 
     /// Builds a selector from a `metav1.LabelSelector` object
     /// (`matchLabels` + `matchExpressions`), as used by scale subresources.
-    pub fn from_object(sel: &Value) -> Self {
+    pub(crate) fn from_object(sel: &Value) -> Self {
         let mut reqs = Vec::new();
         if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
             for (k, v) in m {
@@ -126,13 +127,8 @@ impl LabelSelector {
         LabelSelector { reqs }
     }
 
-    /// Whether the selector matches nothing-restricting.
-    pub fn is_empty(&self) -> bool {
-        self.reqs.is_empty()
-    }
-
     /// Whether the object's labels satisfy every requirement.
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         if self.reqs.is_empty() {
             return true;
         }
@@ -149,7 +145,7 @@ impl LabelSelector {
     }
 
     /// The canonical string form (`a=b,c in (d,e)`), as Scale.status.selector.
-    pub fn to_selector_string(&self) -> String {
+    pub(crate) fn to_selector_string(&self) -> String {
         self.reqs
             .iter()
             .map(|r| match r {
@@ -167,7 +163,7 @@ impl LabelSelector {
 
 /// A parsed `fieldSelector`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     reqs: Vec<(String, bool, String)>,
 }
 
@@ -212,7 +208,7 @@ fn kind_fields(group: &str, kind: &str) -> &'static [&'static str] {
 impl FieldSelector {
     /// Parses `f=v`, `f==v`, `f!=v`, comma-separated, checking the field is
     /// selectable for this kind.
-    pub fn parse(s: &str, group: &str, kind: &str) -> Result<Self, SelectorError> {
+    pub(crate) fn parse(s: &str, group: &str, kind: &str) -> Result<Self, SelectorError> {
         let mut reqs = Vec::new();
         for part in s.split(',') {
             let p = part.trim();
@@ -238,7 +234,7 @@ impl FieldSelector {
     }
 
     /// Whether every requirement holds. Objects are matched in stored form.
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(f, eq, v)| {
             let actual = field_value(obj, f);
             (actual == *v) == *eq
@@ -247,7 +243,7 @@ impl FieldSelector {
 
     /// The value of `metadata.name` an `=` requirement pins, which lets list
     /// skip scanning.
-    pub fn exact_name(&self) -> Option<&str> {
+    pub(crate) fn exact_name(&self) -> Option<&str> {
         self.reqs
             .iter()
             .find(|(f, eq, _)| f == "metadata.name" && *eq)

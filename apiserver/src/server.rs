@@ -5,65 +5,122 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value;
 
+use crate::audit::AuditLog;
+use crate::faults::FaultState;
 use crate::resources::{Registry, ResourceInfo, View};
 use crate::storage::Store;
 
-/// Everything a request can touch.
-pub struct Shared {
-    pub store: Store,
+/// The user the configured token authenticates as (what SelfSubjectReview
+/// and the write audit report).
+pub(crate) const ADMIN_USER: &str = "wasmctrl-admin";
+
+/// Everything a request can touch: the store, the registry of served
+/// resources, credentials, and the signals that end watches.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
     registry: RwLock<Registry>,
     /// Bumped whenever the registry changes (CRDs), to change OpenAPI hashes.
     registry_generation: AtomicU64,
-    pub token: String,
+    /// The configured bearer token; it authenticates as [`ADMIN_USER`].
+    pub(crate) token: String,
+    /// Further `(token, user)` pairs issued at run time (feature `testing`).
+    extra_tokens: RwLock<Vec<(String, String)>>,
     /// Server address as clients reach it (`127.0.0.1:PORT`).
-    pub addr: std::net::SocketAddr,
+    pub(crate) addr: std::net::SocketAddr,
     /// Bumped to close every open watch (forced expiry, shutdown).
-    pub watch_epoch: tokio::sync::watch::Sender<u64>,
+    pub(crate) watch_epoch: tokio::sync::watch::Sender<u64>,
+    /// Faults a test switched on (always off without feature `testing`).
+    pub(crate) faults: FaultState,
+    /// The write audit (records nothing without feature `testing`).
+    pub(crate) audit: AuditLog,
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl Shared {
-    pub fn new(token: String, addr: std::net::SocketAddr) -> Self {
+    pub(crate) fn new(token: String, addr: std::net::SocketAddr) -> Self {
         Shared {
             store: Store::new(),
             registry: RwLock::new(Registry::new()),
             registry_generation: AtomicU64::new(1),
             token,
+            extra_tokens: RwLock::new(Vec::new()),
             addr,
             watch_epoch: tokio::sync::watch::Sender::new(0),
+            faults: FaultState::new(),
+            audit: AuditLog::new(),
         }
     }
 
+    /// The user a bearer token belongs to, compared in constant time.
+    pub(crate) fn authenticate(&self, token: &str) -> Option<String> {
+        let token = token.as_bytes();
+        let mut user = None;
+        if constant_time_eq(token, self.token.as_bytes()) {
+            user = Some(ADMIN_USER.to_string());
+        }
+        for (t, u) in self
+            .extra_tokens
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            if constant_time_eq(token, t.as_bytes()) {
+                user = Some(u.clone());
+            }
+        }
+        user
+    }
+
+    /// A token authenticating as `user`, issued on first use (feature
+    /// `testing`: tell processes sharing one server apart in the audit).
+    #[cfg(feature = "testing")]
+    pub(crate) fn token_for(&self, user: &str) -> String {
+        if user == ADMIN_USER {
+            return self.token.clone();
+        }
+        let mut tokens = self.extra_tokens.write().unwrap_or_else(|e| e.into_inner());
+        if let Some((t, _)) = tokens.iter().find(|(_, u)| u == user) {
+            return t.clone();
+        }
+        let t = crate::util::random_token();
+        tokens.push((t.clone(), user.to_string()));
+        t
+    }
+
     /// Read access to the registry (never held across an await).
-    pub fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+    pub(crate) fn registry(&self) -> RwLockReadGuard<'_, Registry> {
         self.registry.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Write access to the registry; bumps the OpenAPI generation.
-    pub fn registry_mut(&self) -> RwLockWriteGuard<'_, Registry> {
+    pub(crate) fn registry_mut(&self) -> RwLockWriteGuard<'_, Registry> {
         self.registry_generation.fetch_add(1, Ordering::SeqCst);
         self.registry.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Changes whenever the set of served resources changes.
-    pub fn registry_generation(&self) -> u64 {
+    pub(crate) fn registry_generation(&self) -> u64 {
         self.registry_generation.load(Ordering::SeqCst)
     }
 
     /// Closes every open watch stream; clients reconnect.
-    pub fn close_watches(&self) {
+    pub(crate) fn close_watches(&self) {
         self.watch_epoch.send_modify(|e| *e += 1);
     }
 
     /// Forces every client-held resourceVersion to be too old (410 on the
     /// next watch), closing open watches so clients notice at once.
-    pub fn expire_watches(&self) {
+    pub(crate) fn expire_watches(&self) {
         self.store.expire_history();
         self.close_watches();
     }
 }
 
 /// A stored object as the served version presents it.
-pub fn to_view(info: &ResourceInfo, obj: &Value) -> Value {
+pub(crate) fn to_view(info: &ResourceInfo, obj: &Value) -> Value {
     match info.view {
         View::Plain => {
             let mut o = obj.clone();
@@ -78,7 +135,7 @@ pub fn to_view(info: &ResourceInfo, obj: &Value) -> Value {
 }
 
 /// A served-version object in stored form.
-pub fn from_view(info: &ResourceInfo, obj: Value) -> Value {
+pub(crate) fn from_view(info: &ResourceInfo, obj: Value) -> Value {
     match info.view {
         View::Plain => {
             let mut o = obj;
@@ -97,7 +154,7 @@ pub fn from_view(info: &ResourceInfo, obj: Value) -> Value {
 
 /// Whether the stored form already equals the served form (no conversion
 /// needed, so cached serializations can be reused).
-pub fn view_is_identity(info: &ResourceInfo, obj: &Value) -> bool {
+pub(crate) fn view_is_identity(info: &ResourceInfo, obj: &Value) -> bool {
     info.view == View::Plain
         && obj.get("apiVersion").and_then(Value::as_str) == Some(info.api_version().as_str())
 }

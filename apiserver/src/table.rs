@@ -11,7 +11,7 @@ use crate::util::get_path;
 
 /// Whether `accept` prefers a Table (kubectl's human-readable `get`), and in
 /// which meta.k8s.io version.
-pub fn wants_table(accept: &str) -> Option<&'static str> {
+pub(crate) fn wants_table(accept: &str) -> Option<&'static str> {
     let first = accept.split(',').next()?;
     let params: Vec<(String, String)> = first
         .split(';')
@@ -34,14 +34,14 @@ pub fn wants_table(accept: &str) -> Option<&'static str> {
 
 /// What a Table row carries besides its cells (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Include {
+pub(crate) enum Include {
     None,
     Metadata,
     Object,
 }
 
 impl Include {
-    pub fn parse(v: Option<&str>) -> Include {
+    pub(crate) fn parse(v: Option<&str>) -> Include {
         match v {
             Some("None") => Include::None,
             Some("Object") => Include::Object,
@@ -60,6 +60,7 @@ struct Column {
     cell: Cell,
 }
 
+/// How a table column's cell is computed from an object.
 enum Cell {
     Name,
     Age,
@@ -240,7 +241,7 @@ fn row(cols: &[Column], obj: &Value, include: Include) -> Value {
 }
 
 /// A Table of `objects` (already in the served version).
-pub fn table(
+pub(crate) fn table(
     info: &ResourceInfo,
     version: &str,
     objects: &[Value],

@@ -21,18 +21,16 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
 }
 
-/// A CA (for clients) and the server configuration it signs.
-pub struct TlsMaterial {
-    /// PEM of the CA certificate clients must trust.
-    pub ca_pem: String,
-    pub server_config: Arc<rustls::ServerConfig>,
+/// The server configuration a CA signed.
+pub(crate) struct TlsMaterial {
+    pub(crate) server_config: Arc<rustls::ServerConfig>,
 }
 
 /// The private CA that signs server certificates.
-pub struct Ca {
+pub(crate) struct Ca {
     key: KeyPair,
     /// PEM of the CA certificate.
-    pub cert_pem: String,
+    pub(crate) cert_pem: String,
 }
 
 /// The CA's parameters; deterministic so a persisted CA key re-creates an
@@ -52,7 +50,7 @@ fn ca_params() -> Result<CertificateParams, TlsError> {
 
 impl Ca {
     /// A new CA with a fresh key.
-    pub fn generate() -> Result<Ca, TlsError> {
+    pub(crate) fn generate() -> Result<Ca, TlsError> {
         let key = KeyPair::generate()?;
         let cert = ca_params()?.self_signed(&key)?;
         Ok(Ca {
@@ -62,7 +60,7 @@ impl Ca {
     }
 
     /// A CA restored from its certificate and key PEM.
-    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Ca, TlsError> {
+    pub(crate) fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Ca, TlsError> {
         Ok(Ca {
             key: KeyPair::from_pem(key_pem)?,
             cert_pem: cert_pem.to_string(),
@@ -70,13 +68,13 @@ impl Ca {
     }
 
     /// PEM of the CA private key (persisted with the data directory).
-    pub fn key_pem(&self) -> String {
+    pub(crate) fn key_pem(&self) -> String {
         self.key.serialize_pem()
     }
 
     /// A server certificate for `ip`, 127.0.0.1, ::1 and `localhost`, and
     /// the TLS configuration serving it.
-    pub fn server(&self, ip: IpAddr) -> Result<TlsMaterial, TlsError> {
+    pub(crate) fn server(&self, ip: IpAddr) -> Result<TlsMaterial, TlsError> {
         let leaf_key = KeyPair::generate()?;
         let mut leaf = CertificateParams::new(vec!["localhost".to_string()])?;
         leaf.distinguished_name
@@ -113,7 +111,6 @@ impl Ca {
         // streams are simplest there.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         Ok(TlsMaterial {
-            ca_pem: self.cert_pem.clone(),
             server_config: Arc::new(config),
         })
     }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 /// Seconds-precision RFC 3339 UTC timestamp (`metav1.Time`), e.g.
 /// `2025-01-02T03:04:05Z`.
-pub fn now_rfc3339() -> String {
+pub(crate) fn now_rfc3339() -> String {
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -14,7 +14,7 @@ pub fn now_rfc3339() -> String {
 }
 
 /// RFC 3339 UTC timestamp of a Unix time in seconds.
-pub fn format_unix(secs: i64) -> String {
+pub(crate) fn format_unix(secs: i64) -> String {
     format_time(secs, None)
 }
 
@@ -43,12 +43,35 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// `value` quoted as Go's `%q` quotes it (the real server's messages use
+/// it): control characters never reach a client's terminal raw.
+pub(crate) fn go_quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
 /// Alphabet the real server uses for `generateName` suffixes (no vowels, so
 /// generated names never spell words).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
 /// Five random characters for a `generateName` suffix.
-pub fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     let bytes = uuid::Uuid::new_v4().into_bytes();
     bytes[..5]
         .iter()
@@ -57,7 +80,7 @@ pub fn random_suffix() -> String {
 }
 
 /// A random 256-bit token in hex.
-pub fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),
@@ -65,9 +88,26 @@ pub fn random_token() -> String {
     )
 }
 
+/// The size of `value` as compact JSON, counted without building it.
+pub(crate) fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    let _ = serde_json::to_writer(&mut c, value);
+    c.0
+}
+
 /// `obj.metadata` as a mutable map, creating it (and replacing a non-object)
 /// when needed.
-pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
+pub(crate) fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
     if !obj.is_object() {
         *obj = Value::Object(Map::new());
     }
@@ -82,12 +122,12 @@ pub fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {
 }
 
 /// `metadata.<field>` as a string, if present.
-pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+pub(crate) fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
     obj.get("metadata")?.get(field)?.as_str()
 }
 
 /// Value at a dotted path such as `.spec.replicas` (leading dot optional).
-pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
+pub(crate) fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let mut cur = obj;
     for seg in path.trim_start_matches('.').split('.') {
         if seg.is_empty() {
@@ -99,7 +139,7 @@ pub fn get_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
 }
 
 /// Sets the value at a dotted path, creating intermediate objects.
-pub fn set_path(obj: &mut Value, path: &str, value: Value) {
+pub(crate) fn set_path(obj: &mut Value, path: &str, value: Value) {
     let segs: Vec<&str> = path
         .trim_start_matches('.')
         .split('.')

@@ -3,6 +3,7 @@
 use serde_json::Value;
 
 use crate::error::Cause;
+use crate::util::go_quote;
 
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
 const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
@@ -10,19 +11,21 @@ const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alp
 
 /// Which name rule a kind uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NameRule {
+pub(crate) enum NameRule {
     /// Most kinds: RFC 1123 subdomain, ≤ 253.
     Subdomain,
     /// Namespaces: RFC 1123 label, ≤ 63.
     Label,
     /// Services: RFC 1035 label, ≤ 63.
     Dns1035,
-    /// RBAC kinds: any name without `/` or `%` and not `.`/`..`.
+    /// RBAC kinds: a path segment (not `.`/`..`, no `/` or `%`), as
+    /// upstream; control characters (NUL included) are refused too, which
+    /// upstream allows, because they corrupt terminals, logs and keys.
     Path,
 }
 
 /// The name rule of a built-in kind.
-pub fn name_rule(group: &str, kind: &str) -> NameRule {
+pub(crate) fn name_rule(group: &str, kind: &str) -> NameRule {
     match (group, kind) {
         ("", "Namespace") => NameRule::Label,
         ("", "Service") => NameRule::Dns1035,
@@ -41,20 +44,25 @@ fn is_label(s: &str) -> bool {
 }
 
 /// RFC 1123 subdomain.
-pub fn is_subdomain(s: &str) -> bool {
+pub(crate) fn is_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label)
 }
 
 fn invalid(field: &str, value: &str, msg: &str) -> Cause {
     Cause {
         reason: "FieldValueInvalid".into(),
-        message: format!("Invalid value: \"{value}\": {msg}"),
+        message: format!("Invalid value: {}: {msg}", go_quote(value)),
         field: field.into(),
     }
 }
 
+/// Validates the namespace an object is created in: an RFC 1123 label.
+pub(crate) fn validate_namespace(ns: &str) -> Vec<Cause> {
+    validate_name(ns, NameRule::Label, "metadata.namespace")
+}
+
 /// Validates a name (`field` is where it came from, e.g. `metadata.name`).
-pub fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
+pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
     let mut out = Vec::new();
     match rule {
         NameRule::Subdomain => {
@@ -80,9 +88,15 @@ pub fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
         }
         NameRule::Path => {
             if name == "." || name == ".." {
-                out.push(invalid(field, name, "may not be '.' or '..'"));
-            } else if name.contains('/') || name.contains('%') {
-                out.push(invalid(field, name, "may not contain '/' or '%'"));
+                out.push(invalid(field, name, &format!("may not be '{name}'")));
+            }
+            for bad in ["/", "%"] {
+                if name.contains(bad) {
+                    out.push(invalid(field, name, &format!("may not contain '{bad}'")));
+                }
+            }
+            if name.chars().any(char::is_control) {
+                out.push(invalid(field, name, "may not contain control characters"));
             }
         }
     }
@@ -118,7 +132,7 @@ fn is_label_value(s: &str) -> bool {
 }
 
 /// Validates labels and annotations keys/values and basic metadata types.
-pub fn validate_metadata(obj: &Value) -> Vec<Cause> {
+pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
     let md = &obj["metadata"];
     if let Some(labels) = md.get("labels") {
@@ -204,6 +218,17 @@ mod tests {
         assert!(!validate_name("a.b", NameRule::Label, "metadata.name").is_empty());
         assert!(!validate_name("1abc", NameRule::Dns1035, "metadata.name").is_empty());
         assert!(validate_name("system:admin", NameRule::Path, "metadata.name").is_empty());
+        for bad in ["a/b", "a%2f", "..", "a\0b", "a\nb", "a\u{7f}"] {
+            let causes = validate_name(bad, NameRule::Path, "metadata.name");
+            assert!(!causes.is_empty(), "{bad:?} accepted");
+            assert!(!causes[0].message.contains('\0'), "{}", causes[0].message);
+        }
+        assert_eq!(
+            validate_name("a\0b", NameRule::Path, "metadata.name")[0].message,
+            "Invalid value: \"a\\x00b\": may not contain control characters"
+        );
+        assert!(!validate_namespace("Bad_NS").is_empty());
+        assert!(validate_namespace("kube-system").is_empty());
         assert!(!validate_name(&"a".repeat(254), NameRule::Subdomain, "metadata.name").is_empty());
     }
 

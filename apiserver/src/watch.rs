@@ -2,7 +2,7 @@
 //! resourceVersion inside the history window (410 Expired past it), with
 //! bookmarks, `sendInitialEvents` and selector enter/leave semantics.
 
-use std::convert::Infallible;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::error::{ApiError, Cause};
+use crate::faults::{WatchFault, WatchFaults};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::{Shared, to_view, view_is_identity};
@@ -30,17 +31,17 @@ const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// A parsed watch request.
 #[derive(Debug, Clone)]
-pub struct WatchParams {
-    pub namespace: Option<String>,
-    pub resource_version: Option<String>,
-    pub resource_version_match: Option<String>,
-    pub send_initial_events: Option<bool>,
-    pub allow_bookmarks: bool,
-    pub timeout: Option<Duration>,
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
+pub(crate) struct WatchParams {
+    pub(crate) namespace: Option<String>,
+    pub(crate) resource_version: Option<String>,
+    pub(crate) resource_version_match: Option<String>,
+    pub(crate) send_initial_events: Option<bool>,
+    pub(crate) allow_bookmarks: bool,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) labels: LabelSelector,
+    pub(crate) fields: FieldSelector,
     /// kubectl's human-readable watch: each event object is a one-row Table.
-    pub table: Option<(&'static str, crate::table::Include)>,
+    pub(crate) table: Option<(&'static str, crate::table::Include)>,
 }
 
 impl WatchParams {
@@ -131,8 +132,42 @@ fn translate(info: &ResourceInfo, p: &WatchParams, ev: &Event) -> Option<Bytes> 
     Some(line(kind.as_str(), &body))
 }
 
+/// Events held back by the "withhold events" fault before the watcher is
+/// treated as fallen behind (410 Expired; it relists).
+const MAX_WITHHELD: usize = 1 << 16;
+
+/// Ends a watch stream without its final chunk, so the client sees the
+/// connection drop mid-stream (fault injection).
+#[derive(Debug, thiserror::Error)]
+#[error("watch connection cut (Faults::drop_watches)")]
+struct WatchCut;
+
+/// What the pump sends to the response body.
+type Chunk = Result<Bytes, WatchCut>;
+
+fn streaming(rx: mpsc::Receiver<Chunk>) -> Result<Response, ApiError> {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// A watch answered at once with one ERROR event carrying 410 Expired, the
+/// way the real server refuses a too-old resourceVersion (HTTP 200; clients
+/// relist).
+pub(crate) fn expired(message: &str) -> Result<Response, ApiError> {
+    let (tx, rx) = mpsc::channel::<Chunk>(1);
+    let _ = tx.try_send(Ok(expired_line(message)));
+    streaming(rx)
+}
+
 /// Starts a watch and returns the streaming response.
-pub fn serve(
+pub(crate) fn serve(
     shared: Arc<Shared>,
     info: Arc<ResourceInfo>,
     p: WatchParams,
@@ -163,146 +198,213 @@ pub fn serve(
                 .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}")))?,
         ),
     };
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
-    match shared.store.watch(&info.storage, from) {
+    let start = match shared.store.watch(&info.storage, from) {
+        // The real server answers 200 and an ERROR event, which is what
+        // client-go, kube-rs and the Python client expect.
         Err(StoreError::Expired { requested, oldest }) => {
-            // The real server answers 200 and an ERROR event, which is what
-            // client-go, kube-rs and the Python client expect.
-            let msg = format!("too old resource version: {requested} ({oldest})");
-            let _ = tx.try_send(expired_line(&msg));
-            drop(tx);
+            return expired(&format!("too old resource version: {requested} ({oldest})"));
         }
         Err(e) => return Err(ApiError::Internal(e.to_string())),
-        Ok(start) => {
-            let mut initial = Vec::new();
-            for obj in &start.snapshot {
-                let ns = crate::util::meta_str(obj, "namespace").unwrap_or("");
-                if p.matches(ns, obj) {
-                    initial.push(line("ADDED", &render(&info, &p, obj)));
-                }
-            }
-            for ev in &start.backlog {
-                if let Some(l) = translate(&info, &p, ev) {
-                    initial.push(l);
-                }
-            }
-            if initial_end {
-                initial.push(bookmark(&info, start.rv, true));
-            }
-            let epoch = shared.watch_epoch.subscribe();
-            tokio::spawn(pump(info, p, start.rv, initial, start.rx, tx, epoch));
+        Ok(start) => start,
+    };
+    let mut snapshot = Vec::new();
+    for obj in &start.snapshot {
+        let ns = crate::util::meta_str(obj, "namespace").unwrap_or("");
+        if p.matches(ns, obj) {
+            snapshot.push(line("ADDED", &render(&info, &p, obj)));
         }
     }
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
-    });
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
-        .header(header::CACHE_CONTROL, "no-cache, private")
-        .body(Body::from_stream(stream))
-        .map_err(|e| ApiError::Internal(e.to_string()))
+    if initial_end {
+        snapshot.push(bookmark(&info, start.rv, true));
+    }
+    let (tx, rx) = mpsc::channel::<Chunk>(256);
+    let pump = Pump {
+        info,
+        p,
+        seen: start.rv,
+        withheld: VecDeque::new(),
+        tx,
+        faults: shared.faults.watch_faults(),
+    };
+    let epoch = shared.watch_epoch.subscribe();
+    tokio::spawn(pump.run(snapshot, start.backlog, start.rx, epoch));
+    streaming(rx)
 }
 
-async fn pump(
+/// Feeds one watch response: translates store events for this watcher,
+/// coalesces bursts, sends bookmarks and honours faults.
+struct Pump {
     info: Arc<ResourceInfo>,
     p: WatchParams,
-    start_rv: u64,
-    initial: Vec<Bytes>,
-    mut rx: broadcast::Receiver<Arc<Event>>,
-    tx: mpsc::Sender<Bytes>,
-    mut epoch: tokio::sync::watch::Receiver<u64>,
-) {
-    epoch.borrow_and_update();
-    let mut chunk = BytesMut::new();
-    for l in initial {
-        chunk.extend_from_slice(&l);
-        if chunk.len() >= MAX_BATCH_BYTES && tx.send(chunk.split().freeze()).await.is_err() {
+    /// Every event up to `seen` has been delivered (or filtered out), so a
+    /// bookmark at `seen` never skips anything for a resuming client.
+    seen: u64,
+    /// Events held back while the "withhold events" fault is on.
+    withheld: VecDeque<Arc<Event>>,
+    tx: mpsc::Sender<Chunk>,
+    faults: WatchFaults,
+}
+
+/// The watch is over: the client went away, or it was told to relist.
+struct Stop;
+
+impl Pump {
+    async fn send(&self, bytes: Bytes) -> Result<(), Stop> {
+        self.tx.send(Ok(bytes)).await.map_err(|_| Stop)
+    }
+
+    /// Adds an event to `batch`, or holds it back while withholding.
+    fn take(&mut self, ev: Arc<Event>, batch: &mut BytesMut) {
+        if self.faults.withholding() {
+            self.withheld.push_back(ev);
             return;
         }
+        self.seen = ev.rv;
+        if let Some(l) = translate(&self.info, &self.p, &ev) {
+            batch.extend_from_slice(&l);
+        }
     }
-    if !chunk.is_empty() && tx.send(chunk.freeze()).await.is_err() {
-        return;
+
+    /// Sends a batch; while withholding, a bookmark (at the last delivered
+    /// version) shows the client the watch is alive.
+    async fn flush(&mut self, batch: BytesMut) -> Result<(), Stop> {
+        if !batch.is_empty() {
+            self.send(batch.freeze()).await?;
+        }
+        if self.withheld.len() > MAX_WITHHELD {
+            let msg = format!(
+                "too old resource version: {}: watcher fell behind",
+                self.seen
+            );
+            let _ = self.send(expired_line(&msg)).await;
+            return Err(Stop);
+        }
+        Ok(())
     }
-    let deadline = p.timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut ticker = tokio::time::interval_at(
-        tokio::time::Instant::now() + BOOKMARK_INTERVAL,
-        BOOKMARK_INTERVAL,
-    );
-    // Every event up to `seen` has been considered, so a bookmark at `seen`
-    // never skips anything for a resuming client.
-    let mut seen = start_rv;
-    loop {
-        tokio::select! {
-            r = rx.recv() => match r {
-                Ok(ev) => {
-                    // Coalesce whatever else is already queued into one
-                    // chunk: one write and one TLS record for a burst instead
-                    // of one per event, which is what keeps fan-out to many
-                    // watchers cheap.
-                    let mut batch = BytesMut::new();
-                    seen = ev.rv;
-                    if let Some(l) = translate(&info, &p, &ev) {
-                        batch.extend_from_slice(&l);
-                    }
-                    let mut lagged = false;
-                    while batch.len() < MAX_BATCH_BYTES {
-                        match rx.try_recv() {
-                            Ok(ev) => {
-                                seen = ev.rv;
-                                if let Some(l) = translate(&info, &p, &ev) {
-                                    batch.extend_from_slice(&l);
+
+    async fn fell_behind(&self) -> Stop {
+        let msg = format!(
+            "too old resource version: {}: watcher fell behind",
+            self.seen
+        );
+        let _ = self.send(expired_line(&msg)).await;
+        Stop
+    }
+
+    async fn run(
+        mut self,
+        snapshot: Vec<Bytes>,
+        backlog: Vec<Arc<Event>>,
+        rx: broadcast::Receiver<Arc<Event>>,
+        epoch: tokio::sync::watch::Receiver<u64>,
+    ) {
+        let _ = self.run_inner(snapshot, backlog, rx, epoch).await;
+    }
+
+    async fn run_inner(
+        &mut self,
+        snapshot: Vec<Bytes>,
+        backlog: Vec<Arc<Event>>,
+        mut rx: broadcast::Receiver<Arc<Event>>,
+        mut epoch: tokio::sync::watch::Receiver<u64>,
+    ) -> Result<(), Stop> {
+        epoch.borrow_and_update();
+        let mut chunk = BytesMut::new();
+        for l in snapshot {
+            chunk.extend_from_slice(&l);
+            if chunk.len() >= MAX_BATCH_BYTES {
+                self.send(chunk.split().freeze()).await?;
+            }
+        }
+        for ev in backlog {
+            self.take(ev, &mut chunk);
+            if chunk.len() >= MAX_BATCH_BYTES {
+                self.send(chunk.split().freeze()).await?;
+            }
+        }
+        self.flush(chunk).await?;
+        let deadline = self.p.timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval_at(
+            tokio::time::Instant::now() + BOOKMARK_INTERVAL,
+            BOOKMARK_INTERVAL,
+        );
+        loop {
+            tokio::select! {
+                r = rx.recv() => match r {
+                    Ok(ev) => {
+                        // Coalesce whatever else is already queued into one
+                        // chunk: one write and one TLS record for a burst
+                        // instead of one per event, which is what keeps
+                        // fan-out to many watchers cheap.
+                        let mut batch = BytesMut::new();
+                        let withheld_before = self.withheld.len();
+                        self.take(ev, &mut batch);
+                        let mut lagged = false;
+                        while batch.len() < MAX_BATCH_BYTES {
+                            match rx.try_recv() {
+                                Ok(ev) => self.take(ev, &mut batch),
+                                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+                                    lagged = true;
+                                    break;
                                 }
+                                Err(_) => break,
                             }
-                            Err(broadcast::error::TryRecvError::Lagged(_)) => {
-                                lagged = true;
-                                break;
-                            }
-                            Err(_) => break,
+                        }
+                        if self.withheld.len() > withheld_before && self.p.allow_bookmarks {
+                            batch.extend_from_slice(&bookmark(&self.info, self.seen, false));
+                        }
+                        self.flush(batch).await?;
+                        if lagged {
+                            return Err(self.fell_behind().await);
                         }
                     }
-                    if !batch.is_empty() && tx.send(batch.freeze()).await.is_err() {
-                        return;
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return Err(self.fell_behind().await);
                     }
-                    if lagged {
-                        let _ = tx
-                            .send(expired_line(&format!(
-                                "too old resource version: {seen}: watcher fell behind"
-                            )))
-                            .await;
-                        return;
+                    Err(broadcast::error::RecvError::Closed) => return Ok(()),
+                },
+                _ = ticker.tick(), if self.p.allow_bookmarks => {
+                    self.send(bookmark(&self.info, self.seen, false)).await?;
+                }
+                fault = self.faults.changed() => match fault {
+                    WatchFault::Abort => {
+                        let _ = self.tx.send(Err(WatchCut)).await;
+                        return Ok(());
                     }
+                    WatchFault::Withhold(true) => {
+                        if self.p.allow_bookmarks {
+                            self.send(bookmark(&self.info, self.seen, false)).await?;
+                        }
+                    }
+                    WatchFault::Withhold(false) => {
+                        // Deliver what was held back, in order, then carry on
+                        // from the live stream where it left off.
+                        let mut batch = BytesMut::new();
+                        while let Some(ev) = self.withheld.pop_front() {
+                            self.take(ev, &mut batch);
+                            if batch.len() >= MAX_BATCH_BYTES {
+                                self.send(batch.split().freeze()).await?;
+                            }
+                        }
+                        self.flush(batch).await?;
+                    }
+                },
+                _ = self.tx.closed() => return Ok(()),
+                _ = epoch.changed() => return Ok(()),
+                _ = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    // A last bookmark lets the client resume from the newest
+                    // resourceVersion instead of its last event's, which may
+                    // have left the history window by the time it reconnects.
+                    if self.p.allow_bookmarks {
+                        let _ = self.send(bookmark(&self.info, self.seen, false)).await;
+                    }
+                    return Ok(());
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let _ = tx
-                        .send(expired_line(&format!(
-                            "too old resource version: {seen}: watcher fell behind"
-                        )))
-                        .await;
-                    return;
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            _ = ticker.tick(), if p.allow_bookmarks => {
-                if tx.send(bookmark(&info, seen, false)).await.is_err() {
-                    return;
-                }
-            }
-            _ = tx.closed() => return,
-            _ = epoch.changed() => return,
-            _ = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                // A last bookmark lets the client resume from the newest
-                // resourceVersion instead of its last event's, which may have
-                // left the history window by the time it reconnects.
-                if p.allow_bookmarks {
-                    let _ = tx.send(bookmark(&info, seen, false)).await;
-                }
-                return;
             }
         }
     }

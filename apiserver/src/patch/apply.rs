@@ -18,24 +18,24 @@ const APPLY: &str = "Apply";
 /// A server-side apply request (`PATCH` with
 /// `application/apply-patch+yaml`, body already decoded from YAML).
 #[derive(Clone, Copy, Debug)]
-pub struct ApplyRequest<'a> {
+pub(crate) struct ApplyRequest<'a> {
     /// The stored object, or `None` when the apply creates it.
-    pub live: Option<&'a Value>,
+    pub(crate) live: Option<&'a Value>,
     /// The applied configuration: the fields this manager wants to own.
-    pub applied: &'a Value,
+    pub(crate) applied: &'a Value,
     /// The `fieldManager` query parameter.
-    pub manager: &'a str,
+    pub(crate) manager: &'a str,
     /// The `force` query parameter: take conflicting fields instead of
     /// failing.
-    pub force: bool,
+    pub(crate) force: bool,
     /// The request's API version, recorded in the managedFields entry.
-    pub api_version: &'a str,
+    pub(crate) api_version: &'a str,
     /// The object's kind, which selects the schema used for list merging.
-    pub kind: &'a str,
+    pub(crate) kind: &'a str,
     /// `Some("status")` for an apply to the status subresource.
-    pub subresource: Option<&'a str>,
+    pub(crate) subresource: Option<&'a str>,
     /// The request time, RFC 3339, recorded as the entry's `time`.
-    pub now: &'a str,
+    pub(crate) now: &'a str,
 }
 
 /// Applies a configuration the way a Kubernetes API server does and
@@ -64,7 +64,7 @@ pub struct ApplyRequest<'a> {
 /// configuration is not an object or carries `metadata.managedFields`.
 /// Stored managedFields that cannot be decoded are discarded, not an
 /// error.
-pub fn server_side_apply(req: ApplyRequest<'_>) -> Result<Value, PatchError> {
+pub(crate) fn server_side_apply(req: ApplyRequest<'_>) -> Result<Value, PatchError> {
     if !req.applied.is_object() {
         return Err(PatchError::Invalid(
             "apply configuration must be an object".to_owned(),
@@ -190,7 +190,7 @@ pub fn server_side_apply(req: ApplyRequest<'_>) -> Result<Value, PatchError> {
 /// taken as given, and `[{}]` clears them (as `kubectl` does to reset
 /// ownership). Undecodable managedFields are dropped rather than failing
 /// the write, as Kubernetes does.
-pub fn record_update(
+pub(crate) fn record_update(
     live: Option<&Value>,
     updated: &mut Value,
     manager: &str,

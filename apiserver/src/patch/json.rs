@@ -1,8 +1,31 @@
-//! JSON patch, RFC 6902 (`application/json-patch+json`).
+//! JSON patch, RFC 6902 (`application/json-patch+json`), bounded the way
+//! kube-apiserver bounds it: at most [`MAX_OPERATIONS`] operations, and at
+//! most [`MAX_COPY_BYTES`] added by `copy` operations, checked before each
+//! copy is made so a patch that copies a value into itself over and over
+//! (doubling it each time) is refused long before it costs memory. Values
+//! from `add` and `replace` come from the request body, whose size is
+//! bounded already; `copy` is the only operation that amplifies.
 
 use serde_json::{Map, Value};
 
 use super::PatchError;
+
+/// Most operations one patch may hold (kube-apiserver's
+/// `maxJSONPatchOperations`); more is 413.
+pub(crate) const MAX_OPERATIONS: usize = 10_000;
+
+/// Most bytes the `copy` operations of one patch may add, each copied value
+/// counted at its compact JSON size (kube-apiserver's default
+/// `JSONPatchMaxCopyBytes`, 3 MiB); more is 422.
+pub(crate) const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// Deepest nesting of arrays and objects an operation may produce. Far
+/// deeper than any real object, and shallow enough that the server's
+/// recursive code (serialization, comparison, drop) stays far from the
+/// stack limit and the result still parses as JSON (128 levels) inside a
+/// list or watch event. `copy` can otherwise double the depth per
+/// operation.
+pub(crate) const MAX_DEPTH: usize = 100;
 
 /// Applies an RFC 6902 JSON patch: a list of `add`, `remove`, `replace`,
 /// `move`, `copy` and `test` operations, applied in order and atomically
@@ -17,22 +40,36 @@ use super::PatchError;
 /// # Errors
 ///
 /// Messages name the operation index, its `op` and its path. A failed
-/// `test` is [`PatchError::TestFailed`]; a malformed patch, a missing path
-/// or an out-of-range index is [`PatchError::Invalid`].
-pub fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
+/// `test` is [`PatchError::TestFailed`]; a malformed patch, a missing path,
+/// an out-of-range index, copies past [`MAX_COPY_BYTES`] or nesting past
+/// [`MAX_DEPTH`] are [`PatchError::Invalid`]; more than [`MAX_OPERATIONS`]
+/// operations is [`PatchError::TooLarge`].
+pub(crate) fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     let Value::Array(ops) = patch else {
         return Err(PatchError::Invalid(
             "json patch must be a JSON array of operations".to_owned(),
         ));
     };
+    if ops.len() > MAX_OPERATIONS {
+        return Err(PatchError::TooLarge(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {}",
+            ops.len()
+        )));
+    }
     let mut doc = target.clone();
+    let mut copied = 0;
     for (index, op) in ops.iter().enumerate() {
-        apply_op(&mut doc, index, op)?;
+        apply_op(&mut doc, index, op, &mut copied)?;
     }
     Ok(doc)
 }
 
-fn apply_op(doc: &mut Value, index: usize, op: &Value) -> Result<(), PatchError> {
+fn apply_op(
+    doc: &mut Value,
+    index: usize,
+    op: &Value,
+    copied: &mut usize,
+) -> Result<(), PatchError> {
     let invalid = |msg: String| PatchError::Invalid(format!("json patch operation {index}: {msg}"));
     let Value::Object(op) = op else {
         return Err(invalid("operation must be an object".to_owned()));
@@ -52,10 +89,23 @@ fn apply_op(doc: &mut Value, index: usize, op: &Value) -> Result<(), PatchError>
         ))
     };
     let tokens = parse_pointer(path).map_err(|e| fail(&e))?;
+    // Where a value lands is `tokens.len()` containers deep.
+    let check_depth = |value: &Value| {
+        let depth = tokens.len() + nesting(value);
+        if depth > MAX_DEPTH {
+            Err(fail(&format!(
+                "the result would nest {depth} levels deep, exceeding the limit {MAX_DEPTH}"
+            )))
+        } else {
+            Ok(())
+        }
+    };
     let value = || {
-        op.get("value")
-            .cloned()
-            .ok_or_else(|| fail("missing member \"value\""))
+        let v = op
+            .get("value")
+            .ok_or_else(|| fail("missing member \"value\""))?;
+        check_depth(v)?;
+        Ok(v.clone())
     };
     let from = || -> Result<Vec<String>, PatchError> {
         let from = op
@@ -80,15 +130,29 @@ fn apply_op(doc: &mut Value, index: usize, op: &Value) -> Result<(), PatchError>
             if tokens.len() > from.len() && tokens[..from.len()] == from[..] {
                 return Err(fail("cannot move a value into one of its own children"));
             }
+            if let Some(v) = get(doc, &from) {
+                check_depth(v)?;
+            }
             let moved = remove(doc, &from).map_err(|e| fail(&format!("from: {e}")))?;
             add(doc, &tokens, moved).map_err(|e| fail(&e))
         }
         "copy" => {
             let from = from()?;
-            let copied = get(doc, &from)
-                .cloned()
-                .ok_or_else(|| fail("from: path not found"))?;
-            add(doc, &tokens, copied).map_err(|e| fail(&e))
+            let source = get(doc, &from).ok_or_else(|| fail("from: path not found"))?;
+            // Measured before the copy exists, and only up to the budget:
+            // the check itself costs no more than the limit allows.
+            let budget = MAX_COPY_BYTES - *copied;
+            match json_size(source, budget) {
+                Some(size) => *copied += size,
+                None => {
+                    return Err(fail(&format!(
+                        "Unable to complete the copy, the accumulated size increase of copy exceeds the limit {MAX_COPY_BYTES} bytes ({copied} bytes copied by earlier operations)"
+                    )));
+                }
+            }
+            check_depth(source)?;
+            let value = source.clone();
+            add(doc, &tokens, value).map_err(|e| fail(&e))
         }
         "test" => {
             let expected = value()?;
@@ -111,6 +175,75 @@ fn apply_op(doc: &mut Value, index: usize, op: &Value) -> Result<(), PatchError>
         }
         other => Err(invalid(format!("unknown op \"{other}\""))),
     }
+}
+
+/// Nesting depth: 0 for a scalar, 1 for `[]`, 2 for `[[]]`. Iterative, so
+/// it cannot overflow the stack whatever it is given.
+fn nesting(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(a) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(a.iter().map(|c| (c, d + 1)));
+            }
+            Value::Object(m) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(m.values().map(|c| (c, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The compact JSON size of `value` in bytes, or None once it exceeds
+/// `budget` (the walk stops there). Iterative, so it cannot overflow the
+/// stack.
+fn json_size(value: &Value, budget: usize) -> Option<usize> {
+    let mut size = 0usize;
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        size += match v {
+            Value::Null => 4,
+            Value::Bool(b) => {
+                if *b {
+                    4
+                } else {
+                    5
+                }
+            }
+            Value::Number(n) => crate::util::json_len(n),
+            Value::String(s) => string_len(s),
+            Value::Array(a) => {
+                stack.extend(a.iter());
+                // Brackets and the commas between elements.
+                2 + a.len().saturating_sub(1)
+            }
+            Value::Object(m) => {
+                stack.extend(m.values());
+                // Braces, commas, colons and the quoted keys.
+                2 + m.len().saturating_sub(1) + m.keys().map(|k| string_len(k) + 1).sum::<usize>()
+            }
+        };
+        if size > budget {
+            return None;
+        }
+    }
+    Some(size)
+}
+
+/// Length of a quoted, escaped JSON string as serde_json writes it.
+fn string_len(s: &str) -> usize {
+    2 + s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
 }
 
 fn is_container(value: &Value) -> bool {
@@ -520,5 +653,70 @@ mod tests {
             json!({"a":1}),
             json!([{"op":"test","path":"/a","value":1.0}]),
         );
+    }
+
+    fn bomb(copies: usize) -> Value {
+        let mut ops = vec![json!({"op": "add", "path": "/x", "value": [0]})];
+        ops.extend((0..copies).map(|_| json!({"op": "copy", "from": "/x", "path": "/x/-"})));
+        Value::Array(ops)
+    }
+
+    #[test]
+    fn copy_amplification_stops_at_the_limit_before_copying() {
+        for copies in [23, 30, 1000] {
+            let e = err(json!({}), bomb(copies));
+            assert!(
+                matches!(&e, PatchError::Invalid(m) if m.contains("Unable to complete the copy") && m.contains("3145728")),
+                "{e:?}"
+            );
+        }
+        // Below the limit the same shape is fine.
+        let ok = ok(json!({}), bomb(10));
+        assert!(serde_json::to_vec(&ok).unwrap().len() < 8 * 1024);
+    }
+
+    #[test]
+    fn operation_count_is_bounded() {
+        let ops: Vec<Value> = (0..=MAX_OPERATIONS)
+            .map(|_| json!({"op": "test", "path": "", "value": {}}))
+            .collect();
+        let e = err(json!({}), Value::Array(ops));
+        assert_eq!(
+            e,
+            PatchError::TooLarge(
+                "The allowed maximum operations in a JSON patch is 10000, got 10001".into()
+            )
+        );
+    }
+
+    #[test]
+    fn nesting_is_bounded() {
+        // Copying a value into its own deepest child doubles its depth.
+        // After i copies `/a` is 2^i objects deep; the next copy goes one
+        // below its deepest object.
+        let mut ops = vec![json!({"op": "add", "path": "/a", "value": {}})];
+        for i in 0..12 {
+            ops.push(json!({"op": "copy", "from": "/a", "path": "/a".repeat((1 << i) + 1)}));
+        }
+        let e = err(json!({}), Value::Array(ops));
+        assert!(
+            matches!(&e, PatchError::Invalid(m) if m.contains("exceeding the limit 100")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn sizes_match_serde_json() {
+        for v in [
+            json!({"a": [1, -2.5, "x\"\\\n\u{1}é", null, true, false], "b": {}, "c": []}),
+            json!("plain"),
+            json!(12345678901234567u64),
+        ] {
+            let exact = serde_json::to_vec(&v).unwrap().len();
+            assert_eq!(json_size(&v, usize::MAX), Some(exact), "{v}");
+            assert_eq!(json_size(&v, exact - 1), None);
+        }
+        assert_eq!(nesting(&json!(1)), 0);
+        assert_eq!(nesting(&json!({"a": [[]]})), 3);
     }
 }

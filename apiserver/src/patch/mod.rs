@@ -25,14 +25,14 @@ mod merge;
 mod merge_keys;
 mod strategic;
 
-pub use apply::{ApplyRequest, record_update, server_side_apply};
-pub use json::json_patch;
-pub use merge::merge_patch;
-pub use strategic::strategic_merge_patch;
+pub(crate) use apply::{ApplyRequest, record_update, server_side_apply};
+pub(crate) use json::json_patch;
+pub(crate) use merge::merge_patch;
+pub(crate) use strategic::strategic_merge_patch;
 
 /// Why a patch could not be applied. Each variant maps to one HTTP status.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum PatchError {
+pub(crate) enum PatchError {
     /// The patch document is malformed or cannot apply to this object
     /// (400 Bad Request, or 422 Unprocessable Entity for JSON patch).
     #[error("{0}")]
@@ -58,4 +58,8 @@ pub enum PatchError {
     /// patch of a custom resource (415).
     #[error("{0}")]
     Unsupported(String),
+    /// The patch exceeds a limit on its own size, e.g. too many JSON patch
+    /// operations (413).
+    #[error("{0}")]
+    TooLarge(String),
 }

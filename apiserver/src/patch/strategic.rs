@@ -49,7 +49,7 @@ const DELETE_FROM_PRIMITIVE_LIST: &str = "$deleteFromPrimitiveList/";
 /// covers every custom resource; [`PatchError::Invalid`] for a malformed
 /// patch (unknown `$patch` value, keyed list item without its merge key,
 /// directive of the wrong shape).
-pub fn strategic_merge_patch(
+pub(crate) fn strategic_merge_patch(
     target: &Value,
     patch: &Value,
     api_version: &str,

@@ -1,0 +1,385 @@
+//! Serving connections: the TLS handshake, HTTP/1.1, and the timeouts that
+//! close silent, stalled and idle connections without ever cutting a
+//! response in progress (a watch may stream for hours), plus graceful
+//! shutdown.
+//!
+//! | Limit | Value | Closes |
+//! |---|---|---|
+//! | [`TLS_HANDSHAKE_TIMEOUT`] | 10 s | a connection that does not finish TLS (e.g. sends nothing) |
+//! | [`HEADER_READ_TIMEOUT`] | 10 s | a connection that does not send a complete request head, counted from the connection's start or the first byte of the next request |
+//! | [`IDLE_TIMEOUT`] | 120 s | a keep-alive connection with no request in flight |
+//!
+//! hyper's own header timeout restarts whenever a connection goes idle, so
+//! it would close idle keep-alive connections after the (short) header
+//! timeout; the watchdog here tells "idle" from "in the middle of a request
+//! head" instead.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Notify, oneshot, watch};
+use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
+
+/// Time a client gets to complete the TLS handshake (kube-apiserver's).
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a client gets to send a complete request head: from the end of the
+/// handshake for the first request, from its first byte for later ones.
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a keep-alive connection may sit with no request in flight. Longer
+/// than the 90 s after which kube-rs (hyper-util) and client-go drop idle
+/// pooled connections themselves, so a client never races the server's
+/// close when it reuses one.
+pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// How long shutdown waits for responses in flight (watches are ended
+/// first by the caller).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// The connection timeouts of one server (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Time a client gets to complete the TLS handshake.
+    pub tls_handshake: Duration,
+    /// Time a client gets to send a complete request head: from the end of
+    /// the handshake for the first request, from its first byte for later
+    /// ones.
+    pub request_head: Duration,
+    /// Time a keep-alive connection may sit with no request in flight.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            tls_handshake: TLS_HANDSHAKE_TIMEOUT,
+            request_head: HEADER_READ_TIMEOUT,
+            idle: IDLE_TIMEOUT,
+        }
+    }
+}
+
+/// The client's address, attached to every request (the write audit
+/// records it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub(crate) SocketAddr);
+
+/// Accepts connections on `listener` until `stopped` fires, then lets
+/// responses in flight finish (bounded) and returns.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: axum::Router,
+    timeouts: Timeouts,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let tracker = TaskTracker::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            r = listener.accept() => match r {
+                Ok(c) => c,
+                Err(e) => {
+                    // Transient (e.g. out of file descriptors): keep serving.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut stopped => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        tracker.spawn(connection(
+            tcp,
+            peer,
+            acceptor.clone(),
+            app.clone(),
+            timeouts,
+            shutdown_rx.clone(),
+        ));
+    }
+    drop(listener);
+    let _ = shutdown_tx.send(true);
+    tracker.close();
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await;
+}
+
+/// Serves one connection until the client closes it, a timeout fires, or
+/// shutdown finishes it.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    acceptor: tokio_rustls::TlsAcceptor,
+    app: axum::Router,
+    timeouts: Timeouts,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let stream = match tokio::time::timeout(timeouts.tls_handshake, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            tracing::debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let activity = Arc::new(Activity::new(timeouts));
+    let io = hyper_util::rt::TokioIo::new(Tracked {
+        inner: stream,
+        activity: activity.clone(),
+    });
+    let svc = hyper_util::service::TowerToHyperService::new(app);
+    let requests = activity.clone();
+    let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(Peer(peer));
+        let guard = requests.begin_request();
+        let fut = hyper::service::Service::call(&svc, req);
+        async move {
+            fut.await.map(|resp| {
+                resp.map(|body| GuardedBody {
+                    inner: body,
+                    _guard: guard,
+                })
+            })
+        }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        // The watchdog below enforces header and idle timeouts.
+        .header_read_timeout(None)
+        .serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut shutting_down = *shutdown.borrow();
+    if shutting_down {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            why = activity.expired() => {
+                tracing::debug!(%peer, why, "closing connection");
+                return;
+            }
+            r = shutdown.changed(), if !shutting_down => {
+                // Idle connections close at once; a response in flight
+                // finishes first.
+                shutting_down = true;
+                if r.is_ok() {
+                    conn.as_mut().graceful_shutdown();
+                }
+            }
+        }
+    }
+}
+
+/// What the watchdog knows about a connection.
+#[derive(Debug)]
+struct ActivityState {
+    /// Requests whose response has not been fully sent.
+    in_flight: usize,
+    /// When the connection last became idle (or was established).
+    idle_since: Instant,
+    /// First byte of a request head not yet complete, while idle.
+    head_started: Option<Instant>,
+    /// Whether any request has arrived yet.
+    served_any: bool,
+}
+
+/// A connection's request activity, shared by its reader, its service and
+/// its watchdog.
+#[derive(Debug)]
+struct Activity {
+    state: Mutex<ActivityState>,
+    changed: Notify,
+    timeouts: Timeouts,
+}
+
+impl Activity {
+    fn new(timeouts: Timeouts) -> Self {
+        Activity {
+            timeouts,
+            state: Mutex::new(ActivityState {
+                in_flight: 0,
+                idle_since: Instant::now(),
+                head_started: None,
+                served_any: false,
+            }),
+            changed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ActivityState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes arrived from the client.
+    fn on_read(&self) {
+        let mut st = self.lock();
+        if st.in_flight == 0 && st.head_started.is_none() {
+            st.head_started = Some(Instant::now());
+            drop(st);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A request head is complete; the returned guard ends the request when
+    /// its response body is dropped (sent or abandoned).
+    fn begin_request(self: &Arc<Self>) -> RequestGuard {
+        {
+            let mut st = self.lock();
+            st.in_flight += 1;
+            st.head_started = None;
+            st.served_any = true;
+        }
+        self.changed.notify_one();
+        RequestGuard(self.clone())
+    }
+
+    /// Resolves when the connection should be closed, naming why.
+    async fn expired(&self) -> &'static str {
+        loop {
+            let notified = self.changed.notified();
+            let deadline = {
+                let st = self.lock();
+                if st.in_flight > 0 {
+                    None
+                } else if let Some(t) = st.head_started {
+                    Some((
+                        t + self.timeouts.request_head,
+                        "request head not received in time",
+                    ))
+                } else if !st.served_any {
+                    Some((
+                        st.idle_since + self.timeouts.request_head,
+                        "no request after the TLS handshake",
+                    ))
+                } else {
+                    Some((
+                        st.idle_since + self.timeouts.idle,
+                        "idle keep-alive connection",
+                    ))
+                }
+            };
+            match deadline {
+                None => notified.await,
+                Some((at, why)) => {
+                    if Instant::now() >= at {
+                        return why;
+                    }
+                    tokio::select! {
+                        _ = notified => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Marks the end of a request when dropped.
+#[derive(Debug)]
+struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        {
+            let mut st = self.0.lock();
+            st.in_flight = st.in_flight.saturating_sub(1);
+            if st.in_flight == 0 {
+                st.idle_since = Instant::now();
+            }
+        }
+        self.0.changed.notify_one();
+    }
+}
+
+/// A response body that ends its request when hyper drops it.
+struct GuardedBody {
+    inner: axum::body::Body,
+    _guard: RequestGuard,
+}
+
+impl hyper::body::Body for GuardedBody {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The TLS stream, reporting reads to the watchdog.
+struct Tracked<S> {
+    inner: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.on_read();
+        }
+        r
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}

@@ -1,0 +1,134 @@
+//! What a request addresses, read from its method and path alone (no
+//! registry lookup), as the real server's RequestInfoFactory does: the verb,
+//! group, resource, namespace and name. Fault injection matches on it and
+//! the write audit records it; routing itself resolves the path against the
+//! registry.
+
+/// Subresources of a namespace that are addressed as
+/// `/api/v1/namespaces/{name}/{sub}` rather than naming a namespace scope.
+const NAMESPACE_SUBRESOURCES: &[&str] = &["status", "finalize"];
+
+/// The parsed target of one request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct RequestInfo {
+    /// `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`,
+    /// `deletecollection`; the lowercased method for non-resource paths.
+    pub(crate) verb: String,
+    /// False for `/version`, discovery, OpenAPI and health paths.
+    pub(crate) is_resource: bool,
+    pub(crate) group: String,
+    pub(crate) version: String,
+    /// The plural resource name, e.g. `configmaps`.
+    pub(crate) resource: String,
+    pub(crate) subresource: Option<String>,
+    pub(crate) namespace: Option<String>,
+    pub(crate) name: Option<String>,
+}
+
+impl RequestInfo {
+    /// Parses decoded path segments (`["api", "v1", "namespaces", ...]`);
+    /// `watch` is the `watch` query flag.
+    pub(crate) fn parse(method: &str, segments: &[&str], watch: bool) -> RequestInfo {
+        let lower = method.to_ascii_lowercase();
+        let non_resource = || RequestInfo {
+            verb: lower.clone(),
+            ..Default::default()
+        };
+        let (group, version, rest) = match segments {
+            ["api", v, rest @ ..] => ("", *v, rest),
+            ["apis", g, v, rest @ ..] => (*g, *v, rest),
+            _ => return non_resource(),
+        };
+        if rest.is_empty() {
+            return non_resource();
+        }
+        let mut info = RequestInfo {
+            is_resource: true,
+            group: group.to_string(),
+            version: version.to_string(),
+            ..Default::default()
+        };
+        let mut parts = rest;
+        if parts[0] == "namespaces" && parts.len() > 1 {
+            info.namespace = Some(parts[1].to_string());
+            if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&parts[2]) {
+                parts = &parts[2..];
+            }
+        }
+        info.resource = parts[0].to_string();
+        info.name = parts.get(1).map(|s| s.to_string());
+        info.subresource = parts.get(2).map(|s| s.to_string());
+        info.verb = match (method, info.name.is_some()) {
+            ("GET" | "HEAD", false) if watch => "watch",
+            ("GET" | "HEAD", false) => "list",
+            ("GET" | "HEAD", true) if watch => "watch",
+            ("GET" | "HEAD", true) => "get",
+            ("POST", _) => "create",
+            ("PUT", _) => "update",
+            ("PATCH", _) => "patch",
+            ("DELETE", false) => "deletecollection",
+            ("DELETE", true) => "delete",
+            _ => {
+                return RequestInfo {
+                    verb: lower,
+                    ..info
+                };
+            }
+        }
+        .to_string();
+        info
+    }
+
+    /// Whether the request may change stored state.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn is_mutating(&self) -> bool {
+        matches!(
+            self.verb.as_str(),
+            "create" | "update" | "patch" | "delete" | "deletecollection"
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(method: &str, path: &str) -> RequestInfo {
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        RequestInfo::parse(method, &segs, false)
+    }
+
+    #[test]
+    fn resources_namespaces_and_subresources() {
+        let i = parse("PUT", "/apis/apps/v1/namespaces/ns/deployments/d/status");
+        assert_eq!(
+            (i.verb.as_str(), i.group.as_str(), i.resource.as_str()),
+            ("update", "apps", "deployments")
+        );
+        assert_eq!(i.namespace.as_deref(), Some("ns"));
+        assert_eq!(i.name.as_deref(), Some("d"));
+        assert_eq!(i.subresource.as_deref(), Some("status"));
+        let i = parse("PUT", "/api/v1/namespaces/ns/finalize");
+        assert_eq!(i.resource, "namespaces");
+        assert_eq!(i.name.as_deref(), Some("ns"));
+        assert_eq!(i.subresource.as_deref(), Some("finalize"));
+        let i = parse("DELETE", "/api/v1/namespaces/ns/configmaps");
+        assert_eq!(i.verb, "deletecollection");
+        assert!(i.is_mutating());
+        let i = parse("POST", "/api/v1/namespaces");
+        assert_eq!(
+            (i.verb.as_str(), i.resource.as_str()),
+            ("create", "namespaces")
+        );
+        assert_eq!(i.namespace, None);
+    }
+
+    #[test]
+    fn non_resource_paths() {
+        let i = parse("GET", "/version");
+        assert!(!i.is_resource);
+        assert_eq!(i.verb, "get");
+        assert!(!parse("GET", "/apis/apps/v1").is_resource);
+        assert!(!parse("GET", "/api").is_resource);
+    }
+}

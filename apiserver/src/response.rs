@@ -1,0 +1,31 @@
+//! Building HTTP responses. A leaf module: errors and handlers both render
+//! through it, so neither has to know about the other.
+
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+
+/// A JSON response with the given status.
+pub(crate) fn json(code: StatusCode, body: &Value) -> Response {
+    json_with_type(code, "application/json", body)
+}
+
+/// A JSON response with an explicit content type (aggregated discovery
+/// answers with its own media type).
+pub(crate) fn json_with_type(code: StatusCode, content_type: &str, body: &Value) -> Response {
+    bytes_with_type(
+        code,
+        content_type,
+        serde_json::to_vec(body).unwrap_or_default(),
+    )
+}
+
+/// A response carrying already-serialized bytes.
+pub(crate) fn bytes_with_type(code: StatusCode, content_type: &str, body: Vec<u8>) -> Response {
+    Response::builder()
+        .status(code)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}

@@ -1,0 +1,184 @@
+//! Limits on what one request may cost: JSON patch copy amplification and
+//! operation count, body and object size, YAML alias expansion. The memory
+//! bound is measured on the `wasmctrl-apiserver` binary in its own process.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::{Harness, Spawned, raw};
+
+const CMS: &str = "/api/v1/namespaces/default/configmaps";
+const MIB: u64 = 1024 * 1024;
+
+/// The attacker's patch: add `[0]`, then copy the array into itself.
+fn copy_bomb(copies: usize) -> String {
+    let mut ops = vec![json!({"op": "add", "path": "/x", "value": [0]})];
+    ops.extend((0..copies).map(|_| json!({"op": "copy", "from": "/x", "path": "/x/-"})));
+    Value::Array(ops).to_string()
+}
+
+#[tokio::test]
+async fn json_patch_copy_bomb_is_refused_fast_in_bounded_memory() {
+    let server = Spawned::start(&[]).await;
+    let client = server.client().await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "target"}});
+    let (code, _) = raw(&client, "POST", CMS, None, cm.to_string().as_bytes()).await;
+    assert_eq!(code, 201);
+    let idle_peak = server.peak_rss();
+
+    for copies in [23, 30] {
+        let started = Instant::now();
+        let (code, status) = raw(
+            &client,
+            "PATCH",
+            &format!("{CMS}/target"),
+            Some("application/json-patch+json"),
+            copy_bomb(copies).as_bytes(),
+        )
+        .await;
+        let took = started.elapsed();
+        eprintln!("copy bomb: {copies} copies refused with {code} after {took:?}");
+        assert_eq!(code, 422, "{copies} copies: {status}");
+        assert_eq!(status["reason"], "Invalid");
+        let message = status["message"].as_str().unwrap();
+        assert!(
+            message.contains("Unable to complete the copy") && message.contains("3145728"),
+            "the status names the limit: {message}"
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "{copies} copies refused after {took:?}"
+        );
+    }
+    let peak = server.peak_rss();
+    eprintln!(
+        "copy bomb: idle peak {} KiB, peak after {} KiB",
+        idle_peak / 1024,
+        peak / 1024
+    );
+    assert!(
+        peak.saturating_sub(idle_peak) < 100 * MIB,
+        "peak grew by {} MiB",
+        (peak - idle_peak) / MIB
+    );
+
+    // Nothing was stored, and the server still answers.
+    let (code, obj) = raw(&client, "GET", &format!("{CMS}/target"), None, b"").await;
+    assert_eq!(code, 200);
+    assert!(obj.get("x").is_none());
+}
+
+#[tokio::test]
+async fn patch_operations_bodies_and_objects_are_bounded() {
+    let h = Harness::start().await;
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}});
+    assert_eq!(h.raw("POST", CMS, None, &cm.to_string()).await.0, 201);
+
+    // kube-apiserver's 10 000 operations, as its 413.
+    let ops: Vec<Value> = (0..10_001)
+        .map(|_| json!({"op": "test", "path": "/metadata/name", "value": "p"}))
+        .collect();
+    let (code, status) = h
+        .raw(
+            "PATCH",
+            &format!("{CMS}/p"),
+            Some("application/json-patch+json"),
+            &Value::Array(ops).to_string(),
+        )
+        .await;
+    assert_eq!(code, 413, "{status}");
+    assert_eq!(status["reason"], "RequestEntityTooLarge");
+    assert_eq!(
+        status["message"],
+        "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001"
+    );
+
+    // Bodies over 3 MiB.
+    let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
+                     "data": {"a": "x".repeat(3 * 1024 * 1024)}});
+    let (code, status) = h.raw("POST", CMS, None, &big.to_string()).await;
+    assert_eq!(code, 413, "{status}");
+    assert_eq!(
+        status["message"],
+        "Request entity too large: limit is 3145728"
+    );
+
+    // Copies under the copy limit cannot grow an object past 3 MiB either.
+    let one_mib = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "grow"},
+                         "data": {"a": "x".repeat(1024 * 1024)}});
+    assert_eq!(h.raw("POST", CMS, None, &one_mib.to_string()).await.0, 201);
+    let copies = json!([
+        {"op": "copy", "from": "/data/a", "path": "/data/b"},
+        {"op": "copy", "from": "/data/a", "path": "/data/c"},
+    ]);
+    let (code, status) = h
+        .raw(
+            "PATCH",
+            &format!("{CMS}/grow"),
+            Some("application/json-patch+json"),
+            &copies.to_string(),
+        )
+        .await;
+    assert_eq!(code, 413, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than the limit 3145728"),
+        "{status}"
+    );
+    let (_, grow) = h.raw("GET", &format!("{CMS}/grow"), None, "").await;
+    assert!(grow["data"].get("b").is_none(), "nothing was stored");
+
+    // A deep copy chain is refused before it can nest 100 levels.
+    let mut ops = vec![json!({"op": "add", "path": "/x", "value": {}})];
+    for i in 0..12 {
+        ops.push(json!({"op": "copy", "from": "/x", "path": "/x".repeat((1 << i) + 1)}));
+    }
+    let (code, status) = h
+        .raw(
+            "PATCH",
+            &format!("{CMS}/p"),
+            Some("application/json-patch+json"),
+            &Value::Array(ops).to_string(),
+        )
+        .await;
+    assert_eq!(code, 422, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("exceeding the limit 100")
+    );
+}
+
+#[tokio::test]
+async fn yaml_aliases_cannot_expand_a_body() {
+    let h = Harness::start().await;
+    // Ten levels of ten aliases: 10^10 strings from a few hundred bytes.
+    let mut doc = String::from(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: laughs\nl0: &l0 [lol,lol,lol,lol,lol,lol,lol,lol,lol,lol]\n",
+    );
+    for i in 1..10 {
+        let refs = vec![format!("*l{}", i - 1); 10].join(",");
+        doc.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
+    }
+    let started = Instant::now();
+    let (code, status) = h
+        .raw(
+            "PATCH",
+            &format!("{CMS}/laughs?fieldManager=t"),
+            Some("application/apply-patch+yaml"),
+            &doc,
+        )
+        .await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().contains("expands"),
+        "{status}"
+    );
+    let (code, _) = h.raw("POST", CMS, Some("application/yaml"), &doc).await;
+    assert_eq!(code, 400);
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

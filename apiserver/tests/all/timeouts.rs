@@ -1,0 +1,186 @@
+//! Connection timeouts: silent, stalled and idle connections are closed;
+//! watches, long-lived responses, are not.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{AsyncBufReadExt, TryStreamExt};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::Harness;
+
+type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+async fn tls_connect(h: &Harness) -> Tls {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(h.server.ca_pem().as_bytes()).unwrap())
+        .unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let tcp = TcpStream::connect(h.server.addr()).await.unwrap();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("TLS handshake")
+}
+
+/// Reads until the server closes the connection (EOF or reset), at most
+/// `limit`; returns how long that took.
+async fn closed_within<S: tokio::io::AsyncRead + Unpin>(mut s: S, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(limit.saturating_sub(started.elapsed()), s.read(&mut buf)).await
+        {
+            Err(_) => panic!("connection still open after {limit:?}"),
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Opens a watch on ConfigMaps and returns its line stream.
+async fn watch_configmaps(
+    h: &Harness,
+) -> impl futures::Stream<Item = std::io::Result<String>> + Unpin {
+    let client = h.client().await;
+    let rv = h.server.resource_version();
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}"
+    ))
+    .body(Vec::new())
+    .unwrap();
+    client.request_stream(req).await.unwrap().lines()
+}
+
+async fn create_cm(h: &Harness, name: &str) {
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}});
+    let (code, _) = h
+        .raw(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            None,
+            &cm.to_string(),
+        )
+        .await;
+    assert_eq!(code, 201);
+}
+
+async fn next_event(
+    lines: &mut (impl futures::Stream<Item = std::io::Result<String>> + Unpin),
+) -> serde_json::Value {
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.try_next())
+        .await
+        .expect("watch event in time")
+        .expect("watch stream")
+        .expect("watch still open");
+    serde_json::from_str(&line).unwrap()
+}
+
+/// The default timeouts: every kind of silent or stalled connection is
+/// closed within 15 s, while a watch opened before them keeps streaming.
+#[tokio::test]
+async fn silent_and_stalled_connections_close_but_watches_stream() {
+    let h = Harness::start().await;
+    let mut watch = watch_configmaps(&h).await;
+    let limit = Duration::from_secs(15);
+
+    let silent_tcp = async {
+        let tcp = TcpStream::connect(h.server.addr()).await.unwrap();
+        closed_within(tcp, limit).await
+    };
+    let silent_tls = async { closed_within(tls_connect(&h).await, limit).await };
+    let stalled_head = async {
+        let mut tls = tls_connect(&h).await;
+        tls.write_all(b"GET /version HTTP/1.1\r\nHost: localhost\r\n")
+            .await
+            .unwrap();
+        tls.flush().await.unwrap();
+        closed_within(tls, limit).await
+    };
+    // Slowloris: a header byte every second never completes the head.
+    let trickled_head = async {
+        let mut tls = tls_connect(&h).await;
+        let started = Instant::now();
+        for b in b"GET /version HTTP/1.1\r\nX-Slow: ".iter().cycle() {
+            if tls.write_all(&[*b]).await.is_err() || tls.flush().await.is_err() {
+                break;
+            }
+            let mut buf = [0u8; 64];
+            match tokio::time::timeout(Duration::from_secs(1), tls.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                _ => {}
+            }
+            assert!(started.elapsed() < limit, "trickling connection still open");
+        }
+        started.elapsed()
+    };
+    let (a, b, c, d) = tokio::join!(silent_tcp, silent_tls, stalled_head, trickled_head);
+    eprintln!(
+        "closed after: silent TCP {a:?}, silent TLS {b:?}, stalled head {c:?}, trickled head {d:?}"
+    );
+
+    // The watch outlived all of that (> 10 s) and still delivers.
+    create_cm(&h, "after-timeouts").await;
+    let ev = next_event(&mut watch).await;
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["metadata"]["name"], "after-timeouts");
+}
+
+/// Short configured timeouts: an idle keep-alive connection closes after
+/// the idle timeout (not the shorter head timeout), and a watch lives on
+/// across several idle timeouts.
+#[tokio::test]
+async fn idle_keep_alive_closes_and_watches_outlive_it() {
+    let timeouts = wasmctrl_apiserver::Timeouts {
+        tls_handshake: Duration::from_secs(1),
+        request_head: Duration::from_secs(1),
+        idle: Duration::from_secs(3),
+    };
+    let h = Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts,
+        ..Default::default()
+    })
+    .await;
+    let mut watch = watch_configmaps(&h).await;
+
+    let mut tls = tls_connect(&h).await;
+    let request = format!(
+        "GET /version HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+        h.server.token()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("gitVersion") {
+        let n = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf))
+            .await
+            .expect("response in time")
+            .unwrap();
+        assert!(n > 0, "closed before answering");
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200"));
+    let idle_for = closed_within(tls, Duration::from_secs(10)).await;
+    assert!(
+        idle_for >= Duration::from_secs(2),
+        "an idle connection lives for the idle timeout, not the head timeout: {idle_for:?}"
+    );
+
+    // The watch has now been open longer than two idle timeouts.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    create_cm(&h, "still-watching").await;
+    let ev = next_event(&mut watch).await;
+    assert_eq!(ev["object"]["metadata"]["name"], "still-watching");
+}
