@@ -69,6 +69,21 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// Build a plugin directory (Cargo.toml, pyproject.toml or package.json)
+    /// to a component, installing the Python/JavaScript toolchain on first use.
+    Build {
+        /// The plugin's directory.
+        dir: PathBuf,
+        /// Where to write the component.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// rust, python or typescript (when the directory has several project files).
+        #[arg(long)]
+        lang: Option<wasmctrl::build::Language>,
+        /// The crate to build, when the directory is a cargo workspace.
+        #[arg(long, short)]
+        package: Option<String>,
+    },
     /// Check a plugin against the wasmctrl:reconciler world and print its metadata.
     Inspect {
         /// The plugin component (.wasm).
@@ -86,6 +101,12 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Inspect { plugin } => inspect(plugin).await,
+            Command::Build {
+                dir,
+                out,
+                lang,
+                package,
+            } => build(dir, out, lang, package),
             Command::Run { config } => run(config).await,
             Command::Dev {
                 config,
@@ -239,8 +260,9 @@ pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
     Ok(kube::Client::try_from(config)?)
 }
 
-/// `dev` builds plugins whose component is missing when its path names a
-/// crate of a cargo workspace (`…/target/wasm32-wasip2/release/<crate>.wasm`).
+/// `dev` builds plugins whose component is missing when its path follows
+/// the build conventions (`wasmctrl::build::source_of`): a Rust crate of a
+/// cargo workspace, or a Python/JavaScript plugin's `target/<name>.wasm`.
 fn build_missing_plugins(config: &HostConfig) -> anyhow::Result<()> {
     for plugin in &config.plugins {
         let Some(path) = plugin.file(&config.base_dir) else {
@@ -249,40 +271,52 @@ fn build_missing_plugins(config: &HostConfig) -> anyhow::Result<()> {
         if path.exists() {
             continue;
         }
-        let release = path.parent();
-        let target = release
-            .and_then(Path::parent)
-            .filter(|t| t.ends_with("wasm32-wasip2"));
-        let workspace = target.and_then(Path::parent).and_then(Path::parent);
-        let (Some(workspace), Some(stem)) = (workspace, path.file_stem()) else {
+        let Some((dir, options)) = wasmctrl::build::source_of(&path) else {
             anyhow::bail!(
-                "plugin {:?}: {} does not exist (build it with `cargo build --release --target wasm32-wasip2`)",
+                "plugin {:?}: {} does not exist (build it with `wasmctrl build <plugin dir> --out {}`)",
                 plugin.name,
+                path.display(),
                 path.display()
             );
         };
-        let krate = stem.to_string_lossy().replace('_', "-");
-        println!("building plugin {:?} (crate {krate}) …", plugin.name);
-        let status =
-            std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-                .current_dir(workspace)
-                .args([
-                    "build",
-                    "--release",
-                    "--target",
-                    "wasm32-wasip2",
-                    "-p",
-                    &krate,
-                ])
-                .status()
-                .context("cannot run cargo to build the plugin")?;
-        anyhow::ensure!(
-            status.success() && path.exists(),
-            "plugin {:?}: building crate {krate} did not produce {}",
-            plugin.name,
-            path.display()
-        );
+        println!("building plugin {:?} from {} …", plugin.name, dir.display());
+        let options = wasmctrl::build::BuildOptions {
+            verbose: true,
+            ..options
+        };
+        wasmctrl::build::build(&dir, &options)
+            .with_context(|| format!("plugin {:?}", plugin.name))?;
     }
+    Ok(())
+}
+
+fn build(
+    dir: PathBuf,
+    out: Option<PathBuf>,
+    language: Option<wasmctrl::build::Language>,
+    package: Option<String>,
+) -> anyhow::Result<()> {
+    let options = wasmctrl::build::BuildOptions {
+        out,
+        language,
+        package,
+        verbose: true,
+        ..wasmctrl::build::BuildOptions::default()
+    };
+    let built = wasmctrl::build::build(&dir, &options)?;
+    println!(
+        "built {} plugin {}: {} ({:.1} MB, {:.1} s{})",
+        built.language,
+        built.name,
+        built.component.display(),
+        built.size as f64 / 1e6,
+        built.took.as_secs_f64(),
+        if built.installed_toolchain {
+            ", toolchain installed"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod build;
 pub mod cache;
 pub mod config;
 pub mod controller;

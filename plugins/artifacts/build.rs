@@ -1,6 +1,17 @@
 //! Builds every plugin crate to a `wasm32-wasip2` component and writes their
 //! paths into `$OUT_DIR/artifacts.rs` (wasmtime's test-programs pattern): the
 //! components are always built from source, never committed.
+//!
+//! The Python and TypeScript plugins are built by the host's own build module
+//! (`host/src/build.rs`, included below as it is), through its toolchain
+//! cache: `$WASMCTRL_TOOLCHAINS` if set, else `wasmctrl-toolchains/` in the
+//! cargo target dir, so CI can cache it with the target dir. The first build
+//! installs componentize-py and the npm tools there (python3 3.11+, node 20+
+//! and npm needed).
+
+#[allow(dead_code)]
+#[path = "../../host/src/build.rs"]
+mod polyglot;
 
 use std::env;
 use std::fs;
@@ -19,6 +30,27 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "missing-export",
         "plugins/testing/missing-export",
     ),
+];
+
+/// (constant name, directory relative to the workspace root, component file):
+/// plugins in other languages, built by `polyglot::build`.
+const POLYGLOT: &[(&str, &str, &str)] = &[
+    ("WEBAPP_PY", "plugins/webapp-py", "webapp_py.wasm"),
+    ("WEBAPP_TS", "plugins/webapp-ts", "webapp_ts.wasm"),
+];
+
+/// What a polyglot build reads: the SDKs and the plugins, without their
+/// node_modules, test output or components.
+const POLYGLOT_INPUTS: &[&str] = &[
+    "guest-sdk-python/wasmctrl_sdk",
+    "guest-sdk-js/src",
+    "guest-sdk-js/package.json",
+    "plugins/webapp-py/webapp.py",
+    "plugins/webapp-py/pyproject.toml",
+    "plugins/webapp-ts/src",
+    "plugins/webapp-ts/package.json",
+    "plugins/webapp-ts/tsconfig.json",
+    "host/src/build.rs",
 ];
 
 fn main() {
@@ -79,6 +111,25 @@ fn main() {
         let copy = wasm_target.join(file);
         fs::copy(wasm_file(&wasm_target, "stamp"), &copy).unwrap();
         emit(name, "stamp", &copy);
+    }
+    println!("cargo:rerun-if-env-changed=WASMCTRL_TOOLCHAINS");
+    for input in POLYGLOT_INPUTS {
+        println!("cargo:rerun-if-changed={}", root.join(input).display());
+    }
+    let toolchains = env::var_os("WASMCTRL_TOOLCHAINS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_root.join("wasmctrl-toolchains"));
+    for (name, dir, file) in POLYGLOT {
+        let options = polyglot::BuildOptions {
+            out: Some(wasm_target.join(file)),
+            toolchains: Some(toolchains.clone()),
+            ..polyglot::BuildOptions::default()
+        };
+        let built = polyglot::build(&root.join(dir), &options)
+            .unwrap_or_else(|e| panic!("building {dir} failed: {e}"));
+        let label = dir.rsplit('/').next().unwrap_or(dir);
+        emit(name, label, &built.component);
     }
     all.push_str("];\n");
     fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();

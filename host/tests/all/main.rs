@@ -3,6 +3,7 @@
 
 mod controller;
 mod load;
+mod polyglot;
 mod process;
 mod sandbox;
 
