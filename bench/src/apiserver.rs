@@ -341,9 +341,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         "--watch-events must be at least 1"
     );
     ensure!(
-        options.watch_events <= wasmctrl_apiserver::storage::HISTORY_LEN,
+        options.watch_events <= wasmctrl_apiserver::WATCH_HISTORY_LEN,
         "--watch-events must fit in the server's history window ({})",
-        wasmctrl_apiserver::storage::HISTORY_LEN
+        wasmctrl_apiserver::WATCH_HISTORY_LEN
     );
     let load_before = load_average();
     let tokio = tokio::runtime::Builder::new_multi_thread()

@@ -26,7 +26,7 @@ async fn behaves_like_the_rust_webapp(name: &str, path: &str) {
     let rt = runtime();
     let rust = load(&rt, "webapp", artifacts::WEBAPP, Limits::default()).await;
     let guest = rt
-        .load(crate::spec(name, path))
+        .load_file(path, crate::spec(name))
         .await
         .unwrap_or_else(|e| panic!("{name} does not load: {e}"));
 
