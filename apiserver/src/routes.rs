@@ -326,12 +326,12 @@ fn parse_target<'a>(
     version: &str,
     rest: &[&'a str],
 ) -> Result<Target<'a>, ApiError> {
-    let is_ns_sub = |r: &[&str]| {
-        group.is_empty()
-            && r.len() == 3
-            && r[0] == "namespaces"
-            && matches!(r[2], "status" | "finalize")
-    };
+    // `namespaces/NAME/status|finalize` addresses a namespace's
+    // subresource in every group, exactly as RequestInfo (and so
+    // authorization) reads it: routing must never disagree with what was
+    // authorized.
+    let is_ns_sub =
+        |r: &[&str]| r.len() == 3 && r[0] == "namespaces" && matches!(r[2], "status" | "finalize");
     let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" && !is_ns_sub(rest) {
         (Some(rest[1]), &rest[2..])
     } else {

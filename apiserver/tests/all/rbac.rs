@@ -1095,6 +1095,20 @@ async fn access_reviews_answer_from_the_same_evaluator() {
         "{r}"
     );
 
+    // Bounded: at most 1000 groups.
+    let groups: Vec<String> = (0..1001).map(|i| format!("g{i}")).collect();
+    let (code, r) = post(
+        admin.clone(),
+        SARS,
+        sar(json!({"groups": groups, "resourceAttributes": {"verb": "get", "resource": "pods"}})),
+    )
+    .await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        r["message"],
+        "groups has 1001 items; at most 1000 are accepted"
+    );
+
     // Asking about others is itself authorized.
     let (code, r) = post(
         bot.clone(),
@@ -1281,6 +1295,16 @@ async fn the_admin_stays_all_powerful_and_impersonates_as_upstream() {
     )
     .await;
     assert_eq!(code, 500, "{r}");
+    // Bounded: at most 64 impersonation headers.
+    let names: Vec<String> = (0..65).map(|i| format!("g{i}")).collect();
+    let mut many = vec![("Impersonate-User", "alice")];
+    many.extend(names.iter().map(|g| ("Impersonate-Group", g.as_str())));
+    let (code, r) = raw_with(&admin, "GET", "/version", &many, None).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        r["message"],
+        "too many impersonation headers: 66 (limit 64)"
+    );
 
     // Others need the impersonate verb.
     let as_alice = [("Impersonate-User", "alice")];
@@ -1428,6 +1452,21 @@ async fn tokens_live_only_as_long_as_their_service_account_and_bound_object() {
         r["status"]["error"].as_str().unwrap().contains("audiences"),
         "{r}"
     );
+
+    // Bounded: at most 100 audiences.
+    let audiences: Vec<String> = (0..101).map(|i| format!("a{i}")).collect();
+    let tr: TokenRequest =
+        serde_json::from_value(json!({"spec": {"audiences": audiences}})).unwrap();
+    match sas
+        .create_token_request(SA, &PostParams::default(), &tr)
+        .await
+    {
+        Err(kube::Error::Api(s)) => assert_eq!(
+            (s.code, s.message.as_str()),
+            (400, "audiences has 101 items; at most 100 are accepted")
+        ),
+        other => panic!("expected 400, got {other:?}"),
+    }
 
     // Bound to a pod: valid while the pod exists.
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), NS);
