@@ -27,6 +27,7 @@ use super::selector::LabelSelector;
 use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
 use crate::cache::{InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
+use crate::leader::Fence;
 use crate::metrics::{HostApiLabels, LimitLabels, Metrics, PluginLabel};
 use crate::syntax::{self as validate, Invalid};
 use crate::workqueue::ratelimit::BucketRateLimiter;
@@ -76,6 +77,8 @@ pub struct ClusterApi {
     limits: ApiLimits,
     /// The plugin's API rate limit: a token bucket with reservations.
     bucket: BucketRateLimiter,
+    /// Open while this host is the leader (always, without election).
+    fence: Fence,
 }
 
 impl ClusterApi {
@@ -87,6 +90,7 @@ impl ClusterApi {
         grant: Grant,
         metrics: Arc<Metrics>,
         limits: ApiLimits,
+        fence: Fence,
     ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
@@ -105,6 +109,7 @@ impl ClusterApi {
             recorder,
             bucket: BucketRateLimiter::new(limits.qps, limits.burst),
             limits,
+            fence,
         }
     }
 
@@ -141,8 +146,14 @@ impl ClusterApi {
         ApiError::Invalid(e.to_string())
     }
 
-    /// Waits for the plugin's API rate limit (bounded by `deadline`).
+    /// Waits for the plugin's API rate limit (bounded by `deadline`), and
+    /// refuses when this host is not (or no longer surely) the leader.
     async fn throttle(&self, deadline: Instant) -> Result<(), ApiError> {
+        if !self.fence.is_open() {
+            return Err(ApiError::Unavailable(
+                "this host is not the leader (its lease was not renewed in time); the request was not sent".into(),
+            ));
+        }
         let label = PluginLabel {
             plugin: self.plugin.clone(),
         };
@@ -163,6 +174,11 @@ impl ClusterApi {
             )));
         }
         tokio::time::sleep(wait).await;
+        if !self.fence.is_open() {
+            return Err(ApiError::Unavailable(
+                "this host stopped being the leader while the request waited".into(),
+            ));
+        }
         Ok(())
     }
 

@@ -32,7 +32,7 @@ use crate::admin;
 use crate::cache::SharedCache;
 use crate::config::HostConfig;
 use crate::discovery::{self, Resolver};
-use crate::leader::LeaderElection;
+use crate::leader::{Fence, LeaderElection};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::runtime::{LoadError, Runtime, RuntimeError};
 use crate::source::{FileWatcher, SourceError};
@@ -125,6 +125,8 @@ pub(crate) struct Host {
     plugins: Mutex<BTreeMap<String, PluginEntry>>,
     /// Whether this host leads (always true without leader election).
     leader: watch::Receiver<bool>,
+    /// Open while this host surely holds the lease; guards plugins' requests.
+    fence: Fence,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
     stop: CancellationToken,
@@ -160,6 +162,11 @@ impl Manager {
             None => None,
         };
         let (leader_tx, leader) = watch::channel(!config.leader_election.enabled);
+        let fence = if config.leader_election.enabled {
+            Fence::closed()
+        } else {
+            Fence::open()
+        };
         let host = Arc::new(Host {
             cache: Arc::new(SharedCache::new(client.clone())),
             resolver: Arc::new(Resolver::new(client.clone())),
@@ -169,6 +176,7 @@ impl Manager {
             metrics,
             plugins: Mutex::new(BTreeMap::new()),
             leader,
+            fence,
             watcher: options.watch_sources.then(FileWatcher::new),
             stop: CancellationToken::new(),
             config,
@@ -234,6 +242,7 @@ impl Manager {
             Some(tokio::spawn(election.run(
                 host.client.clone(),
                 tx,
+                host.fence.clone(),
                 election_stop.clone(),
             )))
         } else {
@@ -275,8 +284,14 @@ impl Manager {
         if let Some(w) = config_changes {
             w.abort();
         }
-        tracing::info!("shutting down: draining queues");
-        host.shutdown().await;
+        if let Err(ManagerError::LeadershipLost) = &outcome {
+            // Another host may lead soon: stop at once, cancelling what runs.
+            tracing::error!("leadership lost: stopping every worker now");
+            host.shutdown(std::time::Duration::ZERO).await;
+        } else {
+            tracing::info!("shutting down: draining queues");
+            host.shutdown(host.config.shutdown_timeout).await;
+        }
         election_stop.cancel();
         if let Some(e) = election {
             let _ = e.await;
@@ -339,8 +354,9 @@ impl Host {
         }
     }
 
-    async fn shutdown(&self) {
-        let timeout = self.config.shutdown_timeout;
+    /// Drains every plugin: workers finish their keys for up to `timeout`,
+    /// then what still runs is cancelled.
+    async fn shutdown(&self, timeout: std::time::Duration) {
         let mut draining = Vec::new();
         for entry in self.plugins.lock().unwrap().values_mut() {
             if let Ok(Some(workers)) = entry.begin_drain() {

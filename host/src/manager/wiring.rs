@@ -127,6 +127,7 @@ impl Host {
                 qps,
                 burst,
             },
+            self.fence.clone(),
         ))
     }
 

@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use hmac::{Hmac, Mac};
 use sha2::{Digest as _, Sha256};
@@ -39,7 +39,10 @@ pub(crate) struct ComponentCache {
     dir: Option<PathBuf>,
     /// Distinguishes artifacts of engines with other settings (fuel, version).
     engine_hash: String,
-    memory: Mutex<HashMap<String, Component>>,
+    /// Components of loaded plugins, by digest. Weak: a version no plugin
+    /// holds any more is freed (a long run of hot swaps does not grow the
+    /// host); loading it again comes from disk.
+    memory: Mutex<HashMap<String, Weak<Component>>>,
 }
 
 impl ComponentCache {
@@ -55,13 +58,20 @@ impl ComponentCache {
     }
 
     /// The compiled component for `bytes` (whose digest is `digest`).
+    /// The plugin keeps the returned `Arc` for as long as it is loaded.
     pub(crate) fn get_or_compile(
         &self,
         digest: &str,
         bytes: &[u8],
-    ) -> wasmtime::Result<(Component, CacheHit)> {
-        if let Some(c) = self.memory.lock().unwrap().get(digest) {
-            return Ok((c.clone(), CacheHit::Memory));
+    ) -> wasmtime::Result<(Arc<Component>, CacheHit)> {
+        if let Some(c) = self
+            .memory
+            .lock()
+            .unwrap()
+            .get(digest)
+            .and_then(Weak::upgrade)
+        {
+            return Ok((c, CacheHit::Memory));
         }
         let file = self.dir.as_ref().map(|d| {
             d.join(format!(
@@ -79,10 +89,7 @@ impl ComponentCache {
                     // digest, and they are read into memory once, so the file
                     // cannot change between the check and the load.
                     match unsafe { Component::deserialize(&self.engine, &bytes) } {
-                        Ok(c) => {
-                            self.remember(digest, &c);
-                            return Ok((c, CacheHit::Disk));
-                        }
+                        Ok(c) => return Ok((self.remember(digest, c), CacheHit::Disk)),
                         Err(e) => {
                             tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
                         }
@@ -94,20 +101,33 @@ impl ComponentCache {
             }
         }
         let component = Component::new(&self.engine, bytes)?;
-        if let Some(file) = file
-            && let Err(e) = self.store(&file, &component)
-        {
-            tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}");
+        if let Some(file) = file {
+            match self.store(&file, &component) {
+                Ok(()) => prune(file.parent().unwrap_or(std::path::Path::new("."))),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}")
+                }
+            }
         }
-        self.remember(digest, &component);
-        Ok((component, CacheHit::Compiled))
+        Ok((self.remember(digest, component), CacheHit::Compiled))
     }
 
-    fn remember(&self, digest: &str, component: &Component) {
+    fn remember(&self, digest: &str, component: Component) -> Arc<Component> {
+        let component = Arc::new(component);
+        let mut memory = self.memory.lock().unwrap();
+        memory.retain(|_, w| w.strong_count() > 0);
+        memory.insert(digest.to_string(), Arc::downgrade(&component));
+        component
+    }
+
+    /// Digests whose compiled component is in memory (held by a plugin).
+    pub(crate) fn resident(&self) -> usize {
         self.memory
             .lock()
             .unwrap()
-            .insert(digest.to_string(), component.clone());
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
     }
 
     fn store(&self, file: &std::path::Path, component: &Component) -> wasmtime::Result<()> {
@@ -215,4 +235,28 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
         .open(path)?;
     f.write_all(bytes)?;
     f.sync_all()
+}
+
+/// Compiled artifacts kept on disk; older ones are removed.
+const KEEP_ON_DISK: usize = 64;
+
+/// Removes all but the [`KEEP_ON_DISK`] most recently written artifacts of
+/// `dir`: a host that swaps versions for weeks keeps a bounded cache.
+fn prune(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    if artifacts.len() <= KEEP_ON_DISK {
+        return;
+    }
+    artifacts.sort();
+    for (_, old) in &artifacts[..artifacts.len() - KEEP_ON_DISK] {
+        let _ = std::fs::remove_file(old);
+    }
 }

@@ -187,6 +187,12 @@ impl Runtime {
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
     }
+
+    /// How many compiled components are held in memory (those of loaded
+    /// plugin versions; others are dropped).
+    pub fn resident_components(&self) -> usize {
+        self.inner.cache.resident()
+    }
 }
 
 /// Bumps the engine's epoch every `tick` until the engine is dropped.

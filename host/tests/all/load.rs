@@ -212,3 +212,17 @@ async fn a_tampered_compiled_artifact_is_recompiled_not_loaded() {
     assert_eq!(c.cache_hit(), CacheHit::Compiled);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_version_no_plugin_holds_is_evicted_from_memory() {
+    let rt = runtime();
+    let a = load(&rt, "noop", artifacts::NOOP, Limits::default()).await;
+    let b = load(&rt, "misbehave", artifacts::MISBEHAVE, Limits::default()).await;
+    assert_eq!(rt.resident_components(), 2);
+    drop(a);
+    assert_eq!(rt.resident_components(), 1, "the dropped version is freed");
+    let again = load(&rt, "noop", artifacts::NOOP, Limits::default()).await;
+    assert_eq!(again.cache_hit(), CacheHit::Compiled);
+    drop((b, again));
+    assert_eq!(rt.resident_components(), 0);
+}
