@@ -39,7 +39,8 @@ pub struct Resolution {
     pub manifest: String,
     /// The component layer's digest.
     pub layer: String,
-    /// When it was resolved (RFC 3339).
+    /// When the reference was first seen resolving to this manifest (RFC
+    /// 3339).
     pub resolved_at: String,
 }
 

@@ -17,12 +17,15 @@ pub(crate) fn install_crypto_provider() {
     });
 }
 
+/// The longest a connection may take to open (within a fetch's timeout).
+pub(crate) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The HTTP client of URL sources: rustls with the platform's roots, at
-/// most 5 redirects, `connect_timeout` to connect.
-pub(crate) fn client(connect_timeout: std::time::Duration) -> Result<reqwest::Client, String> {
+/// most 5 redirects, at most `timeout` (and [`CONNECT_TIMEOUT`]) to connect.
+pub(crate) fn client(timeout: std::time::Duration) -> Result<reqwest::Client, String> {
     install_crypto_provider();
     reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
+        .connect_timeout(timeout.min(CONNECT_TIMEOUT))
         .redirect(reqwest::redirect::Policy::limited(5))
         .user_agent(concat!("wasmctrl/", env!("CARGO_PKG_VERSION")))
         .build()

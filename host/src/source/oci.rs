@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use futures::StreamExt;
 use futures::future::BoxFuture;
@@ -30,7 +29,7 @@ use oci_client::{Reference, RegistryOperation};
 
 use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::cache::now_rfc3339;
-use super::http::{chain, install_crypto_provider, read_bounded};
+use super::http::{CONNECT_TIMEOUT, chain, install_crypto_provider, read_bounded};
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
 use crate::config::{FetchLimits, OciSourceSpec};
 use crate::runtime::digest;
@@ -177,16 +176,26 @@ impl Inner {
     /// the cache when the manifest it resolves to was pulled before.
     async fn fetch_from_registry(&self) -> Result<(Artifact, String), Failure> {
         let origin = self.origin();
-        let manifest_digest = match self.reference.digest() {
-            Some(d) => d.to_string(),
-            None => self.resolve_tag_now().await?,
-        };
-        let pinned = pin(&self.reference, &manifest_digest);
-        if let Some((artifact, _)) = self.cached(&pinned.whole()).await {
-            return Ok((artifact, manifest_digest));
+        // Pinned and pulled before: nothing to ask the registry.
+        if let Some(d) = self.reference.digest()
+            && let Some((artifact, _)) = self.cached(&pin(&self.reference, d).whole()).await
+        {
+            return Ok((artifact, d.to_string()));
         }
         let registry = Registry::connect(&self.options, &origin)?;
         let auth = registry.auth(&self.reference).await?;
+        let manifest_digest = match self.reference.digest() {
+            Some(d) => d.to_string(),
+            None => registry.resolve(&self.reference, &auth).await?,
+        };
+        let pinned = pin(&self.reference, &manifest_digest);
+        if let Some((artifact, r)) = self.cached(&pinned.whole()).await {
+            // A tag back on a manifest pulled before: it is what the tag
+            // resolves to now, for a restart without the registry.
+            self.remember(&self.spec.reference, &r.manifest, &r.layer)
+                .await;
+            return Ok((artifact, manifest_digest));
+        }
         let (manifest, _) = registry.manifest(&pinned, &auth).await?;
         let layer = artifact::component_layer(&manifest, self.options.limits.max_size).map_err(
             |message| SourceError::NotWasmArtifact {
@@ -200,20 +209,33 @@ impl Inner {
         if let Err(e) = self.cache.write(&bytes).await {
             tracing::warn!(%origin, cache = %self.cache.dir().display(), "cannot cache the component: {e}");
         }
-        let resolved_at = now_rfc3339();
-        for reference in [self.spec.reference.clone(), pinned.whole()] {
-            let record = Resolution {
-                reference,
-                manifest: manifest_digest.clone(),
-                layer: layer.digest.clone(),
-                resolved_at: resolved_at.clone(),
-            };
-            if let Err(e) = self.cache.remember(&record).await {
-                tracing::warn!(%origin, cache = %self.cache.dir().display(), "cannot record the resolved digest: {e}");
-            }
-        }
+        self.remember(&pinned.whole(), &manifest_digest, &layer.digest)
+            .await;
+        self.remember(&self.spec.reference, &manifest_digest, &layer.digest)
+            .await;
         let digest = layer.digest.clone();
         Ok((Artifact { bytes, digest }, manifest_digest))
+    }
+
+    /// Records that `reference` resolved to `manifest` whose component is
+    /// `layer` (unless already recorded); a failure to write only costs a
+    /// download later.
+    async fn remember(&self, reference: &str, manifest: &str, layer: &str) {
+        if let Some(r) = self.cache.resolution(reference).await
+            && r.manifest == manifest
+            && r.layer == layer
+        {
+            return;
+        }
+        let record = Resolution {
+            reference: reference.to_string(),
+            manifest: manifest.to_string(),
+            layer: layer.to_string(),
+            resolved_at: now_rfc3339(),
+        };
+        if let Err(e) = self.cache.remember(&record).await {
+            tracing::warn!(origin = %self.origin(), cache = %self.cache.dir().display(), "cannot record the resolved digest: {e}");
+        }
     }
 
     /// The cached component `reference` last resolved to, if intact.
@@ -298,7 +320,7 @@ impl Registry {
             },
             // An image index is a multi-platform image, never a wasm artifact.
             platform_resolver: None,
-            connect_timeout: Some(options.limits.timeout.min(Duration::from_secs(30))),
+            connect_timeout: Some(options.limits.timeout.min(CONNECT_TIMEOUT)),
             read_timeout: Some(options.limits.timeout),
             user_agent: concat!("wasmctrl/", env!("CARGO_PKG_VERSION")),
             ..Default::default()

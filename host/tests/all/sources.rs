@@ -76,23 +76,34 @@ impl Registry {
             ));
         }
         std::fs::write(&config, text).unwrap();
+        // The registry logs every 404 as an error: kept aside, shown only
+        // if it does not start.
+        let log = dir.path().join("registry.log");
         let child = Command::new(&bin)
             .arg("serve")
             .arg(&config)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-        let registry = Self {
+        let mut registry = Self {
             child: Some(child),
             addr,
             _dir: dir,
         };
+        let deadline = Instant::now() + Duration::from_secs(30);
         // 401 when it wants credentials: it is up either way.
-        wait_until("the registry answers /v2/", Duration::from_secs(30), || {
-            matches!(http_status(addr, "/v2/"), Some(200 | 401))
-        });
+        while !matches!(http_status(addr, "/v2/"), Some(200 | 401)) {
+            let exited = registry.child.as_mut().unwrap().try_wait().unwrap();
+            if exited.is_some() || Instant::now() > deadline {
+                panic!(
+                    "the registry did not start on {addr} ({exited:?}): {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         registry
     }
 
@@ -118,17 +129,6 @@ impl Drop for Registry {
 fn free_port() -> SocketAddr {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     l.local_addr().unwrap()
-}
-
-fn wait_until(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// The status of a plain HTTP GET (blocking; for readiness checks).
@@ -308,14 +308,17 @@ async fn a_restart_with_the_registry_down_starts_from_the_disk_cache() {
     let manifest = push(&reference, artifacts::STAMP_V1).await;
     let pinned = registry.reference(&format!("plugins/stamp@{manifest}"));
     let expected = file_digest(artifacts::STAMP_V1);
+    let source = oci_source(&reference, None, cache.path());
+    assert_eq!(source.fetch().await.unwrap().digest, expected);
+    // The tag moves to v2 and back to v1's very manifest (a rollback by
+    // retagging): the cache must remember v1 as what the tag names now.
+    push(&reference, artifacts::STAMP_V2).await;
     assert_eq!(
-        oci_source(&reference, None, cache.path())
-            .fetch()
-            .await
-            .unwrap()
-            .digest,
-        expected
+        source.fetch().await.unwrap().digest,
+        file_digest(artifacts::STAMP_V2)
     );
+    retag(&pinned, &reference).await;
+    assert_eq!(source.fetch().await.unwrap().digest, expected);
 
     // A registry that answers "no such tag" is believed, cache or not.
     let gone = registry.reference("plugins/noop:gone");
@@ -372,6 +375,34 @@ async fn a_restart_with_the_registry_down_starts_from_the_disk_cache() {
         .await
         .unwrap_err();
     assert!(matches!(err, SourceError::Unavailable { .. }), "{err:?}");
+}
+
+/// Points tag `to` at the manifest `from` (pinned) names, as `crane tag`
+/// or `oras tag` do.
+async fn retag(from: &str, to: &str) {
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::Http,
+        ..Default::default()
+    });
+    let auth = oci_client::secrets::RegistryAuth::Anonymous;
+    let (raw, _) = client
+        .pull_manifest_raw(
+            &from.parse().unwrap(),
+            &auth,
+            &["application/vnd.oci.image.manifest.v1+json"],
+        )
+        .await
+        .unwrap();
+    client
+        .push_manifest_raw(
+            &to.parse().unwrap(),
+            raw,
+            "application/vnd.oci.image.manifest.v1+json"
+                .parse()
+                .unwrap(),
+        )
+        .await
+        .unwrap();
 }
 
 /// Serves `body` at every path over plain HTTP on loopback; returns the
