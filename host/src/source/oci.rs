@@ -55,8 +55,11 @@ struct Inner {
     reference: Reference,
     options: RegistryOptions,
     cache: DiskCache,
-    /// The manifest digest of the last successful fetch: a poll that
-    /// resolves to another yields a change.
+    /// The manifest the last fetch reached a verdict on (loaded, or
+    /// refused for what it is); None after a fetch that failed before (a
+    /// network or credentials failure). A poll that resolves the tag to
+    /// another manifest yields a change, so a transient failure is retried
+    /// at the next poll and a refused manifest is not.
     fetched: Mutex<Option<String>>,
 }
 
@@ -65,6 +68,9 @@ struct Inner {
 enum Failure {
     Unreachable(String),
     Refused(SourceError),
+    /// The registry answered with the manifest named here, and it is
+    /// refused for what it is (not a wasm artifact, too large, corrupt).
+    RefusedManifest(SourceError, String),
 }
 
 impl From<SourceError> for Failure {
@@ -150,9 +156,20 @@ impl Inner {
             });
         let (artifact, manifest) = match outcome {
             Ok(found) => found,
-            Err(Failure::Refused(e)) => return Err(e),
+            Err(Failure::RefusedManifest(e, manifest)) => {
+                // Polls stay quiet until the tag moves again; this says why
+                // once.
+                tracing::warn!(origin = %self.origin(), %manifest, "refusing the manifest the reference resolves to: {e}");
+                *self.fetched.lock().unwrap() = Some(manifest);
+                return Err(e);
+            }
+            Err(Failure::Refused(e)) => {
+                *self.fetched.lock().unwrap() = None;
+                return Err(e);
+            }
             Err(Failure::Unreachable(message)) => {
                 let Some((artifact, r)) = self.cached(&self.spec.reference).await else {
+                    *self.fetched.lock().unwrap() = None;
                     return Err(SourceError::Unavailable {
                         origin: self.origin(),
                         message: format!("the registry is unreachable: {message}"),
@@ -196,16 +213,25 @@ impl Inner {
                 .await;
             return Ok((artifact, manifest_digest));
         }
-        let (manifest, _) = registry.manifest(&pinned, &auth).await?;
-        let layer = artifact::component_layer(&manifest, self.options.limits.max_size).map_err(
-            |message| SourceError::NotWasmArtifact {
-                origin: origin.clone(),
-                message,
-            },
-        )?;
-        let bytes = registry
-            .blob(&pinned, layer, self.options.limits.max_size)
-            .await?;
+        let pulled = async {
+            let (manifest, _) = registry.manifest(&pinned, &auth).await?;
+            let layer = artifact::component_layer(&manifest, self.options.limits.max_size)
+                .map_err(|message| SourceError::NotWasmArtifact {
+                    origin: origin.clone(),
+                    message,
+                })?
+                .clone();
+            let bytes = registry
+                .blob(&pinned, &layer, self.options.limits.max_size)
+                .await?;
+            Ok::<_, Failure>((layer, bytes))
+        }
+        .await;
+        let (layer, bytes) = match pulled {
+            Ok(found) => found,
+            Err(Failure::Refused(e)) => return Err(Failure::RefusedManifest(e, manifest_digest)),
+            Err(other) => return Err(other),
+        };
         if let Err(e) = self.cache.write(&bytes).await {
             tracing::warn!(%origin, cache = %self.cache.dir().display(), "cannot cache the component: {e}");
         }
@@ -276,7 +302,7 @@ impl Inner {
 /// A failure where no cache stands in: an error either way.
 fn reached(origin: &str, f: Failure) -> SourceError {
     match f {
-        Failure::Refused(e) => e,
+        Failure::Refused(e) | Failure::RefusedManifest(e, _) => e,
         Failure::Unreachable(message) => SourceError::Download {
             origin: origin.to_string(),
             message: format!("cannot reach the registry: {message}"),
@@ -287,7 +313,7 @@ fn reached(origin: &str, f: Failure) -> SourceError {
 fn describe(f: Failure) -> String {
     match f {
         Failure::Unreachable(m) => m,
-        Failure::Refused(e) => e.to_string(),
+        Failure::Refused(e) | Failure::RefusedManifest(e, _) => e.to_string(),
     }
 }
 

@@ -170,10 +170,15 @@ fn insecure() -> RegistryOptions {
 /// A docker config without credentials, so a developer's own
 /// `~/.docker/config.json` never leaks into the tests.
 fn empty_docker_config() -> PathBuf {
-    let path =
-        std::env::temp_dir().join(format!("wasmctrl-empty-docker-{}.json", std::process::id()));
-    std::fs::write(&path, r#"{"auths": {}}"#).unwrap();
-    path
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    // Written once: tests run concurrently and read it while others start.
+    PATH.get_or_init(|| {
+        let path =
+            std::env::temp_dir().join(format!("wasmctrl-empty-docker-{}.json", std::process::id()));
+        std::fs::write(&path, r#"{"auths": {}}"#).unwrap();
+        path
+    })
+    .clone()
 }
 
 async fn push(reference: &str, component: &str) -> String {
@@ -256,24 +261,9 @@ async fn a_pinned_reference_never_polls_and_a_non_wasm_artifact_is_refused() {
 
     // A container image's manifest (an OCI image config and a tar layer)
     // is not a wasm artifact: refused, saying why.
-    let client = oci_client::Client::new(oci_client::client::ClientConfig {
-        protocol: oci_client::client::ClientProtocol::Http,
-        ..Default::default()
-    });
-    let image: oci_client::Reference = registry.reference("plugins/image:1").parse().unwrap();
-    let layer = oci_client::client::ImageLayer::oci_v1(b"not a tarball".to_vec(), None);
-    let config = oci_client::client::Config::oci_v1(b"{}".to_vec(), None);
-    client
-        .push(
-            &image,
-            &[layer],
-            config,
-            &oci_client::secrets::RegistryAuth::Anonymous,
-            None,
-        )
-        .await
-        .expect("image pushed");
-    let err = oci_source(&image.whole(), None, cache.path())
+    let image = registry.reference("plugins/image:1");
+    push_image(&image).await;
+    let err = oci_source(&image, None, cache.path())
         .fetch()
         .await
         .unwrap_err();
@@ -403,6 +393,88 @@ async fn retag(from: &str, to: &str) {
         )
         .await
         .unwrap();
+}
+
+/// Pushes a container image (an OCI image config and a tar layer), which
+/// is not a wasm artifact, to `reference`.
+async fn push_image(reference: &str) {
+    let client = oci_client::Client::new(oci_client::client::ClientConfig {
+        protocol: oci_client::client::ClientProtocol::Http,
+        ..Default::default()
+    });
+    let image: oci_client::Reference = reference.parse().unwrap();
+    let layer = oci_client::client::ImageLayer::oci_v1(b"not a tarball".to_vec(), None);
+    let config = oci_client::client::Config::oci_v1(b"{}".to_vec(), None);
+    client
+        .push(
+            &image,
+            &[layer],
+            config,
+            &oci_client::secrets::RegistryAuth::Anonymous,
+            None,
+        )
+        .await
+        .expect("image pushed");
+}
+
+/// The next change of `changes`, within 20 s.
+async fn next_change(changes: &mut futures::stream::BoxStream<'static, ()>) {
+    tokio::time::timeout(Duration::from_secs(20), changes.next())
+        .await
+        .expect("a change within 20s")
+        .expect("the change stream is open")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tag_source_retries_a_failed_fetch_but_not_a_refused_manifest() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let reference = registry.reference("plugins/stamp:retry");
+    push(&reference, artifacts::STAMP_V1).await;
+    let docker = dir.path().join("config.json");
+    std::fs::write(&docker, r#"{"auths": {}}"#).unwrap();
+    let source = OciSource::new(
+        OciSourceSpec {
+            reference: reference.clone(),
+            poll_interval: Some(Duration::from_secs(1)),
+            insecure: true,
+            docker_config: Some(docker.clone()),
+            limits: insecure().limits,
+        },
+        DiskCache::new(dir.path().join("cache")),
+    );
+    source.fetch().await.unwrap();
+    let mut changes = source.changes();
+
+    // The tag moves, but the fetch fails (the credentials file is being
+    // rewritten): the next poll reports the change again.
+    push(&reference, artifacts::STAMP_V2).await;
+    next_change(&mut changes).await;
+    std::fs::write(&docker, "{").unwrap();
+    let err = source.fetch().await.unwrap_err();
+    assert!(matches!(err, SourceError::Credentials { .. }), "{err:?}");
+    std::fs::write(&docker, r#"{"auths": {}}"#).unwrap();
+    next_change(&mut changes).await;
+    assert_eq!(
+        source.fetch().await.unwrap().digest,
+        file_digest(artifacts::STAMP_V2)
+    );
+
+    // The tag moves to something that is not a wasm artifact: reported
+    // once, refused, and not retried while the tag stays there.
+    push_image(&reference).await;
+    next_change(&mut changes).await;
+    let err = source.fetch().await.unwrap_err();
+    assert!(
+        matches!(err, SourceError::NotWasmArtifact { .. }),
+        "{err:?}"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_millis(2500), changes.next())
+            .await
+            .is_err(),
+        "a refused manifest was reported again"
+    );
 }
 
 /// Serves `body` at every path over plain HTTP on loopback; returns the
@@ -583,13 +655,25 @@ plugins:
     assert!(dir.path().join("cache/sources/blobs/sha256").is_dir());
 
     push(&reference, artifacts::STAMP_V2).await;
-    eventually("v2 live in /plugins", Duration::from_secs(30), || async {
-        plugin_status(admin)
-            .await
+    let last = std::sync::Mutex::new(None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = plugin_status(admin).await;
+        if let Some(p) = status
+            .as_ref()
             .filter(|p| p["version"] == "2.0.0" && p["generation"] == 2)
-            .map(|p| assert_eq!(p["digest"], file_digest(artifacts::STAMP_V2)))
-    })
-    .await;
+        {
+            assert_eq!(p["digest"], file_digest(artifacts::STAMP_V2));
+            break;
+        }
+        *last.lock().unwrap() = status;
+        assert!(
+            Instant::now() < deadline,
+            "v2 not live in /plugins within 30s: {:?}",
+            last.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The swap re-enqueues every key: the object is stamped by v2.
     eventually("the v2 stamp", Duration::from_secs(30), || async {
         (stamp_of(&api, "cm-oci").await.as_deref() == Some("v2")).then_some(())
