@@ -405,15 +405,7 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// A kube client for the cluster of the kubeconfig at `path`.
 pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
-    Ok(kube::Client::try_from(config)?)
+    Ok(wasmctrl::client::client_for(path).await?)
 }
 
 /// `dev` builds plugins whose component is missing when its path follows

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, ObjectMeta, PostParams};
 use wasmctrl::cache::{InformerKey, Notification, SharedCache};
 
-use crate::{Cluster, eventually};
+use wasmctrl_e2e::{Cluster, eventually};
 
 fn configmap(name: &str) -> ConfigMap {
     ConfigMap {

@@ -3,9 +3,7 @@
 //! user would.
 
 mod cache;
-mod harness;
+mod hostile;
 mod hotswap;
 mod manager;
 mod webapp;
-
-pub use harness::*;
