@@ -13,11 +13,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 use tempfile::TempDir;
-use wasmctrl::config::{FetchLimits, HostConfig, OciSourceSpec, UrlSourceSpec};
-use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl::config::{FetchLimits, OciSourceSpec, UrlSourceSpec};
 use wasmctrl::runtime::digest;
 use wasmctrl::source::oci::{self, RegistryOptions};
 use wasmctrl::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
+use wasmctrl::test_util::{RunningHost, eventually, host_config};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::{runtime, spec};
@@ -559,24 +559,6 @@ async fn cluster() -> (wasmctrl_apiserver::ApiServer, kube::Client) {
     (server, kube::Client::try_from(config).unwrap())
 }
 
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn stamp_of(api: &Api<ConfigMap>, name: &str) -> Option<String> {
     api.get(name)
         .await
@@ -585,14 +567,6 @@ async fn stamp_of(api: &Api<ConfigMap>, name: &str) -> Option<String> {
         .labels?
         .get("wasmctrl.dev/stamp")
         .cloned()
-}
-
-async fn plugin_status(admin: SocketAddr) -> Option<serde_json::Value> {
-    let (_, body) = tokio::task::spawn_blocking(move || http_get(admin, "/plugins"))
-        .await
-        .unwrap()?;
-    let all: serde_json::Value = serde_json::from_str(&body).ok()?;
-    all.as_array()?.first().cloned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -618,23 +592,7 @@ plugins:
 "#,
         docker = empty_docker_config().display()
     );
-    let config = HostConfig::parse(Path::new("sources.yaml"), &text, dir.path().to_path_buf())
-        .expect("valid config");
-    let manager = Manager::start(
-        config,
-        client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            ..ManagerOptions::default()
-        },
-    )
-    .await
-    .expect("the manager starts with the plugin from the registry");
-    let admin = manager.admin_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let done = tokio::spawn(manager.run(async move {
-        let _ = stopped.await;
-    }));
+    let host = RunningHost::start(host_config(&text, dir.path()), client.clone(), None).await;
 
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     let cm = ConfigMap {
@@ -649,16 +607,15 @@ plugins:
         (stamp_of(&api, "cm-oci").await.as_deref() == Some("v1")).then_some(())
     })
     .await;
-    let status = plugin_status(admin).await.expect("/plugins lists stamp");
+    let status = host.plugin("stamp").await.expect("/plugins lists stamp");
     assert_eq!(status["source"], format!("oci://{reference}"));
     assert_eq!(status["digest"], file_digest(artifacts::STAMP_V1));
     assert!(dir.path().join("cache/sources/blobs/sha256").is_dir());
 
     push(&reference, artifacts::STAMP_V2).await;
-    let last = std::sync::Mutex::new(None);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let status = plugin_status(admin).await;
+        let status = host.plugin("stamp").await;
         if let Some(p) = status
             .as_ref()
             .filter(|p| p["version"] == "2.0.0" && p["generation"] == 2)
@@ -666,13 +623,11 @@ plugins:
             assert_eq!(p["digest"], file_digest(artifacts::STAMP_V2));
             break;
         }
-        *last.lock().unwrap() = status;
         assert!(
             Instant::now() < deadline,
-            "v2 not live in /plugins within 30s: {:?}",
-            last.lock().unwrap()
+            "v2 not live in /plugins within 30s: {status:?}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // The swap re-enqueues every key: the object is stamped by v2.
     eventually("the v2 stamp", Duration::from_secs(30), || async {
@@ -680,11 +635,9 @@ plugins:
     })
     .await;
 
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(15), done)
+    tokio::time::timeout(Duration::from_secs(15), host.stop())
         .await
         .expect("the manager stops")
-        .unwrap()
         .unwrap();
 }
 
