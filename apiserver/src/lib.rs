@@ -26,6 +26,7 @@
 
 mod audit;
 mod authn;
+mod authorization;
 mod authz;
 mod conn;
 mod crd;
@@ -64,7 +65,7 @@ mod yaml;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use authz::{Authorization, UnknownAuthorization};
+pub use authorization::{Authorization, UnknownAuthorization};
 pub use conn::Timeouts;
 pub use kubeconfig::KubeconfigError;
 pub use persist::PersistError;

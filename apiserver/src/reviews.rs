@@ -12,7 +12,7 @@
 
 use serde_json::{Value, json};
 
-use crate::authz::Authorization;
+use crate::authorization::Authorization;
 use crate::error::{ApiError, Cause};
 use crate::identity::UserInfo;
 use crate::rbac::{Attributes, PolicyRule, Resolver};

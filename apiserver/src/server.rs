@@ -6,7 +6,7 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde_json::Value;
 
 use crate::audit::AuditLog;
-use crate::authz::Authorization;
+use crate::authorization::Authorization;
 use crate::faults::FaultState;
 use crate::resources::{Registry, ResourceInfo, View};
 use crate::sa_token::Signer;

@@ -220,3 +220,127 @@ impl Drop for RunningHost {
         }
     }
 }
+
+/// The import cycles among the top-level modules of the crate whose
+/// sources are in `src` (each cycle as its modules in order). A top-level
+/// module is a file or directory directly in `src`; `crate::x` anywhere in
+/// it is an edge to `x`. Binaries' roots (`main.rs`) are ignored.
+pub fn module_cycles(src: &Path) -> Vec<Vec<String>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut modules: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(src).expect("the crate's src directory") {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+        if ["lib", "main"].contains(&name.as_str()) {
+            continue;
+        }
+        let files = if path.is_dir() {
+            rust_files(&path)
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            vec![path.clone()]
+        } else {
+            continue;
+        };
+        modules.entry(name).or_default().extend(files);
+    }
+    let names: BTreeSet<String> = modules.keys().cloned().collect();
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, files) in &modules {
+        let out = edges.entry(module.clone()).or_default();
+        for file in files {
+            let text = std::fs::read_to_string(file).unwrap();
+            for target in crate_references(&text) {
+                if target != *module && names.contains(&target) {
+                    out.insert(target);
+                }
+            }
+        }
+    }
+    // Every elementary cycle through its smallest module, found by DFS.
+    let mut cycles = Vec::new();
+    for start in &names {
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        while let Some((at, path)) = stack.pop() {
+            for next in edges.get(&at).into_iter().flatten() {
+                if next == start {
+                    cycles.push(path.clone());
+                } else if next > start && !path.contains(next) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    cycles
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The top-level module names the code in `text` reaches through
+/// `crate::`: `crate::a` and each first segment of `crate::{a::x, b}`.
+/// Comments (doc links included) are not code and do not count.
+fn crate_references(text: &str) -> Vec<String> {
+    let code: String = text
+        .lines()
+        .map(|l| match l.find("//") {
+            Some(i) => &l[..i],
+            None => l,
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let text = code.as_str();
+    let mut found = Vec::new();
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut rest = text;
+    while let Some(i) = rest.find("crate::") {
+        let after = &rest[i + "crate::".len()..];
+        // Not `wasmctrl_crate::` or `super_crate::`.
+        let preceded = rest[..i]
+            .chars()
+            .last()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !preceded {
+            if let Some(group) = after.strip_prefix('{') {
+                let mut depth = 0;
+                let mut item_start = true;
+                for (j, c) in group.char_indices() {
+                    match c {
+                        '{' => depth += 1,
+                        '}' if depth == 0 => break,
+                        '}' => depth -= 1,
+                        ',' if depth == 0 => {
+                            item_start = true;
+                            continue;
+                        }
+                        c if c.is_whitespace() => continue,
+                        _ => {}
+                    }
+                    if item_start && depth == 0 && c != '{' && c != '}' {
+                        found.push(ident(&group[j..]));
+                        item_start = false;
+                    }
+                }
+            } else {
+                found.push(ident(after));
+            }
+        }
+        rest = after;
+    }
+    found
+}

@@ -6,4 +6,5 @@ mod cache;
 mod hostile;
 mod hotswap;
 mod manager;
+mod modules;
 mod webapp;
