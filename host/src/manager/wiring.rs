@@ -56,12 +56,8 @@ impl Host {
         generation: u64,
         queue: Option<WorkQueue<ObjectKey>>,
     ) -> Result<PluginEntry, ManagerError> {
-        let source: Arc<dyn PluginSource> = source::from_config(
-            &config.source(),
-            &self.config.base_dir,
-            self.watcher.as_ref(),
-        )
-        .into();
+        let source: Arc<dyn PluginSource> =
+            source::from_config(&config.source(), &self.config, self.watcher.as_ref()).into();
         let api = self.plugin_api(&config);
         let plugin = self
             .load(&config, &*source, api.clone())
