@@ -76,6 +76,8 @@ pub enum ManagerError {
         plugin: String,
         source: discovery::ResolveError,
     },
+    #[error("cannot build the plugins' client: {0}")]
+    Client(#[from] crate::client::ClientError),
     #[error("admin token file {path}: {source}")]
     AdminToken {
         path: PathBuf,
@@ -98,6 +100,11 @@ pub struct ManagerOptions {
     pub config_path: Option<PathBuf>,
     /// Reload a plugin when its source changes (a file written, …).
     pub watch_sources: bool,
+    /// The client config the host's client was made from. With leader
+    /// election, plugins' requests then go through a client whose socket
+    /// writes check the leader's fence (`client::fenced_client`); without
+    /// it, the fence is checked before each request only.
+    pub kube_config: Option<kube::Config>,
 }
 
 impl Default for ManagerOptions {
@@ -108,6 +115,7 @@ impl Default for ManagerOptions {
             admin_bind: None,
             config_path: None,
             watch_sources: true,
+            kube_config: None,
         }
     }
 }
@@ -117,6 +125,8 @@ impl Default for ManagerOptions {
 pub(crate) struct Host {
     config: HostConfig,
     client: Client,
+    /// What plugins' requests go through (fenced with leader election).
+    plugin_client: Client,
     runtime: Runtime,
     engine: EngineLimits,
     metrics: Arc<Metrics>,
@@ -167,10 +177,17 @@ impl Manager {
         } else {
             Fence::open()
         };
+        let plugin_client = match (&options.kube_config, config.leader_election.enabled) {
+            (Some(kube_config), true) => {
+                crate::client::fenced_client(kube_config.clone(), fence.clone())?
+            }
+            _ => client.clone(),
+        };
         let host = Arc::new(Host {
             cache: Arc::new(SharedCache::new(client.clone())),
             resolver: Arc::new(Resolver::new(client.clone())),
             client,
+            plugin_client,
             runtime,
             engine,
             metrics,
