@@ -695,7 +695,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     assert_eq!(config["layerDigests"][0], file_digest(artifacts::STAMP_V1));
     assert_eq!(
         config["component"]["target"],
-        "wasmctrl:reconciler/reconciler@0.1.0"
+        "wasmctrl:reconciler/reconciler@0.1.1"
     );
     let exports = config["component"]["exports"].as_array().unwrap();
     assert!(
@@ -704,7 +704,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     );
     let imports = config["component"]["imports"].as_array().unwrap();
     assert!(
-        imports.contains(&"wasmctrl:reconciler/kube@0.1.0".into()),
+        imports.contains(&"wasmctrl:reconciler/kube@0.1.1".into()),
         "{imports:?}"
     );
 
