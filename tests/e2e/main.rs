@@ -6,6 +6,7 @@ mod cache;
 mod faults;
 mod hostile;
 mod hotswap;
+mod load;
 mod manager;
 mod modules;
 mod webapp;
