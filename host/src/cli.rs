@@ -128,6 +128,7 @@ impl RegistryArgs {
         RegistryOptions {
             insecure: self.insecure,
             docker_config: self.docker_config.clone(),
+            credentials: None,
             limits: wasmctrl::config::FetchLimits {
                 timeout: self.timeout,
                 ..Default::default()

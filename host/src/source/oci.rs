@@ -29,6 +29,7 @@ use oci_client::{Reference, RegistryOperation};
 
 use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::cache::now_rfc3339;
+use super::credentials::RegistryCredentials;
 use super::http::{CONNECT_TIMEOUT, chain, install_crypto_provider, read_bounded};
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
 use crate::config::{FetchLimits, OciSourceSpec};
@@ -42,6 +43,9 @@ pub struct RegistryOptions {
     /// A docker `config.json` with credentials (None: the default places,
     /// see [`credentials::docker_config_path`]).
     pub docker_config: Option<PathBuf>,
+    /// Where credentials come from instead of a docker config file (a
+    /// Kubernetes Secret); when set, `docker_config` is not read.
+    pub credentials: Option<Arc<dyn RegistryCredentials>>,
     pub limits: FetchLimits,
 }
 
@@ -84,11 +88,31 @@ impl OciSource {
     /// `docker_config`, if any, is an absolute path or relative to the
     /// working directory).
     pub fn new(spec: OciSourceSpec, cache: DiskCache) -> Self {
+        Self::build(spec, cache, None)
+    }
+
+    /// The source of a checked spec whose registry credentials come from
+    /// `credentials` (anonymous when it has none for the registry); the
+    /// spec's `docker_config` is not read.
+    pub fn with_credentials(
+        spec: OciSourceSpec,
+        cache: DiskCache,
+        credentials: Arc<dyn RegistryCredentials>,
+    ) -> Self {
+        Self::build(spec, cache, Some(credentials))
+    }
+
+    fn build(
+        spec: OciSourceSpec,
+        cache: DiskCache,
+        credentials: Option<Arc<dyn RegistryCredentials>>,
+    ) -> Self {
         let reference = Reference::try_from(spec.reference.as_str())
             .expect("validated: an oci source's reference parses");
         let options = RegistryOptions {
             insecure: spec.insecure,
             docker_config: spec.docker_config.clone(),
+            credentials,
             limits: spec.limits,
         };
         Self {
@@ -363,11 +387,13 @@ impl Registry {
     }
 
     async fn auth(&self, reference: &Reference) -> Result<RegistryAuth, SourceError> {
-        let found = credentials::credentials_for(
-            self.options.docker_config.as_deref(),
-            reference.resolve_registry(),
-        )
-        .await
+        let registry = reference.resolve_registry();
+        let found = match &self.options.credentials {
+            Some(provider) => provider.credentials(registry).await,
+            None => {
+                credentials::credentials_for(self.options.docker_config.as_deref(), registry).await
+            }
+        }
         .map_err(|source| SourceError::Credentials {
             origin: self.origin.clone(),
             source,

@@ -160,6 +160,7 @@ fn insecure() -> RegistryOptions {
     RegistryOptions {
         insecure: true,
         docker_config: Some(empty_docker_config()),
+        credentials: None,
         limits: FetchLimits {
             timeout: Duration::from_secs(30),
             ..FetchLimits::default()
