@@ -176,7 +176,7 @@ impl DiskCache {
         }
         let tagged: BTreeSet<&str> = tags.iter().map(|r| r.manifest.as_str()).collect();
         let mut needed: BTreeSet<String> = tags.iter().map(|r| r.layer.clone()).collect();
-        pinned.sort_by(|a, b| b.1.cmp(&a.1));
+        pinned.sort_by_key(|p| std::cmp::Reverse(p.1));
         for (i, (path, modified, record)) in pinned.iter().enumerate() {
             let wanted = i < keep
                 || in_use.contains(&record.layer)
@@ -206,7 +206,7 @@ impl DiskCache {
                 others.push((path, modified, len));
             }
         }
-        others.sort_by(|a, b| b.1.cmp(&a.1));
+        others.sort_by_key(|o| std::cmp::Reverse(o.1));
         for (path, _, len) in others.into_iter().skip(keep) {
             if tokio::fs::remove_file(&path).await.is_ok() {
                 pruned.blobs += 1;
