@@ -383,6 +383,15 @@ async fn dev(
         absolute(&kubeconfig_out).display()
     );
     let client = client_for(&kubeconfig_out).await?;
+    if config.plugins_from.is_some() {
+        wasmctrl::apply::apply_text(
+            &client,
+            Path::new("deploy/crds/wasmreconciler.yaml"),
+            wasmctrl::manager::WASMRECONCILER_CRD,
+        )
+        .await?;
+        println!("applied the WasmReconciler CRD (the config sets pluginsFrom)");
+    }
     if let Some(dir) = apply {
         let n = wasmctrl::apply::apply_dir(&client, &dir).await?;
         println!("applied {n} objects from {}", dir.display());
