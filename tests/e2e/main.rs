@@ -7,4 +7,5 @@ mod hostile;
 mod hotswap;
 mod manager;
 mod modules;
+mod objects;
 mod webapp;
