@@ -31,6 +31,7 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "plugins/testing/missing-export",
     ),
     ("HOSTILE", "hostile", "plugins/testing/hostile"),
+    ("MIRROR", "mirror", "plugins/testing/mirror"),
 ];
 
 /// (constant name, package, features, file): further builds of a package

@@ -3,6 +3,7 @@
 //! user would.
 
 mod cache;
+mod faults;
 mod hostile;
 mod hotswap;
 mod manager;

@@ -65,6 +65,17 @@ impl Default for ApiLimits {
     }
 }
 
+/// What every plugin's [`ClusterApi`] shares: the client plugins' requests
+/// go through, discovery, the informer cache, metrics and the leader fence.
+#[derive(Clone)]
+pub struct ClusterContext {
+    pub client: Client,
+    pub resolver: Arc<Resolver>,
+    pub cache: Arc<SharedCache>,
+    pub metrics: Arc<Metrics>,
+    pub fence: Fence,
+}
+
 /// One plugin's view of the API server.
 pub struct ClusterApi {
     plugin: String,
@@ -82,16 +93,14 @@ pub struct ClusterApi {
 }
 
 impl ClusterApi {
-    pub fn new(
-        plugin: &str,
-        client: Client,
-        resolver: Arc<Resolver>,
-        cache: Arc<SharedCache>,
-        grant: Grant,
-        metrics: Arc<Metrics>,
-        limits: ApiLimits,
-        fence: Fence,
-    ) -> Self {
+    pub fn new(plugin: &str, context: &ClusterContext, grant: Grant, limits: ApiLimits) -> Self {
+        let ClusterContext {
+            client,
+            resolver,
+            cache,
+            metrics,
+            fence,
+        } = context.clone();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {

@@ -81,6 +81,8 @@ pub enum ManagerError {
         plugin: String,
         source: discovery::ResolveError,
     },
+    #[error("cannot build the plugins' client: {0}")]
+    Client(#[from] crate::client::ClientError),
     #[error("admin token file {path}: {source}")]
     AdminToken {
         path: PathBuf,
@@ -107,6 +109,11 @@ pub struct ManagerOptions {
     pub config_path: Option<PathBuf>,
     /// Reload a plugin when its source changes (a file written, …).
     pub watch_sources: bool,
+    /// The client config the host's client was made from. With leader
+    /// election, plugins' requests then go through a client whose socket
+    /// writes check the leader's fence (`client::fenced_client`); without
+    /// it, the fence is checked before each request only.
+    pub kube_config: Option<kube::Config>,
 }
 
 impl Default for ManagerOptions {
@@ -117,6 +124,7 @@ impl Default for ManagerOptions {
             admin_bind: None,
             config_path: None,
             watch_sources: true,
+            kube_config: None,
         }
     }
 }
@@ -126,6 +134,8 @@ impl Default for ManagerOptions {
 pub(crate) struct Host {
     config: HostConfig,
     client: Client,
+    /// What plugins' requests go through (fenced with leader election).
+    plugin_client: Client,
     runtime: Runtime,
     engine: EngineLimits,
     metrics: Arc<Metrics>,
@@ -178,15 +188,25 @@ impl Manager {
         } else {
             Fence::open()
         };
+        let plugin_client = match (&options.kube_config, config.leader_election.enabled) {
+            (Some(kube_config), true) => {
+                crate::client::fenced_client(kube_config.clone(), fence.clone())?
+            }
+            _ => client.clone(),
+        };
         let cache = Arc::new(SharedCache::new(client.clone()));
         let resolver = Arc::new(Resolver::new(client.clone()));
+        // Status writes go through the fenced client: a host that lost the
+        // lease cannot overwrite the new leader's status.
         let objects =
-            objects::ObjectPlugins::start(&config, &client, &resolver, &cache, &metrics).await?;
+            objects::ObjectPlugins::start(&config, &plugin_client, &resolver, &cache, &metrics)
+                .await?;
         let host = Arc::new(Host {
             cache,
             resolver,
             objects,
             client,
+            plugin_client,
             runtime,
             engine,
             metrics,

@@ -14,7 +14,7 @@ use crate::cache::{Informer, InformerKey, Notification};
 use crate::config::{InstanceModeConfig, PluginConfig, RateLimiterConfig};
 use crate::controller::watches::{KeyMapping, keys};
 use crate::controller::{Controller, ControllerOptions, TerminalErrors};
-use crate::hostapi::{Access, ApiLimits, ClusterApi, Grant, Gvk};
+use crate::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
 use crate::source::PluginSource;
 use crate::workqueue::WorkQueue;
@@ -112,17 +112,19 @@ impl Host {
             .unwrap_or((qps * 2.0).ceil().max(1.0) as u32);
         Arc::new(ClusterApi::new(
             &config.name,
-            self.client.clone(),
-            self.resolver.clone(),
-            self.cache.clone(),
+            &ClusterContext {
+                client: self.plugin_client.clone(),
+                resolver: self.resolver.clone(),
+                cache: self.cache.clone(),
+                metrics: self.metrics.clone(),
+                fence: self.fence.clone(),
+            },
             Grant::new(config.permissions.clone(), config.namespaces.clone()),
-            self.metrics.clone(),
             ApiLimits {
                 list_bytes: config.limits.list_bytes as usize,
                 qps,
                 burst,
             },
-            self.fence.clone(),
         ))
     }
 
