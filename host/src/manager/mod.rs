@@ -198,9 +198,15 @@ impl Manager {
         let resolver = Arc::new(Resolver::new(client.clone()));
         // Status writes go through the fenced client: a host that lost the
         // lease cannot overwrite the new leader's status.
-        let objects =
-            objects::ObjectPlugins::start(&config, &plugin_client, &resolver, &cache, &metrics)
-                .await?;
+        let objects = objects::ObjectPlugins::start(
+            &config,
+            &client,
+            &plugin_client,
+            &resolver,
+            &cache,
+            &metrics,
+        )
+        .await?;
         let host = Arc::new(Host {
             cache,
             resolver,

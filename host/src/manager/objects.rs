@@ -74,7 +74,10 @@ pub(super) struct ObjectPlugins {
     from: PluginsFrom,
     /// The host config's `maxGrant` (None: object plugins get no grant).
     ceiling: Option<Vec<PermissionRule>>,
+    /// Reads the objects' pull Secrets (unfenced: a standby loads plugins
+    /// too).
     client: Client,
+    /// Writes status (the plugins' client: fenced with leader election).
     api: Api<DynamicObject>,
     informer: Arc<Informer>,
     queue: WorkQueue<ObjectKey>,
@@ -99,9 +102,11 @@ struct Record {
 impl ObjectPlugins {
     /// With `pluginsFrom` set: checks the cluster serves WasmReconcilers
     /// (cluster-scoped) and starts their informer. None without it.
+    /// `client` reads pull Secrets; `writer` writes status.
     pub(super) async fn start(
         config: &HostConfig,
         client: &Client,
+        writer: &Client,
         resolver: &Resolver,
         cache: &SharedCache,
         metrics: &Arc<Metrics>,
@@ -141,7 +146,7 @@ impl ObjectPlugins {
             from: from.clone(),
             ceiling: config.max_grant.clone(),
             client: client.clone(),
-            api: Api::all_with(client.clone(), &resource),
+            api: Api::all_with(writer.clone(), &resource),
             informer,
             queue,
             records: Mutex::new(BTreeMap::new()),
