@@ -315,13 +315,47 @@ async fn a_grant_beyond_max_grant_is_refused_naming_what_exceeds_it() {
     // Within the ceiling, the same object runs.
     let file = cluster.file("greedy.yaml", &object("greedy", &source, ""));
     cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let v1 = file_digest(artifacts::STAMP_V1);
     status_where(
         &cluster,
         "greedy",
         "the object within maxGrant serving",
-        |s, g| g == 2 && ready_with(s, &file_digest(artifacts::STAMP_V1), 2),
+        |s, g| g == 2 && ready_with(s, &v1, 2),
     )
     .await;
+
+    // An edit beyond the ceiling (all namespaces) is refused; the running
+    // spec stays.
+    let patch = r#"{"spec": {"namespaces": null, "source": {"file": "STAMP_V2"}}}"#
+        .replace("STAMP_V2", artifacts::STAMP_V2);
+    cluster.kubectl(&[
+        "patch",
+        "wasmreconciler",
+        "greedy",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ]);
+    let s = status_where(&cluster, "greedy", "the refused edit", |s, g| {
+        g == 3 && s["observedGeneration"] == 3 && condition(s, "Degraded").0 == "True"
+    })
+    .await;
+    let (_, reason, message) = condition(&s, "Degraded");
+    assert_eq!(reason, "GrantExceedsMaxGrant", "{message}");
+    assert!(
+        message.contains("permissions[0]: patch core/configmaps in all namespaces")
+            && message.contains(&format!("{v1} (version 1.0.0)"))
+            && message.contains("keeps serving"),
+        "{message}"
+    );
+    assert_eq!(condition(&s, "Ready").0, "True");
+    assert_eq!(s["servingDigest"], v1.as_str());
+    let p = host.plugin("greedy").await.unwrap();
+    assert_eq!(
+        (p["version"].as_str(), p["generation"].as_u64()),
+        (Some("1.0.0"), Some(1))
+    );
     host.stop().await.unwrap();
 }
 
@@ -483,6 +517,93 @@ async fn an_object_cannot_take_the_name_of_a_config_plugin() {
     assert_eq!(p["version"], "1.0.0");
     status_where(&cluster, "stamp-b", "the other object serving", |s, g| {
         ready_with(s, &file_digest(artifacts::STAMP_V2), g)
+    })
+    .await;
+    host.stop().await.unwrap();
+}
+
+/// The config plugin entry `name` running the stamp v1 component.
+fn config_plugin(name: &str) -> String {
+    format!(
+        r#"  - name: {name}
+    path: {}
+    namespaces: [default]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#,
+        artifacts::STAMP_V1
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_the_config_frees_goes_to_the_waiting_object_and_the_config_cannot_take_it_back() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let with_stamp = host_config(&format!("plugins:\n{}", config_plugin("stamp")));
+    let host = cluster.host_watching_config(&with_stamp).await;
+    let source = format!("{{ file: {} }}", artifacts::STAMP_V2);
+    let file = cluster.file("stamp.yaml", &object("stamp", &source, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    status_where(&cluster, "stamp", "the name collision", |s, _| {
+        condition(s, "Degraded").1 == "NameTaken"
+    })
+    .await;
+
+    // The config drops its plugin: the object's starts under the name.
+    cluster.file("wasmctrl.yaml", &host_config(""));
+    let v2 = file_digest(artifacts::STAMP_V2);
+    status_where(&cluster, "stamp", "the object's plugin serving", |s, g| {
+        ready_with(s, &v2, g)
+    })
+    .await;
+    let p = host.plugin("stamp").await.unwrap();
+    assert_eq!(
+        (p["source"].as_str(), p["version"].as_str()),
+        (Some(artifacts::STAMP_V2), Some("2.0.0"))
+    );
+
+    // The config asks for the name again (then for another): refused, the
+    // object's plugin keeps it. Plugins are added in the config's order, so
+    // once `other` runs the attempt on `stamp` is over.
+    cluster.file(
+        "wasmctrl.yaml",
+        &host_config(&format!(
+            "plugins:\n{}{}",
+            config_plugin("stamp"),
+            config_plugin("other")
+        )),
+    );
+    eventually("the config's other plugin", LIMIT, || async {
+        host.plugin("other").await
+    })
+    .await;
+    let p = host.plugin("stamp").await.unwrap();
+    assert_eq!(
+        (p["source"].as_str(), p["version"].as_str()),
+        (Some(artifacts::STAMP_V2), Some("2.0.0")),
+        "the object keeps its plugin"
+    );
+    let (status, generation) = status_of(&cluster, "stamp").await.unwrap();
+    assert!(ready_with(&status, &v2, generation), "{status:#}");
+
+    // Deleting the object frees the name: the config's next reload takes it.
+    cluster.kubectl(&["delete", "wasmreconciler", "stamp"]);
+    eventually("the object's plugin stopped", LIMIT, || async {
+        host.plugin("stamp").await.is_none().then_some(())
+    })
+    .await;
+    cluster.file(
+        "wasmctrl.yaml",
+        &host_config(&format!(
+            "plugins:\n{}{}",
+            config_plugin("other"),
+            config_plugin("stamp")
+        )),
+    );
+    eventually("the config's stamp", LIMIT, || async {
+        host.plugin("stamp")
+            .await
+            .filter(|p| p["source"] == artifacts::STAMP_V1)
     })
     .await;
     host.stop().await.unwrap();
