@@ -665,16 +665,20 @@ spec:
 "#
         ),
     );
-    eventually("the WasmReconciler kind served", Duration::from_secs(30), || {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["apply", "-f"])
-            .arg(&object)
-            .output()
-            .unwrap();
-        async move { out.status.success().then_some(()) }
-    })
+    eventually(
+        "the WasmReconciler kind served",
+        Duration::from_secs(30),
+        || {
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["apply", "-f"])
+                .arg(&object)
+                .output()
+                .unwrap();
+            async move { out.status.success().then_some(()) }
+        },
+    )
     .await;
 
     let config = fixture.config(
