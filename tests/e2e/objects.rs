@@ -608,3 +608,23 @@ async fn a_name_the_config_frees_goes_to_the_waiting_object_and_the_config_canno
     .await;
     host.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_following_objects_without_the_crd_refuses_to_start_saying_how_to_install_it() {
+    use wasmctrl::manager::{Manager, ManagerOptions};
+    let cluster = Cluster::start().await;
+    let config = wasmctrl_e2e::host_config(&host_config(""), cluster.dir.path());
+    let options = ManagerOptions {
+        admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+        ..ManagerOptions::default()
+    };
+    let Err(e) = Manager::start(config, cluster.client.clone(), options).await else {
+        panic!("the host started without the WasmReconciler CRD");
+    };
+    let message = e.to_string();
+    assert!(
+        message.starts_with("pluginsFrom: ")
+            && message.contains("kubectl apply -f deploy/crds/wasmreconciler.yaml"),
+        "{message}"
+    );
+}
