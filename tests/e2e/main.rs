@@ -9,4 +9,5 @@ mod hotswap;
 mod load;
 mod manager;
 mod modules;
+mod objects;
 mod webapp;

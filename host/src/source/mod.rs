@@ -22,6 +22,7 @@ pub mod credentials;
 mod file;
 mod http;
 pub mod oci;
+mod pull_secret;
 mod url;
 
 use std::fmt;
@@ -30,10 +31,13 @@ use std::path::Path;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-pub use cache::{DiskCache, Resolution};
-pub use credentials::{Credentials, CredentialsError, credentials_from_dockerconfigjson};
+pub use cache::{DiskCache, Pruned, Resolution};
+pub use credentials::{
+    Credentials, CredentialsError, RegistryCredentials, credentials_from_dockerconfigjson,
+};
 pub use file::{FileSource, FileWatcher};
 pub use oci::OciSource;
+pub use pull_secret::PullSecret;
 pub use url::UrlSource;
 
 use crate::config::{HostConfig, SourceSpec};

@@ -8,6 +8,7 @@ mod polyglot;
 mod process;
 mod sandbox;
 mod sources;
+mod workflow;
 
 use std::sync::Arc;
 use std::time::Duration;
