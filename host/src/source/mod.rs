@@ -13,7 +13,7 @@
 //!
 //! What `url` and `oci` download is kept on disk by digest ([`DiskCache`]),
 //! with the digest each tag last resolved to, so a host restarts from it
-//! when the network or the registry is down. docs/SECURITY-sources.md states
+//! when the network or the registry is down. docs/SECURITY.md (its sources section) states
 //! what is trusted and why.
 
 pub mod artifact;
