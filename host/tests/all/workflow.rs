@@ -1,4 +1,4 @@
-//! The cluster workflow of docs/WASMRECONCILER.md, through the binaries a
+//! The cluster workflow of the README ("In a cluster: plugins from a registry"), through the binaries a
 //! user runs: `wasmctrl push` to a registry, `wasmctrl dev` with
 //! `pluginsFrom` (it serves the WasmReconciler CRD), `kubectl apply` of a
 //! WasmReconciler, `kubectl get wasmreconcilers`, then an edit and a
