@@ -8,4 +8,5 @@ mod hostile;
 mod hotswap;
 mod manager;
 mod modules;
+mod rollout;
 mod webapp;

@@ -12,9 +12,12 @@
 //! - `engine`: engine settings fixed at start, and the check a plugin loaded
 //!   later must pass against them.
 
+mod canary;
 mod engine;
 mod lifecycle;
 mod reload;
+mod shadow;
+mod skip;
 mod status;
 mod wiring;
 
@@ -38,9 +41,11 @@ use crate::runtime::{LoadError, Runtime, RuntimeError};
 use crate::source::{FileWatcher, SourceError};
 use crate::workqueue::WorkQueue;
 
+pub use canary::{CanaryStatus, PromoteError, WindowStatus, in_canary};
 pub use engine::EngineLimits;
-pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState};
-pub use status::PluginStatus;
+pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState, SlotPromoteError};
+pub use shadow::{Diff, Divergence, ShadowReport, Side, Write};
+pub use status::{CandidateStatus, PluginStatus};
 
 use lifecycle::PluginEntry;
 
