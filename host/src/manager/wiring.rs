@@ -18,7 +18,7 @@ use crate::controller::watches::{KeyMapping, keys};
 use crate::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
-use crate::source::{self, PluginSource};
+use crate::source::PluginSource;
 use crate::workqueue::WorkQueue;
 use crate::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
 use crate::{ObjectKey, ReconcileError};
@@ -58,8 +58,7 @@ impl Host {
         generation: u64,
         queue: Option<WorkQueue<ObjectKey>>,
     ) -> Result<PluginEntry, ManagerError> {
-        let source: Arc<dyn PluginSource> =
-            source::from_config(&config.source(), &self.config, self.watcher.as_ref()).into();
+        let source = self.source_for(&config);
         let api = self.plugin_api(&config);
         let plugin = self
             .load(&config, &*source, api.clone())
@@ -207,6 +206,7 @@ impl Host {
             })?;
         let origin = source.origin();
         let artifact = source.fetch().await?;
+        self.note_fetched(&config.name, &artifact.digest);
         let plugin = self
             .runtime
             .load_bytes(
