@@ -147,8 +147,9 @@ impl Host {
         candidate_config: &PluginConfig,
         api: Arc<ClusterApi>,
     ) -> Result<Arc<Plugin>, ManagerError> {
-        let source: Arc<dyn PluginSource> =
-            source::from_config(&candidate_config.source(), &self.config, None).into();
+        // Its source is not followed: a new candidate comes with a config
+        // (or object) change, which rebuilds the plugin.
+        let source = self.source_for(candidate_config);
         self.load(candidate_config, &*source, api).await
     }
 
