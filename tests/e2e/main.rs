@@ -10,4 +10,5 @@ mod load;
 mod manager;
 mod modules;
 mod objects;
+mod rollout;
 mod webapp;
