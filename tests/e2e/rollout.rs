@@ -110,7 +110,7 @@ fn reader(i: usize) -> String {
 }
 
 fn reads_shared_a(i: usize) -> bool {
-    i % (OBJECTS / AFFECTED) == 0
+    i.is_multiple_of(OBJECTS / AFFECTED)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
