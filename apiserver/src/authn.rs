@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::identity::{self, UserInfo};
 use crate::rbac::Attributes;
 use crate::sa_token::{self, Claims};
-use crate::server::{ADMIN_USER, Shared};
+use crate::server::{ADMIN_USER, ServerState};
 
 /// Most impersonation headers honoured in one request (groups and extras
 /// together); more is refused.
@@ -36,7 +36,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-impl Shared {
+impl ServerState {
     /// The identity of a bearer token, if it is valid.
     pub(crate) fn authenticate(&self, token: &str) -> Option<UserInfo> {
         self.authenticate_static(token).or_else(|| {
@@ -115,7 +115,7 @@ impl Shared {
         let alive = |plural: &str, name: &str, uid: &str| {
             self.store
                 .get(&core(plural), &claims.namespace, name)
-                .filter(|s| crate::util::meta_str(&s.obj, "uid") == Some(uid))
+                .filter(|s| crate::values::meta_str(&s.obj, "uid") == Some(uid))
                 .filter(|s| s.obj["metadata"].get("deletionTimestamp").is_none())
                 .is_some()
         };
@@ -263,7 +263,7 @@ fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, Api
 /// impersonation headers name if `requestor` may impersonate each of them
 /// (else the 403 upstream answers).
 pub(crate) fn impersonate(
-    shared: &Shared,
+    shared: &ServerState,
     requestor: UserInfo,
     headers: &HeaderMap,
 ) -> Result<UserInfo, ApiError> {

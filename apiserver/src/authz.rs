@@ -11,8 +11,8 @@ use crate::authorization::Authorization;
 use crate::error::ApiError;
 use crate::identity::UserInfo;
 use crate::rbac::{Attributes, Resolver};
-use crate::server::Shared;
-use crate::util::go_quote;
+use crate::server::ServerState;
+use crate::values::go_quote;
 
 /// An authorizer's answer: allowed or not, and why (upstream's reason
 /// string, often empty).
@@ -22,7 +22,7 @@ pub(crate) struct Decision {
     pub(crate) reason: String,
 }
 
-impl Shared {
+impl ServerState {
     /// Whether `user` may do what `a` describes, as the whole authorizer
     /// chain of this server decides: `system:masters`, then the mode.
     pub(crate) fn authorize(&self, user: &UserInfo, a: &Attributes) -> Decision {

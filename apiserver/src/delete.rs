@@ -6,11 +6,11 @@
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::ops::{MAX_RETRIES, Sub, WriteCtx, finalizers, is_namespace};
 use crate::resources::ResourceInfo;
-use crate::server::{Shared, to_view};
+use crate::server::{ServerState, to_view};
 use crate::storage::{Change, Expect, StoreError};
-use crate::util::{meta_str, metadata_mut, now_rfc3339};
+use crate::values::{meta_str, metadata_mut, now_rfc3339};
+use crate::writes::{MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace};
 
 /// The finalizer that holds an owner until its dependents are gone.
 pub(crate) const FOREGROUND: &str = "foregroundDeletion";
@@ -29,7 +29,7 @@ pub(crate) struct DeleteOptions {
     pub(crate) precondition_rv: Option<String>,
 }
 
-impl Shared {
+impl ServerState {
     /// DELETE of one object. Returns the response body: the object while
     /// finalizers hold it (or for kinds that return it), else a Success
     /// status.
@@ -171,13 +171,14 @@ impl Shared {
             let mut obj = (*cur.obj).clone();
             let rest: Vec<&String> = fins.iter().filter(|f| *f != finalizer).collect();
             metadata_mut(&mut obj).insert("finalizers".into(), json!(rest));
-            let outcome = match self.prepare_update(info, &cur.obj, obj, Sub::Main, &ctx, false) {
-                Ok(o) => o,
-                Err(e) => {
-                    tracing::warn!(error = %e, "removing finalizer");
-                    return;
-                }
-            };
+            let outcome =
+                match self.prepare_update(info, &cur.obj, obj, Subresource::Main, &ctx, false) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "removing finalizer");
+                        return;
+                    }
+                };
             match self.finish_update(info, ns, name, &cur, outcome, &ctx) {
                 Ok(Some(_)) => return,
                 Ok(None) => continue,
@@ -205,13 +206,14 @@ impl Shared {
                 return;
             };
             let Some(new) = f(&cur.obj) else { return };
-            let outcome = match self.prepare_update(info, &cur.obj, new, Sub::Main, &ctx, true) {
-                Ok(o) => o,
-                Err(e) => {
-                    tracing::warn!(error = %e, "internal update");
-                    return;
-                }
-            };
+            let outcome =
+                match self.prepare_update(info, &cur.obj, new, Subresource::Main, &ctx, true) {
+                    Ok(o) => o,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "internal update");
+                        return;
+                    }
+                };
             match self.finish_update(info, ns, name, &cur, outcome, &ctx) {
                 Ok(Some(_)) => return,
                 Ok(None) => continue,

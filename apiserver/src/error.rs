@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use crate::util::go_quote;
+use crate::values::go_quote;
 
 /// A single `details.causes[]` entry of a 422 Invalid (or SSA 409) status.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -25,7 +25,7 @@ pub(crate) fn write_private(path: &Path, contents: &[u8]) -> std::io::Result<()>
     let tmp = dir.join(format!(
         ".{}.{}.tmp",
         file_name.to_string_lossy(),
-        crate::util::random_suffix()
+        crate::values::random_suffix()
     ));
     let result = write_new(&tmp, contents).and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {

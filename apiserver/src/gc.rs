@@ -9,16 +9,16 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::delete::{DeleteOptions, FOREGROUND, ORPHAN};
-use crate::ops::{CRD_CLEANUP_FINALIZER, WriteCtx};
 use crate::resources::GroupResource;
-use crate::server::Shared;
+use crate::server::ServerState;
 use crate::storage::{Event, EventType};
-use crate::util::meta_str;
+use crate::values::meta_str;
+use crate::writes::{CRD_CLEANUP_FINALIZER, WriteCtx};
 
 const MANAGER: &str = "garbage-collector";
 
 /// Runs until the channel closes (server shutdown).
-pub(crate) async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
+pub(crate) async fn run(shared: Arc<ServerState>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
     while let Some(ev) = rx.recv().await {
         handle(&shared, &ev);
     }
@@ -43,7 +43,7 @@ fn namespace_key() -> GroupResource {
 }
 
 /// Reacts to one event.
-pub(crate) fn handle(shared: &Shared, ev: &Event) {
+pub(crate) fn handle(shared: &ServerState, ev: &Event) {
     let obj = &ev.object;
     let uid = meta_str(obj, "uid").unwrap_or("").to_string();
     match ev.etype {
@@ -95,7 +95,7 @@ pub(crate) fn handle(shared: &Shared, ev: &Event) {
     }
 }
 
-fn delete(shared: &Shared, gr: &GroupResource, ns: &str, name: &str, policy: &str) {
+fn delete(shared: &ServerState, gr: &GroupResource, ns: &str, name: &str, policy: &str) {
     let Some(info) = shared.info_for(gr) else {
         return;
     };
@@ -110,13 +110,13 @@ fn delete(shared: &Shared, gr: &GroupResource, ns: &str, name: &str, policy: &st
     }
 }
 
-fn live_owner(shared: &Shared, uid: &str) -> bool {
+fn live_owner(shared: &ServerState, uid: &str) -> bool {
     shared.store.locate_uid(uid).is_some()
 }
 
 /// Background collection after an owner is gone: dependents with no other
 /// live owner are deleted; the others just lose the reference.
-fn collect_dependents(shared: &Shared, owner_uid: &str) {
+fn collect_dependents(shared: &ServerState, owner_uid: &str) {
     for (gr, (ns, name)) in shared.store.dependents(owner_uid) {
         let Some(dep) = shared.store.get(&gr, &ns, &name) else {
             continue;
@@ -135,7 +135,7 @@ fn collect_dependents(shared: &Shared, owner_uid: &str) {
     }
 }
 
-fn strip_owner(shared: &Shared, gr: &GroupResource, ns: &str, name: &str, owner_uid: &str) {
+fn strip_owner(shared: &ServerState, gr: &GroupResource, ns: &str, name: &str, owner_uid: &str) {
     let Some(info) = shared.info_for(gr) else {
         return;
     };
@@ -150,7 +150,7 @@ fn strip_owner(shared: &Shared, gr: &GroupResource, ns: &str, name: &str, owner_
             return None;
         }
         let mut new = cur.clone();
-        let md = crate::util::metadata_mut(&mut new);
+        let md = crate::values::metadata_mut(&mut new);
         if kept.is_empty() {
             md.remove("ownerReferences");
         } else {
@@ -160,7 +160,7 @@ fn strip_owner(shared: &Shared, gr: &GroupResource, ns: &str, name: &str, owner_
     });
 }
 
-fn orphan(shared: &Shared, ev: &Event, uid: &str) {
+fn orphan(shared: &ServerState, ev: &Event, uid: &str) {
     for (gr, (ns, name)) in shared.store.dependents(uid) {
         strip_owner(shared, &gr, &ns, &name, uid);
     }
@@ -169,7 +169,7 @@ fn orphan(shared: &Shared, ev: &Event, uid: &str) {
     }
 }
 
-fn foreground(shared: &Shared, ev: &Event, uid: &str) {
+fn foreground(shared: &ServerState, ev: &Event, uid: &str) {
     let deps = shared.store.dependents(uid);
     if deps.is_empty() {
         if let Some(info) = shared.info_for(&ev.resource) {
@@ -186,7 +186,7 @@ fn foreground(shared: &Shared, ev: &Event, uid: &str) {
     }
 }
 
-fn check_foreground_by_uid(shared: &Shared, uid: &str) {
+fn check_foreground_by_uid(shared: &ServerState, uid: &str) {
     let Some((gr, (ns, name))) = shared.store.locate_uid(uid) else {
         return;
     };
@@ -202,7 +202,7 @@ fn check_foreground_by_uid(shared: &Shared, uid: &str) {
     }
 }
 
-fn terminate_namespace(shared: &Shared, ns: &str) {
+fn terminate_namespace(shared: &ServerState, ns: &str) {
     for (gr, name) in shared.store.namespace_contents(ns) {
         if let Some(obj) = shared.store.get(&gr, ns, &name)
             && !deleting(&obj.obj)
@@ -213,7 +213,7 @@ fn terminate_namespace(shared: &Shared, ns: &str) {
     check_namespace(shared, ns);
 }
 
-fn check_namespace(shared: &Shared, ns: &str) {
+fn check_namespace(shared: &ServerState, ns: &str) {
     let Some(n) = shared.store.get(&namespace_key(), "", ns) else {
         return;
     };
@@ -222,7 +222,7 @@ fn check_namespace(shared: &Shared, ns: &str) {
     }
 }
 
-fn cleanup_crd(shared: &Shared, crd: &Value) {
+fn cleanup_crd(shared: &ServerState, crd: &Value) {
     let (storage, _) = crate::crd::infos_for(crd);
     let keys = shared.store.keys(&storage);
     if keys.is_empty() {

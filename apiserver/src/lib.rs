@@ -39,7 +39,6 @@ mod files;
 mod gc;
 mod identity;
 mod kubeconfig;
-mod ops;
 mod patch;
 mod persist;
 mod protobuf;
@@ -57,9 +56,10 @@ mod server;
 mod storage;
 mod table;
 mod tls;
-mod util;
 mod validation;
+mod values;
 mod watch;
+mod writes;
 mod yaml;
 
 #[cfg(feature = "testing")]
@@ -79,8 +79,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::ops::WriteCtx;
-use crate::server::Shared;
+use crate::server::ServerState;
+use crate::writes::WriteCtx;
 
 /// Namespaces every cluster starts with.
 pub const DEFAULT_NAMESPACES: &[&str] =
@@ -203,7 +203,7 @@ pub enum Error {
 /// also waits for persistence to be flushed.
 pub struct ApiServer {
     /// State shared with every request handler and background task.
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     /// Fires to stop accepting connections.
     stop: Option<oneshot::Sender<()>>,
     /// The accept loop (it waits for connections in flight on shutdown).
@@ -256,8 +256,8 @@ impl ApiServer {
         let token = config
             .token
             .or_else(|| creds.map(|c| c.token))
-            .unwrap_or_else(util::random_token);
-        let shared = Arc::new(Shared::new(token, addr, config.authorization, &sa_key));
+            .unwrap_or_else(values::random_token);
+        let shared = Arc::new(ServerState::new(token, addr, config.authorization, &sa_key));
         // Derived state (the CRD registry) follows every visible change.
         let weak = Arc::downgrade(&shared);
         shared.store.set_apply_hook(move |ev| {
@@ -359,7 +359,7 @@ impl ApiServer {
                 .registry()
                 .find(group, "v1", plural)
                 .expect("seeded kinds are built in");
-            let name = util::meta_str(&body, "name").unwrap_or("").to_string();
+            let name = values::meta_str(&body, "name").unwrap_or("").to_string();
             if self.shared.store.latest(&info.storage, "", &name).is_some() {
                 continue;
             }

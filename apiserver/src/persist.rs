@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::resources::GroupResource;
-use crate::server::Shared;
+use crate::server::ServerState;
 use crate::storage::{EventType, ObjKey, PersistOp};
 
 /// Objects, keyed `group \0 resource \0 namespace \0 name`, JSON values.
@@ -159,7 +159,7 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
         message: e.to_string(),
     })?;
     let creds = Credentials {
-        token: crate::util::random_token(),
+        token: crate::values::random_token(),
         ca_cert: ca.cert_pem.clone(),
         ca_key: ca.key_pem(),
         service_account_key: Some(encoded_key(&crate::sa_token::generate_key())),
@@ -228,7 +228,7 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
             key: key.clone(),
             message: e.to_string(),
         })?;
-        let orv = crate::util::meta_str(&obj, "resourceVersion")
+        let orv = crate::values::meta_str(&obj, "resourceVersion")
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         objects.push((
@@ -250,7 +250,7 @@ impl Persister {
     pub(crate) fn start(
         db: Database,
         rx: mpsc::UnboundedReceiver<PersistOp>,
-        shared: Arc<Shared>,
+        shared: Arc<ServerState>,
     ) -> Result<Persister, PersistError> {
         let writer = std::thread::Builder::new()
             .name("apiserver-persist".into())
@@ -276,7 +276,7 @@ impl Persister {
 /// failed, and it may build on a write of that batch.
 const DISCARDED: &str = "an earlier write it may depend on could not be persisted";
 
-fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared: &Shared) {
+fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared: &ServerState) {
     while let Some(first) = rx.blocking_recv() {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -324,7 +324,11 @@ fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared:
 }
 
 /// Writes the batch, unless a test asked persistence to fail.
-fn write_or_fail(db: &Database, batch: &[PersistOp], shared: &Shared) -> Result<(), PersistError> {
+fn write_or_fail(
+    db: &Database,
+    batch: &[PersistOp],
+    shared: &ServerState,
+) -> Result<(), PersistError> {
     #[cfg(feature = "testing")]
     if let Some(message) = shared.faults.persistence_failure() {
         return Err(PersistError::Injected(message));

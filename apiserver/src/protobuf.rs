@@ -753,7 +753,7 @@ fn time(b: &[u8]) -> Result<Option<Value>, ProtobufError> {
             (_, w) => r.skip(w)?,
         }
     }
-    Ok((secs != 0).then(|| json!(crate::util::format_unix(secs))))
+    Ok((secs != 0).then(|| json!(crate::values::format_unix(secs))))
 }
 
 fn message(schema: &'static Schema, b: &[u8]) -> Result<Value, ProtobufError> {

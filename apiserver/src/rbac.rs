@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use crate::identity::{self, UserInfo};
 use crate::resources::GroupResource;
 use crate::storage::Store;
-use crate::util::go_quote;
+use crate::values::go_quote;
 
 /// The RBAC API group.
 pub(crate) const GROUP: &str = "rbac.authorization.k8s.io";
@@ -187,8 +187,10 @@ impl Binding {
     fn from_json(obj: &Value) -> Binding {
         let s = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or("").to_string();
         Binding {
-            name: crate::util::meta_str(obj, "name").unwrap_or("").to_string(),
-            namespace: crate::util::meta_str(obj, "namespace")
+            name: crate::values::meta_str(obj, "name")
+                .unwrap_or("")
+                .to_string(),
+            namespace: crate::values::meta_str(obj, "namespace")
                 .unwrap_or("")
                 .to_string(),
             role_kind: s(&obj["roleRef"], "kind"),

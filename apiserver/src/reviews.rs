@@ -18,8 +18,8 @@ use crate::identity::UserInfo;
 use crate::rbac::{Attributes, PolicyRule, Resolver};
 use crate::resources::{GroupResource, ResourceInfo};
 use crate::sa_token::{self, BoundObject, Claims};
-use crate::server::Shared;
-use crate::util::go_quote;
+use crate::server::ServerState;
+use crate::values::go_quote;
 
 /// Most audiences a TokenRequest or TokenReview may name.
 const MAX_AUDIENCES: usize = 100;
@@ -71,7 +71,7 @@ fn string_list(v: &Value, field: &str, max: usize) -> Result<Vec<String>, ApiErr
 
 /// Answers a review resource (`info.review`); `namespace` is the URL's.
 pub(crate) fn answer(
-    shared: &Shared,
+    shared: &ServerState,
     info: &ResourceInfo,
     user: &UserInfo,
     namespace: Option<&str>,
@@ -95,7 +95,8 @@ pub(crate) fn answer(
                 }
                 match str_field(&body["metadata"], "namespace") {
                     "" => {
-                        crate::util::metadata_mut(&mut body).insert("namespace".into(), json!(ns));
+                        crate::values::metadata_mut(&mut body)
+                            .insert("namespace".into(), json!(ns));
                     }
                     given if given != ns => {
                         return Err(ApiError::BadRequest(
@@ -146,7 +147,7 @@ pub(crate) fn answer(
             status
         }
         "SelfSubjectReview" => {
-            body["metadata"] = json!({"creationTimestamp": crate::util::now_rfc3339()});
+            body["metadata"] = json!({"creationTimestamp": crate::values::now_rfc3339()});
             json!({"userInfo": user.to_json()})
         }
         "TokenReview" => token_review(shared, &body["spec"])?,
@@ -250,7 +251,7 @@ fn access_attributes(info: &ResourceInfo, spec: &Value) -> Result<Attributes, Ap
 }
 
 /// `SubjectAccessReviewStatus` for `user` doing `attrs`.
-fn access_status(shared: &Shared, user: &UserInfo, attrs: &Attributes) -> Value {
+fn access_status(shared: &ServerState, user: &UserInfo, attrs: &Attributes) -> Value {
     let d = shared.authorize(user, attrs);
     let mut status = json!({"allowed": d.allowed});
     if !d.reason.is_empty() {
@@ -260,7 +261,7 @@ fn access_status(shared: &Shared, user: &UserInfo, attrs: &Attributes) -> Value 
 }
 
 /// `SubjectRulesReviewStatus` of `user` in `namespace`.
-fn rules_status(shared: &Shared, user: &UserInfo, namespace: &str) -> Value {
+fn rules_status(shared: &ServerState, user: &UserInfo, namespace: &str) -> Value {
     match shared.authorization {
         // AlwaysAllow lists everything for everyone, as upstream's does.
         Authorization::AlwaysAllow => {
@@ -291,7 +292,7 @@ fn rules_status(shared: &Shared, user: &UserInfo, namespace: &str) -> Value {
 
 /// `TokenReviewStatus`: who `spec.token` authenticates as, for the
 /// audiences asked about (this server's by default).
-fn token_review(shared: &Shared, spec: &Value) -> Result<Value, ApiError> {
+fn token_review(shared: &ServerState, spec: &Value) -> Result<Value, ApiError> {
     let token = str_field(spec, "token");
     if token.is_empty() {
         return Err(ApiError::BadRequest(
@@ -320,7 +321,7 @@ fn token_review(shared: &Shared, spec: &Value) -> Result<Value, ApiError> {
 
 /// A TokenRequest's `spec.boundObjectRef`, resolved to the object's uid.
 fn bound_object(
-    shared: &Shared,
+    shared: &ServerState,
     namespace: &str,
     service_account: &str,
     spec: &Value,
@@ -360,7 +361,7 @@ fn bound_object(
             )));
         }
     }
-    let uid = crate::util::meta_str(&stored.obj, "uid")
+    let uid = crate::values::meta_str(&stored.obj, "uid")
         .unwrap_or("")
         .to_string();
     let asked_uid = str_field(r, "uid");
@@ -405,7 +406,7 @@ fn expiration_causes(secs: i64) -> Vec<Cause> {
 /// `expiration_secs` and `audiences`, bound to `bound` if given: the token
 /// and its expiry (Unix seconds).
 pub(crate) fn issue_token(
-    shared: &Shared,
+    shared: &ServerState,
     namespace: &str,
     name: &str,
     audiences: Vec<String>,
@@ -425,7 +426,7 @@ pub(crate) fn issue_token(
         .store
         .get(&GroupResource::new("", "serviceaccounts"), namespace, name)
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", name))?;
-    let uid = crate::util::meta_str(&sa.obj, "uid")
+    let uid = crate::values::meta_str(&sa.obj, "uid")
         .unwrap_or("")
         .to_string();
     let now = crate::authn::now_secs();
@@ -444,7 +445,7 @@ pub(crate) fn issue_token(
 /// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`: a TokenRequest
 /// answered with a fresh token in `status.token`.
 pub(crate) fn token_request(
-    shared: &Shared,
+    shared: &ServerState,
     namespace: &str,
     name: &str,
     mut body: Value,
@@ -523,7 +524,7 @@ pub(crate) fn token_request(
     body["spec"]["expirationSeconds"] = json!(expiration);
     body["status"] = json!({
         "token": token,
-        "expirationTimestamp": crate::util::format_unix(expires),
+        "expirationTimestamp": crate::values::format_unix(expires),
     });
     Ok(body)
 }

@@ -20,18 +20,18 @@ use crate::delete::DeleteOptions;
 use crate::discovery;
 use crate::error::ApiError;
 use crate::identity::UserInfo;
-use crate::ops::{PatchKind, Sub, WriteCtx};
 use crate::request_info::RequestInfo;
 use crate::resources::ResourceInfo;
 use crate::response;
 use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
-use crate::server::{Shared, to_view};
+use crate::server::{ServerState, to_view};
 use crate::storage::Durable;
 use crate::watch::{self, WatchParams};
+use crate::writes::{PatchKind, Subresource, WriteCtx};
 
 /// The axum router serving everything through one fallback handler, because
 /// the Kubernetes URL grammar does not fit a static route table.
-pub(crate) fn router(shared: Arc<Shared>) -> Router {
+pub(crate) fn router(shared: Arc<ServerState>) -> Router {
     Router::new().fallback(handle).with_state(shared)
 }
 
@@ -66,7 +66,7 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
 }
 
 /// The user of the request's bearer token, if it carries a valid one.
-fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<UserInfo> {
+fn authenticate(shared: &ServerState, headers: &HeaderMap) -> Option<UserInfo> {
     let auth = header_str(headers, header::AUTHORIZATION);
     shared.authenticate(auth.strip_prefix("Bearer ")?.trim())
 }
@@ -90,7 +90,7 @@ struct RequestScope {
 
 impl RequestScope {
     fn set_created(&self, obj: &Value) {
-        if let Some(n) = crate::util::meta_str(obj, "name") {
+        if let Some(n) = crate::values::meta_str(obj, "name") {
             *self.created.lock().unwrap_or_else(|e| e.into_inner()) = Some(n.to_string());
         }
     }
@@ -107,7 +107,7 @@ impl RequestScope {
     }
 }
 
-async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+async fn handle(State(shared): State<Arc<ServerState>>, req: Request) -> Response {
     let time = SystemTime::now();
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let (parts, body) = req.into_parts();
@@ -162,7 +162,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
 /// could not be persisted).
 #[allow(clippy::too_many_arguments)]
 async fn serve(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     parts: &axum::http::request::Parts,
     body: Body,
     query: &Query,
@@ -247,7 +247,7 @@ struct Req<'a> {
     user: &'a UserInfo,
 }
 
-fn dispatch(shared: &Arc<Shared>, s: &[&str], req: Req<'_>) -> Result<Response, ApiError> {
+fn dispatch(shared: &Arc<ServerState>, s: &[&str], req: Req<'_>) -> Result<Response, ApiError> {
     let Req {
         method, headers, ..
     } = req;
@@ -321,7 +321,7 @@ struct Target<'a> {
 }
 
 fn parse_target<'a>(
-    shared: &Shared,
+    shared: &ServerState,
     group: &str,
     version: &str,
     rest: &[&'a str],
@@ -428,7 +428,7 @@ fn patch_kind(headers: &HeaderMap, q: &Query, info: &ResourceInfo) -> Result<Pat
         "application/merge-patch+json" => PatchKind::Merge,
         "application/json-patch+json" => PatchKind::Json,
         "application/strategic-merge-patch+json" if info.builtin => PatchKind::Strategic,
-        "application/strategic-merge-patch+json" => return Err(crate::ops::smp_unsupported()),
+        "application/strategic-merge-patch+json" => return Err(crate::writes::smp_unsupported()),
         "application/apply-patch+yaml" => PatchKind::Apply {
             force: q.flag("force").unwrap_or(false),
         },
@@ -527,7 +527,7 @@ fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
 }
 
 fn list(
-    shared: &Shared,
+    shared: &ServerState,
     t: &Target<'_>,
     q: &Query,
     table: Option<&'static str>,
@@ -556,7 +556,7 @@ fn list(
     let filter = |o: &Value| {
         name_pin
             .as_deref()
-            .is_none_or(|n| crate::util::meta_str(o, "name") == Some(n))
+            .is_none_or(|n| crate::values::meta_str(o, "name") == Some(n))
             && labels.matches(o)
             && fields.matches(o)
     };
@@ -635,7 +635,11 @@ fn watch_params(
     })
 }
 
-fn delete_collection(shared: &Shared, t: &Target<'_>, req: Req<'_>) -> Result<Response, ApiError> {
+fn delete_collection(
+    shared: &ServerState,
+    t: &Target<'_>,
+    req: Req<'_>,
+) -> Result<Response, ApiError> {
     let Req {
         q,
         headers,
@@ -654,10 +658,10 @@ fn delete_collection(shared: &Shared, t: &Target<'_>, req: Req<'_>) -> Result<Re
         });
     let mut deleted = Vec::new();
     for obj in items {
-        let ns = crate::util::meta_str(&obj, "namespace")
+        let ns = crate::values::meta_str(&obj, "namespace")
             .unwrap_or("")
             .to_string();
-        let name = crate::util::meta_str(&obj, "name")
+        let name = crate::values::meta_str(&obj, "name")
             .unwrap_or("")
             .to_string();
         match shared.delete_object(info, &ns, &name, &opts, &ctx) {
@@ -690,7 +694,7 @@ fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
 }
 
 fn resource(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     group: &str,
     version: &str,
     rest: &[&str],
@@ -773,7 +777,7 @@ fn resource(
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(headers, body)?;
-                let v = shared.update_object(&info, ns, name, obj, Sub::Main, &ctx)?;
+                let v = shared.update_object(&info, ns, name, obj, Subresource::Main, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
@@ -783,7 +787,7 @@ fn resource(
                     ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
                 }
                 let (v, created) =
-                    shared.patch_object(&info, ns, name, kind, body, Sub::Main, &ctx)?;
+                    shared.patch_object(&info, ns, name, kind, body, Subresource::Main, &ctx)?;
                 let code = if created {
                     StatusCode::CREATED
                 } else {
@@ -821,7 +825,7 @@ fn resource(
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(headers, body)?;
-                let v = shared.update_object(&info, ns, name, obj, Sub::Status, &ctx)?;
+                let v = shared.update_object(&info, ns, name, obj, Subresource::Status, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
@@ -830,7 +834,8 @@ fn resource(
                 if let PatchKind::Apply { .. } = kind {
                     ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
                 }
-                let (v, _) = shared.patch_object(&info, ns, name, kind, body, Sub::Status, &ctx)?;
+                let (v, _) =
+                    shared.patch_object(&info, ns, name, kind, body, Subresource::Status, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),

@@ -5,20 +5,20 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, Cause};
-use crate::ops::{MAX_RETRIES, PatchKind, Sub, WriteCtx, patch_error};
 use crate::patch;
 use crate::resources::ResourceInfo;
-use crate::server::{Shared, from_view};
-use crate::util::meta_str;
+use crate::server::{ServerState, from_view};
+use crate::values::meta_str;
+use crate::writes::{MAX_RETRIES, PatchKind, Subresource, WriteCtx, patch_error};
 
-impl Shared {
+impl ServerState {
     /// Scale subresource view of an object.
     pub(crate) fn scale_of(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
         let Some(paths) = &info.scale else {
             return Err(ApiError::no_route());
         };
         let get_i = |p: &str| {
-            crate::util::get_path(obj, p)
+            crate::values::get_path(obj, p)
                 .and_then(Value::as_i64)
                 .unwrap_or(0)
         };
@@ -26,7 +26,7 @@ impl Shared {
         status.insert("replicas".into(), json!(get_i(&paths.status_replicas)));
         match &paths.label_selector {
             Some(p) => {
-                if let Some(s) = crate::util::get_path(obj, p).and_then(Value::as_str) {
+                if let Some(s) = crate::values::get_path(obj, p).and_then(Value::as_str) {
                     status.insert("selector".into(), json!(s));
                 }
             }
@@ -111,8 +111,8 @@ impl Shared {
                 ));
             };
             let mut obj = (*cur.obj).clone();
-            crate::util::set_path(&mut obj, &paths.spec_replicas, json!(replicas));
-            let outcome = self.prepare_update(info, &cur.obj, obj, Sub::Main, ctx, true)?;
+            crate::values::set_path(&mut obj, &paths.spec_replicas, json!(replicas));
+            let outcome = self.prepare_update(info, &cur.obj, obj, Subresource::Main, ctx, true)?;
             if let Some(v) = self.finish_update(info, &ns, name, &cur, outcome, ctx)? {
                 let stored = from_view(info, v);
                 return self.scale_of(info, &stored);

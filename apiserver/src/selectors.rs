@@ -283,7 +283,7 @@ fn field_value(obj: &Value, field: &str) -> String {
             .unwrap_or("")
             .to_string();
     }
-    match crate::util::get_path(obj, field) {
+    match crate::values::get_path(obj, field) {
         Some(Value::String(s)) => s.clone(),
         Some(Value::Null) | None => String::new(),
         Some(other) => other.to_string(),

@@ -18,7 +18,7 @@ pub(crate) const ADMIN_USER: &str = "wasmctrl-admin";
 
 /// Everything a request can touch: the store, the registry of served
 /// resources, credentials, and the signals that end watches.
-pub(crate) struct Shared {
+pub(crate) struct ServerState {
     pub(crate) store: Store,
     registry: RwLock<Registry>,
     /// Bumped whenever the registry changes (CRDs), to change OpenAPI hashes.
@@ -41,14 +41,14 @@ pub(crate) struct Shared {
     pub(crate) audit: AuditLog,
 }
 
-impl Shared {
+impl ServerState {
     pub(crate) fn new(
         token: String,
         addr: std::net::SocketAddr,
         authorization: Authorization,
         service_account_key: &[u8],
     ) -> Self {
-        Shared {
+        ServerState {
             store: Store::new(),
             registry: RwLock::new(Registry::new()),
             registry_generation: AtomicU64::new(1),
@@ -79,7 +79,7 @@ impl Shared {
         if let Some((t, _)) = tokens.iter().find(|(_, u)| u == user) {
             return t.clone();
         }
-        let t = crate::util::random_token();
+        let t = crate::values::random_token();
         tokens.push((t.clone(), user.to_string()));
         t
     }

@@ -287,7 +287,7 @@ fn owner_uids(obj: &Value) -> Vec<String> {
 }
 
 fn uid_of(obj: &Value) -> Option<String> {
-    crate::util::meta_str(obj, "uid").map(str::to_string)
+    crate::values::meta_str(obj, "uid").map(str::to_string)
 }
 
 fn is_deleting(obj: &Value) -> bool {
@@ -561,10 +561,10 @@ impl Store {
                 // The previous item is the last returned one.
                 let last = out.last().map(|o: &Arc<Value>| {
                     (
-                        crate::util::meta_str(o, "namespace")
+                        crate::values::meta_str(o, "namespace")
                             .unwrap_or("")
                             .to_string(),
-                        crate::util::meta_str(o, "name").unwrap_or("").to_string(),
+                        crate::values::meta_str(o, "name").unwrap_or("").to_string(),
                     )
                 });
                 return (rv, out, last);
@@ -590,7 +590,7 @@ impl Store {
         if let Change::Put(obj) = &change {
             // Measured outside the lock; the resourceVersion added below
             // is a few bytes.
-            let bytes = crate::util::json_len(obj);
+            let bytes = crate::values::json_len(obj);
             if bytes > MAX_OBJECT_BYTES {
                 return Err(StoreError::TooLarge { bytes });
             }
@@ -621,7 +621,7 @@ impl Store {
         let (etype, object) = match change {
             Change::Put(mut obj) => {
                 if !dry_run {
-                    crate::util::metadata_mut(&mut obj)
+                    crate::values::metadata_mut(&mut obj)
                         .insert("resourceVersion".into(), Value::String(rv.to_string()));
                 }
                 let et = if current.is_some() {
@@ -637,7 +637,7 @@ impl Store {
                 };
                 let mut last = (*cur.obj).clone();
                 if !dry_run {
-                    crate::util::metadata_mut(&mut last)
+                    crate::values::metadata_mut(&mut last)
                         .insert("resourceVersion".into(), Value::String(rv.to_string()));
                 }
                 (EventType::Deleted, Arc::new(last))

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::server::Shared;
+use crate::server::ServerState;
 
 pub use crate::audit::AuditRecord;
 pub use crate::faults::Scope;
@@ -34,7 +34,7 @@ pub use crate::faults::Scope;
 /// controls the same server.
 #[derive(Clone)]
 pub struct Faults {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
 }
 
 impl std::fmt::Debug for Faults {
@@ -46,7 +46,7 @@ impl std::fmt::Debug for Faults {
 }
 
 impl Faults {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<ServerState>) -> Self {
         Faults { shared }
     }
 
@@ -130,7 +130,7 @@ impl Faults {
 /// newest 100 000.
 #[derive(Clone)]
 pub struct Audit {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
 }
 
 impl std::fmt::Debug for Audit {
@@ -142,7 +142,7 @@ impl std::fmt::Debug for Audit {
 }
 
 impl Audit {
-    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(shared: Arc<ServerState>) -> Self {
         Audit { shared }
     }
 

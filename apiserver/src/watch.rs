@@ -17,7 +17,7 @@ use crate::error::{ApiError, Cause};
 use crate::faults::{WatchFault, WatchFaults};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::{Shared, to_view, view_is_identity};
+use crate::server::{ServerState, to_view, view_is_identity};
 use crate::storage::{Event, EventType, StoreError, WatchFrom};
 
 /// How often an idle watch that asked for bookmarks gets one.
@@ -168,7 +168,7 @@ pub(crate) fn expired(message: &str) -> Result<Response, ApiError> {
 
 /// Starts a watch and returns the streaming response.
 pub(crate) fn serve(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     info: Arc<ResourceInfo>,
     p: WatchParams,
 ) -> Result<Response, ApiError> {
@@ -209,7 +209,7 @@ pub(crate) fn serve(
     };
     let mut snapshot = Vec::new();
     for obj in &start.snapshot {
-        let ns = crate::util::meta_str(obj, "namespace").unwrap_or("");
+        let ns = crate::values::meta_str(obj, "namespace").unwrap_or("");
         if p.matches(ns, obj) {
             snapshot.push(line("ADDED", &render(&info, &p, obj)));
         }

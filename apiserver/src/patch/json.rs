@@ -214,7 +214,7 @@ fn json_size(value: &Value, budget: usize) -> Option<usize> {
                     5
                 }
             }
-            Value::Number(n) => crate::util::json_len(n),
+            Value::Number(n) => crate::values::json_len(n),
             Value::String(s) => string_len(s),
             Value::Array(a) => {
                 stack.extend(a.iter());

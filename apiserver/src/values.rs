@@ -1,4 +1,5 @@
-//! Small helpers: Kubernetes timestamps, random names, JSON path access.
+//! Values the server computes and reads: Kubernetes timestamps, random
+//! names and tokens, Go-style quoting, JSON sizes and metadata/path access.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -12,10 +12,10 @@ use serde_json::{Map, Value, json};
 use crate::error::{ApiError, Cause};
 use crate::patch::{self, ApplyRequest, PatchError};
 use crate::resources::ResourceInfo;
-use crate::server::{Shared, from_view, to_view};
+use crate::server::{ServerState, from_view, to_view};
 use crate::storage::{Change, Committed, Durable, EventType, Expect, StoreError, Stored};
-use crate::util::{meta_str, metadata_mut, now_rfc3339, random_suffix};
 use crate::validation;
+use crate::values::{meta_str, metadata_mut, now_rfc3339, random_suffix};
 
 /// How many times a write is recomputed when another writer commits first.
 pub(crate) const MAX_RETRIES: usize = 64;
@@ -34,7 +34,7 @@ pub(crate) struct WriteCtx {
     /// default `fieldValidation=Warn`).
     pub(crate) warnings: std::cell::RefCell<Vec<String>>,
     /// With persistence: the staged writes the response must wait for.
-    /// Shared with the HTTP layer, which waits after the (synchronous)
+    /// ServerState with the HTTP layer, which waits after the (synchronous)
     /// handler returns.
     pub(crate) pending: Arc<Mutex<Vec<Durable>>>,
 }
@@ -64,16 +64,16 @@ impl WriteCtx {
 
 /// Which part of an object a write addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Sub {
+pub(crate) enum Subresource {
     Main,
     Status,
 }
 
-impl Sub {
+impl Subresource {
     pub(crate) fn name(self) -> Option<&'static str> {
         match self {
-            Sub::Main => None,
-            Sub::Status => Some("status"),
+            Subresource::Main => None,
+            Subresource::Status => Some("status"),
         }
     }
 }
@@ -334,7 +334,7 @@ pub(crate) fn is_namespace(info: &ResourceInfo) -> bool {
     info.group.is_empty() && info.plural == "namespaces"
 }
 
-impl Shared {
+impl ServerState {
     pub(crate) fn store_error(&self, info: &ResourceInfo, name: &str, e: StoreError) -> ApiError {
         match e {
             StoreError::NamespaceMissing(ns) => ApiError::not_found("", "namespaces", &ns),
@@ -527,7 +527,7 @@ impl Shared {
         info: &ResourceInfo,
         old: &Value,
         mut new: Value,
-        sub: Sub,
+        sub: Subresource,
         ctx: &WriteCtx,
         record: bool,
     ) -> Result<Outcome, ApiError> {
@@ -563,7 +563,7 @@ impl Shared {
                 }
             }
         }
-        if sub == Sub::Status {
+        if sub == Subresource::Status {
             // Only .status changes through /status; metadata edits other than
             // field ownership are dropped.
             let mut merged = old.clone();
@@ -789,7 +789,7 @@ impl Shared {
         ns: &str,
         name: &str,
         body: Value,
-        sub: Sub,
+        sub: Subresource,
         ctx: &WriteCtx,
     ) -> Result<Value, ApiError> {
         self.check_type(info, &body)?;
@@ -826,7 +826,7 @@ impl Shared {
         name: &str,
         kind: PatchKind,
         body: &[u8],
-        sub: Sub,
+        sub: Subresource,
         ctx: &WriteCtx,
     ) -> Result<(Value, bool), ApiError> {
         let ns = self.ns_for(info, ns);
@@ -879,7 +879,7 @@ impl Shared {
                 // Server-side apply of an absent object creates it.
                 let mut obj = from_view(info, patched);
                 metadata_mut(&mut obj).insert("name".into(), json!(name));
-                if sub == Sub::Status {
+                if sub == Subresource::Status {
                     return Err(ApiError::not_found(&info.group, &info.plural, name));
                 }
                 let obj = self.prepare_create(info, &ns, obj, ctx, false)?;
