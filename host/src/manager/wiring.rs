@@ -17,8 +17,8 @@ use crate::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::hostapi::{Access, ApiLimits, ClusterApi, Grant, Gvk};
 use crate::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
 use crate::source::{self, PluginSource};
-use crate::workqueue::WorkQueue;
 use crate::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
+use crate::workqueue::{Priority, WorkQueue};
 use crate::{ObjectKey, ReconcileError};
 
 /// A watched kind, resolved, with how its objects map to keys.
@@ -377,14 +377,15 @@ fn forward_events(
                     let Some(informer) = weak.upgrade() else {
                         break;
                     };
-                    enqueue_store(&queue, &informer, &mapping, &reconciled);
+                    enqueue_store(&queue, &informer, &mapping, &reconciled, Priority::NORMAL);
                 }
             }
         }
     })
 }
 
-/// Enqueues every key of the reconciled kind's informer each `period`.
+/// Enqueues every key of the reconciled kind's informer each `period`, at
+/// low priority: nothing changed, so events must not wait behind them.
 fn resync_every(
     period: Duration,
     informer: &Arc<Informer>,
@@ -400,33 +401,49 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            enqueue_store(&queue, &informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(
+                &queue,
+                &informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+            );
         }
     })
 }
 
 /// Every key the plugin's informers of its reconciled kind hold, once
-/// (after sync and swaps).
+/// (after sync and swaps), at low priority: these are not changes, so
+/// events jump ahead of them (controller-runtime's priority queue does the
+/// same for the initial list).
 pub(super) fn enqueue_all(entry: &PluginEntry) {
     let for_kind = entry.slot().current().metadata().for_.clone();
     let queue = entry.controller().queue();
     for informer in entry.informers() {
         if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
-            enqueue_store(queue, informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(
+                queue,
+                informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+            );
         }
     }
 }
 
-/// Adds the key of every object `informer` holds, as `mapping` maps it.
+/// Adds the key of every object `informer` holds, as `mapping` maps it, at
+/// `priority`.
 fn enqueue_store(
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
     mapping: &KeyMapping,
     reconciled: &Gvk,
+    priority: Priority,
 ) {
     for o in informer.store().state() {
         for k in keys(mapping, reconciled, &o) {
-            queue.add(k);
+            queue.add_with_priority(k, priority);
         }
     }
 }
