@@ -91,6 +91,15 @@ const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 /// Dropping a pending [`get`](Self::get) future loses no key: a key is only
 /// taken in the same poll that returns it.
 ///
+/// # Get yields before a ready key
+/// A [`get`](Self::get) that finds a key ready first yields to the tokio
+/// scheduler once (and takes whichever key is first when it resumes).
+/// Workers whose reconciles never wait — a resync of cached objects that
+/// need nothing — would otherwise take key after key without ever giving
+/// their threads back, starving the informers and event feeds that fill
+/// the queue and the IO driver they need: the event of a real change could
+/// not even be queued, let alone jump ahead, until the queue ran dry.
+///
 /// # Highest priority first
 /// [`get`](Self::get) hands out a ready key of the highest [`Priority`]
 /// queued, and within one priority the key that became ready first (FIFO;
@@ -267,6 +276,8 @@ impl<K: QueueKey> Inner<K> {
 
 enum Step<K> {
     Got(K, Priority),
+    /// A key is ready, but this get has not let the scheduler run yet.
+    Yield,
     ShutDown,
     Wait(Option<Instant>),
 }
@@ -342,6 +353,8 @@ impl<K: QueueKey> WorkQueue<K> {
     /// shutting down (with or without drain: new gets end at once while
     /// in-flight items finish).
     pub async fn get(&self) -> Option<QueueItem<K>> {
+        // Whether this call has let other tasks run (yielded, or waited).
+        let mut yielded = false;
         loop {
             // Registered before looking at the state, so a key added between
             // the look and the wait still wakes us.
@@ -350,12 +363,17 @@ impl<K: QueueKey> WorkQueue<K> {
             let step = self.inner.update(|state, now| {
                 if state.shutting_down {
                     Step::ShutDown
+                } else if !yielded && state.queue.len() > 0 {
+                    Step::Yield
                 } else if let Some((key, priority)) = state.queue.pop(now) {
                     Step::Got(key, priority)
                 } else {
                     Step::Wait(state.waiting.next_ready_at())
                 }
             });
+            if !matches!(step, Step::Got(..) | Step::ShutDown) {
+                yielded = true;
+            }
             match step {
                 Step::Got(key, priority) => {
                     return Some(QueueItem {
@@ -365,6 +383,8 @@ impl<K: QueueKey> WorkQueue<K> {
                     });
                 }
                 Step::ShutDown => return None,
+                // Nothing is taken yet: dropping the get here loses nothing.
+                Step::Yield => tokio::task::yield_now().await,
                 Step::Wait(None) => notified.await,
                 Step::Wait(Some(ready_at)) => {
                     tokio::select! {

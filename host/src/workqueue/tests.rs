@@ -759,3 +759,31 @@ async fn depth_per_priority() {
         "a raise is not an add"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn get_yields_before_a_ready_key() {
+    let q = queue::<u32>();
+    for key in 0..3 {
+        q.add(key);
+    }
+    // Another task on this (single-threaded) runtime, like an informer.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let other = tokio::spawn({
+        let ran = ran.clone();
+        async move {
+            loop {
+                ran.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    // A worker whose work never waits: it only gives its thread back in get.
+    for taken in 1..=3 {
+        q.get().await.unwrap().done();
+        assert!(
+            ran.load(Ordering::SeqCst) >= taken,
+            "the other task did not run before key {taken} was handed out"
+        );
+    }
+    other.abort();
+}
