@@ -225,6 +225,7 @@ pub(crate) fn infos_for(crd: &Value) -> (GroupResource, Vec<ResourceInfo>) {
                 builtin: false,
                 delete_returns_object: true,
                 review: false,
+                token_request: false,
                 storage: storage.clone(),
                 storage_api_version: format!("{group}/{storage_version}"),
                 view: View::Plain,

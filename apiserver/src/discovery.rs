@@ -122,6 +122,17 @@ fn legacy_entries(r: &ResourceInfo) -> Vec<Value> {
             "verbs": ["get", "patch", "update"],
         }));
     }
+    if r.token_request {
+        out.push(json!({
+            "name": format!("{}/token", r.plural),
+            "singularName": "",
+            "namespaced": r.namespaced,
+            "group": "authentication.k8s.io",
+            "version": "v1",
+            "kind": "TokenRequest",
+            "verbs": ["create"],
+        }));
+    }
     if r.scale.is_some() {
         out.push(json!({
             "name": format!("{}/scale", r.plural),
@@ -173,6 +184,13 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
             "subresource": "status",
             "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
             "verbs": ["get", "patch", "update"],
+        }));
+    }
+    if r.token_request {
+        subs.push(json!({
+            "subresource": "token",
+            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"},
+            "verbs": ["create"],
         }));
     }
     if r.scale.is_some() {

@@ -271,10 +271,15 @@ impl ApiError {
     }
 }
 
+/// `metav1.StatusDetails`; empty fields are left out, as upstream's
+/// `omitempty` does.
 fn details(name: Option<&str>, group: &str, kind: &str, causes: &[Cause]) -> Value {
-    let mut d = json!({ "kind": kind });
-    if let Some(name) = name {
+    let mut d = json!({});
+    if let Some(name) = name.filter(|n| !n.is_empty()) {
         d["name"] = json!(name);
+    }
+    if !kind.is_empty() {
+        d["kind"] = json!(kind);
     }
     if !group.is_empty() {
         d["group"] = json!(group);

@@ -5,11 +5,13 @@
 //! aggregated), a minimal OpenAPI v3, built-in kinds stored schemaless, CRDs,
 //! resourceVersion/generation/status semantics, merge/JSON/strategic/apply
 //! patches, finalizers and garbage collection, label/field selectors,
-//! pagination and resumable watches. Every request needs the bearer token
-//! from the generated kubeconfig.
+//! pagination and resumable watches. Every request needs a bearer token: the
+//! admin's from the generated kubeconfig (allowed everything), or a
+//! service account's from the TokenRequest API, authorized by RBAC when
+//! [`Config::authorization`] is [`Authorization::Rbac`].
 //!
-//! The public API is [`ApiServer`], [`Config`] and [`Error`]; everything
-//! else is internal. The `testing` feature adds `testing` (fault injection
+//! The public API is [`ApiServer`], [`Config`], [`Authorization`] and
+//! [`Error`]; everything else is internal. The `testing` feature adds `testing` (fault injection
 //! and an audit of writes) for tests of clients against a misbehaving
 //! server.
 //!
@@ -23,6 +25,9 @@
 //! ```
 
 mod audit;
+mod authn;
+mod authorization;
+mod authz;
 mod conn;
 mod crd;
 mod delete;
@@ -32,15 +37,19 @@ mod events;
 mod faults;
 mod files;
 mod gc;
+mod identity;
 mod kubeconfig;
 mod ops;
 mod patch;
 mod persist;
 mod protobuf;
+mod rbac;
 mod request_info;
 mod resources;
 mod response;
+mod reviews;
 mod routes;
+mod sa_token;
 mod scale;
 mod schema;
 mod selectors;
@@ -56,6 +65,7 @@ mod yaml;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use authorization::{Authorization, UnknownAuthorization};
 pub use conn::Timeouts;
 pub use kubeconfig::KubeconfigError;
 pub use persist::PersistError;
@@ -117,6 +127,12 @@ pub struct Config {
     /// Connection timeouts (TLS handshake 10 s, request head 10 s, idle
     /// keep-alive 120 s by default).
     pub timeouts: Timeouts,
+    /// How requests of identities other than the admin are authorized:
+    /// [`Authorization::AlwaysAllow`] (the default) or
+    /// [`Authorization::Rbac`], which also creates upstream's bootstrap
+    /// ClusterRoles and ClusterRoleBindings (discovery, self-reviews,
+    /// `cluster-admin` for `system:masters`) that do not exist yet.
+    pub authorization: Authorization,
 }
 
 impl std::fmt::Debug for Config {
@@ -128,6 +144,7 @@ impl std::fmt::Debug for Config {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("ca", &self.ca)
             .field("timeouts", &self.timeouts)
+            .field("authorization", &self.authorization)
             .finish()
     }
 }
@@ -140,6 +157,7 @@ impl Default for Config {
             token: None,
             ca: None,
             timeouts: Timeouts::default(),
+            authorization: Authorization::default(),
         }
     }
 }
@@ -163,12 +181,21 @@ pub enum Error {
     /// Certificates could not be created or loaded.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
-    /// A default namespace could not be created.
-    #[error("creating namespace {name}: {source}")]
+    /// A default namespace (or, with RBAC, a bootstrap ClusterRole or
+    /// ClusterRoleBinding) could not be created.
+    #[error("creating {name}: {source}")]
     Seed {
+        /// `namespace default`, `clusterrole cluster-admin`, ...
         name: String,
         #[source]
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// A service-account token could not be issued.
+    #[error("issuing a token for service account {namespace}/{name}: {message}")]
+    ServiceAccountToken {
+        namespace: String,
+        name: String,
+        message: String,
     },
 }
 
@@ -190,11 +217,13 @@ pub struct ApiServer {
     /// Where state is persisted, if anywhere.
     data_dir: Option<PathBuf>,
     timeouts: Timeouts,
+    authorization: Authorization,
 }
 
 impl ApiServer {
     /// Binds `config.addr`, restores `config.data_dir` if set, creates the
-    /// default namespaces and starts serving in a background task.
+    /// default namespaces (and with RBAC the bootstrap roles) and starts
+    /// serving in a background task.
     pub async fn start(config: Config) -> Result<ApiServer, Error> {
         let listener = tokio::net::TcpListener::bind(config.addr)
             .await
@@ -218,11 +247,17 @@ impl ApiServer {
             (None, None) => tls::Ca::generate()?,
         };
         let tls = ca.server(addr.ip())?;
+        // Service-account tokens outlive a restart only with a data
+        // directory (their service accounts do not survive one without).
+        let sa_key = creds
+            .as_ref()
+            .and_then(persist::Credentials::service_account_key)
+            .unwrap_or_else(sa_token::generate_key);
         let token = config
             .token
             .or_else(|| creds.map(|c| c.token))
             .unwrap_or_else(util::random_token);
-        let shared = Arc::new(Shared::new(token, addr));
+        let shared = Arc::new(Shared::new(token, addr, config.authorization, &sa_key));
         // Derived state (the CRD registry) follows every visible change.
         let weak = Arc::downgrade(&shared);
         shared.store.set_apply_hook(move |ev| {
@@ -282,6 +317,7 @@ impl ApiServer {
             },
             data_dir: config.data_dir.clone(),
             timeouts: config.timeouts,
+            authorization: config.authorization,
         };
         server.seed().await?;
 
@@ -299,31 +335,41 @@ impl ApiServer {
         Ok(server)
     }
 
-    /// Creates the default namespaces that do not exist yet, waiting until
-    /// they are durable.
+    /// Creates the default namespaces (and with RBAC the bootstrap
+    /// ClusterRoles and ClusterRoleBindings) that do not exist yet, waiting
+    /// until they are durable.
     async fn seed(&self) -> Result<(), Error> {
-        let ns_info = self
-            .shared
-            .registry()
-            .find("", "v1", "namespaces")
-            .expect("namespaces are built in");
-        for name in DEFAULT_NAMESPACES {
-            if self
+        let mut objects: Vec<(&str, &str, serde_json::Value)> = DEFAULT_NAMESPACES
+            .iter()
+            .map(|name| {
+                let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+                ("", "namespaces", ns)
+            })
+            .collect();
+        if self.authorization == Authorization::Rbac {
+            objects.extend(
+                rbac::bootstrap_policy()
+                    .into_iter()
+                    .map(|(plural, obj)| (rbac::GROUP, plural, obj)),
+            );
+        }
+        for (group, plural, body) in objects {
+            let info = self
                 .shared
-                .store
-                .latest(&ns_info.storage, "", name)
-                .is_some()
-            {
+                .registry()
+                .find(group, "v1", plural)
+                .expect("seeded kinds are built in");
+            let name = util::meta_str(&body, "name").unwrap_or("").to_string();
+            if self.shared.store.latest(&info.storage, "", &name).is_some() {
                 continue;
             }
-            let body = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
             let ctx = WriteCtx::system("wasmctrl-apiserver");
             let seed_err = |source: Box<dyn std::error::Error + Send + Sync>| Error::Seed {
-                name: name.to_string(),
+                name: format!("{} {name}", info.singular),
                 source,
             };
             self.shared
-                .create_object(&ns_info, "", body, &ctx)
+                .create_object(&info, "", body, &ctx)
                 .map_err(|e| seed_err(Box::new(e)))?;
             let pending =
                 std::mem::take(&mut *ctx.pending.lock().unwrap_or_else(|e| e.into_inner()));
@@ -369,7 +415,39 @@ impl ApiServer {
             token: Some(self.shared.token.clone()),
             ca: Some(self.ca.clone()),
             timeouts: self.timeouts,
+            authorization: self.authorization,
         }
+    }
+
+    /// How this server authorizes requests.
+    pub fn authorization(&self) -> Authorization {
+        self.authorization
+    }
+
+    /// A kubeconfig that authenticates as the service account
+    /// `namespace/name` (user `system:serviceaccount:NAMESPACE:NAME`), with a
+    /// token valid for `expiration` (10 minutes to 2^32 seconds), as
+    /// `kubectl create token` would issue. The token stops working when it
+    /// expires or the service account is deleted; with a data directory it
+    /// survives restarts. Fails if the service account does not exist.
+    pub fn kubeconfig_for_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+        expiration: Duration,
+    ) -> Result<String, Error> {
+        let secs = i64::try_from(expiration.as_secs()).unwrap_or(i64::MAX);
+        let audiences = sa_token::API_AUDIENCES
+            .iter()
+            .map(|a| a.to_string())
+            .collect();
+        let (token, _) = reviews::issue_token(&self.shared, namespace, name, audiences, secs, None)
+            .map_err(|e| Error::ServiceAccountToken {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(kubeconfig::render(&self.url(), &token, &self.ca.cert_pem))
     }
 
     /// Kubeconfig YAML (cluster, user and context named `wasmctrl`).
@@ -408,10 +486,11 @@ impl ApiServer {
         testing::Audit::new(self.shared.clone())
     }
 
-    /// A kubeconfig whose token authenticates as `user`, so processes that
-    /// share this server can be told apart in the [`ApiServer::audit`]
-    /// (feature `testing`). The token is issued on first use and lives as
-    /// long as this server.
+    /// A kubeconfig whose token authenticates as `user` (groups
+    /// `system:authenticated`), so processes that share this server can be
+    /// told apart in the [`ApiServer::audit`] (feature `testing`). With
+    /// [`Authorization::Rbac`] the user gets what RBAC grants it. The token
+    /// is issued on first use and lives as long as this server.
     #[cfg(feature = "testing")]
     pub fn kubeconfig_for_user(&self, user: &str) -> String {
         kubeconfig::render(&self.url(), &self.shared.token_for(user), &self.ca.cert_pem)

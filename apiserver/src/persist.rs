@@ -67,16 +67,50 @@ fn key_of(gr: &GroupResource, ns: &str, name: &str) -> Result<String, PersistErr
     Ok(parts.join("\0"))
 }
 
-/// Credentials kept with the data: the bearer token and the CA.
+/// Credentials kept with the data: the bearer token, the CA and the key
+/// service-account tokens are signed with.
 #[derive(Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Credentials {
     pub(crate) token: String,
     pub(crate) ca_cert: String,
     pub(crate) ca_key: String,
+    /// Base64 of the service-account token signing key; absent in data
+    /// directories written before service-account tokens existed (it is
+    /// added on their next start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) service_account_key: Option<String>,
 }
 
-/// Reads `dir/credentials.json`, creating it (mode 0600) on first use.
+impl Credentials {
+    /// The service-account signing key, if present and well formed.
+    pub(crate) fn service_account_key(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(self.service_account_key.as_deref()?)
+            .ok()?;
+        (key.len() == crate::sa_token::KEY_BYTES).then_some(key)
+    }
+}
+
+fn write_credentials(path: &Path, creds: &Credentials) -> Result<(), PersistError> {
+    let json = serde_json::to_string_pretty(creds).map_err(|e| PersistError::Corrupt {
+        key: path.display().to_string(),
+        message: e.to_string(),
+    })?;
+    crate::files::write_private(path, json.as_bytes()).map_err(|source| PersistError::Io {
+        what: format!("writing {}", path.display()),
+        source,
+    })
+}
+
+fn encoded_key(key: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(key)
+}
+
+/// Reads `dir/credentials.json`, creating it (mode 0600) on first use and
+/// adding a service-account signing key to one written without.
 pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
     crate::files::create_private_dir(dir).map_err(|source| PersistError::Io {
         what: format!("creating data directory {}", dir.display()),
@@ -85,10 +119,30 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
     let path = dir.join("credentials.json");
     match std::fs::read(&path) {
         Ok(bytes) => {
-            return serde_json::from_slice(&bytes).map_err(|e| PersistError::Corrupt {
-                key: path.display().to_string(),
-                message: e.to_string(),
-            });
+            let mut creds: Credentials =
+                serde_json::from_slice(&bytes).map_err(|e| PersistError::Corrupt {
+                    key: path.display().to_string(),
+                    message: e.to_string(),
+                })?;
+            match (&creds.service_account_key, creds.service_account_key()) {
+                (_, Some(_)) => {}
+                (None, None) => {
+                    creds.service_account_key = Some(encoded_key(&crate::sa_token::generate_key()));
+                    write_credentials(&path, &creds)?;
+                }
+                // Never replace a key that is there but unreadable: tokens
+                // signed with it would silently stop working.
+                (Some(_), None) => {
+                    return Err(PersistError::Corrupt {
+                        key: path.display().to_string(),
+                        message: format!(
+                            "serviceAccountKey is not the base64 of {} bytes",
+                            crate::sa_token::KEY_BYTES
+                        ),
+                    });
+                }
+            }
+            return Ok(creds);
         }
         // Only a missing file means "first start"; anything else must not
         // silently replace the credentials existing kubeconfigs carry.
@@ -108,15 +162,9 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
         token: crate::util::random_token(),
         ca_cert: ca.cert_pem.clone(),
         ca_key: ca.key_pem(),
+        service_account_key: Some(encoded_key(&crate::sa_token::generate_key())),
     };
-    let json = serde_json::to_string_pretty(&creds).map_err(|e| PersistError::Corrupt {
-        key: path.display().to_string(),
-        message: e.to_string(),
-    })?;
-    crate::files::write_private(&path, json.as_bytes()).map_err(|source| PersistError::Io {
-        what: format!("writing {}", path.display()),
-        source,
-    })?;
+    write_credentials(&path, &creds)?;
     Ok(creds)
 }
 

@@ -1,9 +1,10 @@
 //! Decoding of Kubernetes protobuf request bodies for the kinds kubectl's
 //! imperative `create` subcommands send that way (`kubectl create configmap
 //! | secret | namespace | serviceaccount | role | rolebinding | clusterrole |
-//! clusterrolebinding | deployment | service | job | cronjob`): client-go's
-//! typed clientset always sends `application/vnd.kubernetes.protobuf` and has
-//! no JSON fallback. Responses stay JSON, which those requests also accept.
+//! clusterrolebinding | deployment | service | job | cronjob | token`) and
+//! the reviews of `kubectl auth can-i | whoami`: client-go's typed
+//! clientset always sends `application/vnd.kubernetes.protobuf` and has no
+//! JSON fallback. Responses stay JSON, which those requests also accept.
 //!
 //! The envelope is the 4-byte magic `k8s\0` then a `runtime.Unknown`
 //! (`typeMeta` = 1, `raw` = 2); `raw` is the object message. Only the fields
@@ -45,6 +46,8 @@ enum Kind {
     MapBytes,
     /// map<string, Quantity>; a Quantity message holds its string at 1.
     MapQuantity,
+    /// map<string, ExtraValue>; an ExtraValue holds repeated strings at 1.
+    MapStrList,
     /// IntOrString: type = 1 (0 int, 1 string), intVal = 2, strVal = 3.
     IntOrStr,
     RepStr,
@@ -414,6 +417,178 @@ static SERVICE: Schema = Schema {
     ],
 };
 
+static BOUND_OBJECT_REF: Schema = Schema {
+    name: "BoundObjectReference",
+    fields: &[
+        (1, "kind", Str),
+        (2, "apiVersion", Str),
+        (3, "name", Str),
+        (4, "uid", Str),
+    ],
+};
+
+static TOKEN_REQUEST_SPEC: Schema = Schema {
+    name: "TokenRequestSpec",
+    fields: &[
+        (1, "audiences", RepStr),
+        (3, "boundObjectRef", Msg(&BOUND_OBJECT_REF)),
+        (4, "expirationSeconds", OptInt),
+    ],
+};
+
+static TOKEN_REQUEST_STATUS: Schema = Schema {
+    name: "TokenRequestStatus",
+    fields: &[(1, "token", Str), (2, "expirationTimestamp", Time)],
+};
+
+static TOKEN_REQUEST: Schema = Schema {
+    name: "TokenRequest",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&TOKEN_REQUEST_SPEC)),
+        (3, "status", Msg(&TOKEN_REQUEST_STATUS)),
+    ],
+};
+
+static SELECTOR_ATTRIBUTES: Schema = Schema {
+    name: "SelectorAttributes",
+    fields: &[(1, "rawSelector", Str)],
+};
+
+static RESOURCE_ATTRIBUTES: Schema = Schema {
+    name: "ResourceAttributes",
+    fields: &[
+        (1, "namespace", Str),
+        (2, "verb", Str),
+        (3, "group", Str),
+        (4, "version", Str),
+        (5, "resource", Str),
+        (6, "subresource", Str),
+        (7, "name", Str),
+        (8, "fieldSelector", Msg(&SELECTOR_ATTRIBUTES)),
+        (9, "labelSelector", Msg(&SELECTOR_ATTRIBUTES)),
+    ],
+};
+
+static NON_RESOURCE_ATTRIBUTES: Schema = Schema {
+    name: "NonResourceAttributes",
+    fields: &[(1, "path", Str), (2, "verb", Str)],
+};
+
+static ACCESS_REVIEW_STATUS: Schema = Schema {
+    name: "SubjectAccessReviewStatus",
+    fields: &[
+        (1, "allowed", Bool),
+        (2, "reason", Str),
+        (3, "evaluationError", Str),
+        (4, "denied", Bool),
+    ],
+};
+
+static SELF_ACCESS_REVIEW_SPEC: Schema = Schema {
+    name: "SelfSubjectAccessReviewSpec",
+    fields: &[
+        (1, "resourceAttributes", Msg(&RESOURCE_ATTRIBUTES)),
+        (2, "nonResourceAttributes", Msg(&NON_RESOURCE_ATTRIBUTES)),
+    ],
+};
+
+static SELF_ACCESS_REVIEW: Schema = Schema {
+    name: "SelfSubjectAccessReview",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&SELF_ACCESS_REVIEW_SPEC)),
+        (3, "status", Msg(&ACCESS_REVIEW_STATUS)),
+    ],
+};
+
+static ACCESS_REVIEW_SPEC: Schema = Schema {
+    name: "SubjectAccessReviewSpec",
+    fields: &[
+        (1, "resourceAttributes", Msg(&RESOURCE_ATTRIBUTES)),
+        (2, "nonResourceAttributes", Msg(&NON_RESOURCE_ATTRIBUTES)),
+        (3, "user", Str),
+        (4, "groups", RepStr),
+        (5, "extra", MapStrList),
+        (6, "uid", Str),
+    ],
+};
+
+static ACCESS_REVIEW: Schema = Schema {
+    name: "SubjectAccessReview",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&ACCESS_REVIEW_SPEC)),
+        (3, "status", Msg(&ACCESS_REVIEW_STATUS)),
+    ],
+};
+
+static RULES_REVIEW_SPEC: Schema = Schema {
+    name: "SelfSubjectRulesReviewSpec",
+    fields: &[(1, "namespace", Str)],
+};
+
+static RULES_REVIEW_STATUS: Schema = Schema {
+    name: "SubjectRulesReviewStatus",
+    fields: &[(3, "incomplete", Bool), (4, "evaluationError", Str)],
+};
+
+static RULES_REVIEW: Schema = Schema {
+    name: "SelfSubjectRulesReview",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&RULES_REVIEW_SPEC)),
+        (3, "status", Msg(&RULES_REVIEW_STATUS)),
+    ],
+};
+
+static USER_INFO: Schema = Schema {
+    name: "UserInfo",
+    fields: &[
+        (1, "username", Str),
+        (2, "uid", Str),
+        (3, "groups", RepStr),
+        (4, "extra", MapStrList),
+    ],
+};
+
+static SELF_REVIEW_STATUS: Schema = Schema {
+    name: "SelfSubjectReviewStatus",
+    fields: &[(1, "userInfo", Msg(&USER_INFO))],
+};
+
+static SELF_REVIEW: Schema = Schema {
+    name: "SelfSubjectReview",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "status", Msg(&SELF_REVIEW_STATUS)),
+    ],
+};
+
+static TOKEN_REVIEW_SPEC: Schema = Schema {
+    name: "TokenReviewSpec",
+    fields: &[(1, "token", Str), (2, "audiences", RepStr)],
+};
+
+static TOKEN_REVIEW_STATUS: Schema = Schema {
+    name: "TokenReviewStatus",
+    fields: &[
+        (1, "authenticated", Bool),
+        (2, "user", Msg(&USER_INFO)),
+        (3, "error", Str),
+        (4, "audiences", RepStr),
+    ],
+};
+
+static TOKEN_REVIEW: Schema = Schema {
+    name: "TokenReview",
+    fields: &[
+        (1, "metadata", Msg(&OBJECT_META)),
+        (2, "spec", Msg(&TOKEN_REVIEW_SPEC)),
+        (3, "status", Msg(&TOKEN_REVIEW_STATUS)),
+    ],
+};
+
 fn schema_for(api_version: &str, kind: &str) -> Option<&'static Schema> {
     Some(match (api_version, kind) {
         ("v1", "ConfigMap") => &CONFIG_MAP,
@@ -426,6 +601,14 @@ fn schema_for(api_version: &str, kind: &str) -> Option<&'static Schema> {
         ("batch/v1", "CronJob") => &CRON_JOB,
         ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => &ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => &ROLE_BINDING,
+        ("authentication.k8s.io/v1", "TokenRequest") => &TOKEN_REQUEST,
+        ("authentication.k8s.io/v1", "TokenReview") => &TOKEN_REVIEW,
+        ("authentication.k8s.io/v1", "SelfSubjectReview") => &SELF_REVIEW,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => &SELF_ACCESS_REVIEW,
+        ("authorization.k8s.io/v1", "SubjectAccessReview" | "LocalSubjectAccessReview") => {
+            &ACCESS_REVIEW
+        }
+        ("authorization.k8s.io/v1", "SelfSubjectRulesReview") => &RULES_REVIEW,
         _ => return None,
     })
 }
@@ -520,6 +703,29 @@ fn map_entry(
         }
     }
     Ok((k, v))
+}
+
+/// A `map<string, ExtraValue>` entry: key = 1, value = 2 (repeated
+/// strings at 1).
+fn string_list_entry(b: &[u8]) -> Result<(String, Value), ProtobufError> {
+    let mut r = Reader { buf: b };
+    let (mut k, mut items) = (String::new(), Vec::new());
+    while let Some((field, wire)) = r.key()? {
+        match (field, wire) {
+            (1, 2) => k = string(r.bytes()?)?,
+            (2, 2) => {
+                let mut v = Reader { buf: r.bytes()? };
+                while let Some((f, w)) = v.key()? {
+                    match (f, w) {
+                        (1, 2) => items.push(json!(string(v.bytes()?)?)),
+                        (_, w) => v.skip(w)?,
+                    }
+                }
+            }
+            (_, w) => r.skip(w)?,
+        }
+    }
+    Ok((k, Value::Array(items)))
 }
 
 fn int_or_string(b: &[u8]) -> Result<Value, ProtobufError> {
@@ -619,6 +825,14 @@ fn message(schema: &'static Schema, b: &[u8]) -> Result<Value, ProtobufError> {
                     .as_object_mut()
                     .ok_or(ProtobufError::Malformed)?
                     .insert(k, q);
+            }
+            (MapStrList, 2) => {
+                let (k, list) = string_list_entry(r.bytes()?)?;
+                out.entry(name)
+                    .or_insert_with(|| Value::Object(Map::new()))
+                    .as_object_mut()
+                    .ok_or(ProtobufError::Malformed)?
+                    .insert(k, list);
             }
             (IntOrStr, 2) => {
                 out.insert(name, int_or_string(r.bytes()?)?);

@@ -1,8 +1,8 @@
-//! What a request addresses, read from its method and path alone (no
+//! What a request addresses, read from its method, path and query alone (no
 //! registry lookup), as the real server's RequestInfoFactory does: the verb,
-//! group, resource, namespace and name. Fault injection matches on it and
-//! the write audit records it; routing itself resolves the path against the
-//! registry.
+//! group, resource, namespace and name. Authorization decides on it, fault
+//! injection matches on it and the write audit records it; routing itself
+//! resolves the path against the registry.
 
 /// Subresources of a namespace that are addressed as
 /// `/api/v1/namespaces/{name}/{sub}` rather than naming a namespace scope.
@@ -22,16 +22,29 @@ pub(crate) struct RequestInfo {
     pub(crate) resource: String,
     pub(crate) subresource: Option<String>,
     pub(crate) namespace: Option<String>,
+    /// From the path, or for a list or watch from a `metadata.name=`
+    /// field selector (so `resourceNames` rules can allow watching one
+    /// object, as upstream).
     pub(crate) name: Option<String>,
+    /// The decoded URL path (what non-resource rules match).
+    pub(crate) path: String,
 }
 
 impl RequestInfo {
     /// Parses decoded path segments (`["api", "v1", "namespaces", ...]`);
-    /// `watch` is the `watch` query flag.
-    pub(crate) fn parse(method: &str, segments: &[&str], watch: bool) -> RequestInfo {
+    /// `watch` is the `watch` query flag, `field_selector` the
+    /// `fieldSelector` query parameter.
+    pub(crate) fn parse(
+        method: &str,
+        segments: &[&str],
+        watch: bool,
+        field_selector: Option<&str>,
+    ) -> RequestInfo {
         let lower = method.to_ascii_lowercase();
+        let path = format!("/{}", segments.join("/"));
         let non_resource = || RequestInfo {
             verb: lower.clone(),
+            path: path.clone(),
             ..Default::default()
         };
         let (group, version, rest) = match segments {
@@ -46,6 +59,7 @@ impl RequestInfo {
             is_resource: true,
             group: group.to_string(),
             version: version.to_string(),
+            path: path.clone(),
             ..Default::default()
         };
         let mut parts = rest;
@@ -59,9 +73,10 @@ impl RequestInfo {
         info.name = parts.get(1).map(|s| s.to_string());
         info.subresource = parts.get(2).map(|s| s.to_string());
         info.verb = match (method, info.name.is_some()) {
+            // A named GET is a get even with ?watch (upstream only watches
+            // collections this way).
             ("GET" | "HEAD", false) if watch => "watch",
             ("GET" | "HEAD", false) => "list",
-            ("GET" | "HEAD", true) if watch => "watch",
             ("GET" | "HEAD", true) => "get",
             ("POST", _) => "create",
             ("PUT", _) => "update",
@@ -76,7 +91,24 @@ impl RequestInfo {
             }
         }
         .to_string();
+        if matches!(info.verb.as_str(), "list" | "watch") {
+            info.name = field_selector.and_then(crate::selectors::exact_name_of);
+        }
         info
+    }
+
+    /// The attributes authorization decides on.
+    pub(crate) fn attributes(&self) -> crate::rbac::Attributes {
+        crate::rbac::Attributes {
+            verb: self.verb.clone(),
+            resource_request: self.is_resource,
+            group: self.group.clone(),
+            resource: self.resource.clone(),
+            subresource: self.subresource.clone().unwrap_or_default(),
+            name: self.name.clone().unwrap_or_default(),
+            namespace: self.namespace.clone().unwrap_or_default(),
+            path: self.path.clone(),
+        }
     }
 
     /// Whether the request may change stored state.
@@ -95,7 +127,7 @@ mod tests {
 
     fn parse(method: &str, path: &str) -> RequestInfo {
         let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        RequestInfo::parse(method, &segs, false)
+        RequestInfo::parse(method, &segs, false, None)
     }
 
     #[test]
@@ -121,6 +153,23 @@ mod tests {
             ("create", "namespaces")
         );
         assert_eq!(i.namespace, None);
+    }
+
+    #[test]
+    fn lists_and_watches_name_the_object_a_field_selector_pins() {
+        let segs = ["api", "v1", "namespaces", "ns", "configmaps"];
+        let i = RequestInfo::parse("GET", &segs, true, Some("metadata.name=c1"));
+        assert_eq!((i.verb.as_str(), i.name.as_deref()), ("watch", Some("c1")));
+        let i = RequestInfo::parse("GET", &segs, false, Some("metadata.name!=c1"));
+        assert_eq!((i.verb.as_str(), i.name.as_deref()), ("list", None));
+        // Not for deletecollection, and a named GET with ?watch is a get.
+        let i = RequestInfo::parse("DELETE", &segs, false, Some("metadata.name=c1"));
+        assert_eq!((i.verb.as_str(), i.name), ("deletecollection", None));
+        let segs = ["api", "v1", "namespaces", "ns", "configmaps", "c1"];
+        assert_eq!(RequestInfo::parse("GET", &segs, true, None).verb, "get");
+        let a = RequestInfo::parse("GET", &segs, false, None).attributes();
+        assert_eq!((a.namespace.as_str(), a.name.as_str()), ("ns", "c1"));
+        assert_eq!(a.path, "/api/v1/namespaces/ns/configmaps/c1");
     }
 
     #[test]

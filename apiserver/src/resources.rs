@@ -63,6 +63,8 @@ pub(crate) struct ResourceInfo {
     /// A review resource (access reviews, whoami): only `create`, which
     /// answers at once and stores nothing.
     pub(crate) review: bool,
+    /// Serves the TokenRequest subresource `NAME/token` (service accounts).
+    pub(crate) token_request: bool,
     pub(crate) storage: GroupResource,
     /// apiVersion objects are stored with (the CRD storage version; `v1`
     /// for both Event APIs).
@@ -130,6 +132,7 @@ impl B {
                 builtin: true,
                 delete_returns_object: false,
                 review: false,
+                token_request: false,
                 storage: GroupResource::new(group, plural),
                 storage_api_version: if group.is_empty() {
                     version.to_string()
@@ -178,6 +181,10 @@ impl B {
         self.info.review = true;
         self
     }
+    fn token_request(mut self) -> B {
+        self.info.token_request = true;
+        self
+    }
     fn done(self) -> ResourceInfo {
         self.info
     }
@@ -203,6 +210,7 @@ pub(crate) fn builtins() -> Vec<ResourceInfo> {
             .done(),
         B::new("", "v1", "serviceaccounts", "ServiceAccount", true)
             .short(&["sa"])
+            .token_request()
             .done(),
         B::new("", "v1", "pods", "Pod", true)
             .short(&["po"])
@@ -296,8 +304,8 @@ pub(crate) fn builtins() -> Vec<ResourceInfo> {
         .returns_object()
         .done(),
     ];
-    // Everyone holding the token is allowed everything; these answer so
-    // `kubectl auth can-i|whoami` and tools that check permissions work.
+    // Access and identity reviews (`kubectl auth can-i|whoami`), answered
+    // by the server's authenticator and authorizer (module `reviews`).
     for (group, plural, kind, namespaced) in [
         (
             "authorization.k8s.io",

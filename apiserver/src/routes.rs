@@ -19,6 +19,7 @@ use crate::conn::Peer;
 use crate::delete::DeleteOptions;
 use crate::discovery;
 use crate::error::ApiError;
+use crate::identity::UserInfo;
 use crate::ops::{PatchKind, Sub, WriteCtx};
 use crate::request_info::RequestInfo;
 use crate::resources::ResourceInfo;
@@ -52,8 +53,11 @@ impl Query {
             .find(|(pk, _)| pk == k)
             .map(|(_, v)| v.as_str())
     }
+    /// A boolean parameter, read as Go's `strconv.ParseBool` reads true
+    /// (anything else is false).
     fn flag(&self, k: &str) -> Option<bool> {
-        self.get(k).map(|v| v == "true" || v == "1")
+        self.get(k)
+            .map(|v| matches!(v, "1" | "t" | "T" | "true" | "TRUE" | "True"))
     }
 }
 
@@ -62,7 +66,7 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
 }
 
 /// The user of the request's bearer token, if it carries a valid one.
-fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<String> {
+fn authenticate(shared: &Shared, headers: &HeaderMap) -> Option<UserInfo> {
     let auth = header_str(headers, header::AUTHORIZATION);
     shared.authenticate(auth.strip_prefix("Bearer ")?.trim())
 }
@@ -107,7 +111,7 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     let time = SystemTime::now();
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let (parts, body) = req.into_parts();
-    let Some(user) = authenticate(&shared, &parts.headers) else {
+    let Some(authenticated) = authenticate(&shared, &parts.headers) else {
         return ApiError::Unauthorized.into_response();
     };
     let query = Query::parse(parts.uri.query());
@@ -116,14 +120,29 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         Err(e) => return e.into_response(),
     };
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
-    let info = RequestInfo::parse(parts.method.as_str(), &s, query.flag("watch") == Some(true));
+    let info = RequestInfo::parse(
+        parts.method.as_str(),
+        &s,
+        query.flag("watch") == Some(true),
+        query.get("fieldSelector"),
+    );
     let scope = RequestScope::default();
-    let response = serve(&shared, &parts, body, &query, &s, &info, &scope).await;
+    // Impersonation, then authorization, before anything else looks at the
+    // request (so a refused request learns nothing, not even a 404).
+    let allowed = crate::authn::impersonate(&shared, authenticated.clone(), &parts.headers)
+        .and_then(|user| shared.check(&user, &info.attributes()).map(|()| user));
+    let response = match allowed {
+        Ok(user) => serve(&shared, &parts, body, &query, &s, &info, &scope, &user).await,
+        Err(e) => {
+            tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code(), error = %e, "request refused");
+            e.into_response()
+        }
+    };
     if let Some(delay) = shared.faults.response_delay() {
         tokio::time::sleep(delay).await;
     }
     let caller = Caller {
-        user: &user,
+        user: &authenticated.name,
         user_agent: header_str(&parts.headers, header::USER_AGENT),
         peer,
     };
@@ -138,8 +157,10 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
     response
 }
 
-/// Reads the body and answers the request; with persistence, waits until
-/// its writes are durable (or answers 500 if they could not be persisted).
+/// Reads the body and answers the (authorized) request of `user`; with
+/// persistence, waits until its writes are durable (or answers 500 if they
+/// could not be persisted).
+#[allow(clippy::too_many_arguments)]
 async fn serve(
     shared: &Arc<Shared>,
     parts: &axum::http::request::Parts,
@@ -148,6 +169,7 @@ async fn serve(
     segs: &[&str],
     info: &RequestInfo,
     scope: &RequestScope,
+    user: &UserInfo,
 ) -> Response {
     let target = info
         .is_resource
@@ -166,6 +188,7 @@ async fn serve(
         headers: &parts.headers,
         body: &body,
         scope,
+        user,
     };
     let result = dispatch(shared, segs, req);
     let mut response = result.unwrap_or_else(|e| {
@@ -220,6 +243,8 @@ struct Req<'a> {
     headers: &'a HeaderMap,
     body: &'a [u8],
     scope: &'a RequestScope,
+    /// Whom the request acts as (after impersonation).
+    user: &'a UserInfo,
 }
 
 fn dispatch(shared: &Arc<Shared>, s: &[&str], req: Req<'_>) -> Result<Response, ApiError> {
@@ -301,12 +326,12 @@ fn parse_target<'a>(
     version: &str,
     rest: &[&'a str],
 ) -> Result<Target<'a>, ApiError> {
-    let is_ns_sub = |r: &[&str]| {
-        group.is_empty()
-            && r.len() == 3
-            && r[0] == "namespaces"
-            && matches!(r[2], "status" | "finalize")
-    };
+    // `namespaces/NAME/status|finalize` addresses a namespace's
+    // subresource in every group, exactly as RequestInfo (and so
+    // authorization) reads it: routing must never disagree with what was
+    // authorized.
+    let is_ns_sub =
+        |r: &[&str]| r.len() == 3 && r[0] == "namespaces" && matches!(r[2], "status" | "finalize");
     let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" && !is_ns_sub(rest) {
         (Some(rest[1]), &rest[2..])
     } else {
@@ -664,30 +689,6 @@ fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
     resp
 }
 
-/// The answer to a review: everything is allowed for the one token holder.
-fn review(info: &ResourceInfo, mut body: Value) -> Value {
-    body["apiVersion"] = json!(info.api_version());
-    body["kind"] = json!(info.kind);
-    body["status"] = match info.kind.as_str() {
-        "SelfSubjectRulesReview" => json!({
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": false,
-        }),
-        "SelfSubjectReview" => json!({
-            "userInfo": {"username": "wasmctrl-admin", "groups": ["system:masters", "system:authenticated"]},
-        }),
-        "TokenReview" => json!({
-            "authenticated": true,
-            "user": {"username": "wasmctrl-admin", "groups": ["system:masters", "system:authenticated"]},
-        }),
-        _ => {
-            json!({"allowed": true, "reason": "wasmctrl-apiserver allows every authenticated request"})
-        }
-    };
-    body
-}
-
 fn resource(
     shared: &Arc<Shared>,
     group: &str,
@@ -701,6 +702,7 @@ fn resource(
         headers,
         body,
         scope,
+        user,
     } = req;
     let t = parse_target(shared, group, version, rest)?;
     let info = t.info.clone();
@@ -714,15 +716,10 @@ fn resource(
     if info.review {
         return match (t.name, method) {
             (None, &Method::POST) => {
-                // The answer does not depend on the request, so a body in a
-                // protobuf shape we do not model is still answered.
-                let body = match parse_body(headers, body) {
-                    Ok(b) => b,
-                    Err(ApiError::UnsupportedMediaType(_)) => json!({}),
-                    Err(e) => return Err(e),
-                };
+                let body = parse_body(headers, body)?;
                 shared.check_type(&info, &body)?;
-                Ok(response::json(StatusCode::CREATED, &review(&info, body)))
+                let answer = crate::reviews::answer(shared, &info, user, t.namespace, body)?;
+                Ok(response::json(StatusCode::CREATED, &answer))
             }
             _ => Err(not_allowed()),
         };
@@ -835,6 +832,14 @@ fn resource(
                 }
                 let (v, _) = shared.patch_object(&info, ns, name, kind, body, Sub::Status, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        (Some(name), Some("token")) if info.token_request => match *method {
+            Method::POST => {
+                let body = parse_body(headers, body)?;
+                let answer = crate::reviews::token_request(shared, ns, name, body)?;
+                Ok(response::json(StatusCode::CREATED, &answer))
             }
             _ => Err(not_allowed()),
         },

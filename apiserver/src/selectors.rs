@@ -251,6 +251,28 @@ impl FieldSelector {
     }
 }
 
+/// The name a field selector pins with `metadata.name=NAME` (or `==`),
+/// whatever else it requires, if that name is a valid path segment: what
+/// upstream's request-info parsing takes as the name a list or watch is
+/// about. Anything the selector returns then has that name, so
+/// authorizing the request for that name alone is sound.
+pub(crate) fn exact_name_of(selector: &str) -> Option<String> {
+    selector.split(',').find_map(|term| {
+        let term = term.trim();
+        if term.contains("!=") {
+            return None;
+        }
+        let (field, value) = term.split_once("==").or_else(|| term.split_once('='))?;
+        let value = value.trim();
+        (field.trim() == "metadata.name"
+            && !value.is_empty()
+            && value != "."
+            && value != ".."
+            && !value.contains(['/', '%']))
+        .then(|| value.to_string())
+    })
+}
+
 /// A selectable field as a string ("" when absent, as the real server does).
 fn field_value(obj: &Value, field: &str) -> String {
     if field == "source" {
@@ -309,6 +331,13 @@ mod tests {
             FieldSelector::parse("metadata.name=a,metadata.namespace!=x", "", "ConfigMap").unwrap();
         assert!(s.matches(&o));
         assert_eq!(s.exact_name(), Some("a"));
+        assert_eq!(
+            exact_name_of("metadata.namespace=x, metadata.name==a"),
+            Some("a".into())
+        );
+        assert_eq!(exact_name_of("metadata.name!=a"), None);
+        assert_eq!(exact_name_of("metadata.name=a/b"), None);
+        assert_eq!(exact_name_of("metadata.name="), None);
         assert_eq!(
             FieldSelector::parse("spec.x=1", "", "ConfigMap").unwrap_err(),
             SelectorError::UnsupportedField("spec.x".into())

@@ -6,8 +6,10 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use serde_json::Value;
 
 use crate::audit::AuditLog;
+use crate::authorization::Authorization;
 use crate::faults::FaultState;
 use crate::resources::{Registry, ResourceInfo, View};
+use crate::sa_token::Signer;
 use crate::storage::Store;
 
 /// The user the configured token authenticates as (what SelfSubjectReview
@@ -25,6 +27,10 @@ pub(crate) struct Shared {
     pub(crate) token: String,
     /// Further `(token, user)` pairs issued at run time (feature `testing`).
     extra_tokens: RwLock<Vec<(String, String)>>,
+    /// Signs and verifies service-account tokens.
+    pub(crate) signer: Signer,
+    /// How requests of identities other than the admin are authorized.
+    pub(crate) authorization: Authorization,
     /// Server address as clients reach it (`127.0.0.1:PORT`).
     pub(crate) addr: std::net::SocketAddr,
     /// Bumped to close every open watch (forced expiry, shutdown).
@@ -35,18 +41,21 @@ pub(crate) struct Shared {
     pub(crate) audit: AuditLog,
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 impl Shared {
-    pub(crate) fn new(token: String, addr: std::net::SocketAddr) -> Self {
+    pub(crate) fn new(
+        token: String,
+        addr: std::net::SocketAddr,
+        authorization: Authorization,
+        service_account_key: &[u8],
+    ) -> Self {
         Shared {
             store: Store::new(),
             registry: RwLock::new(Registry::new()),
             registry_generation: AtomicU64::new(1),
             token,
             extra_tokens: RwLock::new(Vec::new()),
+            signer: Signer::new(service_account_key),
+            authorization,
             addr,
             watch_epoch: tokio::sync::watch::Sender::new(0),
             faults: FaultState::new(),
@@ -54,24 +63,9 @@ impl Shared {
         }
     }
 
-    /// The user a bearer token belongs to, compared in constant time.
-    pub(crate) fn authenticate(&self, token: &str) -> Option<String> {
-        let token = token.as_bytes();
-        let mut user = None;
-        if constant_time_eq(token, self.token.as_bytes()) {
-            user = Some(ADMIN_USER.to_string());
-        }
-        for (t, u) in self
-            .extra_tokens
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-        {
-            if constant_time_eq(token, t.as_bytes()) {
-                user = Some(u.clone());
-            }
-        }
-        user
+    /// The `(token, user)` pairs issued for named users.
+    pub(crate) fn named_tokens(&self) -> RwLockReadGuard<'_, Vec<(String, String)>> {
+        self.extra_tokens.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A token authenticating as `user`, issued on first use (feature

@@ -11,6 +11,8 @@ use wasmctrl::config::HostConfig;
 use wasmctrl::manager::{Manager, ManagerOptions};
 use wasmctrl::metrics::Metrics;
 use wasmctrl::runtime::{PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::source::artifact::RECONCILER_WORLD;
+use wasmctrl::source::oci::RegistryOptions;
 
 /// A Kubernetes controller runtime whose reconcilers are sandboxed
 /// WebAssembly components.
@@ -84,11 +86,54 @@ enum Command {
         #[arg(long, short)]
         package: Option<String>,
     },
-    /// Check a plugin against the wasmctrl:reconciler world and print its metadata.
+    /// Check a plugin against the wasmctrl:reconciler world and print its
+    /// metadata (for a registry artifact, its manifest and config too).
     Inspect {
+        /// The plugin: a component file (.wasm), `oci://REGISTRY/REPO:TAG`
+        /// (or `…@sha256:…`), or `https://…#sha256=<hex>`.
+        plugin: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Push a plugin component to an OCI registry as a wasm OCI artifact
+    /// and print the manifest digest.
+    Push {
         /// The plugin component (.wasm).
         plugin: PathBuf,
+        /// Where to push it: REGISTRY/REPOSITORY:TAG.
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
     },
+}
+
+/// How to reach a registry (or a URL).
+#[derive(clap::Args)]
+struct RegistryArgs {
+    /// Plain HTTP: to a registry without TLS, or to an http:// URL on a
+    /// loopback address.
+    #[arg(long)]
+    insecure: bool,
+    /// A docker config.json with registry credentials (default:
+    /// $DOCKER_CONFIG/config.json, then ~/.docker/config.json).
+    #[arg(long)]
+    docker_config: Option<PathBuf>,
+    /// How long the whole transfer may take.
+    #[arg(long, default_value = "5m", value_parser = wasmctrl::config::parse_duration)]
+    timeout: std::time::Duration,
+}
+
+impl RegistryArgs {
+    fn options(&self) -> RegistryOptions {
+        RegistryOptions {
+            insecure: self.insecure,
+            docker_config: self.docker_config.clone(),
+            limits: wasmctrl::config::FetchLimits {
+                timeout: self.timeout,
+                ..Default::default()
+            },
+        }
+    }
 }
 
 pub fn main() -> ExitCode {
@@ -100,7 +145,12 @@ pub fn main() -> ExitCode {
         .expect("cannot start the tokio runtime");
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Inspect { plugin } => inspect(plugin).await,
+            Command::Inspect { plugin, registry } => inspect(plugin, registry).await,
+            Command::Push {
+                plugin,
+                reference,
+                registry,
+            } => push(plugin, reference, registry).await,
             Command::Build {
                 dir,
                 out,
@@ -143,23 +193,23 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-async fn inspect(path: PathBuf) -> anyhow::Result<()> {
-    let runtime = Runtime::new(
+/// A runtime for one-off checks of a component (`inspect`, `push`).
+fn check_runtime() -> anyhow::Result<Runtime> {
+    Ok(Runtime::new(
         RuntimeConfig {
             max_instances: 4,
             ..RuntimeConfig::default()
         },
         Arc::new(Metrics::new()),
-    )?;
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let plugin = runtime.load_file(&path, PluginSpec::new(name)).await?;
+    )?)
+}
+
+/// What `inspect` prints about a loaded plugin.
+fn describe_plugin(plugin: &wasmctrl::runtime::Plugin) -> serde_json::Value {
     let m = plugin.metadata();
     let gvk = |g: &wasmctrl::Gvk| serde_json::json!({"group": g.group, "version": g.version, "kind": g.kind});
-    let out = serde_json::json!({
-        "world": "wasmctrl:reconciler/reconciler@0.1.0",
+    serde_json::json!({
+        "world": RECONCILER_WORLD,
         "path": plugin.origin(),
         "digest": plugin.digest(),
         "name": m.name,
@@ -173,8 +223,114 @@ async fn inspect(path: PathBuf) -> anyhow::Result<()> {
         "permissions": m.permissions.iter().map(|p| serde_json::json!({
             "group": p.group, "resources": p.resources, "verbs": p.verbs,
         })).collect::<Vec<_>>(),
-    });
+    })
+}
+
+/// Loads `plugin` (a file, `oci://…` or `https://…#sha256=…`) and prints
+/// its metadata; for a registry artifact, its manifest and config first.
+async fn inspect(plugin: String, registry: RegistryArgs) -> anyhow::Result<()> {
+    let options = registry.options();
+    let (origin, bytes, name, mut extra) = if let Some(reference) = plugin.strip_prefix("oci://") {
+        let found = wasmctrl::source::oci::describe_artifact(reference, &options).await?;
+        let name = reference
+            .rsplit('/')
+            .next()
+            .and_then(|last| last.split([':', '@']).next())
+            .unwrap_or_default()
+            .to_string();
+        let extra = serde_json::json!({
+            "oci": {
+                "reference": reference,
+                "manifestDigest": found.manifest_digest,
+                "manifest": found.manifest,
+                "config": found.config,
+            }
+        });
+        (plugin.clone(), found.component.bytes, name, extra)
+    } else if plugin.starts_with("https://") || plugin.starts_with("http://") {
+        let (url, sha256) = plugin
+            .split_once("#sha256=")
+            .context("give the component's digest after the URL: https://…#sha256=<64 hex>")?;
+        let spec = wasmctrl::config::SourceConfig {
+            url: Some(url.to_string()),
+            sha256: Some(sha256.to_string()),
+            insecure: registry.insecure,
+            timeout: Some(registry.timeout),
+            ..Default::default()
+        }
+        .spec()
+        .map_err(|p| anyhow::anyhow!("{}: {}", p.field, p.message))?;
+        let wasmctrl::config::SourceSpec::Url(spec) = spec else {
+            unreachable!("a url source config is a url source");
+        };
+        let source = wasmctrl::source::UrlSource::new(
+            spec,
+            wasmctrl::source::DiskCache::new(PathBuf::new()),
+        );
+        let artifact = source.download().await?;
+        let name = url
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .trim_end_matches(".wasm")
+            .to_string();
+        (url.to_string(), artifact.bytes, name, serde_json::json!({}))
+    } else {
+        let path = PathBuf::from(&plugin);
+        let bytes = tokio::fs::read(&path)
+            .await
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (plugin.clone(), bytes, name, serde_json::json!({}))
+    };
+    let runtime = check_runtime()?;
+    let plugin = runtime
+        .load_bytes(origin, bytes, PluginSpec::new(name))
+        .await?;
+    let mut out = describe_plugin(&plugin);
+    if let (Some(out), Some(extra)) = (out.as_object_mut(), extra.as_object_mut()) {
+        out.append(extra);
+    }
     println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+/// Checks `path` is a plugin (loads it and asks its metadata), pushes it
+/// to `reference` and prints the manifest digest.
+async fn push(path: PathBuf, reference: String, registry: RegistryArgs) -> anyhow::Result<()> {
+    let bytes = tokio::fs::read(&path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let runtime = check_runtime()?;
+    let plugin = runtime
+        .load_bytes(
+            path.display().to_string(),
+            bytes.clone(),
+            PluginSpec::new(name),
+        )
+        .await?;
+    let m = plugin.metadata();
+    let annotations = std::collections::BTreeMap::from([
+        ("org.opencontainers.image.title".to_string(), m.name.clone()),
+        (
+            "org.opencontainers.image.version".to_string(),
+            m.version.clone(),
+        ),
+    ]);
+    let pushed =
+        wasmctrl::source::oci::push(&reference, bytes, annotations, &registry.options()).await?;
+    eprintln!(
+        "pushed {} {} ({}) to {}@{}",
+        m.name, m.version, pushed.layer_digest, pushed.reference, pushed.manifest_digest
+    );
+    println!("{}", pushed.manifest_digest);
     Ok(())
 }
 
@@ -191,11 +347,13 @@ async fn terminated() {
 
 async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let config = HostConfig::load(&config_path)?;
-    let client = kube::Client::try_default().await.context(
+    let kube_config = kube::Config::infer().await.context(
         "cannot connect to a cluster (no kubeconfig or in-cluster config); try `wasmctrl dev`",
     )?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     let options = ManagerOptions {
         config_path: Some(config_path.clone()),
+        kube_config: Some(kube_config),
         ..ManagerOptions::default()
     };
     let manager = Manager::start(config, client, options).await?;
@@ -225,7 +383,8 @@ async fn dev(
         kubeconfig_out.display(),
         absolute(&kubeconfig_out).display()
     );
-    let client = client_for(&kubeconfig_out).await?;
+    let kube_config = wasmctrl::client::config_for(&kubeconfig_out).await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     if let Some(dir) = apply {
         let n = wasmctrl::apply::apply_dir(&client, &dir).await?;
         println!("applied {n} objects from {}", dir.display());
@@ -233,6 +392,7 @@ async fn dev(
     let options = ManagerOptions {
         admin_bind: admin,
         config_path: Some(config_path.clone()),
+        kube_config: Some(kube_config),
         ..ManagerOptions::default()
     };
     let manager = Manager::start(config, client, options).await?;
@@ -245,19 +405,6 @@ async fn dev(
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// A kube client for the cluster of the kubeconfig at `path`.
-pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path)
-        .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .with_context(|| format!("invalid kubeconfig {}", path.display()))?;
-    Ok(kube::Client::try_from(config)?)
 }
 
 /// `dev` builds plugins whose component is missing when its path follows

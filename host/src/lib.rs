@@ -8,6 +8,7 @@ pub mod admin;
 pub mod apply;
 pub mod build;
 pub mod cache;
+pub mod client;
 pub mod config;
 pub mod controller;
 pub mod discovery;
@@ -20,6 +21,8 @@ pub mod reconcile;
 pub mod runtime;
 pub mod source;
 pub mod syntax;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_util;
 mod wit;
 pub mod workqueue;
 

@@ -291,4 +291,36 @@ mod tests {
         assert!(label_value("").is_ok() && label_value("web-1").is_ok());
         assert!(label_value("a b").is_err() && label_value("a,b").is_err());
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        /// What a URL path or query would treat specially.
+        fn url_safe(s: &str) -> bool {
+            !s.bytes()
+                .any(|b| b"/?#%&= \t\r\n\0\\".contains(&b) || !(0x20..0x7f).contains(&b))
+        }
+
+        // Bounded for CI (256 cases each); PROPTEST_CASES=100000 for a long run.
+        proptest! {
+            #[test]
+            fn accepted_names_are_safe_in_a_path(s in "\\PC{0,40}|[a-z0-9./%?#-]{0,20}") {
+                if object_name("name", &s).is_ok() {
+                    prop_assert!(!s.is_empty() && s.len() <= 253 && s != "." && s != "..");
+                    prop_assert!(!s.contains('/') && !s.contains('?') && !s.contains('%') && !s.contains('#'));
+                }
+                if namespace(&s).is_ok() {
+                    prop_assert!(url_safe(&s) && !s.contains('.'));
+                }
+                if group(&s).is_ok() && !s.is_empty() {
+                    prop_assert!(url_safe(&s));
+                }
+                if version(&s).is_ok() || kind(&s).is_ok() {
+                    prop_assert!(url_safe(&s));
+                }
+            }
+        }
+    }
 }

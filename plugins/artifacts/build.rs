@@ -30,6 +30,33 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "missing-export",
         "plugins/testing/missing-export",
     ),
+    ("HOSTILE", "hostile", "plugins/testing/hostile"),
+    ("MIRROR", "mirror", "plugins/testing/mirror"),
+];
+
+/// (constant name, package, features, file): further builds of a package
+/// with features, each copied aside (a build overwrites the package's file).
+const VARIANTS: &[(&str, &str, &str, &str)] = &[
+    ("STAMP_V2", "stamp", "stamp/v2", "stamp_v2.wasm"),
+    ("STAMP_GREEDY", "stamp", "stamp/greedy", "stamp_greedy.wasm"),
+    (
+        "STAMP_TRAP_IN_METADATA",
+        "stamp",
+        "stamp/trap-in-metadata",
+        "stamp_trap_in_metadata.wasm",
+    ),
+    (
+        "HOSTILE_WATCH_SECRET",
+        "hostile",
+        "hostile/watch-secret",
+        "hostile_watch_secret.wasm",
+    ),
+    (
+        "HOSTILE_BLOCK_IN_METADATA",
+        "hostile",
+        "hostile/block-in-metadata",
+        "hostile_block_in_metadata.wasm",
+    ),
 ];
 
 /// (constant name, directory relative to the workspace root, component file):
@@ -90,28 +117,23 @@ fn main() {
     };
     for (name, package, _) in PLUGINS {
         let mut file = wasm_file(&wasm_target, package);
-        // The second build of `stamp` overwrites its output: keep a copy.
-        if *package == "stamp" {
-            let v1 = wasm_target.join("stamp_v1.wasm");
-            fs::copy(&file, &v1).unwrap();
-            file = v1;
+        // Variants of a package overwrite its output: keep a copy.
+        if VARIANTS.iter().any(|v| v.1 == *package) {
+            let copy = wasm_target.join(format!("{}_default.wasm", package.replace('-', "_")));
+            fs::copy(&file, &copy).unwrap();
+            file = copy;
         }
         emit(name, package, &file);
     }
-    for (name, features, file) in [
-        ("STAMP_V2", "stamp/v2", "stamp_v2.wasm"),
-        ("STAMP_GREEDY", "stamp/greedy", "stamp_greedy.wasm"),
-        (
-            "STAMP_TRAP_IN_METADATA",
-            "stamp/trap-in-metadata",
-            "stamp_trap_in_metadata.wasm",
-        ),
-    ] {
-        cargo_build(&root, &wasm_target, &["stamp"], Some(features));
+    for (name, package, features, file) in VARIANTS {
+        cargo_build(&root, &wasm_target, &[package], Some(features));
         let copy = wasm_target.join(file);
-        fs::copy(wasm_file(&wasm_target, "stamp"), &copy).unwrap();
-        emit(name, "stamp", &copy);
+        fs::copy(wasm_file(&wasm_target, package), &copy).unwrap();
+        emit(name, package, &copy);
     }
+    let many = wasm_target.join("many_memories.wasm");
+    fs::write(&many, many_memories(&root.join("wit"))).unwrap();
+    emit("MANY_MEMORIES", "many-memories", &many);
     println!("cargo:rerun-if-env-changed=WASMCTRL_TOOLCHAINS");
     for input in POLYGLOT_INPUTS {
         println!("cargo:rerun-if-changed={}", root.join(input).display());
@@ -165,6 +187,42 @@ fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Opti
         status.success(),
         "building the plugins for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`)"
     );
+}
+
+/// A component of the `reconciler` world whose core module defines four
+/// linear memories of 30 MiB each: every one within a 64 MiB limit, their
+/// sum far beyond it. Its functions trap; it exists to be refused at
+/// instantiation. No Rust guest can define several memories, hence WAT.
+fn many_memories(wit: &Path) -> Vec<u8> {
+    let mut module = wat::parse_str(
+        r#"(module
+            (memory (export "memory") 480)
+            (memory 480)
+            (memory 480)
+            (memory 480)
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) unreachable)
+            (func (export "metadata") (result i32) unreachable)
+            (func (export "reconcile") (param i32 i32 i32 i32 i32) (result i32) unreachable))"#,
+    )
+    .expect("the many-memories module parses");
+    let mut resolve = wit_parser::Resolve::default();
+    let (package, _) = resolve.push_dir(wit).expect("the WIT package parses");
+    let world = resolve
+        .select_world(&[package], Some("reconciler"))
+        .expect("the reconciler world");
+    wit_component::embed_component_metadata(
+        &mut module,
+        &resolve,
+        world,
+        wit_component::StringEncoding::UTF8,
+    )
+    .expect("component metadata embeds");
+    wit_component::ComponentEncoder::default()
+        .module(&module)
+        .expect("the module is a component's core module")
+        .validate(true)
+        .encode()
+        .expect("the many-memories component encodes")
 }
 
 fn wasm_file(target: &Path, package: &str) -> PathBuf {

@@ -7,11 +7,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use tokio::sync::oneshot;
-use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl_e2e::{Cluster, Host, eventually, http, http_get, metric_line};
 use wasmctrl_plugin_artifacts as artifacts;
-
-use crate::{Cluster, eventually, host_config, http, http_get};
 
 const STAMP_LABEL: &str = "wasmctrl.dev/stamp";
 
@@ -39,41 +36,12 @@ fn install(from: &str, to: &Path) {
     std::fs::rename(&tmp, to).unwrap();
 }
 
-struct Host {
-    admin: std::net::SocketAddr,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<(), wasmctrl::manager::ManagerError>>,
-}
-
-async fn start(cluster: &Cluster, text: &str, config_path: Option<&Path>) -> Host {
-    let config = host_config(text, cluster.dir.path());
-    let manager = Manager::start(
-        config,
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            config_path: config_path.map(Path::to_path_buf),
-            ..ManagerOptions::default()
-        },
-    )
-    .await
-    .expect("manager starts");
-    let admin = manager.admin_addr();
-    let (stop, rx) = oneshot::channel();
-    let done = tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
-    eventually("readiness", Duration::from_secs(30), || async {
-        (http_get(admin, "/readyz").await.0 == 200).then_some(())
-    })
-    .await;
-    Host { admin, stop, done }
-}
-
-async fn plugin_status(admin: std::net::SocketAddr, name: &str) -> Option<serde_json::Value> {
-    let (_, body) = http_get(admin, "/plugins").await;
-    let all: serde_json::Value = serde_json::from_str(&body).ok()?;
-    all.as_array()?.iter().find(|p| p["name"] == name).cloned()
+async fn start(cluster: &Cluster, text: &str, watch_config: bool) -> Host {
+    if watch_config {
+        cluster.host_watching_config(text).await
+    } else {
+        cluster.host(text).await
+    }
 }
 
 fn configmap(name: &str) -> ConfigMap {
@@ -111,7 +79,7 @@ async fn writing_v2_over_v1_converges_every_object_to_v2_while_objects_change() 
     let cluster = Cluster::start().await;
     let file = cluster.dir.path().join("stamp.wasm");
     install(artifacts::STAMP_V1, &file);
-    let host = start(&cluster, stamp_config(), None).await;
+    let host = start(&cluster, stamp_config(), false).await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
     for i in 0..30 {
         api.create(&PostParams::default(), &configmap(&format!("cm-{i}")))
@@ -145,7 +113,7 @@ async fn writing_v2_over_v1_converges_every_object_to_v2_while_objects_change() 
     };
     install(artifacts::STAMP_V2, &file);
     eventually("the new version live", Duration::from_secs(30), || async {
-        plugin_status(host.admin, "stamp")
+        host.plugin("stamp")
             .await
             .filter(|p| p["version"] == "2.0.0" && p["generation"] == 2)
     })
@@ -163,8 +131,7 @@ async fn writing_v2_over_v1_converges_every_object_to_v2_while_objects_change() 
         metrics.contains(r#"wasmctrl_plugin_reloads_total{plugin="stamp",result="success"} 2"#),
         "{metrics}"
     );
-    let _ = host.stop.send(());
-    host.done.await.unwrap().unwrap();
+    host.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,7 +139,7 @@ async fn a_failed_swap_keeps_the_old_version_serving_and_reports_why() {
     let cluster = Cluster::start().await;
     let file = cluster.dir.path().join("stamp.wasm");
     install(artifacts::STAMP_V1, &file);
-    let host = start(&cluster, stamp_config(), None).await;
+    let host = start(&cluster, stamp_config(), false).await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
 
     let cases: [(&str, &[u8]); 3] = [
@@ -194,7 +161,7 @@ async fn a_failed_swap_keeps_the_old_version_serving_and_reports_why() {
             "the failed swap reported",
             Duration::from_secs(30),
             || async {
-                plugin_status(host.admin, "stamp")
+                host.plugin("stamp")
                     .await
                     .filter(|p| p["last_error"].as_str().is_some_and(|e| e.contains(reason)))
             },
@@ -203,7 +170,7 @@ async fn a_failed_swap_keeps_the_old_version_serving_and_reports_why() {
         assert_eq!(status["version"], "1.0.0", "{status}");
         assert_eq!(status["generation"], 1, "{status}");
         // The admin endpoint reports the same reason.
-        let (code, body) = http(host.admin, "POST", "/plugins/stamp/reload").await;
+        let (code, body) = http(host.admin, "POST", "/plugins/stamp/reload", &[]).await;
         assert_eq!(code, 422, "{body}");
         assert!(body.contains(reason), "{body}");
         // v1 still serves.
@@ -234,25 +201,23 @@ async fn a_failed_swap_keeps_the_old_version_serving_and_reports_why() {
     );
 
     // A good version after bad ones swaps normally.
-    let (code, _) = http(host.admin, "POST", "/plugins/nope/reload").await;
+    let (code, _) = http(host.admin, "POST", "/plugins/nope/reload", &[]).await;
     assert_eq!(code, 404);
     install(artifacts::STAMP_V2, &file);
     eventually("v2 live", Duration::from_secs(30), || async {
-        plugin_status(host.admin, "stamp")
+        host.plugin("stamp")
             .await
             .filter(|p| p["version"] == "2.0.0" && p["last_error"].is_null())
     })
     .await;
-    let _ = host.stop.send(());
-    host.done.await.unwrap().unwrap();
+    host.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     let cluster = Cluster::start().await;
     install(artifacts::STAMP_V1, &cluster.dir.path().join("stamp.wasm"));
-    let config_path = cluster.file("wasmctrl.yaml", stamp_config());
-    let host = start(&cluster, stamp_config(), Some(&config_path)).await;
+    let host = start(&cluster, stamp_config(), true).await;
 
     let with_misbehave = format!(
         "{}  - {{ name: misbehave, path: {}, namespaces: [default], permissions: [{{ resources: [configmaps], verbs: [list, watch] }}] }}\n",
@@ -261,7 +226,7 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     );
     cluster.file("wasmctrl.yaml", &with_misbehave);
     eventually("misbehave started", Duration::from_secs(30), || async {
-        plugin_status(host.admin, "misbehave")
+        host.plugin("misbehave")
             .await
             .filter(|p| p["state"] == "running")
     })
@@ -276,7 +241,7 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
         "stamp rebuilt with the new settings",
         Duration::from_secs(30),
         || async {
-            plugin_status(host.admin, "stamp")
+            host.plugin("stamp")
                 .await
                 .filter(|p| p["generation"] == 2 && p["state"] == "running")
         },
@@ -306,8 +271,18 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
         "wasmctrl.yaml",
         &with_misbehave.replace("reconcileTimeout: 5s", "reconcileTimeout: 5x"),
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(plugin_status(host.admin, "stamp").await.is_some());
+    eventually(
+        "the invalid config refused",
+        Duration::from_secs(30),
+        || {
+            metric_line(
+                host.admin,
+                r#"wasmctrl_config_reloads_total{result="error"} 1"#,
+            )
+        },
+    )
+    .await;
+    assert!(host.plugin("stamp").await.is_some());
 
     let only_misbehave = with_misbehave.replace(
         "  - name: stamp\n    path: stamp.wasm\n    maxConcurrentReconciles: 3\n    reconcileTimeout: 5s\n    namespaces: [default]\n    permissions:\n      - { group: \"\", resources: [configmaps], verbs: [get, list, watch, patch] }\n",
@@ -318,15 +293,9 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     eventually(
         "stamp drained and removed",
         Duration::from_secs(30),
-        || async {
-            plugin_status(host.admin, "stamp")
-                .await
-                .is_none()
-                .then_some(())
-        },
+        || async { host.plugin("stamp").await.is_none().then_some(()) },
     )
     .await;
-    assert!(plugin_status(host.admin, "misbehave").await.is_some());
-    let _ = host.stop.send(());
-    host.done.await.unwrap().unwrap();
+    assert!(host.plugin("misbehave").await.is_some());
+    host.stop().await.unwrap();
 }

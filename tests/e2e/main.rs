@@ -3,9 +3,9 @@
 //! user would.
 
 mod cache;
-mod harness;
+mod faults;
+mod hostile;
 mod hotswap;
 mod manager;
+mod modules;
 mod webapp;
-
-pub use harness::*;

@@ -3,11 +3,9 @@
 
 use std::time::Duration;
 
-use tokio::sync::oneshot;
-use wasmctrl::manager::{Manager, ManagerOptions};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{Cluster, eventually, host_config, http_get};
+use wasmctrl_e2e::{Cluster, Host, eventually, http_get, metric_line};
 
 fn config(permissions: &str, extra: &str) -> String {
     format!(
@@ -27,51 +25,8 @@ plugins:
     )
 }
 
-struct Running {
-    admin: std::net::SocketAddr,
-    stop: oneshot::Sender<()>,
-    done: tokio::task::JoinHandle<Result<(), wasmctrl::manager::ManagerError>>,
-    queue: wasmctrl::workqueue::WorkQueue<wasmctrl::ObjectKey>,
-    metrics: std::sync::Arc<wasmctrl::metrics::Metrics>,
-}
-
-async fn start(cluster: &Cluster, text: &str) -> Running {
-    let config = host_config(text, cluster.dir.path());
-    let manager = Manager::start(
-        config,
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            ..ManagerOptions::default()
-        },
-    )
-    .await
-    .expect("manager starts");
-    let admin = manager.admin_addr();
-    let queue = manager.queue("misbehave").unwrap();
-    let metrics = manager.metrics().clone();
-    let (stop, rx) = oneshot::channel();
-    let done = tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
-    eventually("readiness", Duration::from_secs(30), || async {
-        (http_get(admin, "/readyz").await.0 == 200).then_some(())
-    })
-    .await;
-    Running {
-        admin,
-        stop,
-        done,
-        queue,
-        metrics,
-    }
-}
-
-async fn metric_line(admin: std::net::SocketAddr, needle: &str) -> Option<String> {
-    let (_, body) = http_get(admin, "/metrics").await;
-    body.lines()
-        .find(|l| l.starts_with(needle))
-        .map(str::to_string)
+async fn start(cluster: &Cluster, text: &str) -> Host {
+    cluster.host(text).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,8 +55,7 @@ async fn a_call_outside_the_grant_is_forbidden_and_counted() {
         )
     })
     .await;
-    let _ = running.stop.send(());
-    running.done.await.unwrap().unwrap();
+    running.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -135,8 +89,7 @@ async fn a_granted_call_reaches_the_api_server() {
             .unwrap()
             .starts_with("sha256:")
     );
-    let _ = running.stop.send(());
-    running.done.await.unwrap().unwrap();
+    running.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,14 +104,14 @@ async fn shutdown_waits_for_a_slow_reconcile_and_leaves_nothing_in_processing() 
     eventually(
         "the slow reconcile to start",
         Duration::from_secs(30),
-        || async { (running.queue.processing_len() == 1).then_some(()) },
+        || async { (running.queue("misbehave").processing_len() == 1).then_some(()) },
     )
     .await;
-    let _ = running.stop.send(());
-    running.done.await.unwrap().unwrap();
-    assert_eq!(running.queue.processing_len(), 0);
+    let (queue, metrics) = (running.queue("misbehave"), running.metrics.clone());
+    running.stop().await.unwrap();
+    assert_eq!(queue.processing_len(), 0);
     // It finished its work instead of being cancelled.
-    let text = running.metrics.encode();
+    let text = metrics.encode();
     assert!(
         text.contains(
             r#"controller_runtime_reconcile_total{controller="misbehave",result="success"} 1"#

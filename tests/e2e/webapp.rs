@@ -8,11 +8,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use tokio::sync::oneshot;
 use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl_e2e::{Cluster, Host, eventually, host_config, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
-
-use crate::{Cluster, eventually, host_config, http_get};
 
 const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
 
@@ -36,18 +34,33 @@ fn ready_condition(webapp: &DynamicObject) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The quick start's config, with the plugin path pointing at the
-/// component built for the tests.
-fn quickstart_config(cluster: &Cluster) -> wasmctrl::config::HostConfig {
+/// The quick start's config, with the plugin path pointing at `component`
+/// (one of the webapp operator's builds).
+fn quickstart_config(component: &str) -> wasmctrl::config::HostConfig {
     let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
     let mut config = host_config(&text, std::path::Path::new(QUICKSTART));
-    config.plugins[0].path = Some(artifacts::WEBAPP.into());
-    let _ = cluster;
+    config.plugins[0].path = Some(component.into());
     config
 }
 
+/// The same acceptance for every language: the operator built in Rust,
+/// Python and TypeScript must be indistinguishable from outside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_webapp_operator_converges_heals_and_cleans_up() {
+async fn the_rust_webapp_operator_converges_heals_and_cleans_up() {
+    webapp_acceptance(artifacts::WEBAPP).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_webapp_operator_converges_heals_and_cleans_up() {
+    webapp_acceptance(artifacts::WEBAPP_PY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_webapp_operator_converges_heals_and_cleans_up() {
+    webapp_acceptance(artifacts::WEBAPP_TS).await;
+}
+
+async fn webapp_acceptance(component: &str) {
     let cluster = Cluster::start().await;
     cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/crd.yaml")]);
     cluster.kubectl(&[
@@ -57,21 +70,8 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
         "--timeout=30s",
         "crd/webapps.demo.wasmctrl.dev",
     ]);
-    let manager = Manager::start(
-        quickstart_config(&cluster),
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            ..ManagerOptions::default()
-        },
-    )
-    .await
-    .expect("manager starts");
-    let admin = manager.admin_addr();
-    let (stop, rx) = oneshot::channel::<()>();
-    let done = tokio::spawn(manager.run(async move {
-        let _ = rx.await;
-    }));
+    let host = Host::start(quickstart_config(component), cluster.client.clone(), None).await;
+    let admin = host.admin;
 
     cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/webapp.yaml")]);
     let client = cluster.client.clone();
@@ -220,15 +220,14 @@ async fn the_webapp_operator_converges_heals_and_cleans_up() {
             .starts_with("sha256:")
     );
 
-    let _ = stop.send(());
-    done.await.unwrap().unwrap();
+    host.stop().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_asking_for_more_than_its_grant_does_not_load() {
     let cluster = Cluster::start().await;
     cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/crd.yaml")]);
-    let mut config = quickstart_config(&cluster);
+    let mut config = quickstart_config(artifacts::WEBAPP);
     // Take away one permission the plugin's metadata asks for.
     config.plugins[0].permissions.retain(|r| r.group != "apps");
     let err = Manager::start(

@@ -2,7 +2,8 @@
 //! or SIGINT:
 //!
 //! ```text
-//! wasmctrl-apiserver --addr 127.0.0.1:6443 --kubeconfig-out kubeconfig --data-dir state/
+//! wasmctrl-apiserver --addr 127.0.0.1:6443 --kubeconfig-out kubeconfig --data-dir state/ \
+//!     --authorization rbac
 //! ```
 //!
 //! The kubeconfig is written (atomically, mode 0600) once the server
@@ -28,6 +29,10 @@ struct Args {
     /// Keep objects, the token and the CA here across restarts.
     #[arg(long)]
     data_dir: Option<PathBuf>,
+    /// How requests other than the admin's are authorized: `always-allow`,
+    /// or `rbac` (Roles and bindings decide; bootstrap roles are created).
+    #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
+    authorization: wasmctrl_apiserver::Authorization,
 }
 
 fn main() -> ExitCode {
@@ -57,10 +62,15 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
         addr: args.addr,
         data_dir: args.data_dir,
+        authorization: args.authorization,
         ..Default::default()
     })
     .await?;
-    println!("listening on {}", server.url());
+    println!(
+        "listening on {} (authorization: {})",
+        server.url(),
+        server.authorization()
+    );
     if let Some(path) = &args.kubeconfig_out {
         server.write_kubeconfig(path)?;
         println!("kubeconfig written to {}", path.display());

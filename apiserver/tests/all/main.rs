@@ -16,4 +16,5 @@ mod names;
 mod persistence;
 mod protocol;
 mod python;
+mod rbac;
 mod timeouts;

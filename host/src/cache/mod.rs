@@ -2,6 +2,13 @@
 //! namespace scope), shared by every plugin that needs it, fanning object
 //! events out to the controllers subscribed to it.
 //!
+//! # A reconcile never reads older state than the event that woke it
+//! An event is announced only after the store holds it. During a relist the
+//! store keeps its previous contents (reads stay consistent) and the
+//! relist's objects are announced only once it is complete and swapped in,
+//! so a key enqueued by the relist reads the relisted object, never the old
+//! one or a NotFound for an object created while the watch was down.
+//!
 //! # Nothing is missed across a relist
 //! When a watch expires (410 Gone) the watcher lists again. Objects deleted
 //! while the watch was down never produce a delete event, so on the end of
@@ -208,8 +215,10 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
         let config = watcher::Config::default().any_semantic();
         let mut stream = watcher::watcher(api, config).default_backoff().boxed();
         // What the store held when a relist began, to find objects deleted
-        // while the watch was down.
+        // while the watch was down, and the relist's objects, announced
+        // only once the store holds them.
         let mut before: Option<HashMap<ObjectRef<DynamicObject>, Arc<DynamicObject>>> = None;
+        let mut listed: Vec<Arc<DynamicObject>> = Vec::new();
         let mut seen: HashSet<ObjectRef<DynamicObject>> = HashSet::new();
         while let Some(event) = stream.next().await {
             let event = match event {
@@ -220,26 +229,34 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
                 }
             };
             let reference = |o: &DynamicObject| ObjectRef::from_obj_with(o, dyntype.clone());
-            match &event {
-                Event::Init => {
-                    before = Some(
-                        writer
-                            .as_reader()
-                            .state()
-                            .into_iter()
-                            .map(|o| (reference(&o), o))
-                            .collect(),
-                    );
-                    seen.clear();
-                }
+            if let Event::Init = &event {
+                before = Some(
+                    writer
+                        .as_reader()
+                        .state()
+                        .into_iter()
+                        .map(|o| (reference(&o), o))
+                        .collect(),
+                );
+                seen.clear();
+                listed.clear();
+            }
+            // The store first, then the news: a subscriber that reacts to an
+            // event reads at least that event's state.
+            writer.apply_watcher_event(&event);
+            match event {
+                Event::Init => {}
                 Event::InitApply(o) => {
-                    seen.insert(reference(o));
-                    let _ = tx.send(ObjectEvent {
-                        object: Arc::new(o.clone()),
-                        deleted: false,
-                    });
+                    seen.insert(reference(&o));
+                    listed.push(Arc::new(o));
                 }
                 Event::InitDone => {
+                    for object in listed.drain(..) {
+                        let _ = tx.send(ObjectEvent {
+                            object,
+                            deleted: false,
+                        });
+                    }
                     for (r, o) in before.take().unwrap_or_default() {
                         if !seen.contains(&r) {
                             let _ = tx.send(ObjectEvent {
@@ -248,23 +265,20 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
                             });
                         }
                     }
+                    let _ = synced_tx.send(true);
                 }
                 Event::Apply(o) => {
                     let _ = tx.send(ObjectEvent {
-                        object: Arc::new(o.clone()),
+                        object: Arc::new(o),
                         deleted: false,
                     });
                 }
                 Event::Delete(o) => {
                     let _ = tx.send(ObjectEvent {
-                        object: Arc::new(o.clone()),
+                        object: Arc::new(o),
                         deleted: true,
                     });
                 }
-            }
-            writer.apply_watcher_event(&event);
-            if matches!(event, Event::InitDone) {
-                let _ = synced_tx.send(true);
             }
         }
     });

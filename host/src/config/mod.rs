@@ -25,6 +25,12 @@ use serde::{Deserialize, Deserializer};
 
 use crate::syntax;
 
+mod source;
+pub use source::{
+    DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_SIZE, FetchLimits, OciSourceSpec, SourceConfig,
+    SourceProblem, SourceSpec, UrlSourceSpec, oci_reference, sha256_digest,
+};
+
 pub const API_VERSION: &str = "wasmctrl.dev/v1alpha1";
 
 /// The most core instances, memories and tables a plugin may be allowed per
@@ -220,7 +226,9 @@ impl LeaderElectionConfig {
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RuntimeSection {
     /// Where compiled components are cached across restarts (relative to
-    /// the config file). Default: none (memory only).
+    /// the config file). Default: none (memory only). Components pulled by
+    /// URL and registry sources are kept under `sources/` in it (see
+    /// [`HostConfig::source_cache_dir`]).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
     /// Compile fuel metering in (needed by any plugin with `fuel`). Default:
@@ -246,22 +254,6 @@ impl Default for RuntimeSection {
             api_qps: default_host_api_qps(),
         }
     }
-}
-
-/// Where a plugin's component comes from, as written (one field is set).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct SourceConfig {
-    /// A component file (relative to the config file).
-    #[serde(default)]
-    pub file: Option<PathBuf>,
-}
-
-/// Where a plugin's component comes from, checked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceSpec {
-    /// A component file (relative to the config file).
-    File(PathBuf),
 }
 
 /// A plugin's ceilings (docs/SECURITY.md lists them with their defaults).
@@ -389,10 +381,11 @@ impl PluginConfig {
     /// Where the component comes from (`path` is `source: { file: path }`).
     pub fn source(&self) -> SourceSpec {
         match (&self.source, &self.path) {
-            (Some(SourceConfig { file: Some(f) }), _) | (None, Some(f)) => {
-                SourceSpec::File(f.clone())
-            }
-            _ => unreachable!("validated: a plugin has a path or a file source"),
+            (Some(source), _) => source
+                .spec()
+                .expect("validated: a plugin's source is checked when the config is parsed"),
+            (None, Some(f)) => SourceSpec::File(f.clone()),
+            (None, None) => unreachable!("validated: a plugin has a path or a source"),
         }
     }
 
@@ -401,6 +394,7 @@ impl PluginConfig {
     pub fn file(&self, base_dir: &Path) -> Option<PathBuf> {
         match self.source() {
             SourceSpec::File(p) => Some(base_dir.join(p)),
+            SourceSpec::Url(_) | SourceSpec::Oci(_) => None,
         }
     }
 }
@@ -654,14 +648,23 @@ impl HostConfig {
                         "give either path or source, not both".into(),
                     ));
                 }
-                (None, None) | (None, Some(SourceConfig { file: None })) => {
+                (None, None) => {
                     return Err(invalid(
                         at("source"),
                         name,
-                        "is required: where the component comes from (path: FILE or source: { file: FILE })".into(),
+                        "is required: where the component comes from (path: FILE, or source: with one of file, url and oci)".into(),
                     ));
                 }
-                _ => {}
+                (None, Some(source)) => {
+                    if let Err(SourceProblem { field, message }) = source.spec() {
+                        let path = match field {
+                            "source" => at("source"),
+                            f => at(&format!("source.{f}")),
+                        };
+                        return Err(invalid(path, name, message));
+                    }
+                }
+                (Some(_), None) => {}
             }
             check(
                 "maxConcurrentReconciles",
@@ -799,6 +802,22 @@ impl HostConfig {
             }
         }
         Ok(())
+    }
+
+    /// Where URL and registry sources keep what they downloaded (by digest)
+    /// and the digest each tag last resolved to: `runtime.cacheDir/sources`,
+    /// or `.wasmctrl/cache/sources` next to the config file when
+    /// `runtime.cacheDir` is unset (a restart must find them, so they are
+    /// never memory only).
+    pub fn source_cache_dir(&self) -> PathBuf {
+        match &self.runtime.cache_dir {
+            Some(dir) => self.base_dir.join(dir).join("sources"),
+            None => self
+                .base_dir
+                .join(".wasmctrl")
+                .join("cache")
+                .join("sources"),
+        }
     }
 
     /// The plugin named `name`.

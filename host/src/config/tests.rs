@@ -274,3 +274,48 @@ fn lease_timings_default_in_client_go_proportions() {
     assert_eq!(le.lease_duration, Duration::from_secs(10));
     assert!(le.retry_period < le.renew_deadline && le.renew_deadline < le.lease_duration);
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    // Bounded for CI (256 cases each); PROPTEST_CASES=100000 for a long run.
+    proptest! {
+        /// Any text: an error or a config, never a panic.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "\\PC{0,300}") {
+            let _ = parse(&text);
+        }
+
+        /// Any value in any duration, quantity or count field: refused with
+        /// the field named, or accepted within its range — never a panic, and
+        /// never a value whose arithmetic could overflow.
+        #[test]
+        fn any_value_in_any_field_is_checked(
+            field in prop::sample::select(vec![
+                "reconcileTimeout: 10s", "resyncPeriod: 1h30m", "leaseDuration: 10s",
+                "retryPeriod: 1s", "shutdownTimeout: 45s", "memoryLimit: 64Mi",
+                "maxConcurrentReconciles: 2", "fuel: 500000000", "maxRetries: 20",
+                "qps: 10", "burst: 100", "baseDelay: 5ms", "maxDelay: 5m",
+            ]),
+            value in "[0-9]{1,25}(\\.[0-9]{1,5})?(ns|us|ms|s|m|h|Ki|Mi|Gi|k|M|G|e9|)|-[0-9]{1,5}|\\PC{0,12}",
+        ) {
+            let key = field.split(':').next().unwrap();
+            let text = FULL.replace(field, &format!("{key}: {value:?}"));
+            match parse(&text) {
+                Ok(c) => {
+                    let p = &c.plugins[0];
+                    prop_assert!(p.reconcile_timeout <= Duration::from_secs(3600));
+                    prop_assert!(p.max_concurrent_reconciles >= 1);
+                    prop_assert!(c.leader_election.retry_period < c.leader_election.lease_duration);
+                    let _ = std::time::Instant::now() + p.reconcile_timeout + c.shutdown_timeout;
+                }
+                Err(e) => {
+                    let message = e.to_string();
+                    prop_assert!(message.contains(FILE), "{message}");
+                }
+            }
+        }
+    }
+}

@@ -27,6 +27,7 @@ use super::selector::LabelSelector;
 use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
 use crate::cache::{InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
+use crate::leader::Fence;
 use crate::metrics::{HostApiLabels, LimitLabels, Metrics, PluginLabel};
 use crate::syntax::{self as validate, Invalid};
 use crate::workqueue::ratelimit::BucketRateLimiter;
@@ -64,6 +65,17 @@ impl Default for ApiLimits {
     }
 }
 
+/// What every plugin's [`ClusterApi`] shares: the client plugins' requests
+/// go through, discovery, the informer cache, metrics and the leader fence.
+#[derive(Clone)]
+pub struct ClusterContext {
+    pub client: Client,
+    pub resolver: Arc<Resolver>,
+    pub cache: Arc<SharedCache>,
+    pub metrics: Arc<Metrics>,
+    pub fence: Fence,
+}
+
 /// One plugin's view of the API server.
 pub struct ClusterApi {
     plugin: String,
@@ -76,18 +88,19 @@ pub struct ClusterApi {
     limits: ApiLimits,
     /// The plugin's API rate limit: a token bucket with reservations.
     bucket: BucketRateLimiter,
+    /// Open while this host is the leader (always, without election).
+    fence: Fence,
 }
 
 impl ClusterApi {
-    pub fn new(
-        plugin: &str,
-        client: Client,
-        resolver: Arc<Resolver>,
-        cache: Arc<SharedCache>,
-        grant: Grant,
-        metrics: Arc<Metrics>,
-        limits: ApiLimits,
-    ) -> Self {
+    pub fn new(plugin: &str, context: &ClusterContext, grant: Grant, limits: ApiLimits) -> Self {
+        let ClusterContext {
+            client,
+            resolver,
+            cache,
+            metrics,
+            fence,
+        } = context.clone();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -105,6 +118,7 @@ impl ClusterApi {
             recorder,
             bucket: BucketRateLimiter::new(limits.qps, limits.burst),
             limits,
+            fence,
         }
     }
 
@@ -141,8 +155,14 @@ impl ClusterApi {
         ApiError::Invalid(e.to_string())
     }
 
-    /// Waits for the plugin's API rate limit (bounded by `deadline`).
+    /// Waits for the plugin's API rate limit (bounded by `deadline`), and
+    /// refuses when this host is not (or no longer surely) the leader.
     async fn throttle(&self, deadline: Instant) -> Result<(), ApiError> {
+        if !self.fence.is_open() {
+            return Err(ApiError::Unavailable(
+                "this host is not the leader (its lease was not renewed in time); the request was not sent".into(),
+            ));
+        }
         let label = PluginLabel {
             plugin: self.plugin.clone(),
         };
@@ -163,6 +183,11 @@ impl ClusterApi {
             )));
         }
         tokio::time::sleep(wait).await;
+        if !self.fence.is_open() {
+            return Err(ApiError::Unavailable(
+                "this host stopped being the leader while the request waited".into(),
+            ));
+        }
         Ok(())
     }
 

@@ -201,4 +201,24 @@ mod tests {
         assert_eq!(s.to_string(), "app=web,tier in (a,b),!legacy,x.io/y");
         assert!(LabelSelector::parse(&"a=b,".repeat(100)).is_err());
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::super::*;
+
+        // Bounded for CI (256 cases); PROPTEST_CASES=100000 for a long run.
+        proptest! {
+            #[test]
+            fn a_selector_is_printed_back_as_what_was_parsed(s in "[a-z0-9=!,() ./_-]{0,60}|\\PC{0,60}") {
+                if let Ok(sel) = LabelSelector::parse(&s) {
+                    let printed = sel.to_string();
+                    let reparsed = LabelSelector::parse(&printed);
+                    prop_assert_eq!(reparsed, Ok(sel));
+                    prop_assert!(!printed.contains('&') && !printed.contains('?') && !printed.contains('#'));
+                }
+            }
+
+        }
+    }
 }

@@ -32,7 +32,7 @@ use crate::admin;
 use crate::cache::SharedCache;
 use crate::config::HostConfig;
 use crate::discovery::{self, Resolver};
-use crate::leader::LeaderElection;
+use crate::leader::{Fence, LeaderElection};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::runtime::{LoadError, Runtime, RuntimeError};
 use crate::source::{FileWatcher, SourceError};
@@ -76,6 +76,8 @@ pub enum ManagerError {
         plugin: String,
         source: discovery::ResolveError,
     },
+    #[error("cannot build the plugins' client: {0}")]
+    Client(#[from] crate::client::ClientError),
     #[error("admin token file {path}: {source}")]
     AdminToken {
         path: PathBuf,
@@ -98,6 +100,11 @@ pub struct ManagerOptions {
     pub config_path: Option<PathBuf>,
     /// Reload a plugin when its source changes (a file written, …).
     pub watch_sources: bool,
+    /// The client config the host's client was made from. With leader
+    /// election, plugins' requests then go through a client whose socket
+    /// writes check the leader's fence (`client::fenced_client`); without
+    /// it, the fence is checked before each request only.
+    pub kube_config: Option<kube::Config>,
 }
 
 impl Default for ManagerOptions {
@@ -108,6 +115,7 @@ impl Default for ManagerOptions {
             admin_bind: None,
             config_path: None,
             watch_sources: true,
+            kube_config: None,
         }
     }
 }
@@ -117,6 +125,8 @@ impl Default for ManagerOptions {
 pub(crate) struct Host {
     config: HostConfig,
     client: Client,
+    /// What plugins' requests go through (fenced with leader election).
+    plugin_client: Client,
     runtime: Runtime,
     engine: EngineLimits,
     metrics: Arc<Metrics>,
@@ -125,6 +135,8 @@ pub(crate) struct Host {
     plugins: Mutex<BTreeMap<String, PluginEntry>>,
     /// Whether this host leads (always true without leader election).
     leader: watch::Receiver<bool>,
+    /// Open while this host surely holds the lease; guards plugins' requests.
+    fence: Fence,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
     stop: CancellationToken,
@@ -160,15 +172,28 @@ impl Manager {
             None => None,
         };
         let (leader_tx, leader) = watch::channel(!config.leader_election.enabled);
+        let fence = if config.leader_election.enabled {
+            Fence::closed()
+        } else {
+            Fence::open()
+        };
+        let plugin_client = match (&options.kube_config, config.leader_election.enabled) {
+            (Some(kube_config), true) => {
+                crate::client::fenced_client(kube_config.clone(), fence.clone())?
+            }
+            _ => client.clone(),
+        };
         let host = Arc::new(Host {
             cache: Arc::new(SharedCache::new(client.clone())),
             resolver: Arc::new(Resolver::new(client.clone())),
             client,
+            plugin_client,
             runtime,
             engine,
             metrics,
             plugins: Mutex::new(BTreeMap::new()),
             leader,
+            fence,
             watcher: options.watch_sources.then(FileWatcher::new),
             stop: CancellationToken::new(),
             config,
@@ -234,6 +259,7 @@ impl Manager {
             Some(tokio::spawn(election.run(
                 host.client.clone(),
                 tx,
+                host.fence.clone(),
                 election_stop.clone(),
             )))
         } else {
@@ -275,8 +301,14 @@ impl Manager {
         if let Some(w) = config_changes {
             w.abort();
         }
-        tracing::info!("shutting down: draining queues");
-        host.shutdown().await;
+        if let Err(ManagerError::LeadershipLost) = &outcome {
+            // Another host may lead soon: stop at once, cancelling what runs.
+            tracing::error!("leadership lost: stopping every worker now");
+            host.shutdown(std::time::Duration::ZERO).await;
+        } else {
+            tracing::info!("shutting down: draining queues");
+            host.shutdown(host.config.shutdown_timeout).await;
+        }
         election_stop.cancel();
         if let Some(e) = election {
             let _ = e.await;
@@ -339,8 +371,9 @@ impl Host {
         }
     }
 
-    async fn shutdown(&self) {
-        let timeout = self.config.shutdown_timeout;
+    /// Drains every plugin: workers finish their keys for up to `timeout`,
+    /// then what still runs is cancelled.
+    async fn shutdown(&self, timeout: std::time::Duration) {
         let mut draining = Vec::new();
         for entry in self.plugins.lock().unwrap().values_mut() {
             if let Ok(Some(workers)) = entry.begin_drain() {

@@ -1,11 +1,22 @@
 //! Compiled components keyed by content digest: in memory for hot swaps and
 //! repeated loads, on disk (precompiled artifacts) across restarts.
+//!
+//! # A compiled artifact is trusted only with its MAC
+//! Deserializing a `.cwasm` runs its machine code, so a file in the cache
+//! directory is loaded only if its HMAC-SHA256 — keyed by a random key the
+//! host keeps in the directory (`.key`, mode 0600) — matches. A file that was
+//! corrupted, truncated, swapped for another digest's artifact or copied from
+//! another host's cache is recompiled instead. The key lives beside the
+//! artifacts, so this guards against everything but a writer with the host's
+//! own file access: the cache directory must be writable by the host alone
+//! (docs/SECURITY.md).
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -28,7 +39,10 @@ pub(crate) struct ComponentCache {
     dir: Option<PathBuf>,
     /// Distinguishes artifacts of engines with other settings (fuel, version).
     engine_hash: String,
-    memory: Mutex<HashMap<String, Component>>,
+    /// Components of loaded plugins, by digest. Weak: a version no plugin
+    /// holds any more is freed (a long run of hot swaps does not grow the
+    /// host); loading it again comes from disk.
+    memory: Mutex<HashMap<String, Weak<Component>>>,
 }
 
 impl ComponentCache {
@@ -44,13 +58,20 @@ impl ComponentCache {
     }
 
     /// The compiled component for `bytes` (whose digest is `digest`).
+    /// The plugin keeps the returned `Arc` for as long as it is loaded.
     pub(crate) fn get_or_compile(
         &self,
         digest: &str,
         bytes: &[u8],
-    ) -> wasmtime::Result<(Component, CacheHit)> {
-        if let Some(c) = self.memory.lock().unwrap().get(digest) {
-            return Ok((c.clone(), CacheHit::Memory));
+    ) -> wasmtime::Result<(Arc<Component>, CacheHit)> {
+        if let Some(c) = self
+            .memory
+            .lock()
+            .unwrap()
+            .get(digest)
+            .and_then(Weak::upgrade)
+        {
+            return Ok((c, CacheHit::Memory));
         }
         let file = self.dir.as_ref().map(|d| {
             d.join(format!(
@@ -60,45 +81,182 @@ impl ComponentCache {
             ))
         });
         if let Some(file) = file.as_ref().filter(|f| f.exists()) {
-            // SAFETY: the file was written by `serialize` of this engine
-            // configuration (the name carries the digest and the engine's
-            // compatibility hash) in a directory the host owns.
-            match unsafe { Component::deserialize_file(&self.engine, file) } {
-                Ok(c) => {
-                    self.remember(digest, &c);
-                    return Ok((c, CacheHit::Disk));
+            match self.read_verified(file, digest) {
+                Ok(bytes) => {
+                    // SAFETY: `bytes` carry a valid MAC under this host's key
+                    // over (digest, engine hash, content): they are what
+                    // `serialize` of this engine configuration wrote for this
+                    // digest, and they are read into memory once, so the file
+                    // cannot change between the check and the load.
+                    match unsafe { Component::deserialize(&self.engine, &bytes) } {
+                        Ok(c) => return Ok((self.remember(digest, c), CacheHit::Disk)),
+                        Err(e) => {
+                            tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
+                        }
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
+                Err(reason) => {
+                    tracing::warn!(file = %file.display(), "not loading compiled artifact ({reason}); recompiling")
                 }
             }
         }
         let component = Component::new(&self.engine, bytes)?;
-        if let Some(file) = file
-            && let Err(e) = self.store(&file, &component)
-        {
-            tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}");
+        if let Some(file) = file {
+            match self.store(&file, &component) {
+                Ok(()) => prune(file.parent().unwrap_or(std::path::Path::new("."))),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}")
+                }
+            }
         }
-        self.remember(digest, &component);
-        Ok((component, CacheHit::Compiled))
+        Ok((self.remember(digest, component), CacheHit::Compiled))
     }
 
-    fn remember(&self, digest: &str, component: &Component) {
+    fn remember(&self, digest: &str, component: Component) -> Arc<Component> {
+        let component = Arc::new(component);
+        let mut memory = self.memory.lock().unwrap();
+        memory.retain(|_, w| w.strong_count() > 0);
+        memory.insert(digest.to_string(), Arc::downgrade(&component));
+        component
+    }
+
+    /// Digests whose compiled component is in memory (held by a plugin).
+    pub(crate) fn resident(&self) -> usize {
         self.memory
             .lock()
             .unwrap()
-            .insert(digest.to_string(), component.clone());
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
     }
 
     fn store(&self, file: &std::path::Path, component: &Component) -> wasmtime::Result<()> {
-        let bytes = component.serialize()?;
-        if let Some(dir) = file.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
-        // Write then rename, so a concurrent reader never maps a half-written file.
+        let mut bytes = component.serialize()?;
+        let dir = file.parent().unwrap_or(std::path::Path::new("."));
+        create_private_dir(dir)?;
+        let digest = file_digest(file);
+        let tag = self.mac(dir, &digest, &bytes)?;
+        bytes.extend_from_slice(&tag);
+        // Write then rename, so a concurrent reader never sees a half-written file.
         let tmp = file.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
+        write_private(&tmp, &bytes)?;
         std::fs::rename(&tmp, file)?;
         Ok(())
+    }
+
+    /// The artifact's bytes if its trailing MAC is valid.
+    fn read_verified(&self, file: &std::path::Path, digest: &str) -> Result<Vec<u8>, String> {
+        let mut bytes = std::fs::read(file).map_err(|e| format!("cannot read it: {e}"))?;
+        if bytes.len() < MAC_LEN {
+            return Err("truncated".into());
+        }
+        let tag = bytes.split_off(bytes.len() - MAC_LEN);
+        let dir = file.parent().unwrap_or(std::path::Path::new("."));
+        let key = self.key(dir).map_err(|e| format!("no cache key: {e}"))?;
+        let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes any key length");
+        mac.update(digest.as_bytes());
+        mac.update(self.engine_hash.as_bytes());
+        mac.update(&bytes);
+        mac.verify_slice(&tag).map_err(|_| {
+            "its MAC does not match: corrupted, replaced or from another host".to_string()
+        })?;
+        Ok(bytes)
+    }
+
+    fn mac(&self, dir: &std::path::Path, digest: &str, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+        let key = self.key(dir)?;
+        let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes any key length");
+        mac.update(digest.as_bytes());
+        mac.update(self.engine_hash.as_bytes());
+        mac.update(bytes);
+        Ok(mac.finalize().into_bytes().to_vec())
+    }
+
+    /// The host's MAC key in `dir`, created (32 random bytes, mode 0600) on
+    /// first use.
+    fn key(&self, dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
+        let path = dir.join(".key");
+        match std::fs::read(&path) {
+            Ok(k) if k.len() == KEY_LEN => return Ok(k),
+            Ok(_) => {
+                return Err(std::io::Error::other(format!(
+                    "{} is not a {KEY_LEN}-byte key",
+                    path.display()
+                )));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        create_private_dir(dir)?;
+        let mut key = vec![0u8; KEY_LEN];
+        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
+        let tmp = dir.join(format!(".key.tmp{}", std::process::id()));
+        write_private(&tmp, &key)?;
+        // Another host process may have raced us: the first rename wins and
+        // everyone uses the key that is there afterwards.
+        if std::fs::hard_link(&tmp, &path).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return std::fs::read(&path);
+        }
+        let _ = std::fs::remove_file(&tmp);
+        Ok(key)
+    }
+}
+
+type HmacSha256 = Hmac<Sha256>;
+const MAC_LEN: usize = 32;
+const KEY_LEN: usize = 32;
+
+/// The digest part of an artifact's file name (`<hex>-<engine>.cwasm`).
+fn file_digest(file: &std::path::Path) -> String {
+    let name = file
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    format!("sha256:{}", name.split('-').next().unwrap_or_default())
+}
+
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+/// Compiled artifacts kept on disk; older ones are removed.
+const KEEP_ON_DISK: usize = 64;
+
+/// Removes all but the [`KEEP_ON_DISK`] most recently written artifacts of
+/// `dir`: a host that swaps versions for weeks keeps a bounded cache.
+fn prune(dir: &std::path::Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .collect();
+    if artifacts.len() <= KEEP_ON_DISK {
+        return;
+    }
+    artifacts.sort();
+    for (_, old) in &artifacts[..artifacts.len() - KEEP_ON_DISK] {
+        let _ = std::fs::remove_file(old);
     }
 }

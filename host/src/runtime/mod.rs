@@ -135,6 +135,8 @@ impl Runtime {
             .total_memories(instances * MAX_MEMORIES as u32)
             .total_tables(instances * MAX_TABLES as u32)
             .max_core_instances_per_component(MAX_INSTANCES as u32)
+            .max_memories_per_module(MAX_MEMORIES as u32)
+            .max_tables_per_module(MAX_TABLES as u32)
             .max_memories_per_component(MAX_MEMORIES as u32)
             .max_tables_per_component(MAX_TABLES as u32)
             .total_stacks(instances)
@@ -184,6 +186,12 @@ impl Runtime {
 
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.inner.metrics
+    }
+
+    /// How many compiled components are held in memory (those of loaded
+    /// plugin versions; others are dropped).
+    pub fn resident_components(&self) -> usize {
+        self.inner.cache.resident()
     }
 }
 

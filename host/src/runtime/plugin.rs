@@ -114,6 +114,9 @@ pub struct Invocation {
 /// reconcile runs in an instance from its strategy (see [`Plugin::invoke`]).
 pub struct Plugin {
     pub(crate) sandbox: Sandbox,
+    /// Keeps the compiled component in the runtime's memory cache while this
+    /// version is loaded.
+    _component: Arc<wasmtime::component::Component>,
     origin: String,
     digest: String,
     metadata: PluginMetadata,
@@ -206,7 +209,7 @@ impl Runtime {
         let pre_digest = digest.clone();
         let compile_path = path.clone();
         let limits = spec.limits.clone();
-        let (pre, cache_hit, initial_pages) = tokio::task::spawn_blocking(move || {
+        let (pre, component, cache_hit, initial_pages) = tokio::task::spawn_blocking(move || {
             runtime.prepare(&compile_path, &pre_digest, &bytes, &limits)
         })
         .await
@@ -257,6 +260,7 @@ impl Runtime {
         };
         Ok(Arc::new(Plugin {
             sandbox,
+            _component: component,
             origin: path,
             digest,
             metadata,
@@ -270,7 +274,15 @@ impl Runtime {
         digest: &str,
         bytes: &[u8],
         limits: &Limits,
-    ) -> Result<(ReconcilerPre<StoreState>, CacheHit, u64), LoadError> {
+    ) -> Result<
+        (
+            ReconcilerPre<StoreState>,
+            Arc<wasmtime::component::Component>,
+            CacheHit,
+            u64,
+        ),
+        LoadError,
+    > {
         let (component, hit) = self
             .inner
             .cache
@@ -317,7 +329,7 @@ impl Runtime {
             origin: path.to_string(),
             message: format!("{e:#}"),
         })?;
-        Ok((pre, hit, initial_pages))
+        Ok((pre, component, hit, initial_pages))
     }
 }
 

@@ -5,8 +5,24 @@
 //! a file, a URL pinned by digest, an OCI reference or a Kubernetes object
 //! are each a new implementation here, not a change to the manager (see
 //! docs/EXTENDING.md).
+//!
+//! - `file`: a component file, watched for changes.
+//! - `url`: an `https://` URL pinned by the component's SHA-256.
+//! - `oci`: a wasm OCI artifact in a registry ([`artifact`] is the layout),
+//!   by tag (resolved to a digest, optionally polled) or by digest.
+//!
+//! What `url` and `oci` download is kept on disk by digest ([`DiskCache`]),
+//! with the digest each tag last resolved to, so a host restarts from it
+//! when the network or the registry is down. docs/SECURITY-sources.md states
+//! what is trusted and why.
 
+pub mod artifact;
+mod cache;
+pub mod credentials;
 mod file;
+mod http;
+pub mod oci;
+mod url;
 
 use std::fmt;
 use std::path::Path;
@@ -14,9 +30,13 @@ use std::path::Path;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+pub use cache::{DiskCache, Resolution};
+pub use credentials::{Credentials, CredentialsError, credentials_from_dockerconfigjson};
 pub use file::{FileSource, FileWatcher};
+pub use oci::OciSource;
+pub use url::UrlSource;
 
-use crate::config::SourceSpec;
+use crate::config::{HostConfig, SourceSpec};
 
 /// A component as fetched.
 #[derive(Clone)]
@@ -35,7 +55,7 @@ impl fmt::Debug for Artifact {
     }
 }
 
-/// Why a source could not be fetched.
+/// Why a source could not be fetched. Every variant names the source.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
     #[error("plugin {origin}: cannot read the file: {source}")]
@@ -43,12 +63,59 @@ pub enum SourceError {
         origin: String,
         source: std::io::Error,
     },
+    /// The source is not well formed (a reference or URL given on the
+    /// command line).
+    #[error("{origin}: {message}")]
+    Invalid { origin: String, message: String },
+    /// The network or the server failed (connection, HTTP status,
+    /// protocol), or the server refused (unknown tag, credentials).
+    #[error("plugin {origin}: {message}")]
+    Download { origin: String, message: String },
+    /// The bytes are not the ones the source is pinned to.
+    #[error(
+        "plugin {origin}: digest mismatch: expected {expected}, got {got}; refusing to load it"
+    )]
+    DigestMismatch {
+        origin: String,
+        expected: String,
+        got: String,
+    },
+    #[error(
+        "plugin {origin}: the component is larger than maxSize ({limit} bytes){}",
+        size.map(|s| format!(": {s} bytes")).unwrap_or_default()
+    )]
+    TooLarge {
+        origin: String,
+        limit: u64,
+        size: Option<u64>,
+    },
+    #[error("plugin {origin}: no answer within the source's timeout ({}s)", after.as_secs_f64())]
+    Timeout {
+        origin: String,
+        after: std::time::Duration,
+    },
+    /// The registry answered with something that is not a wasm OCI artifact.
+    #[error("plugin {origin}: not a wasm OCI artifact: {message}")]
+    NotWasmArtifact { origin: String, message: String },
+    /// Registry credentials could not be read.
+    #[error("plugin {origin}: {source}")]
+    Credentials {
+        origin: String,
+        source: CredentialsError,
+    },
+    /// The registry is unreachable and nothing usable is cached.
+    #[error("plugin {origin}: {message}, and no copy is cached ({cache})")]
+    Unavailable {
+        origin: String,
+        message: String,
+        cache: String,
+    },
 }
 
 /// Where a plugin's component comes from.
 pub trait PluginSource: Send + Sync + 'static {
     /// Where the bytes come from, for logs, errors and `/plugins`
-    /// (`/abs/path/plugin.wasm`).
+    /// (`/abs/path/plugin.wasm`, `https://host/path`, `oci://registry/repo:tag`).
     fn origin(&self) -> String;
 
     /// The component now.
@@ -60,13 +127,37 @@ pub trait PluginSource: Send + Sync + 'static {
     fn changes(&self) -> BoxStream<'static, ()>;
 }
 
-/// The source a config entry names, relative to the config's directory.
+/// The source a plugin's config names: files relative to the config's
+/// directory, downloads cached in [`HostConfig::source_cache_dir`].
 pub fn from_config(
-    config: &SourceSpec,
-    base_dir: &Path,
+    spec: &SourceSpec,
+    host: &HostConfig,
     watcher: Option<&FileWatcher>,
 ) -> Box<dyn PluginSource> {
-    match config {
+    from_spec(spec, &host.base_dir, &host.source_cache_dir(), watcher)
+}
+
+/// The source `spec` names, with relative paths resolved against
+/// `base_dir` and downloads cached under `cache_dir`.
+pub fn from_spec(
+    spec: &SourceSpec,
+    base_dir: &Path,
+    cache_dir: &Path,
+    watcher: Option<&FileWatcher>,
+) -> Box<dyn PluginSource> {
+    match spec {
         SourceSpec::File(path) => Box::new(FileSource::new(base_dir.join(path), watcher.cloned())),
+        SourceSpec::Url(spec) => Box::new(UrlSource::new(
+            spec.clone(),
+            DiskCache::new(cache_dir.to_path_buf()),
+        )),
+        SourceSpec::Oci(spec) => {
+            let mut spec = spec.clone();
+            spec.docker_config = spec.docker_config.map(|p| base_dir.join(p));
+            Box::new(OciSource::new(
+                spec,
+                DiskCache::new(cache_dir.to_path_buf()),
+            ))
+        }
     }
 }

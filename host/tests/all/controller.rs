@@ -8,6 +8,7 @@ use wasmctrl::TrapKind;
 use wasmctrl::controller::{Controller, ControllerOptions, TracingTerminalErrors};
 use wasmctrl::metrics::Metrics;
 use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
+use wasmctrl::test_util::eventually;
 use wasmctrl::workqueue::WorkQueue;
 use wasmctrl::workqueue::ratelimit::default_controller_rate_limiter;
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
@@ -35,18 +36,6 @@ impl Reconcile for Recording {
             .push((name, started, Instant::now(), result.clone()));
         result
     }
-}
-
-/// Polls `cond` every 5 ms for at most `limit`.
-async fn eventually(limit: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    cond()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -93,27 +82,27 @@ async fn a_runaway_guest_is_stopped_while_other_keys_keep_being_reconciled() {
     // The other keys arrive once the runaway reconcile is under way, so they
     // cannot all be done before it starts.
     let started = recording.started.clone();
-    let looping = eventually(Duration::from_secs(20), || {
-        started.lock().unwrap().iter().any(|k| k == "loop")
-    })
+    eventually(
+        "the runaway reconcile to start",
+        Duration::from_secs(20),
+        || {
+            let started = started.lock().unwrap().iter().any(|k| k == "loop");
+            std::future::ready(started.then_some(()))
+        },
+    )
     .await;
-    assert!(looping, "the runaway reconcile never started");
     for i in 0..20 {
         queue.add(ObjectKey::namespaced("default", format!("k{i}")));
     }
 
     let log = recording.log.clone();
-    let done = eventually(Duration::from_secs(20), || {
+    eventually("every key reconciled", Duration::from_secs(20), || {
         let log = log.lock().unwrap();
-        log.iter().any(|e| e.0 == "loop")
-            && log.iter().filter(|e| e.0.starts_with('k')).count() == 20
+        let done = log.iter().any(|e| e.0 == "loop")
+            && log.iter().filter(|e| e.0.starts_with('k')).count() == 20;
+        std::future::ready(done.then_some(()))
     })
     .await;
-    assert!(
-        done,
-        "not all keys were reconciled: {:?}",
-        log.lock().unwrap().len()
-    );
 
     let entries = log.lock().unwrap().clone();
     let (_, loop_start, loop_end, loop_result) =

@@ -134,3 +134,95 @@ async fn compiled_components_are_reused_from_memory_and_across_restarts() {
     assert_eq!(c.cache_hit(), CacheHit::Disk);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn metadata_blocked_in_a_wasi_poll_is_stopped_by_the_backstop() {
+    // The guest sleeps an hour in `metadata`: it runs no wasm, so epochs
+    // cannot interrupt it; the backstop timer must.
+    let started = std::time::Instant::now();
+    let err = runtime()
+        .load_file(artifacts::HOSTILE_BLOCK_IN_METADATA, spec("blocked"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoadError::Metadata {
+                kind: wasmctrl::TrapKind::Deadline,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "took {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_tampered_compiled_artifact_is_recompiled_not_loaded() {
+    let dir = std::env::temp_dir().join(format!("wasmctrl-cache-mac-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = RuntimeConfig {
+        max_instances: 8,
+        cache_dir: Some(dir.clone()),
+        ..RuntimeConfig::default()
+    };
+    let a = load(
+        &runtime_with(config.clone()),
+        "noop",
+        artifacts::NOOP,
+        Limits::default(),
+    )
+    .await;
+    assert_eq!(a.cache_hit(), CacheHit::Compiled);
+    let artifact = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("a compiled artifact on disk");
+    // Flip one byte of the machine code: the MAC no longer matches.
+    let mut bytes = std::fs::read(&artifact).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&artifact, &bytes).unwrap();
+    let b = load(
+        &runtime_with(config.clone()),
+        "noop",
+        artifacts::NOOP,
+        Limits::default(),
+    )
+    .await;
+    assert_eq!(
+        b.cache_hit(),
+        CacheHit::Compiled,
+        "a tampered artifact was loaded"
+    );
+    // A new key (another host's cache) also refuses the rewritten artifact.
+    std::fs::write(dir.join(".key"), [7u8; 32]).unwrap();
+    let c = load(
+        &runtime_with(config),
+        "noop",
+        artifacts::NOOP,
+        Limits::default(),
+    )
+    .await;
+    assert_eq!(c.cache_hit(), CacheHit::Compiled);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_version_no_plugin_holds_is_evicted_from_memory() {
+    let rt = runtime();
+    let a = load(&rt, "noop", artifacts::NOOP, Limits::default()).await;
+    let b = load(&rt, "misbehave", artifacts::MISBEHAVE, Limits::default()).await;
+    assert_eq!(rt.resident_components(), 2);
+    drop(a);
+    assert_eq!(rt.resident_components(), 1, "the dropped version is freed");
+    let again = load(&rt, "noop", artifacts::NOOP, Limits::default()).await;
+    assert_eq!(again.cache_hit(), CacheHit::Compiled);
+    drop((b, again));
+    assert_eq!(rt.resident_components(), 0);
+}

@@ -6,6 +6,7 @@ mod load;
 mod polyglot;
 mod process;
 mod sandbox;
+mod sources;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,626 @@
+//! Role-based access control evaluated exactly as upstream's RBAC
+//! authorizer (`plugin/pkg/auth/authorizer/rbac`) does, over the Roles,
+//! ClusterRoles, RoleBindings and ClusterRoleBindings in the store:
+//!
+//! - ClusterRoleBindings are visited first, then (for a namespaced request)
+//!   the RoleBindings of the request's namespace; a RoleBinding grants its
+//!   Role, or the ClusterRole it names, in its own namespace only.
+//! - A subject applies by kind: `User` by name, `Group` by membership,
+//!   `ServiceAccount` by `system:serviceaccount:NS:NAME` (a RoleBinding's
+//!   subject without a namespace means the binding's namespace).
+//! - A rule allows a resource request when its verbs, apiGroups, resources
+//!   (`*`, `res`, `res/sub`, `*/sub`) and resourceNames (empty = all) match;
+//!   a non-resource request when its verbs and nonResourceURLs (`*`, exact,
+//!   or a `prefix*`) match.
+//! - Rules are additive; a binding whose role is missing contributes an
+//!   error that a denial reports, never a denial of its own.
+//!
+//! Every decision reads the store as it is now, so binding changes take
+//! effect with the next request. Aggregated ClusterRoles (their
+//! `aggregationRule`) are not expanded: only the `rules` stored in the
+//! object count.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::identity::{self, UserInfo};
+use crate::resources::GroupResource;
+use crate::storage::Store;
+use crate::util::go_quote;
+
+/// The RBAC API group.
+pub(crate) const GROUP: &str = "rbac.authorization.k8s.io";
+
+/// What a request (or an access review) asks to do, upstream's
+/// `authorizer.Attributes`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Attributes {
+    pub(crate) verb: String,
+    /// False for non-resource paths (`/version`, discovery, `/healthz`).
+    pub(crate) resource_request: bool,
+    pub(crate) group: String,
+    pub(crate) resource: String,
+    pub(crate) subresource: String,
+    /// Empty when the request names no object (list, create, ...).
+    pub(crate) name: String,
+    /// Empty for cluster-scoped requests.
+    pub(crate) namespace: String,
+    /// The URL path of a non-resource request.
+    pub(crate) path: String,
+}
+
+/// One rule of a Role or ClusterRole.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PolicyRule {
+    pub(crate) verbs: Vec<String>,
+    pub(crate) api_groups: Vec<String>,
+    pub(crate) resources: Vec<String>,
+    pub(crate) resource_names: Vec<String>,
+    pub(crate) non_resource_urls: Vec<String>,
+}
+
+fn strings(v: &Value, field: &str) -> Vec<String> {
+    v.get(field)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl PolicyRule {
+    fn from_json(v: &Value) -> PolicyRule {
+        PolicyRule {
+            verbs: strings(v, "verbs"),
+            api_groups: strings(v, "apiGroups"),
+            resources: strings(v, "resources"),
+            resource_names: strings(v, "resourceNames"),
+            non_resource_urls: strings(v, "nonResourceURLs"),
+        }
+    }
+
+    /// Whether this rule allows the request (upstream's `RuleAllows`).
+    pub(crate) fn allows(&self, a: &Attributes) -> bool {
+        if !self.verbs.iter().any(|v| v == "*" || *v == a.verb) {
+            return false;
+        }
+        if !a.resource_request {
+            return self.non_resource_urls.iter().any(|u| {
+                u == "*"
+                    || *u == a.path
+                    || (u.ends_with('*') && a.path.starts_with(u.trim_end_matches('*')))
+            });
+        }
+        let combined = if a.subresource.is_empty() {
+            a.resource.clone()
+        } else {
+            format!("{}/{}", a.resource, a.subresource)
+        };
+        self.api_groups.iter().any(|g| g == "*" || *g == a.group)
+            && self.resources.iter().any(|r| {
+                r == "*"
+                    || *r == combined
+                    || (!a.subresource.is_empty()
+                        && r.strip_prefix("*/") == Some(a.subresource.as_str()))
+            })
+            && (self.resource_names.is_empty() || self.resource_names.contains(&a.name))
+    }
+
+    /// `authorization.k8s.io/v1` `ResourceRule` or `NonResourceRule` form
+    /// (SelfSubjectRulesReview), empty lists left out as upstream does.
+    fn review_json(&self, non_resource: bool) -> Value {
+        let mut v = json!({"verbs": self.verbs});
+        let mut put = |k: &str, l: &Vec<String>| {
+            if !l.is_empty() {
+                v[k] = json!(l);
+            }
+        };
+        if non_resource {
+            put("nonResourceURLs", &self.non_resource_urls);
+        } else {
+            put("apiGroups", &self.api_groups);
+            put("resources", &self.resources);
+            put("resourceNames", &self.resource_names);
+        }
+        v
+    }
+}
+
+/// A binding's subject.
+#[derive(Debug, Clone)]
+struct Subject {
+    kind: String,
+    name: String,
+    namespace: String,
+}
+
+impl Subject {
+    /// Whether this subject names `user` (upstream's `appliesToUser`);
+    /// `binding_ns` is empty for ClusterRoleBindings.
+    fn applies_to(&self, user: &UserInfo, binding_ns: &str) -> bool {
+        match self.kind.as_str() {
+            "User" => user.name == self.name,
+            "Group" => user.groups.contains(&self.name),
+            "ServiceAccount" => {
+                let ns = if self.namespace.is_empty() {
+                    binding_ns
+                } else {
+                    &self.namespace
+                };
+                !ns.is_empty() && identity::is_service_account(&user.name, ns, &self.name)
+            }
+            _ => false,
+        }
+    }
+
+    /// `User "alice"`, `ServiceAccount "sa/ns"` (upstream's wording).
+    fn describe(&self, binding_ns: &str) -> String {
+        match self.kind.as_str() {
+            "ServiceAccount" => {
+                let ns = if self.namespace.is_empty() {
+                    binding_ns
+                } else {
+                    &self.namespace
+                };
+                format!("{} {}", self.kind, go_quote(&format!("{}/{ns}", self.name)))
+            }
+            _ => format!("{} {}", self.kind, go_quote(&self.name)),
+        }
+    }
+}
+
+/// A RoleBinding or ClusterRoleBinding as the evaluator needs it.
+#[derive(Debug, Clone)]
+struct Binding {
+    name: String,
+    /// Empty for a ClusterRoleBinding.
+    namespace: String,
+    role_kind: String,
+    role_name: String,
+    subjects: Vec<Subject>,
+}
+
+impl Binding {
+    fn from_json(obj: &Value) -> Binding {
+        let s = |v: &Value, f: &str| v.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        Binding {
+            name: crate::util::meta_str(obj, "name").unwrap_or("").to_string(),
+            namespace: crate::util::meta_str(obj, "namespace")
+                .unwrap_or("")
+                .to_string(),
+            role_kind: s(&obj["roleRef"], "kind"),
+            role_name: s(&obj["roleRef"], "name"),
+            subjects: obj
+                .get("subjects")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .map(|v| Subject {
+                            kind: s(v, "kind"),
+                            name: s(v, "name"),
+                            namespace: s(v, "namespace"),
+                        })
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Where an allowing rule came from, worded as upstream's describers:
+/// `ClusterRoleBinding "b" of ClusterRole "r" to Group "g"`.
+fn describe_source(b: &Binding, subject: &Subject) -> String {
+    if b.namespace.is_empty() {
+        format!(
+            "ClusterRoleBinding {} of {} {} to {}",
+            go_quote(&b.name),
+            b.role_kind,
+            go_quote(&b.role_name),
+            subject.describe("")
+        )
+    } else {
+        format!(
+            "RoleBinding {} of {} {} to {}",
+            go_quote(&format!("{}/{}", b.name, b.namespace)),
+            b.role_kind,
+            go_quote(&b.role_name),
+            subject.describe(&b.namespace)
+        )
+    }
+}
+
+fn gr(resource: &str) -> GroupResource {
+    GroupResource::new(GROUP, resource)
+}
+
+/// Reads RBAC objects from the store.
+pub(crate) struct Resolver<'a> {
+    store: &'a Store,
+}
+
+/// A visitor's verdict: keep visiting or stop.
+enum Visit {
+    Continue,
+    Stop,
+}
+
+/// What a visit sees: a rule with the binding and subject that grant it,
+/// or why a binding's role could not be resolved.
+type Visited<'r> = Result<(&'r Binding, &'r Subject, &'r PolicyRule), String>;
+
+impl<'a> Resolver<'a> {
+    pub(crate) fn new(store: &'a Store) -> Self {
+        Resolver { store }
+    }
+
+    /// The rules a binding's roleRef resolves to (upstream's
+    /// `GetRoleReferenceRules`), or the error upstream's listers give.
+    fn role_rules(&self, b: &Binding) -> Result<Vec<PolicyRule>, String> {
+        let (resource, ns, singular) = match b.role_kind.as_str() {
+            "Role" => ("roles", b.namespace.as_str(), "role"),
+            "ClusterRole" => ("clusterroles", "", "clusterrole"),
+            other => {
+                return Err(format!(
+                    "unsupported role reference kind: {}",
+                    go_quote(other)
+                ));
+            }
+        };
+        let role = self
+            .store
+            .get(&gr(resource), ns, &b.role_name)
+            .ok_or_else(|| format!("{singular}.{GROUP} {} not found", go_quote(&b.role_name)))?;
+        Ok(role
+            .obj
+            .get("rules")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().map(PolicyRule::from_json).collect())
+            .unwrap_or_default())
+    }
+
+    fn bindings(&self, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
+        self.store
+            .list(&gr(resource), namespace, None, None, &|_| true)
+            .1
+    }
+
+    /// Visits every rule that applies to `user` in `namespace` (all
+    /// ClusterRoleBindings, then the namespace's RoleBindings), and every
+    /// error resolving them, until the visitor stops.
+    fn visit(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+        visitor: &mut dyn FnMut(Visited<'_>) -> Visit,
+    ) {
+        let mut sources = vec![self.bindings("clusterrolebindings", None)];
+        if !namespace.is_empty() {
+            sources.push(self.bindings("rolebindings", Some(namespace)));
+        }
+        for objects in sources {
+            for obj in objects {
+                let b = Binding::from_json(&obj);
+                let Some(subject) = b.subjects.iter().find(|s| s.applies_to(user, &b.namespace))
+                else {
+                    continue;
+                };
+                match self.role_rules(&b) {
+                    Err(e) => {
+                        if let Visit::Stop = visitor(Err(e)) {
+                            return;
+                        }
+                    }
+                    Ok(rules) => {
+                        for rule in &rules {
+                            if let Visit::Stop = visitor(Ok((&b, subject, rule))) {
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Upstream's RBAC decision: allowed with the rule's source as reason,
+    /// or not, with the resolution errors (if any) as reason.
+    pub(crate) fn authorize(&self, user: &UserInfo, a: &Attributes) -> (bool, String) {
+        let mut allowed = None;
+        let mut errors = Vec::new();
+        self.visit(user, &a.namespace, &mut |item| match item {
+            Ok((b, subject, rule)) if rule.allows(a) => {
+                allowed = Some(format!("RBAC: allowed by {}", describe_source(b, subject)));
+                Visit::Stop
+            }
+            Ok(_) => Visit::Continue,
+            Err(e) => {
+                errors.push(e);
+                Visit::Continue
+            }
+        });
+        match allowed {
+            Some(reason) => (true, reason),
+            None if errors.is_empty() => (false, String::new()),
+            None => (false, format!("RBAC: {}", aggregate(&errors))),
+        }
+    }
+
+    /// Every rule that applies to `user` in `namespace`, and the errors
+    /// met resolving them (upstream's `RulesFor`).
+    pub(crate) fn rules_for(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+    ) -> (Vec<PolicyRule>, Vec<String>) {
+        let (mut rules, mut errors) = (Vec::new(), Vec::new());
+        self.visit(user, namespace, &mut |item| {
+            match item {
+                Ok((_, _, rule)) => rules.push(rule.clone()),
+                Err(e) => errors.push(e),
+            }
+            Visit::Continue
+        });
+        (rules, errors)
+    }
+}
+
+/// `authorization.k8s.io/v1` `SubjectRulesReviewStatus` of a rule set.
+pub(crate) fn rules_review_status(rules: &[PolicyRule], errors: &[String]) -> Value {
+    let resource: Vec<Value> = rules
+        .iter()
+        .filter(|r| !r.resources.is_empty())
+        .map(|r| r.review_json(false))
+        .collect();
+    let non_resource: Vec<Value> = rules
+        .iter()
+        .filter(|r| !r.non_resource_urls.is_empty())
+        .map(|r| r.review_json(true))
+        .collect();
+    let mut status = json!({
+        "resourceRules": resource,
+        "nonResourceRules": non_resource,
+        // Upstream's union of authorizers marks the answer incomplete when
+        // any rule could not be resolved.
+        "incomplete": !errors.is_empty(),
+    });
+    if !errors.is_empty() {
+        status["evaluationError"] = json!(aggregate(errors));
+    }
+    status
+}
+
+/// Several errors as upstream's `utilerrors.NewAggregate(...).Error()`
+/// words them: one as is, several deduplicated in `[a, b]`.
+pub(crate) fn aggregate(errors: &[String]) -> String {
+    match errors {
+        [] => String::new(),
+        [one] => one.clone(),
+        _ => {
+            let mut seen: Vec<&str> = Vec::new();
+            for e in errors {
+                if !seen.contains(&e.as_str()) {
+                    seen.push(e);
+                }
+            }
+            if seen.len() == 1 {
+                seen[0].to_string()
+            } else {
+                format!("[{}]", seen.join(", "))
+            }
+        }
+    }
+}
+
+/// Label and annotation upstream puts on the roles it bootstraps.
+const BOOTSTRAP_LABEL: (&str, &str) = ("kubernetes.io/bootstrapping", "rbac-defaults");
+const AUTOUPDATE_ANNOTATION: (&str, &str) = ("rbac.authorization.kubernetes.io/autoupdate", "true");
+
+/// The default ClusterRoles and ClusterRoleBindings a server with RBAC
+/// starts with, as upstream's bootstrap policy defines them (only those an
+/// API server without nodes and controllers needs):
+///
+/// | ClusterRole | Grants | Bound to |
+/// |---|---|---|
+/// | `cluster-admin` | everything | group `system:masters` |
+/// | `system:discovery` | `get` on `/api`, `/apis` (and below), `/openapi/*`, `/version`, `/healthz`, `/livez`, `/readyz` | group `system:authenticated` |
+/// | `system:basic-user` | `create` selfsubjectaccessreviews, selfsubjectrulesreviews, selfsubjectreviews | group `system:authenticated` |
+/// | `system:public-info-viewer` | `get` on `/version`, `/healthz`, `/livez`, `/readyz` | groups `system:authenticated`, `system:unauthenticated` |
+///
+/// Returned as `(resource, object)` pairs, roles first.
+pub(crate) fn bootstrap_policy() -> Vec<(&'static str, Value)> {
+    let meta = |name: &str| {
+        json!({
+            "name": name,
+            "labels": {BOOTSTRAP_LABEL.0: BOOTSTRAP_LABEL.1},
+            "annotations": {AUTOUPDATE_ANNOTATION.0: AUTOUPDATE_ANNOTATION.1},
+        })
+    };
+    let role = |name: &str, rules: Value| {
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": meta(name), "rules": rules})
+    };
+    let binding = |name: &str, groups: &[&str]| {
+        let subjects: Vec<Value> = groups
+            .iter()
+            .map(|g| json!({"apiGroup": GROUP, "kind": "Group", "name": g}))
+            .collect();
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": meta(name),
+            "roleRef": {"apiGroup": GROUP, "kind": "ClusterRole", "name": name},
+            "subjects": subjects})
+    };
+    vec![
+        (
+            "clusterroles",
+            role(
+                "cluster-admin",
+                json!([
+                    {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
+                    {"nonResourceURLs": ["*"], "verbs": ["*"]},
+                ]),
+            ),
+        ),
+        (
+            "clusterroles",
+            role(
+                "system:discovery",
+                json!([{"nonResourceURLs": [
+                    "/livez", "/readyz", "/healthz", "/version", "/version/",
+                    "/openapi", "/openapi/*", "/api", "/api/*", "/apis", "/apis/*",
+                ], "verbs": ["get"]}]),
+            ),
+        ),
+        (
+            "clusterroles",
+            role(
+                "system:basic-user",
+                json!([
+                    {"apiGroups": ["authorization.k8s.io"],
+                     "resources": ["selfsubjectaccessreviews", "selfsubjectrulesreviews"],
+                     "verbs": ["create"]},
+                    {"apiGroups": ["authentication.k8s.io"],
+                     "resources": ["selfsubjectreviews"], "verbs": ["create"]},
+                ]),
+            ),
+        ),
+        (
+            "clusterroles",
+            role(
+                "system:public-info-viewer",
+                json!([{"nonResourceURLs": ["/livez", "/readyz", "/healthz", "/version", "/version/"],
+                    "verbs": ["get"]}]),
+            ),
+        ),
+        (
+            "clusterrolebindings",
+            binding("cluster-admin", &[identity::SYSTEM_MASTERS]),
+        ),
+        (
+            "clusterrolebindings",
+            binding("system:discovery", &[identity::ALL_AUTHENTICATED]),
+        ),
+        (
+            "clusterrolebindings",
+            binding("system:basic-user", &[identity::ALL_AUTHENTICATED]),
+        ),
+        (
+            "clusterrolebindings",
+            binding(
+                "system:public-info-viewer",
+                &[identity::ALL_AUTHENTICATED, identity::ALL_UNAUTHENTICATED],
+            ),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(v: Value) -> PolicyRule {
+        PolicyRule::from_json(&v)
+    }
+
+    fn res(verb: &str, group: &str, resource: &str, sub: &str, name: &str) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            resource_request: true,
+            group: group.into(),
+            resource: resource.into(),
+            subresource: sub.into(),
+            name: name.into(),
+            namespace: "ns".into(),
+            path: String::new(),
+        }
+    }
+
+    #[test]
+    fn resource_rules_match_as_upstream() {
+        let r = rule(
+            json!({"apiGroups": ["apps"], "resources": ["deployments", "*/scale"], "verbs": ["get", "update"]}),
+        );
+        assert!(r.allows(&res("get", "apps", "deployments", "", "d")));
+        assert!(!r.allows(&res("list", "apps", "deployments", "", "")));
+        assert!(!r.allows(&res("get", "", "deployments", "", "d")));
+        // A resource does not grant its subresources...
+        assert!(!r.allows(&res("get", "apps", "deployments", "status", "d")));
+        // ... but */scale grants every resource's scale.
+        assert!(r.allows(&res("update", "apps", "statefulsets", "scale", "s")));
+        assert!(!r.allows(&res("update", "apps", "statefulsets", "", "s")));
+        let star = rule(json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}));
+        assert!(star.allows(&res("deletecollection", "x.io", "things", "status", "")));
+        let named = rule(
+            json!({"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["a"], "verbs": ["get", "list"]}),
+        );
+        assert!(named.allows(&res("get", "", "configmaps", "", "a")));
+        assert!(!named.allows(&res("get", "", "configmaps", "", "b")));
+        // A list names nothing, so resourceNames never grant it.
+        assert!(!named.allows(&res("list", "", "configmaps", "", "")));
+        let sub = rule(
+            json!({"apiGroups": ["apps"], "resources": ["deployments/status"], "verbs": ["patch"]}),
+        );
+        assert!(sub.allows(&res("patch", "apps", "deployments", "status", "d")));
+        assert!(!sub.allows(&res("patch", "apps", "deployments", "", "d")));
+    }
+
+    #[test]
+    fn non_resource_rules_match_prefixes() {
+        let r = rule(json!({"nonResourceURLs": ["/api", "/apis/*", "/healthz"], "verbs": ["get"]}));
+        let path = |p: &str, verb: &str| Attributes {
+            verb: verb.into(),
+            path: p.into(),
+            ..Default::default()
+        };
+        assert!(r.allows(&path("/api", "get")));
+        assert!(!r.allows(&path("/api/v1", "get")));
+        assert!(r.allows(&path("/apis/apps/v1", "get")));
+        assert!(!r.allows(&path("/apis", "get")));
+        assert!(!r.allows(&path("/healthz", "post")));
+        // Resource rules never grant paths and vice versa.
+        let res_rule = rule(json!({"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}));
+        assert!(!res_rule.allows(&path("/version", "get")));
+        assert!(!r.allows(&res("get", "", "healthz", "", "")));
+    }
+
+    #[test]
+    fn subjects_and_descriptions() {
+        let sa = Subject {
+            kind: "ServiceAccount".into(),
+            name: "sa".into(),
+            namespace: String::new(),
+        };
+        let user = UserInfo::service_account("ns", "sa", "u");
+        assert!(sa.applies_to(&user, "ns"));
+        assert!(!sa.applies_to(&user, "other"));
+        // A ClusterRoleBinding must name the service account's namespace.
+        assert!(!sa.applies_to(&user, ""));
+        assert_eq!(sa.describe("ns"), "ServiceAccount \"sa/ns\"");
+        let group = Subject {
+            kind: "Group".into(),
+            name: "system:serviceaccounts:ns".into(),
+            namespace: String::new(),
+        };
+        assert!(group.applies_to(&user, ""));
+        let b = Binding {
+            name: "b".into(),
+            namespace: "ns".into(),
+            role_kind: "ClusterRole".into(),
+            role_name: "view".into(),
+            subjects: vec![sa.clone()],
+        };
+        assert_eq!(
+            describe_source(&b, &sa),
+            "RoleBinding \"b/ns\" of ClusterRole \"view\" to ServiceAccount \"sa/ns\""
+        );
+    }
+
+    #[test]
+    fn aggregates_like_upstream() {
+        assert_eq!(aggregate(&["a".into()]), "a");
+        assert_eq!(aggregate(&["a".into(), "a".into()]), "a");
+        assert_eq!(aggregate(&["a".into(), "b".into(), "a".into()]), "[a, b]");
+    }
+}

@@ -1,0 +1,573 @@
+//! A plugin's `source:`: where its component comes from, as written and
+//! checked.
+//!
+//! ```yaml
+//! source: { file: plugin.wasm }                      # or `path: plugin.wasm`
+//! source:
+//!   url: https://example.com/plugin.wasm
+//!   sha256: 3b1f…                                    # 64 hex digits, required
+//! source:
+//!   oci: ghcr.io/acme/plugin:1.2                     # or …@sha256:<64 hex>
+//!   pollInterval: 5m                                 # re-resolve the tag
+//! ```
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{HOUR, SECOND, YEAR, count, optional_duration, optional_quantity, within};
+
+/// The largest component a URL or registry source downloads by default.
+pub const DEFAULT_MAX_SIZE: u64 = 256 << 20;
+/// How long one fetch (resolve and download) may take by default.
+pub const DEFAULT_FETCH_TIMEOUT: Duration = Duration::from_secs(300);
+/// The largest `maxSize` a config may set.
+const MAX_MAX_SIZE: u64 = 4 << 30;
+/// The longest reference or URL accepted.
+const MAX_LOCATION_LEN: usize = 4096;
+
+/// Where a plugin's component comes from, as written: exactly one of
+/// `file`, `url` and `oci`, with the options that apply to it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SourceConfig {
+    /// A component file (relative to the config file).
+    #[serde(default)]
+    pub file: Option<PathBuf>,
+    /// An `https://` URL of a component; `sha256` is required with it.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// The component's SHA-256 (64 hex digits) for a `url` source.
+    #[serde(default)]
+    pub sha256: Option<String>,
+    /// An OCI reference `REGISTRY/REPOSITORY:TAG` or `…@sha256:<hex>`.
+    #[serde(default)]
+    pub oci: Option<String>,
+    /// How often an `oci` tag is resolved again; a new digest reloads the
+    /// plugin. Default: never (resolved when the plugin is loaded).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub poll_interval: Option<Duration>,
+    /// Plain HTTP: for an `oci` registry, or an `http://` `url` on a
+    /// loopback address.
+    #[serde(default)]
+    pub insecure: bool,
+    /// A docker `config.json` with registry credentials for an `oci`
+    /// source (relative to the config file). Default: `$DOCKER_CONFIG/config.json`
+    /// or `~/.docker/config.json` when present.
+    #[serde(default)]
+    pub docker_config: Option<PathBuf>,
+    /// The largest component downloaded (default 256Mi).
+    #[serde(default, deserialize_with = "optional_quantity")]
+    pub max_size: Option<u64>,
+    /// How long one fetch may take (default 5m).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub timeout: Option<Duration>,
+}
+
+/// Where a plugin's component comes from, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceSpec {
+    /// A component file (relative to the config file).
+    File(PathBuf),
+    /// A URL pinned by digest.
+    Url(UrlSourceSpec),
+    /// An OCI registry reference.
+    Oci(OciSourceSpec),
+}
+
+/// A component at a URL, pinned by its digest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrlSourceSpec {
+    /// `https://…` (or `http://` on loopback with `insecure`).
+    pub url: String,
+    /// `sha256:<64 lowercase hex>`: the bytes must have this digest.
+    pub digest: String,
+    pub limits: FetchLimits,
+}
+
+/// A component in an OCI registry (the wasm OCI artifact layout).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OciSourceSpec {
+    /// `REGISTRY/REPOSITORY:TAG` or `REGISTRY/REPOSITORY[:TAG]@sha256:<hex>`.
+    pub reference: String,
+    /// How often a tag is resolved again (None: never; always None for a
+    /// reference pinned by digest).
+    pub poll_interval: Option<Duration>,
+    /// Talk plain HTTP to the registry.
+    pub insecure: bool,
+    /// A docker `config.json` with credentials (relative to the config
+    /// file); None: the default locations.
+    pub docker_config: Option<PathBuf>,
+    pub limits: FetchLimits,
+}
+
+/// Bounds on one fetch from the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchLimits {
+    /// Bytes of the component.
+    pub max_size: u64,
+    /// The whole fetch: resolving, downloading, verifying.
+    pub timeout: Duration,
+}
+
+impl Default for FetchLimits {
+    fn default() -> Self {
+        Self {
+            max_size: DEFAULT_MAX_SIZE,
+            timeout: DEFAULT_FETCH_TIMEOUT,
+        }
+    }
+}
+
+/// A source field that is wrong: its name under `source` and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceProblem {
+    pub field: &'static str,
+    pub message: String,
+}
+
+fn problem(field: &'static str, message: impl Into<String>) -> SourceProblem {
+    SourceProblem {
+        field,
+        message: message.into(),
+    }
+}
+
+impl SourceConfig {
+    /// Checks the fields and says which source they describe.
+    pub fn spec(&self) -> Result<SourceSpec, SourceProblem> {
+        let kinds = [self.file.is_some(), self.url.is_some(), self.oci.is_some()];
+        match kinds.iter().filter(|k| **k).count() {
+            0 => {
+                return Err(problem(
+                    "source",
+                    "needs one of file, url and oci: where the component comes from",
+                ));
+            }
+            1 => {}
+            _ => {
+                return Err(problem(
+                    "source",
+                    "give exactly one of file, url and oci, not several",
+                ));
+            }
+        }
+        let only = |field: &'static str, set: bool, with: &str| {
+            if set {
+                Err(problem(field, format!("only applies to {with} sources")))
+            } else {
+                Ok(())
+            }
+        };
+        let limits = self.limits()?;
+        if let Some(file) = &self.file {
+            only("sha256", self.sha256.is_some(), "url")?;
+            only("pollInterval", self.poll_interval.is_some(), "oci")?;
+            only("insecure", self.insecure, "url and oci")?;
+            only("dockerConfig", self.docker_config.is_some(), "oci")?;
+            only("maxSize", self.max_size.is_some(), "url and oci")?;
+            only("timeout", self.timeout.is_some(), "url and oci")?;
+            return Ok(SourceSpec::File(file.clone()));
+        }
+        if let Some(url) = &self.url {
+            only("pollInterval", self.poll_interval.is_some(), "oci")?;
+            only("dockerConfig", self.docker_config.is_some(), "oci")?;
+            check_url(url, self.insecure)?;
+            let Some(sha256) = &self.sha256 else {
+                return Err(problem(
+                    "sha256",
+                    "is required with url: the component's SHA-256 (64 hex digits), so what runs is what you reviewed",
+                ));
+            };
+            return Ok(SourceSpec::Url(UrlSourceSpec {
+                url: url.clone(),
+                digest: sha256_digest(sha256).map_err(|m| problem("sha256", m))?,
+                limits,
+            }));
+        }
+        let reference = self.oci.as_deref().unwrap_or_default();
+        only("sha256", self.sha256.is_some(), "url")?;
+        let pinned = oci_reference(reference).map_err(|m| problem("oci", m))?;
+        if pinned && self.poll_interval.is_some() {
+            return Err(problem(
+                "pollInterval",
+                "does not apply to a reference pinned by digest (@sha256:…): it never changes",
+            ));
+        }
+        if let Some(p) = self.poll_interval {
+            within(p, SECOND, YEAR).map_err(|m| problem("pollInterval", m))?;
+        }
+        Ok(SourceSpec::Oci(OciSourceSpec {
+            reference: reference.to_string(),
+            poll_interval: self.poll_interval,
+            insecure: self.insecure,
+            docker_config: self.docker_config.clone(),
+            limits,
+        }))
+    }
+
+    fn limits(&self) -> Result<FetchLimits, SourceProblem> {
+        let mut limits = FetchLimits::default();
+        if let Some(n) = self.max_size {
+            count(n, 1 << 10, MAX_MAX_SIZE)
+                .map_err(|_| problem("maxSize", "must be between 1Ki and 4Gi"))?;
+            limits.max_size = n;
+        }
+        if let Some(t) = self.timeout {
+            within(t, SECOND, HOUR).map_err(|m| problem("timeout", m))?;
+            limits.timeout = t;
+        }
+        Ok(limits)
+    }
+}
+
+/// `https://…`, or `http://` to a loopback host with `insecure`; no
+/// credentials or fragment in it.
+fn check_url(url: &str, insecure: bool) -> Result<(), SourceProblem> {
+    if url.len() > MAX_LOCATION_LEN {
+        return Err(problem(
+            "url",
+            format!("is {} bytes; at most {MAX_LOCATION_LEN}", url.len()),
+        ));
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|e| problem("url", format!("{url:?}: {e}")))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(problem(
+            "url",
+            "must not carry credentials (user:password@): the config is not a secret store",
+        ));
+    }
+    if parsed.fragment().is_some() {
+        return Err(problem(
+            "url",
+            "must not have a #fragment (give the digest in sha256)",
+        ));
+    }
+    match (parsed.scheme(), insecure) {
+        ("https", false) => Ok(()),
+        ("https", true) => Err(problem(
+            "insecure",
+            "only applies to http:// URLs on a loopback address; remove it for https",
+        )),
+        ("http", true) if is_loopback(&parsed) => Ok(()),
+        ("http", true) => Err(problem(
+            "url",
+            format!(
+                "http:// is allowed only to a loopback address (127.0.0.1, [::1], localhost), not {:?}; use https",
+                parsed.host_str().unwrap_or_default()
+            ),
+        )),
+        ("http", false) => Err(problem(
+            "url",
+            "must be https:// (plain http only to a loopback address, with insecure: true)",
+        )),
+        (scheme, _) => Err(problem("url", format!("must be https://, not {scheme}://"))),
+    }
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
+        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
+        None => false,
+    }
+}
+
+/// `sha256:<lowercase hex>` from 64 hex digits (either case, with or
+/// without the `sha256:` prefix).
+pub fn sha256_digest(text: &str) -> Result<String, String> {
+    let hex = text.strip_prefix("sha256:").unwrap_or(text);
+    if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!(
+            "must be 64 hexadecimal digits (a SHA-256), not {:?}",
+            truncate(text, 80)
+        ));
+    }
+    Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
+}
+
+/// Checks an OCI reference; Ok(true) when it is pinned by digest.
+pub fn oci_reference(reference: &str) -> Result<bool, String> {
+    if reference.len() > MAX_LOCATION_LEN {
+        return Err(format!(
+            "is {} bytes; at most {MAX_LOCATION_LEN}",
+            reference.len()
+        ));
+    }
+    if reference.contains("://") {
+        return Err(format!(
+            "{:?} is not an OCI reference: write REGISTRY/REPOSITORY:TAG without a scheme",
+            truncate(reference, 80)
+        ));
+    }
+    let parsed = oci_client::Reference::try_from(reference).map_err(|e| {
+        format!(
+            "{:?} is not an OCI reference (REGISTRY/REPOSITORY:TAG or REGISTRY/REPOSITORY@sha256:<64 hex>): {e}",
+            truncate(reference, 80)
+        )
+    })?;
+    // The parser defaults a missing tag to `latest`; a source says which
+    // version it means.
+    let (name, _) = reference.split_once('@').unwrap_or((reference, ""));
+    let has_tag = name
+        .rsplit_once('/')
+        .map_or(name, |(_, last)| last)
+        .contains(':');
+    match parsed.digest() {
+        Some(d) => {
+            let hex = d.strip_prefix("sha256:").ok_or_else(|| {
+                format!("the digest {d:?} must be sha256:<64 lowercase hex digits>")
+            })?;
+            if !hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            {
+                return Err(format!(
+                    "the digest {d:?} must be sha256:<64 lowercase hex digits>"
+                ));
+            }
+            Ok(true)
+        }
+        None if has_tag => Ok(false),
+        None => Err(format!(
+            "{reference:?} names no tag or digest: write {reference}:TAG or {reference}@sha256:<digest>"
+        )),
+    }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::HostConfig;
+
+    const HEX: &str = "3b1fd6b9c0e7a4a1c1b8d0c3c3b9e7c7a0f3f5d6c1b2a3f4e5d6c7b8a9f0e1d2";
+
+    fn parse(source: &str) -> Result<HostConfig, String> {
+        let text = format!(
+            "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nplugins:\n  - name: p\n    source: {source}\n"
+        );
+        HostConfig::parse(Path::new("/etc/w/w.yaml"), &text, PathBuf::from("/etc/w"))
+            .map_err(|e| e.to_string())
+    }
+
+    fn spec(source: &str) -> SourceSpec {
+        parse(source).unwrap().plugins[0].source()
+    }
+
+    /// The error for `source`, which must name `field` of plugin "p".
+    fn refused(source: &str, field: &str, words: &str) {
+        let err = parse(source).unwrap_err();
+        assert!(
+            err.contains(&format!("plugins[0].{field} (plugin \"p\")")) && err.contains(words),
+            "{source}: {err}"
+        );
+    }
+
+    #[test]
+    fn a_url_source_is_pinned_by_its_sha256() {
+        let s = spec(&format!(
+            "{{ url: \"https://example.com/p.wasm?x=1\", sha256: {} }}",
+            HEX.to_uppercase()
+        ));
+        assert_eq!(
+            s,
+            SourceSpec::Url(UrlSourceSpec {
+                url: "https://example.com/p.wasm?x=1".into(),
+                digest: format!("sha256:{HEX}"),
+                limits: FetchLimits::default(),
+            })
+        );
+        refused(
+            "{ url: \"https://example.com/p.wasm\" }",
+            "source.sha256",
+            "is required",
+        );
+        refused(
+            "{ url: \"https://example.com/p.wasm\", sha256: abc }",
+            "source.sha256",
+            "64 hexadecimal digits",
+        );
+        refused(
+            &format!(
+                "{{ url: \"https://example.com/p.wasm\", sha256: {}x }}",
+                &HEX[1..]
+            ),
+            "source.sha256",
+            "64 hexadecimal digits",
+        );
+    }
+
+    #[test]
+    fn a_url_is_https_or_loopback_http_with_insecure() {
+        let sha = format!("sha256: {HEX}");
+        refused(
+            &format!("{{ url: \"http://example.com/p.wasm\", {sha} }}"),
+            "source.url",
+            "must be https://",
+        );
+        refused(
+            &format!("{{ url: \"http://example.com/p.wasm\", insecure: true, {sha} }}"),
+            "source.url",
+            "only to a loopback address",
+        );
+        refused(
+            &format!("{{ url: \"https://example.com/p.wasm\", insecure: true, {sha} }}"),
+            "source.insecure",
+            "only applies to http://",
+        );
+        refused(
+            &format!("{{ url: \"ftp://example.com/p.wasm\", {sha} }}"),
+            "source.url",
+            "must be https://, not ftp://",
+        );
+        refused(
+            &format!("{{ url: \"https://u:pw@example.com/p.wasm\", {sha} }}"),
+            "source.url",
+            "credentials",
+        );
+        refused(
+            &format!("{{ url: \"https://example.com/p.wasm#sha256={HEX}\", {sha} }}"),
+            "source.url",
+            "fragment",
+        );
+        refused(
+            &format!("{{ url: \"not a url\", {sha} }}"),
+            "source.url",
+            "not a url",
+        );
+        for host in ["127.0.0.1:8080", "localhost", "[::1]:9"] {
+            let s = spec(&format!(
+                "{{ url: \"http://{host}/p.wasm\", insecure: true, {sha} }}"
+            ));
+            assert!(matches!(s, SourceSpec::Url(_)), "{host}");
+        }
+    }
+
+    #[test]
+    fn an_oci_source_is_a_tag_or_a_digest() {
+        let s = spec(
+            "{ oci: \"ghcr.io/acme/plugin:1.2\", pollInterval: 30s, insecure: true, dockerConfig: auth.json, maxSize: 16Mi, timeout: 1m }",
+        );
+        assert_eq!(
+            s,
+            SourceSpec::Oci(OciSourceSpec {
+                reference: "ghcr.io/acme/plugin:1.2".into(),
+                poll_interval: Some(Duration::from_secs(30)),
+                insecure: true,
+                docker_config: Some("auth.json".into()),
+                limits: FetchLimits {
+                    max_size: 16 << 20,
+                    timeout: Duration::from_secs(60),
+                },
+            })
+        );
+        let pinned = spec(&format!("{{ oci: \"127.0.0.1:5000/p@sha256:{HEX}\" }}"));
+        assert!(matches!(
+            pinned,
+            SourceSpec::Oci(OciSourceSpec {
+                poll_interval: None,
+                ..
+            })
+        ));
+        refused(
+            &format!("{{ oci: \"127.0.0.1:5000/p@sha256:{HEX}\", pollInterval: 1m }}"),
+            "source.pollInterval",
+            "pinned by digest",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/plugin\" }",
+            "source.oci",
+            "names no tag or digest",
+        );
+        refused(
+            "{ oci: \"ghcr.io/Acme/plugin:1\" }",
+            "source.oci",
+            "not an OCI reference",
+        );
+        refused(
+            "{ oci: \"oci://ghcr.io/acme/p:1\" }",
+            "source.oci",
+            "without a scheme",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/p@sha256:abc\" }",
+            "source.oci",
+            "not an OCI reference",
+        );
+        refused(
+            &format!(
+                "{{ oci: \"ghcr.io/acme/p@sha256:{}\" }}",
+                HEX.to_uppercase()
+            ),
+            "source.oci",
+            "lowercase",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/p:1\", pollInterval: 10ms }",
+            "source.pollInterval",
+            "between 1s",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/p:1\", maxSize: 8Gi }",
+            "source.maxSize",
+            "between 1Ki and 4Gi",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/p:1\", timeout: 2h }",
+            "source.timeout",
+            "between 1s and 1h",
+        );
+        refused(
+            &format!("{{ oci: \"ghcr.io/acme/p:1\", sha256: {HEX} }}"),
+            "source.sha256",
+            "only applies to url",
+        );
+    }
+
+    #[test]
+    fn exactly_one_kind_of_source() {
+        refused("{ }", "source", "needs one of file, url and oci");
+        refused(
+            "{ file: a.wasm, oci: \"ghcr.io/acme/p:1\" }",
+            "source",
+            "exactly one of file, url and oci",
+        );
+        refused(
+            "{ file: a.wasm, pollInterval: 1m }",
+            "source.pollInterval",
+            "only applies to oci",
+        );
+        refused(
+            "{ file: a.wasm, insecure: true }",
+            "source.insecure",
+            "only applies to url and oci",
+        );
+        assert_eq!(spec("{ file: a.wasm }"), SourceSpec::File("a.wasm".into()));
+    }
+
+    #[test]
+    fn downloads_are_cached_under_the_runtime_cache_dir_or_next_to_the_config() {
+        let c = parse("{ file: a.wasm }").unwrap();
+        assert_eq!(
+            c.source_cache_dir(),
+            Path::new("/etc/w/.wasmctrl/cache/sources")
+        );
+        let text = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nruntime: { cacheDir: /var/cache/w }\n";
+        let c =
+            HostConfig::parse(Path::new("/etc/w/w.yaml"), text, PathBuf::from("/etc/w")).unwrap();
+        assert_eq!(c.source_cache_dir(), Path::new("/var/cache/w/sources"));
+    }
+}

@@ -1,0 +1,269 @@
+//! A hostile reconciler: what a plugin author with bad intent would try,
+//! chosen by the key's name, so that tests can show the host refusing each
+//! attempt while it stays up, within its memory bound, and keeps
+//! reconciling other keys.
+//!
+//! | name              | attempt                                                         |
+//! |-------------------|-----------------------------------------------------------------|
+//! | `inject`          | URL injection through every string argument of every `kube` call; succeeds only if the host refused them all (as `invalid` or `forbidden`) |
+//! | `output-flood`    | 64 MiB to stdout without a newline, then 100,000 short lines    |
+//! | `log-flood`       | a million `log` calls of 64 KiB each                             |
+//! | `host-call-flood` | `kube` calls in a loop until the host stops it                  |
+//! | anything else     | labels its ConfigMap `wasmctrl.dev/hostile: reconciled`          |
+//!
+//! `--features watch-secret` declares a Secret watch its grant does not
+//! cover; `--features block-in-metadata` sleeps for an hour in `metadata`
+//! (a guest blocked in a WASI poll, which epochs cannot interrupt).
+
+use std::io::Write;
+
+use wasmctrl_sdk::bindings::wasmctrl::reconciler::kube::{
+    self, ApplyPatch, Event, EventType, ObjectPatch,
+};
+use wasmctrl_sdk::bindings::wasmctrl::reconciler::types::{ApiError, Gvk};
+use wasmctrl_sdk::{Action, Context, Error, Metadata, ObjectKey, Reconciler};
+
+struct Hostile;
+
+fn gvk(group: &str, version: &str, kind: &str) -> Gvk {
+    Gvk {
+        group: group.into(),
+        version: version.into(),
+        kind: kind.into(),
+    }
+}
+
+fn configmaps() -> Gvk {
+    gvk("", "v1", "ConfigMap")
+}
+
+impl Reconciler for Hostile {
+    fn metadata() -> Metadata {
+        #[cfg(feature = "block-in-metadata")]
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+        let for_kind = if cfg!(feature = "watch-secret") {
+            wasmctrl_sdk::Gvk::new("", "v1", "Secret")
+        } else {
+            wasmctrl_sdk::Gvk::new("", "v1", "ConfigMap")
+        };
+        Metadata::new("hostile", "0.1.0", for_kind).permission(
+            "",
+            &["configmaps"],
+            &["get", "list", "watch", "patch", "create"],
+        )
+    }
+
+    fn reconcile(key: ObjectKey, _ctx: &Context) -> Result<Action, Error> {
+        let ns = key.namespace.as_deref();
+        match key.name.as_str() {
+            "inject" => inject(ns),
+            "output-flood" => {
+                let chunk = vec![b'x'; 64 << 10];
+                let mut out = std::io::stdout();
+                for _ in 0..(64 << 20) / chunk.len() {
+                    let _ = out.write_all(&chunk);
+                }
+                for i in 0..100_000 {
+                    let _ = writeln!(out, "line {i}");
+                }
+                Ok(Action::done())
+            }
+            "log-flood" => {
+                let message = "y".repeat(64 << 10);
+                for _ in 0..1_000_000 {
+                    wasmctrl_sdk::info!("{message}");
+                }
+                Ok(Action::done())
+            }
+            "host-call-flood" => loop {
+                let _ = kube::get(&configmaps(), ns, "host-call-flood");
+            },
+            name => {
+                let patch = r#"{"metadata":{"labels":{"wasmctrl.dev/hostile":"reconciled"}}}"#;
+                match kube::patch(&configmaps(), ns, name, &ObjectPatch::Merge(patch.into())) {
+                    Ok(_) | Err(ApiError::NotFound(_)) => Ok(Action::done()),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
+    }
+}
+
+/// Every call must come back `invalid` or `forbidden`; the reconcile fails
+/// permanently, naming the attempt, if one did not.
+fn inject(ns: Option<&str>) -> Result<Action, Error> {
+    let cm = configmaps();
+    let pod_json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"evil"},"spec":{"containers":[{"name":"c","image":"evil"}]}}"#;
+    let cm_json = |name: &str, namespace: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}","namespace":"{namespace}"}}}}"#
+        )
+    };
+    let bad_namespaces = [
+        "default/pods?x=",
+        "default/../../api/v1/namespaces/default/pods",
+        "default%2Fpods",
+        "Default",
+        "default\0",
+        "",
+    ];
+    let bad_names = [
+        "web/status",
+        "web/scale",
+        "../secrets/x",
+        "x?watch=1",
+        "x#frag",
+        "%2Fx",
+        "x\0y",
+        "x\ny",
+        ".",
+        "..",
+        "",
+    ];
+    let bad_kinds = [
+        gvk("apps/v1?", "v1", "Deployment"),
+        gvk("", "v1/../..", "ConfigMap"),
+        gvk("", "v1", "Pod/x"),
+        gvk("", "v1 ", "ConfigMap"),
+        gvk("", "v1", ""),
+    ];
+    let mut attempts: Vec<(String, Result<(), ApiError>)> = Vec::new();
+    let mut record = |what: String, r: Result<(), ApiError>| attempts.push((what, r));
+    for bad in bad_namespaces {
+        record(
+            format!("create in namespace {bad:?}"),
+            kube::create(&cm, Some(bad), &cm_json("x", bad)).map(drop),
+        );
+        record(
+            format!("get in namespace {bad:?}"),
+            kube::get(&cm, Some(bad), "x").map(drop),
+        );
+        record(
+            format!("list in namespace {bad:?}"),
+            kube::list(&cm, Some(bad), None).map(drop),
+        );
+    }
+    for bad in bad_names {
+        record(
+            format!("get name {bad:?}"),
+            kube::get(&cm, ns, bad).map(drop),
+        );
+        record(
+            format!("patch name {bad:?}"),
+            kube::patch(&cm, ns, bad, &ObjectPatch::Merge("{}".into())).map(drop),
+        );
+        record(format!("delete name {bad:?}"), kube::delete(&cm, ns, bad));
+        record(
+            format!("replace name {bad:?}"),
+            kube::replace(&cm, ns, bad, &cm_json(bad, ns.unwrap_or_default())).map(drop),
+        );
+    }
+    for bad in &bad_kinds {
+        record(
+            format!("get kind {bad:?}"),
+            kube::get(bad, ns, "x").map(drop),
+        );
+    }
+    for bad in [
+        "a=b&watch=true",
+        "a in (x)/../..",
+        "a=b?x",
+        &"a".repeat(10_000),
+    ] {
+        record(
+            format!("list selector {:?}", &bad[..bad.len().min(20)]),
+            kube::list(&cm, ns, Some(bad)).map(drop),
+        );
+    }
+    // A Pod through the ConfigMap resource, or a ConfigMap of another namespace.
+    record(
+        "create a Pod body as a ConfigMap".into(),
+        kube::create(&cm, ns, pod_json).map(drop),
+    );
+    record(
+        "create into kube-system through default".into(),
+        kube::create(&cm, ns, &cm_json("evil", "kube-system")).map(drop),
+    );
+    record(
+        "apply a Pod body as a ConfigMap".into(),
+        kube::patch(
+            &cm,
+            ns,
+            "evil",
+            &ObjectPatch::Apply(ApplyPatch {
+                body: pod_json.into(),
+                field_manager: "hostile".into(),
+                force: true,
+            }),
+        )
+        .map(drop),
+    );
+    record(
+        "apply with a field manager holding a newline".into(),
+        kube::patch(
+            &cm,
+            ns,
+            "evil",
+            &ObjectPatch::Apply(ApplyPatch {
+                body: cm_json("evil", ns.unwrap_or_default()),
+                field_manager: "x\r\nX-Evil: 1".into(),
+                force: false,
+            }),
+        )
+        .map(drop),
+    );
+    // Kinds and subresources the grant never named.
+    record(
+        "get a Secret".into(),
+        kube::get(&gvk("", "v1", "Secret"), ns, "x").map(drop),
+    );
+    record(
+        "create a Pod".into(),
+        kube::create(&gvk("", "v1", "Pod"), ns, pod_json).map(drop),
+    );
+    record(
+        "patch ConfigMap status".into(),
+        kube::patch_status(&cm, ns, "x", &ObjectPatch::Merge("{}".into())).map(drop),
+    );
+    // Events: fields out of Kubernetes' bounds, and an object never granted.
+    let event = |name: &str, reason: &str, note: String| Event {
+        regarding_kind: cm.clone(),
+        regarding_namespace: ns.map(str::to_string),
+        regarding_name: name.into(),
+        type_: EventType::Warning,
+        reason: reason.into(),
+        action: "Hostile".into(),
+        note,
+    };
+    record(
+        "event about x/../..".into(),
+        kube::record_event(&event("x/../..", "Evil", "n".into())),
+    );
+    record(
+        "event with a control character".into(),
+        kube::record_event(&event("x", "Evil\u{7}", "n".into())),
+    );
+    record(
+        "event with a 1 MiB note".into(),
+        kube::record_event(&event("x", "Evil", "n".repeat(1 << 20))),
+    );
+
+    let escaped: Vec<String> = attempts
+        .into_iter()
+        .filter_map(|(what, r)| match r {
+            Err(ApiError::Invalid(_)) | Err(ApiError::Forbidden(_)) => None,
+            other => Some(format!("{what}: {other:?}")),
+        })
+        .collect();
+    if escaped.is_empty() {
+        wasmctrl_sdk::info!("every injection attempt was refused");
+        Ok(Action::done())
+    } else {
+        Err(Error::permanent(format!(
+            "not refused: {}",
+            escaped.join("; ")
+        )))
+    }
+}
+
+wasmctrl_sdk::export_reconciler!(Hostile);

@@ -1,0 +1,225 @@
+//! A hostile plugin against the real host and API server: every attempt to
+//! get past its grant or its ceilings is refused, the host stays up, and
+//! other keys keep being reconciled.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, ObjectMeta, PostParams};
+use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl_e2e::{Cluster, eventually, host_config, metric_line, metric_value};
+use wasmctrl_plugin_artifacts as artifacts;
+
+/// The quick start's kind of grant: ConfigMaps in every namespace.
+fn config(component: &str) -> String {
+    format!(
+        r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 5s
+plugins:
+  - name: hostile
+    path: {component}
+    maxConcurrentReconciles: 2
+    reconcileTimeout: 5s
+    maxRetries: 0
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch, create] }}
+"#
+    )
+}
+
+async fn create(api: &Api<ConfigMap>, name: &str) {
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    };
+    api.create(&PostParams::default(), &cm).await.unwrap();
+}
+
+/// Waits until the ConfigMap `name` carries the label the plugin's normal
+/// path sets.
+async fn reconciled(api: &Api<ConfigMap>, name: &str) {
+    eventually(
+        &format!("{name} reconciled"),
+        Duration::from_secs(60),
+        || async {
+            let cm = api.get(name).await.ok()?;
+            (cm.metadata.labels?.get("wasmctrl.dev/hostile")? == "reconciled").then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host(&config(artifacts::HOSTILE)).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    let writes_before = cluster.server().audit().records().len();
+    // `inject` tries URL injection through every string argument; its
+    // reconcile succeeds only if the host refused every attempt.
+    create(&api, "inject").await;
+    eventually("the injection reconcile", Duration::from_secs(60), || {
+        metric_line(
+            host.admin,
+            r#"controller_runtime_reconcile_total{controller="hostile",result="success"}"#,
+        )
+    })
+    .await;
+    let terminal = metric_value(
+        host.admin,
+        r#"controller_runtime_terminal_reconcile_errors_total{controller="hostile"}"#,
+    )
+    .await
+    .unwrap_or(0.0);
+    assert_eq!(
+        terminal, 0.0,
+        "an injection attempt was not refused (see the log)"
+    );
+    // Nothing of it reached the API server: no request, no write.
+    let requests = metric_value(
+        host.admin,
+        r#"wasmctrl_plugin_api_requests_total{plugin="hostile"}"#,
+    )
+    .await
+    .unwrap_or(0.0);
+    assert_eq!(requests, 0.0);
+    let writes: Vec<_> = cluster.server().audit().records()[writes_before..]
+        .iter()
+        .filter(|w| w.name.as_deref() != Some("inject"))
+        .map(|w| {
+            format!(
+                "{} {}/{} {:?}",
+                w.verb,
+                w.resource,
+                w.subresource.clone().unwrap_or_default(),
+                w.name
+            )
+        })
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "writes reached the API server: {writes:?}"
+    );
+    // Refusals before resolution never become metric labels.
+    let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    let labels: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with(r#"wasmctrl_hostapi_calls_total{plugin="hostile""#))
+        .collect();
+    assert!(
+        labels.iter().all(|l| l.contains(r#"resource="configmaps""#)
+            || l.contains(r#"resource="configmaps/status""#)
+            || l.contains(r#"resource="secrets""#)
+            || l.contains(r#"resource="pods""#)
+            || l.contains(r#"resource="events""#)
+            || l.contains(r#"resource="<unresolved>""#)),
+        "{labels:#?}"
+    );
+    // The plugin still works for honest keys.
+    create(&api, "honest").await;
+    reconciled(&api, "honest").await;
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watching_an_ungranted_kind_refuses_the_load_and_starts_no_informer() {
+    let cluster = Cluster::start().await;
+    let err = Manager::start(
+        host_config(&config(artifacts::HOSTILE_WATCH_SECRET), cluster.dir.path()),
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            watch_sources: false,
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .err()
+    .expect("a plugin watching Secrets with a ConfigMap grant is refused");
+    let message = err.to_string();
+    assert!(
+        message.contains("does not grant list and watch")
+            && message.contains("list core/secrets cluster-wide")
+            && message.contains("watch core/secrets cluster-wide"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_reconciled() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host(&config(artifacts::HOSTILE)).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    for name in ["output-flood", "log-flood", "host-call-flood"] {
+        create(&api, name).await;
+    }
+    for i in 0..10 {
+        create(&api, &format!("honest-{i}")).await;
+    }
+    for i in 0..10 {
+        reconciled(&api, &format!("honest-{i}")).await;
+    }
+    // The host-call flood is stopped at its ceiling, as a limit trap.
+    eventually(
+        "the host-call flood stopped",
+        Duration::from_secs(60),
+        || {
+            metric_line(
+                host.admin,
+                r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="hostCalls"}"#,
+            )
+        },
+    )
+    .await;
+    eventually("the limit trap counted", Duration::from_secs(60), || {
+        metric_line(
+            host.admin,
+            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit"}"#,
+        )
+    })
+    .await;
+    // The output flood was written in full by the guest and cut by the host.
+    let written = eventually(
+        "the output flood measured",
+        Duration::from_secs(60),
+        || async {
+            metric_value(
+                host.admin,
+                r#"wasmctrl_plugin_output_bytes_total{plugin="hostile"}"#,
+            )
+            .await
+            .filter(|b| *b >= (64 << 20) as f64)
+        },
+    )
+    .await;
+    assert!(written >= (64 << 20) as f64, "{written}");
+    // The host is healthy and the plugin keeps serving.
+    assert_eq!(wasmctrl_e2e::http_get(host.admin, "/healthz").await.0, 200);
+    create(&api, "honest-after").await;
+    reconciled(&api, "honest-after").await;
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_with_many_memories_is_held_to_one_memory_limit() {
+    let cluster = Cluster::start().await;
+    let err = Manager::start(
+        host_config(&config(artifacts::MANY_MEMORIES), cluster.dir.path()),
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            watch_sources: false,
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .err()
+    .expect("four memories of 30 MiB exceed a 64 MiB memoryLimit together");
+    let message = err.to_string();
+    assert!(message.contains("(memory)"), "{message}");
+}
