@@ -31,6 +31,11 @@ pub struct PluginStatus {
     pub queue_depth: usize,
     /// Why the last reload or sync failed, until the next success.
     pub last_error: Option<String>,
+    /// Whether the running version's compiled code is in memory (false
+    /// while unloaded by `idleUnload`, until its next key).
+    pub resident: bool,
+    /// Idle unloads of the running version.
+    pub unloads: u64,
 }
 
 impl Host {
@@ -47,6 +52,8 @@ impl Host {
             generation: lifecycle.generation(),
             queue_depth: entry.controller().queue().len(),
             last_error: lifecycle.last_error().map(str::to_string),
+            resident: plugin.is_resident(),
+            unloads: plugin.unloads(),
         }
     }
 

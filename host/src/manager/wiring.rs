@@ -95,8 +95,14 @@ impl Host {
         );
         let feeds = self.feeds(&config, &controller, &for_kind, &watches);
         let follower = self.follow_source(&config.name, source.clone());
+        let idler = config
+            .idle_unload
+            .map(|idle| unload_when_idle(&config.name, slot.clone(), idle));
         let mut entry = PluginEntry::new(config, source, slot, controller, feeds, generation);
         entry.follow(follower);
+        if let Some(idler) = idler {
+            entry.unload_when_idle(idler);
+        }
         Ok(entry)
     }
 
@@ -450,4 +456,28 @@ fn enqueue_store(
 /// The controller rate limiter of a plugin's config.
 pub(super) fn rate_limiter(rl: &RateLimiterConfig) -> MaxOfRateLimiter<ObjectKey> {
     controller_rate_limiter(rl.base_delay, rl.max_delay, rl.qps, rl.burst)
+}
+
+/// Unloads the code of the slot's current version once no key reached it
+/// for `idle` (checked every quarter of `idle`, within 10 ms … 30 s); the
+/// informers and the queue are untouched, and the next key loads the code
+/// again from the on-disk compiled cache.
+fn unload_when_idle(
+    name: &str,
+    slot: Arc<PluginSlot>,
+    idle: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let name = name.to_string();
+    let every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let plugin = slot.current();
+            if plugin.unload_if_idle(idle) {
+                tracing::info!(plugin = %name, idle = ?idle, "idle: compiled code unloaded");
+            }
+        }
+    })
 }
