@@ -86,7 +86,7 @@ impl ComponentCache {
         digest: &str,
         bytes: &[u8],
     ) -> wasmtime::Result<(Arc<Component>, CacheHit)> {
-        if let Some(found) = self.from_memory_or_disk(digest) {
+        if let Some(found) = self.compiled_in_memory_or_on_disk(digest) {
             return Ok(found);
         }
         let component = Component::new(&self.engine, bytes)?;
@@ -104,7 +104,7 @@ impl ComponentCache {
     /// The compiled component of `digest` from memory or disk, without the
     /// component's bytes to compile it from (an idle plugin waking up).
     pub(crate) fn get_compiled(&self, digest: &str) -> Result<(Arc<Component>, CacheHit), String> {
-        self.from_memory_or_disk(digest)
+        self.compiled_in_memory_or_on_disk(digest)
             .ok_or_else(|| match self.file(digest) {
                 Some(f) => format!("no usable compiled artifact {}", f.display()),
                 None => "no compiled-artifact cache (runtime.cacheDir)".into(),
@@ -140,7 +140,7 @@ impl ComponentCache {
         })
     }
 
-    fn from_memory_or_disk(&self, digest: &str) -> Option<(Arc<Component>, CacheHit)> {
+    fn compiled_in_memory_or_on_disk(&self, digest: &str) -> Option<(Arc<Component>, CacheHit)> {
         if let Some(c) = self
             .memory
             .lock()
