@@ -92,7 +92,7 @@ impl ComponentCache {
         let component = Component::new(&self.engine, bytes)?;
         if let Some(file) = self.file(digest) {
             match self.store(&file, &component) {
-                Ok(()) => self.prune(file.parent().unwrap_or(std::path::Path::new("."))),
+                Ok(()) => self.prune(&file),
                 Err(e) => {
                     tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}")
                 }
@@ -302,9 +302,12 @@ const KEEP_ON_DISK: usize = 64;
 
 impl ComponentCache {
     /// Removes all but the [`KEEP_ON_DISK`] most recently written artifacts
-    /// of `dir`, never a pinned one (a loaded plugin's): a host that swaps
-    /// versions for weeks keeps a bounded cache.
-    fn prune(&self, dir: &std::path::Path) {
+    /// beside `written` (just written), never `written` itself nor a pinned
+    /// one (a loaded plugin's): a host that swaps versions for weeks keeps a
+    /// bounded cache, and a plugin that unloads while idle finds its
+    /// artifact again (`written` is pinned only once its plugin has loaded).
+    fn prune(&self, written: &std::path::Path) {
+        let dir = written.parent().unwrap_or(std::path::Path::new("."));
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
@@ -322,7 +325,7 @@ impl ComponentCache {
         let excess = artifacts.len() - KEEP_ON_DISK;
         for (_, old) in artifacts
             .iter()
-            .filter(|(_, p)| !pinned.contains_key(&file_digest(p)))
+            .filter(|(_, p)| p != written && !pinned.contains_key(&file_digest(p)))
             .take(excess)
         {
             let _ = std::fs::remove_file(old);
