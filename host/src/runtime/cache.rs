@@ -332,3 +332,36 @@ impl ComponentCache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn prune_spares_the_newest_the_just_written_and_the_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        let files: Vec<PathBuf> = (0..KEEP_ON_DISK + 3)
+            .map(|i| {
+                let f = dir.path().join(format!("{i:064x}-e.cwasm"));
+                std::fs::write(&f, b"x").unwrap();
+                let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + i as u64);
+                std::fs::File::options()
+                    .write(true)
+                    .open(&f)
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+                f
+            })
+            .collect();
+        // The oldest is a loaded plugin's; the second oldest was just written.
+        let _pin = cache.pin(&format!("sha256:{:064x}", 0));
+        cache.prune(&files[1]);
+        let left: Vec<bool> = files.iter().map(|f| f.exists()).collect();
+        assert!(left[0] && left[1], "{left:?}");
+        assert!(!left[2] && !left[3] && !left[4], "{left:?}");
+        assert!(left[5..].iter().all(|&x| x), "{left:?}");
+    }
+}
