@@ -21,6 +21,7 @@ mod deadline;
 mod density;
 mod dispatch;
 mod floor;
+mod guests;
 mod heap;
 mod hotswap;
 mod latency;
@@ -211,6 +212,22 @@ enum Scenario {
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<dispatch::Variant>,
     },
+    /// One reconcile per guest language (Rust, Python, TypeScript) in fresh
+    /// and reuse mode, and the RSS of one more warm instance.
+    Guests {
+        /// Measured calls per guest and mode.
+        #[arg(long, default_value_t = 2_000)]
+        iterations: usize,
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Warm instances for the memory measurement.
+        #[arg(long, default_value_t = 8)]
+        instances: usize,
+        /// One JSON line per row instead of the tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Where wasm-fresh spends its time beyond wasm-floor: a ladder of steps
     /// from the floor to wasmctrl's path, each adding one thing.
     Breakdown {
@@ -349,6 +366,17 @@ fn main() -> anyhow::Result<()> {
             rounds,
             json,
             only,
+        }),
+        Scenario::Guests {
+            iterations,
+            rounds,
+            instances,
+            json,
+        } => guests::run(&guests::Options {
+            iterations,
+            rounds,
+            instances,
+            json,
         }),
         Scenario::Breakdown {
             iterations,

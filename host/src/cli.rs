@@ -128,6 +128,7 @@ impl RegistryArgs {
         RegistryOptions {
             insecure: self.insecure,
             docker_config: self.docker_config.clone(),
+            credentials: None,
             limits: wasmctrl::config::FetchLimits {
                 timeout: self.timeout,
                 ..Default::default()
@@ -385,6 +386,15 @@ async fn dev(
     );
     let kube_config = wasmctrl::client::config_for(&kubeconfig_out).await?;
     let client = kube::Client::try_from(kube_config.clone())?;
+    if config.plugins_from.is_some() {
+        wasmctrl::apply::apply_text(
+            &client,
+            Path::new("deploy/crds/wasmreconciler.yaml"),
+            wasmctrl::manager::WASMRECONCILER_CRD,
+        )
+        .await?;
+        println!("applied the WasmReconciler CRD (the config sets pluginsFrom)");
+    }
     if let Some(dir) = apply {
         let n = wasmctrl::apply::apply_dir(&client, &dir).await?;
         println!("applied {n} objects from {}", dir.display());

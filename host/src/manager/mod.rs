@@ -10,11 +10,18 @@
 //!   admin API, SIGHUP, config file);
 //! - `status`: the typed [`PluginStatus`] of `/plugins`, `/readyz`, logs;
 //! - `engine`: engine settings fixed at start, and the check a plugin loaded
-//!   later must pass against them.
+//!   later must pass against them;
+//! - `objects`: plugins defined as WasmReconciler objects (`pluginsFrom`);
+//! - `source_cache`: pruning what URL and registry sources downloaded.
 
+mod canary;
 mod engine;
 mod lifecycle;
+mod objects;
 mod reload;
+mod shadow;
+mod skip;
+mod source_cache;
 mod status;
 mod wiring;
 
@@ -38,9 +45,12 @@ use crate::runtime::{LoadError, Runtime, RuntimeError};
 use crate::source::{FileWatcher, SourceError};
 use crate::workqueue::WorkQueue;
 
+pub use canary::{CanaryStatus, PromoteError, WindowStatus, in_canary};
 pub use engine::EngineLimits;
-pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState};
-pub use status::PluginStatus;
+pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState, SlotPromoteError};
+pub use objects::CRD as WASMRECONCILER_CRD;
+pub use shadow::{Diff, Divergence, ShadowReport, Side, Write};
+pub use status::{CandidateStatus, PluginStatus};
 
 use lifecycle::PluginEntry;
 
@@ -87,6 +97,10 @@ pub enum ManagerError {
     Admin(#[from] admin::AdminError),
     #[error("leader election lost")]
     LeadershipLost,
+    #[error("pluginsFrom: {message}")]
+    PluginsFrom { message: String },
+    #[error("plugin {plugin:?}: the name is taken by another plugin")]
+    NameTaken { plugin: String },
 }
 
 /// Per-process settings that are not in the config file.
@@ -139,6 +153,8 @@ pub(crate) struct Host {
     fence: Fence,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
+    /// The WasmReconciler objects followed (None: no `pluginsFrom`).
+    objects: Option<objects::ObjectPlugins>,
     stop: CancellationToken,
 }
 
@@ -183,9 +199,23 @@ impl Manager {
             }
             _ => client.clone(),
         };
+        let cache = Arc::new(SharedCache::new(client.clone()));
+        let resolver = Arc::new(Resolver::new(client.clone()));
+        // Status writes go through the fenced client: a host that lost the
+        // lease cannot overwrite the new leader's status.
+        let objects = objects::ObjectPlugins::start(
+            &config,
+            &client,
+            &plugin_client,
+            &resolver,
+            &cache,
+            &metrics,
+        )
+        .await?;
         let host = Arc::new(Host {
-            cache: Arc::new(SharedCache::new(client.clone())),
-            resolver: Arc::new(Resolver::new(client.clone())),
+            cache,
+            resolver,
+            objects,
             client,
             plugin_client,
             runtime,
@@ -272,6 +302,8 @@ impl Manager {
             tokio::spawn(async move { host.sync_and_start(&name).await });
         }
 
+        let objects = host.run_objects();
+        let pruning = source_cache::prune_periodically(&host);
         let config_changes = match (&host.watcher, &self.options.config_path) {
             (Some(w), Some(path)) => Some(reload::watch_config(host.clone(), w, path.clone())),
             _ => None,
@@ -300,6 +332,10 @@ impl Manager {
         };
         if let Some(w) = config_changes {
             w.abort();
+        }
+        pruning.abort();
+        if let Some(o) = objects {
+            o.stop().await;
         }
         if let Err(ManagerError::LeadershipLost) = &outcome {
             // Another host may lead soon: stop at once, cancelling what runs.
@@ -352,6 +388,7 @@ impl Host {
             if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
                 let _ = entry.fail(message);
             }
+            self.plugin_changed(name);
             wait_all.await;
             tracing::info!(plugin = name, "informers synced after all");
         }
@@ -363,6 +400,8 @@ impl Host {
         if entry.start(leader).is_ok() {
             wiring::enqueue_all(entry);
         }
+        drop(plugins);
+        self.plugin_changed(name);
     }
 
     fn lead_all(&self) {

@@ -1,6 +1,7 @@
 //! The `wasmctrl` binary as a user runs it: leader election across two
 //! processes against the embedded API server, takeover when the leader is
-//! killed, and a clean exit on SIGTERM.
+//! killed (also for WasmReconciler plugins pulled with a Secret), and a
+//! clean exit on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -584,4 +585,174 @@ async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_l
     );
     b.signal("TERM");
     assert!(b.exited(Duration::from_secs(30)).await.success());
+}
+
+/// `kubectl --kubeconfig <kubeconfig> args…`; panics with its stderr if it
+/// fails.
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_loads_an_object_plugin_with_its_pull_secret_and_writes_its_status_once_it_leads()
+{
+    use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
+
+    let registry = Registry::start_with_auth();
+    let fixture = Fixture::start().await;
+    let kubeconfig = fixture.dir.path().join("kubeconfig");
+    let docker = fixture.config(
+        "docker.json",
+        &format!(
+            r#"{{"auths": {{"{}": {{"username": "{USER}", "password": "{PASSWORD}"}}}}}}"#,
+            registry.addr
+        ),
+    );
+    let pusher = wasmctrl::source::oci::RegistryOptions {
+        docker_config: Some(docker),
+        ..insecure_registry()
+    };
+    let (v1, v2) = (
+        registry.reference("plugins/stamp:1"),
+        registry.reference("plugins/stamp:2"),
+    );
+    push_component(&v1, artifacts::STAMP_V1, &pusher).await;
+    push_component(&v2, artifacts::STAMP_V2, &pusher).await;
+
+    // The CRD, a pull Secret and the object, before any host runs.
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/crds/wasmreconciler.yaml"
+    );
+    kubectl(&kubeconfig, &["apply", "-f", crd]);
+    kubectl(
+        &kubeconfig,
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            "--docker-server",
+            &registry.addr.to_string(),
+            "--docker-username",
+            USER,
+            "--docker-password",
+            PASSWORD,
+        ],
+    );
+    let object = fixture.config(
+        "stamp.yaml",
+        &format!(
+            r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: WasmReconciler
+metadata: {{ name: stamp }}
+spec:
+  source: {{ oci: "{v1}", insecure: true, imagePullSecret: regcred }}
+  namespaces: [default]
+  permissions:
+    - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#
+        ),
+    );
+    eventually(
+        "the WasmReconciler kind served",
+        Duration::from_secs(30),
+        || {
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["apply", "-f"])
+                .arg(&object)
+                .output()
+                .unwrap();
+            async move { out.status.success().then_some(()) }
+        },
+    )
+    .await;
+
+    let config = fixture.config(
+        "wasmctrl.yaml",
+        r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: { bind: "127.0.0.1:0" }
+shutdownTimeout: 5s
+leaderElection: { enabled: true, leaseName: objects-le, leaseDuration: 2s, retryPeriod: 200ms }
+pluginsFrom: { kind: WasmReconciler }
+maxGrant:
+  - { group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }
+"#,
+    );
+    let status = |field: &str| {
+        kubectl(
+            &kubeconfig,
+            &[
+                "get",
+                "wasmreconciler",
+                "stamp",
+                "-o",
+                &format!("jsonpath={{.status.{field}}}"),
+            ],
+        )
+    };
+    let digest_of = |path: &str| wasmctrl::runtime::digest(&std::fs::read(path).unwrap());
+
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut leader = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    wait_state("the first host to lead", &leader, "running").await;
+    eventually("v1 in the status", Duration::from_secs(30), || async {
+        (status("servingDigest") == digest_of(artifacts::STAMP_V1)
+            && status("conditions[0].status") == "True")
+            .then_some(())
+    })
+    .await;
+
+    // The standby reads the Secret and loads the component while another
+    // host leads (its writes are fenced, its reads are not).
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let standby = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    wait_state("the second host to stand by", &standby, "standby").await;
+
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    wait_state("the standby to take over", &standby, "running").await;
+
+    // Only the new leader can move the status to v2.
+    kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "wasmreconciler",
+            "stamp",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec": {{"source": {{"oci": "{v2}"}}}}}}"#),
+        ],
+    );
+    eventually("v2 in the status", Duration::from_secs(30), || async {
+        (status("servingDigest") == digest_of(artifacts::STAMP_V2)
+            && status("observedGeneration") == "2"
+            && status("conditions[0].status") == "True")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        standby.logged(&["plugin added: starting"]),
+        "the standby started the object's plugin"
+    );
 }
