@@ -471,7 +471,7 @@ fn spawn_writer(
 }
 
 /// A one-shot HTTP/1.1 request to the admin server: (status, body).
-async fn http(
+pub(crate) async fn http(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,

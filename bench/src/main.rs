@@ -5,21 +5,37 @@
 //! cargo run --release -p wasmctrl-bench -- deadline [--json]
 //! cargo run --release -p wasmctrl-bench -- apiserver [--json]
 //! cargo run --release -p wasmctrl-bench -- hotswap [--json]
+//! cargo run --release -p wasmctrl-bench -- throughput [--json]
+//! cargo run --release -p wasmctrl-bench -- latency [--json]
+//! cargo run --release -p wasmctrl-bench -- density [--json]
+//! cargo run --release -p wasmctrl-bench -- scale [--json]
 //! ```
 //!
 //! docs/BENCHMARKS.md describes the scenarios and records results.
 
 mod apiserver;
 mod breakdown;
+mod cluster;
+mod controllers;
 mod deadline;
+mod density;
 mod dispatch;
 mod floor;
 mod guests;
+mod heap;
 mod hotswap;
+mod latency;
+mod procs;
+mod scale;
 mod stats;
 mod sweep;
+mod throughput;
 
 use clap::{Parser, Subcommand};
+use controllers::Variant;
+
+#[global_allocator]
+static ALLOCATOR: heap::Counting = heap::Counting;
 
 #[derive(Parser)]
 #[command(
@@ -33,6 +49,107 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Scenario {
+    /// Reconciles/s and controller CPU for N new objects, each needing one
+    /// status patch: wasm (wasmctrl + plugin), native (same logic in Rust on
+    /// wasmctrl's loop), kube-rs (kube::runtime::Controller), interleaved.
+    Throughput {
+        /// Objects created per round.
+        #[arg(long, default_value_t = 10_000)]
+        objects: usize,
+        /// Rounds; each runs every variant once, in a rotating order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Keys reconciled at once, in every variant.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Variants to run.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "wasm,native,kube-rs"
+        )]
+        variants: Vec<Variant>,
+        /// One JSON line per variant instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write → reconcile-start latency of one object updated at a steady
+    /// rate while 10,000 others sit idle, and while a full resync of them is
+    /// queued: wasm and kube-rs.
+    Latency {
+        /// Objects idle in the cache.
+        #[arg(long, default_value_t = 10_000)]
+        idle_objects: usize,
+        /// Writes per second to the hot object.
+        #[arg(long, default_value_t = 200)]
+        rate: u32,
+        /// Seconds of the idle row.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Full resyncs queued for the second row.
+        #[arg(long, default_value_t = 10)]
+        resyncs: usize,
+        /// Keys reconciled at once, in every variant.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Variants to run.
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "wasm,kube-rs"
+        )]
+        variants: Vec<Variant>,
+        /// One JSON line per variant and row instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Host RSS with 1, 10 and 100 distinct plugins loaded and idle, beside
+    /// one idle kube-rs controller process.
+    Density {
+        /// Plugin counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100")]
+        plugins: Vec<usize>,
+        /// Objects per plugin's CRD.
+        #[arg(long, default_value_t = 3)]
+        objects: usize,
+        /// Idle seconds before the RSS is read.
+        #[arg(long, default_value_t = 3.0)]
+        settle_secs: f64,
+        /// `idleUnload` of the second row of each plugin count ("none": no
+        /// such row).
+        #[arg(long, default_value = "1s")]
+        idle_unload: String,
+        /// One JSON line per row instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The wasm host with 1k, 10k, 100k objects: initial sync time, RSS,
+    /// full-resync drain time.
+    Scale {
+        /// Object counts to measure (cumulative: objects are topped up).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000,100000")]
+        objects: Vec<usize>,
+        /// Keys reconciled at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// Idle seconds before the RSS is read.
+        #[arg(long, default_value_t = 3.0)]
+        settle_secs: f64,
+        /// One JSON line per size instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// (internal) An API server process for the controller benchmarks.
+    #[command(hide = true)]
+    ServeApiserver {
+        #[arg(long)]
+        kubeconfig: std::path::PathBuf,
+    },
+    /// (internal) A controller process for the controller benchmarks.
+    #[command(hide = true)]
+    Controller(controllers::ControllerArgs),
     /// Embedded API server throughput via kube-rs: writes/s from 16
     /// clients, watch events/s delivered to 100 watchers, list time at 100k
     /// objects.
@@ -153,6 +270,62 @@ enum Scenario {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().scenario {
+        Scenario::Throughput {
+            objects,
+            rounds,
+            concurrency,
+            variants,
+            json,
+        } => throughput::run(&throughput::Options {
+            objects,
+            rounds,
+            concurrency,
+            variants,
+            json,
+        }),
+        Scenario::Latency {
+            idle_objects,
+            rate,
+            seconds,
+            resyncs,
+            concurrency,
+            variants,
+            json,
+        } => latency::run(&latency::Options {
+            idle_objects,
+            rate,
+            seconds,
+            resyncs,
+            concurrency,
+            variants,
+            json,
+        }),
+        Scenario::Density {
+            plugins,
+            objects,
+            settle_secs,
+            idle_unload,
+            json,
+        } => density::run(&density::Options {
+            plugins,
+            objects,
+            settle_secs,
+            idle_unload: (idle_unload != "none").then_some(idle_unload),
+            json,
+        }),
+        Scenario::Scale {
+            objects,
+            concurrency,
+            settle_secs,
+            json,
+        } => scale::run(&scale::Options {
+            objects,
+            concurrency,
+            settle_secs,
+            json,
+        }),
+        Scenario::ServeApiserver { kubeconfig } => cluster::serve(&kubeconfig),
+        Scenario::Controller(args) => controllers::run(args),
         Scenario::Apiserver {
             writers,
             writes_per_writer,

@@ -13,7 +13,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::reconcile::{ReconcileError, TrapKind};
-use crate::workqueue::QueueMetrics;
+use crate::workqueue::{Priority, QueueMetrics};
 
 /// What one guest call cost and how it ended, as the runtime measured it.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -40,6 +40,14 @@ pub struct CallUsage {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
     pub name: String,
+}
+
+/// `workqueue_depth`'s labels: the queue and the priority of the keys
+/// counted (controller-runtime's priority queue labels depth the same way).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QueueDepthLabels {
+    pub name: String,
+    pub priority: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -121,7 +129,7 @@ type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 pub struct Metrics {
     registry: Mutex<Registry>,
     // workqueue_*
-    pub queue_depth: Family<NameLabel, Gauge>,
+    pub queue_depth: Family<QueueDepthLabels, Gauge>,
     pub queue_adds: Family<NameLabel, Counter>,
     pub queue_retries: Family<NameLabel, Counter>,
     pub queue_duration: HistogramFamily<NameLabel>,
@@ -418,6 +426,7 @@ impl Metrics {
         Arc::new(QueueMetricsHandle {
             metrics: self.clone(),
             label: NameLabel { name: name.into() },
+            depth: Mutex::default(),
         })
     }
 
@@ -507,14 +516,30 @@ impl Metrics {
 struct QueueMetricsHandle {
     metrics: Arc<Metrics>,
     label: NameLabel,
+    /// The depth gauge of each priority seen: the queue reports depth on
+    /// every add and get, which must not build label strings each time.
+    depth: Mutex<Vec<(Priority, Gauge)>>,
 }
 
 impl QueueMetrics for QueueMetricsHandle {
-    fn set_depth(&self, depth: usize) {
-        self.metrics
-            .queue_depth
-            .get_or_create(&self.label)
-            .set(depth as i64);
+    fn set_depth(&self, priority: Priority, depth: usize) {
+        let mut gauges = self.depth.lock().unwrap_or_else(|e| e.into_inner());
+        let gauge = match gauges.iter().find(|(p, _)| *p == priority) {
+            Some((_, gauge)) => gauge,
+            None => {
+                let gauge = self
+                    .metrics
+                    .queue_depth
+                    .get_or_create(&QueueDepthLabels {
+                        name: self.label.name.clone(),
+                        priority: priority.to_string(),
+                    })
+                    .clone();
+                gauges.push((priority, gauge));
+                &gauges.last().expect("just pushed").1
+            }
+        };
+        gauge.set(depth as i64);
     }
 
     fn inc_adds(&self) {

@@ -26,6 +26,11 @@ const PLUGINS: &[(&str, &str, &str)] = &[
     ("WRONG_WORLD", "wrong-world", "plugins/testing/wrong-world"),
     ("STAMP_V1", "stamp", "plugins/testing/stamp"),
     (
+        "BENCH_STATUS",
+        "bench-status",
+        "plugins/testing/bench-status",
+    ),
+    (
         "MISSING_EXPORT",
         "missing-export",
         "plugins/testing/missing-export",

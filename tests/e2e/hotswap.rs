@@ -315,3 +315,76 @@ async fn adding_and_removing_a_plugin_in_the_config_starts_and_drains_it() {
     assert!(host.plugin("misbehave").await.is_some());
     host.stop().await.unwrap();
 }
+
+/// `idleUnload`: an idle plugin's compiled code is dropped while its
+/// informers and queue stay; its next key loads it again from the on-disk
+/// compiled cache and is reconciled; a plugin without it stays resident.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_unloaded_plugin_reconciles_its_next_key() {
+    let cluster = Cluster::start().await;
+    install(artifacts::STAMP_V1, &cluster.dir.path().join("stamp.wasm"));
+    let config = stamp_config()
+        .replace(
+            "shutdownTimeout: 10s\n",
+            "shutdownTimeout: 10s\nruntime: { cacheDir: compiled }\n",
+        )
+        .replace(
+            "    reconcileTimeout: 5s\n",
+            "    reconcileTimeout: 5s\n    idleUnload: 300ms\n",
+        );
+    let host = start(&cluster, &config, false).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    let stamped = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let c = api.get(name).await.ok()?;
+            (c.metadata.labels?.get(STAMP_LABEL)? == "v1").then_some(())
+        }
+    };
+    for round in 1..=2u64 {
+        // Unloaded after 300 ms without a key; the queue and informers stay.
+        let status = eventually(
+            "the idle plugin unloaded",
+            Duration::from_secs(30),
+            || async {
+                host.plugin("stamp")
+                    .await
+                    .filter(|p| p["resident"] == false && p["unloads"] == round)
+            },
+        )
+        .await;
+        assert_eq!(status["state"], "running", "{status}");
+        let name: &'static str = if round == 1 { "cm-wake-1" } else { "cm-wake-2" };
+        api.create(&PostParams::default(), &configmap(name))
+            .await
+            .unwrap();
+        eventually(
+            "the woken plugin reconciled",
+            Duration::from_secs(30),
+            || stamped(name),
+        )
+        .await;
+    }
+    // The artifact it came back from is the compiled cache's.
+    let artifacts = std::fs::read_dir(cluster.dir.path().join("compiled"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.path().extension().is_some_and(|x| x == "cwasm"))
+        .count();
+    assert_eq!(artifacts, 1);
+    host.stop().await.unwrap();
+
+    // Without idleUnload the plugin stays resident.
+    let host = start(&cluster, stamp_config(), false).await;
+    api.create(&PostParams::default(), &configmap("cm-resident"))
+        .await
+        .unwrap();
+    eventually("reconciled", Duration::from_secs(30), || {
+        stamped("cm-resident")
+    })
+    .await;
+    let status = host.plugin("stamp").await.unwrap();
+    assert_eq!(status["resident"], true, "{status}");
+    assert_eq!(status["unloads"], 0, "{status}");
+    host.stop().await.unwrap();
+}

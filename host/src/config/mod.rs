@@ -388,6 +388,12 @@ pub struct PluginConfig {
     /// Re-enqueue every key this often (None: only on events).
     #[serde(default, deserialize_with = "optional_duration")]
     pub resync_period: Option<Duration>,
+    /// After this long without a key, drop the plugin's compiled code and
+    /// pre-linked state (its informers and queue stay); its next key loads
+    /// it again from the on-disk compiled cache (`runtime.cacheDir`, which
+    /// it requires). None (the default): always resident.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub idle_unload: Option<Duration>,
     /// What the plugin is allowed to do through the `kube` interface.
     #[serde(default)]
     pub permissions: Vec<PermissionRule>,
@@ -795,6 +801,13 @@ impl HostConfig {
             }
             p.check()
                 .map_err(|FieldProblem { field, message }| invalid(at(&field), name, message))?;
+            if p.idle_unload.is_some() && self.runtime.cache_dir.is_none() {
+                return Err(invalid(
+                    at("idleUnload"),
+                    name,
+                    "needs runtime.cacheDir: an unloaded plugin is loaded again from its compiled artifact there".into(),
+                ));
+            }
             if p.source
                 .as_ref()
                 .is_some_and(|s| s.image_pull_secret.is_some())
@@ -946,6 +959,9 @@ impl PluginConfig {
         }
         if let Some(period) = self.resync_period {
             check("resyncPeriod", within(period, SECOND, YEAR))?;
+        }
+        if let Some(idle) = self.idle_unload {
+            check("idleUnload", within(idle, MILLI, YEAR))?;
         }
         if !self.settings.is_object() {
             return Err(FieldProblem::new("settings", "must be a mapping"));

@@ -321,6 +321,36 @@ mod properties {
 }
 
 #[test]
+fn idle_unload_is_off_by_default_and_needs_the_compiled_cache() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let off = parse(&format!(
+        "{head}plugins:\n  - {{ name: a, path: a.wasm }}\n"
+    ))
+    .unwrap();
+    assert_eq!(off.plugins[0].idle_unload, None);
+    let on = parse(&format!(
+        "{head}runtime: {{ cacheDir: cache }}\nplugins:\n  - {{ name: a, path: a.wasm, idleUnload: 5m }}\n"
+    ))
+    .unwrap();
+    assert_eq!(on.plugins[0].idle_unload, Some(Duration::from_secs(300)));
+    let e = parse(&format!(
+        "{head}plugins:\n  - {{ name: a, path: a.wasm, idleUnload: 5m }}\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("plugins[0].idleUnload") && e.contains("runtime.cacheDir"),
+        "{e}"
+    );
+    let e = parse(&format!(
+        "{head}runtime: {{ cacheDir: cache }}\nplugins:\n  - {{ name: a, path: a.wasm, idleUnload: 0s }}\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("idleUnload"), "{e}");
+}
+
+#[test]
 fn plugins_from_objects_and_their_max_grant() {
     let c = parse(
         r#"

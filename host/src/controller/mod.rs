@@ -10,6 +10,10 @@
 //! - `requeue` → `add_rate_limited`;
 //! - otherwise → `forget`.
 //!
+//! A retry or requeue is queued at the priority the key was handed out
+//! with, as controller-runtime does: a key from a resync stays behind
+//! changes when it fails.
+//!
 //! # Done is guaranteed
 //! The key goes back to the queue's bookkeeping (`done`) when the worker's
 //! [`QueueItem`] is dropped, whatever the reconcile did: returned, trapped,
@@ -220,7 +224,13 @@ impl<R: Reconcile> Controller<R> {
             .metrics
             .observe_reconcile(&inner.options.name, started.elapsed(), &result);
         let _enter = span.enter();
-        let disposition = result::handle(&inner.queue, &key, &result, inner.options.max_retries);
+        let disposition = result::handle(
+            &inner.queue,
+            &key,
+            item.priority(),
+            &result,
+            inner.options.max_retries,
+        );
         match (&disposition, &result) {
             (Disposition::Terminal, Err(e)) => {
                 inner.metrics.terminal_errors.get_or_create(&label).inc();

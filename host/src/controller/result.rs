@@ -1,7 +1,7 @@
 //! The result switch of `processNextWorkItem`, and where terminal errors go.
 
 use crate::reconcile::{Action, ObjectKey, ReconcileError};
-use crate::workqueue::WorkQueue;
+use crate::workqueue::{AddOpts, Priority, WorkQueue};
 
 /// What the controller did with a key after its reconcile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,13 +16,21 @@ pub enum Disposition {
     Terminal,
 }
 
-/// Applies controller-runtime's result switch to `key`.
+/// Applies controller-runtime's result switch to `key`, which was handed out
+/// at `priority`: a retry or requeue is queued at that priority again, so a
+/// key from a resync does not jump ahead of changes by failing.
 pub fn handle(
     queue: &WorkQueue<ObjectKey>,
     key: &ObjectKey,
+    priority: Priority,
     result: &Result<Action, ReconcileError>,
     max_retries: Option<u32>,
 ) -> Disposition {
+    let rate_limited = AddOpts {
+        priority,
+        rate_limited: true,
+        ..AddOpts::default()
+    };
     match result {
         Err(e) if e.is_permanent() => {
             queue.forget(key);
@@ -33,7 +41,7 @@ pub fn handle(
             Disposition::Terminal
         }
         Err(_) => {
-            queue.add_rate_limited(key.clone());
+            queue.add_with(key.clone(), rate_limited);
             Disposition::RateLimited
         }
         Ok(Action {
@@ -41,11 +49,18 @@ pub fn handle(
             ..
         }) if !after.is_zero() => {
             queue.forget(key);
-            queue.add_after(key.clone(), *after);
+            queue.add_with(
+                key.clone(),
+                AddOpts {
+                    priority,
+                    after: *after,
+                    rate_limited: false,
+                },
+            );
             Disposition::RequeuedAfter
         }
         Ok(Action { requeue: true, .. }) => {
-            queue.add_rate_limited(key.clone());
+            queue.add_with(key.clone(), rate_limited);
             Disposition::RateLimited
         }
         Ok(_) => {

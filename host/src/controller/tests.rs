@@ -8,6 +8,7 @@ use tokio::time::{Instant, advance};
 
 use super::*;
 use crate::Action;
+use crate::workqueue::Priority;
 use crate::workqueue::ratelimit::default_controller_rate_limiter;
 
 const MS: Duration = Duration::from_millis(1);
@@ -37,12 +38,12 @@ async fn pass(d: Duration) {
     settle().await;
 }
 
+/// The key ready now, if any (a get yields once before taking one).
 async fn get_now(q: &WorkQueue<ObjectKey>) -> Option<ObjectKey> {
-    tokio::time::timeout(Duration::ZERO, q.get())
-        .await
-        .ok()
-        .flatten()
-        .map(|item| item.key().clone())
+    if q.is_empty() {
+        return None;
+    }
+    q.get().await.map(|item| item.key().clone())
 }
 
 #[tokio::test(start_paused = true)]
@@ -52,7 +53,7 @@ async fn success_forgets_the_key() {
     q.add_rate_limited(k.clone());
     q.add_rate_limited(k.clone());
     assert_eq!(q.num_requeues(&k), 2);
-    let d = result::handle(&q, &k, &Ok(Action::done()), None);
+    let d = result::handle(&q, &k, Priority::NORMAL, &Ok(Action::done()), None);
     assert_eq!(d, Disposition::Forgotten);
     assert_eq!(q.num_requeues(&k), 0);
 }
@@ -61,7 +62,13 @@ async fn success_forgets_the_key() {
 async fn an_error_requeues_rate_limited() {
     let q = queue();
     let k = key("a");
-    let d = result::handle(&q, &k, &Err(ReconcileError::Transient("x".into())), None);
+    let d = result::handle(
+        &q,
+        &k,
+        Priority::NORMAL,
+        &Err(ReconcileError::Transient("x".into())),
+        None,
+    );
     assert_eq!(d, Disposition::RateLimited);
     assert_eq!(q.num_requeues(&k), 1);
     pass(4 * MS).await;
@@ -82,7 +89,7 @@ async fn requeue_after_wins_over_requeue_and_forgets_first() {
         requeue: true,
         requeue_after: Some(Duration::from_secs(1)),
     };
-    let d = result::handle(&q, &k, &Ok(action), None);
+    let d = result::handle(&q, &k, Priority::NORMAL, &Ok(action), None);
     assert_eq!(d, Disposition::RequeuedAfter);
     assert_eq!(q.num_requeues(&k), 0, "backoff forgotten");
     pass(999 * MS).await;
@@ -96,11 +103,11 @@ async fn requeue_is_rate_limited() {
     let q = queue();
     let k = key("a");
     assert_eq!(
-        result::handle(&q, &k, &Ok(Action::requeue()), None),
+        result::handle(&q, &k, Priority::NORMAL, &Ok(Action::requeue()), None),
         Disposition::RateLimited
     );
     assert_eq!(
-        result::handle(&q, &k, &Ok(Action::requeue()), None),
+        result::handle(&q, &k, Priority::NORMAL, &Ok(Action::requeue()), None),
         Disposition::RateLimited
     );
     assert_eq!(q.num_requeues(&k), 2);
@@ -116,6 +123,7 @@ async fn a_permanent_error_is_forgotten_and_not_retried() {
     let d = result::handle(
         &q,
         &k,
+        Priority::NORMAL,
         &Err(ReconcileError::Permanent("bad spec".into())),
         None,
     );
@@ -132,11 +140,14 @@ async fn max_retries_makes_the_error_terminal() {
     let err = Err(ReconcileError::Transient("flaky".into()));
     for _ in 0..3 {
         assert_eq!(
-            result::handle(&q, &k, &err, Some(3)),
+            result::handle(&q, &k, Priority::NORMAL, &err, Some(3)),
             Disposition::RateLimited
         );
     }
-    assert_eq!(result::handle(&q, &k, &err, Some(3)), Disposition::Terminal);
+    assert_eq!(
+        result::handle(&q, &k, Priority::NORMAL, &err, Some(3)),
+        Disposition::Terminal
+    );
     assert_eq!(q.num_requeues(&k), 0);
 }
 
@@ -372,4 +383,47 @@ async fn shutdown_cancels_reconciles_still_running_at_its_timeout() {
     assert_eq!(started.elapsed(), 250 * MS);
     assert_eq!(*slow.cancelled.lock().unwrap(), 1);
     assert_eq!(c.queue().processing_len(), 0);
+}
+
+/// Takes 10 ms per reconcile and fails the first reconcile of "low".
+#[derive(Default)]
+struct Busy {
+    calls: Mutex<Vec<String>>,
+}
+
+impl Reconcile for Arc<Busy> {
+    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+        tokio::time::sleep(10 * MS).await;
+        let name = request.key.name;
+        let mut calls = self.calls.lock().unwrap();
+        let first = !calls.contains(&name);
+        calls.push(name.clone());
+        if first && name == "low" {
+            Err(ReconcileError::Transient("once".into()))
+        } else {
+            Ok(Action::done())
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_keep_the_keys_priority() {
+    let busy = Arc::new(Busy::default());
+    let c = controller(busy.clone(), 1, Arc::new(TracingTerminalErrors));
+    c.queue().add_with_priority(key("low"), Priority::LOW);
+    c.queue().add_with_priority(key("l2"), Priority::LOW);
+    let workers = c.start();
+    pass(MS).await;
+    c.queue().add_with_priority(key("l3"), Priority::LOW);
+    // t = 12 ms: "low" failed at 10 ms and is due again at 15 ms; "l2" runs
+    // until 20 ms.
+    pass(11 * MS).await;
+    c.queue().add(key("n"));
+    for _ in 0..60 {
+        pass(MS).await;
+    }
+    // The retry of "low" stayed low: behind "l3", which was queued before
+    // it became due, while "n" jumped ahead of both.
+    assert_eq!(*busy.calls.lock().unwrap(), ["low", "l2", "n", "l3", "low"]);
+    assert!(workers.shutdown(Duration::from_secs(1)).await);
 }

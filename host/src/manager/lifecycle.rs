@@ -397,6 +397,8 @@ pub(crate) struct PluginEntry {
     source: Arc<dyn PluginSource>,
     /// Reloads the plugin when its source changes.
     follower: Option<JoinHandle<()>>,
+    /// Unloads the plugin's code while it is idle (`idleUnload`).
+    idler: Option<JoinHandle<()>>,
     slot: Arc<PluginSlot>,
     controller: PluginController,
     feeds: Feeds,
@@ -408,6 +410,9 @@ impl Drop for PluginEntry {
     fn drop(&mut self) {
         if let Some(f) = &self.follower {
             f.abort();
+        }
+        if let Some(i) = &self.idler {
+            i.abort();
         }
     }
 }
@@ -426,6 +431,7 @@ impl PluginEntry {
             config,
             source,
             follower: None,
+            idler: None,
             slot,
             controller,
             feeds,
@@ -437,6 +443,13 @@ impl PluginEntry {
     /// Sets the task that follows the plugin's source.
     pub(crate) fn follow(&mut self, follower: JoinHandle<()>) {
         if let Some(old) = self.follower.replace(follower) {
+            old.abort();
+        }
+    }
+
+    /// Sets the task that unloads the plugin's code while it is idle.
+    pub(crate) fn unload_when_idle(&mut self, idler: JoinHandle<()>) {
+        if let Some(old) = self.idler.replace(idler) {
             old.abort();
         }
     }
@@ -536,6 +549,9 @@ impl PluginEntry {
         if let Some(f) = self.follower.take() {
             f.abort();
         }
+        if let Some(i) = self.idler.take() {
+            i.abort();
+        }
         let drained = match self.workers.take() {
             Some(w) => w.shutdown(timeout).await,
             None => {
@@ -556,6 +572,9 @@ impl PluginEntry {
         self.feeds.abort();
         if let Some(f) = self.follower.take() {
             f.abort();
+        }
+        if let Some(i) = self.idler.take() {
+            i.abort();
         }
         let workers = self.workers.take();
         if workers.is_none() {

@@ -33,6 +33,11 @@ pub struct PluginStatus {
     pub queue_depth: usize,
     /// Why the last reload or sync failed, until the next success.
     pub last_error: Option<String>,
+    /// Whether the running version's compiled code is in memory (false
+    /// while unloaded by `idleUnload`, until its next key).
+    pub resident: bool,
+    /// Idle unloads of the running version.
+    pub unloads: u64,
     /// The candidate version beside this one, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate: Option<CandidateStatus>,
@@ -65,6 +70,8 @@ impl Host {
             generation: lifecycle.generation(),
             queue_depth: entry.controller().queue().len(),
             last_error: lifecycle.last_error().map(str::to_string),
+            resident: plugin.is_resident(),
+            unloads: plugin.unloads(),
             candidate: entry
                 .slot()
                 .candidate()

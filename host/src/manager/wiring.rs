@@ -19,8 +19,8 @@ use crate::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
 use crate::source::PluginSource;
-use crate::workqueue::WorkQueue;
 use crate::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
+use crate::workqueue::{Priority, WorkQueue};
 use crate::{ObjectKey, ReconcileError};
 
 /// A watched kind, resolved, with how its objects map to keys.
@@ -134,8 +134,14 @@ impl Host {
         );
         let feeds = self.feeds(&config, &controller, &for_kind, &watches);
         let follower = self.follow_source(&config.name, source.clone());
+        let idler = config
+            .idle_unload
+            .map(|idle| unload_when_idle(&config.name, slot.clone(), idle));
         let mut entry = PluginEntry::new(config, source, slot, controller, feeds, generation);
         entry.follow(follower);
+        if let Some(idler) = idler {
+            entry.unload_when_idle(idler);
+        }
         Ok(entry)
     }
 
@@ -430,14 +436,15 @@ fn forward_events(
                     let Some(informer) = weak.upgrade() else {
                         break;
                     };
-                    enqueue_store(&queue, &informer, &mapping, &reconciled);
+                    enqueue_store(&queue, &informer, &mapping, &reconciled, Priority::NORMAL);
                 }
             }
         }
     })
 }
 
-/// Enqueues every key of the reconciled kind's informer each `period`.
+/// Enqueues every key of the reconciled kind's informer each `period`, at
+/// low priority: nothing changed, so events must not wait behind them.
 fn resync_every(
     period: Duration,
     informer: &Arc<Informer>,
@@ -453,33 +460,49 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            enqueue_store(&queue, &informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(
+                &queue,
+                &informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+            );
         }
     })
 }
 
 /// Every key the plugin's informers of its reconciled kind hold, once
-/// (after sync and swaps).
+/// (after sync and swaps), at low priority: these are not changes, so
+/// events jump ahead of them (controller-runtime's priority queue does the
+/// same for the initial list).
 pub(super) fn enqueue_all(entry: &PluginEntry) {
     let for_kind = entry.slot().current().metadata().for_.clone();
     let queue = entry.controller().queue();
     for informer in entry.informers() {
         if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
-            enqueue_store(queue, informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(
+                queue,
+                informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+            );
         }
     }
 }
 
-/// Adds the key of every object `informer` holds, as `mapping` maps it.
+/// Adds the key of every object `informer` holds, as `mapping` maps it, at
+/// `priority`.
 fn enqueue_store(
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
     mapping: &KeyMapping,
     reconciled: &Gvk,
+    priority: Priority,
 ) {
     for o in informer.store().state() {
         for k in keys(mapping, reconciled, &o) {
-            queue.add(k);
+            queue.add_with_priority(k, priority);
         }
     }
 }
@@ -487,4 +510,28 @@ fn enqueue_store(
 /// The controller rate limiter of a plugin's config.
 pub(super) fn rate_limiter(rl: &RateLimiterConfig) -> MaxOfRateLimiter<ObjectKey> {
     controller_rate_limiter(rl.base_delay, rl.max_delay, rl.qps, rl.burst)
+}
+
+/// Unloads the code of the slot's current version once no key reached it
+/// for `idle` (checked every quarter of `idle`, within 10 ms … 30 s); the
+/// informers and the queue are untouched, and the next key loads the code
+/// again from the on-disk compiled cache.
+fn unload_when_idle(
+    name: &str,
+    slot: Arc<PluginSlot>,
+    idle: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let name = name.to_string();
+    let every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let plugin = slot.current();
+            if plugin.unload_if_idle(idle) {
+                tracing::info!(plugin = %name, idle = ?idle, "idle: compiled code unloaded");
+            }
+        }
+    })
 }

@@ -43,6 +43,27 @@ pub(crate) struct ComponentCache {
     /// holds any more is freed (a long run of hot swaps does not grow the
     /// host); loading it again comes from disk.
     memory: Mutex<HashMap<String, Weak<Component>>>,
+    /// Digests of loaded plugins (counted): their artifacts are never
+    /// pruned, so an unloaded idle plugin can always come back.
+    pinned: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// A loaded plugin's hold on its on-disk artifact.
+pub(crate) struct Pin {
+    pinned: Arc<Mutex<HashMap<String, usize>>>,
+    digest: String,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut pinned = self.pinned.lock().unwrap();
+        if let Some(n) = pinned.get_mut(&self.digest) {
+            *n -= 1;
+            if *n == 0 {
+                pinned.remove(&self.digest);
+            }
+        }
+    }
 }
 
 impl ComponentCache {
@@ -54,6 +75,7 @@ impl ComponentCache {
             dir,
             engine_hash: format!("{:016x}", h.finish()),
             memory: Mutex::new(HashMap::new()),
+            pinned: Arc::default(),
         }
     }
 
@@ -64,6 +86,61 @@ impl ComponentCache {
         digest: &str,
         bytes: &[u8],
     ) -> wasmtime::Result<(Arc<Component>, CacheHit)> {
+        if let Some(found) = self.compiled_in_memory_or_on_disk(digest) {
+            return Ok(found);
+        }
+        let component = Component::new(&self.engine, bytes)?;
+        if let Some(file) = self.file(digest) {
+            match self.store(&file, &component) {
+                Ok(()) => self.prune(&file),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}")
+                }
+            }
+        }
+        Ok((self.remember(digest, component), CacheHit::Compiled))
+    }
+
+    /// The compiled component of `digest` from memory or disk, without the
+    /// component's bytes to compile it from (an idle plugin waking up).
+    pub(crate) fn get_compiled(&self, digest: &str) -> Result<(Arc<Component>, CacheHit), String> {
+        self.compiled_in_memory_or_on_disk(digest)
+            .ok_or_else(|| match self.file(digest) {
+                Some(f) => format!("no usable compiled artifact {}", f.display()),
+                None => "no compiled-artifact cache (runtime.cacheDir)".into(),
+            })
+    }
+
+    /// Whether `digest`'s compiled artifact is on disk.
+    pub(crate) fn has_artifact(&self, digest: &str) -> bool {
+        self.file(digest).is_some_and(|f| f.exists())
+    }
+
+    /// Keeps `digest`'s artifact on disk (not pruned) until the pin drops.
+    pub(crate) fn pin(&self, digest: &str) -> Pin {
+        *self
+            .pinned
+            .lock()
+            .unwrap()
+            .entry(digest.to_string())
+            .or_default() += 1;
+        Pin {
+            pinned: self.pinned.clone(),
+            digest: digest.to_string(),
+        }
+    }
+
+    fn file(&self, digest: &str) -> Option<PathBuf> {
+        self.dir.as_ref().map(|d| {
+            d.join(format!(
+                "{}-{}.cwasm",
+                digest.trim_start_matches("sha256:"),
+                self.engine_hash
+            ))
+        })
+    }
+
+    fn compiled_in_memory_or_on_disk(&self, digest: &str) -> Option<(Arc<Component>, CacheHit)> {
         if let Some(c) = self
             .memory
             .lock()
@@ -71,45 +148,28 @@ impl ComponentCache {
             .get(digest)
             .and_then(Weak::upgrade)
         {
-            return Ok((c, CacheHit::Memory));
+            return Some((c, CacheHit::Memory));
         }
-        let file = self.dir.as_ref().map(|d| {
-            d.join(format!(
-                "{}-{}.cwasm",
-                digest.trim_start_matches("sha256:"),
-                self.engine_hash
-            ))
-        });
-        if let Some(file) = file.as_ref().filter(|f| f.exists()) {
-            match self.read_verified(file, digest) {
-                Ok(bytes) => {
-                    // SAFETY: `bytes` carry a valid MAC under this host's key
-                    // over (digest, engine hash, content): they are what
-                    // `serialize` of this engine configuration wrote for this
-                    // digest, and they are read into memory once, so the file
-                    // cannot change between the check and the load.
-                    match unsafe { Component::deserialize(&self.engine, &bytes) } {
-                        Ok(c) => return Ok((self.remember(digest, c), CacheHit::Disk)),
-                        Err(e) => {
-                            tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
-                        }
+        let file = self.file(digest).filter(|f| f.exists())?;
+        match self.read_verified(&file, digest) {
+            Ok(bytes) => {
+                // SAFETY: `bytes` carry a valid MAC under this host's key
+                // over (digest, engine hash, content): they are what
+                // `serialize` of this engine configuration wrote for this
+                // digest, and they are read into memory once, so the file
+                // cannot change between the check and the load.
+                match unsafe { Component::deserialize(&self.engine, &bytes) } {
+                    Ok(c) => return Some((self.remember(digest, c), CacheHit::Disk)),
+                    Err(e) => {
+                        tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
                     }
                 }
-                Err(reason) => {
-                    tracing::warn!(file = %file.display(), "not loading compiled artifact ({reason}); recompiling")
-                }
+            }
+            Err(reason) => {
+                tracing::warn!(file = %file.display(), "not loading compiled artifact ({reason}); recompiling")
             }
         }
-        let component = Component::new(&self.engine, bytes)?;
-        if let Some(file) = file {
-            match self.store(&file, &component) {
-                Ok(()) => prune(file.parent().unwrap_or(std::path::Path::new("."))),
-                Err(e) => {
-                    tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}")
-                }
-            }
-        }
-        Ok((self.remember(digest, component), CacheHit::Compiled))
+        None
     }
 
     fn remember(&self, digest: &str, component: Component) -> Arc<Component> {
@@ -240,23 +300,68 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 /// Compiled artifacts kept on disk; older ones are removed.
 const KEEP_ON_DISK: usize = 64;
 
-/// Removes all but the [`KEEP_ON_DISK`] most recently written artifacts of
-/// `dir`: a host that swaps versions for weeks keeps a bounded cache.
-fn prune(dir: &std::path::Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .collect();
-    if artifacts.len() <= KEEP_ON_DISK {
-        return;
+impl ComponentCache {
+    /// Removes all but the [`KEEP_ON_DISK`] most recently written artifacts
+    /// beside `written` (just written), never `written` itself nor a pinned
+    /// one (a loaded plugin's): a host that swaps versions for weeks keeps a
+    /// bounded cache, and a plugin that unloads while idle finds its
+    /// artifact again (`written` is pinned only once its plugin has loaded).
+    fn prune(&self, written: &std::path::Path) {
+        let dir = written.parent().unwrap_or(std::path::Path::new("."));
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let pinned = self.pinned.lock().unwrap().clone();
+        let mut artifacts: Vec<(std::time::SystemTime, PathBuf)> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "cwasm"))
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .collect();
+        if artifacts.len() <= KEEP_ON_DISK {
+            return;
+        }
+        artifacts.sort();
+        let excess = artifacts.len() - KEEP_ON_DISK;
+        for (_, old) in artifacts
+            .iter()
+            .filter(|(_, p)| p != written && !pinned.contains_key(&file_digest(p)))
+            .take(excess)
+        {
+            let _ = std::fs::remove_file(old);
+        }
     }
-    artifacts.sort();
-    for (_, old) in &artifacts[..artifacts.len() - KEEP_ON_DISK] {
-        let _ = std::fs::remove_file(old);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn prune_spares_the_newest_the_just_written_and_the_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        let files: Vec<PathBuf> = (0..KEEP_ON_DISK + 3)
+            .map(|i| {
+                let f = dir.path().join(format!("{i:064x}-e.cwasm"));
+                std::fs::write(&f, b"x").unwrap();
+                let t = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000 + i as u64);
+                std::fs::File::options()
+                    .write(true)
+                    .open(&f)
+                    .unwrap()
+                    .set_modified(t)
+                    .unwrap();
+                f
+            })
+            .collect();
+        // The oldest is a loaded plugin's; the second oldest was just written.
+        let _pin = cache.pin(&format!("sha256:{:064x}", 0));
+        cache.prune(&files[1]);
+        let left: Vec<bool> = files.iter().map(|f| f.exists()).collect();
+        assert!(left[0] && left[1], "{left:?}");
+        assert!(!left[2] && !left[3] && !left[4], "{left:?}");
+        assert!(left[5..].iter().all(|&x| x), "{left:?}");
     }
 }

@@ -14,12 +14,14 @@
 //! `plugin` loads a component; `sandbox` runs one call of it in an instance
 //! from its `strategy`, in a store (`store`) held to its `limits`, with the
 //! imports of `host/` (one file per WIT interface); `failure` classifies how
-//! a call ended; `cache` keeps compiled components.
+//! a call ended; `cache` keeps compiled components; `code` holds a plugin's
+//! compiled code, or drops it while the plugin is idle (`idleUnload`).
 //!
 //! [`ReconcileError::Cancelled`]: crate::ReconcileError::Cancelled
 //! [`TrapKind::Deadline`]: crate::TrapKind::Deadline
 
 mod cache;
+mod code;
 mod failure;
 mod host;
 mod limits;

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
 use super::cache::{self, CacheHit};
+use super::code::{Code, Resident};
 use super::failure::CallFailure;
 use super::limits::Limits;
 use super::metadata::PluginMetadata;
@@ -114,9 +115,6 @@ pub struct Invocation {
 /// reconcile runs in an instance from its strategy (see [`Plugin::invoke`]).
 pub struct Plugin {
     pub(crate) sandbox: Sandbox,
-    /// Keeps the compiled component in the runtime's memory cache while this
-    /// version is loaded.
-    _component: Arc<wasmtime::component::Component>,
     origin: String,
     digest: String,
     metadata: PluginMetadata,
@@ -171,6 +169,41 @@ impl Plugin {
     pub fn cache_hit(&self) -> CacheHit {
         self.cache_hit
     }
+
+    /// Drops the plugin's compiled code and pre-linked state (and warm
+    /// instances) if no call ran for `idle` and none runs now, and its
+    /// compiled artifact is on disk to load it again from: the next call
+    /// loads it before it runs (`idleUnload`). Returns whether it unloaded.
+    pub fn unload_if_idle(&self, idle: Duration) -> bool {
+        let runtime = &self.sandbox.runtime;
+        let on_disk = runtime.inner.cache.has_artifact(&self.digest);
+        let unloaded = self.sandbox.code.unload_if_idle(idle, on_disk);
+        if unloaded {
+            self.sandbox.strategy.clear();
+        }
+        unloaded
+    }
+
+    /// Whether the compiled code is in memory (false after an idle unload,
+    /// until the next call).
+    pub fn is_resident(&self) -> bool {
+        self.sandbox.code.is_resident()
+    }
+
+    /// Idle unloads of this version so far.
+    pub fn unloads(&self) -> u64 {
+        self.sandbox.code.unloads()
+    }
+
+    /// Loads after an idle unload so far.
+    pub fn wakes(&self) -> u64 {
+        self.sandbox.code.wakes()
+    }
+
+    /// How long since the last call ended (zero while one runs).
+    pub fn idle_for(&self) -> Duration {
+        self.sandbox.code.idle_for()
+    }
 }
 
 impl Runtime {
@@ -215,9 +248,17 @@ impl Runtime {
         .await
         .expect("plugin compilation panicked")?;
 
+        let code = Code::new(
+            digest.clone(),
+            Resident {
+                pre: Arc::new(pre),
+                _component: component,
+            },
+            self.inner.cache.pin(&digest),
+        );
         let sandbox = Sandbox {
             runtime: self.clone(),
-            pre,
+            code,
             name: spec.name.into(),
             settings: spec.settings.to_string().into(),
             limits: spec.limits,
@@ -260,7 +301,6 @@ impl Runtime {
         };
         Ok(Arc::new(Plugin {
             sandbox,
-            _component: component,
             origin: path,
             digest,
             metadata,

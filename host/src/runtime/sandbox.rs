@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::Runtime;
+use super::code::Code;
 use super::failure::CallFailure;
 use super::limits::Limits;
 use super::store::{CallContext, StoreSpec, StoreState};
@@ -25,13 +26,13 @@ use super::strategy::InstanceStrategy;
 use crate::hostapi::KubeApi;
 use crate::metrics::CallUsage;
 use crate::reconcile::ObjectKey;
-use crate::wit::ReconcilerPre;
 use crate::wit::wasmctrl::reconciler::types;
 
 /// The pieces every instance of a plugin is made from.
 pub(crate) struct Sandbox {
     pub(crate) runtime: Runtime,
-    pub(crate) pre: ReconcilerPre<StoreState>,
+    /// The compiled, pre-linked component (unloaded while idle, see `code`).
+    pub(crate) code: Code,
     pub(crate) name: Arc<str>,
     pub(crate) settings: Arc<str>,
     pub(crate) limits: Limits,
@@ -80,6 +81,19 @@ impl Sandbox {
             Export::Metadata => &InstanceStrategy::Fresh,
             Export::Reconcile(_) => &self.strategy,
         };
+        let code = match self.code.enter(&self.runtime).await {
+            Ok(code) => code,
+            Err(failure) => {
+                return CallReport {
+                    usage: CallUsage {
+                        instantiate: started.elapsed(),
+                        trap: failure.trap_kind(),
+                        ..CallUsage::default()
+                    },
+                    result: Err(failure),
+                };
+            }
+        };
         let checkout = strategy.checkout(self, context);
         let history = checkout.history;
         let output = checkout.store.data().output.clone();
@@ -87,7 +101,7 @@ impl Sandbox {
             let mut store = checkout.store;
             let instance = match checkout.instance {
                 Some(i) => Ok(i),
-                None => self.pre.instantiate_async(&mut store).await,
+                None => code.pre.instantiate_async(&mut store).await,
             };
             let instantiated = started.elapsed();
             let (instance, returned) = match instance {

@@ -183,6 +183,14 @@ impl InstanceStrategy {
         }
     }
 
+    /// Drops every warm instance (the plugin's code is being unloaded).
+    pub(crate) fn clear(&self) {
+        if let InstanceStrategy::Reuse(pool) = self {
+            let dropped = std::mem::take(&mut *pool.idle.lock().unwrap());
+            drop(dropped);
+        }
+    }
+
     /// Warm instances waiting (for tests and status).
     pub(crate) fn idle(&self) -> usize {
         match self {

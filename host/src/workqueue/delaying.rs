@@ -11,11 +11,14 @@ use std::collections::{BTreeMap, HashMap};
 use tokio::time::Instant;
 
 use super::QueueKey;
+use super::priority::Priority;
 
 pub(super) struct Waiting<K> {
     /// Ordered by ready time, then by insertion so equal times stay FIFO.
     by_time: BTreeMap<(Instant, u64), K>,
-    by_key: HashMap<K, (Instant, u64)>,
+    /// Each waiting key's slot in `by_time` and the priority it will be
+    /// queued with.
+    by_key: HashMap<K, ((Instant, u64), Priority)>,
     next_seq: u64,
 }
 
@@ -28,21 +31,28 @@ impl<K: QueueKey> Waiting<K> {
         }
     }
 
-    /// Schedules `key` for `ready_at`; a key already waiting keeps the earlier
-    /// of its two ready times. Returns true if the first ready time changed,
-    /// i.e. sleeping getters must re-arm their timers.
-    pub(super) fn insert(&mut self, key: K, ready_at: Instant) -> bool {
+    /// Schedules `key` for `ready_at` at `priority`; a key already waiting
+    /// keeps the earlier of its two ready times and the higher of its two
+    /// priorities. Returns true if the first ready time changed, i.e.
+    /// sleeping getters must re-arm their timers.
+    pub(super) fn insert(&mut self, key: K, ready_at: Instant, priority: Priority) -> bool {
         let head_before = self.next_ready_at();
-        if let Some(&slot) = self.by_key.get(&key) {
-            if slot.0 <= ready_at {
-                return false;
+        let priority = match self.by_key.get_mut(&key) {
+            Some((slot, waiting)) => {
+                *waiting = (*waiting).max(priority);
+                if slot.0 <= ready_at {
+                    return false;
+                }
+                let priority = *waiting;
+                self.by_time.remove(slot);
+                priority
             }
-            self.by_time.remove(&slot);
-        }
+            None => priority,
+        };
         let slot = (ready_at, self.next_seq);
         self.next_seq += 1;
         self.by_time.insert(slot, key.clone());
-        self.by_key.insert(key, slot);
+        self.by_key.insert(key, (slot, priority));
         self.next_ready_at() != head_before
     }
 
@@ -50,16 +60,17 @@ impl<K: QueueKey> Waiting<K> {
         self.by_time.first_key_value().map(|(&(at, _), _)| at)
     }
 
-    /// Removes and returns the first key whose ready time is not after `now`.
-    pub(super) fn pop_due(&mut self, now: Instant) -> Option<(K, Instant)> {
+    /// Removes and returns the first key whose ready time is not after
+    /// `now`, with that time and its priority.
+    pub(super) fn pop_due(&mut self, now: Instant) -> Option<(K, Instant, Priority)> {
         let entry = self.by_time.first_entry()?;
         let ready_at = entry.key().0;
         if ready_at > now {
             return None;
         }
         let key = entry.remove();
-        self.by_key.remove(&key);
-        Some((key, ready_at))
+        let (_, priority) = self.by_key.remove(&key).expect("indexed both ways");
+        Some((key, ready_at, priority))
     }
 
     pub(super) fn clear(&mut self) {

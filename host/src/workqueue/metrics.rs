@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use super::priority::Priority;
+
 /// Hooks for client-go's seven per-queue metrics (`workqueue_depth`,
 /// `workqueue_adds_total`, `workqueue_retries_total`,
 /// `workqueue_queue_duration_seconds`, `workqueue_work_duration_seconds`,
@@ -12,9 +14,12 @@ use std::time::Duration;
 /// so that values arrive in order: an implementation must be quick and must not
 /// call back into the queue.
 pub trait QueueMetrics: Send + Sync {
-    /// Keys added and not yet handed out, including keys added while being
-    /// processed that will be re-queued on done (client-go's depth gauge).
-    fn set_depth(&self, depth: usize);
+    /// Keys of `priority` added and not yet handed out, including keys added
+    /// while being processed that will be re-queued on done (client-go's
+    /// depth gauge, split by priority as controller-runtime's priority queue
+    /// labels it). Called whenever that priority's depth changes; a key whose
+    /// priority rises moves from one depth to the other.
+    fn set_depth(&self, priority: Priority, depth: usize);
     /// A key entered the queue (an `add` that was not deduplicated).
     fn inc_adds(&self);
     /// A key was scheduled through `add_after` or `add_rate_limited`
@@ -37,7 +42,7 @@ pub trait QueueMetrics: Send + Sync {
 pub struct NoopQueueMetrics;
 
 impl QueueMetrics for NoopQueueMetrics {
-    fn set_depth(&self, _depth: usize) {}
+    fn set_depth(&self, _priority: Priority, _depth: usize) {}
     fn inc_adds(&self) {}
     fn inc_retries(&self) {}
     fn observe_queue_duration(&self, _waited: Duration) {}

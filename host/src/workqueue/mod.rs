@@ -14,7 +14,15 @@
 //!   [`add_rate_limited`](WorkQueue::add_rate_limited),
 //!   [`forget`](WorkQueue::forget) and
 //!   [`num_requeues`](WorkQueue::num_requeues) through a
-//!   [`RateLimiter`].
+//!   [`RateLimiter`];
+//!
+//! and controller-runtime's priority queue on top
+//! (`sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue`): every key
+//! has a [`Priority`] ([`add_with`](WorkQueue::add_with),
+//! [`add_with_priority`](WorkQueue::add_with_priority)), `get` hands out the
+//! highest priority first, and `workqueue_depth` is reported per priority.
+//! The host queues the keys of an initial list or a resync at
+//! [`Priority::LOW`] so that changes jump ahead of them.
 //!
 //! Nothing runs in the background: there is no waiting-loop task and no
 //! heartbeat. Every call moves the keys that have become due into the queue,
@@ -24,6 +32,7 @@
 
 mod delaying;
 mod metrics;
+mod priority;
 mod queue;
 pub mod ratelimit;
 #[cfg(test)]
@@ -41,6 +50,7 @@ use tokio::time::Instant;
 
 use delaying::Waiting;
 pub use metrics::{NoopQueueMetrics, QueueMetrics};
+pub use priority::{AddOpts, Priority};
 use queue::Queue;
 pub use ratelimit::{QueueKey, RateLimiter};
 
@@ -80,6 +90,33 @@ const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 /// # Cancel-safe get
 /// Dropping a pending [`get`](Self::get) future loses no key: a key is only
 /// taken in the same poll that returns it.
+///
+/// # Get yields before a ready key
+/// A [`get`](Self::get) that finds a key ready first yields to the tokio
+/// scheduler once (and takes whichever key is first when it resumes).
+/// Workers whose reconciles never wait — a resync of cached objects that
+/// need nothing — would otherwise take key after key without ever giving
+/// their threads back, starving the informers and event feeds that fill
+/// the queue and the IO driver they need: the event of a real change could
+/// not even be queued, let alone jump ahead, until the queue ran dry.
+///
+/// # Highest priority first
+/// [`get`](Self::get) hands out a ready key of the highest [`Priority`]
+/// queued, and within one priority the key that became ready first (FIFO;
+/// a key re-queued on done joins the back of its priority's line). Delayed
+/// keys are ordered by priority once due, like any other ready key.
+///
+/// # Priority only rises while queued
+/// Adding a key that is already queued (ready, waiting for its worker to
+/// finish, or delayed) with a higher priority raises it — a ready key moves
+/// to the back of its new priority's line — and with a lower or equal one
+/// changes nothing. Once handed out, a key forgets its priority: the next
+/// add sets it afresh.
+///
+/// # Depth per priority
+/// The depth hook ([`QueueMetrics::set_depth`]) reports the dirty keys of
+/// each priority separately; a raised key moves from one to the other, so
+/// the sum is client-go's depth.
 pub struct WorkQueue<K: QueueKey> {
     inner: Arc<Inner<K>>,
 }
@@ -134,17 +171,44 @@ struct Wakeups {
 }
 
 impl<K: QueueKey> State<K> {
-    fn add(&mut self, key: K, added_at: Instant) {
-        if !self.shutting_down && self.queue.add(key, added_at) {
+    fn add(&mut self, key: K, added_at: Instant, priority: Priority) {
+        if !self.shutting_down && self.queue.add(key, added_at, priority) {
             self.wake.getters += 1;
+        }
+    }
+
+    /// Queues `key` once `delay` has passed (a zero delay: now), counting a
+    /// retry if asked to.
+    fn schedule(
+        &mut self,
+        key: K,
+        now: Instant,
+        delay: Duration,
+        priority: Priority,
+        count_retry: bool,
+    ) {
+        if self.shutting_down {
+            return;
+        }
+        if count_retry {
+            self.queue.metrics().inc_retries();
+        }
+        if delay.is_zero() {
+            self.add(key, now, priority);
+        } else if self
+            .waiting
+            .insert(key, now + delay.min(MAX_DELAY), priority)
+        {
+            // Sleeping getters armed their timers for a later key.
+            self.wake.all_getters = true;
         }
     }
 
     /// Delayed keys count as added when they became due, not when some call
     /// happened to notice, so the queue-duration metric is not skewed.
     fn promote_due(&mut self, now: Instant) {
-        while let Some((key, ready_at)) = self.waiting.pop_due(now) {
-            self.add(key, ready_at);
+        while let Some((key, ready_at, priority)) = self.waiting.pop_due(now) {
+            self.add(key, ready_at, priority);
         }
     }
 
@@ -211,7 +275,9 @@ impl<K: QueueKey> Inner<K> {
 }
 
 enum Step<K> {
-    Got(K),
+    Got(K, Priority),
+    /// A key is ready, but this get has not let the scheduler run yet.
+    Yield,
     ShutDown,
     Wait(Option<Instant>),
 }
@@ -247,16 +313,48 @@ impl<K: QueueKey> WorkQueue<K> {
         &self.inner.name
     }
 
-    /// Queues `key` unless it is already queued; if a worker has it, it is
-    /// queued again once that worker is done. Ignored after shutdown.
+    /// Queues `key` at [`Priority::NORMAL`] unless it is already queued; if a
+    /// worker has it, it is queued again once that worker is done. Ignored
+    /// after shutdown.
     pub fn add(&self, key: K) {
-        self.inner.update(|state, now| state.add(key, now));
+        self.add_with_priority(key, Priority::NORMAL);
+    }
+
+    /// [`add`](Self::add) at `priority`: a key already queued keeps the
+    /// higher of its two priorities.
+    pub fn add_with_priority(&self, key: K, priority: Priority) {
+        self.inner
+            .update(|state, now| state.add(key, now, priority));
+    }
+
+    /// Queues `key` as `opts` say (controller-runtime's `AddWithOpts`):
+    /// at `opts.priority`, after `opts.after` and/or the rate limiter's delay
+    /// (the shorter of the two when both are asked for). A delayed or
+    /// rate-limited add counts a retry, as `add_after` does. Ignored after
+    /// shutdown.
+    pub fn add_with(&self, key: K, opts: AddOpts) {
+        let delay = if opts.rate_limited {
+            let limited = self.inner.rate_limiter().when(&key);
+            if opts.after.is_zero() {
+                limited
+            } else {
+                limited.min(opts.after)
+            }
+        } else {
+            opts.after
+        };
+        let count_retry = opts.rate_limited || !opts.after.is_zero();
+        self.inner.update(|state, now| {
+            state.schedule(key, now, delay, opts.priority, count_retry);
+        });
     }
 
     /// Waits for a key and hands it out, or returns `None` once the queue is
     /// shutting down (with or without drain: new gets end at once while
     /// in-flight items finish).
     pub async fn get(&self) -> Option<QueueItem<K>> {
+        // Whether this call has let other tasks run (yielded, or waited).
+        let mut yielded = false;
         loop {
             // Registered before looking at the state, so a key added between
             // the look and the wait still wakes us.
@@ -265,20 +363,28 @@ impl<K: QueueKey> WorkQueue<K> {
             let step = self.inner.update(|state, now| {
                 if state.shutting_down {
                     Step::ShutDown
-                } else if let Some(key) = state.queue.pop(now) {
-                    Step::Got(key)
+                } else if !yielded && state.queue.len() > 0 {
+                    Step::Yield
+                } else if let Some((key, priority)) = state.queue.pop(now) {
+                    Step::Got(key, priority)
                 } else {
                     Step::Wait(state.waiting.next_ready_at())
                 }
             });
+            if !matches!(step, Step::Got(..) | Step::ShutDown) {
+                yielded = true;
+            }
             match step {
-                Step::Got(key) => {
+                Step::Got(key, priority) => {
                     return Some(QueueItem {
                         inner: Arc::clone(&self.inner),
                         key,
+                        priority,
                     });
                 }
                 Step::ShutDown => return None,
+                // Nothing is taken yet: dropping the get here loses nothing.
+                Step::Yield => tokio::task::yield_now().await,
                 Step::Wait(None) => notified.await,
                 Step::Wait(Some(ready_at)) => {
                     tokio::select! {
@@ -300,21 +406,13 @@ impl<K: QueueKey> WorkQueue<K> {
         self.len() == 0
     }
 
-    /// Queues `key` once `delay` has passed. A zero delay is an [`add`](Self::add);
-    /// a key already waiting keeps the earlier ready time. Counts a retry, as
-    /// client-go's `AddAfter` does. Ignored after shutdown.
+    /// Queues `key` at [`Priority::NORMAL`] once `delay` has passed. A zero
+    /// delay is an [`add`](Self::add); a key already waiting keeps the earlier
+    /// ready time. Counts a retry, as client-go's `AddAfter` does (even for a
+    /// zero delay). Ignored after shutdown.
     pub fn add_after(&self, key: K, delay: Duration) {
         self.inner.update(|state, now| {
-            if state.shutting_down {
-                return;
-            }
-            state.queue.metrics().inc_retries();
-            if delay.is_zero() {
-                state.add(key, now);
-            } else if state.waiting.insert(key, now + delay.min(MAX_DELAY)) {
-                // Sleeping getters armed their timers for a later key.
-                state.wake.all_getters = true;
-            }
+            state.schedule(key, now, delay, Priority::NORMAL, true);
         });
     }
 
@@ -398,8 +496,8 @@ impl<K: QueueKey> WorkQueue<K> {
     }
 
     /// Every key that will be handed out unless the queue shuts down, each
-    /// once: ready keys in queue order, then keys to be re-queued when their
-    /// worker is done, then delayed keys soonest first.
+    /// once: ready keys in the order `get` hands them out, then keys to be
+    /// re-queued when their worker is done, then delayed keys soonest first.
     pub fn pending_keys(&self) -> Vec<K> {
         self.inner.update(|state, _| {
             let mut seen = HashSet::new();
@@ -429,11 +527,18 @@ impl<K: QueueKey> WorkQueue<K> {
 pub struct QueueItem<K: QueueKey> {
     inner: Arc<Inner<K>>,
     key: K,
+    priority: Priority,
 }
 
 impl<K: QueueKey> QueueItem<K> {
     pub fn key(&self) -> &K {
         &self.key
+    }
+
+    /// The priority the key was queued with (controller-runtime's
+    /// `GetWithPriority`): a retry should be queued at it again.
+    pub fn priority(&self) -> Priority {
+        self.priority
     }
 
     /// Marks the key done (the same as dropping the item).
@@ -461,6 +566,7 @@ impl<K: QueueKey + fmt::Debug> fmt::Debug for QueueItem<K> {
         f.debug_struct("QueueItem")
             .field("queue", &self.inner.name)
             .field("key", &self.key)
+            .field("priority", &self.priority)
             .finish()
     }
 }

@@ -473,6 +473,7 @@ async fn pending_keys_lists_everything_once() {
 #[derive(Default)]
 struct Recording {
     depth: Mutex<Vec<usize>>,
+    depth_by_priority: Mutex<Vec<(i32, usize)>>,
     adds: AtomicUsize,
     retries: AtomicUsize,
     queue_durations: Mutex<Vec<Duration>>,
@@ -481,8 +482,12 @@ struct Recording {
 }
 
 impl QueueMetrics for Recording {
-    fn set_depth(&self, depth: usize) {
+    fn set_depth(&self, priority: Priority, depth: usize) {
         self.depth.lock().unwrap().push(depth);
+        self.depth_by_priority
+            .lock()
+            .unwrap()
+            .push((priority.0, depth));
     }
     fn inc_adds(&self) {
         self.adds.fetch_add(1, Ordering::SeqCst);
@@ -549,5 +554,269 @@ async fn metrics_hooks() {
     assert_eq!(
         *metrics.unfinished.lock().unwrap(),
         [(3.0, 3.0), (5.0, 4.0), (0.0, 0.0)]
+    );
+}
+
+/// Takes every ready key, in order, marking each done.
+async fn drain_ready<K: QueueKey + Copy>(q: &WorkQueue<K>) -> Vec<(K, Priority)> {
+    let mut got = Vec::new();
+    while !q.is_empty() {
+        let item = q.get().await.unwrap();
+        got.push((*item, item.priority()));
+    }
+    got
+}
+
+#[tokio::test(start_paused = true)]
+async fn highest_priority_first() {
+    let q = queue::<&str>();
+    q.add_with_priority("low-1", Priority::LOW);
+    q.add("normal-1");
+    q.add_with_priority("high", Priority(10));
+    q.add_with_priority("low-2", Priority::LOW);
+    q.add("normal-2");
+    assert_eq!(
+        q.pending_keys(),
+        ["high", "normal-1", "normal-2", "low-1", "low-2"]
+    );
+    let got = drain_ready(&q).await;
+    assert_eq!(
+        got,
+        [
+            ("high", Priority(10)),
+            ("normal-1", Priority::NORMAL),
+            ("normal-2", Priority::NORMAL),
+            ("low-1", Priority::LOW),
+            ("low-2", Priority::LOW),
+        ]
+    );
+
+    // A key re-queued on done joins the back of its priority's line.
+    q.add_with_priority("a", Priority::LOW);
+    let a = q.get().await.unwrap();
+    q.add_with_priority("a", Priority::LOW);
+    q.add_with_priority("b", Priority::LOW);
+    drop(a);
+    assert_eq!(q.pending_keys(), ["b", "a"]);
+
+    // Delayed keys are ordered by priority once due.
+    q.add_with(
+        "late-high",
+        AddOpts {
+            priority: Priority(5),
+            after: SEC,
+            rate_limited: false,
+        },
+    );
+    advance(SEC).await;
+    assert_eq!(q.pending_keys(), ["late-high", "b", "a"]);
+    let got = drain_ready(&q).await;
+    assert_eq!(
+        got,
+        [
+            ("late-high", Priority(5)),
+            ("b", Priority::LOW),
+            ("a", Priority::LOW)
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn priority_only_rises_while_queued() {
+    let q = queue::<&str>();
+    q.add_with_priority("a", Priority::LOW);
+    q.add_with_priority("b", Priority::LOW);
+    q.add_with_priority("c", Priority::LOW);
+    q.add("n");
+    // Raised: "b" moves to the back of the normal line.
+    q.add("b");
+    // Lower or equal: nothing changes.
+    q.add_with_priority("n", Priority::LOW);
+    q.add_with_priority("c", Priority::LOW);
+    assert_eq!(q.len(), 4, "deduplicated, not added twice");
+    assert_eq!(q.pending_keys(), ["n", "b", "a", "c"]);
+
+    // While a worker holds a key, its re-queue mark rises too.
+    let n = q.get().await.unwrap();
+    assert_eq!(*n, "n");
+    q.add_with_priority("n", Priority::LOW);
+    q.add_with_priority("n", Priority(7));
+    q.add_with_priority("n", Priority::NORMAL);
+    drop(n);
+
+    // A delayed key keeps the higher priority whatever the order of adds.
+    let delayed = |priority, after| AddOpts {
+        priority,
+        after,
+        rate_limited: false,
+    };
+    q.add_with("d", delayed(Priority(3), 2 * SEC));
+    q.add_with("d", delayed(Priority::LOW, SEC));
+    advance(SEC).await;
+
+    let got = drain_ready(&q).await;
+    assert_eq!(
+        got,
+        [
+            ("n", Priority(7)),
+            ("d", Priority(3)),
+            ("b", Priority::NORMAL),
+            ("a", Priority::LOW),
+            ("c", Priority::LOW),
+        ]
+    );
+
+    // Once handed out, a key forgets its priority.
+    q.add_with_priority("a", Priority::LOW);
+    assert_eq!(q.get().await.unwrap().priority(), Priority::LOW);
+    advance(10 * SEC).await;
+    assert!(
+        q.pending_keys().is_empty(),
+        "the later ready time was absorbed"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn raised_keys_leave_bounded_garbage() {
+    // A low line that never drains while its keys are raised, handed out
+    // and queued low again: the stale entries are compacted away.
+    let q = queue::<u32>();
+    for round in 0..50 {
+        for key in 0..100 {
+            q.add_with_priority(key, Priority::LOW);
+        }
+        for key in 0..100 {
+            q.add(key);
+            let item = q.get().await.unwrap();
+            assert_eq!(
+                (*item, item.priority()),
+                (key, Priority::NORMAL),
+                "round {round}"
+            );
+        }
+        assert!(q.is_empty());
+    }
+    let inner = q.inner.lock();
+    let entries: usize = inner.queue.entries();
+    assert!(entries <= 64 + 100, "{entries} entries left in the lines");
+}
+
+#[tokio::test(start_paused = true)]
+async fn add_with_rate_limited_takes_the_shorter_wait() {
+    let q = queue::<&str>();
+    let limited = |after| AddOpts {
+        priority: Priority::LOW,
+        after,
+        rate_limited: true,
+    };
+    // The limiter says 5 ms, `after` 1 s: 5 ms.
+    q.add_with("a", limited(SEC));
+    assert_eq!(q.num_requeues(&"a"), 1);
+    advance(5 * MS).await;
+    assert_eq!(q.len(), 1);
+    let a = q.get().await.unwrap();
+    assert_eq!(a.priority(), Priority::LOW);
+    drop(a);
+    // The limiter says 10 ms, `after` 2 ms: 2 ms.
+    q.add_with("a", limited(2 * MS));
+    assert_eq!(q.num_requeues(&"a"), 2);
+    advance(2 * MS).await;
+    assert_eq!(q.len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn depth_per_priority() {
+    let metrics = Arc::new(Recording::default());
+    let q = WorkQueue::<&str>::new(
+        "metered",
+        Box::new(ItemExponentialFailureRateLimiter::new(5 * MS, SEC)),
+        metrics.clone(),
+    );
+    q.add_with_priority("a", Priority::LOW); // low 1
+    q.add_with_priority("b", Priority::LOW); // low 2
+    q.add("b"); // raised: low 1, normal 1
+    q.add_with_priority("b", Priority::LOW); // no change
+    let b = q.get().await.unwrap(); // normal 0
+    q.add_with_priority("b", Priority::LOW); // while processing: low 2
+    drop(b);
+    q.shut_down(); // every priority 0
+    assert_eq!(
+        *metrics.depth_by_priority.lock().unwrap(),
+        [
+            (-100, 1),
+            (-100, 2),
+            (-100, 1),
+            (0, 1),
+            (0, 0),
+            (-100, 2),
+            (-100, 0),
+            (0, 0),
+        ]
+    );
+    assert_eq!(
+        metrics.adds.load(Ordering::SeqCst),
+        3,
+        "a raise is not an add"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn get_yields_before_a_ready_key() {
+    let q = queue::<u32>();
+    for key in 0..3 {
+        q.add(key);
+    }
+    // Another task on this (single-threaded) runtime, like an informer.
+    let ran = Arc::new(AtomicUsize::new(0));
+    let other = tokio::spawn({
+        let ran = ran.clone();
+        async move {
+            loop {
+                ran.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        }
+    });
+    // A worker whose work never waits: it only gives its thread back in get.
+    for taken in 1..=3 {
+        q.get().await.unwrap().done();
+        assert!(
+            ran.load(Ordering::SeqCst) >= taken,
+            "the other task did not run before key {taken} was handed out"
+        );
+    }
+    other.abort();
+}
+
+#[tokio::test(start_paused = true)]
+async fn depth_is_exposed_per_priority_label() {
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let q = WorkQueue::<&str>::new(
+        "exposed",
+        Box::new(ItemExponentialFailureRateLimiter::new(5 * MS, SEC)),
+        metrics.queue("exposed"),
+    );
+    q.add_with_priority("a", Priority::LOW);
+    q.add_with_priority("b", Priority::LOW);
+    q.add("c");
+    let text = metrics.encode();
+    let line = |priority: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("workqueue_depth{")
+                    && l.contains(r#"name="exposed""#)
+                    && l.contains(&format!(r#"priority="{priority}""#))
+            })
+            .map(|l| l.rsplit(' ').next().unwrap().to_string())
+    };
+    assert_eq!(line("-100").as_deref(), Some("2"), "{text}");
+    assert_eq!(line("0").as_deref(), Some("1"), "{text}");
+    let _c = q.get().await.unwrap();
+    let text = metrics.encode();
+    assert!(
+        text.lines().any(|l| l.starts_with("workqueue_depth{")
+            && l.contains(r#"priority="0""#)
+            && l.ends_with(" 0")),
+        "{text}"
     );
 }

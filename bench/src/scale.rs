@@ -1,0 +1,246 @@
+//! `scale`: the wasm host with 1k, 10k and 100k objects of its kind
+//! pre-loaded (status already set, so every reconcile finds nothing to
+//! write: the host's own costs are measured, not the API server's writes).
+//!
+//! For each size, objects are topped up, then a fresh host process starts:
+//! - **sync**: from starting the process to every object cached and
+//!   reconciled once (ready, then the initial queue drained);
+//! - **RSS** after `--settle-secs` idle, and beside it the objects' JSON
+//!   size (as the API server serves them), so the host's memory per cached
+//!   object beyond its JSON can be read off against a run with no objects;
+//! - **drain**: the host queues every key again (`POST
+//!   /plugins/{name}/reload`, the host's full re-enqueue) and the time until
+//!   every key has been reconciled.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use kube::api::ListParams;
+use serde::Serialize;
+
+use crate::cluster::Cluster;
+use crate::controllers::{ControllerArgs, Variant, child_args};
+use crate::procs::{Child, now_ns};
+use crate::stats::{load_average, round};
+use crate::throughput::{wasm_config, write_wasm_host};
+
+const GOAL_SYNC_S: f64 = 30.0;
+const GOAL_BYTES_PER_OBJECT: f64 = 1024.0;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub objects: Vec<usize>,
+    pub concurrency: usize,
+    pub settle_secs: f64,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonLine {
+    scenario: &'static str,
+    objects: usize,
+    sync_s: f64,
+    rss_mib: f64,
+    drain_s: f64,
+    json_mib: f64,
+}
+
+struct Row {
+    objects: usize,
+    ready_s: f64,
+    sync_s: f64,
+    rss_mib: f64,
+    /// Live heap bytes (the counting allocator), in MiB.
+    heap_mib: f64,
+    drain_s: f64,
+    json_bytes: f64,
+}
+
+/// The average JSON size of the objects, from one page of a list.
+async fn json_bytes_per_object(cluster: &Cluster) -> anyhow::Result<f64> {
+    let page = cluster
+        .items(0)
+        .list(&ListParams::default().limit(500))
+        .await?;
+    if page.items.is_empty() {
+        return Ok(0.0);
+    }
+    let total: usize = page
+        .items
+        .iter()
+        .map(|o| serde_json::to_vec(o).map_or(0, |v| v.len()))
+        .sum();
+    Ok(total as f64 / page.items.len() as f64)
+}
+
+async fn one(
+    cluster: &Cluster,
+    config: &std::path::Path,
+    objects: usize,
+    options: &Options,
+) -> anyhow::Result<Row> {
+    let args = ControllerArgs {
+        variant: Variant::Wasm,
+        kubeconfig: cluster.kubeconfig.clone(),
+        concurrency: options.concurrency,
+        config: Some(config.to_path_buf()),
+        hot: None,
+        count_heap: true,
+    };
+    let spawned = now_ns();
+    let started = Instant::now();
+    let mut child = Child::spawn("wasm host", &child_args(&args))?;
+    child.expect("ready", Duration::from_secs(300)).await?;
+    let ready_s = started.elapsed().as_secs_f64();
+    child.send("idle").await?;
+    let idle: u64 = child
+        .expect("idle", Duration::from_secs(600))
+        .await?
+        .parse()
+        .context("idle line")?;
+    let sync_s = idle.saturating_sub(spawned) as f64 / 1e9;
+    tokio::time::sleep(Duration::from_secs_f64(options.settle_secs)).await;
+    let rss_mib = child.rss_mib()?;
+    child.send("heap").await?;
+    let heap_bytes: f64 = child
+        .expect("heap", Duration::from_secs(10))
+        .await?
+        .parse()
+        .context("heap line")?;
+    child.send("resync").await?;
+    let line = child.expect("resync", Duration::from_secs(600)).await?;
+    let t: Vec<u64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("resync line")?;
+    ensure!(t.len() == 3, "resync line {line:?}");
+    let drain_s = t[2].saturating_sub(t[0]) as f64 / 1e9;
+    child.stop(Duration::from_secs(60)).await?;
+    Ok(Row {
+        objects,
+        ready_s,
+        sync_s,
+        rss_mib,
+        heap_mib: heap_bytes / (1024.0 * 1024.0),
+        drain_s,
+        json_bytes: json_bytes_per_object(cluster).await?,
+    })
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    let mut sizes = options.objects.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
+    ensure!(!sizes.is_empty(), "no size to run");
+    let load_before = load_average();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let (baseline, rows) = runtime.block_on(async {
+        let cluster = Cluster::start().await?;
+        cluster.create_crds(0..1).await?;
+        let dir = tempfile::tempdir()?;
+        write_wasm_host(dir.path(), options.concurrency)?;
+        let config = wasm_config(dir.path(), Variant::Wasm);
+        let baseline = one(&cluster, &config, 0, options).await?;
+        let mut rows = Vec::new();
+        let mut have = 0;
+        for &n in &sizes {
+            cluster
+                .create_items(0, (have..n).map(|i| format!("item-{i}")), 32, true)
+                .await?;
+            have = n;
+            rows.push(one(&cluster, &config, n, options).await?);
+        }
+        cluster.stop().await?;
+        anyhow::Ok((baseline, rows))
+    })?;
+    // Host memory per object beyond its JSON, against the empty host.
+    let beyond = |r: &Row| {
+        (r.rss_mib - baseline.rss_mib) * 1024.0 * 1024.0 / r.objects.max(1) as f64 - r.json_bytes
+    };
+    let heap_beyond = |r: &Row| {
+        (r.heap_mib - baseline.heap_mib) * 1024.0 * 1024.0 / r.objects.max(1) as f64 - r.json_bytes
+    };
+    if options.json {
+        for r in &rows {
+            let line = JsonLine {
+                scenario: "scale",
+                objects: r.objects,
+                sync_s: round(r.sync_s, 2),
+                rss_mib: round(r.rss_mib, 1),
+                drain_s: round(r.drain_s, 2),
+                json_mib: round(r.json_bytes * r.objects as f64 / (1024.0 * 1024.0), 1),
+            };
+            println!("{}", serde_json::to_string(&line)?);
+        }
+        return Ok(());
+    }
+    println!(
+        "scale: wasm host, concurrency {}, {} CPUs, load {load_before} before / {} after",
+        options.concurrency,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average()
+    );
+    println!(
+        "  {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>9} {:>13} {:>14} {:>15}",
+        "objects",
+        "ready s",
+        "sync s",
+        "RSS MiB",
+        "heap MiB",
+        "JSON MiB",
+        "drain s",
+        "keys/s drain",
+        "RSS B/obj>JSON",
+        "heap B/obj>JSON"
+    );
+    println!(
+        "  {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9} {:>9.3} {:>13} {:>14} {:>15}",
+        0,
+        baseline.ready_s,
+        baseline.sync_s,
+        baseline.rss_mib,
+        baseline.heap_mib,
+        "-",
+        baseline.drain_s,
+        "-",
+        "-",
+        "-"
+    );
+    for r in &rows {
+        println!(
+            "  {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9.1} {:>9.3} {:>13.0} {:>14.0} {:>15.0}",
+            r.objects,
+            r.ready_s,
+            r.sync_s,
+            r.rss_mib,
+            r.heap_mib,
+            r.json_bytes * r.objects as f64 / (1024.0 * 1024.0),
+            r.drain_s,
+            r.objects as f64 / r.drain_s.max(1e-9),
+            beyond(r),
+            heap_beyond(r)
+        );
+    }
+    if let Some(r) = rows.iter().max_by_key(|r| r.objects) {
+        println!(
+            "  {} objects: sync {:.1} s (goal <= {GOAL_SYNC_S:.0} s: {}), {:.0} B/object beyond JSON (goal <= {GOAL_BYTES_PER_OBJECT:.0}: {})",
+            r.objects,
+            r.sync_s,
+            if r.sync_s <= GOAL_SYNC_S {
+                "met"
+            } else {
+                "MISSED"
+            },
+            beyond(r),
+            if beyond(r) <= GOAL_BYTES_PER_OBJECT {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,275 @@
+//! `throughput`: N objects of a test CRD, each needing one reconcile that
+//! reads the object from the cache and patches its status, for every
+//! controller variant (`wasm`, `native`, `kube-rs`, see
+//! [`crate::controllers`]) on the same API server and the same keys.
+//!
+//! A round of one variant: start its controller process and wait until it
+//! is ready (cache synced, workers running, nothing to do); then create the
+//! N objects (`spec.seq: 1`, 32 creates in flight from this process) while a
+//! watch counts the objects whose `status.observed` became 1. Reported:
+//! reconciles/s = N / (first create → last such status seen), and the CPU
+//! seconds the controller process used over that time. The objects are then
+//! deleted (controller stopped first) for the next round. Rounds rotate the
+//! order of the variants; each variant's figures are the median over rounds.
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use futures::TryStreamExt;
+use kube::api::{ListParams, WatchEvent, WatchParams};
+use serde::Serialize;
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::cluster::{self, Cluster};
+use crate::controllers::{ControllerArgs, Variant, child_args, host_config};
+use crate::procs::{Child, cpu_seconds};
+use crate::stats::{load_average, round};
+
+/// Creates in flight while the objects are created.
+const CREATES_IN_FLIGHT: usize = 32;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub objects: usize,
+    pub rounds: usize,
+    pub concurrency: usize,
+    pub variants: Vec<Variant>,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonLine {
+    scenario: &'static str,
+    variant: &'static str,
+    objects: usize,
+    reconciles_per_s: f64,
+    cpu_s: f64,
+}
+
+struct Round {
+    variant: Variant,
+    secs: f64,
+    cpu_s: f64,
+    /// Seconds the creates alone took (the load generator's share).
+    create_secs: f64,
+    /// CPU seconds of the API server process and of this process (the
+    /// load generator and the status watch) over the same time.
+    server_cpu_s: f64,
+    driver_cpu_s: f64,
+}
+
+/// Writes the wasm variants' component and host configs into `dir`
+/// (`host.yaml`: the default `instanceMode: fresh`; `host-reuse.yaml`).
+pub fn write_wasm_host(dir: &std::path::Path, concurrency: usize) -> anyhow::Result<()> {
+    let bytes = std::fs::read(artifacts::BENCH_STATUS)
+        .with_context(|| format!("reading {}", artifacts::BENCH_STATUS))?;
+    std::fs::write(dir.join("bench-0000.wasm"), bytes)?;
+    std::fs::write(
+        dir.join("host.yaml"),
+        host_config(1, concurrency, "fresh", None),
+    )?;
+    std::fs::write(
+        dir.join("host-reuse.yaml"),
+        host_config(1, concurrency, "reuse", None),
+    )?;
+    Ok(())
+}
+
+/// The host config `write_wasm_host` wrote for `variant`.
+pub fn wasm_config(dir: &std::path::Path, variant: Variant) -> std::path::PathBuf {
+    match variant {
+        Variant::WasmReuse => dir.join("host-reuse.yaml"),
+        _ => dir.join("host.yaml"),
+    }
+}
+
+async fn one(
+    cluster: &Cluster,
+    variant: Variant,
+    options: &Options,
+    config: &std::path::Path,
+) -> anyhow::Result<Round> {
+    let args = ControllerArgs {
+        variant,
+        kubeconfig: cluster.kubeconfig.clone(),
+        concurrency: options.concurrency,
+        config: Some(config.to_path_buf()),
+        hot: None,
+        count_heap: false,
+    };
+    let mut child = Child::spawn(variant.name(), &child_args(&args))?;
+    child.expect("ready", Duration::from_secs(120)).await?;
+
+    let api = cluster.items(0);
+    let rv = api
+        .list(&ListParams::default().limit(1))
+        .await?
+        .metadata
+        .resource_version
+        .unwrap_or_default();
+    let n = options.objects;
+    let watch = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            let mut done = HashSet::with_capacity(n);
+            let stream = api.watch(&WatchParams::default(), &rv).await?;
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.try_next().await? {
+                if let WatchEvent::Modified(o) = ev
+                    && cluster::seq_and_observed(&o).1 == Some(1)
+                    && let Some(name) = o.metadata.name
+                {
+                    done.insert(name);
+                    if done.len() == n {
+                        return anyhow::Ok(Instant::now());
+                    }
+                }
+            }
+            anyhow::bail!("the status watch ended after {} of {n} objects", done.len())
+        })
+    };
+    let cpu_before = child.cpu_seconds()?;
+    let server_before = cpu_seconds(cluster.pid())?;
+    let driver_before = cpu_seconds(std::process::id())?;
+    let start = Instant::now();
+    cluster
+        .create_items(
+            0,
+            (0..n).map(|i| format!("item-{i}")),
+            CREATES_IN_FLIGHT,
+            false,
+        )
+        .await?;
+    let create_secs = start.elapsed().as_secs_f64();
+    let last = tokio::time::timeout(Duration::from_secs(600), watch)
+        .await
+        .context("not every status was patched within 600 s")???;
+    let cpu_s = child.cpu_seconds()? - cpu_before;
+    let server_cpu_s = cpu_seconds(cluster.pid())? - server_before;
+    let driver_cpu_s = cpu_seconds(std::process::id())? - driver_before;
+    child.stop(Duration::from_secs(30)).await?;
+    cluster.delete_items(0).await?;
+    Ok(Round {
+        variant,
+        secs: (last - start).as_secs_f64(),
+        cpu_s,
+        create_secs,
+        server_cpu_s,
+        driver_cpu_s,
+    })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        0.0
+    } else {
+        v[(v.len() - 1) / 2]
+    }
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    ensure!(options.objects > 0, "--objects must be at least 1");
+    ensure!(options.rounds > 0, "--rounds must be at least 1");
+    ensure!(!options.variants.is_empty(), "no variant to run");
+    let load_before = load_average();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let rounds = runtime.block_on(async {
+        let cluster = Cluster::start().await?;
+        cluster.create_crds(0..1).await?;
+        let dir = tempfile::tempdir()?;
+        write_wasm_host(dir.path(), options.concurrency)?;
+        let mut rounds = Vec::new();
+        for r in 0..options.rounds {
+            let k = options.variants.len();
+            for i in 0..k {
+                let variant = options.variants[(i + r) % k];
+                let config = wasm_config(dir.path(), variant);
+                rounds.push(one(&cluster, variant, options, &config).await?);
+            }
+        }
+        cluster.stop().await?;
+        anyhow::Ok(rounds)
+    })?;
+    let summary: Vec<(Variant, f64, f64, Vec<&Round>)> = options
+        .variants
+        .iter()
+        .map(|&v| {
+            let mine: Vec<&Round> = rounds.iter().filter(|r| r.variant == v).collect();
+            let rate = median(
+                mine.iter()
+                    .map(|r| options.objects as f64 / r.secs)
+                    .collect(),
+            );
+            let cpu = median(mine.iter().map(|r| r.cpu_s).collect());
+            (v, rate, cpu, mine)
+        })
+        .collect();
+    if options.json {
+        for (v, rate, cpu, _) in &summary {
+            let line = JsonLine {
+                scenario: "throughput",
+                variant: v.name(),
+                objects: options.objects,
+                reconciles_per_s: round(*rate, 1),
+                cpu_s: round(*cpu, 2),
+            };
+            println!("{}", serde_json::to_string(&line)?);
+        }
+        return Ok(());
+    }
+    println!(
+        "throughput: {} objects, {} rounds, concurrency {}, {} CPUs, load {load_before} before / {} after",
+        options.objects,
+        options.rounds,
+        options.concurrency,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average()
+    );
+    println!(
+        "  {:<10} {:>12} {:>8} {:>13}   per round: reconciles/s, controller/API server/load generator CPU s, creates s",
+        "variant", "reconcile/s", "cpu s", "cpu µs/obj"
+    );
+    for (v, rate, cpu, mine) in &summary {
+        let per = mine
+            .iter()
+            .map(|r| {
+                format!(
+                    "{:.0} {:.2}/{:.2}/{:.2} {:.2}",
+                    options.objects as f64 / r.secs,
+                    r.cpu_s,
+                    r.server_cpu_s,
+                    r.driver_cpu_s,
+                    r.create_secs
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("  ");
+        println!(
+            "  {:<10} {:>12.0} {:>8.2} {:>13.1}   {per}",
+            v.name(),
+            rate,
+            cpu,
+            cpu * 1e6 / options.objects as f64
+        );
+    }
+    let get = |v: Variant| summary.iter().find(|s| s.0 == v).map(|s| (s.1, s.2));
+    if let (Some(w), Some(n)) = (get(Variant::Wasm), get(Variant::Native)) {
+        println!(
+            "  wasm/native: {:.2} (goal >= 0.9), cpu {:.2}x",
+            w.0 / n.0,
+            w.1 / n.1
+        );
+    }
+    if let (Some(w), Some(k)) = (get(Variant::Wasm), get(Variant::KubeRs)) {
+        println!(
+            "  wasm/kube-rs: {:.2} (goal >= 1.0), cpu {:.2}x",
+            w.0 / k.0,
+            w.1 / k.1
+        );
+    }
+    Ok(())
+}
