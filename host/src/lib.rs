@@ -19,6 +19,7 @@ pub mod manager;
 pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
+pub mod shard;
 pub mod source;
 pub mod syntax;
 #[cfg(any(test, feature = "test-util"))]

@@ -34,6 +34,7 @@ use crate::cache::Informer;
 use crate::config::PluginConfig;
 use crate::controller::{Controller, Workers};
 use crate::runtime::Plugin;
+use crate::shard::Shards;
 use crate::source::PluginSource;
 use crate::{Action, Reconcile, ReconcileError, ReconcileRequest};
 
@@ -211,13 +212,27 @@ impl Lifecycle {
 /// with).
 pub struct PluginSlot {
     current: ArcSwap<Plugin>,
+    /// With sharding: only keys of the shards this replica holds run.
+    shards: Option<Arc<Shards>>,
 }
 
 impl PluginSlot {
     pub fn new(plugin: Arc<Plugin>) -> Self {
         Self {
             current: ArcSwap::new(plugin),
+            shards: None,
         }
+    }
+
+    /// Reconciles only the keys `shards` admits (None: every key).
+    pub fn with_shards(mut self, shards: Option<Arc<Shards>>) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Whether this replica reconciles `key` (always, without sharding).
+    pub fn admits(&self, key: &crate::ObjectKey) -> bool {
+        self.shards.as_ref().is_none_or(|s| s.admits(key))
     }
 
     pub fn current(&self) -> Arc<Plugin> {
@@ -233,7 +248,10 @@ impl PluginSlot {
 impl Reconcile for PluginSlot {
     async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
         let plugin = self.current.load_full();
-        plugin.reconcile(request).await
+        match &self.shards {
+            Some(shards) => shards.reconcile(request, |r| plugin.reconcile(r)).await,
+            None => plugin.reconcile(request).await,
+        }
     }
 }
 

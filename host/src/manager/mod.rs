@@ -15,6 +15,7 @@
 mod engine;
 mod lifecycle;
 mod reload;
+mod sharding;
 mod status;
 mod wiring;
 
@@ -35,6 +36,7 @@ use crate::discovery::{self, Resolver};
 use crate::leader::{Fence, LeaderElection};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::runtime::{LoadError, Runtime, RuntimeError};
+use crate::shard::Shards;
 use crate::source::{FileWatcher, SourceError};
 use crate::workqueue::WorkQueue;
 
@@ -127,6 +129,8 @@ pub(crate) struct Host {
     leader: watch::Receiver<bool>,
     /// Open while this host surely holds the lease; guards plugins' requests.
     fence: Fence,
+    /// With sharding: the shards this replica holds (it never leads alone).
+    shards: Option<Arc<Shards>>,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
     stop: CancellationToken,
@@ -161,12 +165,18 @@ impl Manager {
             }
             None => None,
         };
-        let (leader_tx, leader) = watch::channel(!config.leader_election.enabled);
-        let fence = if config.leader_election.enabled {
+        // With sharding every replica runs workers, for its shards' keys.
+        let elects_leader = config.leader_election.enabled && config.sharding.is_none();
+        let (leader_tx, leader) = watch::channel(!elects_leader);
+        let fence = if elects_leader {
             Fence::closed()
         } else {
             Fence::open()
         };
+        let shards = config
+            .sharding
+            .as_ref()
+            .map(|s| Arc::new(Shards::new(s.shards)));
         let host = Arc::new(Host {
             cache: Arc::new(SharedCache::new(client.clone())),
             resolver: Arc::new(Resolver::new(client.clone())),
@@ -177,6 +187,7 @@ impl Manager {
             plugins: Mutex::new(BTreeMap::new()),
             leader,
             fence,
+            shards,
             watcher: options.watch_sources.then(FileWatcher::new),
             stop: CancellationToken::new(),
             config,
@@ -228,7 +239,7 @@ impl Manager {
     ) -> Result<(), ManagerError> {
         let host = self.host.clone();
         let election_stop = CancellationToken::new();
-        let election = if host.config.leader_election.enabled {
+        let election = if host.config.leader_election.enabled && host.shards.is_none() {
             let le = &host.config.leader_election;
             let election = LeaderElection {
                 namespace: le.namespace.clone(),
@@ -248,6 +259,7 @@ impl Manager {
         } else {
             None
         };
+        let coordinator = host.start_sharding(&self.options.identity, election_stop.clone());
 
         let names: Vec<String> = host.plugins.lock().unwrap().keys().cloned().collect();
         for name in names {
@@ -295,6 +307,9 @@ impl Manager {
         election_stop.cancel();
         if let Some(e) = election {
             let _ = e.await;
+        }
+        if let Some(c) = coordinator {
+            let _ = c.await;
         }
         host.stop.cancel();
         tracing::info!("shutdown complete");

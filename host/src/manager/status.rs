@@ -10,6 +10,7 @@ use super::Host;
 use super::lifecycle::PluginEntry;
 use super::reload::ReloadError;
 use crate::admin::{AdminState, Refusal};
+use crate::shard::ShardStatus;
 
 /// One plugin as `/plugins` shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -31,6 +32,9 @@ pub struct PluginStatus {
     pub queue_depth: usize,
     /// Why the last reload or sync failed, until the next success.
     pub last_error: Option<String>,
+    /// With sharding: the shards whose keys this replica reconciles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardStatus>,
 }
 
 impl Host {
@@ -47,6 +51,7 @@ impl Host {
             generation: lifecycle.generation(),
             queue_depth: entry.controller().queue().len(),
             last_error: lifecycle.last_error().map(str::to_string),
+            shards: self.shards.as_ref().map(|s| s.status()),
         }
     }
 
@@ -100,6 +105,22 @@ impl AdminState for Host {
         } else {
             Err(waiting.join("; "))
         }
+    }
+
+    fn ready_detail(&self) -> Option<String> {
+        let s = self.shards.as_ref()?.status();
+        let list = |v: &[u32]| {
+            v.iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        Some(format!(
+            "shards held: [{}] of {}; draining: [{}]",
+            list(&s.held),
+            s.total,
+            list(&s.draining)
+        ))
     }
 
     fn plugins(&self) -> serde_json::Value {

@@ -77,7 +77,7 @@ impl Host {
             )
         });
         let for_kind = plugin.metadata().for_.clone();
-        let slot = Arc::new(PluginSlot::new(plugin));
+        let slot = Arc::new(PluginSlot::new(plugin).with_shards(self.shards.clone()));
         let controller = Controller::new(
             ControllerOptions {
                 name: config.name.clone(),
@@ -287,6 +287,7 @@ impl Host {
                 let informer = self.cache.informer(key, watch.resource.clone());
                 feeds.tasks.push(forward_events(
                     &informer,
+                    controller.reconciler().clone(),
                     controller.queue().clone(),
                     watch.mapping.clone(),
                     for_kind.clone(),
@@ -297,6 +298,7 @@ impl Host {
                     feeds.tasks.push(resync_every(
                         period,
                         &informer,
+                        controller.reconciler().clone(),
                         controller.queue().clone(),
                         for_kind.clone(),
                     ));
@@ -353,9 +355,10 @@ pub(super) fn limits(config: &PluginConfig) -> Limits {
     }
 }
 
-/// Turns an informer's events into keys of `queue`.
+/// Turns an informer's events into keys of `queue` (those `slot` admits).
 fn forward_events(
     informer: &Arc<Informer>,
+    slot: Arc<PluginSlot>,
     queue: WorkQueue<ObjectKey>,
     mapping: KeyMapping,
     reconciled: Gvk,
@@ -367,14 +370,16 @@ fn forward_events(
             match n {
                 Notification::Object(e) => {
                     for k in keys(&mapping, &reconciled, &e.object) {
-                        queue.add(k);
+                        if slot.admits(&k) {
+                            queue.add(k);
+                        }
                     }
                 }
                 Notification::Resync => {
                     let Some(informer) = weak.upgrade() else {
                         break;
                     };
-                    enqueue_store(&queue, &informer, &mapping, &reconciled);
+                    enqueue_store(&slot, &queue, &informer, &mapping, &reconciled);
                 }
             }
         }
@@ -385,6 +390,7 @@ fn forward_events(
 fn resync_every(
     period: Duration,
     informer: &Arc<Informer>,
+    slot: Arc<PluginSlot>,
     queue: WorkQueue<ObjectKey>,
     for_kind: Gvk,
 ) -> tokio::task::JoinHandle<()> {
@@ -397,7 +403,7 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            enqueue_store(&queue, &informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(&slot, &queue, &informer, &KeyMapping::Itself, &for_kind);
         }
     })
 }
@@ -409,13 +415,15 @@ pub(super) fn enqueue_all(entry: &PluginEntry) {
     let queue = entry.controller().queue();
     for informer in entry.informers() {
         if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
-            enqueue_store(queue, informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(entry.slot(), queue, informer, &KeyMapping::Itself, &for_kind);
         }
     }
 }
 
-/// Adds the key of every object `informer` holds, as `mapping` maps it.
+/// Adds the key of every object `informer` holds, as `mapping` maps it
+/// (those `slot` admits).
 fn enqueue_store(
+    slot: &PluginSlot,
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
     mapping: &KeyMapping,
@@ -423,7 +431,9 @@ fn enqueue_store(
 ) {
     for o in informer.store().state() {
         for k in keys(mapping, reconciled, &o) {
-            queue.add(k);
+            if slot.admits(&k) {
+                queue.add(k);
+            }
         }
     }
 }
