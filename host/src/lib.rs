@@ -18,6 +18,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod reconcile;
+pub mod rbac;
 pub mod runtime;
 pub mod shard;
 pub mod source;

@@ -131,6 +131,9 @@ pub(crate) struct Host {
     fence: Fence,
     /// With sharding: the shards this replica holds (it never leads alone).
     shards: Option<Arc<Shards>>,
+    /// Per plugin: the accesses of its grant the API server's authorization
+    /// refused this host at start (see [`crate::rbac::denied`]).
+    rbac_denied: Mutex<BTreeMap<String, Vec<String>>>,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
     stop: CancellationToken,
@@ -188,10 +191,14 @@ impl Manager {
             leader,
             fence,
             shards,
+            rbac_denied: Mutex::new(BTreeMap::new()),
             watcher: options.watch_sources.then(FileWatcher::new),
             stop: CancellationToken::new(),
             config,
         });
+        for plugin in &host.config.plugins {
+            host.check_rbac(plugin).await;
+        }
         for plugin in host.config.plugins.clone() {
             let entry = host.build(plugin, 1, None).await.inspect_err(|e| {
                 tracing::error!("{e}");
@@ -318,6 +325,34 @@ impl Manager {
 }
 
 impl Host {
+    /// Asks the API server, one SelfSubjectAccessReview per access, whether
+    /// RBAC allows this host all of `plugin`'s grant, and reports what it
+    /// refuses (logged, and shown by `/plugins` as `rbac_denied`) before the
+    /// first request fails with a 403. The plugin still starts: what RBAC
+    /// allows keeps working.
+    async fn check_rbac(&self, plugin: &crate::config::PluginConfig) {
+        match crate::rbac::denied(&self.client, plugin).await {
+            Ok(denied) if denied.is_empty() => {
+                tracing::debug!(plugin = %plugin.name, "RBAC allows the whole grant");
+            }
+            Ok(denied) => {
+                tracing::error!(
+                    plugin = %plugin.name,
+                    denied = ?denied,
+                    "RBAC does not allow this host all of the plugin's grant (add these rules, e.g. from `wasmctrl rbac`): {}",
+                    denied.join("; ")
+                );
+                self.rbac_denied
+                    .lock()
+                    .unwrap()
+                    .insert(plugin.name.clone(), denied);
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %plugin.name, "cannot check the grant against RBAC (SelfSubjectAccessReview failed): {e}");
+            }
+        }
+    }
+
     /// Waits for a plugin's informers (reporting Failed past
     /// `cacheSyncTimeout`, and still waiting), then enqueues every key they
     /// imply and starts workers if leading.

@@ -35,6 +35,10 @@ pub struct PluginStatus {
     /// With sharding: the shards whose keys this replica reconciles.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shards: Option<ShardStatus>,
+    /// The accesses of the plugin's grant RBAC refused this host at start
+    /// (`verb group/resource in namespace NS` or `… cluster-wide`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rbac_denied: Vec<String>,
 }
 
 impl Host {
@@ -52,6 +56,13 @@ impl Host {
             queue_depth: entry.controller().queue().len(),
             last_error: lifecycle.last_error().map(str::to_string),
             shards: self.shards.as_ref().map(|s| s.status()),
+            rbac_denied: self
+                .rbac_denied
+                .lock()
+                .unwrap()
+                .get(name)
+                .cloned()
+                .unwrap_or_default(),
         }
     }
 

@@ -5,6 +5,7 @@ mod controller;
 mod load;
 mod polyglot;
 mod process;
+mod rbac;
 mod sandbox;
 mod sources;
 
