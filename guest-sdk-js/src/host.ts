@@ -43,6 +43,7 @@ export interface Backend {
   attempt(): number;
   settings(): string;
   log(level: LogLevel, message: string, fields: [string, string][]): void;
+  logEnabled(level: LogLevel): boolean;
 }
 
 let current: Backend | undefined;

@@ -16,6 +16,15 @@ export function log(level: LogLevel, message: string, fields: Record<string, unk
   );
 }
 
+/**
+ * Whether a message at `level` would be kept now (the host's log filter lets
+ * it through and this reconcile's log budget is not used up): check it before
+ * building an expensive message. Needs a host of WIT 0.1.1 or later.
+ */
+export function enabled(level: LogLevel): boolean {
+  return backend().logEnabled(level);
+}
+
 export const trace = (message: string, fields?: Record<string, unknown>): void => log("trace", message, fields);
 export const debug = (message: string, fields?: Record<string, unknown>): void => log("debug", message, fields);
 export const info = (message: string, fields?: Record<string, unknown>): void => log("info", message, fields);

@@ -156,6 +156,8 @@ export class FakeCluster implements Backend {
   private deadlineMs = 10_000;
   /** Every log line, in order. */
   readonly logs: LogLine[] = [];
+  /** The lowest level `log.enabled` reports as kept (as the host's filter would). */
+  logLevel: LogLevel = "trace";
 
   constructor() {
     install(this);
@@ -276,6 +278,11 @@ export class FakeCluster implements Backend {
 
   log(level: LogLevel, message: string, fields: [string, string][]): void {
     this.logs.push({ level, message, fields: [...fields] });
+  }
+
+  logEnabled(level: LogLevel): boolean {
+    const order: LogLevel[] = ["trace", "debug", "info", "warn", "error"];
+    return order.indexOf(level) >= order.indexOf(this.logLevel);
   }
 
   get(kind: Gvk, namespace: string | undefined, name: string): string {

@@ -406,6 +406,13 @@ describe("events and logs", () => {
     assert.deepEqual([cluster.events()[1]!.namespace, (cluster.events()[1]!.body as { type: string }).type], [undefined, "Normal"]);
   });
 
+  test("log.enabled asks the host", () => {
+    assert.equal(log.enabled("debug"), true);
+    cluster.logLevel = "info";
+    assert.equal(log.enabled("debug"), false);
+    assert.equal(log.enabled("warn"), true);
+  });
+
   test("logs go to the host with fields", () => {
     log.info("hello", { key: "ns/a", n: 3 });
     assert.deepEqual(cluster.logs, [{ level: "info", message: "hello", fields: [["key", "ns/a"], ["n", "3"]] }]);

@@ -379,6 +379,14 @@ class EventsAndLogsTest(ClusterTest):
         Recorder.for_key(GADGET, ObjectKey.cluster("c")).publish(EventType.NORMAL, "Seen", "Reconcile", "")
         self.assertEqual((self.cluster.events()[1].namespace, self.cluster.events()[1].body["type"]), (None, "Normal"))
 
+    def test_log_enabled_asks_the_host(self):
+        self.assertTrue(log.enabled("debug"))
+        self.cluster.log_level = "info"
+        self.assertFalse(log.enabled("debug"))
+        self.assertTrue(log.enabled("warn"))
+        with self.assertRaises(ValueError):
+            log.enabled("loud")
+
     def test_logs_go_to_the_host_with_fields(self):
         log.info("hello", key="ns/a", n=3)
         import logging

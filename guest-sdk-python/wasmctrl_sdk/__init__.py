@@ -2,7 +2,7 @@
 
 A plugin subclasses :class:`Reconciler` and exports it with :func:`export`;
 ``wasmctrl build <dir>`` turns it into a component of the
-``wasmctrl:reconciler@0.1.0`` world with componentize-py::
+``wasmctrl:reconciler@0.1.1`` world with componentize-py::
 
     from wasmctrl_sdk import Action, Api, Metadata, Patch, Reconciler, export, kinds, log
 

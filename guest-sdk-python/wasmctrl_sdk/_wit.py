@@ -114,6 +114,9 @@ class WitBackend:
     def log(self, level, message, fields):
         wit_context.log(_LEVELS[level], message, fields)
 
+    def log_enabled(self, level):
+        return wit_context.log_enabled(_LEVELS[level])
+
 
 def metadata_to_wit(m: Metadata) -> wit_types.PluginMetadata:
     def mapping(w) -> wit_types.WatchMapping:

@@ -21,6 +21,15 @@ def log(level: str, message: str, **fields: object) -> None:
     _host.backend().log(level, str(message), [(str(k), str(v)) for k, v in fields.items()])
 
 
+def enabled(level: str) -> bool:
+    """Whether a message at ``level`` would be kept now (the host's log filter
+    lets it through and this reconcile's log budget is not used up): check it
+    before building an expensive message. Needs a host of WIT 0.1.1 or later."""
+    if level not in ("trace", "debug", "info", "warn", "error"):
+        raise ValueError(f"unknown log level {level!r}")
+    return bool(_host.backend().log_enabled(level))
+
+
 def trace(message: str, **fields: object) -> None:
     log("trace", message, **fields)
 

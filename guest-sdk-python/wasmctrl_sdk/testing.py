@@ -119,6 +119,9 @@ class FakeCluster:
         self._deadline_ms = 10_000
         #: Every log line, in order.
         self.logs: list[LogLine] = []
+        #: The lowest level ``log.enabled`` reports as kept (as the host's
+        #: log filter would).
+        self.log_level = "trace"
         _host.install(self)
 
     def close(self) -> None:
@@ -213,6 +216,10 @@ class FakeCluster:
 
     def log(self, level: str, message: str, fields: list) -> None:
         self.logs.append(LogLine(level, message, list(fields)))
+
+    def log_enabled(self, level: str) -> bool:
+        order = ("trace", "debug", "info", "warn", "error")
+        return order.index(level) >= order.index(self.log_level)
 
     def get(self, kind, namespace, name):
         self._admit(Call("get", kind, namespace, name, None))

@@ -636,6 +636,11 @@ pub(crate) mod fake {
         pub fn log(level: LogLevel, message: &str, fields: &[(String, String)]) {
             eprintln!("[{level:?}] {message} {fields:?}");
         }
+
+        /// The fake prints every level.
+        pub fn log_enabled(_level: LogLevel) -> bool {
+            true
+        }
     }
 
     pub(crate) mod kube {

@@ -28,7 +28,7 @@ const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Applies every `.yaml`/`.yml`/`.json` file in `dir` (sorted by name):
 /// CustomResourceDefinitions first (waiting until established), then the
-/// rest. Documents of the host's own kinds (`wasmctrl.dev/*`) are skipped.
+/// rest. A host config (`kind: HostConfig`) beside them is skipped.
 /// Returns how many objects were applied.
 pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError> {
     let file_error = |path: &Path, message: String| ApplyError::File {
@@ -49,24 +49,48 @@ pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError>
     let mut objects = Vec::new();
     for path in files {
         let text = std::fs::read_to_string(&path).map_err(|e| file_error(&path, e.to_string()))?;
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let value = serde_yaml::Value::deserialize(doc)
-                .map_err(|e| file_error(&path, e.to_string()))?;
-            if value.is_null() {
-                continue;
-            }
-            let obj: DynamicObject = serde_yaml::from_value(value)
-                .map_err(|e| file_error(&path, format!("not a Kubernetes object: {e}")))?;
-            // The host's own config may sit beside the manifests it runs on.
-            let own = obj
-                .types
-                .as_ref()
-                .is_some_and(|t| t.api_version.starts_with("wasmctrl.dev/"));
-            if !own {
-                objects.push((path.clone(), obj));
-            }
+        objects.extend(parse(&path, &text)?);
+    }
+    apply_objects(client, objects).await
+}
+
+/// Applies the manifests in `text` (named `path` in errors and logs), CRDs
+/// first, as [`apply_dir`] does for a file.
+pub async fn apply_text(client: &Client, path: &Path, text: &str) -> Result<usize, ApplyError> {
+    apply_objects(client, parse(path, text)?).await
+}
+
+/// The objects of the YAML documents in `text`, without a host config.
+fn parse(path: &Path, text: &str) -> Result<Vec<(PathBuf, DynamicObject)>, ApplyError> {
+    let file_error = |message: String| ApplyError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    let mut objects = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(text) {
+        let value = serde_yaml::Value::deserialize(doc).map_err(|e| file_error(e.to_string()))?;
+        if value.is_null() {
+            continue;
+        }
+        let obj: DynamicObject = serde_yaml::from_value(value)
+            .map_err(|e| file_error(format!("not a Kubernetes object: {e}")))?;
+        // The host's own config may sit beside the manifests it runs on
+        // (WasmReconcilers, of the same group, are applied).
+        let own = obj
+            .types
+            .as_ref()
+            .is_some_and(|t| t.api_version.starts_with("wasmctrl.dev/") && t.kind == "HostConfig");
+        if !own {
+            objects.push((path.to_path_buf(), obj));
         }
     }
+    Ok(objects)
+}
+
+async fn apply_objects(
+    client: &Client,
+    objects: Vec<(PathBuf, DynamicObject)>,
+) -> Result<usize, ApplyError> {
     let is_crd = |o: &DynamicObject| {
         o.types
             .as_ref()

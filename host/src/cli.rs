@@ -142,6 +142,7 @@ impl RegistryArgs {
         RegistryOptions {
             insecure: self.insecure,
             docker_config: self.docker_config.clone(),
+            credentials: None,
             limits: wasmctrl::config::FetchLimits {
                 timeout: self.timeout,
                 ..Default::default()
@@ -378,11 +379,13 @@ async fn terminated() {
 
 async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let config = HostConfig::load(&config_path)?;
-    let client = kube::Client::try_default().await.context(
+    let kube_config = kube::Config::infer().await.context(
         "cannot connect to a cluster (no kubeconfig or in-cluster config); try `wasmctrl dev`",
     )?;
+    let client = kube::Client::try_from(kube_config.clone())?;
     let options = ManagerOptions {
         config_path: Some(config_path.clone()),
+        kube_config: Some(kube_config),
         ..ManagerOptions::default()
     };
     let manager = Manager::start(config, client, options).await?;
@@ -412,7 +415,17 @@ async fn dev(
         kubeconfig_out.display(),
         absolute(&kubeconfig_out).display()
     );
-    let client = client_for(&kubeconfig_out).await?;
+    let kube_config = wasmctrl::client::config_for(&kubeconfig_out).await?;
+    let client = kube::Client::try_from(kube_config.clone())?;
+    if config.plugins_from.is_some() {
+        wasmctrl::apply::apply_text(
+            &client,
+            Path::new("deploy/crds/wasmreconciler.yaml"),
+            wasmctrl::manager::WASMRECONCILER_CRD,
+        )
+        .await?;
+        println!("applied the WasmReconciler CRD (the config sets pluginsFrom)");
+    }
     if let Some(dir) = apply {
         let n = wasmctrl::apply::apply_dir(&client, &dir).await?;
         println!("applied {n} objects from {}", dir.display());
@@ -420,6 +433,7 @@ async fn dev(
     let options = ManagerOptions {
         admin_bind: admin,
         config_path: Some(config_path.clone()),
+        kube_config: Some(kube_config),
         ..ManagerOptions::default()
     };
     let manager = Manager::start(config, client, options).await?;
@@ -432,11 +446,6 @@ async fn dev(
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// A kube client for the cluster of the kubeconfig at `path`.
-pub async fn client_for(path: &Path) -> anyhow::Result<kube::Client> {
-    Ok(wasmctrl::client::client_for(path).await?)
 }
 
 /// `dev` builds plugins whose component is missing when its path follows

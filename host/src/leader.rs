@@ -74,6 +74,14 @@ impl Fence {
     }
 }
 
+/// A lease record as this host first saw it (holder and renew time), and
+/// when.
+#[derive(Debug)]
+struct Observed {
+    record: String,
+    at: Instant,
+}
+
 /// Lease-based leader election settings.
 #[derive(Debug, Clone)]
 pub struct LeaderElection {
@@ -105,6 +113,7 @@ impl LeaderElection {
     ) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let mut last_renewed: Option<Instant> = None;
+        let mut observed: Option<Observed> = None;
         loop {
             let attempt = Instant::now();
             // A renewal must finish before the renew deadline; an
@@ -113,9 +122,12 @@ impl LeaderElection {
                 Some(t) => (t + self.renew_deadline).saturating_duration_since(attempt),
                 None => self.lease_duration,
             };
-            let outcome = tokio::time::timeout(budget, self.try_acquire_or_renew(&api))
-                .await
-                .unwrap_or_else(|_| Err(format!("the lease request took longer than {budget:?}")));
+            let outcome =
+                tokio::time::timeout(budget, self.try_acquire_or_renew(&api, &mut observed))
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(format!("the lease request took longer than {budget:?}"))
+                    });
             match outcome {
                 Ok(true) => {
                     last_renewed = Some(attempt);
@@ -160,7 +172,18 @@ impl LeaderElection {
     }
 
     /// One round: Ok(true) if we hold the lease afterwards.
-    async fn try_acquire_or_renew(&self, api: &Api<Lease>) -> Result<bool, String> {
+    ///
+    /// Another holder's lease is judged expired on this host's own
+    /// monotonic clock, as client-go does: only after `lease_duration` has
+    /// passed since this host first saw the holder's current record
+    /// unchanged. Comparing the holder's `renewTime` with our wall clock
+    /// would let clock skew (or second-granular arithmetic) end a lease
+    /// early, while its holder still writes.
+    async fn try_acquire_or_renew(
+        &self,
+        api: &Api<Lease>,
+        observed: &mut Option<Observed>,
+    ) -> Result<bool, String> {
         let now = Timestamp::now();
         let duration_secs = i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
         let Some(mut lease) = api
@@ -192,10 +215,25 @@ impl LeaderElection {
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
         let holder = spec.holder_identity.clone().unwrap_or_default();
         let ours = holder == self.identity;
-        let expired = spec.renew_time.as_ref().is_none_or(|t| {
-            let valid = i64::from(spec.lease_duration_seconds.unwrap_or(duration_secs).max(0));
-            t.0.as_second().saturating_add(valid) <= now.as_second()
-        });
+        let record = format!(
+            "{holder}@{:?}",
+            spec.renew_time.as_ref().map(|t| t.0.as_microsecond())
+        );
+        let seen_at = match observed {
+            Some(o) if o.record == record => o.at,
+            _ => {
+                *observed = Some(Observed {
+                    record,
+                    at: Instant::now(),
+                });
+                Instant::now()
+            }
+        };
+        let valid = Duration::from_secs(
+            u64::try_from(spec.lease_duration_seconds.unwrap_or(duration_secs)).unwrap_or(0),
+        )
+        .max(self.lease_duration);
+        let expired = spec.renew_time.is_none() || seen_at.elapsed() >= valid;
         if !ours && !holder.is_empty() && !expired {
             return Ok(false);
         }

@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+mod registry;
+
+pub use registry::{
+    PASSWORD, Registry, USER, empty_docker_config, http_request, insecure_registry, push_component,
+};
+
 use crate::ObjectKey;
 use crate::config::HostConfig;
 use crate::manager::{Manager, ManagerError, ManagerOptions};

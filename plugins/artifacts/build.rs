@@ -31,6 +31,12 @@ const PLUGINS: &[(&str, &str, &str)] = &[
         "plugins/testing/missing-export",
     ),
     ("HOSTILE", "hostile", "plugins/testing/hostile"),
+    ("MIRROR", "mirror", "plugins/testing/mirror"),
+    (
+        "COMPAT_0_1_0",
+        "compat-0-1-0",
+        "plugins/testing/compat-0-1-0",
+    ),
 ];
 
 /// (constant name, package, features, file): further builds of a package
@@ -63,6 +69,16 @@ const VARIANTS: &[(&str, &str, &str, &str)] = &[
 const POLYGLOT: &[(&str, &str, &str)] = &[
     ("WEBAPP_PY", "plugins/webapp-py", "webapp_py.wasm"),
     ("WEBAPP_TS", "plugins/webapp-ts", "webapp_ts.wasm"),
+    (
+        "MISBEHAVE_PY",
+        "plugins/testing/misbehave-py",
+        "misbehave_py.wasm",
+    ),
+    (
+        "MISBEHAVE_TS",
+        "plugins/testing/misbehave-ts",
+        "misbehave_ts.wasm",
+    ),
 ];
 
 /// What a polyglot build reads: the SDKs and the plugins, without their
@@ -76,6 +92,11 @@ const POLYGLOT_INPUTS: &[&str] = &[
     "plugins/webapp-ts/src",
     "plugins/webapp-ts/package.json",
     "plugins/webapp-ts/tsconfig.json",
+    "plugins/testing/misbehave-py/misbehave.py",
+    "plugins/testing/misbehave-py/pyproject.toml",
+    "plugins/testing/misbehave-ts/src",
+    "plugins/testing/misbehave-ts/package.json",
+    "plugins/testing/misbehave-ts/tsconfig.json",
     "host/src/build.rs",
 ];
 

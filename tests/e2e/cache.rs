@@ -53,7 +53,7 @@ async fn nothing_is_missed_across_a_forced_relist() {
     };
 
     // Every watch expires (as after an etcd compaction) while objects change.
-    cluster.server.expire_watches();
+    cluster.server().expire_watches();
     api.delete("gone-1", &DeleteParams::default())
         .await
         .unwrap();
@@ -63,7 +63,7 @@ async fn nothing_is_missed_across_a_forced_relist() {
     api.create(&PostParams::default(), &configmap("new"))
         .await
         .unwrap();
-    cluster.server.expire_watches();
+    cluster.server().expire_watches();
 
     eventually(
         "the deletions and the creation",

@@ -59,7 +59,7 @@ async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
     let cluster = Cluster::start().await;
     let host = cluster.host(&config(artifacts::HOSTILE)).await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
-    let writes_before = cluster.server.audit().records().len();
+    let writes_before = cluster.server().audit().records().len();
     // `inject` tries URL injection through every string argument; its
     // reconcile succeeds only if the host refused every attempt.
     create(&api, "inject").await;
@@ -88,7 +88,7 @@ async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
     .await
     .unwrap_or(0.0);
     assert_eq!(requests, 0.0);
-    let writes: Vec<_> = cluster.server.audit().records()[writes_before..]
+    let writes: Vec<_> = cluster.server().audit().records()[writes_before..]
         .iter()
         .filter(|w| w.name.as_deref() != Some("inject"))
         .map(|w| {

@@ -76,10 +76,26 @@ async fn unstamped(api: &Api<ConfigMap>, stamp: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writing_v2_over_v1_converges_every_object_to_v2_while_objects_change() {
+    v2_over_v1(stamp_config()).await;
+}
+
+/// With warm instances, a swap must drop them all: a v1 instance left in the
+/// pool would stamp v1 again and the objects would never all show v2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swap_empties_the_pool_of_warm_instances() {
+    let config = stamp_config().replace(
+        "    maxConcurrentReconciles: 2\n",
+        "    maxConcurrentReconciles: 2\n    instanceMode: reuse\n",
+    );
+    assert!(config.contains("instanceMode: reuse"));
+    v2_over_v1(&config).await;
+}
+
+async fn v2_over_v1(config: &str) {
     let cluster = Cluster::start().await;
     let file = cluster.dir.path().join("stamp.wasm");
     install(artifacts::STAMP_V1, &file);
-    let host = start(&cluster, stamp_config(), false).await;
+    let host = start(&cluster, config, false).await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
     for i in 0..30 {
         api.create(&PostParams::default(), &configmap(&format!("cm-{i}")))

@@ -3,8 +3,11 @@
 //! user would.
 
 mod cache;
+mod faults;
 mod hostile;
 mod hotswap;
+mod load;
 mod manager;
 mod modules;
+mod objects;
 mod webapp;

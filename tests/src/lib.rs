@@ -15,7 +15,8 @@ use wasmctrl_apiserver::{ApiServer, Config};
 /// A cluster for one test: the embedded API server on an ephemeral port, a
 /// kubeconfig for kubectl, and a kube-rs client.
 pub struct Cluster {
-    pub server: ApiServer,
+    /// None only while restarting.
+    server: Option<ApiServer>,
     pub client: kube::Client,
     pub kubeconfig: PathBuf,
     pub dir: TempDir,
@@ -40,11 +41,31 @@ impl Cluster {
         server.write_kubeconfig(&kubeconfig).unwrap();
         let client = client_for(&kubeconfig).await;
         Self {
-            server,
+            server: Some(server),
             client,
             kubeconfig,
             dir,
         }
+    }
+
+    /// Stops the API server and starts it again on the same address, token
+    /// and CA (kubeconfigs stay valid): with a data dir the state is kept,
+    /// in memory it is lost.
+    pub async fn restart(&mut self) {
+        let old = self.server.take().expect("a running server");
+        let config = old.config();
+        old.shutdown().await;
+        self.server = Some(
+            ApiServer::start(config)
+                .await
+                .expect("the API server restarts"),
+        );
+    }
+
+    /// The API server (its fault switches and audit, with the `testing`
+    /// feature).
+    pub fn server(&self) -> &ApiServer {
+        self.server.as_ref().expect("a running server")
     }
 
     /// Starts a host with the config `text` (plugin paths relative to the

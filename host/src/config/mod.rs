@@ -13,6 +13,9 @@
 //!     memoryLimit: 64Mi
 //!     permissions:
 //!       - { group: apps, resources: [deployments], verbs: [get, patch] }
+//! pluginsFrom: { kind: WasmReconciler }   # also plugins defined as objects
+//! maxGrant:                               # … granted at most this
+//!   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
 //! ```
 
 use std::collections::HashSet;
@@ -144,6 +147,17 @@ pub struct HostConfig {
     pub runtime: RuntimeSection,
     #[serde(default)]
     pub plugins: Vec<PluginConfig>,
+    /// Also run the plugins defined by WasmReconciler objects in the
+    /// cluster (opt-in; see [`PluginsFrom`]).
+    #[serde(default)]
+    pub plugins_from: Option<PluginsFrom>,
+    /// The most a WasmReconciler object may grant its plugin: an object
+    /// whose `permissions` (within its `namespaces`) allow anything these
+    /// rules do not is refused. Unset is `[]`: object plugins may be granted
+    /// nothing, so every object that asks for a permission is refused
+    /// (plugins of the config file are not limited by it).
+    #[serde(default)]
+    pub max_grant: Option<Vec<PermissionRule>>,
     /// The directory of the config file; plugin paths are relative to it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -274,6 +288,34 @@ impl Default for RuntimeSection {
             api_qps: default_host_api_qps(),
         }
     }
+}
+
+/// The kind `pluginsFrom` accepts.
+pub const PLUGINS_FROM_KIND: &str = "WasmReconciler";
+
+/// `pluginsFrom`: where plugins defined as Kubernetes objects come from.
+///
+/// ```yaml
+/// pluginsFrom: { kind: WasmReconciler, namespace: wasmctrl-system }
+/// maxGrant:
+///   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginsFrom {
+    /// The kind of the objects: `WasmReconciler` (group `wasmctrl.dev`,
+    /// cluster-scoped), the only one.
+    pub kind: String,
+    /// Where an object's `source.imagePullSecret` Secrets are read (the
+    /// objects are cluster-scoped; their Secrets live here). Default:
+    /// `default`.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Whether objects may name `file:` sources (a path on the host's
+    /// filesystem). Default false: whoever creates a WasmReconciler must
+    /// not choose files the host reads.
+    #[serde(default)]
+    pub allow_file_sources: bool,
 }
 
 /// A plugin's ceilings (docs/SECURITY.md lists them with their defaults).
@@ -668,178 +710,41 @@ impl HostConfig {
         for (i, p) in self.plugins.iter().enumerate() {
             let at = |field: &str| format!("plugins[{i}].{field}");
             let name = Some(p.name.as_str());
-            let check =
-                |field: &str, r: Result<(), String>| r.map_err(|m| invalid(at(field), name, m));
             if !is_dns_label(&p.name) {
-                return Err(invalid(
-                    at("name"),
-                    name,
-                    "must be a DNS label (lowercase letters, digits and '-', at most 63 characters)".into(),
-                ));
+                return Err(invalid(at("name"), name, DNS_LABEL.into()));
             }
             if !names.insert(p.name.as_str()) {
                 return Err(invalid(at("name"), name, "duplicate plugin name".into()));
             }
-            match (&p.path, &p.source) {
-                (Some(_), Some(_)) => {
-                    return Err(invalid(
-                        at("source"),
-                        name,
-                        "give either path or source, not both".into(),
-                    ));
-                }
-                (None, None) => {
-                    return Err(invalid(
-                        at("source"),
-                        name,
-                        "is required: where the component comes from (path: FILE, or source: with one of file, url and oci)".into(),
-                    ));
-                }
-                (None, Some(source)) => {
-                    if let Err(SourceProblem { field, message }) = source.spec() {
-                        let path = match field {
-                            "source" => at("source"),
-                            f => at(&format!("source.{f}")),
-                        };
-                        return Err(invalid(path, name, message));
-                    }
-                }
-                (Some(_), None) => {}
-            }
-            check(
-                "maxConcurrentReconciles",
-                count(p.max_concurrent_reconciles as u64, 1, 1024),
-            )?;
-            check("reconcileTimeout", within(p.reconcile_timeout, MILLI, HOUR))?;
-            check(
-                "memoryLimit",
-                count(p.memory_limit, 1 << 20, 4 << 30)
-                    .map_err(|_| "must be between 1Mi and 4Gi".to_string()),
-            )?;
-            if p.fuel == Some(0) {
+            p.check()
+                .map_err(|FieldProblem { field, message }| invalid(at(&field), name, message))?;
+            if p.source
+                .as_ref()
+                .is_some_and(|s| s.image_pull_secret.is_some())
+            {
                 return Err(invalid(
-                    at("fuel"),
+                    at("source.imagePullSecret"),
                     name,
-                    "must be positive (omit it for no fuel limit)".into(),
+                    "only applies to WasmReconciler objects; a host config names a docker config file (dockerConfig)".into(),
                 ));
             }
-            let rl = &p.rate_limiter;
-            check(
-                "rateLimiter.maxDelay",
-                within(rl.max_delay, Duration::ZERO, YEAR),
-            )?;
-            if rl.base_delay > rl.max_delay {
+        }
+        if let Some(from) = &self.plugins_from {
+            if from.kind != PLUGINS_FROM_KIND {
                 return Err(invalid(
-                    at("rateLimiter.baseDelay"),
-                    name,
-                    "must not exceed maxDelay".into(),
+                    "pluginsFrom.kind".into(),
+                    None,
+                    format!("must be {PLUGINS_FROM_KIND:?}, not {:?}", from.kind),
                 ));
             }
-            check("rateLimiter.qps", rate(rl.qps, 1e6))?;
-            check(
-                "rateLimiter.burst",
-                count(u64::from(rl.burst), 1, 1_000_000),
+            top(
+                "pluginsFrom.namespace",
+                syntax::namespace(&from.namespace).map_err(|e| e.message),
             )?;
-            if let Some(list) = &p.namespaces {
-                if list.is_empty() {
-                    return Err(invalid(
-                        at("namespaces"),
-                        name,
-                        "must name at least one namespace (omit it for all)".into(),
-                    ));
-                }
-                for ns in list {
-                    check("namespaces", syntax::namespace(ns).map_err(|e| e.message))?;
-                }
-            }
-            if let Some(period) = p.resync_period {
-                check("resyncPeriod", within(period, SECOND, YEAR))?;
-            }
-            if !p.settings.is_object() {
-                return Err(invalid(at("settings"), name, "must be a mapping".into()));
-            }
-            let settings_len = p.settings.to_string().len();
-            if settings_len > MAX_SETTINGS {
-                return Err(invalid(
-                    at("settings"),
-                    name,
-                    format!("is {settings_len} bytes as JSON; at most {MAX_SETTINGS} are allowed"),
-                ));
-            }
-            check(
-                "maxCallsPerInstance",
-                count(u64::from(p.max_calls_per_instance), 1, 1_000_000_000),
-            )?;
-            check("maxInstanceAge", within(p.max_instance_age, SECOND, YEAR))?;
-            if let Some(m) = p.max_instance_memory {
-                check("maxInstanceMemory", count(m, 1 << 20, p.memory_limit))?;
-            }
-            let l = &p.limits;
-            check(
-                "limits.outputBytes",
-                count(l.output_bytes, 1 << 10, 64 << 20),
-            )?;
-            check("limits.outputLine", count(l.output_line, 64, 1 << 20))?;
-            check(
-                "limits.logCalls",
-                count(u64::from(l.log_calls), 0, 1_000_000),
-            )?;
-            check(
-                "limits.hostCalls",
-                count(u64::from(l.host_calls), 1, 1_000_000),
-            )?;
-            check("limits.listBytes", count(l.list_bytes, 1 << 10, 1 << 30))?;
-            if let Some(qps) = l.api_qps {
-                check("limits.apiQps", rate(qps, 1e5))?;
-            }
-            if let Some(burst) = l.api_burst {
-                check("limits.apiBurst", count(u64::from(burst), 1, 100_000))?;
-            }
-            check(
-                "limits.instances",
-                count(u64::from(l.instances), 1, MAX_INSTANCES as u64),
-            )?;
-            check(
-                "limits.memories",
-                count(u64::from(l.memories), 1, MAX_MEMORIES as u64),
-            )?;
-            check(
-                "limits.tables",
-                count(u64::from(l.tables), 1, MAX_TABLES as u64),
-            )?;
-            for (j, rule) in p.permissions.iter().enumerate() {
-                for verb in &rule.verbs {
-                    if !VERBS.contains(&verb.as_str()) {
-                        return Err(invalid(
-                            at(&format!("permissions[{j}].verbs")),
-                            name,
-                            format!(
-                                "unknown verb {verb:?} (expected one of {})",
-                                VERBS.join(", ")
-                            ),
-                        ));
-                    }
-                }
-                if rule.resources.is_empty() || rule.verbs.is_empty() {
-                    return Err(invalid(
-                        at(&format!("permissions[{j}]")),
-                        name,
-                        "needs at least one resource and one verb".into(),
-                    ));
-                }
-                if rule.group != "*" {
-                    check(
-                        &format!("permissions[{j}].group"),
-                        syntax::group(&rule.group).map_err(|e| e.message),
-                    )?;
-                }
-                for ns in rule.namespaces.iter().flatten() {
-                    check(
-                        &format!("permissions[{j}].namespaces"),
-                        syntax::namespace(ns).map_err(|e| e.message),
-                    )?;
-                }
-            }
+        }
+        if let Some(rules) = &self.max_grant {
+            check_rules(rules, "maxGrant")
+                .map_err(|FieldProblem { field, message }| invalid(field, None, message))?;
         }
         Ok(())
     }
@@ -864,6 +769,206 @@ impl HostConfig {
     pub fn plugin(&self, name: &str) -> Option<&PluginConfig> {
         self.plugins.iter().find(|p| p.name == name)
     }
+}
+
+/// A field that is wrong: its path (relative to where the checked value
+/// sits: `reconcileTimeout`, `source.oci`, `permissions[0].verbs`) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldProblem {
+    pub field: String,
+    pub message: String,
+}
+
+impl FieldProblem {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+const DNS_LABEL: &str =
+    "must be a DNS label (lowercase letters, digits and '-', at most 63 characters)";
+
+impl PluginConfig {
+    /// Checks every field of one plugin but its name (a config file and a
+    /// WasmReconciler object name plugins differently). The same checks
+    /// hold wherever a plugin is defined, so the two can never disagree.
+    pub fn check(&self) -> Result<(), FieldProblem> {
+        let check = |field: &str, r: Result<(), String>| r.map_err(|m| FieldProblem::new(field, m));
+        match (&self.path, &self.source) {
+            (Some(_), Some(_)) => {
+                return Err(FieldProblem::new(
+                    "source",
+                    "give either path or source, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(FieldProblem::new(
+                    "source",
+                    "is required: where the component comes from (path: FILE, or source: with one of file, url and oci)",
+                ));
+            }
+            (None, Some(source)) => {
+                if let Err(SourceProblem { field, message }) = source.spec() {
+                    let path = match field {
+                        "source" => "source".to_string(),
+                        f => format!("source.{f}"),
+                    };
+                    return Err(FieldProblem::new(path, message));
+                }
+            }
+            (Some(_), None) => {}
+        }
+        check(
+            "maxConcurrentReconciles",
+            count(self.max_concurrent_reconciles as u64, 1, 1024),
+        )?;
+        check(
+            "reconcileTimeout",
+            within(self.reconcile_timeout, MILLI, HOUR),
+        )?;
+        check(
+            "memoryLimit",
+            count(self.memory_limit, 1 << 20, 4 << 30)
+                .map_err(|_| "must be between 1Mi and 4Gi".to_string()),
+        )?;
+        if self.fuel == Some(0) {
+            return Err(FieldProblem::new(
+                "fuel",
+                "must be positive (omit it for no fuel limit)",
+            ));
+        }
+        let rl = &self.rate_limiter;
+        check(
+            "rateLimiter.maxDelay",
+            within(rl.max_delay, Duration::ZERO, YEAR),
+        )?;
+        if rl.base_delay > rl.max_delay {
+            return Err(FieldProblem::new(
+                "rateLimiter.baseDelay",
+                "must not exceed maxDelay",
+            ));
+        }
+        check("rateLimiter.qps", rate(rl.qps, 1e6))?;
+        check(
+            "rateLimiter.burst",
+            count(u64::from(rl.burst), 1, 1_000_000),
+        )?;
+        if let Some(list) = &self.namespaces {
+            if list.is_empty() {
+                return Err(FieldProblem::new(
+                    "namespaces",
+                    "must name at least one namespace (omit it for all)",
+                ));
+            }
+            for ns in list {
+                check("namespaces", syntax::namespace(ns).map_err(|e| e.message))?;
+            }
+        }
+        if let Some(period) = self.resync_period {
+            check("resyncPeriod", within(period, SECOND, YEAR))?;
+        }
+        if !self.settings.is_object() {
+            return Err(FieldProblem::new("settings", "must be a mapping"));
+        }
+        let settings_len = self.settings.to_string().len();
+        if settings_len > MAX_SETTINGS {
+            return Err(FieldProblem::new(
+                "settings",
+                format!("is {settings_len} bytes as JSON; at most {MAX_SETTINGS} are allowed"),
+            ));
+        }
+        check(
+            "maxCallsPerInstance",
+            count(u64::from(self.max_calls_per_instance), 1, 1_000_000_000),
+        )?;
+        check(
+            "maxInstanceAge",
+            within(self.max_instance_age, SECOND, YEAR),
+        )?;
+        if let Some(m) = self.max_instance_memory {
+            check("maxInstanceMemory", count(m, 1 << 20, self.memory_limit))?;
+        }
+        let l = &self.limits;
+        check(
+            "limits.outputBytes",
+            count(l.output_bytes, 1 << 10, 64 << 20),
+        )?;
+        check("limits.outputLine", count(l.output_line, 64, 1 << 20))?;
+        check(
+            "limits.logCalls",
+            count(u64::from(l.log_calls), 0, 1_000_000),
+        )?;
+        check(
+            "limits.hostCalls",
+            count(u64::from(l.host_calls), 1, 1_000_000),
+        )?;
+        check("limits.listBytes", count(l.list_bytes, 1 << 10, 1 << 30))?;
+        if let Some(qps) = l.api_qps {
+            check("limits.apiQps", rate(qps, 1e5))?;
+        }
+        if let Some(burst) = l.api_burst {
+            check("limits.apiBurst", count(u64::from(burst), 1, 100_000))?;
+        }
+        check(
+            "limits.instances",
+            count(u64::from(l.instances), 1, MAX_INSTANCES as u64),
+        )?;
+        check(
+            "limits.memories",
+            count(u64::from(l.memories), 1, MAX_MEMORIES as u64),
+        )?;
+        check(
+            "limits.tables",
+            count(u64::from(l.tables), 1, MAX_TABLES as u64),
+        )?;
+        check_rules(&self.permissions, "permissions")
+    }
+}
+
+/// Whether `name` can name a plugin: a DNS label (it names metrics, the
+/// queue and admin paths).
+pub fn check_plugin_name(name: &str) -> Result<(), String> {
+    if is_dns_label(name) {
+        Ok(())
+    } else {
+        Err(DNS_LABEL.into())
+    }
+}
+
+/// Checks permission rules (a plugin's `permissions`, the host's
+/// `maxGrant`); `at` names the list in errors.
+fn check_rules(rules: &[PermissionRule], at: &str) -> Result<(), FieldProblem> {
+    for (j, rule) in rules.iter().enumerate() {
+        for verb in &rule.verbs {
+            if !VERBS.contains(&verb.as_str()) {
+                return Err(FieldProblem::new(
+                    format!("{at}[{j}].verbs"),
+                    format!(
+                        "unknown verb {verb:?} (expected one of {})",
+                        VERBS.join(", ")
+                    ),
+                ));
+            }
+        }
+        if rule.resources.is_empty() || rule.verbs.is_empty() {
+            return Err(FieldProblem::new(
+                format!("{at}[{j}]"),
+                "needs at least one resource and one verb",
+            ));
+        }
+        if rule.group != "*" {
+            syntax::group(&rule.group)
+                .map_err(|e| FieldProblem::new(format!("{at}[{j}].group"), e.message))?;
+        }
+        for ns in rule.namespaces.iter().flatten() {
+            syntax::namespace(ns)
+                .map_err(|e| FieldProblem::new(format!("{at}[{j}].namespaces"), e.message))?;
+        }
+    }
+    Ok(())
 }
 
 /// serde_yaml prefixes its own path ("plugins[0]: ") and appends

@@ -58,6 +58,12 @@ pub struct SourceConfig {
     /// or `~/.docker/config.json` when present.
     #[serde(default)]
     pub docker_config: Option<PathBuf>,
+    /// For an `oci` source of a WasmReconciler object: a Secret of type
+    /// `kubernetes.io/dockerconfigjson` with the registry's credentials, in
+    /// the namespace `pluginsFrom.namespace` names. (A config file names a
+    /// `dockerConfig` file instead.)
+    #[serde(default)]
+    pub image_pull_secret: Option<String>,
     /// The largest component downloaded (default 256Mi).
     #[serde(default, deserialize_with = "optional_quantity")]
     pub max_size: Option<u64>,
@@ -167,6 +173,7 @@ impl SourceConfig {
             only("pollInterval", self.poll_interval.is_some(), "oci")?;
             only("insecure", self.insecure, "url and oci")?;
             only("dockerConfig", self.docker_config.is_some(), "oci")?;
+            only("imagePullSecret", self.image_pull_secret.is_some(), "oci")?;
             only("maxSize", self.max_size.is_some(), "url and oci")?;
             only("timeout", self.timeout.is_some(), "url and oci")?;
             return Ok(SourceSpec::File(file.clone()));
@@ -174,6 +181,7 @@ impl SourceConfig {
         if let Some(url) = &self.url {
             only("pollInterval", self.poll_interval.is_some(), "oci")?;
             only("dockerConfig", self.docker_config.is_some(), "oci")?;
+            only("imagePullSecret", self.image_pull_secret.is_some(), "oci")?;
             check_url(url, self.insecure)?;
             let Some(sha256) = &self.sha256 else {
                 return Err(problem(
@@ -198,6 +206,16 @@ impl SourceConfig {
         }
         if let Some(p) = self.poll_interval {
             within(p, SECOND, YEAR).map_err(|m| problem("pollInterval", m))?;
+        }
+        if let Some(secret) = &self.image_pull_secret {
+            if self.docker_config.is_some() {
+                return Err(problem(
+                    "imagePullSecret",
+                    "give either dockerConfig or imagePullSecret, not both",
+                ));
+            }
+            crate::syntax::dns_subdomain("imagePullSecret", secret)
+                .map_err(|e| problem("imagePullSecret", e.message))?;
         }
         Ok(SourceSpec::Oci(OciSourceSpec {
             reference: reference.to_string(),
@@ -534,6 +552,21 @@ mod tests {
             &format!("{{ oci: \"ghcr.io/acme/p:1\", sha256: {HEX} }}"),
             "source.sha256",
             "only applies to url",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/p:1\", imagePullSecret: regcred, dockerConfig: a.json }",
+            "source.imagePullSecret",
+            "not both",
+        );
+        refused(
+            "{ oci: \"ghcr.io/acme/p:1\", imagePullSecret: Not_A_Name }",
+            "source.imagePullSecret",
+            "imagePullSecret",
+        );
+        refused(
+            "{ file: a.wasm, imagePullSecret: regcred }",
+            "source.imagePullSecret",
+            "only applies to oci",
         );
     }
 

@@ -319,3 +319,61 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn plugins_from_objects_and_their_max_grant() {
+    let c = parse(
+        r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+pluginsFrom: { kind: WasmReconciler, namespace: wasmctrl-system, allowFileSources: true }
+maxGrant:
+  - { group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }
+"#,
+    )
+    .unwrap();
+    let from = c.plugins_from.unwrap();
+    assert_eq!(from.namespace, "wasmctrl-system");
+    assert!(from.allow_file_sources);
+    assert_eq!(
+        c.max_grant.unwrap()[0].namespaces.as_deref(),
+        Some(&["default".to_string()][..])
+    );
+    // Defaults: the `default` namespace, no files; maxGrant unset.
+    let c = parse("apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\npluginsFrom: { kind: WasmReconciler }\n").unwrap();
+    let from = c.plugins_from.unwrap();
+    assert_eq!(
+        (from.namespace.as_str(), from.allow_file_sources),
+        ("default", false)
+    );
+    assert_eq!(c.max_grant, None);
+    for (text, words) in [
+        (
+            "pluginsFrom: { kind: ConfigMap }",
+            "pluginsFrom.kind: must be \"WasmReconciler\"",
+        ),
+        (
+            "pluginsFrom: { kind: WasmReconciler, namespace: Bad_NS }",
+            "pluginsFrom.namespace",
+        ),
+        (
+            "maxGrant: [ { resources: [configmaps], verbs: [steal] } ]",
+            "maxGrant[0].verbs: unknown verb",
+        ),
+        (
+            "maxGrant: [ { resources: [], verbs: [get] } ]",
+            "maxGrant[0]: needs at least one resource",
+        ),
+        (
+            "plugins: [ { name: p, source: { oci: \"r.example/p:1\", imagePullSecret: regcred } } ]",
+            "plugins[0].source.imagePullSecret (plugin \"p\"): only applies to WasmReconciler objects",
+        ),
+    ] {
+        let err = parse(&format!(
+            "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n{text}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(words), "{text}: {err}");
+    }
+}

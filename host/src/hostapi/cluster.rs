@@ -68,6 +68,17 @@ impl Default for ApiLimits {
 /// Why a request of a sharded reconcile was not sent.
 const SHARD_LOST: &str = "this replica no longer surely holds the shard of the key being reconciled (its Lease was not renewed in time or was given away); the request was not sent";
 
+/// What every plugin's [`ClusterApi`] shares: the client plugins' requests
+/// go through, discovery, the informer cache, metrics and the leader fence.
+#[derive(Clone)]
+pub struct ClusterContext {
+    pub client: Client,
+    pub resolver: Arc<Resolver>,
+    pub cache: Arc<SharedCache>,
+    pub metrics: Arc<Metrics>,
+    pub fence: Fence,
+}
+
 /// One plugin's view of the API server.
 pub struct ClusterApi {
     plugin: String,
@@ -85,16 +96,14 @@ pub struct ClusterApi {
 }
 
 impl ClusterApi {
-    pub fn new(
-        plugin: &str,
-        client: Client,
-        resolver: Arc<Resolver>,
-        cache: Arc<SharedCache>,
-        grant: Grant,
-        metrics: Arc<Metrics>,
-        limits: ApiLimits,
-        fence: Fence,
-    ) -> Self {
+    pub fn new(plugin: &str, context: &ClusterContext, grant: Grant, limits: ApiLimits) -> Self {
+        let ClusterContext {
+            client,
+            resolver,
+            cache,
+            metrics,
+            fence,
+        } = context.clone();
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -644,6 +653,10 @@ impl ListJson {
     }
 }
 
+/// How much of a guest's string an error message quotes back: enough to
+/// recognise it, never the payload itself.
+const ECHO: usize = 96;
+
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -692,8 +705,12 @@ fn parse_object(
     namespace: Option<&str>,
 ) -> Result<DynamicObject, ApiError> {
     check_size(json)?;
-    let mut obj: DynamicObject = serde_json::from_str(json)
-        .map_err(|e| ApiError::Invalid(format!("object is not valid JSON: {e}")))?;
+    let mut obj: DynamicObject = serde_json::from_str(json).map_err(|e| {
+        ApiError::Invalid(format!(
+            "object is not valid JSON: {}",
+            truncate(&e.to_string(), 4 * ECHO)
+        ))
+    })?;
     match &obj.types {
         None => {
             obj.types = Some(kube::api::TypeMeta {
@@ -704,7 +721,10 @@ fn parse_object(
         Some(t) if t.api_version != ar.api_version || t.kind != ar.kind => {
             return Err(ApiError::Invalid(format!(
                 "the object is a {} {}, but the call is for {} {}",
-                t.api_version, t.kind, ar.api_version, ar.kind
+                truncate(&t.api_version, ECHO),
+                truncate(&t.kind, ECHO),
+                ar.api_version,
+                ar.kind
             )));
         }
         Some(_) => {}
@@ -713,7 +733,8 @@ fn parse_object(
         && ns != own
     {
         return Err(ApiError::Invalid(format!(
-            "the object's namespace {own:?} is not the call's namespace {ns:?}"
+            "the object's namespace {:?} is not the call's namespace {ns:?}",
+            truncate(own, ECHO)
         )));
     }
     Ok(obj)
@@ -726,14 +747,22 @@ fn to_patch(
 ) -> Result<(PatchParams, Patch<serde_json::Value>), ApiError> {
     let parse = |s: &str| {
         check_size(s)?;
-        serde_json::from_str::<serde_json::Value>(s)
-            .map_err(|e| ApiError::Invalid(format!("patch is not valid JSON: {e}")))
+        serde_json::from_str::<serde_json::Value>(s).map_err(|e| {
+            ApiError::Invalid(format!(
+                "patch is not valid JSON: {}",
+                truncate(&e.to_string(), 4 * ECHO)
+            ))
+        })
     };
     Ok(match patch {
         ObjectPatch::Merge(s) => (PatchParams::default(), Patch::Merge(parse(&s)?)),
         ObjectPatch::Json(s) => {
-            let p: json_patch::Patch = serde_json::from_value(parse(&s)?)
-                .map_err(|e| ApiError::Invalid(format!("not a JSON patch: {e}")))?;
+            let p: json_patch::Patch = serde_json::from_value(parse(&s)?).map_err(|e| {
+                ApiError::Invalid(format!(
+                    "not a JSON patch: {}",
+                    truncate(&e.to_string(), 4 * ECHO)
+                ))
+            })?;
             (PatchParams::default(), Patch::Json(p))
         }
         ObjectPatch::Apply(a) => {
@@ -782,5 +811,119 @@ pub fn map_error(e: kube::Error) -> ApiError {
             ApiError::Unavailable(e.to_string())
         }
         other => ApiError::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod fuzz {
+    //! The host API's JSON inputs (objects and the three patch kinds) under
+    //! arbitrary guest text: never a panic, only an `invalid` refusal or a
+    //! value of the call's kind, and refusals that quote at most a bounded
+    //! piece of the input. `PROPTEST_CASES` scales the run (see
+    //! docs/RELIABILITY.md for the long one).
+    use super::*;
+    use crate::hostapi::ApplyPatch;
+    use proptest::prelude::*;
+
+    fn config_map() -> kube::api::ApiResource {
+        kube::api::ApiResource {
+            group: String::new(),
+            version: "v1".into(),
+            api_version: "v1".into(),
+            kind: "ConfigMap".into(),
+            plural: "configmaps".into(),
+        }
+    }
+
+    /// Arbitrary JSON, biased to the shapes the host looks into.
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_map(serde_json::Value::from),
+            ".{0,40}".prop_map(serde_json::Value::from),
+            "[a-z]{1100,1200}".prop_map(serde_json::Value::from),
+            prop_oneof![Just("v1"), Just("ConfigMap"), Just("default"), Just("add")]
+                .prop_map(serde_json::Value::from),
+        ];
+        leaf.prop_recursive(6, 64, 8, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(serde_json::Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        Just("apiVersion".to_string()),
+                        Just("kind".to_string()),
+                        Just("metadata".to_string()),
+                        Just("namespace".to_string()),
+                        Just("name".to_string()),
+                        Just("op".to_string()),
+                        Just("path".to_string()),
+                        Just("value".to_string()),
+                        Just("from".to_string()),
+                        ".{0,12}",
+                    ],
+                    inner,
+                    0..8
+                )
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Guest text: raw strings, JSON, and JSON with a long tail.
+    fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,200}",
+            json().prop_map(|v| v.to_string()),
+            (json(), "[\\x00-\\x7f]{0,4}").prop_map(|(v, tail)| format!("{v}{tail}")),
+            ".{0,64}".prop_map(|k| format!(r#"{{"apiVersion":"v1","kind":"{}"}}"#, k.repeat(40))),
+        ]
+    }
+
+    fn check(result: Result<impl Sized, ApiError>) -> Result<(), TestCaseError> {
+        if let Err(e) = result {
+            prop_assert!(matches!(e, ApiError::Invalid(_)), "not `invalid`: {e:?}");
+            prop_assert!(e.to_string().len() <= 1024, "an unbounded message: {e}");
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn objects_are_refused_or_of_the_calls_kind(json in text(), namespaced in any::<bool>()) {
+            let ar = config_map();
+            let result = parse_object(&json, &ar, namespaced.then_some("default"));
+            if let Ok(obj) = &result {
+                let types = obj.types.as_ref().expect("types are filled in");
+                prop_assert_eq!(&types.kind, "ConfigMap");
+                prop_assert_eq!(&types.api_version, "v1");
+                if namespaced {
+                    prop_assert!(matches!(obj.metadata.namespace.as_deref(), None | Some("default")));
+                }
+            }
+            check(result)?;
+        }
+
+        #[test]
+        fn patches_are_refused_or_well_formed(body in text(), manager in ".{0,200}", force in any::<bool>()) {
+            let ar = config_map();
+            check(to_patch("p", ObjectPatch::Merge(body.clone()), &ar))?;
+            check(to_patch("p", ObjectPatch::Json(body.clone()), &ar))?;
+            let apply = ObjectPatch::Apply(ApplyPatch { body, field_manager: manager, force });
+            if let Ok((params, Patch::Apply(v))) = to_patch("p", apply.clone(), &ar) {
+                prop_assert_eq!(v["kind"].as_str(), Some("ConfigMap"));
+                prop_assert!(params.field_manager.is_some_and(|m| m.len() <= 128));
+            }
+            check(to_patch("p", apply, &ar))?;
+        }
+    }
+
+    #[test]
+    fn a_huge_kind_is_quoted_back_cut() {
+        let kind = "K".repeat(1 << 20);
+        let json = format!(r#"{{"apiVersion":"v1","kind":"{kind}"}}"#);
+        let e = parse_object(&json, &config_map(), None).unwrap_err();
+        assert!(e.to_string().len() < 400, "{} bytes", e.to_string().len());
     }
 }

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use futures::future::BoxFuture;
 
-pub use cluster::{ApiLimits, ClusterApi, MAX_PAYLOAD, map_error};
+pub use cluster::{ApiLimits, ClusterApi, ClusterContext, MAX_PAYLOAD, map_error};
 pub use grant::{Access, Grant};
 pub use selector::LabelSelector;
 

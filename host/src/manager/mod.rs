@@ -10,12 +10,16 @@
 //!   admin API, SIGHUP, config file);
 //! - `status`: the typed [`PluginStatus`] of `/plugins`, `/readyz`, logs;
 //! - `engine`: engine settings fixed at start, and the check a plugin loaded
-//!   later must pass against them.
+//!   later must pass against them;
+//! - `objects`: plugins defined as WasmReconciler objects (`pluginsFrom`);
+//! - `source_cache`: pruning what URL and registry sources downloaded.
 
 mod engine;
 mod lifecycle;
+mod objects;
 mod reload;
 mod sharding;
+mod source_cache;
 mod status;
 mod wiring;
 
@@ -42,6 +46,7 @@ use crate::workqueue::WorkQueue;
 
 pub use engine::EngineLimits;
 pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState};
+pub use objects::CRD as WASMRECONCILER_CRD;
 pub use status::PluginStatus;
 
 use lifecycle::PluginEntry;
@@ -78,6 +83,8 @@ pub enum ManagerError {
         plugin: String,
         source: discovery::ResolveError,
     },
+    #[error("cannot build the plugins' client: {0}")]
+    Client(#[from] crate::client::ClientError),
     #[error("admin token file {path}: {source}")]
     AdminToken {
         path: PathBuf,
@@ -87,6 +94,10 @@ pub enum ManagerError {
     Admin(#[from] admin::AdminError),
     #[error("leader election lost")]
     LeadershipLost,
+    #[error("pluginsFrom: {message}")]
+    PluginsFrom { message: String },
+    #[error("plugin {plugin:?}: the name is taken by another plugin")]
+    NameTaken { plugin: String },
 }
 
 /// Per-process settings that are not in the config file.
@@ -100,6 +111,11 @@ pub struct ManagerOptions {
     pub config_path: Option<PathBuf>,
     /// Reload a plugin when its source changes (a file written, …).
     pub watch_sources: bool,
+    /// The client config the host's client was made from. With leader
+    /// election, plugins' requests then go through a client whose socket
+    /// writes check the leader's fence (`client::fenced_client`); without
+    /// it, the fence is checked before each request only.
+    pub kube_config: Option<kube::Config>,
 }
 
 impl Default for ManagerOptions {
@@ -110,6 +126,7 @@ impl Default for ManagerOptions {
             admin_bind: None,
             config_path: None,
             watch_sources: true,
+            kube_config: None,
         }
     }
 }
@@ -119,6 +136,8 @@ impl Default for ManagerOptions {
 pub(crate) struct Host {
     config: HostConfig,
     client: Client,
+    /// What plugins' requests go through (fenced with leader election).
+    plugin_client: Client,
     runtime: Runtime,
     engine: EngineLimits,
     metrics: Arc<Metrics>,
@@ -136,6 +155,8 @@ pub(crate) struct Host {
     rbac_denied: Mutex<BTreeMap<String, Vec<String>>>,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
+    /// The WasmReconciler objects followed (None: no `pluginsFrom`).
+    objects: Option<objects::ObjectPlugins>,
     stop: CancellationToken,
 }
 
@@ -180,10 +201,31 @@ impl Manager {
             .sharding
             .as_ref()
             .map(|s| Arc::new(Shards::new(s.shards)));
+        let plugin_client = match (&options.kube_config, elects_leader) {
+            (Some(kube_config), true) => {
+                crate::client::fenced_client(kube_config.clone(), fence.clone())?
+            }
+            _ => client.clone(),
+        };
+        let cache = Arc::new(SharedCache::new(client.clone()));
+        let resolver = Arc::new(Resolver::new(client.clone()));
+        // Status writes go through the fenced client: a host that lost the
+        // lease cannot overwrite the new leader's status.
+        let objects = objects::ObjectPlugins::start(
+            &config,
+            &client,
+            &plugin_client,
+            &resolver,
+            &cache,
+            &metrics,
+        )
+        .await?;
         let host = Arc::new(Host {
-            cache: Arc::new(SharedCache::new(client.clone())),
-            resolver: Arc::new(Resolver::new(client.clone())),
+            cache,
+            resolver,
+            objects,
             client,
+            plugin_client,
             runtime,
             engine,
             metrics,
@@ -274,6 +316,8 @@ impl Manager {
             tokio::spawn(async move { host.sync_and_start(&name).await });
         }
 
+        let objects = host.run_objects();
+        let pruning = source_cache::prune_periodically(&host);
         let config_changes = match (&host.watcher, &self.options.config_path) {
             (Some(w), Some(path)) => Some(reload::watch_config(host.clone(), w, path.clone())),
             _ => None,
@@ -302,6 +346,10 @@ impl Manager {
         };
         if let Some(w) = config_changes {
             w.abort();
+        }
+        pruning.abort();
+        if let Some(o) = objects {
+            o.stop().await;
         }
         if let Err(ManagerError::LeadershipLost) = &outcome {
             // Another host may lead soon: stop at once, cancelling what runs.
@@ -385,6 +433,7 @@ impl Host {
             if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
                 let _ = entry.fail(message);
             }
+            self.plugin_changed(name);
             wait_all.await;
             tracing::info!(plugin = name, "informers synced after all");
         }
@@ -396,6 +445,8 @@ impl Host {
         if entry.start(leader).is_ok() {
             wiring::enqueue_all(entry);
         }
+        drop(plugins);
+        self.plugin_changed(name);
     }
 
     fn lead_all(&self) {

@@ -92,6 +92,7 @@ impl Host {
             if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
                 entry.record_error(message);
             }
+            self.plugin_changed(name);
             ReloadError::Failed(e)
         };
         let api = self.plugin_api(&config);
@@ -136,6 +137,7 @@ impl Host {
             status
         };
         self.count_reload(name, "success");
+        self.plugin_changed(name);
         Ok(status)
     }
 
@@ -156,7 +158,8 @@ impl Host {
     /// drained and stopped, changed ones are rebuilt on the same queue (keys,
     /// delays and backoff are kept). A config that does not parse or
     /// validate changes nothing. Settings outside `plugins` take effect at
-    /// the next start.
+    /// the next start. Plugins of WasmReconciler objects are not the
+    /// config's: a config plugin whose name one holds is refused.
     pub(super) async fn reload_config(self: &Arc<Self>, path: &Path) {
         let new = match HostConfig::load(path) {
             Ok(c) => c,
@@ -172,6 +175,7 @@ impl Host {
             .lock()
             .unwrap()
             .iter()
+            .filter(|(n, _)| !self.owned_by_object(n))
             .map(|(n, e)| (n.clone(), e.config().clone()))
             .collect();
         for name in current.keys() {
@@ -181,36 +185,64 @@ impl Host {
         }
         for plugin in new.plugins {
             let name = plugin.name.clone();
-            match current.get(&name) {
+            // Errors are logged where they happen.
+            let _ = match current.get(&name) {
                 None => self.add_plugin(plugin).await,
                 Some(old) if *old != plugin => self.rebuild_plugin(old, plugin).await,
-                Some(_) => {}
-            }
+                Some(_) => Ok(()),
+            };
         }
+        // A name an object could not have may be free now.
+        self.resync_objects();
     }
 
-    async fn add_plugin(self: &Arc<Self>, plugin: PluginConfig) {
+    /// Starts a new plugin (from the config or an object); its informers
+    /// sync and its workers start in the background. A name already taken
+    /// is refused.
+    pub(super) async fn add_plugin(
+        self: &Arc<Self>,
+        plugin: PluginConfig,
+    ) -> Result<(), ManagerError> {
         let name = plugin.name.clone();
-        tracing::info!(plugin = %name, "plugin added to the config: starting");
-        match self.build(plugin, 1, None).await {
-            Ok(entry) => {
-                self.plugins.lock().unwrap().insert(name.clone(), entry);
-                self.sync_and_start(&name).await;
-            }
-            Err(e) => tracing::error!(plugin = %name, "cannot start the added plugin: {e}"),
+        let taken = || ManagerError::NameTaken {
+            plugin: name.clone(),
+        };
+        if self.plugins.lock().unwrap().contains_key(&name) {
+            tracing::error!(plugin = %name, "cannot start the added plugin: {}", taken());
+            return Err(taken());
         }
+        tracing::info!(plugin = %name, "plugin added: starting");
+        let entry = self.build(plugin, 1, None).await.inspect_err(|e| {
+            tracing::error!(plugin = %name, "cannot start the added plugin: {e}");
+        })?;
+        match self.plugins.lock().unwrap().entry(name.clone()) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(entry);
+            }
+            std::collections::btree_map::Entry::Occupied(_) => return Err(taken()),
+        }
+        let host = self.clone();
+        tokio::spawn(async move { host.sync_and_start(&name).await });
+        Ok(())
     }
 
-    async fn remove_plugin(&self, name: &str) {
+    /// Drains and stops a plugin (removed from the config, or its object
+    /// deleted).
+    pub(super) async fn remove_plugin(&self, name: &str) {
         let entry = self.plugins.lock().unwrap().remove(name);
         if let Some(mut entry) = entry {
-            tracing::info!(plugin = %name, "plugin removed from the config: draining");
+            tracing::info!(plugin = %name, "plugin removed: draining");
             let _ = entry.drain(self.config.shutdown_timeout).await;
         }
     }
 
-    /// Changed settings: a new controller on the same queue takes over.
-    async fn rebuild_plugin(self: &Arc<Self>, old: &PluginConfig, plugin: PluginConfig) {
+    /// Changed settings: a new controller on the same queue takes over. A
+    /// refused change leaves the old one running (Err says why).
+    pub(super) async fn rebuild_plugin(
+        self: &Arc<Self>,
+        old: &PluginConfig,
+        plugin: PluginConfig,
+    ) -> Result<(), ManagerError> {
         let name = plugin.name.clone();
         tracing::info!(plugin = %name, "plugin settings changed: rebuilding on the same queue");
         let Some(queue) = self
@@ -220,7 +252,7 @@ impl Host {
             .get(&name)
             .map(|e| e.controller().queue().clone())
         else {
-            return;
+            return Ok(());
         };
         if old.rate_limiter != plugin.rate_limiter {
             queue.set_rate_limiter(Box::new(rate_limiter(&plugin.rate_limiter)));
@@ -232,13 +264,13 @@ impl Host {
                 if let Some(entry) = self.plugins.lock().unwrap().get_mut(&name) {
                     entry.record_error(e.to_string());
                 }
-                return;
+                return Err(e);
             }
         };
         let (old_workers, synced) = {
             let mut plugins = self.plugins.lock().unwrap();
             let Some(mut current) = plugins.remove(&name) else {
-                return;
+                return Ok(());
             };
             let (next, workers) = current.succeed(next);
             let synced = next.lifecycle().synced();
@@ -253,8 +285,10 @@ impl Host {
                 enqueue_all(e);
             }
         } else {
-            self.sync_and_start(&name).await;
+            let host = self.clone();
+            tokio::spawn(async move { host.sync_and_start(&name).await });
         }
+        Ok(())
     }
 
     fn count_config_reload(&self, result: &str) {

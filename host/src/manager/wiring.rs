@@ -14,9 +14,9 @@ use crate::cache::{Informer, InformerKey, Notification};
 use crate::config::{InstanceModeConfig, PluginConfig, RateLimiterConfig};
 use crate::controller::watches::{KeyMapping, keys};
 use crate::controller::{Controller, ControllerOptions, TerminalErrors};
-use crate::hostapi::{Access, ApiLimits, ClusterApi, Grant, Gvk};
+use crate::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
-use crate::source::{self, PluginSource};
+use crate::source::PluginSource;
 use crate::workqueue::WorkQueue;
 use crate::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
 use crate::{ObjectKey, ReconcileError};
@@ -56,8 +56,7 @@ impl Host {
         generation: u64,
         queue: Option<WorkQueue<ObjectKey>>,
     ) -> Result<PluginEntry, ManagerError> {
-        let source: Arc<dyn PluginSource> =
-            source::from_config(&config.source(), &self.config, self.watcher.as_ref()).into();
+        let source = self.source_for(&config);
         let api = self.plugin_api(&config);
         let plugin = self
             .load(&config, &*source, api.clone())
@@ -113,17 +112,19 @@ impl Host {
             .unwrap_or((qps * 2.0).ceil().max(1.0) as u32);
         Arc::new(ClusterApi::new(
             &config.name,
-            self.client.clone(),
-            self.resolver.clone(),
-            self.cache.clone(),
+            &ClusterContext {
+                client: self.plugin_client.clone(),
+                resolver: self.resolver.clone(),
+                cache: self.cache.clone(),
+                metrics: self.metrics.clone(),
+                fence: self.fence.clone(),
+            },
             Grant::new(config.permissions.clone(), config.namespaces.clone()),
-            self.metrics.clone(),
             ApiLimits {
                 list_bytes: config.limits.list_bytes as usize,
                 qps,
                 burst,
             },
-            self.fence.clone(),
         ))
     }
 
@@ -152,6 +153,7 @@ impl Host {
             })?;
         let origin = source.origin();
         let artifact = source.fetch().await?;
+        self.note_fetched(&config.name, &artifact.digest);
         let plugin = self
             .runtime
             .load_bytes(

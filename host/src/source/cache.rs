@@ -10,9 +10,17 @@
 //! host sharing the directory, or this one after a crash) never sees half
 //! a file. Nothing read back is trusted: a blob whose bytes do not hash to
 //! its name is deleted and treated as missing.
+//!
+//! # Pruning
+//! Every version a polled tag moved to leaves a blob and a record of its
+//! pinned manifest. [`DiskCache::prune`] removes what no source needs any
+//! more, keeping the newest few for rollbacks and restarts without the
+//! registry.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
@@ -27,6 +35,21 @@ const MAX_RECORD: u64 = 64 << 10;
 #[derive(Debug, Clone)]
 pub struct DiskCache {
     dir: PathBuf,
+}
+
+/// Files younger than this are never pruned: a fetch writes its blob
+/// before the record naming it, and another host may share the directory.
+const PRUNE_GRACE: Duration = Duration::from_secs(600);
+
+/// What [`DiskCache::prune`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pruned {
+    /// Component blobs removed.
+    pub blobs: usize,
+    /// Reference records removed.
+    pub records: usize,
+    /// Bytes freed by the blobs.
+    pub bytes: u64,
 }
 
 /// What an OCI reference resolved to.
@@ -103,6 +126,96 @@ impl DiskCache {
         write_atomically(&path, &bytes).await
     }
 
+    /// Removes what no source needs any more, and keeps the rest:
+    ///
+    /// - a record of a tag (`…:TAG`, one per reference, updated in place)
+    ///   is kept;
+    /// - a record of a pinned manifest (`…@sha256:…`, written for every
+    ///   version pulled) is kept when its component is in `in_use`, when a
+    ///   tag record names the same manifest, or when it is one of the
+    ///   `keep` newest; the others are removed;
+    /// - a blob is kept when a kept record names it, when it is in `in_use`
+    ///   (the digests of the components running now: URL sources' blobs
+    ///   have no record), or when it is one of the `keep` newest of the
+    ///   rest; the others are removed.
+    ///
+    /// Files changed within the last 10 minutes are never removed (a fetch
+    /// in flight, another host sharing the directory), nor are unreadable
+    /// records; temporary files older than that are (a crash's leftovers).
+    pub async fn prune(&self, in_use: &BTreeSet<String>, keep: usize) -> std::io::Result<Pruned> {
+        let now = SystemTime::now();
+        let recent = |modified: SystemTime| {
+            now.duration_since(modified)
+                .map_or(true, |age| age < PRUNE_GRACE)
+        };
+        let mut pruned = Pruned::default();
+        // Records: (path, modified, resolution).
+        let mut tags = Vec::new();
+        let mut pinned = Vec::new();
+        for (path, modified, len) in files(&self.dir.join("refs")).await? {
+            if is_temporary(&path) {
+                if !recent(modified) && tokio::fs::remove_file(&path).await.is_ok() {
+                    pruned.records += 1;
+                }
+                continue;
+            }
+            if len > MAX_RECORD {
+                continue;
+            }
+            let Ok(bytes) = tokio::fs::read(&path).await else {
+                continue;
+            };
+            let Ok(record) = serde_json::from_slice::<Resolution>(&bytes) else {
+                continue;
+            };
+            if record.reference.contains('@') {
+                pinned.push((path, modified, record));
+            } else {
+                tags.push(record);
+            }
+        }
+        let tagged: BTreeSet<&str> = tags.iter().map(|r| r.manifest.as_str()).collect();
+        let mut needed: BTreeSet<String> = tags.iter().map(|r| r.layer.clone()).collect();
+        pinned.sort_by_key(|p| std::cmp::Reverse(p.1));
+        for (i, (path, modified, record)) in pinned.iter().enumerate() {
+            let wanted = i < keep
+                || in_use.contains(&record.layer)
+                || tagged.contains(record.manifest.as_str())
+                || recent(*modified);
+            if wanted {
+                needed.insert(record.layer.clone());
+            } else if tokio::fs::remove_file(path).await.is_ok() {
+                pruned.records += 1;
+            }
+        }
+        let mut others = Vec::new();
+        for (path, modified, len) in files(&self.dir.join("blobs").join("sha256")).await? {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            if is_temporary(&path) {
+                if !recent(modified) && tokio::fs::remove_file(&path).await.is_ok() {
+                    pruned.blobs += 1;
+                    pruned.bytes += len;
+                }
+                continue;
+            }
+            let digest = format!("sha256:{name}");
+            if !is_sha256(&digest) {
+                continue;
+            }
+            if !needed.contains(&digest) && !in_use.contains(&digest) && !recent(modified) {
+                others.push((path, modified, len));
+            }
+        }
+        others.sort_by_key(|o| std::cmp::Reverse(o.1));
+        for (path, _, len) in others.into_iter().skip(keep) {
+            if tokio::fs::remove_file(&path).await.is_ok() {
+                pruned.blobs += 1;
+                pruned.bytes += len;
+            }
+        }
+        Ok(pruned)
+    }
+
     fn blob_path(&self, digest: &str) -> Option<PathBuf> {
         is_sha256(digest).then(|| {
             self.dir
@@ -117,6 +230,33 @@ impl DiskCache {
         let name = hex::encode(Sha256::digest(reference.as_bytes()));
         self.dir.join("refs").join(format!("{name}.json"))
     }
+}
+
+/// The regular files in `dir` (none if it does not exist): path, last
+/// change, size.
+async fn files(dir: &Path) -> std::io::Result<Vec<(PathBuf, SystemTime, u64)>> {
+    let mut entries = match tokio::fs::read_dir(dir).await {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut found = Vec::new();
+    while let Some(entry) = entries.next_entry().await? {
+        let Ok(meta) = entry.metadata().await else {
+            continue;
+        };
+        if meta.is_file() {
+            let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            found.push((entry.path(), modified, meta.len()));
+        }
+    }
+    Ok(found)
+}
+
+/// A file [`write_atomically`] has not renamed into place (yet).
+fn is_temporary(path: &Path) -> bool {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    name.starts_with('.') && name.ends_with(".tmp")
 }
 
 /// `sha256:` and 64 lowercase hex digits.
@@ -189,6 +329,90 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names.len(), 1, "{names:?}");
+    }
+
+    /// Makes `path` look `age` old.
+    fn age(path: &Path, age: Duration) {
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(SystemTime::now() - age).unwrap();
+    }
+
+    #[tokio::test]
+    async fn prune_keeps_what_sources_need_and_the_newest_others() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::new(dir.path().to_path_buf());
+        let hour = Duration::from_secs(3600);
+        // Seven versions pulled through one tag, oldest first; the tag now
+        // names v6. v0 is also pinned by a configured source and running.
+        let mut versions = Vec::new();
+        for i in 0..7u64 {
+            let bytes = format!("component v{i}").into_bytes();
+            cache.write(&bytes).await.unwrap();
+            let layer = digest(&bytes);
+            let manifest = digest(format!("manifest v{i}").as_bytes());
+            let pinned = Resolution {
+                reference: format!("r.example/p@{manifest}"),
+                manifest: manifest.clone(),
+                layer: layer.clone(),
+                resolved_at: now_rfc3339(),
+            };
+            cache.remember(&pinned).await.unwrap();
+            let old = hour * (10 - i as u32);
+            age(&cache.blob_path(&layer).unwrap(), old);
+            age(&cache.record_path(&pinned.reference), old);
+            versions.push((layer, manifest, pinned.reference));
+        }
+        let tag = Resolution {
+            reference: "r.example/p:live".into(),
+            manifest: versions[6].1.clone(),
+            layer: versions[6].0.clone(),
+            resolved_at: now_rfc3339(),
+        };
+        cache.remember(&tag).await.unwrap();
+        // A URL source's blob (no record), running now; one nobody needs; a
+        // fresh one (a fetch in flight); a crash's temporary file.
+        let url_blob = b"url component".to_vec();
+        cache.write(&url_blob).await.unwrap();
+        age(&cache.blob_path(&digest(&url_blob)).unwrap(), hour * 20);
+        let stale = b"stale".to_vec();
+        cache.write(&stale).await.unwrap();
+        age(&cache.blob_path(&digest(&stale)).unwrap(), hour * 30);
+        let fresh = b"fresh".to_vec();
+        cache.write(&fresh).await.unwrap();
+        let tmp = dir.path().join("blobs/sha256/.x.1-2.tmp");
+        std::fs::write(&tmp, b"half").unwrap();
+        age(&tmp, hour);
+
+        let in_use: BTreeSet<String> = [versions[0].0.clone(), digest(&url_blob)].into();
+        let pruned = cache.prune(&in_use, 2).await.unwrap();
+
+        let blob = |d: &str| cache.blob_path(d).unwrap().exists();
+        let record = |r: &str| cache.record_path(r).exists();
+        // Kept whole: v0 (running), v5 and v6 (the 2 newest pinned; v6 is
+        // also the tag's). v3 and v4 lose their records, but their blobs
+        // are the 2 newest of those nobody needs; v1 and v2 go whole.
+        for i in [0, 5, 6] {
+            assert!(blob(&versions[i].0) && record(&versions[i].2), "v{i}");
+        }
+        for i in [3, 4] {
+            assert!(blob(&versions[i].0) && !record(&versions[i].2), "v{i}");
+        }
+        for i in [1, 2] {
+            assert!(!blob(&versions[i].0) && !record(&versions[i].2), "v{i}");
+        }
+        assert!(blob(&digest(&url_blob)) && blob(&digest(&fresh)));
+        assert!(record(&tag.reference));
+        assert!(!blob(&digest(&stale)) && !tmp.exists());
+        assert_eq!(
+            pruned,
+            Pruned {
+                records: 4,
+                blobs: 4,
+                bytes: (2 * b"component v1".len() + stale.len() + b"half".len()) as u64,
+            }
+        );
+        // Nothing more goes the second time.
+        assert_eq!(cache.prune(&in_use, 2).await.unwrap(), Pruned::default());
     }
 
     #[tokio::test]

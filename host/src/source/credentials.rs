@@ -13,6 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
+use futures::future::BoxFuture;
 use serde::Deserialize;
 
 /// The largest config file read.
@@ -55,6 +56,26 @@ pub enum CredentialsError {
         registry: String,
         message: String,
     },
+    /// A Kubernetes Secret could not be used (missing, of another type,
+    /// without `.dockerconfigjson`, unreadable, or its content refused).
+    #[error("imagePullSecret {namespace}/{name}: {message}")]
+    Secret {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+}
+
+/// Supplies registry credentials in place of a docker config file (a
+/// Kubernetes Secret, …). Asked on every registry conversation, so rotated
+/// credentials are picked up.
+pub trait RegistryCredentials: Send + Sync + fmt::Debug + 'static {
+    /// The credentials for `registry` (`host[:port]`, as in an OCI
+    /// reference); None: anonymous.
+    fn credentials<'a>(
+        &'a self,
+        registry: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Credentials>, CredentialsError>>;
 }
 
 fn path_suffix(path: &Option<PathBuf>) -> String {
@@ -96,10 +117,22 @@ fn parse(
     registry: &str,
     path: Option<&Path>,
 ) -> Result<Option<Credentials>, CredentialsError> {
+    // serde's messages quote the values they refuse: only where it failed
+    // is said, never what was there (it may be a secret).
     let config: DockerConfig =
         serde_json::from_slice(bytes).map_err(|e| CredentialsError::Format {
             path: path.map(Path::to_path_buf),
-            message: e.to_string(),
+            message: format!(
+                "{} at line {} column {}",
+                match e.classify() {
+                    serde_json::error::Category::Syntax => "invalid JSON",
+                    serde_json::error::Category::Eof => "unexpected end of the text",
+                    serde_json::error::Category::Data => "a field is missing or has the wrong type",
+                    serde_json::error::Category::Io => "cannot read it",
+                },
+                e.line(),
+                e.column()
+            ),
         })?;
     let wanted = registry_key(registry);
     let Some((key, entry)) = config
@@ -274,12 +307,20 @@ mod tests {
             assert!(err.contains(expected) && err.contains("r.example"), "{err}");
             assert!(!err.contains("t0ken") && !err.contains("%%%"), "{err}");
         }
-        for text in [&b"not json"[..], br#"{"auths": 5}"#] {
-            let err = credentials_from_dockerconfigjson(text, "r.example").unwrap_err();
+        for text in [
+            &b"not json"[..],
+            br#"{"auths": 5}"#,
+            br#"{"auths": "hunter2"}"#,
+            br#"{"auths": {"r.example": {"password": ["hunter2"]}}}"#,
+        ] {
+            let err = credentials_from_dockerconfigjson(text, "r.example")
+                .unwrap_err()
+                .to_string();
             assert!(
-                err.to_string().contains("not a docker config.json"),
+                err.contains("not a docker config.json") && err.contains("line 1"),
                 "{err}"
             );
+            assert!(!err.contains("hunter2"), "a value is quoted: {err}");
         }
     }
 

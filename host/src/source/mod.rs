@@ -13,7 +13,7 @@
 //!
 //! What `url` and `oci` download is kept on disk by digest ([`DiskCache`]),
 //! with the digest each tag last resolved to, so a host restarts from it
-//! when the network or the registry is down. docs/SECURITY-sources.md states
+//! when the network or the registry is down. docs/SECURITY.md (its sources section) states
 //! what is trusted and why.
 
 pub mod artifact;
@@ -22,6 +22,7 @@ pub mod credentials;
 mod file;
 mod http;
 pub mod oci;
+mod pull_secret;
 mod url;
 
 use std::fmt;
@@ -30,10 +31,13 @@ use std::path::Path;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-pub use cache::{DiskCache, Resolution};
-pub use credentials::{Credentials, CredentialsError, credentials_from_dockerconfigjson};
+pub use cache::{DiskCache, Pruned, Resolution};
+pub use credentials::{
+    Credentials, CredentialsError, RegistryCredentials, credentials_from_dockerconfigjson,
+};
 pub use file::{FileSource, FileWatcher};
 pub use oci::OciSource;
+pub use pull_secret::PullSecret;
 pub use url::UrlSource;
 
 use crate::config::{HostConfig, SourceSpec};

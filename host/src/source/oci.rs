@@ -29,6 +29,7 @@ use oci_client::{Reference, RegistryOperation};
 
 use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::cache::now_rfc3339;
+use super::credentials::RegistryCredentials;
 use super::http::{CONNECT_TIMEOUT, chain, install_crypto_provider, read_bounded};
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
 use crate::config::{FetchLimits, OciSourceSpec};
@@ -42,6 +43,9 @@ pub struct RegistryOptions {
     /// A docker `config.json` with credentials (None: the default places,
     /// see [`credentials::docker_config_path`]).
     pub docker_config: Option<PathBuf>,
+    /// Where credentials come from instead of a docker config file (a
+    /// Kubernetes Secret); when set, `docker_config` is not read.
+    pub credentials: Option<Arc<dyn RegistryCredentials>>,
     pub limits: FetchLimits,
 }
 
@@ -67,15 +71,21 @@ struct Inner {
 /// stand in) or it answered something we refuse.
 enum Failure {
     Unreachable(String),
-    Refused(SourceError),
+    Refused(Box<SourceError>),
     /// The registry answered with the manifest named here, and it is
     /// refused for what it is (not a wasm artifact, too large, corrupt).
-    RefusedManifest(SourceError, String),
+    RefusedManifest(Box<SourceError>, String),
+}
+
+impl Failure {
+    fn refused(e: SourceError) -> Self {
+        Failure::Refused(Box::new(e))
+    }
 }
 
 impl From<SourceError> for Failure {
     fn from(e: SourceError) -> Self {
-        Failure::Refused(e)
+        Failure::refused(e)
     }
 }
 
@@ -84,11 +94,31 @@ impl OciSource {
     /// `docker_config`, if any, is an absolute path or relative to the
     /// working directory).
     pub fn new(spec: OciSourceSpec, cache: DiskCache) -> Self {
+        Self::build(spec, cache, None)
+    }
+
+    /// The source of a checked spec whose registry credentials come from
+    /// `credentials` (anonymous when it has none for the registry); the
+    /// spec's `docker_config` is not read.
+    pub fn with_credentials(
+        spec: OciSourceSpec,
+        cache: DiskCache,
+        credentials: Arc<dyn RegistryCredentials>,
+    ) -> Self {
+        Self::build(spec, cache, Some(credentials))
+    }
+
+    fn build(
+        spec: OciSourceSpec,
+        cache: DiskCache,
+        credentials: Option<Arc<dyn RegistryCredentials>>,
+    ) -> Self {
         let reference = Reference::try_from(spec.reference.as_str())
             .expect("validated: an oci source's reference parses");
         let options = RegistryOptions {
             insecure: spec.insecure,
             docker_config: spec.docker_config.clone(),
+            credentials,
             limits: spec.limits,
         };
         Self {
@@ -161,11 +191,11 @@ impl Inner {
                 // once.
                 tracing::warn!(origin = %self.origin(), %manifest, "refusing the manifest the reference resolves to: {e}");
                 *self.fetched.lock().unwrap() = Some(manifest);
-                return Err(e);
+                return Err(*e);
             }
             Err(Failure::Refused(e)) => {
                 *self.fetched.lock().unwrap() = None;
-                return Err(e);
+                return Err(*e);
             }
             Err(Failure::Unreachable(message)) => {
                 let Some((artifact, r)) = self.cached(&self.spec.reference).await else {
@@ -302,7 +332,7 @@ impl Inner {
 /// A failure where no cache stands in: an error either way.
 fn reached(origin: &str, f: Failure) -> SourceError {
     match f {
-        Failure::Refused(e) | Failure::RefusedManifest(e, _) => e,
+        Failure::Refused(e) | Failure::RefusedManifest(e, _) => *e,
         Failure::Unreachable(message) => SourceError::Download {
             origin: origin.to_string(),
             message: format!("cannot reach the registry: {message}"),
@@ -363,11 +393,13 @@ impl Registry {
     }
 
     async fn auth(&self, reference: &Reference) -> Result<RegistryAuth, SourceError> {
-        let found = credentials::credentials_for(
-            self.options.docker_config.as_deref(),
-            reference.resolve_registry(),
-        )
-        .await
+        let registry = reference.resolve_registry();
+        let found = match &self.options.credentials {
+            Some(provider) => provider.credentials(registry).await,
+            None => {
+                credentials::credentials_for(self.options.docker_config.as_deref(), registry).await
+            }
+        }
         .map_err(|source| SourceError::Credentials {
             origin: self.origin.clone(),
             source,
@@ -385,7 +417,7 @@ impl Registry {
             .await
             .map_err(|e| self.failure(e))?;
         if !super::cache::is_sha256(&d) {
-            return Err(Failure::Refused(SourceError::Download {
+            return Err(Failure::refused(SourceError::Download {
                 origin: self.origin.clone(),
                 message: format!("the registry resolved the tag to {d:?}, not a sha256 digest"),
             }));
@@ -409,7 +441,7 @@ impl Registry {
         let expected = pinned.digest().unwrap_or_default();
         let got = digest(&raw);
         if got != expected {
-            return Err(Failure::Refused(SourceError::DigestMismatch {
+            return Err(Failure::refused(SourceError::DigestMismatch {
                 origin: self.origin.clone(),
                 expected: expected.to_string(),
                 got,
@@ -445,11 +477,11 @@ impl Registry {
             .map_err(|e| match e {
                 // A body cut short is the network's doing.
                 SourceError::Download { message, .. } => Failure::Unreachable(message),
-                e => Failure::Refused(e),
+                e => Failure::refused(e),
             })?;
         let got = digest(&bytes);
         if got != descriptor.digest {
-            return Err(Failure::Refused(SourceError::DigestMismatch {
+            return Err(Failure::refused(SourceError::DigestMismatch {
                 origin: self.origin.clone(),
                 expected: descriptor.digest.clone(),
                 got,
@@ -459,7 +491,7 @@ impl Registry {
     }
 
     fn not_an_artifact(&self, message: String) -> Failure {
-        Failure::Refused(SourceError::NotWasmArtifact {
+        Failure::refused(SourceError::NotWasmArtifact {
             origin: self.origin.clone(),
             message,
         })
@@ -468,7 +500,7 @@ impl Registry {
     /// Sorts an oci-client error into "cannot reach" and "refused".
     fn failure(&self, e: OciDistributionError) -> Failure {
         let origin = self.origin.clone();
-        let refused = |message: String| Failure::Refused(SourceError::Download { origin, message });
+        let refused = |message: String| Failure::refused(SourceError::Download { origin, message });
         match e {
             OciDistributionError::RequestError(e) => {
                 let mut message = chain(&e);
@@ -506,7 +538,7 @@ impl Registry {
             OciDistributionError::DigestError(DigestError::VerificationError {
                 expected,
                 actual,
-            }) => Failure::Refused(SourceError::DigestMismatch {
+            }) => Failure::refused(SourceError::DigestMismatch {
                 origin: self.origin.clone(),
                 expected,
                 got: actual,

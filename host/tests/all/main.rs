@@ -2,12 +2,14 @@
 //! `plugins/` (one test binary for the crate).
 
 mod controller;
+mod instances;
 mod load;
 mod polyglot;
 mod process;
 mod rbac;
 mod sandbox;
 mod sources;
+mod workflow;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +32,17 @@ pub fn test_runtime_config() -> RuntimeConfig {
 
 pub fn runtime_with(config: RuntimeConfig) -> Runtime {
     Runtime::new(config, Arc::new(Metrics::new())).expect("runtime starts")
+}
+
+/// A runtime whose compiled components persist in the target directory, so
+/// tests that load the large interpreted guests compile each once per build,
+/// not once per test.
+pub fn runtime_with_disk_cache() -> Runtime {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compiled-components");
+    runtime_with(RuntimeConfig {
+        cache_dir: Some(dir),
+        ..test_runtime_config()
+    })
 }
 
 pub fn spec(name: &str) -> PluginSpec {

@@ -10,7 +10,7 @@ use wasmctrl::runtime::Limits;
 use wasmctrl::{ObjectKey, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{TIMEOUT, load, runtime};
+use crate::{TIMEOUT, load, runtime_with_disk_cache as runtime};
 
 fn request(attempt: u32) -> ReconcileRequest {
     ReconcileRequest {
@@ -61,4 +61,58 @@ async fn the_python_webapp_behaves_like_the_rust_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typescript_webapp_behaves_like_the_rust_one() {
     behaves_like_the_rust_webapp("webapp-ts", artifacts::WEBAPP_TS).await;
+}
+
+/// Runs `program args` in `dir` (relative to the workspace root) as a user
+/// of the SDK would, and fails with its output if it fails.
+fn run_in(dir: &str, program: &str, args: &[&str], env: &[(&str, String)]) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let output = std::process::Command::new(program)
+        .args(args)
+        .current_dir(root.join(dir))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("{dir}: cannot run {program} ({e}); install it to test the guest SDKs")
+        });
+    assert!(
+        output.status.success(),
+        "{dir}: `{program} {}` failed:\n{}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The Python SDK's unit tests and those of the Python plugins, against the
+/// SDK's `FakeCluster`: `cargo test` runs every language's tests.
+#[test]
+fn the_python_sdk_and_plugins_pass_their_unit_tests() {
+    let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../guest-sdk-python")
+        .display()
+        .to_string();
+    for dir in ["guest-sdk-python", "plugins/webapp-py", "plugins/hello-py"] {
+        run_in(
+            dir,
+            "python3",
+            &["-m", "unittest", "discover", "-s", "tests", "-t", "."],
+            &[("PYTHONPATH", sdk.clone())],
+        );
+    }
+}
+
+/// The TypeScript SDK's unit tests and those of the TypeScript plugins
+/// (`npm ci` from their lockfiles, npm's cache outside the repository).
+#[test]
+fn the_typescript_sdk_and_plugins_pass_their_unit_tests() {
+    for dir in ["guest-sdk-js", "plugins/webapp-ts", "plugins/hello-ts"] {
+        run_in(
+            dir,
+            "npm",
+            &["ci", "--prefer-offline", "--no-audit", "--no-fund"],
+            &[],
+        );
+        run_in(dir, "npm", &["test"], &[]);
+    }
 }

@@ -1,6 +1,7 @@
 //! The `wasmctrl` binary as a user runs it: leader election across two
 //! processes against the embedded API server, takeover when the leader is
-//! killed, and a clean exit on SIGTERM.
+//! killed (also for WasmReconciler plugins pulled with a Secret), and a
+//! clean exit on SIGTERM.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -12,10 +13,15 @@ use std::time::{Duration, Instant};
 use wasmctrl::test_util::{eventually, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
 
+/// A `wasmctrl run` process and what it printed.
 struct Host {
     child: Child,
     admin: SocketAddr,
+    /// Its log (stderr), up to `MAX_LOG` lines.
+    log: Arc<Mutex<Vec<String>>>,
 }
+
+const MAX_LOG: usize = 20_000;
 
 /// Starts `wasmctrl run --config <config>` and reads its admin address.
 fn spawn_host(config: &Path, kubeconfig: &Path) -> Host {
@@ -28,27 +34,27 @@ fn spawn_host(config: &Path, kubeconfig: &Path) -> Host {
         .stderr(Stdio::piped())
         .spawn()
         .expect("wasmctrl starts");
-    // The log goes to a thread that keeps the last lines, so a host that
-    // does not start says why.
+    // The log goes to a thread that keeps it (bounded), so a host that does
+    // not start says why and tests can look for what it logged.
     let log = Arc::new(Mutex::new(Vec::<String>::new()));
     let stderr = BufReader::new(child.stderr.take().unwrap());
     let kept = log.clone();
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
             let mut kept = kept.lock().unwrap();
-            if kept.len() >= 50 {
-                kept.remove(0);
+            if kept.len() < MAX_LOG {
+                kept.push(line);
             }
-            kept.push(line);
         }
     });
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let admin = loop {
         let Some(Ok(line)) = lines.next() else {
             let _ = child.wait();
+            let log = log.lock().unwrap();
             panic!(
                 "wasmctrl exited before printing its admin address:\n{}",
-                log.lock().unwrap().join("\n")
+                log[log.len().saturating_sub(50)..].join("\n")
             );
         };
         if let Some(rest) = line.strip_prefix("admin: http://") {
@@ -57,7 +63,40 @@ fn spawn_host(config: &Path, kubeconfig: &Path) -> Host {
     };
     // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    Host { child, admin }
+    Host { child, admin, log }
+}
+
+impl Host {
+    /// Whether some log line contains every part of `wanted`.
+    fn logged(&self, wanted: &[&str]) -> bool {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|l| wanted.iter().all(|w| l.contains(w)))
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.id().to_string();
+        let ok = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// Waits (bounded) for the process to exit.
+    async fn exited(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "still running after {limit:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 async fn state(host: &Host) -> Option<String> {
@@ -249,4 +288,471 @@ plugins:
     host.child.kill().unwrap();
     host.child.wait().unwrap();
     server.shutdown().await;
+}
+
+/// An API server, a directory with a kubeconfig per host identity, and the
+/// mirror plugin's objects.
+struct Fixture {
+    server: wasmctrl_apiserver::ApiServer,
+    dir: tempfile::TempDir,
+    api: kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+}
+
+impl Fixture {
+    async fn start() -> Self {
+        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let admin = dir.path().join("kubeconfig");
+        server.write_kubeconfig(&admin).unwrap();
+        let client = wasmctrl::client::client_for(&admin).await.unwrap();
+        Self {
+            server,
+            api: kube::Api::namespaced(client, "default"),
+            dir,
+        }
+    }
+
+    /// A kubeconfig whose token the API server's audit names `user`.
+    fn kubeconfig_for(&self, user: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(format!("{user}.kubeconfig"));
+        std::fs::write(&path, self.server.kubeconfig_for_user(user)).unwrap();
+        path
+    }
+
+    fn config(&self, name: &str, text: &str) -> std::path::PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    async fn create(&self, n: usize, value: &str) {
+        for i in 0..n {
+            let cm = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("cm-{i}")},
+                "data": {"value": value},
+            }))
+            .unwrap();
+            self.api.create(&Default::default(), &cm).await.unwrap();
+        }
+    }
+
+    /// Keeps setting `data.value` of every object to a rising counter until
+    /// `stop` is set; returns the task.
+    fn keep_writing(
+        &self,
+        n: usize,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let api = self.api.clone();
+        tokio::spawn(async move {
+            let mut round = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                round += 1;
+                for i in 0..n {
+                    let patch = serde_json::json!({"data": {"value": format!("r{round}")}});
+                    let _ = api
+                        .patch(
+                            &format!("cm-{i}"),
+                            &Default::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await;
+                }
+            }
+        })
+    }
+
+    /// Every object mirrors its current `data.value`.
+    async fn converged(&self, what: &str) {
+        eventually(what, Duration::from_secs(120), || async {
+            let list = self.api.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .all(|c| {
+                    c.data.as_ref().and_then(|d| d.get("value"))
+                        == c.metadata
+                            .labels
+                            .as_ref()
+                            .and_then(|l| l.get("wasmctrl.dev/mirror"))
+                })
+                .then_some(())
+        })
+        .await;
+    }
+}
+
+fn mirror_config(extra: &str) -> String {
+    format!(
+        r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: {{ bind: "127.0.0.1:0" }}
+shutdownTimeout: 5s
+{extra}
+plugins:
+  - name: mirror
+    path: {}
+    maxConcurrentReconciles: 2
+    namespaces: [default]
+    permissions: [ {{ resources: [configmaps], verbs: [get, list, watch, patch] }} ]
+"#,
+        artifacts::MIRROR
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_killed_under_load_converges_everything_after_a_restart() {
+    let f = Fixture::start().await;
+    const N: usize = 100;
+    f.create(N, "0").await;
+    let config = f.config("wasmctrl.yaml", &mirror_config(""));
+    let kubeconfig = f.kubeconfig_for("host");
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    f.converged("the initial values mirrored").await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = f.keep_writing(N, stop.clone());
+    // Let it work under load, then kill it mid-stream, without a drain.
+    eventually("reconciles under load", Duration::from_secs(60), || async {
+        let n = wasmctrl::test_util::metric_value(
+            host.admin,
+            r#"controller_runtime_reconcile_total{controller="mirror",result="success"}"#,
+        )
+        .await?;
+        (n > (2 * N) as f64).then_some(())
+    })
+    .await;
+    host.signal("KILL");
+    host.exited(Duration::from_secs(10)).await;
+    // The world keeps changing while no host runs.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut restarted = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    // Level-triggered: the new process sees every object's final state.
+    f.converged("every object's final value after the restart")
+        .await;
+    restarted.signal("TERM");
+    assert!(restarted.exited(Duration::from_secs(30)).await.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_within_the_shutdown_timeout_and_cancels_what_outlives_it() {
+    let f = Fixture::start().await;
+    let config = f.config(
+        "wasmctrl.yaml",
+        &format!(
+            r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: {{ bind: "127.0.0.1:0" }}
+shutdownTimeout: 2s
+plugins:
+  - name: misbehave
+    path: {}
+    maxConcurrentReconciles: 2
+    reconcileTimeout: 60s
+    namespaces: [default]
+    permissions: [ {{ resources: [configmaps], verbs: [list, watch] }} ]
+"#,
+            artifacts::MISBEHAVE
+        ),
+    );
+    let kubeconfig = f.kubeconfig_for("host");
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    eventually("readiness", Duration::from_secs(60), || async {
+        (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    // One reconcile that fits the timeout, one that outlives it.
+    for name in ["slow-500", "slow-60000"] {
+        let cm = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        f.api.create(&Default::default(), &cm).await.unwrap();
+    }
+    eventually(
+        "both reconciles running",
+        Duration::from_secs(60),
+        || async {
+            (host.logged(&["slow-500 started"]) && host.logged(&["slow-60000 started"]))
+                .then_some(())
+        },
+    )
+    .await;
+    let started = Instant::now();
+    host.signal("TERM");
+    let status = host.exited(Duration::from_secs(30)).await;
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status:?}");
+    // Two seconds of drain, the cancellation grace, and a loaded machine.
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+    assert!(
+        host.logged(&["cancelled after"]),
+        "the reconcile that outlived the timeout was not cancelled (the guest never saw it)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_leader() {
+    let f = Fixture::start().await;
+    const N: usize = 20;
+    f.create(N, "0").await;
+    let config = f.config(
+        "wasmctrl.yaml",
+        &mirror_config(
+            "leaderElection: { enabled: true, leaseName: pause-test, leaseDuration: 2s, renewDeadline: 1500ms, retryPeriod: 200ms }",
+        ),
+    );
+    let (ka, kb) = (f.kubeconfig_for("host-a"), f.kubeconfig_for("host-b"));
+    let (c, k) = (config.clone(), ka.clone());
+    let mut a = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    wait_state("host-a to lead", &a, "running").await;
+    let (c, k) = (config.clone(), kb.clone());
+    let mut b = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    wait_state("host-b to stand by", &b, "standby").await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = f.keep_writing(N, stop.clone());
+    eventually("host-a writing", Duration::from_secs(60), || async {
+        let audit = f.server.audit().records();
+        audit
+            .iter()
+            .any(|w| w.user == "host-a" && w.resource == "configmaps" && w.code < 300)
+            .then_some(())
+    })
+    .await;
+
+    // Pause the leader; the standby takes over once the lease expires.
+    a.signal("STOP");
+    let paused = Instant::now();
+    wait_state("host-b to take over", &b, "running").await;
+    let took_over = paused.elapsed();
+    eventually("host-b writing", Duration::from_secs(60), || async {
+        f.server
+            .audit()
+            .records()
+            .iter()
+            .any(|w| w.user == "host-b" && w.resource == "configmaps" && w.code < 300)
+            .then_some(())
+    })
+    .await;
+    // Resume the old leader well after its lease expired.
+    a.signal("CONT");
+    let status = a.exited(Duration::from_secs(30)).await;
+    assert!(
+        !status.success(),
+        "a leader that lost its lease exits with an error"
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+    f.converged("host-b converges everything").await;
+
+    let audit = f.server.audit().records();
+    let b_first = audit
+        .iter()
+        .filter(|w| w.user == "host-b" && w.resource == "configmaps" && w.code < 300)
+        .map(|w| w.time)
+        .min()
+        .unwrap();
+    let second_leader_writes: Vec<String> = audit
+        .iter()
+        .filter(|w| w.user == "host-a" && w.resource == "configmaps" && w.code < 300)
+        .filter(|w| w.time >= b_first)
+        .map(|w| format!("{} {:?} at {:?}", w.verb, w.name, w.time))
+        .collect();
+    if !second_leader_writes.is_empty() {
+        let log = a.log.lock().unwrap();
+        let b_log = b.log.lock().unwrap();
+        panic!(
+            "host-a wrote after host-b took over (at {b_first:?}): {second_leader_writes:?}\nhost-a's log:\n{}\nhost-b's log:\n{}",
+            log[log.len().saturating_sub(40)..].join("\n"),
+            b_log[b_log.len().saturating_sub(20)..].join("\n")
+        );
+    }
+    assert!(
+        took_over < Duration::from_secs(2) + Duration::from_millis(200) + Duration::from_secs(5),
+        "the standby took {took_over:?} to take over"
+    );
+    b.signal("TERM");
+    assert!(b.exited(Duration::from_secs(30)).await.success());
+}
+
+/// `kubectl --kubeconfig <kubeconfig> args…`; panics with its stderr if it
+/// fails.
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
+    let out = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_loads_an_object_plugin_with_its_pull_secret_and_writes_its_status_once_it_leads()
+{
+    use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
+
+    let registry = Registry::start_with_auth();
+    let fixture = Fixture::start().await;
+    let kubeconfig = fixture.dir.path().join("kubeconfig");
+    let docker = fixture.config(
+        "docker.json",
+        &format!(
+            r#"{{"auths": {{"{}": {{"username": "{USER}", "password": "{PASSWORD}"}}}}}}"#,
+            registry.addr
+        ),
+    );
+    let pusher = wasmctrl::source::oci::RegistryOptions {
+        docker_config: Some(docker),
+        ..insecure_registry()
+    };
+    let (v1, v2) = (
+        registry.reference("plugins/stamp:1"),
+        registry.reference("plugins/stamp:2"),
+    );
+    push_component(&v1, artifacts::STAMP_V1, &pusher).await;
+    push_component(&v2, artifacts::STAMP_V2, &pusher).await;
+
+    // The CRD, a pull Secret and the object, before any host runs.
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../deploy/crds/wasmreconciler.yaml"
+    );
+    kubectl(&kubeconfig, &["apply", "-f", crd]);
+    kubectl(
+        &kubeconfig,
+        &[
+            "create",
+            "secret",
+            "docker-registry",
+            "regcred",
+            "--docker-server",
+            &registry.addr.to_string(),
+            "--docker-username",
+            USER,
+            "--docker-password",
+            PASSWORD,
+        ],
+    );
+    let object = fixture.config(
+        "stamp.yaml",
+        &format!(
+            r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: WasmReconciler
+metadata: {{ name: stamp }}
+spec:
+  source: {{ oci: "{v1}", insecure: true, imagePullSecret: regcred }}
+  namespaces: [default]
+  permissions:
+    - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#
+        ),
+    );
+    eventually(
+        "the WasmReconciler kind served",
+        Duration::from_secs(30),
+        || {
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["apply", "-f"])
+                .arg(&object)
+                .output()
+                .unwrap();
+            async move { out.status.success().then_some(()) }
+        },
+    )
+    .await;
+
+    let config = fixture.config(
+        "wasmctrl.yaml",
+        r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: { bind: "127.0.0.1:0" }
+shutdownTimeout: 5s
+leaderElection: { enabled: true, leaseName: objects-le, leaseDuration: 2s, retryPeriod: 200ms }
+pluginsFrom: { kind: WasmReconciler }
+maxGrant:
+  - { group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }
+"#,
+    );
+    let status = |field: &str| {
+        kubectl(
+            &kubeconfig,
+            &[
+                "get",
+                "wasmreconciler",
+                "stamp",
+                "-o",
+                &format!("jsonpath={{.status.{field}}}"),
+            ],
+        )
+    };
+    let digest_of = |path: &str| wasmctrl::runtime::digest(&std::fs::read(path).unwrap());
+
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut leader = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    wait_state("the first host to lead", &leader, "running").await;
+    eventually("v1 in the status", Duration::from_secs(30), || async {
+        (status("servingDigest") == digest_of(artifacts::STAMP_V1)
+            && status("conditions[0].status") == "True")
+            .then_some(())
+    })
+    .await;
+
+    // The standby reads the Secret and loads the component while another
+    // host leads (its writes are fenced, its reads are not).
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let standby = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    wait_state("the second host to stand by", &standby, "standby").await;
+
+    leader.child.kill().unwrap();
+    leader.child.wait().unwrap();
+    wait_state("the standby to take over", &standby, "running").await;
+
+    // Only the new leader can move the status to v2.
+    kubectl(
+        &kubeconfig,
+        &[
+            "patch",
+            "wasmreconciler",
+            "stamp",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"spec": {{"source": {{"oci": "{v2}"}}}}}}"#),
+        ],
+    );
+    eventually("v2 in the status", Duration::from_secs(30), || async {
+        (status("servingDigest") == digest_of(artifacts::STAMP_V2)
+            && status("observedGeneration") == "2"
+            && status("conditions[0].status") == "True")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        standby.logged(&["plugin added: starting"]),
+        "the standby started the object's plugin"
+    );
 }

@@ -311,3 +311,49 @@ async fn kube_calls_without_an_api_server_are_unavailable_not_fatal() {
     }
     still_works(&plugin).await;
 }
+
+/// `context.log-enabled` (WIT 0.1.1) answers the host's log filter (here a
+/// subscriber that keeps every level) and the reconcile's log budget.
+#[tokio::test]
+async fn the_guest_asks_whether_a_log_level_is_kept() {
+    let _ = captured();
+    let all = "trace,debug,info,warn,error";
+    let plugin = misbehave(Limits::default()).await;
+    assert_eq!(
+        reconcile(&plugin, "log-enabled").await,
+        Err(ReconcileError::Transient(format!(
+            "before=[{all}] after=[{all}]"
+        )))
+    );
+    // With a budget of 2 log calls, the 3 lines use it up: nothing is kept.
+    let plugin = misbehave(Limits {
+        log_calls: 2,
+        ..Limits::default()
+    })
+    .await;
+    assert_eq!(
+        reconcile(&plugin, "log-enabled").await,
+        Err(ReconcileError::Transient(format!(
+            "before=[{all}] after=[]"
+        )))
+    );
+}
+
+/// A guest built against the 0.1.0 WIT (frozen in the plugin's crate) loads
+/// and runs on a host that serves 0.1.1: adding an import is compatible.
+#[tokio::test]
+async fn an_old_guest_built_against_0_1_0_still_loads() {
+    let plugin = load(
+        &runtime(),
+        "compat-0-1-0",
+        artifacts::COMPAT_0_1_0,
+        Limits::default(),
+    )
+    .await;
+    assert_eq!(plugin.metadata().name, "compat-0-1-0");
+    assert_eq!(reconcile(&plugin, "fine").await, Ok(Action::done()));
+    assert_eq!(
+        reconcile(&plugin, "fail").await,
+        Err(ReconcileError::Transient("attempt 0".into()))
+    );
+}

@@ -5,188 +5,31 @@
 //! registry down, and `wasmctrl push` / `wasmctrl inspect oci://…`.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
-use tempfile::TempDir;
 use wasmctrl::config::{FetchLimits, OciSourceSpec, UrlSourceSpec};
 use wasmctrl::runtime::digest;
 use wasmctrl::source::oci::{self, RegistryOptions};
 use wasmctrl::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
-use wasmctrl::test_util::{RunningHost, eventually, host_config};
+use wasmctrl::test_util::{
+    PASSWORD, Registry, RunningHost, USER, empty_docker_config, eventually, host_config,
+    http_request, insecure_registry, push_component,
+};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::{runtime, spec};
 
-/// Where Debian's `docker-registry` package installs the registry.
-const REGISTRY_BIN: &str = "/usr/bin/docker-registry";
-
-/// A registry on a loopback port with its storage in a temporary
-/// directory; killed when dropped.
-struct Registry {
-    child: Option<Child>,
-    addr: SocketAddr,
-    _dir: TempDir,
-}
-
-/// The test user of [`Registry::start_with_auth`] and its bcrypt hash
-/// (cost 4, made with libxcrypt's `crypt`).
-const USER: &str = "wasmctrl";
-const PASSWORD: &str = "wasmctrl-test-password";
-const PASSWORD_BCRYPT: &str = "$2b$04$JY4asE19w3xdJgy9M.zBLuvTOXTuG2iUxBGHA0ojbiuzxNjCs28zK";
-
-impl Registry {
-    fn start() -> Self {
-        Self::start_with(None)
-    }
-
-    /// A registry that wants `USER`/`PASSWORD` (HTTP basic auth).
-    fn start_with_auth() -> Self {
-        Self::start_with(Some(format!("{USER}:{PASSWORD_BCRYPT}\n")))
-    }
-
-    fn start_with(htpasswd: Option<String>) -> Self {
-        let bin = std::env::var("WASMCTRL_TEST_REGISTRY").unwrap_or_else(|_| REGISTRY_BIN.into());
-        assert!(
-            Path::new(&bin).exists(),
-            "{bin} is missing: these tests need a real OCI registry; install Debian's \
-             `docker-registry` package (apt-get install docker-registry) or point \
-             WASMCTRL_TEST_REGISTRY at a distribution registry binary"
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let addr = free_port();
-        let config = dir.path().join("config.yml");
-        let mut text = format!(
-            "version: 0.1\n\
-             log: {{ level: error, accesslog: {{ disabled: true }} }}\n\
-             storage:\n  filesystem: {{ rootdirectory: {} }}\n  delete: {{ enabled: true }}\n\
-             http: {{ addr: \"{addr}\", secret: wasmctrl-test }}\n",
-            dir.path().join("storage").display()
-        );
-        if let Some(users) = htpasswd {
-            let file = dir.path().join("htpasswd");
-            std::fs::write(&file, users).unwrap();
-            text.push_str(&format!(
-                "auth: {{ htpasswd: {{ realm: wasmctrl-test, path: {} }} }}\n",
-                file.display()
-            ));
-        }
-        std::fs::write(&config, text).unwrap();
-        // The registry logs every 404 as an error: kept aside, shown only
-        // if it does not start.
-        let log = dir.path().join("registry.log");
-        let child = Command::new(&bin)
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {bin}: {e}"));
-        let mut registry = Self {
-            child: Some(child),
-            addr,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        // 401 when it wants credentials: it is up either way.
-        while !matches!(http_status(addr, "/v2/"), Some(200 | 401)) {
-            let exited = registry.child.as_mut().unwrap().try_wait().unwrap();
-            if exited.is_some() || Instant::now() > deadline {
-                panic!(
-                    "the registry did not start on {addr} ({exited:?}): {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        registry
-    }
-
-    /// `127.0.0.1:PORT/<path>`.
-    fn reference(&self, path: &str) -> String {
-        format!("{}/{path}", self.addr)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn free_port() -> SocketAddr {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap()
-}
-
-/// The status of a plain HTTP GET (blocking; for readiness checks).
-fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    http_get(addr, path).map(|(status, _)| status)
-}
-
-fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    http_request(addr, "GET", path)
-}
-
-fn http_request(addr: SocketAddr, method: &str, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(
-        s,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((status, body))
-}
-
 fn insecure() -> RegistryOptions {
-    RegistryOptions {
-        insecure: true,
-        docker_config: Some(empty_docker_config()),
-        limits: FetchLimits {
-            timeout: Duration::from_secs(30),
-            ..FetchLimits::default()
-        },
-    }
-}
-
-/// A docker config without credentials, so a developer's own
-/// `~/.docker/config.json` never leaks into the tests.
-fn empty_docker_config() -> PathBuf {
-    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    // Written once: tests run concurrently and read it while others start.
-    PATH.get_or_init(|| {
-        let path =
-            std::env::temp_dir().join(format!("wasmctrl-empty-docker-{}.json", std::process::id()));
-        std::fs::write(&path, r#"{"auths": {}}"#).unwrap();
-        path
-    })
-    .clone()
+    insecure_registry()
 }
 
 async fn push(reference: &str, component: &str) -> String {
-    let bytes = std::fs::read(component).unwrap();
-    oci::push(reference, bytes, Default::default(), &insecure())
-        .await
-        .unwrap_or_else(|e| panic!("push to {reference}: {e}"))
-        .manifest_digest
+    push_component(reference, component, &insecure()).await
 }
 
 fn oci_source(reference: &str, poll: Option<Duration>, cache: &Path) -> OciSource {
@@ -695,7 +538,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     assert_eq!(config["layerDigests"][0], file_digest(artifacts::STAMP_V1));
     assert_eq!(
         config["component"]["target"],
-        "wasmctrl:reconciler/reconciler@0.1.0"
+        "wasmctrl:reconciler/reconciler@0.1.1"
     );
     let exports = config["component"]["exports"].as_array().unwrap();
     assert!(
@@ -704,7 +547,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     );
     let imports = config["component"]["imports"].as_array().unwrap();
     assert!(
-        imports.contains(&"wasmctrl:reconciler/kube@0.1.0".into()),
+        imports.contains(&"wasmctrl:reconciler/kube@0.1.1".into()),
         "{imports:?}"
     );
 

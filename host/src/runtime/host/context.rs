@@ -103,6 +103,31 @@ impl context::Host for ContextView<'_> {
         }
         Ok(())
     }
+
+    async fn log_enabled(&mut self, level: types::LogLevel) -> wasmtime::Result<bool> {
+        if self.budget.log_calls >= self.budget.log_call_limit {
+            return Ok(false);
+        }
+        // The same target and levels `log` uses, so the answer is the
+        // subscriber's filter for exactly those events.
+        Ok(match level {
+            types::LogLevel::Trace => {
+                tracing::enabled!(target: "wasmctrl::guest", tracing::Level::TRACE)
+            }
+            types::LogLevel::Debug => {
+                tracing::enabled!(target: "wasmctrl::guest", tracing::Level::DEBUG)
+            }
+            types::LogLevel::Info => {
+                tracing::enabled!(target: "wasmctrl::guest", tracing::Level::INFO)
+            }
+            types::LogLevel::Warn => {
+                tracing::enabled!(target: "wasmctrl::guest", tracing::Level::WARN)
+            }
+            types::LogLevel::Error => {
+                tracing::enabled!(target: "wasmctrl::guest", tracing::Level::ERROR)
+            }
+        })
+    }
 }
 
 /// `k="v" k2="v2"`, bounded in count and size.

@@ -17,9 +17,14 @@
 //! | `attempt-<n>`   | fails transiently until attempt `n`, then succeeds          |
 //! | `settings`      | fails permanently unless settings has `"ok": true`          |
 //! | `kube`          | gets its own ConfigMap through the host; fails with the error |
+//! | `count`         | fails with the number of reconciles this instance has run   |
+//! | `log-enabled`   | fails listing the levels `log::enabled` reports, before and after 3 log calls |
+//! | `error-<any>`   | fails with a transient error (many keys into backoff)       |
+//! | `loop-<any>`    | spins forever (many keys to their deadline)                 |
 //! | anything else   | succeeds                                                   |
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use wasmctrl_sdk::{Action, Context, Error, Gvk, Metadata, ObjectKey, Reconciler};
@@ -32,8 +37,24 @@ impl Reconciler for Misbehave {
     }
 
     fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error> {
+        let calls = CALLS.fetch_add(1, Ordering::Relaxed) + 1;
         let name = key.name.as_str();
         match name {
+            "count" => Err(Error::transient(format!("calls={calls}"))),
+            "log-enabled" => {
+                let before = enabled_levels();
+                for i in 0..3 {
+                    wasmctrl_sdk::log::log(
+                        wasmctrl_sdk::log::Level::Info,
+                        &format!("line {i}"),
+                        &[],
+                    );
+                }
+                let after = enabled_levels();
+                Err(Error::transient(format!(
+                    "before=[{before}] after=[{after}]"
+                )))
+            }
             "loop" => {
                 // Tests wait for this host call before they act on a running guest.
                 wasmctrl_sdk::info!("loop started");
@@ -76,6 +97,12 @@ impl Reconciler for Misbehave {
                 }
             }
             _ => {
+                if name.starts_with("error-") {
+                    return Err(Error::transient("asked to fail"));
+                }
+                if name.starts_with("loop-") {
+                    spin_forever()
+                }
                 if let Some(ms) = number_after(name, "slow-") {
                     wasmctrl_sdk::info!("{name} started");
                     return slow(ms, ctx);
@@ -96,6 +123,26 @@ impl Reconciler for Misbehave {
             }
         }
     }
+}
+
+/// Reconciles this instance has run: module state persists across calls
+/// in `instanceMode: reuse`, and starts over in a new instance.
+static CALLS: AtomicU32 = AtomicU32::new(0);
+
+fn enabled_levels() -> String {
+    use wasmctrl_sdk::log::{Level, enabled};
+    [
+        (Level::Trace, "trace"),
+        (Level::Debug, "debug"),
+        (Level::Info, "info"),
+        (Level::Warn, "warn"),
+        (Level::Error, "error"),
+    ]
+    .into_iter()
+    .filter(|(l, _)| enabled(*l))
+    .map(|(_, n)| n)
+    .collect::<Vec<_>>()
+    .join(",")
 }
 
 fn number_after(name: &str, prefix: &str) -> Option<u64> {

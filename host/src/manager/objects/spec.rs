@@ -1,0 +1,309 @@
+//! A WasmReconciler object as a plugin: its `spec` is a plugin entry of the
+//! host config (the same type, [`PluginConfig`], read with the same strict
+//! deserializer and the same checks), its name is the plugin's name, and
+//! what an object may ask for is further limited (`maxGrant`, no host
+//! files unless allowed, credentials only from a Secret).
+//!
+//! ```yaml
+//! apiVersion: wasmctrl.dev/v1alpha1
+//! kind: WasmReconciler
+//! metadata: { name: stamp }
+//! spec:
+//!   source: { oci: "registry.example/plugins/stamp:1", pollInterval: 30s, imagePullSecret: regcred }
+//!   namespaces: [default]
+//!   permissions:
+//!     - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
+//! ```
+
+use std::fmt;
+
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::ceiling;
+use crate::config::{FieldProblem, PermissionRule, PluginConfig, PluginsFrom, check_plugin_name};
+
+/// The group, version and kind of the objects.
+pub const GROUP: &str = "wasmctrl.dev";
+pub const VERSION: &str = "v1alpha1";
+pub const KIND: &str = "WasmReconciler";
+
+/// The most bytes of a message put in a condition.
+const MAX_MESSAGE: usize = 4096;
+
+/// Why an object's spec does not run: a condition reason (CamelCase) and
+/// a message naming what is wrong. `transient` refusals (a registry or
+/// Secret not reachable yet) are retried with backoff; the others wait for
+/// the object to change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: &'static str,
+    pub message: String,
+    pub transient: bool,
+}
+
+impl Refusal {
+    pub fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: bounded(message.into()),
+            transient: false,
+        }
+    }
+
+    pub fn transient(mut self) -> Self {
+        self.transient = true;
+        self
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.reason, self.message)
+    }
+}
+
+/// `message`, cut to [`MAX_MESSAGE`] bytes on a character boundary.
+pub fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE - 3;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        message.truncate(end);
+        message.push('…');
+    }
+    message
+}
+
+/// The plugin `object` defines, checked like a plugin of the host config,
+/// then against what objects may ask for: `from` (file sources) and
+/// `ceiling` (the host's `maxGrant`; None: no grant at all).
+pub fn plugin_config(
+    object: &DynamicObject,
+    from: &PluginsFrom,
+    ceiling: Option<&[PermissionRule]>,
+) -> Result<PluginConfig, Refusal> {
+    let invalid = |message: String| Refusal::new("InvalidSpec", message);
+    let name = object.metadata.name.clone().unwrap_or_default();
+    check_plugin_name(&name).map_err(|m| {
+        Refusal::new(
+            "InvalidName",
+            format!("metadata.name {name:?} {m}: it is the plugin's name"),
+        )
+    })?;
+    let mut spec = match object.data.get("spec") {
+        Some(Value::Object(spec)) => spec.clone(),
+        Some(_) => return Err(invalid("spec: must be a mapping".into())),
+        None => return Err(invalid("spec: is required (at least spec.source)".into())),
+    };
+    if spec.contains_key("name") {
+        return Err(invalid(
+            "spec.name: not allowed: the object's metadata.name is the plugin's name".into(),
+        ));
+    }
+    spec.insert("name".into(), Value::String(name));
+    let config: PluginConfig =
+        serde_path_to_error::deserialize(Value::Object(spec)).map_err(|e| {
+            let path = e.path().to_string();
+            let at = if path == "." {
+                "spec".to_string()
+            } else {
+                format!("spec.{path}")
+            };
+            invalid(format!("{at}: {}", e.into_inner()))
+        })?;
+    config
+        .check()
+        .map_err(|FieldProblem { field, message }| invalid(format!("spec.{field}: {message}")))?;
+    if let Some(source) = &config.source
+        && source.docker_config.is_some()
+    {
+        return Err(invalid(format!(
+            "spec.source.dockerConfig: names a file on the host; give imagePullSecret: a Secret of type kubernetes.io/dockerconfigjson in namespace {:?}",
+            from.namespace
+        )));
+    }
+    if config.file(std::path::Path::new("")).is_some() && !from.allow_file_sources {
+        let field = if config.path.is_some() {
+            "spec.path"
+        } else {
+            "spec.source.file"
+        };
+        return Err(Refusal::new(
+            "FileSourceNotAllowed",
+            format!(
+                "{field}: objects may not name files on the host (set pluginsFrom.allowFileSources: true in the host config to allow it); use an oci or url source"
+            ),
+        ));
+    }
+    let over = ceiling::exceeding(
+        &config.permissions,
+        config.namespaces.as_deref(),
+        ceiling.unwrap_or_default(),
+    );
+    if !over.is_empty() {
+        let why = if ceiling.is_none() {
+            "the host config sets no maxGrant, so object plugins may be granted nothing"
+        } else {
+            "they exceed the host config's maxGrant"
+        };
+        return Err(Refusal::new(
+            "GrantExceedsMaxGrant",
+            format!("spec.permissions: {why}: {}", over.join("; ")),
+        ));
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str, spec: Value) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "wasmctrl.dev/v1alpha1",
+            "kind": "WasmReconciler",
+            "metadata": {"name": name, "generation": 1},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn from(files: bool) -> PluginsFrom {
+        PluginsFrom {
+            kind: KIND.into(),
+            namespace: "wasmctrl-system".into(),
+            allow_file_sources: files,
+        }
+    }
+
+    fn ceiling() -> Vec<PermissionRule> {
+        vec![PermissionRule {
+            group: String::new(),
+            resources: vec!["configmaps".into()],
+            verbs: vec!["get".into(), "list".into(), "watch".into(), "patch".into()],
+            namespaces: None,
+        }]
+    }
+
+    fn refusal(name: &str, spec: Value) -> Refusal {
+        plugin_config(&object(name, spec), &from(false), Some(&ceiling())).unwrap_err()
+    }
+
+    #[test]
+    fn the_spec_is_a_plugin_entry_named_by_the_object() {
+        let spec = serde_json::json!({
+            "source": {"oci": "127.0.0.1:5000/p/stamp:1", "pollInterval": "2s", "insecure": true, "imagePullSecret": "regcred"},
+            "reconcileTimeout": "5s",
+            "memoryLimit": "32Mi",
+            "namespaces": ["default"],
+            "instanceMode": "reuse",
+            "rateLimiter": {"baseDelay": "10ms", "maxDelay": "1m"},
+            "settings": {"x": 1},
+            "limits": {"hostCalls": 100},
+            "permissions": [{"group": "", "resources": ["configmaps"], "verbs": ["get", "patch"]}],
+        });
+        let c = plugin_config(&object("stamp", spec), &from(false), Some(&ceiling())).unwrap();
+        assert_eq!(c.name, "stamp");
+        assert_eq!(c.reconcile_timeout, std::time::Duration::from_secs(5));
+        assert_eq!(c.memory_limit, 32 << 20);
+        assert_eq!(c.limits.host_calls, 100);
+        assert_eq!(c.settings["x"], 1);
+        assert_eq!(
+            c.source.as_ref().unwrap().image_pull_secret.as_deref(),
+            Some("regcred")
+        );
+    }
+
+    #[test]
+    fn a_bad_spec_is_refused_naming_the_field() {
+        let r = refusal(
+            "stamp",
+            serde_json::json!({"source": {"oci": "x/y:1"}, "reconcileTimout": "5s"}),
+        );
+        assert_eq!(r.reason, "InvalidSpec");
+        assert!(r.message.contains("reconcileTimout"), "{r}");
+        let r = refusal(
+            "stamp",
+            serde_json::json!({"source": {"oci": "x/y:1"}, "memoryLimit": "lots"}),
+        );
+        assert!(r.message.starts_with("spec.memoryLimit: "), "{r}");
+        let r = refusal("stamp", serde_json::json!({"source": {"oci": "x/y"}}));
+        assert!(
+            r.message.starts_with("spec.source.oci: ") && r.message.contains("no tag"),
+            "{r}"
+        );
+        let r = refusal(
+            "stamp",
+            serde_json::json!({"source": {"oci": "x/y:1"}, "maxConcurrentReconciles": 0}),
+        );
+        assert!(
+            r.message.starts_with("spec.maxConcurrentReconciles: "),
+            "{r}"
+        );
+        let r = refusal(
+            "stamp",
+            serde_json::json!({"name": "other", "source": {"oci": "x/y:1"}}),
+        );
+        assert!(r.message.starts_with("spec.name: "), "{r}");
+        let r = refusal(
+            "stamp",
+            serde_json::json!({"source": {"oci": "x/y:1", "dockerConfig": "/root/.docker/config.json"}}),
+        );
+        assert!(
+            r.message.contains("imagePullSecret") && r.message.contains("wasmctrl-system"),
+            "{r}"
+        );
+        let r = refusal("Stamp.v2", serde_json::json!({"source": {"oci": "x/y:1"}}));
+        assert_eq!(r.reason, "InvalidName");
+        let mut no_spec = object("stamp", Value::Null);
+        no_spec.data = serde_json::json!({});
+        let r = plugin_config(&no_spec, &from(false), None).unwrap_err();
+        assert!(r.message.starts_with("spec: is required"), "{r}");
+    }
+
+    #[test]
+    fn files_only_when_the_host_allows_them() {
+        for spec in [
+            serde_json::json!({"path": "/etc/shadow"}),
+            serde_json::json!({"source": {"file": "plugin.wasm"}}),
+        ] {
+            let r = refusal("stamp", spec.clone());
+            assert_eq!(r.reason, "FileSourceNotAllowed", "{r}");
+            assert!(r.message.contains("allowFileSources"), "{r}");
+            assert!(plugin_config(&object("stamp", spec), &from(true), Some(&ceiling())).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_grant_beyond_max_grant_is_refused_with_what_exceeds() {
+        let spec = serde_json::json!({
+            "source": {"oci": "x/y:1"},
+            "permissions": [
+                {"group": "", "resources": ["configmaps"], "verbs": ["get"]},
+                {"group": "", "resources": ["secrets"], "verbs": ["get"], "namespaces": ["default"]},
+            ],
+        });
+        let r = refusal("stamp", spec.clone());
+        assert_eq!(r.reason, "GrantExceedsMaxGrant");
+        assert!(
+            r.message
+                .contains("permissions[1]: get core/secrets in namespace default"),
+            "{r}"
+        );
+        assert!(!r.message.contains("permissions[0]"), "{r}");
+        // Without maxGrant, any grant is refused.
+        let r = plugin_config(&object("stamp", spec), &from(false), None).unwrap_err();
+        assert!(
+            r.message.contains("sets no maxGrant") && r.message.contains("permissions[0]"),
+            "{r}"
+        );
+    }
+
+    #[test]
+    fn messages_are_bounded() {
+        let long = bounded("é".repeat(5000));
+        assert!(long.len() <= MAX_MESSAGE && long.ends_with('…'));
+    }
+}

@@ -1,0 +1,258 @@
+//! The cluster workflow of the README ("In a cluster: plugins from a registry"), through the binaries a
+//! user runs: `wasmctrl push` to a registry, `wasmctrl dev` with
+//! `pluginsFrom` (it serves the WasmReconciler CRD), `kubectl apply` of a
+//! WasmReconciler, `kubectl get wasmreconcilers`, then an edit and a
+//! delete with kubectl.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use wasmctrl::runtime::digest;
+use wasmctrl::test_util::{Registry, empty_docker_config, eventually, http_get};
+use wasmctrl_plugin_artifacts as artifacts;
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// A `wasmctrl dev` process; killed when dropped.
+struct Dev {
+    child: Child,
+    admin: std::net::SocketAddr,
+    kubeconfig: PathBuf,
+    /// Its log (stderr), shown when something does not converge.
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Dev {
+    fn start(config: &Path, kubeconfig: PathBuf) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+            .args(["dev", "--admin", "127.0.0.1:0", "--config"])
+            .arg(config)
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .env("RUST_LOG", "wasmctrl=info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("wasmctrl dev starts");
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let stderr = BufReader::new(child.stderr.take().unwrap());
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let mut kept = kept.lock().unwrap();
+                if kept.len() < 20_000 {
+                    kept.push(line);
+                }
+            }
+        });
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
+        let admin = loop {
+            let Some(Ok(line)) = lines.next() else {
+                let _ = child.wait();
+                panic!(
+                    "wasmctrl dev exited before printing its admin address:\n{}\n{}",
+                    printed.join("\n"),
+                    log.lock().unwrap().join("\n")
+                );
+            };
+            if let Some(rest) = line.strip_prefix("admin: http://") {
+                break rest.trim_end_matches("/plugins").parse().unwrap();
+            }
+            printed.push(line);
+        };
+        assert!(
+            printed
+                .iter()
+                .any(|l| l.contains("applied the WasmReconciler CRD")),
+            "dev says it serves the CRD: {printed:?}"
+        );
+        std::thread::spawn(move || for _ in lines {});
+        Self {
+            child,
+            admin,
+            kubeconfig,
+            log,
+        }
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new("kubectl")
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("kubectl runs")
+    }
+
+    /// kubectl's stdout; panics (with stderr) if it fails.
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until `kubectl get wasmreconcilers` has a row for `name`
+    /// passing `check`, and returns the table.
+    async fn table_where(&self, what: &str, name: &str, check: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let table = self.kubectl_ok(&["get", "wasmreconcilers"]);
+            let row = table
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(name));
+            if row.is_some_and(&check) {
+                return table;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last table:\n{table}\nlog:\n{}",
+                self.log.lock().unwrap().join("\n")
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The plugins the admin API lists, by name.
+    async fn plugin_names(&self) -> Vec<String> {
+        let (_, body) = http_get(self.admin, "/plugins").await;
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p["name"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wasmctrl(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+        .args(args)
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("wasmctrl runs");
+    assert!(
+        out.status.success(),
+        "wasmctrl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn file_digest(path: &str) -> String {
+    digest(&std::fs::read(path).unwrap())
+}
+
+fn wasmreconciler(reference: &str) -> String {
+    format!(
+        r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: WasmReconciler
+metadata:
+  name: stamp
+spec:
+  source: {{ oci: "{reference}", insecure: true }}
+  namespaces: [default]
+  permissions:
+    - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_then_kubectl_apply_a_wasmreconciler_to_wasmctrl_dev_then_get_edit_and_delete_it() {
+    let registry = Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let docker = empty_docker_config();
+    let docker = docker.to_str().unwrap();
+    let (v1, v2) = (
+        registry.reference("plugins/stamp:1.0.0"),
+        registry.reference("plugins/stamp:2.0.0"),
+    );
+    for (component, reference) in [(artifacts::STAMP_V1, &v1), (artifacts::STAMP_V2, &v2)] {
+        let pushed = wasmctrl(&[
+            "push",
+            component,
+            reference,
+            "--insecure",
+            "--docker-config",
+            docker,
+        ]);
+        assert!(pushed.trim().starts_with("sha256:"), "{pushed}");
+    }
+
+    let config = dir.path().join("host.yaml");
+    std::fs::write(
+        &config,
+        r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 5s
+pluginsFrom: { kind: WasmReconciler }
+maxGrant:
+  - { group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }
+"#,
+    )
+    .unwrap();
+    let dev = Dev::start(&config, dir.path().join("kubeconfig"));
+    dev.kubectl_ok(&["create", "configmap", "demo"]);
+
+    let manifest = dir.path().join("stamp.yaml");
+    std::fs::write(&manifest, wasmreconciler(&v1)).unwrap();
+    dev.kubectl_ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let v1_digest = file_digest(artifacts::STAMP_V1);
+    let table = dev
+        .table_where("v1 ready", "stamp", |row| {
+            row.contains("1.0.0") && row.contains(&v1_digest) && row.contains("True")
+        })
+        .await;
+    let header = table.lines().next().unwrap_or_default();
+    for column in ["NAME", "VERSION", "DIGEST", "READY"] {
+        assert!(header.contains(column), "{table}");
+    }
+    let stamp = || {
+        dev.kubectl_ok(&[
+            "get",
+            "configmap",
+            "demo",
+            "-o",
+            r"jsonpath={.metadata.labels.wasmctrl\.dev/stamp}",
+        ])
+    };
+    eventually("demo stamped v1", LIMIT, || async {
+        (stamp() == "v1").then_some(())
+    })
+    .await;
+
+    // An edit of the object swaps the plugin.
+    std::fs::write(&manifest, wasmreconciler(&v2)).unwrap();
+    dev.kubectl_ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let v2_digest = file_digest(artifacts::STAMP_V2);
+    dev.table_where("v2 ready", "stamp", |row| {
+        row.contains("2.0.0") && row.contains(&v2_digest) && row.contains("True")
+    })
+    .await;
+    eventually("demo stamped v2", LIMIT, || async {
+        (stamp() == "v2").then_some(())
+    })
+    .await;
+
+    // A delete stops it.
+    dev.kubectl_ok(&["delete", "-f", manifest.to_str().unwrap()]);
+    eventually("the plugin stopped", LIMIT, || async {
+        dev.plugin_names().await.is_empty().then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,250 @@
+//! Load the host must hold, end to end: bursts of updates are deduplicated
+//! without losing the last one, and one plugin failing into backoff or
+//! looping to its deadline does not starve another plugin.
+//!
+//! Correctness is asserted here (every object ends with its final state, no
+//! key stuck). How much work dedup saves and how much a misbehaving
+//! neighbour slows a plugin are timings: they are printed (run with
+//! `--nocapture`) and recorded by `scripts/load.sh` in docs/RELIABILITY.md,
+//! with `WASMCTRL_LOAD_OBJECTS` scaling the object count (default 500).
+
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use wasmctrl_e2e::{Cluster, Host, eventually, http_get};
+use wasmctrl_plugin_artifacts as artifacts;
+
+const CONVERGE: Duration = Duration::from_secs(300);
+/// Client-side concurrency of the writers.
+const WRITERS: usize = 16;
+
+fn objects() -> usize {
+    std::env::var("WASMCTRL_LOAD_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500)
+}
+
+fn mirror_plugin(namespace: &str) -> String {
+    format!(
+        r#"
+  - name: mirror
+    path: {}
+    maxConcurrentReconciles: 2
+    reconcileTimeout: 5s
+    namespaces: [{namespace}]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}"#,
+        artifacts::MIRROR
+    )
+}
+
+fn misbehave_plugin(namespace: &str) -> String {
+    format!(
+        r#"
+  - name: misbehave
+    path: {}
+    maxConcurrentReconciles: 2
+    reconcileTimeout: 200ms
+    rateLimiter: {{ baseDelay: 5ms, maxDelay: 1000s }}
+    namespaces: [{namespace}]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch] }}"#,
+        artifacts::MISBEHAVE
+    )
+}
+
+fn host_config(plugins: &[String]) -> String {
+    format!(
+        "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nshutdownTimeout: 5s\nplugins:{}\n",
+        plugins.concat()
+    )
+}
+
+async fn namespace(cluster: &Cluster, name: &str) {
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+    Api::<Namespace>::all(cluster.client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+}
+
+/// Creates ConfigMaps `<prefix>0..n` with `data.value` "0".
+async fn create(api: &Api<ConfigMap>, prefix: &str, n: usize) {
+    stream::iter(0..n)
+        .for_each_concurrent(WRITERS, |i| async move {
+            let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": format!("{prefix}{i}")},
+                "data": {"value": "0"},
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &cm).await.unwrap();
+        })
+        .await;
+}
+
+async fn set_value(api: &Api<ConfigMap>, name: String, value: String) {
+    let patch = serde_json::json!({"data": {"value": value}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+}
+
+/// Every mirrored object shows `value`, and the host holds no key.
+async fn mirrored(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) {
+    eventually(
+        &format!("{n} objects mirror {value:?}"),
+        CONVERGE,
+        || async {
+            let list = api.list(&Default::default()).await.ok()?;
+            let done = list
+                .items
+                .iter()
+                .filter(|c| {
+                    let label = c
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("wasmctrl.dev/mirror"));
+                    label.map(String::as_str) == Some(value)
+                })
+                .count();
+            (done == n).then_some(())
+        },
+    )
+    .await;
+    let queue = host.queue("mirror");
+    eventually("no key left in processing", CONVERGE, || async {
+        (queue.processing_len() == 0).then_some(())
+    })
+    .await;
+}
+
+/// The sum of `controller_runtime_reconcile_total` over results for `plugin`.
+async fn reconciles(host: &Host, plugin: &str) -> f64 {
+    let needle = format!("controller_runtime_reconcile_total{{controller=\"{plugin}\"");
+    let (_, body) = http_get(host.admin, "/metrics").await;
+    body.lines()
+        .filter(|l| l.starts_with(&needle))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bursts_of_updates_are_deduplicated_and_the_last_one_always_wins() {
+    const BURST: usize = 10;
+    let n = objects();
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    create(&api, "cm-", n).await;
+    let host = cluster
+        .host(&host_config(&[mirror_plugin("default")]))
+        .await;
+    mirrored(&host, &api, n, "0").await;
+    let before = reconciles(&host, "mirror").await;
+
+    // Each object gets a burst of BURST updates, values 1..=BURST in order
+    // (one writer per object, so the last write is the last value).
+    let started = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(WRITERS, |i| {
+            let api = api.clone();
+            async move {
+                for v in 1..=BURST {
+                    set_value(&api, format!("cm-{i}"), v.to_string()).await;
+                }
+            }
+        })
+        .await;
+    mirrored(&host, &api, n, &BURST.to_string()).await;
+    let elapsed = started.elapsed();
+    let runs = reconciles(&host, "mirror").await - before;
+    let updates = (n * BURST) as f64;
+    println!(
+        "dedup: {n} objects x {BURST} updates in {elapsed:?}: {runs} reconciles, \
+         {:.3} reconciles per update",
+        runs / updates
+    );
+    // Without dedup every update would be reconciled, plus the event of the
+    // reconciler's own label patch: at most 2 per update. Dedup must keep it
+    // under one per update (a burst lands while its key waits or runs).
+    assert!(
+        runs < updates,
+        "{runs} reconciles for {updates} updates: bursts were not deduplicated"
+    );
+    host.stop().await.unwrap();
+}
+
+/// The time for `mirror` to mirror a new value onto all `n` objects.
+async fn mirror_round(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) -> Duration {
+    let started = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(WRITERS, |i| {
+            set_value(api, format!("cm-{i}"), value.to_string())
+        })
+        .await;
+    mirrored(host, api, n, value).await;
+    started.elapsed()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_failing_or_looping_does_not_starve_another() {
+    let n = objects();
+    let cluster = Cluster::start().await;
+    namespace(&cluster, "good").await;
+    namespace(&cluster, "bad").await;
+    let good: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "good");
+    let bad: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "bad");
+    create(&good, "cm-", n).await;
+
+    // Baseline: mirror alone.
+    let host = cluster.host(&host_config(&[mirror_plugin("good")])).await;
+    mirrored(&host, &good, n, "0").await;
+    let baseline = mirror_round(&host, &good, n, "1").await;
+    host.stop().await.unwrap();
+
+    // Beside it, a plugin whose n keys all fail into backoff.
+    create(&bad, "error-", n).await;
+    let both = host_config(&[mirror_plugin("good"), misbehave_plugin("bad")]);
+    let host = cluster.host(&both).await;
+    mirrored(&host, &good, n, "1").await;
+    // Measure once the failing keys are deep in their backoff (11 failures
+    // each: the next retry is 10 s away), as they are in a real incident.
+    eventually("the failing keys deep in backoff", CONVERGE, || async {
+        (reconciles(&host, "misbehave").await >= (n * 11) as f64).then_some(())
+    })
+    .await;
+    let backoff = mirror_round(&host, &good, n, "2").await;
+    host.stop().await.unwrap();
+
+    // Beside it, a plugin with keys that loop to their deadline, at its full
+    // concurrency, for the whole round.
+    for i in 0..4 {
+        let cm: ConfigMap =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": format!("loop-{i}")}}))
+                .unwrap();
+        bad.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let host = cluster.host(&both).await;
+    mirrored(&host, &good, n, "2").await;
+    let looping = mirror_round(&host, &good, n, "3").await;
+    let timeouts = {
+        let needle = "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\"}";
+        wasmctrl_e2e::metric_value(host.admin, needle)
+            .await
+            .unwrap_or(0.0)
+    };
+    assert!(timeouts >= 1.0, "no looping reconcile reached its deadline");
+    host.stop().await.unwrap();
+
+    let ratio = |d: Duration| d.as_secs_f64() / baseline.as_secs_f64();
+    println!(
+        "fairness: {n} objects mirrored in {baseline:?} alone, {backoff:?} ({:.2}x) beside \
+         {n} keys in backoff, {looping:?} ({:.2}x) beside 4 keys looping to their deadline",
+        ratio(backoff),
+        ratio(looping)
+    );
+}
