@@ -31,6 +31,12 @@
 //!   so, as Kubernetes' own `system:kube-controller-manager` role does, it is
 //!   a separate rule on `leases` without `resourceNames`.
 //!
+//! - **WasmReconcilers** (`pluginsFrom`): `list` and `watch` on
+//!   `wasmctrl.dev` `wasmreconcilers`, `patch` on their status, `get` on
+//!   Secrets in `pluginsFrom.namespace` (pull secrets), and all of
+//!   `maxGrant` (an object's plugin may be granted up to it, in namespaces
+//!   only the object names) with events cluster-wide.
+//!
 //! Discovery and the access reviews of the start-up check are allowed to
 //! every authenticated identity by Kubernetes' bootstrap roles
 //! (`system:discovery`, `system:basic-user`), so they are not generated.
@@ -53,6 +59,9 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use crate::config::{HostConfig, PermissionRule, PluginConfig};
 use crate::shard::ShardCoordinator;
 use crate::syntax;
+
+/// The group of WasmReconciler objects (`pluginsFrom`).
+const PLUGINS_GROUP: &str = "wasmctrl.dev";
 
 /// Whom the RBAC is for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +133,26 @@ pub fn generate(config: &HostConfig) -> Rbac {
         }
         for scope in scopes(plugin.namespaces.as_deref(), None) {
             add(&scope, "events.k8s.io", "events", None, &["create", "patch"]);
+        }
+    }
+    if let Some(from) = &config.plugins_from {
+        // Following WasmReconcilers (cluster-scoped): their informer, their
+        // status, and their pull Secrets in `pluginsFrom.namespace`.
+        add(&Scope::Cluster, PLUGINS_GROUP, "wasmreconcilers", None, &["list", "watch"]);
+        add(&Scope::Cluster, PLUGINS_GROUP, "wasmreconcilers/status", None, &["patch"]);
+        add(&Scope::Namespace(from.namespace.clone()), "", "secrets", None, &["get"]);
+        // An object's plugin may be granted up to `maxGrant`, in whatever
+        // namespaces the object names: the host needs all of it.
+        for rule in config.max_grant.iter().flatten() {
+            let verbs: Vec<&str> = rule.verbs.iter().map(String::as_str).collect();
+            for scope in scopes(None, rule.namespaces.as_deref()) {
+                for resource in &rule.resources {
+                    add(&scope, &rule.group, resource, None, &verbs);
+                }
+            }
+        }
+        if config.max_grant.as_ref().is_some_and(|r| !r.is_empty()) {
+            add(&Scope::Cluster, "events.k8s.io", "events", None, &["create", "patch"]);
         }
     }
     let le = &config.leader_election;

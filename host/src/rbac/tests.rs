@@ -190,3 +190,31 @@ fn every_verb_resource_and_namespace_of_a_rule_is_one_access() {
     assert_eq!(all.len(), 4, "only y: {all:?}");
     assert!(all.iter().all(|(ns, _, _)| ns.as_deref() == Some("y")));
 }
+
+#[test]
+fn following_wasmreconcilers_adds_their_objects_pull_secrets_and_the_max_grant() {
+    let c = config(&format!(
+        "{HEADER}pluginsFrom: {{ kind: WasmReconciler, namespace: plugins }}
+maxGrant:
+  - {{ group: \"\", resources: [configmaps], verbs: [get, patch], namespaces: [apps] }}
+plugins: []
+"
+    ));
+    let rbac = generate(&c);
+    assert_eq!(
+        rbac.cluster,
+        vec![
+            rule("events.k8s.io", &["events"], &["create", "patch"], None),
+            rule("wasmctrl.dev", &["wasmreconcilers"], &["list", "watch"], None),
+            rule("wasmctrl.dev", &["wasmreconcilers/status"], &["patch"], None),
+        ]
+    );
+    assert_eq!(
+        rbac.namespaced.get("plugins").unwrap(),
+        &vec![rule("", &["secrets"], &["get"], None)]
+    );
+    assert_eq!(
+        rbac.namespaced.get("apps").unwrap(),
+        &vec![rule("", &["configmaps"], &["get", "patch"], None)]
+    );
+}
