@@ -214,6 +214,10 @@ impl Shards {
             tracing::debug!(key = %request.key, "not reconciled here: another replica holds its shard");
             return Ok(Action::done());
         };
+        // The per-key log of sharded reconciles (tests check from it that no
+        // key ever runs on two replicas at once).
+        let key = request.key.clone();
+        tracing::debug!(target: "wasmctrl::shard::log", key = %key, shard = ticket.shard, "reconcile begins");
         let cancel = request.cancel.child_token();
         request.cancel = cancel.clone();
         let run = RECONCILE_FENCE.scope(ticket.fence.clone(), call(request));
@@ -227,6 +231,7 @@ impl Shards {
                 run.await
             }
         };
+        tracing::debug!(target: "wasmctrl::shard::log", key = %key, shard = ticket.shard, "reconcile ends");
         drop(ticket);
         result
     }
