@@ -95,7 +95,10 @@ async fn deploy_renders_and_a_server_side_dry_run_accepts_it() {
     // The config's cacheDir is that volume (the root filesystem is read-only).
     let configmap = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
     let host_config = configmap["data"]["wasmctrl.yaml"].as_str().unwrap();
-    assert!(host_config.contains("cacheDir: /var/cache/wasmctrl"), "{host_config}");
+    assert!(
+        host_config.contains("cacheDir: /var/cache/wasmctrl"),
+        "{host_config}"
+    );
     let mounts = container["volumeMounts"].as_array().unwrap();
     assert!(
         mounts

@@ -102,7 +102,8 @@ fn listed(output: &str) -> Access {
             .map(|g| g.split(']').next().unwrap())
             .collect();
         assert_eq!(groups.len(), 3, "a row of --list: {line:?}");
-        let words = |g: &str| -> BTreeSet<String> { g.split_whitespace().map(str::to_string).collect() };
+        let words =
+            |g: &str| -> BTreeSet<String> { g.split_whitespace().map(str::to_string).collect() };
         out.entry((resource.to_string(), words(groups[1])))
             .or_default()
             .extend(words(groups[2]));
@@ -118,7 +119,12 @@ fn basic_user() -> Access {
         "selfsubjectreviews.authentication.k8s.io",
     ]
     .iter()
-    .map(|r| ((r.to_string(), BTreeSet::new()), ["create".to_string()].into()))
+    .map(|r| {
+        (
+            (r.to_string(), BTreeSet::new()),
+            ["create".to_string()].into(),
+        )
+    })
     .collect()
 }
 
@@ -145,7 +151,8 @@ async fn the_webapp_operator_runs_as_its_service_account_with_only_the_generated
         for (key, verbs) in accesses(rbac.namespaced.get(namespace).map_or(&[], Vec::as_slice)) {
             expected.entry(key).or_default().extend(verbs);
         }
-        let mut shown = listed(&cluster.kubectl(&["auth", "can-i", "--list", "-n", namespace, &user]));
+        let mut shown =
+            listed(&cluster.kubectl(&["auth", "can-i", "--list", "-n", namespace, &user]));
         for (key, verbs) in basic_user() {
             assert_eq!(shown.remove(&key), Some(verbs), "{key:?} in {namespace}");
         }
@@ -163,11 +170,21 @@ async fn the_webapp_operator_runs_as_its_service_account_with_only_the_generated
     assert_eq!(can(&["delete", "deployments.apps", "-n", "default"]), "no");
     assert_eq!(can(&["get", "secrets", "-n", "default"]), "no");
     assert_eq!(
-        can(&["update", "leases.coordination.k8s.io/wasmctrl", "-n", NAMESPACE]),
+        can(&[
+            "update",
+            "leases.coordination.k8s.io/wasmctrl",
+            "-n",
+            NAMESPACE
+        ]),
         "yes"
     );
     assert_eq!(
-        can(&["update", "leases.coordination.k8s.io/other", "-n", NAMESPACE]),
+        can(&[
+            "update",
+            "leases.coordination.k8s.io/other",
+            "-n",
+            NAMESPACE
+        ]),
         "no"
     );
 }

@@ -120,12 +120,7 @@ impl AdminState for Host {
 
     fn ready_detail(&self) -> Option<String> {
         let s = self.shards.as_ref()?.status();
-        let list = |v: &[u32]| {
-            v.iter()
-                .map(u32::to_string)
-                .collect::<Vec<_>>()
-                .join(",")
-        };
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
         Some(format!(
             "shards held: [{}] of {}; draining: [{}]",
             list(&s.held),

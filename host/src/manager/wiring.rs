@@ -417,7 +417,13 @@ pub(super) fn enqueue_all(entry: &PluginEntry) {
     let queue = entry.controller().queue();
     for informer in entry.informers() {
         if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
-            enqueue_store(entry.slot(), queue, informer, &KeyMapping::Itself, &for_kind);
+            enqueue_store(
+                entry.slot(),
+                queue,
+                informer,
+                &KeyMapping::Itself,
+                &for_kind,
+            );
         }
     }
 }

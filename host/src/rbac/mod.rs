@@ -109,19 +109,20 @@ pub struct Rbac {
 /// The RBAC `config`'s host needs (see the module docs).
 pub fn generate(config: &HostConfig) -> Rbac {
     let mut wanted: BTreeMap<Scope, BTreeMap<Target, BTreeSet<String>>> = BTreeMap::new();
-    let mut add = |scope: &Scope, group: &str, resource: &str, names: Option<&[String]>, verbs: &[&str]| {
-        let target = Target {
-            group: group.to_string(),
-            resource: resource.to_string(),
-            names: names.map(|n| n.iter().cloned().collect()),
+    let mut add =
+        |scope: &Scope, group: &str, resource: &str, names: Option<&[String]>, verbs: &[&str]| {
+            let target = Target {
+                group: group.to_string(),
+                resource: resource.to_string(),
+                names: names.map(|n| n.iter().cloned().collect()),
+            };
+            let set = wanted
+                .entry(scope.clone())
+                .or_default()
+                .entry(target)
+                .or_default();
+            set.extend(verbs.iter().map(|v| v.to_string()));
         };
-        let set = wanted
-            .entry(scope.clone())
-            .or_default()
-            .entry(target)
-            .or_default();
-        set.extend(verbs.iter().map(|v| v.to_string()));
-    };
     for plugin in &config.plugins {
         for rule in &plugin.permissions {
             let verbs: Vec<&str> = rule.verbs.iter().map(String::as_str).collect();
@@ -132,15 +133,39 @@ pub fn generate(config: &HostConfig) -> Rbac {
             }
         }
         for scope in scopes(plugin.namespaces.as_deref(), None) {
-            add(&scope, "events.k8s.io", "events", None, &["create", "patch"]);
+            add(
+                &scope,
+                "events.k8s.io",
+                "events",
+                None,
+                &["create", "patch"],
+            );
         }
     }
     if let Some(from) = &config.plugins_from {
         // Following WasmReconcilers (cluster-scoped): their informer, their
         // status, and their pull Secrets in `pluginsFrom.namespace`.
-        add(&Scope::Cluster, PLUGINS_GROUP, "wasmreconcilers", None, &["list", "watch"]);
-        add(&Scope::Cluster, PLUGINS_GROUP, "wasmreconcilers/status", None, &["patch"]);
-        add(&Scope::Namespace(from.namespace.clone()), "", "secrets", None, &["get"]);
+        add(
+            &Scope::Cluster,
+            PLUGINS_GROUP,
+            "wasmreconcilers",
+            None,
+            &["list", "watch"],
+        );
+        add(
+            &Scope::Cluster,
+            PLUGINS_GROUP,
+            "wasmreconcilers/status",
+            None,
+            &["patch"],
+        );
+        add(
+            &Scope::Namespace(from.namespace.clone()),
+            "",
+            "secrets",
+            None,
+            &["get"],
+        );
         // An object's plugin may be granted up to `maxGrant`, in whatever
         // namespaces the object names: the host needs all of it.
         for rule in config.max_grant.iter().flatten() {
@@ -152,7 +177,13 @@ pub fn generate(config: &HostConfig) -> Rbac {
             }
         }
         if config.max_grant.as_ref().is_some_and(|r| !r.is_empty()) {
-            add(&Scope::Cluster, "events.k8s.io", "events", None, &["create", "patch"]);
+            add(
+                &Scope::Cluster,
+                "events.k8s.io",
+                "events",
+                None,
+                &["create", "patch"],
+            );
         }
     }
     let le = &config.leader_election;
@@ -299,10 +330,7 @@ impl Rbac {
     /// The name of every generated object: `wasmctrl:<namespace>:<sa>`
     /// (ClusterRoles are cluster-wide, so the name says whose they are).
     pub fn object_name(options: &RbacOptions) -> String {
-        format!(
-            "wasmctrl:{}:{}",
-            options.namespace, options.service_account
-        )
+        format!("wasmctrl:{}:{}", options.namespace, options.service_account)
     }
 
     /// The ClusterRole, ClusterRoleBinding, and a Role and RoleBinding per
@@ -329,7 +357,8 @@ impl Rbac {
             kind: kind.into(),
             name: name.clone(),
         };
-        let json = |v: Result<serde_json::Value, serde_json::Error>| v.expect("RBAC objects serialize");
+        let json =
+            |v: Result<serde_json::Value, serde_json::Error>| v.expect("RBAC objects serialize");
         let mut out = Vec::new();
         if !self.cluster.is_empty() {
             out.push(json(serde_json::to_value(ClusterRole {
@@ -376,7 +405,10 @@ pub const MAX_REVIEWS: usize = 1024;
 /// refuses to this host, one SelfSubjectAccessReview per verb × resource ×
 /// namespace of each rule (`verb group/resource in namespace …`). Err: the
 /// reviews could not be asked (the caller decides what that means).
-pub async fn denied(client: &kube::Client, plugin: &PluginConfig) -> Result<Vec<String>, kube::Error> {
+pub async fn denied(
+    client: &kube::Client,
+    plugin: &PluginConfig,
+) -> Result<Vec<String>, kube::Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut denied = Vec::new();
     let mut asked = 0;
@@ -407,7 +439,11 @@ pub async fn denied(client: &kube::Client, plugin: &PluginConfig) -> Result<Vec<
             };
             let answer = api.create(&PostParams::default(), &review).await?;
             if !answer.status.is_some_and(|s| s.allowed) {
-                let group = if rule.group.is_empty() { "core" } else { &rule.group };
+                let group = if rule.group.is_empty() {
+                    "core"
+                } else {
+                    &rule.group
+                };
                 let resource = match &subresource {
                     Some(s) => format!("{resource}/{s}"),
                     None => resource,

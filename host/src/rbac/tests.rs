@@ -149,7 +149,10 @@ fn the_objects_bind_the_service_account_and_bad_names_are_refused() {
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["Role", "RoleBinding"], "no ClusterRole is needed");
     assert_eq!(docs[0]["metadata"]["namespace"], "x");
-    assert_eq!(docs[0]["metadata"]["name"], "wasmctrl:wasmctrl-system:wasmctrl");
+    assert_eq!(
+        docs[0]["metadata"]["name"],
+        "wasmctrl:wasmctrl-system:wasmctrl"
+    );
     assert_eq!(
         docs[1]["subjects"][0],
         serde_json::json!({"kind": "ServiceAccount", "name": "wasmctrl", "namespace": "wasmctrl-system"})
@@ -205,8 +208,18 @@ plugins: []
         rbac.cluster,
         vec![
             rule("events.k8s.io", &["events"], &["create", "patch"], None),
-            rule("wasmctrl.dev", &["wasmreconcilers"], &["list", "watch"], None),
-            rule("wasmctrl.dev", &["wasmreconcilers/status"], &["patch"], None),
+            rule(
+                "wasmctrl.dev",
+                &["wasmreconcilers"],
+                &["list", "watch"],
+                None
+            ),
+            rule(
+                "wasmctrl.dev",
+                &["wasmreconcilers/status"],
+                &["patch"],
+                None
+            ),
         ]
     );
     assert_eq!(

@@ -100,8 +100,12 @@ impl ShardCoordinator {
             round.renew().await;
             match tokio::time::timeout(self.retry_period, membership.heartbeat()).await {
                 Ok(Ok(live)) => round.live = live,
-                Ok(Err(e)) => tracing::warn!(identity = %self.identity, "sharding: heartbeat failed: {e}"),
-                Err(_) => tracing::warn!(identity = %self.identity, "sharding: heartbeat took longer than retryPeriod"),
+                Ok(Err(e)) => {
+                    tracing::warn!(identity = %self.identity, "sharding: heartbeat failed: {e}")
+                }
+                Err(_) => {
+                    tracing::warn!(identity = %self.identity, "sharding: heartbeat took longer than retryPeriod")
+                }
             }
             round.release_drained().await;
             let taken = round.rebalance().await;
@@ -199,8 +203,12 @@ impl Round<'_> {
         self.renewed[shard as usize] = None;
         match tokio::time::timeout(c.retry_period, self.claim(shard).release()).await {
             Ok(Ok(())) => tracing::info!(identity = %c.identity, shard, "released the shard"),
-            Ok(Err(e)) => tracing::warn!(identity = %c.identity, shard, "could not release the shard's Lease (it expires instead): {e}"),
-            Err(_) => tracing::warn!(identity = %c.identity, shard, "releasing the shard's Lease timed out (it expires instead)"),
+            Ok(Err(e)) => {
+                tracing::warn!(identity = %c.identity, shard, "could not release the shard's Lease (it expires instead): {e}")
+            }
+            Err(_) => {
+                tracing::warn!(identity = %c.identity, shard, "releasing the shard's Lease timed out (it expires instead)")
+            }
         }
     }
 

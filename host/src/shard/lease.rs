@@ -14,7 +14,12 @@ use kube::api::{Api, ObjectMeta, PostParams};
 /// Whether a Lease with `spec` is free to take at `now`: nobody holds it,
 /// or its holder did not renew it for its `leaseDurationSeconds`.
 pub fn lease_expired(spec: &LeaseSpec, now: Timestamp) -> bool {
-    if spec.holder_identity.as_deref().unwrap_or_default().is_empty() {
+    if spec
+        .holder_identity
+        .as_deref()
+        .unwrap_or_default()
+        .is_empty()
+    {
         return true;
     }
     let Some(renewed) = &spec.renew_time else {

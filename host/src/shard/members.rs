@@ -114,10 +114,8 @@ impl Membership<'_> {
             }
             members.insert(self.identity.to_string(), now);
         }
-        let text: BTreeMap<&String, String> = members
-            .iter()
-            .map(|(id, t)| (id, t.to_string()))
-            .collect();
+        let text: BTreeMap<&String, String> =
+            members.iter().map(|(id, t)| (id, t.to_string())).collect();
         let text = serde_json::to_string(&text).expect("a map of strings serializes");
         let live: Vec<String> = members.into_keys().collect();
         match existing {

@@ -23,7 +23,10 @@ where
         if let Some(v) = check().await {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?} waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -151,7 +154,10 @@ async fn only_keys_of_held_shards_are_reconciled_under_their_fence() {
         Action::requeue()
     );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
-    assert!(request_allowed(), "outside a sharded reconcile nothing is fenced");
+    assert!(
+        request_allowed(),
+        "outside a sharded reconcile nothing is fenced"
+    );
 
     // A tenure whose renewals stopped: its fence closes while a reconcile runs.
     shards.extend(1, Instant::now() + Duration::from_millis(50));
@@ -166,7 +172,10 @@ async fn only_keys_of_held_shards_are_reconciled_under_their_fence() {
         })
         .await
         .unwrap();
-    assert!(!result.requeue, "requests are refused once the fence closed");
+    assert!(
+        !result.requeue,
+        "requests are refused once the fence closed"
+    );
     assert!(!shards.admits(&mine), "nor do new keys start");
 }
 
@@ -256,12 +265,8 @@ async fn a_shard_moves_to_a_new_replica_only_after_its_reconciles_finished() {
         let record = taken.clone();
         let acquired: AcquiredShards =
             Arc::new(move |s: &[u32]| record.lock().unwrap().extend_from_slice(s));
-        let task = tokio::spawn(coordinator(identity).run(
-            client.clone(),
-            shards,
-            acquired,
-            stop.clone(),
-        ));
+        let task =
+            tokio::spawn(coordinator(identity).run(client.clone(), shards, acquired, stop.clone()));
         (taken, task)
     };
 

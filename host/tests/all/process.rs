@@ -810,7 +810,10 @@ fn spans(
 ) {
     let mut open = std::collections::BTreeMap::new();
     let log = host.log.lock().unwrap();
-    assert!(log.len() < MAX_LOG, "{name}'s log was cut at {MAX_LOG} lines");
+    assert!(
+        log.len() < MAX_LOG,
+        "{name}'s log was cut at {MAX_LOG} lines"
+    );
     for line in log.iter() {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
@@ -819,21 +822,33 @@ fn spans(
             continue;
         }
         let key = event["fields"]["key"].as_str().unwrap().to_string();
-        let at: k8s_openapi::jiff::Timestamp = event["timestamp"].as_str().unwrap().parse().unwrap();
+        let at: k8s_openapi::jiff::Timestamp =
+            event["timestamp"].as_str().unwrap().parse().unwrap();
         match event["fields"]["message"].as_str().unwrap() {
             "reconcile begins" => {
-                assert!(open.insert(key.clone(), at).is_none(), "{name} began {key} twice");
+                assert!(
+                    open.insert(key.clone(), at).is_none(),
+                    "{name} began {key} twice"
+                );
             }
             "reconcile ends" => {
                 let start = open.remove(&key).expect("an end follows its begin");
-                into.entry(key).or_default().push(Span { host: name, start, end: at });
+                into.entry(key).or_default().push(Span {
+                    host: name,
+                    start,
+                    end: at,
+                });
             }
             other => panic!("unexpected per-key log message {other:?}"),
         }
     }
     for (key, start) in open {
         let end = killed.unwrap_or_else(|| panic!("{name} never ended its reconcile of {key}"));
-        into.entry(key).or_default().push(Span { host: name, start, end });
+        into.entry(key).or_default().push(Span {
+            host: name,
+            start,
+            end,
+        });
     }
 }
 
@@ -925,7 +940,10 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     for s in &c_shards {
         let lease = leases.get(&format!("shard-test-shard-{s}")).await.unwrap();
         let spec = lease.spec.unwrap();
-        assert_eq!(spec.holder_identity.as_deref().map(|h| h.is_empty()), Some(false));
+        assert_eq!(
+            spec.holder_identity.as_deref().map(|h| h.is_empty()),
+            Some(false)
+        );
         last_renewed.push((*s, spec.renew_time.unwrap().0));
     }
     balanced("the two survivors with 6 shards each", &[&a, &b], 12, 6).await;
@@ -952,7 +970,13 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
 
     // A fourth replica joins: it gets its share as the others drain theirs.
     let mut d = spawn("host-d").await.unwrap();
-    balanced("three replicas again, with 4 shards each", &[&a, &b, &d], 12, 4).await;
+    balanced(
+        "three replicas again, with 4 shards each",
+        &[&a, &b, &d],
+        12,
+        4,
+    )
+    .await;
     let (d_shards, _) = shards_of(&d).await.unwrap();
     set(d_shards, "after-join").await;
     f.converged("the new replica's objects converge").await;
@@ -983,7 +1007,10 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
             }
         }
     }
-    assert!(overlaps.is_empty(), "keys reconciled by two replicas at once: {overlaps:?}");
+    assert!(
+        overlaps.is_empty(),
+        "keys reconciled by two replicas at once: {overlaps:?}"
+    );
     assert_eq!(hosts.len(), 4, "every replica reconciled: {hosts:?}");
     f.server.shutdown().await;
 }

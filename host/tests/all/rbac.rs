@@ -26,7 +26,11 @@ fn wasmctrl_rbac_prints_the_roles_of_the_quick_start() {
         "--service-account",
         "ctl",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let yaml = String::from_utf8(out.stdout).unwrap();
     // The quick start reconciles cluster-wide without leader election: one
     // ClusterRole with the grant and events, bound to ops/ctl.
