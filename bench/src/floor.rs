@@ -144,6 +144,10 @@ impl context::Host for FloorState {
     }
 
     fn log(&mut self, _level: types::LogLevel, _message: String, _fields: Vec<(String, String)>) {}
+
+    fn log_enabled(&mut self, _level: types::LogLevel) -> bool {
+        false
+    }
 }
 
 fn unavailable<T>() -> Result<T, types::ApiError> {

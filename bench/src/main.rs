@@ -14,6 +14,7 @@ mod breakdown;
 mod deadline;
 mod dispatch;
 mod floor;
+mod guests;
 mod hotswap;
 mod stats;
 mod sweep;
@@ -93,6 +94,22 @@ enum Scenario {
         /// Measure only these variants (for profiling one path).
         #[arg(long, value_enum, value_delimiter = ',')]
         only: Vec<dispatch::Variant>,
+    },
+    /// One reconcile per guest language (Rust, Python, TypeScript) in fresh
+    /// and reuse mode, and the RSS of one more warm instance.
+    Guests {
+        /// Measured calls per guest and mode.
+        #[arg(long, default_value_t = 2_000)]
+        iterations: usize,
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Warm instances for the memory measurement.
+        #[arg(long, default_value_t = 8)]
+        instances: usize,
+        /// One JSON line per row instead of the tables.
+        #[arg(long)]
+        json: bool,
     },
     /// Where wasm-fresh spends its time beyond wasm-floor: a ladder of steps
     /// from the floor to wasmctrl's path, each adding one thing.
@@ -176,6 +193,17 @@ fn main() -> anyhow::Result<()> {
             rounds,
             json,
             only,
+        }),
+        Scenario::Guests {
+            iterations,
+            rounds,
+            instances,
+            json,
+        } => guests::run(&guests::Options {
+            iterations,
+            rounds,
+            instances,
+            json,
         }),
         Scenario::Breakdown {
             iterations,

@@ -1,5 +1,7 @@
 //! The admin server: `/metrics` (Prometheus text), `/healthz`, `/readyz`,
-//! `/plugins` (JSON status per plugin) and `POST /plugins/{name}/reload`.
+//! `/plugins` (JSON status per plugin), `/plugins/{name}/shadow` (a
+//! candidate's shadow runs), `POST /plugins/{name}/reload` and `POST
+//! /plugins/{name}/promote` (a canary's candidate).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +28,11 @@ pub trait AdminState: Send + Sync + 'static {
     }
     /// Status of every plugin.
     fn plugins(&self) -> serde_json::Value;
+    /// The shadow runs of plugin `name`'s candidate: counts and the last
+    /// divergences.
+    fn shadow(&self, name: String) -> Result<serde_json::Value, Refusal>;
+    /// Promotes plugin `name`'s canary candidate; Ok: its new status.
+    fn promote(&self, name: String) -> Result<serde_json::Value, Refusal>;
     /// Reloads one plugin from its source; Ok: its new status.
     fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, Refusal>>;
 }
@@ -90,9 +97,17 @@ pub async fn serve(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/plugins", get(plugins))
+        .route("/plugins/{name}/shadow", get(shadow))
         .route(
             "/plugins/{name}/reload",
             post(reload).route_layer(axum::middleware::from_fn_with_state(
+                Arc::new(token.clone()),
+                require_token,
+            )),
+        )
+        .route(
+            "/plugins/{name}/promote",
+            post(promote).route_layer(axum::middleware::from_fn_with_state(
                 Arc::new(token),
                 require_token,
             )),
@@ -144,6 +159,25 @@ async fn readyz(State(state): State<Arc<dyn AdminState>>) -> Response {
 
 async fn plugins(State(state): State<Arc<dyn AdminState>>) -> Json<serde_json::Value> {
     Json(state.plugins())
+}
+
+async fn promote(State(state): State<Arc<dyn AdminState>>, Path(name): Path<String>) -> Response {
+    refusable(state.promote(name))
+}
+
+async fn shadow(State(state): State<Arc<dyn AdminState>>, Path(name): Path<String>) -> Response {
+    refusable(state.shadow(name))
+}
+
+fn refusable(result: Result<serde_json::Value, Refusal>) -> Response {
+    match result {
+        Ok(v) => Json(v).into_response(),
+        Err(refusal) => (
+            refusal.status(),
+            Json(serde_json::json!({ "error": refusal.message() })),
+        )
+            .into_response(),
+    }
 }
 
 async fn reload(State(state): State<Arc<dyn AdminState>>, Path(name): Path<String>) -> Response {

@@ -59,6 +59,26 @@ pub struct PluginLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginKindLabels {
+    pub plugin: String,
+    pub kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginVersionLabels {
+    pub plugin: String,
+    /// `stable` or `candidate`.
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginVersionResultLabels {
+    pub plugin: String,
+    pub version: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TrapLabels {
     pub plugin: String,
     pub reason: String,
@@ -110,6 +130,20 @@ pub struct Metrics {
     pub longest_running: Family<NameLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     // controller_runtime_*
     pub reconcile_total: Family<ResultLabels, Counter>,
+    /// Reconciles skipped by `skipUnchanged`.
+    pub reconcile_skipped: Family<PluginLabel, Counter>,
+    /// Shadow runs of a candidate compared with the stable version.
+    pub shadow_runs: Family<PluginLabel, Counter>,
+    /// Shadow runs that diverged, per kind of divergent write (or `result`).
+    pub shadow_divergences: Family<PluginKindLabels, Counter>,
+    /// Keys that got no shadow run because every shadow permit was busy.
+    pub shadow_skipped: Family<PluginLabel, Counter>,
+    /// Reconciles per version while a canary runs.
+    pub versioned_reconciles: Family<PluginVersionResultLabels, Counter>,
+    /// Reconcile time per version while a canary runs.
+    pub versioned_reconcile_time: HistogramFamily<PluginVersionLabels>,
+    pub canary_rollbacks: Family<PluginLabel, Counter>,
+    pub canary_promotions: Family<PluginLabel, Counter>,
     pub reconcile_errors: Family<ControllerLabel, Counter>,
     pub reconcile_panics: Family<ControllerLabel, Counter>,
     pub reconcile_timeouts: Family<ControllerLabel, Counter>,
@@ -158,6 +192,14 @@ impl Metrics {
             unfinished_work: Family::default(),
             longest_running: Family::default(),
             reconcile_total: Family::default(),
+            reconcile_skipped: Family::default(),
+            shadow_runs: Family::default(),
+            shadow_divergences: Family::default(),
+            shadow_skipped: Family::default(),
+            versioned_reconciles: Family::default(),
+            versioned_reconcile_time: Family::new_with_constructor(seconds_histogram),
+            canary_rollbacks: Family::default(),
+            canary_promotions: Family::default(),
             reconcile_errors: Family::default(),
             reconcile_panics: Family::default(),
             reconcile_timeouts: Family::default(),
@@ -218,6 +260,46 @@ impl Metrics {
                 "controller_runtime_reconcile",
                 "Total number of reconciliations per controller",
                 m.reconcile_total.clone(),
+            );
+            r.register(
+                "wasmctrl_reconcile_skipped",
+                "Reconciles skipped because nothing the last successful one read changed (skipUnchanged)",
+                m.reconcile_skipped.clone(),
+            );
+            r.register(
+                "wasmctrl_shadow_runs",
+                "Shadow runs of a candidate version compared with the stable version",
+                m.shadow_runs.clone(),
+            );
+            r.register(
+                "wasmctrl_shadow_divergences",
+                "Shadow runs whose writes or result differed from the stable version's, per kind of object written (or result)",
+                m.shadow_divergences.clone(),
+            );
+            r.register(
+                "wasmctrl_shadow_skipped",
+                "Keys that got no shadow run because every shadow permit was busy",
+                m.shadow_skipped.clone(),
+            );
+            r.register(
+                "wasmctrl_canary_reconciles",
+                "Reconciles per version (stable|candidate) and result while a canary runs",
+                m.versioned_reconciles.clone(),
+            );
+            r.register(
+                "wasmctrl_canary_reconcile_time_seconds",
+                "Reconcile time per version (stable|candidate) while a canary runs",
+                m.versioned_reconcile_time.clone(),
+            );
+            r.register(
+                "wasmctrl_canary_rollbacks",
+                "Canaries rolled back automatically",
+                m.canary_rollbacks.clone(),
+            );
+            r.register(
+                "wasmctrl_canary_promotions",
+                "Canary candidates promoted (by the API or automatically)",
+                m.canary_promotions.clone(),
             );
             r.register(
                 "controller_runtime_reconcile_errors",

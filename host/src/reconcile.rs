@@ -130,6 +130,15 @@ pub trait Reconcile: Send + Sync + 'static {
         &self,
         request: ReconcileRequest,
     ) -> impl Future<Output = Result<Action, ReconcileError>> + Send;
+
+    /// Whether the reconcile of `key` may be skipped because nothing it
+    /// depends on changed since its last successful reconcile (the plugin's
+    /// `skipUnchanged`); checked before each first attempt, bounded by
+    /// `timeout`. Default: never.
+    fn unchanged(&self, key: &ObjectKey, timeout: Duration) -> impl Future<Output = bool> + Send {
+        let _ = (key, timeout);
+        std::future::ready(false)
+    }
 }
 
 impl<R: Reconcile> Reconcile for std::sync::Arc<R> {
@@ -138,6 +147,10 @@ impl<R: Reconcile> Reconcile for std::sync::Arc<R> {
         request: ReconcileRequest,
     ) -> impl Future<Output = Result<Action, ReconcileError>> + Send {
         (**self).reconcile(request)
+    }
+
+    fn unchanged(&self, key: &ObjectKey, timeout: Duration) -> impl Future<Output = bool> + Send {
+        (**self).unchanged(key, timeout)
     }
 }
 

@@ -12,4 +12,5 @@ mod load;
 mod manager;
 mod modules;
 mod objects;
+mod rollout;
 mod webapp;

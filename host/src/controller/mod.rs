@@ -28,7 +28,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::metrics::{ControllerLabel, Metrics};
+use crate::metrics::{ControllerLabel, Metrics, PluginLabel};
 use crate::reconcile::{ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use crate::workqueue::{QueueItem, WorkQueue};
 
@@ -171,6 +171,25 @@ impl<R: Reconcile> Controller<R> {
             attempt,
             digest = tracing::field::Empty,
         );
+        if attempt == 0
+            && inner
+                .reconciler
+                .unchanged(&key, inner.options.reconcile_timeout)
+                .instrument(span.clone())
+                .await
+        {
+            inner
+                .metrics
+                .reconcile_skipped
+                .get_or_create(&PluginLabel {
+                    plugin: inner.options.name.clone(),
+                })
+                .inc();
+            inner.queue.forget(&key);
+            span.in_scope(|| tracing::debug!("skipped: nothing the last reconcile read changed"));
+            drop(item);
+            return;
+        }
         let request = ReconcileRequest {
             key: key.clone(),
             attempt,

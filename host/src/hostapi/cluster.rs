@@ -204,17 +204,24 @@ impl ClusterApi {
         &self,
         request: KubeRequest,
         deadline: Instant,
+        counted: bool,
     ) -> Result<KubeResponse, ApiError> {
         let verb = request.verb();
+        let count = |resource: &str, code: &str| {
+            if counted {
+                self.count(verb, resource, code);
+            }
+        };
         if let KubeRequest::RecordEvent(event) = request {
             return self.record_event(event, deadline).await;
         }
         let target = Target::of(&request);
-        target
-            .validate()
-            .map_err(|e| self.refuse_invalid(verb, e))?;
+        target.validate().map_err(|e| {
+            count(UNRESOLVED, "invalid");
+            ApiError::Invalid(e.to_string())
+        })?;
         let resolved = self.resolver.resolve(target.kind).await.map_err(|e| {
-            self.count(verb, UNRESOLVED, "invalid");
+            count(UNRESOLVED, "invalid");
             ApiError::Invalid(e.to_string())
         })?;
         let ar = &resolved.resource;
@@ -229,7 +236,7 @@ impl ClusterApi {
             && namespace.is_none()
             && !matches!(request, KubeRequest::List { .. })
         {
-            self.count(verb, &ar.plural, "invalid");
+            count(&ar.plural, "invalid");
             return Err(ApiError::Invalid(format!(
                 "{} is namespaced: the call needs a namespace",
                 ar.plural
@@ -247,7 +254,7 @@ impl ClusterApi {
             namespace,
         };
         if !self.grant.allows(&access) {
-            self.count(verb, &resource, "forbidden");
+            count(&resource, "forbidden");
             tracing::warn!(plugin = %self.plugin, %access, "host API call denied by the plugin's grant");
             return Err(ApiError::Forbidden(format!(
                 "plugin {:?} is not granted {access}",
@@ -255,7 +262,7 @@ impl ClusterApi {
             )));
         }
         let result = self.execute(request, &resolved, namespace, deadline).await;
-        self.count(verb, &resource, code(&result));
+        count(&resource, code(&result));
         result
     }
 
@@ -528,7 +535,28 @@ impl KubeApi for ClusterApi {
                     "the reconcile's deadline has passed".into(),
                 ));
             }
-            self.serve(request, deadline).await
+            self.serve(request, deadline, true).await
+        })
+    }
+
+    fn peek(
+        &self,
+        request: KubeRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
+        Box::pin(async move {
+            if !matches!(request, KubeRequest::Get { .. } | KubeRequest::List { .. }) {
+                return Err(ApiError::Invalid(format!(
+                    "the host only peeks with reads, not {}",
+                    request.verb()
+                )));
+            }
+            if Instant::now() >= deadline {
+                return Err(ApiError::Timeout(
+                    "the reconcile's deadline has passed".into(),
+                ));
+            }
+            self.serve(request, deadline, false).await
         })
     }
 }

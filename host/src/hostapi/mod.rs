@@ -173,6 +173,17 @@ pub trait KubeApi: Send + Sync + 'static {
         request: KubeRequest,
         deadline: Instant,
     ) -> BoxFuture<'_, Result<KubeResponse, ApiError>>;
+
+    /// A read (`get` or `list`) the host makes for the plugin, e.g. to see
+    /// whether what a reconcile read has changed: served and checked like
+    /// [`KubeApi::call`], but not counted as one of the plugin's calls.
+    fn peek(
+        &self,
+        request: KubeRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
+        self.call(request, deadline)
+    }
 }
 
 /// A host with no API server: every call is `unavailable`. Used where a

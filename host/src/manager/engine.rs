@@ -23,11 +23,7 @@ impl EngineLimits {
     /// The engine `config` asks for: `runtime.fuel` and `runtime.maxInstances`
     /// when set, else what the plugins of the config need, with room to grow.
     pub fn for_config(config: &HostConfig) -> Self {
-        let concurrency: u32 = config
-            .plugins
-            .iter()
-            .map(|p| p.max_concurrent_reconciles as u32)
-            .sum();
+        let concurrency: u32 = config.plugins.iter().map(|p| p.concurrency() as u32).sum();
         Self {
             fuel: config
                 .runtime
@@ -64,11 +60,13 @@ impl EngineLimits {
                     .into(),
             );
         }
-        let wanted = others + plugin.max_concurrent_reconciles as u32 + SPARE_INSTANCES;
+        let wanted = others + plugin.concurrency() as u32 + SPARE_INSTANCES;
         if wanted > self.max_instances {
             return Err(format!(
-                "its maxConcurrentReconciles ({}) does not fit the engine's {} instance slots ({others} in use by other plugins, {SPARE_INSTANCES} kept for loads); raise `runtime.maxInstances` and restart the host",
-                plugin.max_concurrent_reconciles, self.max_instances
+                "its maxConcurrentReconciles ({}, with shadow runs {}) does not fit the engine's {} instance slots ({others} in use by other plugins, {SPARE_INSTANCES} kept for loads); raise `runtime.maxInstances` and restart the host",
+                plugin.max_concurrent_reconciles,
+                plugin.concurrency(),
+                self.max_instances
             ));
         }
         Ok(())

@@ -25,7 +25,7 @@
 //! informers).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
@@ -36,7 +36,12 @@ use crate::controller::{Controller, Workers};
 use crate::runtime::Plugin;
 use crate::shard::Shards;
 use crate::source::PluginSource;
-use crate::{Action, Reconcile, ReconcileError, ReconcileRequest};
+use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
+
+use super::canary::{Canary, CanaryStatus, Phase, PromoteError, Version};
+use super::shadow::{Recording, Shadow, ShadowReport};
+use super::skip::SkipRecords;
+use crate::hostapi::KubeApi;
 
 /// Where a plugin is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,19 +214,59 @@ impl Lifecycle {
 
 /// The reconciler a controller calls: the plugin's current version,
 /// swapped atomically (in-flight reconciles keep the version they started
-/// with).
+/// with), with what runs around it: `skipUnchanged` records and a
+/// candidate, in shadow or as a canary.
 pub struct PluginSlot {
     current: ArcSwap<Plugin>,
     /// With sharding: only keys of the shards this replica holds run.
     shards: Option<Arc<Shards>>,
+    /// What each key's last done reconcile depended on (`skipUnchanged`).
+    skip: Option<SkipRecords>,
+    /// A candidate reconciling each key after the stable version, in shadow.
+    shadow: Option<Arc<Shadow>>,
+    /// A candidate reconciling a share of the keys.
+    canary: Option<Arc<Canary>>,
+}
+
+/// Why `POST /plugins/{name}/promote` was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SlotPromoteError {
+    #[error(
+        "the plugin has no canary candidate (shadow candidates are promoted by making their source the plugin's)"
+    )]
+    NoCanary,
+    #[error(transparent)]
+    Refused(#[from] PromoteError),
 }
 
 impl PluginSlot {
     pub fn new(plugin: Arc<Plugin>) -> Self {
         Self {
             current: ArcSwap::new(plugin),
+            skip: None,
+            shadow: None,
+            canary: None,
             shards: None,
         }
+    }
+
+    /// Skips reconciles whose inputs are unchanged.
+    pub(crate) fn skipping_unchanged(mut self) -> Self {
+        let for_kind = self.current().metadata().for_.clone();
+        self.skip = Some(SkipRecords::new(for_kind));
+        self
+    }
+
+    /// Runs `shadow`'s candidate after each reconcile.
+    pub(crate) fn shadowed_by(mut self, shadow: Arc<Shadow>) -> Self {
+        self.shadow = Some(shadow);
+        self
+    }
+
+    /// Gives `canary`'s candidate its share of the keys.
+    pub(crate) fn with_canary(mut self, canary: Arc<Canary>) -> Self {
+        self.canary = Some(canary);
+        self
     }
 
     /// Reconciles only the keys `shards` admits (None: every key).
@@ -243,14 +288,109 @@ impl PluginSlot {
     pub fn swap(&self, plugin: Arc<Plugin>) -> Arc<Plugin> {
         self.current.swap(plugin)
     }
+
+    /// Keys whose next resync may be skipped (0 without `skipUnchanged`).
+    pub fn skip_records(&self) -> usize {
+        self.skip.as_ref().map_or(0, SkipRecords::len)
+    }
+
+    /// The shadow runs' report, with a candidate in shadow.
+    pub fn shadow_report(&self) -> Option<ShadowReport> {
+        self.shadow.as_ref().map(|s| s.report())
+    }
+
+    /// The canary's state, with a canary candidate.
+    pub fn canary_status(&self) -> Option<CanaryStatus> {
+        self.canary.as_ref().map(|c| c.status())
+    }
+
+    /// The candidate version, if one runs (or ran) beside this one, and
+    /// its mode.
+    pub fn candidate(&self) -> Option<(Arc<Plugin>, &'static str)> {
+        if let Some(s) = &self.shadow {
+            return Some((s.candidate().clone(), "shadow"));
+        }
+        self.canary
+            .as_ref()
+            .map(|c| (c.candidate().clone(), "canary"))
+    }
+
+    /// Promotes the canary's candidate: it becomes the running version.
+    pub fn promote(&self) -> Result<(), SlotPromoteError> {
+        let canary = self.canary.as_ref().ok_or(SlotPromoteError::NoCanary)?;
+        canary.promote()?;
+        self.current.swap(canary.candidate().clone());
+        Ok(())
+    }
+
+    /// The version that reconciles `key`, and which one it is while a
+    /// canary runs.
+    fn route(&self, key: &ObjectKey) -> (Arc<Plugin>, Option<Version>) {
+        match &self.canary {
+            // Promoted: one version runs again (the candidate, now current).
+            Some(c) if c.phase() == Phase::Promoted => (self.current.load_full(), None),
+            Some(c) => match c.route(key) {
+                Version::Candidate => (c.candidate().clone(), Some(Version::Candidate)),
+                Version::Stable => (self.current.load_full(), Some(Version::Stable)),
+            },
+            None => (self.current.load_full(), None),
+        }
+    }
+}
+
+impl PluginSlot {
+    /// One reconcile of the key's version, with `skipUnchanged`, shadow and
+    /// canary (under the shard gate with sharding).
+    async fn reconcile_unsharded(
+        &self,
+        request: ReconcileRequest,
+    ) -> Result<Action, ReconcileError> {
+        let (plugin, version) = self.route(&request.key);
+        let recording = self
+            .shadow
+            .as_ref()
+            .map(|_| Arc::new(Recording::new(plugin.kube().clone())));
+        let api = recording.clone().map(|r| r as Arc<dyn KubeApi>);
+        let shadow_request = self.shadow.as_ref().map(|_| request.clone());
+        let key = request.key.clone();
+        let started = Instant::now();
+        let result = match &self.skip {
+            Some(records) => records.reconcile(&plugin, request, api).await,
+            None => plugin.reconcile_through(request, api).await,
+        };
+        if let (Some(canary), Some(version)) = (&self.canary, version)
+            && canary.observe(&key, version, &result, started.elapsed())
+        {
+            self.current.swap(canary.candidate().clone());
+        }
+        if let (Some(shadow), Some(recording), Some(request)) =
+            (&self.shadow, recording, shadow_request)
+        {
+            shadow.after_stable(&request, &result, &recording);
+        }
+        result
+    }
 }
 
 impl Reconcile for PluginSlot {
     async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
-        let plugin = self.current.load_full();
         match &self.shards {
-            Some(shards) => shards.reconcile(request, |r| plugin.reconcile(r)).await,
-            None => plugin.reconcile(request).await,
+            Some(shards) => {
+                shards
+                    .reconcile(request, |r| self.reconcile_unsharded(r))
+                    .await
+            }
+            None => self.reconcile_unsharded(request).await,
+        }
+    }
+
+    async fn unchanged(&self, key: &ObjectKey, timeout: Duration) -> bool {
+        match &self.skip {
+            Some(records) => {
+                let (plugin, _) = self.route(key);
+                records.unchanged(&plugin, key, timeout).await
+            }
+            None => false,
         }
     }
 }

@@ -14,11 +14,14 @@
 //! - `objects`: plugins defined as WasmReconciler objects (`pluginsFrom`);
 //! - `source_cache`: pruning what URL and registry sources downloaded.
 
+mod canary;
 mod engine;
 mod lifecycle;
 mod objects;
 mod reload;
+mod shadow;
 mod sharding;
+mod skip;
 mod source_cache;
 mod status;
 mod wiring;
@@ -44,10 +47,12 @@ use crate::shard::Shards;
 use crate::source::{FileWatcher, SourceError};
 use crate::workqueue::WorkQueue;
 
+pub use canary::{CanaryStatus, PromoteError, WindowStatus, in_canary};
 pub use engine::EngineLimits;
-pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState};
+pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState, SlotPromoteError};
 pub use objects::CRD as WASMRECONCILER_CRD;
-pub use status::PluginStatus;
+pub use shadow::{Diff, Divergence, ShadowReport, Side, Write};
+pub use status::{CandidateStatus, PluginStatus};
 
 use lifecycle::PluginEntry;
 

@@ -7,13 +7,15 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 
 use super::Host;
+use super::canary::CanaryStatus;
 use super::lifecycle::PluginEntry;
+use super::lifecycle::SlotPromoteError;
 use super::reload::ReloadError;
 use crate::admin::{AdminState, Refusal};
 use crate::shard::ShardStatus;
 
 /// One plugin as `/plugins` shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PluginStatus {
     pub name: String,
     /// Where the component comes from (a file path, …).
@@ -39,6 +41,22 @@ pub struct PluginStatus {
     /// (`verb group/resource in namespace NS` or `… cluster-wide`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rbac_denied: Vec<String>,
+    /// The candidate version beside this one, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<CandidateStatus>,
+}
+
+/// A candidate version as `/plugins` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateStatus {
+    /// `shadow` or `canary`.
+    pub mode: String,
+    pub source: String,
+    pub digest: String,
+    /// With a canary: its state (`canary`, `rolled-back`, `promoted`), the
+    /// rollback's reason and both versions' measures.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStatus>,
 }
 
 impl Host {
@@ -63,6 +81,15 @@ impl Host {
                 .get(name)
                 .cloned()
                 .unwrap_or_default(),
+            candidate: entry
+                .slot()
+                .candidate()
+                .map(|(candidate, mode)| CandidateStatus {
+                    mode: mode.into(),
+                    source: candidate.origin().to_string(),
+                    digest: candidate.digest().to_string(),
+                    canary: entry.slot().canary_status(),
+                }),
         }
     }
 
@@ -75,7 +102,7 @@ impl Host {
     }
 }
 
-fn rfc3339(t: SystemTime) -> String {
+pub(super) fn rfc3339(t: SystemTime) -> String {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
@@ -131,6 +158,29 @@ impl AdminState for Host {
 
     fn plugins(&self) -> serde_json::Value {
         serde_json::to_value(self.statuses()).expect("statuses serialize")
+    }
+
+    fn promote(&self, name: String) -> Result<serde_json::Value, Refusal> {
+        let plugins = self.plugins.lock().unwrap();
+        let entry = plugins
+            .get(&name)
+            .ok_or_else(|| Refusal::NotFound(format!("no plugin named {name:?}")))?;
+        entry.slot().promote().map_err(|e| match e {
+            SlotPromoteError::NoCanary => Refusal::NotFound(format!("plugin {name:?}: {e}")),
+            SlotPromoteError::Refused(e) => Refusal::Conflict(format!("plugin {name:?}: {e}")),
+        })?;
+        Ok(serde_json::to_value(self.status_of(&name, entry)).expect("a status serializes"))
+    }
+
+    fn shadow(&self, name: String) -> Result<serde_json::Value, Refusal> {
+        let plugins = self.plugins.lock().unwrap();
+        let entry = plugins
+            .get(&name)
+            .ok_or_else(|| Refusal::NotFound(format!("no plugin named {name:?}")))?;
+        let report = entry.slot().shadow_report().ok_or_else(|| {
+            Refusal::NotFound(format!("plugin {name:?} has no candidate in shadow mode"))
+        })?;
+        Ok(serde_json::to_value(report).expect("a shadow report serializes"))
     }
 
     fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, Refusal>> {

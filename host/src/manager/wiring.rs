@@ -8,10 +8,12 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::ApiResource;
 
+use super::canary::Canary;
 use super::lifecycle::{Feeds, PluginController, PluginEntry, PluginSlot};
+use super::shadow::Shadow;
 use super::{Host, ManagerError};
 use crate::cache::{Informer, InformerKey, Notification};
-use crate::config::{InstanceModeConfig, PluginConfig, RateLimiterConfig};
+use crate::config::{CandidateMode, InstanceModeConfig, PluginConfig, RateLimiterConfig};
 use crate::controller::watches::{KeyMapping, keys};
 use crate::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
@@ -66,6 +68,14 @@ impl Host {
             .resolve_watches(&config, &plugin, api.grant(), &source.origin())
             .await
             .inspect_err(|_| self.count_reload(&config.name, "error"))?;
+        let candidate_plugin = match config.candidate_plugin() {
+            Some(candidate_config) => Some(
+                self.load_candidate(&candidate_config, api.clone())
+                    .await
+                    .inspect_err(|_| self.count_reload(&config.name, "error"))?,
+            ),
+            None => None,
+        };
         self.count_reload(&config.name, "success");
 
         let queue = queue.unwrap_or_else(|| {
@@ -76,7 +86,37 @@ impl Host {
             )
         });
         let for_kind = plugin.metadata().for_.clone();
-        let slot = Arc::new(PluginSlot::new(plugin).with_shards(self.shards.clone()));
+        let mut slot = PluginSlot::new(plugin);
+        if config.skip_unchanged {
+            slot = slot.skipping_unchanged();
+        }
+        if let (Some(candidate), Some(candidate_plugin)) = (&config.candidate, candidate_plugin) {
+            match candidate.mode {
+                CandidateMode::Shadow => {
+                    slot = slot.shadowed_by(Arc::new(Shadow::new(
+                        &config.name,
+                        candidate_plugin,
+                        candidate.max_concurrent_shadows,
+                        candidate.keep_divergences,
+                        self.metrics.clone(),
+                    )));
+                }
+                CandidateMode::Canary => {
+                    let canary = candidate
+                        .canary
+                        .clone()
+                        .expect("validated: mode canary has a canary section");
+                    slot = slot.with_canary(Arc::new(Canary::new(
+                        &config.name,
+                        candidate_plugin,
+                        canary,
+                        queue.clone(),
+                        self.metrics.clone(),
+                    )));
+                }
+            }
+        }
+        let slot = Arc::new(slot.with_shards(self.shards.clone()));
         let controller = Controller::new(
             ControllerOptions {
                 name: config.name.clone(),
@@ -97,6 +137,20 @@ impl Host {
         let mut entry = PluginEntry::new(config, source, slot, controller, feeds, generation);
         entry.follow(follower);
         Ok(entry)
+    }
+
+    /// Loads a plugin's candidate version (`candidate_config` is the
+    /// plugin's config with the candidate's source and settings), through
+    /// the plugin's API and checked against its grant.
+    pub(super) async fn load_candidate(
+        &self,
+        candidate_config: &PluginConfig,
+        api: Arc<ClusterApi>,
+    ) -> Result<Arc<Plugin>, ManagerError> {
+        // Its source is not followed: a new candidate comes with a config
+        // (or object) change, which rebuilds the plugin.
+        let source = self.source_for(candidate_config);
+        self.load(candidate_config, &*source, api).await
     }
 
     /// The `kube` imports of one plugin, held to its grant and API limits.
@@ -143,7 +197,7 @@ impl Host {
             .unwrap()
             .values()
             .filter(|e| e.config().name != config.name)
-            .map(|e| e.config().max_concurrent_reconciles as u32)
+            .map(|e| e.config().concurrency() as u32)
             .sum();
         self.engine
             .admit(config, others)

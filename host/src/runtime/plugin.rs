@@ -355,7 +355,19 @@ impl Plugin {
     /// leaves the guest running: every failure comes back as a
     /// [`ReconcileError`].
     pub async fn invoke(&self, request: ReconcileRequest) -> Invocation {
-        let context = sandbox::context(request.attempt, request.timeout, request.cancel);
+        self.invoke_through(request, None).await
+    }
+
+    /// [`Plugin::invoke`] with the guest's `kube` calls served by `kube`
+    /// instead of the plugin's own API when given (the host tracks what a
+    /// reconcile read, or captures a shadow run's writes).
+    pub async fn invoke_through(
+        &self,
+        request: ReconcileRequest,
+        kube: Option<Arc<dyn KubeApi>>,
+    ) -> Invocation {
+        let mut context = sandbox::context(request.attempt, request.timeout, request.cancel);
+        context.kube = kube;
         let report = self
             .sandbox
             .call(Export::Reconcile(request.key), context)
@@ -382,14 +394,37 @@ impl Plugin {
     }
 }
 
-impl crate::reconcile::Reconcile for Plugin {
-    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+impl Plugin {
+    /// One reconcile as the controller runs it: the call's cost recorded in
+    /// the plugin metrics, `kube` calls served by `kube` when given (see
+    /// [`Plugin::invoke_through`]).
+    pub async fn reconcile_through(
+        &self,
+        request: ReconcileRequest,
+        kube: Option<Arc<dyn KubeApi>>,
+    ) -> Result<Action, ReconcileError> {
         tracing::Span::current().record("digest", self.digest());
-        let invocation = self.invoke(request).await;
+        let invocation = self.invoke_through(request, kube).await;
         self.sandbox
             .runtime
             .metrics()
             .observe_call(self.name(), &invocation.usage);
         invocation.result
+    }
+
+    /// The API the plugin's `kube` calls go to.
+    pub fn kube(&self) -> &Arc<dyn KubeApi> {
+        &self.sandbox.kube
+    }
+
+    /// The plugin's settings as the guest sees them (JSON).
+    pub fn settings(&self) -> &str {
+        &self.sandbox.settings
+    }
+}
+
+impl crate::reconcile::Reconcile for Plugin {
+    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+        self.reconcile_through(request, None).await
     }
 }

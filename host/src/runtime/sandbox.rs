@@ -229,5 +229,6 @@ pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken
         attempt,
         deadline: Instant::now() + timeout,
         cancel,
+        kube: None,
     }
 }

@@ -23,6 +23,9 @@ pub(crate) struct CallContext {
     pub(crate) attempt: u32,
     pub(crate) deadline: Instant,
     pub(crate) cancel: CancellationToken,
+    /// Serves this call's `kube` imports instead of the plugin's own API
+    /// (read tracking, shadow capture); None: the plugin's API.
+    pub(crate) kube: Option<Arc<dyn KubeApi>>,
 }
 
 /// The call's context as the store keeps it.

@@ -87,7 +87,7 @@ async fn a_component_of_the_wrong_world_is_refused_naming_the_mismatch() {
     let msg = err.to_string();
     assert!(msg.contains("wrong_world.wasm"), "{msg}");
     assert!(
-        msg.contains("wasmctrl:reconciler/reconciler@0.1.0"),
+        msg.contains(wasmctrl::source::artifact::RECONCILER_WORLD),
         "{msg}"
     );
     assert!(

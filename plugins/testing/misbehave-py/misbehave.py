@@ -7,8 +7,11 @@ holds a compiled one:
 - ``count``: fails with the number of reconciles this instance has run
   (module globals persist in ``instanceMode: reuse``, by design);
 - ``attempt-<n>``: fails until attempt ``n`` (the context is never stale);
+- ``slow-<ms>``: works for ``ms`` milliseconds, checking ``cancelled``;
 - anything else: succeeds.
 """
+
+import time
 
 from wasmctrl_sdk import Action, Metadata, Reconciler, TransientError, export, kinds
 
@@ -34,6 +37,11 @@ class Misbehave(Reconciler):
                 chunks.append(bytearray(1 << 20))
         if name == "count":
             raise TransientError(f"calls={CALLS}")
+        if name.startswith("slow-"):
+            until = time.monotonic() + int(name[len("slow-"):]) / 1000
+            while time.monotonic() < until and not ctx.cancelled():
+                pass
+            return Action.done()
         if name.startswith("attempt-"):
             wanted = int(name[len("attempt-"):])
             if ctx.attempt < wanted:

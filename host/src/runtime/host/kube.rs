@@ -29,7 +29,7 @@ pub(super) struct KubeView<'a> {
 
 pub(super) fn view(s: &mut StoreState) -> KubeView<'_> {
     KubeView {
-        api: &s.kube,
+        api: s.call.context.kube.as_ref().unwrap_or(&s.kube),
         deadline: s.call.context.deadline,
         budget: &mut s.budget,
     }

@@ -6,6 +6,7 @@
 // - `count`: fails with the number of reconciles this instance has run
 //   (module state persists in `instanceMode: reuse`, by design);
 // - `attempt-<n>`: fails until attempt `n` (the context is never stale);
+// - `slow-<ms>`: works for `ms` milliseconds, checking `cancelled`;
 // - anything else: succeeds.
 import { Action, type Context, kinds, Metadata, type ObjectKey, type Reconciler, TransientError } from "@wasmctrl/sdk";
 import { exportReconciler } from "@wasmctrl/sdk/component";
@@ -29,6 +30,13 @@ class Misbehave implements Reconciler {
       for (;;) chunks.push(new Uint8Array(1 << 20).fill(1));
     }
     if (name === "count") throw new TransientError(`calls=${calls}`);
+    if (name.startsWith("slow-")) {
+      const until = Date.now() + Number(name.slice("slow-".length));
+      while (Date.now() < until && !ctx.cancelled()) {
+        // busy, as a reconcile doing work
+      }
+      return Action.done();
+    }
     if (name.startsWith("attempt-")) {
       const wanted = Number(name.slice("attempt-".length));
       if (ctx.attempt < wanted) throw new TransientError(`attempt ${ctx.attempt} < ${wanted}`);

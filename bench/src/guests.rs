@@ -1,0 +1,227 @@
+//! `guests`: what one reconcile costs per guest language and instance mode,
+//! and what a warm instance costs in memory.
+//!
+//! The same test reconciler in Rust, Python (componentize-py) and
+//! TypeScript (componentize-js): `misbehave`, `misbehave-py`,
+//! `misbehave-ts`, key `fine` (returns done at once). Each is dispatched in
+//! `fresh` mode (an instance per call) and `reuse` mode (a warm instance),
+//! interleaved in rounds so the ratios come from one run. Memory: `K`
+//! concurrent slow reconciles make the pool hold `K` warm instances; the
+//! process's RSS growth over one instance, divided by `K - 1`, is the cost
+//! of one more live instance.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use wasmctrl::metrics::Metrics;
+use wasmctrl::runtime::{InstanceMode, Plugin, PluginSpec, ReuseLimits, Runtime, RuntimeConfig};
+use wasmctrl::{Action, ObjectKey, ReconcileRequest};
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::stats::{Samples, load_average, round};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Measured calls per guest and mode.
+    pub iterations: usize,
+    /// Interleaved rounds the calls are split into.
+    pub rounds: usize,
+    /// Warm instances for the memory measurement.
+    pub instances: usize,
+    pub json: bool,
+}
+
+const GUESTS: &[(&str, &str, &str)] = &[
+    ("rust", "misbehave", artifacts::MISBEHAVE),
+    ("python", "misbehave-py", artifacts::MISBEHAVE_PY),
+    ("js", "misbehave-ts", artifacts::MISBEHAVE_TS),
+];
+
+#[derive(Serialize)]
+struct DispatchRow {
+    scenario: &'static str,
+    guest: &'static str,
+    mode: &'static str,
+    median_us: f64,
+    p99_us: f64,
+    calls: usize,
+}
+
+#[derive(Serialize)]
+struct MemoryRow {
+    scenario: &'static str,
+    guest: &'static str,
+    instances: usize,
+    rss_per_instance_mib: f64,
+}
+
+fn request(name: &str) -> ReconcileRequest {
+    ReconcileRequest {
+        key: ObjectKey::namespaced("default", name),
+        attempt: 0,
+        timeout: Duration::from_secs(10),
+        cancel: CancellationToken::new(),
+    }
+}
+
+async fn load(
+    rt: &Runtime,
+    name: &str,
+    path: &str,
+    mode: InstanceMode,
+    idle: usize,
+) -> anyhow::Result<Arc<Plugin>> {
+    let spec = PluginSpec {
+        instance_mode: mode,
+        reuse: ReuseLimits {
+            max_calls: u32::MAX,
+            max_idle: idle,
+            ..ReuseLimits::default()
+        },
+        ..PluginSpec::new(name)
+    };
+    rt.load_file(path, spec)
+        .await
+        .with_context(|| format!("loading {path}"))
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    tokio.block_on(run_async(options))
+}
+
+async fn run_async(options: &Options) -> anyhow::Result<()> {
+    let config = RuntimeConfig {
+        max_instances: (options.instances as u32 + 4).max(16),
+        ..RuntimeConfig::default()
+    };
+    let rt = Runtime::new(config, Arc::new(Metrics::new()))?;
+    let mut plugins = Vec::new();
+    for (guest, name, path) in GUESTS {
+        for (mode, label) in [
+            (InstanceMode::Fresh, "fresh"),
+            (InstanceMode::Reuse, "reuse"),
+        ] {
+            let plugin = load(&rt, name, path, mode, 1).await?;
+            // Warm up: the first call compiles nothing (loading did) but
+            // faults in the code pages.
+            for _ in 0..10 {
+                let result = plugin.invoke(request("fine")).await.result;
+                anyhow::ensure!(result == Ok(Action::done()), "{guest}: {result:?}");
+            }
+            plugins.push((
+                *guest,
+                label,
+                plugin,
+                Samples::with_capacity(options.iterations),
+            ));
+        }
+    }
+    let per_round = (options.iterations / options.rounds.max(1)).max(1);
+    for _ in 0..options.rounds.max(1) {
+        for (_, _, plugin, samples) in &mut plugins {
+            for _ in 0..per_round {
+                let started = Instant::now();
+                let invocation = plugin.invoke(request("fine")).await;
+                samples.push(started.elapsed());
+                debug_assert_eq!(invocation.result, Ok(Action::done()));
+            }
+        }
+    }
+    let rows: Vec<DispatchRow> = plugins
+        .iter()
+        .map(|(guest, mode, _, samples)| {
+            let s = samples.summary();
+            DispatchRow {
+                scenario: "guests",
+                guest,
+                mode,
+                median_us: round(s.median_us(), 1),
+                p99_us: round(s.p99_us(), 1),
+                calls: s.count,
+            }
+        })
+        .collect();
+    drop(plugins);
+
+    let mut memory = Vec::new();
+    let k = options.instances.max(2);
+    for (guest, name, path) in GUESTS {
+        let plugin = load(&rt, name, path, InstanceMode::Reuse, k).await?;
+        plugin.invoke(request("fine")).await;
+        let before = rss_kib();
+        let calls: Vec<_> = (0..k)
+            .map(|_| {
+                let plugin = plugin.clone();
+                tokio::spawn(async move { plugin.invoke(request("slow-300")).await.result })
+            })
+            .collect();
+        for call in calls {
+            let result = call.await?;
+            anyhow::ensure!(result == Ok(Action::done()), "{guest}: {result:?}");
+        }
+        let warm = plugin.idle_instances();
+        let after = rss_kib();
+        let grown = after.saturating_sub(before) as f64 / 1024.0;
+        memory.push(MemoryRow {
+            scenario: "guests-memory",
+            guest,
+            instances: warm,
+            rss_per_instance_mib: round(grown / (warm.max(2) - 1) as f64, 2),
+        });
+    }
+
+    if options.json {
+        for row in &rows {
+            println!("{}", serde_json::to_string(row)?);
+        }
+        for row in &memory {
+            println!("{}", serde_json::to_string(row)?);
+        }
+        return Ok(());
+    }
+    println!(
+        "guests: one reconcile (key `fine`), {} calls each, load {}",
+        per_round * options.rounds.max(1),
+        load_average()
+    );
+    println!(
+        "{:<8} {:<6} {:>11} {:>11}",
+        "guest", "mode", "median µs", "p99 µs"
+    );
+    for r in &rows {
+        println!(
+            "{:<8} {:<6} {:>11} {:>11}",
+            r.guest, r.mode, r.median_us, r.p99_us
+        );
+    }
+    println!();
+    println!(
+        "{:<8} {:>10} {:>20}",
+        "guest", "instances", "RSS / instance MiB"
+    );
+    for m in &memory {
+        println!(
+            "{:<8} {:>10} {:>20}",
+            m.guest, m.instances, m.rss_per_instance_mib
+        );
+    }
+    Ok(())
+}

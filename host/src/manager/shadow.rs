@@ -1,0 +1,744 @@
+//! Shadow runs: a candidate version reconciles each key after the stable
+//! version did, against a capturing host API, and its writes are compared
+//! with the writes the stable version actually made.
+//!
+//! # What the candidate sees
+//! Its reads are answered with the responses the stable version's reads got
+//! in that reconcile (the n-th read of an object gets the stable version's
+//! n-th answer, or its last), so both versions decide on the same world;
+//! reads the stable version did not make are served live (from the cache
+//! for watched kinds), never counted as the plugin's calls. Its writes are
+//! recorded and answered as the API server would (the object written;
+//! patches applied to the object as read), never sent.
+//!
+//! # What is compared
+//! The two reconciles' results, and their writes as normalized JSON
+//! (`resourceVersion`, `managedFields` and every field whose name ends in
+//! `Time` or `Timestamp` removed), as multisets: the order of writes is not
+//! a divergence. Each divergence is counted per kind of object written (or
+//! `result` when the results differ) in
+//! `wasmctrl_shadow_divergences_total{plugin,kind}`; the last
+//! `keepDivergences` are kept with both write sets and their difference.
+//!
+//! # Never in the stable version's way
+//! Shadow runs have their own `maxConcurrentShadows` permits, taken without
+//! waiting: a key finished while all are busy gets no shadow run (counted in
+//! `wasmctrl_shadow_skipped_total`). They stop when the plugin is unloaded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use futures::future::BoxFuture;
+use serde::Serialize;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::hostapi::{ApiError, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
+use crate::metrics::{Metrics, PluginKindLabels, PluginLabel};
+use crate::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
+use crate::runtime::Plugin;
+
+/// Bytes of one write body kept in a divergence (the comparison uses all).
+const MAX_KEPT_BODY: usize = 64 << 10;
+
+/// One write, as compared: what was written where, normalized.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Write {
+    /// `create`, `replace`, `patch`, `apply`, `replace-status`,
+    /// `patch-status`, `delete` or `event`.
+    pub verb: String,
+    /// `group/Kind` (`Kind` for the core group).
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    /// The object or patch, normalized; None for deletes.
+    pub body: Option<Value>,
+    /// Canonical JSON of all of the above: what equality means.
+    #[serde(skip)]
+    canonical: String,
+}
+
+fn kind_name(kind: &Gvk) -> String {
+    if kind.group.is_empty() {
+        kind.kind.clone()
+    } else {
+        format!("{}/{}", kind.group, kind.kind)
+    }
+}
+
+/// Drops what differs between two equal writes made at different times.
+fn normalize(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            map.retain(|k, _| {
+                k != "resourceVersion"
+                    && k != "managedFields"
+                    && !k.ends_with("Time")
+                    && !k.ends_with("Timestamp")
+            });
+            for v in map.values_mut() {
+                normalize(v);
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize),
+        _ => {}
+    }
+}
+
+/// JSON with object keys sorted, whatever map order serde_json keeps.
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+fn parse_body(json: &str) -> Value {
+    let mut v = serde_json::from_str(json).unwrap_or_else(|_| Value::String(json.to_string()));
+    normalize(&mut v);
+    v
+}
+
+impl Write {
+    fn new(
+        verb: &str,
+        kind: &Gvk,
+        namespace: Option<String>,
+        name: Option<String>,
+        body: Option<Value>,
+    ) -> Self {
+        let mut w = Write {
+            verb: verb.into(),
+            kind: kind_name(kind),
+            namespace,
+            name,
+            body,
+            canonical: String::new(),
+        };
+        w.canonical = format!(
+            "{}|{}|{:?}|{:?}|{}",
+            w.verb,
+            w.kind,
+            w.namespace,
+            w.name,
+            w.body.as_ref().map(canonical).unwrap_or_default()
+        );
+        w
+    }
+
+    /// The write `request` makes; None for reads.
+    fn of(request: &KubeRequest) -> Option<Write> {
+        let patch = |p: &ObjectPatch| match p {
+            ObjectPatch::Merge(s) => ("merge", parse_body(s)),
+            ObjectPatch::Json(s) => ("json", parse_body(s)),
+            ObjectPatch::Apply(a) => ("apply", parse_body(&a.body)),
+        };
+        Some(match request {
+            KubeRequest::Get { .. } | KubeRequest::List { .. } => return None,
+            KubeRequest::Create {
+                kind,
+                namespace,
+                object,
+            } => {
+                let body = parse_body(object);
+                let name = body["metadata"]["name"].as_str().map(str::to_string);
+                Write::new("create", kind, namespace.clone(), name, Some(body))
+            }
+            KubeRequest::Replace {
+                kind,
+                namespace,
+                name,
+                object,
+            } => Write::new(
+                "replace",
+                kind,
+                namespace.clone(),
+                Some(name.clone()),
+                Some(parse_body(object)),
+            ),
+            KubeRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                object,
+            } => Write::new(
+                "replace-status",
+                kind,
+                namespace.clone(),
+                Some(name.clone()),
+                Some(parse_body(object)),
+            ),
+            KubeRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch: p,
+            } => {
+                let (how, body) = patch(p);
+                let verb = if how == "apply" { "apply" } else { "patch" };
+                Write::new(
+                    verb,
+                    kind,
+                    namespace.clone(),
+                    Some(name.clone()),
+                    Some(body),
+                )
+            }
+            KubeRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch: p,
+            } => {
+                let (how, body) = patch(p);
+                let verb = if how == "apply" {
+                    "apply-status"
+                } else {
+                    "patch-status"
+                };
+                Write::new(
+                    verb,
+                    kind,
+                    namespace.clone(),
+                    Some(name.clone()),
+                    Some(body),
+                )
+            }
+            KubeRequest::Delete {
+                kind,
+                namespace,
+                name,
+            } => Write::new("delete", kind, namespace.clone(), Some(name.clone()), None),
+            KubeRequest::RecordEvent(e) => Write::new(
+                "event",
+                &e.regarding_kind,
+                e.regarding_namespace.clone(),
+                Some(e.regarding_name.clone()),
+                Some(serde_json::json!({
+                    "type": match e.type_ {
+                        EventType::Normal => "Normal",
+                        EventType::Warning => "Warning",
+                    },
+                    "reason": e.reason,
+                    "action": e.action,
+                    "note": e.note,
+                })),
+            ),
+        })
+    }
+
+    /// This write as kept in a divergence: a body past
+    /// [`MAX_KEPT_BODY`] is replaced by its size.
+    fn kept(&self) -> Write {
+        let mut w = self.clone();
+        if let Some(body) = &w.body {
+            let len = body.to_string().len();
+            if len > MAX_KEPT_BODY {
+                w.body = Some(serde_json::json!({ "truncated": len }));
+            }
+        }
+        w
+    }
+}
+
+/// What identifies a read, to answer the candidate's reads with the
+/// stable version's answers.
+fn read_id(request: &KubeRequest) -> Option<String> {
+    match request {
+        KubeRequest::Get {
+            kind,
+            namespace,
+            name,
+        } => Some(format!("get|{kind:?}|{namespace:?}|{name}")),
+        KubeRequest::List {
+            kind,
+            namespace,
+            label_selector,
+        } => Some(format!("list|{kind:?}|{namespace:?}|{label_selector:?}")),
+        _ => None,
+    }
+}
+
+type Answer = Result<KubeResponse, ApiError>;
+
+/// Serves the stable version's calls through the plugin's API and keeps
+/// its reads' answers and its writes that succeeded.
+pub(crate) struct Recording {
+    api: Arc<dyn KubeApi>,
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    reads: HashMap<String, VecDeque<Answer>>,
+    writes: Vec<Write>,
+}
+
+impl Recording {
+    pub(crate) fn new(api: Arc<dyn KubeApi>) -> Self {
+        Self {
+            api,
+            seen: Mutex::new(Seen::default()),
+        }
+    }
+
+    fn take(&self) -> Seen {
+        std::mem::take(&mut *self.seen.lock().unwrap())
+    }
+}
+
+impl KubeApi for Recording {
+    fn call(&self, request: KubeRequest, deadline: Instant) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            let id = read_id(&request);
+            let write = Write::of(&request);
+            let answer = self.api.call(request, deadline).await;
+            let mut seen = self.seen.lock().unwrap();
+            match (id, write) {
+                (Some(id), _) => seen.reads.entry(id).or_default().push_back(answer.clone()),
+                (None, Some(w)) if answer.is_ok() => seen.writes.push(w),
+                _ => {}
+            }
+            answer
+        })
+    }
+}
+
+/// Serves a candidate's shadow run: reads answered as the stable version's
+/// were (else live), writes captured and answered locally.
+struct Capture {
+    live: Arc<dyn KubeApi>,
+    state: Mutex<Seen>,
+}
+
+impl Capture {
+    async fn read(&self, request: KubeRequest, deadline: Instant) -> Answer {
+        let recorded = read_id(&request).and_then(|id| {
+            let mut state = self.state.lock().unwrap();
+            let answers = state.reads.get_mut(&id)?;
+            if answers.len() > 1 {
+                answers.pop_front()
+            } else {
+                answers.front().cloned()
+            }
+        });
+        match recorded {
+            Some(answer) => answer,
+            None => self.live.peek(request, deadline).await,
+        }
+    }
+
+    /// What the API server would answer `request` with, without sending it.
+    async fn answer(&self, request: &KubeRequest, deadline: Instant) -> Answer {
+        let current = |kind: &Gvk, namespace: &Option<String>, name: &String| KubeRequest::Get {
+            kind: kind.clone(),
+            namespace: namespace.clone(),
+            name: name.clone(),
+        };
+        let patched = |object: Answer, patch: &ObjectPatch| -> Answer {
+            let KubeResponse::Object(json) = object? else {
+                return Err(ApiError::Other("a get answered without an object".into()));
+            };
+            let mut object: Value = serde_json::from_str(&json)
+                .map_err(|e| ApiError::Other(format!("the current object is not JSON: {e}")))?;
+            match patch {
+                ObjectPatch::Merge(s) => {
+                    let p: Value = serde_json::from_str(s)
+                        .map_err(|e| ApiError::Invalid(format!("patch is not valid JSON: {e}")))?;
+                    json_patch::merge(&mut object, &p);
+                }
+                ObjectPatch::Json(s) => {
+                    let p: json_patch::Patch = serde_json::from_str(s)
+                        .map_err(|e| ApiError::Invalid(format!("not a JSON patch: {e}")))?;
+                    json_patch::patch(&mut object, &p)
+                        .map_err(|e| ApiError::Invalid(format!("the JSON patch fails: {e}")))?;
+                }
+                ObjectPatch::Apply(a) => {
+                    let p: Value = serde_json::from_str(&a.body)
+                        .map_err(|e| ApiError::Invalid(format!("patch is not valid JSON: {e}")))?;
+                    json_patch::merge(&mut object, &p);
+                }
+            }
+            Ok(KubeResponse::Object(object.to_string()))
+        };
+        match request {
+            KubeRequest::Create { object, .. }
+            | KubeRequest::Replace { object, .. }
+            | KubeRequest::ReplaceStatus { object, .. } => Ok(KubeResponse::Object(object.clone())),
+            KubeRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch,
+            }
+            | KubeRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => {
+                let object = self.read(current(kind, namespace, name), deadline).await;
+                match (object, patch) {
+                    // Server-side apply creates what does not exist.
+                    (Err(ApiError::NotFound(_)), ObjectPatch::Apply(a)) => {
+                        Ok(KubeResponse::Object(a.body.clone()))
+                    }
+                    (object, patch) => patched(object, patch),
+                }
+            }
+            KubeRequest::Delete { .. } | KubeRequest::RecordEvent(_) => Ok(KubeResponse::Empty),
+            KubeRequest::Get { .. } | KubeRequest::List { .. } => {
+                unreachable!("reads are served, not answered")
+            }
+        }
+    }
+}
+
+impl KubeApi for Capture {
+    fn call(&self, request: KubeRequest, deadline: Instant) -> BoxFuture<'_, Answer> {
+        Box::pin(async move {
+            match Write::of(&request) {
+                None => self.read(request, deadline).await,
+                Some(write) => {
+                    let answer = self.answer(&request, deadline).await;
+                    if answer.is_ok() {
+                        self.state.lock().unwrap().writes.push(write);
+                    }
+                    answer
+                }
+            }
+        })
+    }
+}
+
+/// A reconcile's result, as compared and shown.
+fn outcome(result: &Result<Action, ReconcileError>) -> String {
+    match result {
+        Ok(a) if a.requeue_after.is_some_and(|d| !d.is_zero()) => {
+            format!("requeue-after {:?}", a.requeue_after.unwrap())
+        }
+        Ok(a) if a.requeue => "requeue".into(),
+        Ok(_) => "done".into(),
+        Err(ReconcileError::Transient(_)) => "error: transient".into(),
+        Err(ReconcileError::Permanent(_)) => "error: permanent".into(),
+        Err(ReconcileError::Trap { kind, .. }) => format!("error: trap ({kind})"),
+        Err(ReconcileError::Cancelled) => "error: cancelled".into(),
+        Err(ReconcileError::Host(_)) => "error: host".into(),
+    }
+}
+
+/// One version's side of a divergence.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Side {
+    pub result: String,
+    /// The error message, when the result is an error.
+    pub error: Option<String>,
+    pub writes: Vec<Write>,
+}
+
+impl Side {
+    fn new(result: &Result<Action, ReconcileError>, writes: &[Write]) -> Self {
+        Side {
+            result: outcome(result),
+            error: result.as_ref().err().map(|e| e.to_string()),
+            writes: writes.iter().map(Write::kept).collect(),
+        }
+    }
+}
+
+/// The difference of two write sets.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diff {
+    /// Writes the stable version made and the candidate would not.
+    pub only_stable: Vec<Write>,
+    /// Writes the candidate would make and the stable version did not.
+    pub only_candidate: Vec<Write>,
+}
+
+/// Multiset difference: each write of `a` not matched by one of `b`.
+fn minus(a: &[Write], b: &[Write]) -> Vec<Write> {
+    let mut left: HashMap<&str, usize> = HashMap::new();
+    for w in b {
+        *left.entry(&w.canonical).or_default() += 1;
+    }
+    a.iter()
+        .filter(|w| match left.get_mut(w.canonical.as_str()) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        })
+        .map(Write::kept)
+        .collect()
+}
+
+/// One key on which the candidate did not do what the stable version did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Divergence {
+    pub key: String,
+    /// When the shadow run finished (RFC 3339).
+    pub at: String,
+    /// What diverged: `result` and/or the kinds of the differing writes.
+    pub kinds: Vec<String>,
+    pub stable: Side,
+    pub candidate: Side,
+    pub diff: Diff,
+}
+
+/// What `/plugins/{name}/shadow` shows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ShadowReport {
+    pub plugin: String,
+    pub candidate_digest: String,
+    pub candidate_origin: String,
+    /// Shadow runs compared so far.
+    pub runs: u64,
+    /// Runs that diverged.
+    pub divergent: u64,
+    /// Keys that got no shadow run because every permit was busy.
+    pub skipped: u64,
+    /// The last divergences, oldest first.
+    pub divergences: Vec<Divergence>,
+}
+
+#[derive(Default)]
+struct Tally {
+    runs: u64,
+    divergent: u64,
+    skipped: u64,
+    recent: VecDeque<Divergence>,
+}
+
+/// The shadow runs of one plugin's candidate.
+pub(crate) struct Shadow {
+    plugin: String,
+    candidate: Arc<Plugin>,
+    permits: Arc<Semaphore>,
+    keep: usize,
+    metrics: Arc<Metrics>,
+    tally: Mutex<Tally>,
+    /// Cancelled when the plugin is unloaded: running shadows stop.
+    stop: CancellationToken,
+}
+
+impl Drop for Shadow {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Shadow {
+    pub(crate) fn new(
+        plugin: &str,
+        candidate: Arc<Plugin>,
+        concurrency: usize,
+        keep: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self {
+            plugin: plugin.to_string(),
+            candidate,
+            permits: Arc::new(Semaphore::new(concurrency)),
+            keep,
+            metrics,
+            tally: Mutex::new(Tally::default()),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    pub(crate) fn candidate(&self) -> &Arc<Plugin> {
+        &self.candidate
+    }
+
+    fn label(&self) -> PluginLabel {
+        PluginLabel {
+            plugin: self.plugin.clone(),
+        }
+    }
+
+    /// The stable version finished `request`'s key with `result`, its
+    /// calls in `recording`: starts the candidate's shadow run if a permit
+    /// is free, without waiting.
+    pub(crate) fn after_stable(
+        self: &Arc<Self>,
+        request: &ReconcileRequest,
+        result: &Result<Action, ReconcileError>,
+        recording: &Recording,
+    ) {
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            self.tally.lock().unwrap().skipped += 1;
+            self.metrics
+                .shadow_skipped
+                .get_or_create(&self.label())
+                .inc();
+            return;
+        };
+        let seen = recording.take();
+        let stable_writes = seen.writes;
+        let capture = Arc::new(Capture {
+            live: self.candidate.kube().clone(),
+            state: Mutex::new(Seen {
+                reads: seen.reads,
+                writes: Vec::new(),
+            }),
+        });
+        let request = ReconcileRequest {
+            key: request.key.clone(),
+            attempt: request.attempt,
+            timeout: request.timeout,
+            cancel: self.stop.child_token(),
+        };
+        let stable = Side::new(result, &stable_writes);
+        let stable_result = outcome(result);
+        let this = Arc::downgrade(self);
+        let candidate = self.candidate.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let key = request.key.clone();
+            let invocation = candidate
+                .invoke_through(request, Some(capture.clone() as Arc<dyn KubeApi>))
+                .await;
+            let Some(this) = this.upgrade() else { return };
+            let writes = std::mem::take(&mut capture.state.lock().unwrap().writes);
+            this.compare(
+                &key,
+                stable,
+                stable_result,
+                &stable_writes,
+                &invocation.result,
+                &writes,
+            );
+        });
+    }
+
+    fn compare(
+        &self,
+        key: &ObjectKey,
+        stable: Side,
+        stable_result: String,
+        stable_writes: &[Write],
+        result: &Result<Action, ReconcileError>,
+        writes: &[Write],
+    ) {
+        self.metrics.shadow_runs.get_or_create(&self.label()).inc();
+        let diff = Diff {
+            only_stable: minus(stable_writes, writes),
+            only_candidate: minus(writes, stable_writes),
+        };
+        let mut kinds: Vec<String> = diff
+            .only_stable
+            .iter()
+            .chain(&diff.only_candidate)
+            .map(|w| w.kind.clone())
+            .collect();
+        if outcome(result) != stable_result {
+            kinds.push("result".into());
+        }
+        kinds.sort();
+        kinds.dedup();
+        let mut tally = self.tally.lock().unwrap();
+        tally.runs += 1;
+        if kinds.is_empty() {
+            return;
+        }
+        tally.divergent += 1;
+        for kind in &kinds {
+            self.metrics
+                .shadow_divergences
+                .get_or_create(&PluginKindLabels {
+                    plugin: self.plugin.clone(),
+                    kind: kind.clone(),
+                })
+                .inc();
+        }
+        tracing::info!(plugin = %self.plugin, %key, kinds = ?kinds, "the candidate diverged from the stable version");
+        if tally.recent.len() >= self.keep {
+            tally.recent.pop_front();
+        }
+        tally.recent.push_back(Divergence {
+            key: key.to_string(),
+            at: super::status::rfc3339(SystemTime::now()),
+            kinds,
+            stable,
+            candidate: Side::new(result, writes),
+            diff,
+        });
+    }
+
+    pub(crate) fn report(&self) -> ShadowReport {
+        let tally = self.tally.lock().unwrap();
+        ShadowReport {
+            plugin: self.plugin.clone(),
+            candidate_digest: self.candidate.digest().to_string(),
+            candidate_origin: self.candidate.origin().to_string(),
+            runs: tally.runs,
+            divergent: tally.divergent,
+            skipped: tally.skipped,
+            divergences: tally.recent.iter().cloned().collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deployment() -> Gvk {
+        Gvk {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+        }
+    }
+
+    #[test]
+    fn writes_compare_as_normalized_json_in_any_order() {
+        let a = Write::of(&KubeRequest::Replace {
+            kind: deployment(),
+            namespace: Some("ns".into()),
+            name: "web".into(),
+            object: r#"{"metadata":{"name":"web","resourceVersion":"7","managedFields":[],"creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"replicas":2},"status":{"conditions":[{"type":"Ready","lastTransitionTime":"x"}]}}"#.into(),
+        })
+        .unwrap();
+        let b = Write::of(&KubeRequest::Replace {
+            kind: deployment(),
+            namespace: Some("ns".into()),
+            name: "web".into(),
+            object: r#"{"status":{"conditions":[{"lastTransitionTime":"y","type":"Ready"}]},"spec":{"replicas":2},"metadata":{"resourceVersion":"9","name":"web"}}"#.into(),
+        })
+        .unwrap();
+        assert_eq!(a.canonical, b.canonical);
+        let delete = Write::of(&KubeRequest::Delete {
+            kind: deployment(),
+            namespace: Some("ns".into()),
+            name: "web".into(),
+        })
+        .unwrap();
+        assert!(minus(&[a.clone(), delete.clone()], &[delete.clone(), b.clone()]).is_empty());
+        let only = minus(&[a.clone(), delete.clone()], std::slice::from_ref(&b));
+        assert_eq!(only.len(), 1);
+        assert_eq!(only[0].verb, "delete");
+        assert_eq!(only[0].kind, "apps/Deployment");
+        assert_eq!(minus(&[a.clone(), a.clone()], &[b]).len(), 1, "a multiset");
+    }
+}
