@@ -265,6 +265,17 @@ pub(crate) fn builtins() -> Vec<ResourceInfo> {
             .status()
             .generation()
             .done(),
+        B::new(
+            "policy",
+            "v1",
+            "poddisruptionbudgets",
+            "PodDisruptionBudget",
+            true,
+        )
+        .short(&["pdb"])
+        .status()
+        .generation()
+        .done(),
         B::new("rbac.authorization.k8s.io", "v1", "roles", "Role", true).done(),
         B::new(
             "rbac.authorization.k8s.io",

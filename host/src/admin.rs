@@ -22,6 +22,10 @@ pub trait AdminState: Send + Sync + 'static {
     fn healthz(&self) -> Result<(), String>;
     /// Ok once every informer synced and the host is leader or standby.
     fn readyz(&self) -> Result<(), String>;
+    /// A line `/readyz` adds to its answer (the shards held, with sharding).
+    fn ready_detail(&self) -> Option<String> {
+        None
+    }
     /// Status of every plugin.
     fn plugins(&self) -> serde_json::Value;
     /// The shadow runs of plugin `name`'s candidate: counts and the last
@@ -143,7 +147,14 @@ async fn healthz(State(state): State<Arc<dyn AdminState>>) -> Response {
 }
 
 async fn readyz(State(state): State<Arc<dyn AdminState>>) -> Response {
-    check(state.readyz())
+    let detail = state
+        .ready_detail()
+        .map(|d| format!("{d}\n"))
+        .unwrap_or_default();
+    match state.readyz() {
+        Ok(()) => (StatusCode::OK, format!("ok\n{detail}")).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n{detail}")).into_response(),
+    }
 }
 
 async fn plugins(State(state): State<Arc<dyn AdminState>>) -> Json<serde_json::Value> {

@@ -60,6 +60,20 @@ enum Command {
         #[arg(long)]
         admin: Option<SocketAddr>,
     },
+    /// Print the least-privilege RBAC the host of a config needs (every
+    /// plugin's grant, events, the leader-election and shard Leases) as YAML
+    /// for `kubectl apply -f -`, bound to a ServiceAccount.
+    Rbac {
+        /// The host config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+        /// The namespace of the host's ServiceAccount.
+        #[arg(long, default_value = "wasmctrl-system")]
+        namespace: String,
+        /// The host's ServiceAccount.
+        #[arg(long, default_value = "wasmctrl")]
+        service_account: String,
+    },
     /// Run the embedded Kubernetes-compatible API server alone.
     Apiserver {
         #[arg(long, default_value = "127.0.0.1:0")]
@@ -159,6 +173,11 @@ pub fn main() -> ExitCode {
                 package,
             } => build(dir, out, lang, package),
             Command::Run { config } => run(config).await,
+            Command::Rbac {
+                config,
+                namespace,
+                service_account,
+            } => rbac(&config, namespace, service_account),
             Command::Dev {
                 config,
                 apply,
@@ -180,6 +199,18 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `wasmctrl rbac`: the RBAC of `config`'s host on stdout.
+fn rbac(config: &Path, namespace: String, service_account: String) -> anyhow::Result<()> {
+    let config = HostConfig::load(config)?;
+    let options = wasmctrl::rbac::RbacOptions {
+        namespace,
+        service_account,
+    };
+    let yaml = wasmctrl::rbac::generate(&config).to_yaml(&options)?;
+    print!("{yaml}");
+    Ok(())
 }
 
 fn init_tracing(format: LogFormat) {

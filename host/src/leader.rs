@@ -60,12 +60,12 @@ impl Fence {
         until == u64::MAX || self.nanos(Instant::now()) < until
     }
 
-    fn extend_to(&self, until: Instant) {
+    pub(crate) fn extend_to(&self, until: Instant) {
         self.valid_until
             .store(self.nanos(until).max(1), Ordering::Release);
     }
 
-    fn close(&self) {
+    pub(crate) fn close(&self) {
         self.valid_until.store(0, Ordering::Release);
     }
 

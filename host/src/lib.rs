@@ -17,8 +17,10 @@ pub mod kind;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod rbac;
 pub mod reconcile;
 pub mod runtime;
+pub mod shard;
 pub mod source;
 pub mod syntax;
 #[cfg(any(test, feature = "test-util"))]

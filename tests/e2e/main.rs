@@ -3,9 +3,11 @@
 //! user would.
 
 mod cache;
+mod deploy;
 mod faults;
 mod hostile;
 mod hotswap;
+mod in_cluster;
 mod load;
 mod manager;
 mod modules;

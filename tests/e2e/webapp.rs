@@ -12,7 +12,7 @@ use wasmctrl::manager::{Manager, ManagerOptions};
 use wasmctrl_e2e::{Cluster, Host, eventually, host_config, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
 
-const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
+pub(crate) const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
 
 fn webapps(client: &kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
@@ -36,7 +36,7 @@ fn ready_condition(webapp: &DynamicObject) -> Option<String> {
 
 /// The quick start's config, with the plugin path pointing at `component`
 /// (one of the webapp operator's builds).
-fn quickstart_config(component: &str) -> wasmctrl::config::HostConfig {
+pub(crate) fn quickstart_config(component: &str) -> wasmctrl::config::HostConfig {
     let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
     let mut config = host_config(&text, std::path::Path::new(QUICKSTART));
     config.plugins[0].path = Some(component.into());
@@ -62,6 +62,14 @@ async fn the_typescript_webapp_operator_converges_heals_and_cleans_up() {
 
 async fn webapp_acceptance(component: &str) {
     let cluster = Cluster::start().await;
+    apply_crd(&cluster);
+    let host = Host::start(quickstart_config(component), cluster.client.clone(), None).await;
+    converges_heals_and_cleans_up(&cluster, host).await;
+}
+
+/// Applies the WebApp CRD (as the cluster's admin) and waits until it is
+/// established.
+pub(crate) fn apply_crd(cluster: &Cluster) {
     cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/crd.yaml")]);
     cluster.kubectl(&[
         "wait",
@@ -70,7 +78,12 @@ async fn webapp_acceptance(component: &str) {
         "--timeout=30s",
         "crd/webapps.demo.wasmctrl.dev",
     ]);
-    let host = Host::start(quickstart_config(component), cluster.client.clone(), None).await;
+}
+
+/// The acceptance proper, against a `host` running the quick start's
+/// plugin (with whatever credentials it was given), observed and driven as
+/// the cluster's admin: a WebApp converges, heals and is cleaned up.
+pub(crate) async fn converges_heals_and_cleans_up(cluster: &Cluster, host: Host) {
     let admin = host.admin;
 
     cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/webapp.yaml")]);

@@ -144,6 +144,10 @@ pub struct HostConfig {
     pub cache_sync_timeout: Duration,
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
+    /// Spread the keys over the replicas (see [`crate::shard`]); None: one
+    /// leader (with leader election) or every host reconciles every key.
+    #[serde(default)]
+    pub sharding: Option<ShardingConfig>,
     #[serde(default)]
     pub runtime: RuntimeSection,
     #[serde(default)]
@@ -237,6 +241,22 @@ impl LeaderElectionConfig {
         self
     }
 }
+
+/// Keys spread over replicas: each replica reconciles the keys of the shards
+/// whose Lease (`<leaderElection.leaseName>-shard-<i>`) it holds. The
+/// Leases use `leaderElection`'s namespace and timing, and
+/// `leaderElection.enabled` must be true.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ShardingConfig {
+    /// How many shards the keys are hashed into (1 to 256); more shards
+    /// than replicas lets the load rebalance in smaller steps.
+    pub shards: u32,
+}
+
+/// The most shards a config may ask for: one Lease each, all renewed every
+/// `retryPeriod`, and each named in the generated RBAC.
+pub const MAX_SHARDS: u32 = 256;
 
 /// Engine-wide wasm settings. They are fixed when the host starts: a plugin
 /// added later that needs more (fuel, instance slots) is refused with the
@@ -785,6 +805,26 @@ impl HostConfig {
                     .ok_or_else(|| "must be less than renewDeadline".to_string())
             }),
         )?;
+        if let Some(sharding) = &self.sharding {
+            top(
+                "sharding.shards",
+                count(u64::from(sharding.shards), 1, u64::from(MAX_SHARDS)),
+            )?;
+            if !le.enabled {
+                return Err(invalid(
+                    "sharding".into(),
+                    None,
+                    "needs leaderElection.enabled: true (each shard is held through a Lease with its namespace and timing)".into(),
+                ));
+            }
+            // The longest name derived from leaseName must still be a name.
+            let longest = format!("{}-shard-{}", le.lease_name, sharding.shards - 1);
+            top(
+                "leaderElection.leaseName",
+                syntax::dns_subdomain("leaseName", &longest)
+                    .map_err(|e| format!("too long for sharding: {}", e.message)),
+            )?;
+        }
         top("runtime.apiQps", rate(self.runtime.api_qps, 1e6))?;
         if let Some(n) = self.runtime.max_instances {
             top("runtime.maxInstances", count(u64::from(n), 1, 10_000))?;

@@ -65,6 +65,9 @@ impl Default for ApiLimits {
     }
 }
 
+/// Why a request of a sharded reconcile was not sent.
+const SHARD_LOST: &str = "this replica no longer surely holds the shard of the key being reconciled (its Lease was not renewed in time or was given away); the request was not sent";
+
 /// What every plugin's [`ClusterApi`] shares: the client plugins' requests
 /// go through, discovery, the informer cache, metrics and the leader fence.
 #[derive(Clone)]
@@ -163,6 +166,9 @@ impl ClusterApi {
                 "this host is not the leader (its lease was not renewed in time); the request was not sent".into(),
             ));
         }
+        if !crate::shard::request_allowed() {
+            return Err(ApiError::Unavailable(SHARD_LOST.into()));
+        }
         let label = PluginLabel {
             plugin: self.plugin.clone(),
         };
@@ -187,6 +193,9 @@ impl ClusterApi {
             return Err(ApiError::Unavailable(
                 "this host stopped being the leader while the request waited".into(),
             ));
+        }
+        if !crate::shard::request_allowed() {
+            return Err(ApiError::Unavailable(SHARD_LOST.into()));
         }
         Ok(())
     }

@@ -34,6 +34,7 @@ use crate::cache::Informer;
 use crate::config::PluginConfig;
 use crate::controller::{Controller, Workers};
 use crate::runtime::Plugin;
+use crate::shard::Shards;
 use crate::source::PluginSource;
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
@@ -217,6 +218,8 @@ impl Lifecycle {
 /// candidate, in shadow or as a canary.
 pub struct PluginSlot {
     current: ArcSwap<Plugin>,
+    /// With sharding: only keys of the shards this replica holds run.
+    shards: Option<Arc<Shards>>,
     /// What each key's last done reconcile depended on (`skipUnchanged`).
     skip: Option<SkipRecords>,
     /// A candidate reconciling each key after the stable version, in shadow.
@@ -243,6 +246,7 @@ impl PluginSlot {
             skip: None,
             shadow: None,
             canary: None,
+            shards: None,
         }
     }
 
@@ -263,6 +267,17 @@ impl PluginSlot {
     pub(crate) fn with_canary(mut self, canary: Arc<Canary>) -> Self {
         self.canary = Some(canary);
         self
+    }
+
+    /// Reconciles only the keys `shards` admits (None: every key).
+    pub fn with_shards(mut self, shards: Option<Arc<Shards>>) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// Whether this replica reconciles `key` (always, without sharding).
+    pub fn admits(&self, key: &crate::ObjectKey) -> bool {
+        self.shards.as_ref().is_none_or(|s| s.admits(key))
     }
 
     pub fn current(&self) -> Arc<Plugin> {
@@ -323,8 +338,13 @@ impl PluginSlot {
     }
 }
 
-impl Reconcile for PluginSlot {
-    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+impl PluginSlot {
+    /// One reconcile of the key's version, with `skipUnchanged`, shadow and
+    /// canary (under the shard gate with sharding).
+    async fn reconcile_unsharded(
+        &self,
+        request: ReconcileRequest,
+    ) -> Result<Action, ReconcileError> {
         let (plugin, version) = self.route(&request.key);
         let recording = self
             .shadow
@@ -349,6 +369,19 @@ impl Reconcile for PluginSlot {
             shadow.after_stable(&request, &result, &recording);
         }
         result
+    }
+}
+
+impl Reconcile for PluginSlot {
+    async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
+        match &self.shards {
+            Some(shards) => {
+                shards
+                    .reconcile(request, |r| self.reconcile_unsharded(r))
+                    .await
+            }
+            None => self.reconcile_unsharded(request).await,
+        }
     }
 
     async fn unchanged(&self, key: &ObjectKey, timeout: Duration) -> bool {

@@ -20,6 +20,7 @@ mod lifecycle;
 mod objects;
 mod reload;
 mod shadow;
+mod sharding;
 mod skip;
 mod source_cache;
 mod status;
@@ -42,6 +43,7 @@ use crate::discovery::{self, Resolver};
 use crate::leader::{Fence, LeaderElection};
 use crate::metrics::{Metrics, ReloadLabels};
 use crate::runtime::{LoadError, Runtime, RuntimeError};
+use crate::shard::Shards;
 use crate::source::{FileWatcher, SourceError};
 use crate::workqueue::WorkQueue;
 
@@ -151,6 +153,11 @@ pub(crate) struct Host {
     leader: watch::Receiver<bool>,
     /// Open while this host surely holds the lease; guards plugins' requests.
     fence: Fence,
+    /// With sharding: the shards this replica holds (it never leads alone).
+    shards: Option<Arc<Shards>>,
+    /// Per plugin: the accesses of its grant the API server's authorization
+    /// refused this host at start (see [`crate::rbac::denied`]).
+    rbac_denied: Mutex<BTreeMap<String, Vec<String>>>,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
     /// The WasmReconciler objects followed (None: no `pluginsFrom`).
@@ -187,13 +194,19 @@ impl Manager {
             }
             None => None,
         };
-        let (leader_tx, leader) = watch::channel(!config.leader_election.enabled);
-        let fence = if config.leader_election.enabled {
+        // With sharding every replica runs workers, for its shards' keys.
+        let elects_leader = config.leader_election.enabled && config.sharding.is_none();
+        let (leader_tx, leader) = watch::channel(!elects_leader);
+        let fence = if elects_leader {
             Fence::closed()
         } else {
             Fence::open()
         };
-        let plugin_client = match (&options.kube_config, config.leader_election.enabled) {
+        let shards = config
+            .sharding
+            .as_ref()
+            .map(|s| Arc::new(Shards::new(s.shards)));
+        let plugin_client = match (&options.kube_config, elects_leader) {
             (Some(kube_config), true) => {
                 crate::client::fenced_client(kube_config.clone(), fence.clone())?
             }
@@ -224,10 +237,15 @@ impl Manager {
             plugins: Mutex::new(BTreeMap::new()),
             leader,
             fence,
+            shards,
+            rbac_denied: Mutex::new(BTreeMap::new()),
             watcher: options.watch_sources.then(FileWatcher::new),
             stop: CancellationToken::new(),
             config,
         });
+        for plugin in &host.config.plugins {
+            host.check_rbac(plugin).await;
+        }
         for plugin in host.config.plugins.clone() {
             let entry = host.build(plugin, 1, None).await.inspect_err(|e| {
                 tracing::error!("{e}");
@@ -275,7 +293,7 @@ impl Manager {
     ) -> Result<(), ManagerError> {
         let host = self.host.clone();
         let election_stop = CancellationToken::new();
-        let election = if host.config.leader_election.enabled {
+        let election = if host.config.leader_election.enabled && host.shards.is_none() {
             let le = &host.config.leader_election;
             let election = LeaderElection {
                 namespace: le.namespace.clone(),
@@ -295,6 +313,7 @@ impl Manager {
         } else {
             None
         };
+        let coordinator = host.start_sharding(&self.options.identity, election_stop.clone());
 
         let names: Vec<String> = host.plugins.lock().unwrap().keys().cloned().collect();
         for name in names {
@@ -349,6 +368,9 @@ impl Manager {
         if let Some(e) = election {
             let _ = e.await;
         }
+        if let Some(c) = coordinator {
+            let _ = c.await;
+        }
         host.stop.cancel();
         tracing::info!("shutdown complete");
         outcome
@@ -356,6 +378,34 @@ impl Manager {
 }
 
 impl Host {
+    /// Asks the API server, one SelfSubjectAccessReview per access, whether
+    /// RBAC allows this host all of `plugin`'s grant, and reports what it
+    /// refuses (logged, and shown by `/plugins` as `rbac_denied`) before the
+    /// first request fails with a 403. The plugin still starts: what RBAC
+    /// allows keeps working.
+    async fn check_rbac(&self, plugin: &crate::config::PluginConfig) {
+        match crate::rbac::denied(&self.client, plugin).await {
+            Ok(denied) if denied.is_empty() => {
+                tracing::debug!(plugin = %plugin.name, "RBAC allows the whole grant");
+            }
+            Ok(denied) => {
+                tracing::error!(
+                    plugin = %plugin.name,
+                    denied = ?denied,
+                    "RBAC does not allow this host all of the plugin's grant (add these rules, e.g. from `wasmctrl rbac`): {}",
+                    denied.join("; ")
+                );
+                self.rbac_denied
+                    .lock()
+                    .unwrap()
+                    .insert(plugin.name.clone(), denied);
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %plugin.name, "cannot check the grant against RBAC (SelfSubjectAccessReview failed): {e}");
+            }
+        }
+    }
+
     /// Waits for a plugin's informers (reporting Failed past
     /// `cacheSyncTimeout`, and still waiting), then enqueues every key they
     /// imply and starts workers if leading.

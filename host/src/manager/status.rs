@@ -12,6 +12,7 @@ use super::lifecycle::PluginEntry;
 use super::lifecycle::SlotPromoteError;
 use super::reload::ReloadError;
 use crate::admin::{AdminState, Refusal};
+use crate::shard::ShardStatus;
 
 /// One plugin as `/plugins` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -38,6 +39,13 @@ pub struct PluginStatus {
     pub resident: bool,
     /// Idle unloads of the running version.
     pub unloads: u64,
+    /// With sharding: the shards whose keys this replica reconciles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<ShardStatus>,
+    /// The accesses of the plugin's grant RBAC refused this host at start
+    /// (`verb group/resource in namespace NS` or `… cluster-wide`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rbac_denied: Vec<String>,
     /// The candidate version beside this one, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate: Option<CandidateStatus>,
@@ -72,6 +80,14 @@ impl Host {
             last_error: lifecycle.last_error().map(str::to_string),
             resident: plugin.is_resident(),
             unloads: plugin.unloads(),
+            shards: self.shards.as_ref().map(|s| s.status()),
+            rbac_denied: self
+                .rbac_denied
+                .lock()
+                .unwrap()
+                .get(name)
+                .cloned()
+                .unwrap_or_default(),
             candidate: entry
                 .slot()
                 .candidate()
@@ -134,6 +150,17 @@ impl AdminState for Host {
         } else {
             Err(waiting.join("; "))
         }
+    }
+
+    fn ready_detail(&self) -> Option<String> {
+        let s = self.shards.as_ref()?.status();
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        Some(format!(
+            "shards held: [{}] of {}; draining: [{}]",
+            list(&s.held),
+            s.total,
+            list(&s.draining)
+        ))
     }
 
     fn plugins(&self) -> serde_json::Value {

@@ -116,7 +116,7 @@ impl Host {
                 }
             }
         }
-        let slot = Arc::new(slot);
+        let slot = Arc::new(slot.with_shards(self.shards.clone()));
         let controller = Controller::new(
             ControllerOptions {
                 name: config.name.clone(),
@@ -349,6 +349,7 @@ impl Host {
                 let informer = self.cache.informer(key, watch.resource.clone());
                 feeds.tasks.push(forward_events(
                     &informer,
+                    controller.reconciler().clone(),
                     controller.queue().clone(),
                     watch.mapping.clone(),
                     for_kind.clone(),
@@ -359,6 +360,7 @@ impl Host {
                     feeds.tasks.push(resync_every(
                         period,
                         &informer,
+                        controller.reconciler().clone(),
                         controller.queue().clone(),
                         for_kind.clone(),
                     ));
@@ -415,9 +417,10 @@ pub(super) fn limits(config: &PluginConfig) -> Limits {
     }
 }
 
-/// Turns an informer's events into keys of `queue`.
+/// Turns an informer's events into keys of `queue` (those `slot` admits).
 fn forward_events(
     informer: &Arc<Informer>,
+    slot: Arc<PluginSlot>,
     queue: WorkQueue<ObjectKey>,
     mapping: KeyMapping,
     reconciled: Gvk,
@@ -429,14 +432,23 @@ fn forward_events(
             match n {
                 Notification::Object(e) => {
                     for k in keys(&mapping, &reconciled, &e.object) {
-                        queue.add(k);
+                        if slot.admits(&k) {
+                            queue.add(k);
+                        }
                     }
                 }
                 Notification::Resync => {
                     let Some(informer) = weak.upgrade() else {
                         break;
                     };
-                    enqueue_store(&queue, &informer, &mapping, &reconciled, Priority::NORMAL);
+                    enqueue_store(
+                        &slot,
+                        &queue,
+                        &informer,
+                        &mapping,
+                        &reconciled,
+                        Priority::NORMAL,
+                    );
                 }
             }
         }
@@ -448,6 +460,7 @@ fn forward_events(
 fn resync_every(
     period: Duration,
     informer: &Arc<Informer>,
+    slot: Arc<PluginSlot>,
     queue: WorkQueue<ObjectKey>,
     for_kind: Gvk,
 ) -> tokio::task::JoinHandle<()> {
@@ -461,6 +474,7 @@ fn resync_every(
                 break;
             };
             enqueue_store(
+                &slot,
                 &queue,
                 &informer,
                 &KeyMapping::Itself,
@@ -481,6 +495,7 @@ pub(super) fn enqueue_all(entry: &PluginEntry) {
     for informer in entry.informers() {
         if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
             enqueue_store(
+                entry.slot(),
                 queue,
                 informer,
                 &KeyMapping::Itself,
@@ -491,9 +506,10 @@ pub(super) fn enqueue_all(entry: &PluginEntry) {
     }
 }
 
-/// Adds the key of every object `informer` holds, as `mapping` maps it, at
-/// `priority`.
+/// Adds the key of every object `informer` holds, as `mapping` maps it
+/// (those `slot` admits), at `priority`.
 fn enqueue_store(
+    slot: &PluginSlot,
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
     mapping: &KeyMapping,
@@ -502,7 +518,9 @@ fn enqueue_store(
 ) {
     for o in informer.store().state() {
         for k in keys(mapping, reconciled, &o) {
-            queue.add_with_priority(k, priority);
+            if slot.admits(&k) {
+                queue.add_with_priority(k, priority);
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ mod instances;
 mod load;
 mod polyglot;
 mod process;
+mod rbac;
 mod sandbox;
 mod sources;
 mod workflow;

@@ -25,11 +25,17 @@ const MAX_LOG: usize = 20_000;
 
 /// Starts `wasmctrl run --config <config>` and reads its admin address.
 fn spawn_host(config: &Path, kubeconfig: &Path) -> Host {
+    spawn_host_logging(config, kubeconfig, "wasmctrl=info", false)
+}
+
+/// [`spawn_host`] with `RUST_LOG=rust_log`, the log in JSON if `json`.
+fn spawn_host_logging(config: &Path, kubeconfig: &Path, rust_log: &str, json: bool) -> Host {
+    let format = if json { "json" } else { "human" };
     let mut child = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
-        .args(["run", "--config"])
+        .args(["--log-format", format, "run", "--config"])
         .arg(config)
         .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "wasmctrl=info")
+        .env("RUST_LOG", rust_log)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -755,4 +761,256 @@ maxGrant:
         standby.logged(&["plugin added: starting"]),
         "the standby started the object's plugin"
     );
+}
+
+/// The shards `host` holds and drains, from `/plugins` (plugin `mirror`).
+async fn shards_of(host: &Host) -> Option<(Vec<u64>, Vec<u64>)> {
+    let (_, body) = http_get(host.admin, "/plugins").await;
+    let plugins: serde_json::Value = serde_json::from_str(&body).ok()?;
+    let shards = &plugins.as_array()?.first()?["shards"];
+    let list = |v: &serde_json::Value| -> Option<Vec<u64>> {
+        v.as_array()?.iter().map(|s| s.as_u64()).collect()
+    };
+    Some((list(&shards["held"])?, list(&shards["draining"])?))
+}
+
+/// Waits until `hosts` hold every one of `total` shards between them,
+/// `share` each, nothing draining.
+async fn balanced(what: &str, hosts: &[&Host], total: u64, share: usize) {
+    eventually(what, Duration::from_secs(60), || async {
+        let mut all = Vec::new();
+        for h in hosts {
+            let (held, draining) = shards_of(h).await?;
+            if held.len() != share || !draining.is_empty() {
+                return None;
+            }
+            all.extend(held);
+        }
+        all.sort_unstable();
+        (all == (0..total).collect::<Vec<_>>()).then_some(())
+    })
+    .await;
+}
+
+/// One reconcile of a key by one replica, from its per-key log.
+#[derive(Debug)]
+struct Span {
+    host: &'static str,
+    start: k8s_openapi::jiff::Timestamp,
+    end: k8s_openapi::jiff::Timestamp,
+}
+
+/// The sharded reconciles in `host`'s JSON log, per key. A reconcile that
+/// never ended (the process was killed) ends at `killed`.
+fn spans(
+    name: &'static str,
+    host: &Host,
+    killed: Option<k8s_openapi::jiff::Timestamp>,
+    into: &mut std::collections::BTreeMap<String, Vec<Span>>,
+) {
+    let mut open = std::collections::BTreeMap::new();
+    let log = host.log.lock().unwrap();
+    assert!(
+        log.len() < MAX_LOG,
+        "{name}'s log was cut at {MAX_LOG} lines"
+    );
+    for line in log.iter() {
+        let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if event["target"] != "wasmctrl::shard::log" {
+            continue;
+        }
+        let key = event["fields"]["key"].as_str().unwrap().to_string();
+        let at: k8s_openapi::jiff::Timestamp =
+            event["timestamp"].as_str().unwrap().parse().unwrap();
+        match event["fields"]["message"].as_str().unwrap() {
+            "reconcile begins" => {
+                assert!(
+                    open.insert(key.clone(), at).is_none(),
+                    "{name} began {key} twice"
+                );
+            }
+            "reconcile ends" => {
+                let start = open.remove(&key).expect("an end follows its begin");
+                into.entry(key).or_default().push(Span {
+                    host: name,
+                    start,
+                    end: at,
+                });
+            }
+            other => panic!("unexpected per-key log message {other:?}"),
+        }
+    }
+    for (key, start) in open {
+        let end = killed.unwrap_or_else(|| panic!("{name} never ended its reconcile of {key}"));
+        into.entry(key).or_default().push(Span {
+            host: name,
+            start,
+            end,
+        });
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap() {
+    use futures::StreamExt;
+    use wasmctrl::ObjectKey;
+    use wasmctrl::shard::shard_of;
+
+    const N: usize = 3000;
+    const SHARDS: u32 = 12;
+    const LEASE: Duration = Duration::from_secs(2);
+    const RETRY: Duration = Duration::from_millis(200);
+    let f = Fixture::start().await;
+    futures::stream::iter(0..N)
+        .map(|i| {
+            let api = f.api.clone();
+            async move {
+                let cm = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("cm-{i}")},
+                    "data": {"value": "0"},
+                }))
+                .unwrap();
+                api.create(&Default::default(), &cm).await.unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let config = f.config(
+        "wasmctrl.yaml",
+        &mirror_config(
+            "leaderElection: { enabled: true, leaseName: shard-test, leaseDuration: 2s, renewDeadline: 1500ms, retryPeriod: 200ms }\nsharding: { shards: 12 }",
+        ),
+    );
+    let spawn = |user: &'static str| {
+        let (c, k) = (config.clone(), f.kubeconfig_for(user));
+        tokio::task::spawn_blocking(move || {
+            spawn_host_logging(&c, &k, "wasmctrl=info,wasmctrl::shard::log=debug", true)
+        })
+    };
+    let mut a = spawn("host-a").await.unwrap();
+    let mut b = spawn("host-b").await.unwrap();
+    let mut c = spawn("host-c").await.unwrap();
+    balanced("three replicas with 4 shards each", &[&a, &b, &c], 12, 4).await;
+    f.converged("all 3000 objects mirrored").await;
+
+    // Patches every object of `shards` to `value`.
+    let set = |shards: Vec<u64>, value: &'static str| {
+        let api = f.api.clone();
+        async move {
+            let keys: Vec<usize> = (0..N)
+                .filter(|i| {
+                    let key = ObjectKey::namespaced("default", format!("cm-{i}"));
+                    shards.contains(&u64::from(shard_of(&key, SHARDS)))
+                })
+                .collect();
+            futures::stream::iter(keys)
+                .map(|i| {
+                    let api = api.clone();
+                    async move {
+                        let patch = serde_json::json!({"data": {"value": value}});
+                        api.patch(
+                            &format!("cm-{i}"),
+                            &Default::default(),
+                            &kube::api::Patch::Merge(&patch),
+                        )
+                        .await
+                        .unwrap();
+                    }
+                })
+                .buffer_unordered(16)
+                .collect::<Vec<()>>()
+                .await;
+        }
+    };
+
+    // kill -9 one replica: its shards are taken within leaseDuration +
+    // retryPeriod, and its objects converge.
+    let (c_shards, _) = shards_of(&c).await.unwrap();
+    let killed_at = k8s_openapi::jiff::Timestamp::now();
+    let killed = Instant::now();
+    c.signal("KILL");
+    c.exited(Duration::from_secs(10)).await;
+    // The killed replica's last renewal of each of its shards (final now).
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(f.api.clone().into_client(), "default");
+    let mut last_renewed = Vec::new();
+    for s in &c_shards {
+        let lease = leases.get(&format!("shard-test-shard-{s}")).await.unwrap();
+        let spec = lease.spec.unwrap();
+        assert_eq!(
+            spec.holder_identity.as_deref().map(|h| h.is_empty()),
+            Some(false)
+        );
+        last_renewed.push((*s, spec.renew_time.unwrap().0));
+    }
+    balanced("the two survivors with 6 shards each", &[&a, &b], 12, 6).await;
+    let observed = killed.elapsed();
+    // Each shard's new holder wrote when it took it (acquireTime): the
+    // handover, from the killed holder's last renewal, is the Lease's
+    // expiry plus at most one retry period (and one round's requests).
+    let mut slowest = Duration::ZERO;
+    for (s, renewed) in last_renewed {
+        let lease = leases.get(&format!("shard-test-shard-{s}")).await.unwrap();
+        let acquired = lease.spec.unwrap().acquire_time.unwrap().0;
+        let gap = Duration::try_from(acquired.duration_since(renewed)).unwrap();
+        slowest = slowest.max(gap);
+    }
+    eprintln!(
+        "the killed replica's shards were taken {slowest:?} after its last renewal ({observed:?} after the kill, as polled)"
+    );
+    assert!(
+        slowest <= LEASE + RETRY + Duration::from_millis(100),
+        "a shard was taken {slowest:?} after its holder's last renewal"
+    );
+    set(c_shards, "after-kill").await;
+    f.converged("the killed replica's objects converge").await;
+
+    // A fourth replica joins: it gets its share as the others drain theirs.
+    let mut d = spawn("host-d").await.unwrap();
+    balanced(
+        "three replicas again, with 4 shards each",
+        &[&a, &b, &d],
+        12,
+        4,
+    )
+    .await;
+    let (d_shards, _) = shards_of(&d).await.unwrap();
+    set(d_shards, "after-join").await;
+    f.converged("the new replica's objects converge").await;
+
+    for h in [&a, &b, &d] {
+        h.signal("TERM");
+    }
+    for h in [&mut a, &mut b, &mut d] {
+        assert!(h.exited(Duration::from_secs(30)).await.success());
+    }
+
+    // The per-key log: every object reconciled, never by two replicas at
+    // once.
+    let mut per_key = std::collections::BTreeMap::new();
+    spans("host-a", &a, None, &mut per_key);
+    spans("host-b", &b, None, &mut per_key);
+    spans("host-c", &c, Some(killed_at), &mut per_key);
+    spans("host-d", &d, None, &mut per_key);
+    assert_eq!(per_key.len(), N, "every object was reconciled");
+    let mut overlaps = Vec::new();
+    let mut hosts = std::collections::BTreeSet::new();
+    for (key, spans) in &mut per_key {
+        spans.sort_by_key(|s| s.start);
+        for pair in spans.windows(2) {
+            hosts.insert(pair[0].host);
+            if pair[1].start < pair[0].end && pair[0].host != pair[1].host {
+                overlaps.push(format!("{key}: {:?} and {:?}", pair[0], pair[1]));
+            }
+        }
+    }
+    assert!(
+        overlaps.is_empty(),
+        "keys reconciled by two replicas at once: {overlaps:?}"
+    );
+    assert_eq!(hosts.len(), 4, "every replica reconciled: {hosts:?}");
+    f.server.shutdown().await;
 }

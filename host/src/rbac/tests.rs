@@ -1,0 +1,233 @@
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::*;
+
+fn config(text: &str) -> HostConfig {
+    HostConfig::parse(Path::new("wasmctrl.yaml"), text, PathBuf::from("/"))
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str], names: Option<&[&str]>) -> PolicyRule {
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(strings(resources)),
+        resource_names: names.map(strings),
+        verbs: strings(verbs),
+        non_resource_urls: None,
+    }
+}
+
+const HEADER: &str = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+
+#[test]
+fn the_union_of_the_grants_events_and_the_leader_lease() {
+    let c = config(&format!(
+        "{HEADER}leaderElection: {{ enabled: true, namespace: ops, leaseName: ctl }}
+plugins:
+  - name: a
+    path: a.wasm
+    permissions:
+      - {{ group: apps, resources: [deployments], verbs: [list, watch, patch] }}
+      - {{ group: \"\", resources: [configmaps], verbs: [get], namespaces: [x] }}
+  - name: b
+    path: b.wasm
+    namespaces: [x, y]
+    permissions:
+      - {{ group: apps, resources: [deployments], verbs: [get, list] }}
+      - {{ group: \"\", resources: [configmaps], verbs: [create], namespaces: [y, z] }}
+"
+    ));
+    let rbac = generate(&c);
+    assert_eq!(
+        rbac.cluster,
+        vec![
+            rule("apps", &["deployments"], &["list", "watch", "patch"], None),
+            rule("events.k8s.io", &["events"], &["create", "patch"], None),
+        ]
+    );
+    // b's deployments `list` is already cluster-wide (a's); its `get` is not.
+    // b's configmaps rule applies only where b reconciles: y (not z).
+    // b's events are covered by a's cluster-wide ones.
+    assert_eq!(
+        rbac.namespaced.get("x").unwrap(),
+        &vec![
+            rule("", &["configmaps"], &["get"], None),
+            rule("apps", &["deployments"], &["get"], None),
+        ]
+    );
+    assert_eq!(
+        rbac.namespaced.get("y").unwrap(),
+        &vec![
+            rule("", &["configmaps"], &["create"], None),
+            rule("apps", &["deployments"], &["get"], None),
+        ]
+    );
+    assert_eq!(
+        rbac.namespaced.get("ops").unwrap(),
+        &vec![
+            rule("coordination.k8s.io", &["leases"], &["create"], None),
+            rule(
+                "coordination.k8s.io",
+                &["leases"],
+                &["get", "update"],
+                Some(&["ctl"])
+            ),
+        ]
+    );
+    assert_eq!(rbac.namespaced.len(), 3, "{:?}", rbac.namespaced.keys());
+}
+
+#[test]
+fn sharding_names_every_shard_lease_and_the_members_lease() {
+    let c = config(&format!(
+        "{HEADER}leaderElection: {{ enabled: true }}
+sharding: {{ shards: 3 }}
+plugins: []
+"
+    ));
+    let rbac = generate(&c);
+    assert!(rbac.cluster.is_empty());
+    assert_eq!(
+        rbac.namespaced.get("default").unwrap()[1],
+        rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "update"],
+            Some(&[
+                "wasmctrl-members",
+                "wasmctrl-shard-0",
+                "wasmctrl-shard-1",
+                "wasmctrl-shard-2"
+            ])
+        )
+    );
+}
+
+#[test]
+fn wildcards_absorb_narrower_rules_and_status_stays_a_subresource() {
+    let c = config(&format!(
+        "{HEADER}plugins:
+  - name: a
+    path: a.wasm
+    permissions:
+      - {{ group: demo.dev, resources: [\"*\"], verbs: [get] }}
+      - {{ group: demo.dev, resources: [things, things/status], verbs: [get, patch] }}
+"
+    ));
+    assert_eq!(
+        generate(&c).cluster,
+        vec![
+            rule("demo.dev", &["*"], &["get"], None),
+            rule("demo.dev", &["things", "things/status"], &["patch"], None),
+            rule("events.k8s.io", &["events"], &["create", "patch"], None),
+        ]
+    );
+}
+
+#[test]
+fn the_objects_bind_the_service_account_and_bad_names_are_refused() {
+    let c = config(&format!(
+        "{HEADER}plugins:
+  - name: a
+    path: a.wasm
+    namespaces: [x]
+    permissions:
+      - {{ group: \"\", resources: [pods], verbs: [get] }}
+"
+    ));
+    let options = RbacOptions {
+        namespace: "wasmctrl-system".into(),
+        service_account: "wasmctrl".into(),
+    };
+    let yaml = generate(&c).to_yaml(&options).unwrap();
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| serde_json::Value::deserialize(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["Role", "RoleBinding"], "no ClusterRole is needed");
+    assert_eq!(docs[0]["metadata"]["namespace"], "x");
+    assert_eq!(
+        docs[0]["metadata"]["name"],
+        "wasmctrl:wasmctrl-system:wasmctrl"
+    );
+    assert_eq!(
+        docs[1]["subjects"][0],
+        serde_json::json!({"kind": "ServiceAccount", "name": "wasmctrl", "namespace": "wasmctrl-system"})
+    );
+    assert_eq!(docs[1]["roleRef"]["kind"], "Role");
+
+    let bad = RbacOptions {
+        namespace: "Not_A_Namespace".into(),
+        ..options.clone()
+    };
+    assert!(matches!(
+        generate(&c).to_yaml(&bad),
+        Err(RbacError::Namespace(_))
+    ));
+    let bad = RbacOptions {
+        service_account: "a/b".into(),
+        ..options
+    };
+    assert!(matches!(
+        generate(&c).to_yaml(&bad),
+        Err(RbacError::ServiceAccount(_))
+    ));
+}
+
+#[test]
+fn every_verb_resource_and_namespace_of_a_rule_is_one_access() {
+    let c = config(&format!(
+        "{HEADER}plugins:
+  - name: a
+    path: a.wasm
+    namespaces: [x, y]
+    permissions:
+      - {{ group: apps, resources: [deployments, deployments/status], verbs: [get, patch], namespaces: [y, z] }}
+"
+    ));
+    let plugin = &c.plugins[0];
+    let all = accesses(plugin, &plugin.permissions[0]);
+    assert_eq!(all.len(), 4, "only y: {all:?}");
+    assert!(all.iter().all(|(ns, _, _)| ns.as_deref() == Some("y")));
+}
+
+#[test]
+fn following_wasmreconcilers_adds_their_objects_pull_secrets_and_the_max_grant() {
+    let c = config(&format!(
+        "{HEADER}pluginsFrom: {{ kind: WasmReconciler, namespace: plugins }}
+maxGrant:
+  - {{ group: \"\", resources: [configmaps], verbs: [get, patch], namespaces: [apps] }}
+plugins: []
+"
+    ));
+    let rbac = generate(&c);
+    assert_eq!(
+        rbac.cluster,
+        vec![
+            rule("events.k8s.io", &["events"], &["create", "patch"], None),
+            rule(
+                "wasmctrl.dev",
+                &["wasmreconcilers"],
+                &["list", "watch"],
+                None
+            ),
+            rule(
+                "wasmctrl.dev",
+                &["wasmreconcilers/status"],
+                &["patch"],
+                None
+            ),
+        ]
+    );
+    assert_eq!(
+        rbac.namespaced.get("plugins").unwrap(),
+        &vec![rule("", &["secrets"], &["get"], None)]
+    );
+    assert_eq!(
+        rbac.namespaced.get("apps").unwrap(),
+        &vec![rule("", &["configmaps"], &["get", "patch"], None)]
+    );
+}
