@@ -575,3 +575,51 @@ impl QueueMetrics for QueueMetricsHandle {
             .set(longest_running_seconds);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    // Beside the metrics rather than the workqueue, so that the workqueue
+    // never imports them (the module graph stays acyclic).
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Metrics;
+    use crate::workqueue::ratelimit::ItemExponentialFailureRateLimiter;
+    use crate::workqueue::{Priority, WorkQueue};
+
+    const MS: Duration = Duration::from_millis(1);
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn depth_is_exposed_per_priority_label() {
+        let metrics = Arc::new(Metrics::new());
+        let q = WorkQueue::<&str>::new(
+            "exposed",
+            Box::new(ItemExponentialFailureRateLimiter::new(5 * MS, SEC)),
+            metrics.queue("exposed"),
+        );
+        q.add_with_priority("a", Priority::LOW);
+        q.add_with_priority("b", Priority::LOW);
+        q.add("c");
+        let text = metrics.encode();
+        let line = |priority: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("workqueue_depth{")
+                        && l.contains(r#"name="exposed""#)
+                        && l.contains(&format!(r#"priority="{priority}""#))
+                })
+                .map(|l| l.rsplit(' ').next().unwrap().to_string())
+        };
+        assert_eq!(line("-100").as_deref(), Some("2"), "{text}");
+        assert_eq!(line("0").as_deref(), Some("1"), "{text}");
+        let _c = q.get().await.unwrap();
+        let text = metrics.encode();
+        assert!(
+            text.lines().any(|l| l.starts_with("workqueue_depth{")
+                && l.contains(r#"priority="0""#)
+                && l.ends_with(" 0")),
+            "{text}"
+        );
+    }
+}

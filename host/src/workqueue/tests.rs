@@ -787,36 +787,3 @@ async fn get_yields_before_a_ready_key() {
     }
     other.abort();
 }
-
-#[tokio::test(start_paused = true)]
-async fn depth_is_exposed_per_priority_label() {
-    let metrics = Arc::new(crate::metrics::Metrics::new());
-    let q = WorkQueue::<&str>::new(
-        "exposed",
-        Box::new(ItemExponentialFailureRateLimiter::new(5 * MS, SEC)),
-        metrics.queue("exposed"),
-    );
-    q.add_with_priority("a", Priority::LOW);
-    q.add_with_priority("b", Priority::LOW);
-    q.add("c");
-    let text = metrics.encode();
-    let line = |priority: &str| {
-        text.lines()
-            .find(|l| {
-                l.starts_with("workqueue_depth{")
-                    && l.contains(r#"name="exposed""#)
-                    && l.contains(&format!(r#"priority="{priority}""#))
-            })
-            .map(|l| l.rsplit(' ').next().unwrap().to_string())
-    };
-    assert_eq!(line("-100").as_deref(), Some("2"), "{text}");
-    assert_eq!(line("0").as_deref(), Some("1"), "{text}");
-    let _c = q.get().await.unwrap();
-    let text = metrics.encode();
-    assert!(
-        text.lines().any(|l| l.starts_with("workqueue_depth{")
-            && l.contains(r#"priority="0""#)
-            && l.ends_with(" 0")),
-        "{text}"
-    );
-}
