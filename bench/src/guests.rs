@@ -21,6 +21,7 @@ use wasmctrl::runtime::{InstanceMode, Plugin, PluginSpec, ReuseLimits, Runtime, 
 use wasmctrl::{Action, ObjectKey, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 
+use crate::procs;
 use crate::stats::{Samples, load_average, round};
 
 #[derive(Debug, Clone)]
@@ -86,17 +87,6 @@ async fn load(
     rt.load_file(path, spec)
         .await
         .with_context(|| format!("loading {path}"))
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 pub fn run(options: &Options) -> anyhow::Result<()> {
@@ -166,7 +156,7 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
     for (guest, name, path) in GUESTS {
         let plugin = load(&rt, name, path, InstanceMode::Reuse, k).await?;
         plugin.invoke(request("fine")).await;
-        let before = rss_kib();
+        let before = procs::rss_mib(std::process::id())?;
         let calls: Vec<_> = (0..k)
             .map(|_| {
                 let plugin = plugin.clone();
@@ -178,8 +168,8 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
             anyhow::ensure!(result == Ok(Action::done()), "{guest}: {result:?}");
         }
         let warm = plugin.idle_instances();
-        let after = rss_kib();
-        let grown = after.saturating_sub(before) as f64 / 1024.0;
+        let after = procs::rss_mib(std::process::id())?;
+        let grown = (after - before).max(0.0);
         memory.push(MemoryRow {
             scenario: "guests-memory",
             guest,

@@ -19,7 +19,7 @@ use wasmctrl::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, R
 use wasmctrl::{Action, ObjectKey, ReconcileError, ReconcileRequest, TrapKind};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{TIMEOUT, runtime_with_disk_cache as runtime};
+use crate::{TIMEOUT, runtime_with_disk_cache as runtime, trap_kind};
 
 const GUESTS: &[(&str, &str)] = &[
     ("misbehave", artifacts::MISBEHAVE),
@@ -63,13 +63,6 @@ async fn load(
 
 fn counted(n: u32) -> Result<Action, ReconcileError> {
     Err(ReconcileError::Transient(format!("calls={n}")))
-}
-
-fn trap_kind(result: &Result<Action, ReconcileError>) -> Option<TrapKind> {
-    match result {
-        Err(ReconcileError::Trap { kind, .. }) => Some(*kind),
-        _ => None,
-    }
 }
 
 #[tokio::test]

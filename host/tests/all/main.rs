@@ -58,3 +58,13 @@ pub async fn load(runtime: &Runtime, name: &str, path: &str, limits: Limits) -> 
 }
 
 pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The trap kind of a failed reconcile, if it trapped.
+pub fn trap_kind(
+    result: &Result<wasmctrl::Action, wasmctrl::ReconcileError>,
+) -> Option<wasmctrl::TrapKind> {
+    match result {
+        Err(wasmctrl::ReconcileError::Trap { kind, .. }) => Some(*kind),
+        _ => None,
+    }
+}

@@ -11,7 +11,7 @@ use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{TIMEOUT, load, runtime, runtime_with, test_runtime_config};
+use crate::{TIMEOUT, load, runtime, runtime_with, test_runtime_config, trap_kind};
 
 fn request(name: &str, timeout: Duration) -> ReconcileRequest {
     ReconcileRequest {
@@ -24,13 +24,6 @@ fn request(name: &str, timeout: Duration) -> ReconcileRequest {
 
 async fn reconcile(plugin: &Plugin, name: &str) -> Result<Action, ReconcileError> {
     plugin.invoke(request(name, TIMEOUT)).await.result
-}
-
-fn trap_kind(result: &Result<Action, ReconcileError>) -> Option<TrapKind> {
-    match result {
-        Err(ReconcileError::Trap { kind, .. }) => Some(*kind),
-        _ => None,
-    }
 }
 
 async fn misbehave(limits: Limits) -> Arc<Plugin> {
