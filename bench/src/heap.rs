@@ -28,6 +28,8 @@ fn count(delta: isize) {
 
 // SAFETY: every call is forwarded to `System` unchanged; only counts are kept.
 unsafe impl GlobalAlloc for Counting {
+    // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
+    // contract, which this forwards to `System` unchanged.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.alloc(layout) };
@@ -37,6 +39,8 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
 
+    // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
+    // contract, which this forwards to `System` unchanged.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.alloc_zeroed(layout) };
@@ -46,12 +50,16 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
 
+    // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
+    // contract, which this forwards to `System` unchanged.
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         count(-(layout.size() as isize));
         // SAFETY: same contract as the caller's.
         unsafe { System.dealloc(ptr, layout) }
     }
 
+    // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
+    // contract, which this forwards to `System` unchanged.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: same contract as the caller's.
         let p = unsafe { System.realloc(ptr, layout, new_size) };
