@@ -87,6 +87,12 @@ pub struct PluginVersionResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginReasonLabels {
+    pub plugin: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TrapLabels {
     pub plugin: String,
     pub reason: String,
@@ -146,6 +152,10 @@ pub struct Metrics {
     pub shadow_divergences: Family<PluginKindLabels, Counter>,
     /// Keys that got no shadow run because every shadow permit was busy.
     pub shadow_skipped: Family<PluginLabel, Counter>,
+    /// Reconcile transcripts written (`record`).
+    pub record_transcripts: Family<PluginLabel, Counter>,
+    /// Transcripts not written, per reason (`too-large`, `backlog`, `io`).
+    pub record_dropped: Family<PluginReasonLabels, Counter>,
     /// Reconciles per version while a canary runs.
     pub versioned_reconciles: Family<PluginVersionResultLabels, Counter>,
     /// Reconcile time per version while a canary runs.
@@ -204,6 +214,8 @@ impl Metrics {
             shadow_runs: Family::default(),
             shadow_divergences: Family::default(),
             shadow_skipped: Family::default(),
+            record_transcripts: Family::default(),
+            record_dropped: Family::default(),
             versioned_reconciles: Family::default(),
             versioned_reconcile_time: Family::new_with_constructor(seconds_histogram),
             canary_rollbacks: Family::default(),
@@ -288,6 +300,16 @@ impl Metrics {
                 "wasmctrl_shadow_skipped",
                 "Keys that got no shadow run because every shadow permit was busy",
                 m.shadow_skipped.clone(),
+            );
+            r.register(
+                "wasmctrl_record_transcripts",
+                "Reconcile transcripts written by a plugin's record",
+                m.record_transcripts.clone(),
+            );
+            r.register(
+                "wasmctrl_record_dropped",
+                "Reconcile transcripts not written, per reason (too-large: over record.maxBytes; backlog: the writer fell behind; io: the write failed)",
+                m.record_dropped.clone(),
             );
             r.register(
                 "wasmctrl_canary_reconciles",

@@ -31,6 +31,7 @@ mod plugin;
 mod sandbox;
 mod store;
 mod strategy;
+mod tape;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,8 +46,9 @@ pub use cache::{CacheHit, digest};
 pub use failure::CallFailure;
 pub use limits::{Ceiling, Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
 pub use metadata::{Permission, PluginMetadata, Watch, WatchMapping};
-pub use plugin::{Invocation, LoadError, Plugin, PluginSpec};
+pub use plugin::{Invocation, LoadError, Plugin, PluginSpec, Through};
 pub use strategy::{AUTO_REUSE_PAGES, InstanceMode, ReuseLimits};
+pub use tape::{ContextRead, ContextTape, MAX_CONTEXT_READS};
 
 use crate::metrics::Metrics;
 use store::StoreState;
