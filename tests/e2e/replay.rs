@@ -52,6 +52,10 @@ async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_i
         },
     )
     .await;
+    // How plugins/webapp/src/testdata/recorded.jsonl was made (its line 3).
+    if let Ok(out) = std::env::var("WASMCTRL_KEEP_TRANSCRIPT") {
+        std::fs::copy(&file, out).unwrap();
+    }
     let first = &transcripts[0].1;
     assert_eq!(first.plugin, "webapp");
     assert_eq!(first.key.name, "hello");
@@ -112,5 +116,65 @@ async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_i
     assert!(
         report.contains("different arguments: patch (apply) apps/v1 Deployment default/hello"),
         "{report}"
+    );
+}
+
+/// `record.keys` as a label selector: only the keys whose object matches
+/// are recorded, and what is written is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_keys_the_selector_picks_are_recorded() {
+    let cluster = Cluster::start().await;
+    apply_crd(&cluster);
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = quickstart_config(artifacts::WEBAPP);
+    config.plugins[0].record = Some(RecordConfig {
+        dir: dir.path().to_path_buf(),
+        keys: "record=yes".into(),
+        max: 1000,
+        max_bytes: 16 << 20,
+        files: 4,
+    });
+    let host = Host::start(config, cluster.client.clone(), None).await;
+    let manifest = |name: &str, labels: &str| {
+        format!(
+            "apiVersion: demo.wasmctrl.dev/v1alpha1\nkind: WebApp\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {labels}\nspec:\n  image: nginx:1.27\n  replicas: 1\n  port: 80\n"
+        )
+    };
+    let picked = cluster.file("picked.yaml", &manifest("picked", "{record: \"yes\"}"));
+    let other = cluster.file("other.yaml", &manifest("other", "{record: \"no\"}"));
+    cluster.kubectl(&["apply", "-f", other.to_str().unwrap()]);
+    cluster.kubectl(&["apply", "-f", picked.to_str().unwrap()]);
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(cluster.client.clone(), "default");
+    for name in ["picked", "other"] {
+        eventually(name, Duration::from_secs(60), || async {
+            deployments.get(name).await.ok()
+        })
+        .await;
+    }
+    let written = eventually("a transcript counted", Duration::from_secs(30), || async {
+        wasmctrl_e2e::metric_value(
+            host.admin,
+            r#"wasmctrl_record_transcripts_total{plugin="webapp"}"#,
+        )
+        .await
+        .filter(|n| *n >= 1.0)
+    })
+    .await;
+    host.stop().await.unwrap();
+    let file = dir.path().join("webapp.jsonl");
+    let transcripts = wasmctrl::transcript::read_file(&file).unwrap();
+    assert!(
+        transcripts.len() as f64 >= written,
+        "{} < {written}",
+        transcripts.len()
+    );
+    assert!(
+        transcripts.iter().all(|(_, t)| t.key.name == "picked"),
+        "{:?}",
+        transcripts
+            .iter()
+            .map(|(_, t)| &t.key.name)
+            .collect::<Vec<_>>()
     );
 }

@@ -7,6 +7,7 @@ mod load;
 mod polyglot;
 mod process;
 mod rbac;
+mod replay;
 mod sandbox;
 mod sources;
 mod workflow;
