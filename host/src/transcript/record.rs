@@ -14,6 +14,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
@@ -81,7 +82,13 @@ impl Recorder {
             path: options.dir.display().to_string(),
             source,
         };
-        std::fs::create_dir_all(&options.dir).map_err(fail)?;
+        // Transcripts hold whatever the plugin read (Secrets too, if it
+        // may read them): only the host's user may read them.
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&options.dir)
+            .map_err(fail)?;
         let mut files = Files::open(plugin, &options).map_err(fail)?;
         let (lines, received) = std::sync::mpsc::sync_channel::<String>(BACKLOG);
         let labels = PluginReasonLabels {
@@ -321,7 +328,11 @@ impl Files {
             max: options.max.max(1),
             max_bytes: options.max_bytes,
             files: options.files.max(1),
-            file: OpenOptions::new().create(true).append(true).open(&path)?,
+            file: OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .open(&path)?,
             lines,
             bytes,
         };
@@ -371,6 +382,7 @@ impl Files {
             .create(true)
             .write(true)
             .truncate(true)
+            .mode(0o600)
             .open(self.current())?;
         self.lines = 0;
         self.bytes = 0;
@@ -429,6 +441,18 @@ mod tests {
         assert_eq!(lines(&dir.path().join("p.1.jsonl")), ["t4", "t5"]);
         assert_eq!(lines(&dir.path().join("p.2.jsonl")), ["t2", "t3"]);
         assert!(!dir.path().join("p.3.jsonl").exists(), "3 files at most");
+        use std::os::unix::fs::PermissionsExt;
+        for f in ["p.jsonl", "p.1.jsonl"] {
+            let mode = std::fs::metadata(dir.path().join(f))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(
+                mode & 0o777,
+                0o600,
+                "{f}: only the host's user reads transcripts"
+            );
+        }
     }
 
     #[test]
