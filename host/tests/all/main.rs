@@ -5,6 +5,7 @@ mod controller;
 mod instances;
 mod load;
 mod polyglot;
+mod pool;
 mod process;
 mod rbac;
 mod replay;
