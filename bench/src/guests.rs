@@ -16,8 +16,9 @@
 //! `private` is the pages written (the guest's dirtied linear memory, the
 //! host's per-instance heap); `host heap` is the part of `private` this
 //! process allocated (wasmtime's instance structures, the store); `written`
-//! is the image pages an instance copied on write, after instantiation and
-//! one short call (`first`) and after the slow call (`warm`, per instance).
+//! is the image pages an instance copied on write: after instantiation and
+//! the `metadata` call (`loaded`), after one short call (`first`) and after
+//! the slow call (`warm`, per instance).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -75,7 +76,9 @@ struct MemoryRow {
     heap_per_instance_mib: f64,
     /// Shared (file and shmem) growth per instance, counted per mapping.
     shared_per_instance_mib: f64,
-    /// Image pages the first instance wrote: instantiation and one `fine` call.
+    /// Image pages the first instance wrote in instantiation and `metadata`.
+    loaded_written_kib: u64,
+    /// The same after one more call (`fine`).
     first_written_kib: u64,
     /// Image pages written per warm instance, after the slow call (mean).
     warm_written_kib: u64,
@@ -181,6 +184,8 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
     crate::heap::start();
     for (guest, name, path) in GUESTS {
         let plugin = load(&rt, name, path, InstanceMode::Reuse, k).await?;
+        // Loading ran `metadata` on the instance the pool now holds.
+        let loaded_written = procs::written_image_pages()?.iter().sum::<u64>();
         plugin.invoke(request("fine")).await;
         let before = procs::residency(pid)?;
         let heap_before = crate::heap::live_bytes();
@@ -209,6 +214,7 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
             private_per_instance_mib: per(after.private - before.private),
             heap_per_instance_mib: per(heap),
             shared_per_instance_mib: per(after.shared - before.shared),
+            loaded_written_kib: loaded_written * 4,
             first_written_kib: first_written * 4,
             warm_written_kib: written.iter().sum::<u64>() * 4 / written.len().max(1) as u64,
         });
@@ -241,7 +247,7 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
     println!();
     println!("per warm instance: MiB, then KiB of memory image written");
     println!(
-        "{:<8} {:>9} {:>7} {:>7} {:>8} {:>9} {:>7} {:>14} {:>13}",
+        "{:<8} {:>9} {:>7} {:>7} {:>8} {:>9} {:>7} {:>14} {:>13} {:>12}",
         "guest",
         "instances",
         "VmRSS",
@@ -249,12 +255,13 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
         "private",
         "host heap",
         "shared",
+        "written loaded",
         "written first",
         "written warm"
     );
     for m in &memory {
         println!(
-            "{:<8} {:>9} {:>7} {:>7} {:>8} {:>9} {:>7} {:>14} {:>13}",
+            "{:<8} {:>9} {:>7} {:>7} {:>8} {:>9} {:>7} {:>14} {:>13} {:>12}",
             m.guest,
             m.instances,
             m.rss_per_instance_mib,
@@ -262,6 +269,7 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
             m.private_per_instance_mib,
             m.heap_per_instance_mib,
             m.shared_per_instance_mib,
+            m.loaded_written_kib,
             m.first_written_kib,
             m.warm_written_kib
         );
