@@ -21,6 +21,7 @@ pub mod normalized;
 pub mod rbac;
 pub mod reconcile;
 pub mod runtime;
+pub mod selector;
 pub mod shard;
 pub mod source;
 pub mod syntax;

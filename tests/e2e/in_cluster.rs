@@ -9,7 +9,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use wasmctrl::config::{HostConfig, PermissionRule};
 use wasmctrl::rbac::{Rbac, RbacOptions};
 use wasmctrl_apiserver::{Authorization, Config};
-use wasmctrl_e2e::{Cluster, Host, client_for};
+use wasmctrl_e2e::{Cluster, Host, client_for, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::webapp::{apply_crd, converges_heals_and_cleans_up, quickstart_config};
@@ -211,7 +211,14 @@ async fn a_grant_wider_than_rbac_allows_is_reported_at_start() {
         namespaces: Some(vec!["default".into()]),
     });
     let host = Host::start(wider, client, None).await;
-    let status = host.plugin("webapp").await.unwrap();
+    // Ready is not leading: the plugin is `standby` until this host holds
+    // the lease, which a loaded machine may take a moment to get.
+    let status = eventually("the host to lead", Duration::from_secs(60), || async {
+        host.plugin("webapp")
+            .await
+            .filter(|s| s["state"] != "standby")
+    })
+    .await;
     assert_eq!(
         status["rbac_denied"],
         serde_json::json!([

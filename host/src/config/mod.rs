@@ -478,6 +478,9 @@ pub struct RecordConfig {
     pub files: u32,
 }
 
+/// The largest `record.maxBytes`: one transcript line at most.
+pub const MAX_RECORD_BYTES: u64 = 256 << 20;
+
 fn record_all() -> String {
     "all".into()
 }
@@ -496,11 +499,11 @@ fn default_record_files() -> u32 {
 
 impl RecordConfig {
     /// The keys' label selector; None for `all`.
-    pub fn selector(&self) -> Result<Option<crate::hostapi::LabelSelector>, String> {
+    pub fn selector(&self) -> Result<Option<crate::selector::LabelSelector>, String> {
         match self.keys.trim() {
             "all" => Ok(None),
             "" => Err("must be `all` or a label selector".into()),
-            s => crate::hostapi::LabelSelector::parse(s).map(Some),
+            s => crate::selector::LabelSelector::parse(s).map(Some),
         }
     }
 
@@ -518,7 +521,7 @@ impl RecordConfig {
         check("max", count(self.max, 1, 1_000_000))?;
         check(
             "maxBytes",
-            count(self.max_bytes, 64 << 10, crate::transcript::MAX_LINE as u64)
+            count(self.max_bytes, 64 << 10, MAX_RECORD_BYTES)
                 .map_err(|_| "must be between 64Ki and 256Mi".to_string()),
         )?;
         check("files", count(u64::from(self.files), 1, 100))

@@ -23,12 +23,12 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 
 use super::grant::{Access, Grant};
-use super::selector::LabelSelector;
 use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
 use crate::cache::{InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
 use crate::leader::Fence;
 use crate::metrics::{HostApiLabels, LimitLabels, Metrics, PluginLabel};
+use crate::selector::LabelSelector;
 use crate::syntax::{self as validate, Invalid};
 use crate::workqueue::ratelimit::BucketRateLimiter;
 

@@ -3,15 +3,14 @@
 
 mod cluster;
 mod grant;
-mod selector;
 
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 
+pub use crate::selector::LabelSelector;
 pub use cluster::{ApiLimits, ClusterApi, ClusterContext, MAX_PAYLOAD, map_error};
 pub use grant::{Access, Grant};
-pub use selector::LabelSelector;
 
 pub use crate::kind::Gvk;
 

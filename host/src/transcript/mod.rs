@@ -703,9 +703,9 @@ pub enum TranscriptError {
     },
 }
 
-/// Bytes of one transcript line a reader accepts: beyond the largest
+/// Bytes of one transcript line a reader accepts: the largest
 /// `record.maxBytes`.
-pub const MAX_LINE: usize = 256 << 20;
+pub const MAX_LINE: usize = crate::config::MAX_RECORD_BYTES as usize;
 
 /// Reads the transcripts of a JSONL file (blank lines skipped), each with
 /// its line number.
