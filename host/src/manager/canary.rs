@@ -14,7 +14,8 @@
 //! the stable version's by more than `maxFailureRateIncrease`, or its p99
 //! exceeds `maxP99Ratio` times the stable version's. Rolled back, the
 //! stable version takes every key, the keys the candidate reconciled are
-//! enqueued again, and the reason is logged, counted
+//! enqueued again (and those of the candidate's reconciles still running
+//! then, as each ends), and the reason is logged, counted
 //! (`wasmctrl_canary_rollbacks_total`) and shown in `/plugins`.
 //!
 //! # Promotion
@@ -32,26 +33,11 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use crate::config::CanaryConfig;
+pub use crate::metrics::Version;
 use crate::metrics::{Metrics, PluginLabel, PluginVersionLabels, PluginVersionResultLabels};
 use crate::reconcile::{Action, ObjectKey, ReconcileError};
 use crate::runtime::Plugin;
 use crate::workqueue::WorkQueue;
-
-/// Which version reconciles a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Stable,
-    Candidate,
-}
-
-impl Version {
-    fn as_str(self) -> &'static str {
-        match self {
-            Version::Stable => "stable",
-            Version::Candidate => "candidate",
-        }
-    }
-}
 
 /// FNV-1a of the key: stable across builds, hosts and restarts.
 fn key_hash(key: &ObjectKey) -> u64 {
@@ -266,6 +252,18 @@ impl Canary {
         let now = Instant::now();
         let window = self.config.window;
         let mut state = self.state.lock().unwrap();
+        let lost = match (&state.phase, version) {
+            (Phase::RolledBack(_), Version::Candidate) | (Phase::Promoted, Version::Stable) => true,
+            _ => false,
+        };
+        if lost {
+            // A reconcile that began before the decision, by the version
+            // that lost: the winner must redo its key too, as it redoes
+            // the keys the loser had when the decision was made.
+            state.requeued += 1;
+            self.queue.add(key.clone());
+            return false;
+        }
         match version {
             Version::Stable => {
                 state.stable.push(now, failed, took, window);

@@ -346,6 +346,9 @@ impl PluginSlot {
         request: ReconcileRequest,
     ) -> Result<Action, ReconcileError> {
         let (plugin, version) = self.route(&request.key);
+        if version == Some(Version::Candidate) {
+            crate::metrics::ran_as(Version::Candidate);
+        }
         let recording = self
             .shadow
             .as_ref()

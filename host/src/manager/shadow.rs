@@ -36,7 +36,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::hostapi::{ApiError, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
-use crate::metrics::{Metrics, PluginKindLabels, PluginLabel};
+use crate::metrics::{Metrics, PluginKindLabels, PluginLabel, Version};
 use crate::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use crate::runtime::Plugin;
 
@@ -619,6 +619,8 @@ impl Shadow {
                 .invoke_through(request, Some(capture.clone() as Arc<dyn KubeApi>))
                 .await;
             let Some(this) = this.upgrade() else { return };
+            this.metrics
+                .observe_call_as(&this.plugin, Version::Candidate, &invocation.usage);
             let writes = std::mem::take(&mut capture.state.lock().unwrap().writes);
             this.compare(
                 &key,
