@@ -168,6 +168,9 @@ pub(crate) struct Canary {
     metrics: Arc<Metrics>,
     started: Instant,
     state: Mutex<State>,
+    /// Called once the canary was rolled back, or promoted and the
+    /// candidate swapped in (outside the canary's lock).
+    decided: Box<dyn Fn() + Send + Sync>,
 }
 
 /// Why a promotion was refused.
@@ -186,6 +189,7 @@ impl Canary {
         config: CanaryConfig,
         queue: WorkQueue<ObjectKey>,
         metrics: Arc<Metrics>,
+        decided: Box<dyn Fn() + Send + Sync>,
     ) -> Self {
         Self {
             plugin: plugin.to_string(),
@@ -203,6 +207,7 @@ impl Canary {
                 stable_keys: HashSet::new(),
                 candidate_keys: HashSet::new(),
             }),
+            decided,
         }
     }
 
@@ -225,7 +230,8 @@ impl Canary {
 
     /// Records one reconcile of `key` by `version`; judges the candidate.
     /// Returns true when this promoted the candidate (the caller swaps it
-    /// in).
+    /// in, then [`Canary::announce_decision`]); a rollback is announced
+    /// here.
     pub(crate) fn observe(
         &self,
         key: &ObjectKey,
@@ -252,10 +258,10 @@ impl Canary {
         let now = Instant::now();
         let window = self.config.window;
         let mut state = self.state.lock().unwrap();
-        let lost = match (&state.phase, version) {
-            (Phase::RolledBack(_), Version::Candidate) | (Phase::Promoted, Version::Stable) => true,
-            _ => false,
-        };
+        let lost = matches!(
+            (&state.phase, version),
+            (Phase::RolledBack(_), Version::Candidate) | (Phase::Promoted, Version::Stable)
+        );
         if lost {
             // A reconcile that began before the decision, by the version
             // that lost: the winner must redo its key too, as it redoes
@@ -285,6 +291,8 @@ impl Canary {
         }
         if let Some(reason) = self.verdict(s, c) {
             self.roll_back(&mut state, reason);
+            drop(state);
+            (self.decided)();
             return false;
         }
         if self.config.auto_promote && now.duration_since(self.started) >= window {
@@ -351,7 +359,14 @@ impl Canary {
         }
     }
 
-    /// Promotes the candidate now (the caller swaps it in).
+    /// Tells whoever shows the canary's state that it was decided: the
+    /// caller of a promotion, once it swapped the candidate in.
+    pub(crate) fn announce_decision(&self) {
+        (self.decided)();
+    }
+
+    /// Promotes the candidate now (the caller swaps it in, then
+    /// [`Canary::announce_decision`]).
     pub(crate) fn promote(&self) -> Result<(), PromoteError> {
         let mut state = self.state.lock().unwrap();
         match &state.phase {

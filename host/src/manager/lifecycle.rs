@@ -320,6 +320,7 @@ impl PluginSlot {
         let canary = self.canary.as_ref().ok_or(SlotPromoteError::NoCanary)?;
         canary.promote()?;
         self.current.swap(canary.candidate().clone());
+        canary.announce_decision();
         Ok(())
     }
 
@@ -365,6 +366,7 @@ impl PluginSlot {
             && canary.observe(&key, version, &result, started.elapsed())
         {
             self.current.swap(canary.candidate().clone());
+            canary.announce_decision();
         }
         if let (Some(shadow), Some(recording), Some(request)) =
             (&self.shadow, recording, shadow_request)

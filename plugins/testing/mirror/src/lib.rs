@@ -62,7 +62,7 @@ impl Reconciler for Mirror {
         if settings.delay_ms > 0 {
             std::thread::sleep(std::time::Duration::from_millis(settings.delay_ms));
         }
-        if settings.fail_half && hash(&key.name) % 2 == 0 {
+        if settings.fail_half && hash(&key.name).is_multiple_of(2) {
             return Err(Error::transient(format!("{} is not handled yet", key.name)));
         }
         if settings.delete_deployments {
