@@ -615,9 +615,15 @@ impl Shadow {
         tokio::spawn(async move {
             let _permit = permit;
             let key = request.key.clone();
-            let invocation = candidate
-                .invoke_through(request, Some(capture.clone() as Arc<dyn KubeApi>))
-                .await;
+            // The candidate's host calls (a ceiling it runs into) count
+            // as the candidate's too.
+            let (invocation, _) = crate::metrics::with_version(async {
+                crate::metrics::ran_as(Version::Candidate);
+                candidate
+                    .invoke_through(request, Some(capture.clone() as Arc<dyn KubeApi>))
+                    .await
+            })
+            .await;
             let Some(this) = this.upgrade() else { return };
             this.metrics
                 .observe_call_as(&this.plugin, Version::Candidate, &invocation.usage);
