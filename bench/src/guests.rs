@@ -7,8 +7,18 @@
 //! `fresh` mode (an instance per call) and `reuse` mode (a warm instance),
 //! interleaved in rounds so the ratios come from one run. Memory: `K`
 //! concurrent slow reconciles make the pool hold `K` warm instances; the
-//! process's RSS growth over one instance, divided by `K - 1`, is the cost
-//! of one more live instance.
+//! process's growth over one instance, divided by `K - 1`, is the cost of
+//! one more live instance. It is read several ways, because `VmRSS` counts
+//! a page once per mapping: the interpreters' memory images are mapped
+//! copy-on-write into every instance, so eight instances reading the same
+//! image page count it eight times though the machine holds it once. `PSS`
+//! divides shared pages among their mappings (what the machine pays);
+//! `private` is the pages written (the guest's dirtied linear memory, the
+//! host's per-instance heap); `host heap` is the part of `private` this
+//! process allocated (wasmtime's instance structures, the store); `written`
+//! is the image pages an instance copied on write: after instantiation and
+//! the `metadata` call (`loaded`), after one short call (`first`) and after
+//! the slow call (`warm`, per instance).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -56,7 +66,22 @@ struct MemoryRow {
     scenario: &'static str,
     guest: &'static str,
     instances: usize,
+    /// `VmRSS` growth per instance (shared image pages counted per mapping).
     rss_per_instance_mib: f64,
+    /// Proportional set size growth per instance.
+    pss_per_instance_mib: f64,
+    /// Private (`RssAnon`) growth per instance.
+    private_per_instance_mib: f64,
+    /// Live host heap growth per instance (part of `private`).
+    heap_per_instance_mib: f64,
+    /// Shared (file and shmem) growth per instance, counted per mapping.
+    shared_per_instance_mib: f64,
+    /// Image pages the first instance wrote in instantiation and `metadata`.
+    loaded_written_kib: u64,
+    /// The same after one more call (`fine`).
+    first_written_kib: u64,
+    /// Image pages written per warm instance, after the slow call (mean).
+    warm_written_kib: u64,
 }
 
 fn request(name: &str) -> ReconcileRequest {
@@ -153,10 +178,18 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
 
     let mut memory = Vec::new();
     let k = options.instances.max(2);
+    let pid = std::process::id();
+    // Counting costs an atomic add per allocation: only from here on, so
+    // the timings above are not affected.
+    crate::heap::start();
     for (guest, name, path) in GUESTS {
         let plugin = load(&rt, name, path, InstanceMode::Reuse, k).await?;
+        // Loading ran `metadata` on the instance the pool now holds.
+        let loaded_written = procs::written_image_pages()?.iter().sum::<u64>();
         plugin.invoke(request("fine")).await;
-        let before = procs::rss_mib(std::process::id())?;
+        let before = procs::residency(pid)?;
+        let heap_before = crate::heap::live_bytes();
+        let first_written = procs::written_image_pages()?.iter().sum::<u64>();
         let calls: Vec<_> = (0..k)
             .map(|_| {
                 let plugin = plugin.clone();
@@ -168,13 +201,22 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
             anyhow::ensure!(result == Ok(Action::done()), "{guest}: {result:?}");
         }
         let warm = plugin.idle_instances();
-        let after = procs::rss_mib(std::process::id())?;
-        let grown = (after - before).max(0.0);
+        let after = procs::residency(pid)?;
+        let heap = (crate::heap::live_bytes() - heap_before) as f64 / (1 << 20) as f64;
+        let written = procs::written_image_pages()?;
+        let per = |grown: f64| round(grown.max(0.0) / (warm.max(2) - 1) as f64, 2);
         memory.push(MemoryRow {
             scenario: "guests-memory",
             guest,
             instances: warm,
-            rss_per_instance_mib: round(grown / (warm.max(2) - 1) as f64, 2),
+            rss_per_instance_mib: per(after.rss - before.rss),
+            pss_per_instance_mib: per(after.pss - before.pss),
+            private_per_instance_mib: per(after.private - before.private),
+            heap_per_instance_mib: per(heap),
+            shared_per_instance_mib: per(after.shared - before.shared),
+            loaded_written_kib: loaded_written * 4,
+            first_written_kib: first_written * 4,
+            warm_written_kib: written.iter().sum::<u64>() * 4 / written.len().max(1) as u64,
         });
     }
 
@@ -203,14 +245,33 @@ async fn run_async(options: &Options) -> anyhow::Result<()> {
         );
     }
     println!();
+    println!("per warm instance: MiB, then KiB of memory image written");
     println!(
-        "{:<8} {:>10} {:>20}",
-        "guest", "instances", "RSS / instance MiB"
+        "{:<8} {:>9} {:>7} {:>7} {:>8} {:>9} {:>7} {:>14} {:>13} {:>12}",
+        "guest",
+        "instances",
+        "VmRSS",
+        "PSS",
+        "private",
+        "host heap",
+        "shared",
+        "written loaded",
+        "written first",
+        "written warm"
     );
     for m in &memory {
         println!(
-            "{:<8} {:>10} {:>20}",
-            m.guest, m.instances, m.rss_per_instance_mib
+            "{:<8} {:>9} {:>7} {:>7} {:>8} {:>9} {:>7} {:>14} {:>13} {:>12}",
+            m.guest,
+            m.instances,
+            m.rss_per_instance_mib,
+            m.pss_per_instance_mib,
+            m.private_per_instance_mib,
+            m.heap_per_instance_mib,
+            m.shared_per_instance_mib,
+            m.loaded_written_kib,
+            m.first_written_kib,
+            m.warm_written_kib
         );
     }
     Ok(())

@@ -153,6 +153,83 @@ pub fn rss_mib(pid: u32) -> anyhow::Result<f64> {
     Ok(kib / 1024.0)
 }
 
+/// Resident memory of a process by kind, in MiB.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct Residency {
+    /// `VmRSS`: every page mapped, counted once per mapping that maps it.
+    pub rss: f64,
+    /// `Pss` (`smaps_rollup`): each page divided among its mappings, so a
+    /// page shared by eight mappings counts one eighth in each: what the
+    /// process costs the machine.
+    pub pss: f64,
+    /// `RssAnon`: private pages (heap, stacks, pages written after a
+    /// copy-on-write fault).
+    pub private: f64,
+    /// `RssFile` + `RssShmem`: file and shared-memory pages, such as a
+    /// wasm memory image mapped copy-on-write, counted once per mapping.
+    pub shared: f64,
+}
+
+/// Reads the [`Residency`] of process `pid` from `/proc/<pid>/status` and
+/// `/proc/<pid>/smaps_rollup`.
+pub fn residency(pid: u32) -> anyhow::Result<Residency> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))?;
+    let kib = |text: &str, name: &str| -> anyhow::Result<f64> {
+        let kib: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {name} in /proc/{pid}"))?;
+        Ok(kib / 1024.0)
+    };
+    Ok(Residency {
+        rss: kib(&status, "VmRSS:")?,
+        pss: kib(&rollup, "Pss:")?,
+        private: kib(&status, "RssAnon:")?,
+        shared: kib(&status, "RssFile:")? + kib(&status, "RssShmem:")?,
+    })
+}
+
+/// Pages of each wasm memory image this process maps that were written
+/// since they were mapped: one entry per mapping (per live instance's
+/// memory), from `/proc/self/maps` and `/proc/self/pagemap`. wasmtime maps
+/// a module's initial memory copy-on-write from a memfd named
+/// `wasm-memory-image`; a page read stays shared with every other instance
+/// (pagemap: a file page), a page written becomes a private copy.
+pub fn written_image_pages() -> anyhow::Result<Vec<u64>> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    const PAGE: u64 = 4096;
+    let maps = std::fs::read_to_string("/proc/self/maps")?;
+    let mut pagemap = std::fs::File::open("/proc/self/pagemap")?;
+    let mut written = Vec::new();
+    for line in maps.lines().filter(|l| l.contains("wasm-memory-image")) {
+        let range = line.split_whitespace().next().unwrap_or("");
+        let (start, end) = range
+            .split_once('-')
+            .and_then(|(s, e)| {
+                Some((
+                    u64::from_str_radix(s, 16).ok()?,
+                    u64::from_str_radix(e, 16).ok()?,
+                ))
+            })
+            .with_context(|| format!("malformed maps line {line:?}"))?;
+        let mut entries = vec![0u8; ((end - start) / PAGE * 8) as usize];
+        pagemap.seek(SeekFrom::Start(start / PAGE * 8))?;
+        pagemap.read_exact(&mut entries)?;
+        let private = entries
+            .chunks_exact(8)
+            .map(|e| u64::from_le_bytes(e.try_into().unwrap()))
+            // Bit 63: present; bit 61: a file page or shared (clear for a
+            // private copy-on-write copy).
+            .filter(|e| e >> 63 & 1 == 1 && e >> 61 & 1 == 0)
+            .count();
+        written.push(private as u64);
+    }
+    Ok(written)
+}
+
 /// Reads command lines from stdin until it closes; each goes to `tx`.
 pub fn commands() -> tokio::sync::mpsc::UnboundedReceiver<String> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -195,6 +272,40 @@ mod tests {
         let total = map.jit_code + map.reservations + map.anon + map.files;
         assert!((total - rss).abs() < rss * 0.5 + 1.0, "{map:?} vs {rss}");
         assert!(map.files > 0.0, "{map:?}");
+        let r = residency(pid).unwrap();
+        assert!(r.pss > 0.0 && r.pss <= r.rss + 1.0, "{r:?}");
+        assert!((r.private + r.shared - r.rss).abs() < 1.0, "{r:?}");
+    }
+
+    #[test]
+    fn counts_the_image_pages_written() {
+        // A stand-in for wasmtime's image: a memfd of the same name,
+        // mapped privately; one page read, one written, one untouched.
+        let len = 3 * 4096;
+        // SAFETY: plain syscalls on a fresh fd and a fresh mapping of it,
+        // used only inside this test and unmapped at its end.
+        unsafe {
+            let fd = libc::memfd_create(c"wasm-memory-image".as_ptr(), 0);
+            assert!(fd >= 0);
+            assert_eq!(libc::ftruncate(fd, len as libc::off_t), 0);
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE,
+                fd,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED);
+            let bytes = base.cast::<u8>();
+            std::hint::black_box(bytes.read_volatile());
+            bytes.add(4096).write_volatile(1);
+            let written = written_image_pages().unwrap();
+            libc::munmap(base, len);
+            libc::close(fd);
+            // Other tests of this process map no wasm images.
+            assert_eq!(written, vec![1]);
+        }
     }
 }
 

@@ -109,6 +109,24 @@ enum Command {
         #[command(flatten)]
         registry: RegistryArgs,
     },
+    /// Re-run recorded reconciles (the transcripts a plugin's `record`
+    /// writes) against a build of the plugin, with no cluster, and report
+    /// call by call where it diverges. Exit status: 0 no divergence,
+    /// 1 divergence, 2 the replay could not run.
+    Replay {
+        /// Transcript files (`.jsonl`), or directories of them.
+        #[arg(required = true)]
+        transcripts: Vec<PathBuf>,
+        /// The plugin build to replay (.wasm).
+        #[arg(long)]
+        plugin: PathBuf,
+        /// Only the reconciles of this key (NAMESPACE/NAME, or NAME).
+        #[arg(long)]
+        key: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Push a plugin component to an OCI registry as a wasm OCI artifact
     /// and print the manifest digest.
     Push {
@@ -158,8 +176,25 @@ pub fn main() -> ExitCode {
         .enable_all()
         .build()
         .expect("cannot start the tokio runtime");
+    if let Command::Replay {
+        transcripts,
+        plugin,
+        key,
+        json,
+    } = cli.command
+    {
+        return match runtime.block_on(replay(transcripts, plugin, key, json)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Replay { .. } => unreachable!("handled above: its exit status is its own"),
             Command::Inspect { plugin, registry } => inspect(plugin, registry).await,
             Command::Push {
                 plugin,
@@ -199,6 +234,67 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `wasmctrl replay`: Ok(true) when nothing diverged.
+async fn replay(
+    paths: Vec<PathBuf>,
+    plugin: PathBuf,
+    key: Option<String>,
+    json: bool,
+) -> anyhow::Result<bool> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(&path)
+                .with_context(|| format!("cannot read {}", path.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect();
+            anyhow::ensure!(
+                !found.is_empty(),
+                "{}: no transcripts (.jsonl files) in this directory",
+                path.display()
+            );
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(path);
+        }
+    }
+    let mut transcripts = Vec::new();
+    for file in &files {
+        let read = wasmctrl::transcript::read_file(file)?;
+        transcripts.extend(
+            read.into_iter()
+                .map(|(line, t)| (format!("{}:{line}", file.display()), t)),
+        );
+    }
+    if let Some(key) = &key {
+        transcripts.retain(|(_, t)| wasmctrl::ObjectKey::from(&t.key).to_string() == *key);
+    }
+    anyhow::ensure!(
+        !transcripts.is_empty(),
+        "no transcripts to replay{}",
+        key.map(|k| format!(" for key {k}")).unwrap_or_default()
+    );
+    let bytes = tokio::fs::read(&plugin)
+        .await
+        .with_context(|| format!("cannot read {}", plugin.display()))?;
+    let runtime = check_runtime()?;
+    let report = wasmctrl::transcript::replay::replay(
+        &runtime,
+        &plugin.display().to_string(),
+        bytes,
+        &transcripts,
+    )
+    .await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{report}");
+    }
+    Ok(report.diverged() == 0)
 }
 
 /// `wasmctrl rbac`: the RBAC of `config`'s host on stdout.

@@ -3,7 +3,18 @@
 use std::fmt;
 
 /// A Kubernetes group/version/kind; the core group is "".
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+#[derive(
+    Debug,
+    Clone,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Gvk {
     pub group: String,
     pub version: String,

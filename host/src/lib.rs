@@ -17,6 +17,7 @@ pub mod kind;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod normalized;
 pub mod rbac;
 pub mod reconcile;
 pub mod runtime;
@@ -25,6 +26,7 @@ pub mod source;
 pub mod syntax;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
+pub mod transcript;
 mod wit;
 pub mod workqueue;
 

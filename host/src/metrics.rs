@@ -155,6 +155,18 @@ pub struct PluginVersionResultLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PoolLabel {
+    /// `memory`, `table` or `stack`.
+    pub pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PluginReasonLabels {
+    pub plugin: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TrapLabels {
     pub plugin: String,
     pub reason: String,
@@ -216,6 +228,14 @@ pub struct Metrics {
     pub shadow_divergences: Family<PluginKindLabels, Counter>,
     /// Keys that got no shadow run because every shadow permit was busy.
     pub shadow_skipped: Family<PluginLabel, Counter>,
+    /// Unused pool slots kept warm, per pool (set at each scrape).
+    pub pool_unused_warm: Family<PoolLabel, Gauge>,
+    /// Bytes those warm slots keep resident, per pool.
+    pub pool_unused_resident: Family<PoolLabel, Gauge>,
+    /// Reconcile transcripts written (`record`).
+    pub record_transcripts: Family<PluginLabel, Counter>,
+    /// Transcripts not written, per reason (`too-large`, `backlog`, `io`).
+    pub record_dropped: Family<PluginReasonLabels, Counter>,
     /// Reconciles per version while a canary runs.
     pub versioned_reconciles: Family<PluginVersionResultLabels, Counter>,
     /// Reconcile time per version while a canary runs.
@@ -274,6 +294,10 @@ impl Metrics {
             shadow_runs: Family::default(),
             shadow_divergences: Family::default(),
             shadow_skipped: Family::default(),
+            pool_unused_warm: Family::default(),
+            pool_unused_resident: Family::default(),
+            record_transcripts: Family::default(),
+            record_dropped: Family::default(),
             versioned_reconciles: Family::default(),
             versioned_reconcile_time: Family::new_with_constructor(seconds_histogram),
             canary_rollbacks: Family::default(),
@@ -358,6 +382,26 @@ impl Metrics {
                 "wasmctrl_shadow_skipped",
                 "Keys that got no shadow run because every shadow permit was busy",
                 m.shadow_skipped.clone(),
+            );
+            r.register(
+                "wasmctrl_pool_unused_warm_slots",
+                "Unused instance-pool slots kept warm (with resident pages), per pool (memory, table, stack); bounded by the engine's warm-slot budget",
+                m.pool_unused_warm.clone(),
+            );
+            r.register(
+                "wasmctrl_pool_unused_resident_bytes",
+                "Bytes the unused warm pool slots keep resident, per pool",
+                m.pool_unused_resident.clone(),
+            );
+            r.register(
+                "wasmctrl_record_transcripts",
+                "Reconcile transcripts written by a plugin's record",
+                m.record_transcripts.clone(),
+            );
+            r.register(
+                "wasmctrl_record_dropped",
+                "Reconcile transcripts not written, per reason (too-large: over record.maxBytes; backlog: the writer fell behind; io: the write failed)",
+                m.record_dropped.clone(),
             );
             r.register(
                 "wasmctrl_canary_reconciles",

@@ -47,6 +47,12 @@ const PLUGINS: &[(&str, &str, &str)] = &[
 /// (constant name, package, features, file): further builds of a package
 /// with features, each copied aside (a build overwrites the package's file).
 const VARIANTS: &[(&str, &str, &str, &str)] = &[
+    (
+        "WEBAPP_RELABEL",
+        "webapp",
+        "webapp/relabel",
+        "webapp_relabel.wasm",
+    ),
     ("STAMP_V2", "stamp", "stamp/v2", "stamp_v2.wasm"),
     ("STAMP_GREEDY", "stamp", "stamp/greedy", "stamp_greedy.wasm"),
     (

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use wasmctrl_apiserver::testing::Scope;
-use wasmctrl_e2e::{Cluster, Host, eventually};
+use wasmctrl_e2e::{Cluster, Host, eventually, mirror_converged, value_and_mirror};
 use wasmctrl_plugin_artifacts as artifacts;
 
 const OBJECTS: usize = 20;
@@ -70,27 +70,12 @@ async fn set_all(api: &Api<ConfigMap>, value: &str) {
 
 /// Every object mirrors its final value, and the host holds no key.
 async fn converged(host: &Host, api: &Api<ConfigMap>, what: &str) {
-    eventually(what, CONVERGE, || async {
-        let list = api.list(&Default::default()).await.ok()?;
-        let stale: Vec<_> = list
-            .items
-            .iter()
-            .filter(|c| {
-                let value = c.data.as_ref().and_then(|d| d.get("value"));
-                let label = c
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("wasmctrl.dev/mirror"));
-                value != label
+    mirror_converged(host, api, what, CONVERGE, |items| {
+        items.len() >= OBJECTS
+            && items.iter().all(|c| {
+                let (value, mirror) = value_and_mirror(c);
+                value == mirror
             })
-            .collect();
-        (list.items.len() >= OBJECTS && stale.is_empty()).then_some(())
-    })
-    .await;
-    let queue = host.queue("mirror");
-    eventually("no key left in processing", CONVERGE, || async {
-        (queue.processing_len() == 0).then_some(())
     })
     .await;
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use wasmctrl_e2e::{Cluster, Host, eventually, http_get};
+use wasmctrl_e2e::{Cluster, Host, eventually, http_get, mirror_converged, value_and_mirror};
 use wasmctrl_plugin_artifacts as artifacts;
 
 const CONVERGE: Duration = Duration::from_secs(300);
@@ -95,30 +95,13 @@ async fn set_value(api: &Api<ConfigMap>, name: String, value: String) {
 
 /// Every mirrored object shows `value`, and the host holds no key.
 async fn mirrored(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) {
-    eventually(
-        &format!("{n} objects mirror {value:?}"),
-        CONVERGE,
-        || async {
-            let list = api.list(&Default::default()).await.ok()?;
-            let done = list
-                .items
-                .iter()
-                .filter(|c| {
-                    let label = c
-                        .metadata
-                        .labels
-                        .as_ref()
-                        .and_then(|l| l.get("wasmctrl.dev/mirror"));
-                    label.map(String::as_str) == Some(value)
-                })
-                .count();
-            (done == n).then_some(())
-        },
-    )
-    .await;
-    let queue = host.queue("mirror");
-    eventually("no key left in processing", CONVERGE, || async {
-        (queue.processing_len() == 0).then_some(())
+    let what = format!("{n} objects mirror {value:?}");
+    mirror_converged(host, api, &what, CONVERGE, |items| {
+        let done = items
+            .iter()
+            .filter(|c| value_and_mirror(c).1.map(String::as_str) == Some(value))
+            .count();
+        done == n
     })
     .await;
 }

@@ -12,5 +12,6 @@ mod load;
 mod manager;
 mod modules;
 mod objects;
+mod replay;
 mod rollout;
 mod webapp;

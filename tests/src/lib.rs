@@ -123,3 +123,44 @@ pub async fn client_for(kubeconfig: &Path) -> kube::Client {
         .await
         .expect("a client for the test's kubeconfig")
 }
+
+/// The label the `mirror` test plugin copies each ConfigMap's `data.value`
+/// into.
+pub const MIRROR_LABEL: &str = "wasmctrl.dev/mirror";
+
+/// A ConfigMap's `data.value` and its mirror label, as the `mirror` plugin
+/// last wrote it.
+pub fn value_and_mirror(
+    cm: &k8s_openapi::api::core::v1::ConfigMap,
+) -> (Option<&String>, Option<&String>) {
+    (
+        cm.data.as_ref().and_then(|d| d.get("value")),
+        cm.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(MIRROR_LABEL)),
+    )
+}
+
+/// Waits (bounded by `limit`) until the ConfigMaps of `api` satisfy `done`
+/// (`what` names it in the timeout message), then until no key of the
+/// `mirror` plugin's queue is left in processing: the end state of every
+/// end-to-end test of the `mirror` plugin.
+pub async fn mirror_converged(
+    host: &Host,
+    api: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    what: &str,
+    limit: std::time::Duration,
+    done: impl Fn(&[k8s_openapi::api::core::v1::ConfigMap]) -> bool,
+) {
+    eventually(what, limit, || async {
+        let list = api.list(&Default::default()).await.ok()?;
+        done(&list.items).then_some(())
+    })
+    .await;
+    let queue = host.queue("mirror");
+    eventually("no key left in processing", limit, || async {
+        (queue.processing_len() == 0).then_some(())
+    })
+    .await;
+}

@@ -448,6 +448,81 @@ pub struct PluginConfig {
     /// keys.
     #[serde(default)]
     pub candidate: Option<CandidateConfig>,
+    /// Write matching reconciles' transcripts (every host call with its
+    /// answer, the context read, the result) for `wasmctrl replay`.
+    #[serde(default)]
+    pub record: Option<RecordConfig>,
+}
+
+/// `record:` of a plugin: its reconciles' transcripts, one JSON line each,
+/// in `<dir>/<plugin>.jsonl`, rotated (see `transcript::record`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RecordConfig {
+    /// The directory (relative to the config file).
+    pub dir: PathBuf,
+    /// `all`, or a label selector on the reconciled object: only the keys
+    /// whose object matches are recorded.
+    #[serde(default = "record_all")]
+    pub keys: String,
+    /// Transcripts per file before it rotates.
+    #[serde(default = "default_record_max")]
+    pub max: u64,
+    /// Bytes per file before it rotates; a transcript larger than this is
+    /// dropped (counted in `wasmctrl_record_dropped_total`).
+    #[serde(default = "default_record_max_bytes", deserialize_with = "quantity")]
+    pub max_bytes: u64,
+    /// Files kept, the current one included: the plugin's transcripts take
+    /// at most `files × maxBytes`.
+    #[serde(default = "default_record_files")]
+    pub files: u32,
+}
+
+fn record_all() -> String {
+    "all".into()
+}
+
+fn default_record_max() -> u64 {
+    1000
+}
+
+fn default_record_max_bytes() -> u64 {
+    16 << 20
+}
+
+fn default_record_files() -> u32 {
+    4
+}
+
+impl RecordConfig {
+    /// The keys' label selector; None for `all`.
+    pub fn selector(&self) -> Result<Option<crate::hostapi::LabelSelector>, String> {
+        match self.keys.trim() {
+            "all" => Ok(None),
+            "" => Err("must be `all` or a label selector".into()),
+            s => crate::hostapi::LabelSelector::parse(s).map(Some),
+        }
+    }
+
+    fn check(&self) -> Result<(), FieldProblem> {
+        let check = |field: &str, r: Result<(), String>| {
+            r.map_err(|m| FieldProblem::new(format!("record.{field}"), m))
+        };
+        if self.dir.as_os_str().is_empty() {
+            return Err(FieldProblem::new(
+                "record.dir",
+                "is required: the directory the transcripts go to",
+            ));
+        }
+        check("keys", self.selector().map(|_| ()))?;
+        check("max", count(self.max, 1, 1_000_000))?;
+        check(
+            "maxBytes",
+            count(self.max_bytes, 64 << 10, crate::transcript::MAX_LINE as u64)
+                .map_err(|_| "must be between 64Ki and 256Mi".to_string()),
+        )?;
+        check("files", count(u64::from(self.files), 1, 100))
+    }
 }
 
 /// How a candidate version runs beside the stable one.
@@ -535,6 +610,7 @@ impl PluginConfig {
             source: c.source.clone(),
             settings: c.settings.clone().unwrap_or_else(|| self.settings.clone()),
             candidate: None,
+            record: None,
             ..self.clone()
         })
     }
@@ -1059,6 +1135,9 @@ impl PluginConfig {
         )?;
         if let Some(c) = &self.candidate {
             c.check()?;
+        }
+        if let Some(r) = &self.record {
+            r.check()?;
         }
         check_rules(&self.permissions, "permissions")
     }

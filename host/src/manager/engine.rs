@@ -9,6 +9,8 @@ use crate::runtime::RuntimeConfig;
 
 /// Instance slots kept free for `metadata` calls at load and for swaps.
 const SPARE_INSTANCES: u32 = 16;
+/// Warm pool slots kept beyond the plugins' concurrency.
+const WARM_SPARE: u32 = 4;
 
 /// What the engine was built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +19,9 @@ pub struct EngineLimits {
     pub fuel: bool,
     /// Instances live at once across all plugins.
     pub max_instances: u32,
+    /// Unused pool slots kept warm (see
+    /// [`RuntimeConfig::max_unused_warm_slots`]).
+    pub warm_slots: u32,
 }
 
 impl EngineLimits {
@@ -24,15 +29,21 @@ impl EngineLimits {
     /// when set, else what the plugins of the config need, with room to grow.
     pub fn for_config(config: &HostConfig) -> Self {
         let concurrency: u32 = config.plugins.iter().map(|p| p.concurrency() as u32).sum();
+        let max_instances = config
+            .runtime
+            .max_instances
+            .unwrap_or((concurrency * 2 + SPARE_INSTANCES).max(64));
         Self {
             fuel: config
                 .runtime
                 .fuel
                 .unwrap_or_else(|| config.plugins.iter().any(|p| p.fuel.is_some())),
-            max_instances: config
-                .runtime
-                .max_instances
-                .unwrap_or((concurrency * 2 + SPARE_INSTANCES).max(64)),
+            max_instances,
+            // Room for every instance the plugins run at once to find its
+            // own warm slot (two memories each, and a few spare), and no
+            // more: a hot swap then reuses a warm slot instead of warming
+            // one more (docs/RELIABILITY.md, the soak).
+            warm_slots: (concurrency * 2 + WARM_SPARE).min(max_instances),
         }
     }
 
@@ -41,6 +52,7 @@ impl EngineLimits {
         RuntimeConfig {
             fuel: self.fuel,
             max_instances: self.max_instances,
+            max_unused_warm_slots: self.warm_slots,
             cache_dir: config
                 .runtime
                 .cache_dir
@@ -108,6 +120,7 @@ plugins:
         let without_fuel = EngineLimits {
             fuel: false,
             max_instances: 64,
+            warm_slots: 8,
         };
         let e = without_fuel.admit(&c.plugins[1], 0).unwrap_err();
         assert!(e.contains("runtime.fuel"), "{e}");
@@ -115,6 +128,7 @@ plugins:
         let small = EngineLimits {
             fuel: true,
             max_instances: 24,
+            warm_slots: 8,
         };
         assert!(small.admit(&c.plugins[0], 4).is_ok());
         let e = small.admit(&c.plugins[0], 5).unwrap_err();

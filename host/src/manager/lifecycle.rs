@@ -33,9 +33,10 @@ use tokio::task::JoinHandle;
 use crate::cache::Informer;
 use crate::config::PluginConfig;
 use crate::controller::{Controller, Workers};
-use crate::runtime::Plugin;
+use crate::runtime::{Plugin, Through};
 use crate::shard::Shards;
 use crate::source::PluginSource;
+use crate::transcript::record::Recorder;
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use super::canary::{Canary, CanaryStatus, Phase, PromoteError, Version};
@@ -226,6 +227,8 @@ pub struct PluginSlot {
     shadow: Option<Arc<Shadow>>,
     /// A candidate reconciling a share of the keys.
     canary: Option<Arc<Canary>>,
+    /// Writes matching reconciles' transcripts (`record`).
+    recorder: Option<Arc<Recorder>>,
 }
 
 /// Why `POST /plugins/{name}/promote` was refused.
@@ -246,8 +249,15 @@ impl PluginSlot {
             skip: None,
             shadow: None,
             canary: None,
+            recorder: None,
             shards: None,
         }
+    }
+
+    /// Records the transcripts of the reconciles `recorder` admits.
+    pub(crate) fn recorded_by(mut self, recorder: Arc<Recorder>) -> Self {
+        self.recorder = Some(recorder);
+        self
     }
 
     /// Skips reconciles whose inputs are unchanged.
@@ -357,11 +367,29 @@ impl PluginSlot {
         let api = recording.clone().map(|r| r as Arc<dyn KubeApi>);
         let shadow_request = self.shadow.as_ref().map(|_| request.clone());
         let key = request.key.clone();
+        let session = match &self.recorder {
+            Some(r) if r.admits(&plugin, &key, request.timeout).await => Some(r.session(
+                &plugin,
+                &request,
+                api.clone().unwrap_or_else(|| plugin.kube().clone()),
+            )),
+            _ => None,
+        };
+        let through = match &session {
+            Some(s) => s.through(),
+            None => Through {
+                kube: api,
+                tape: None,
+            },
+        };
         let started = Instant::now();
         let result = match &self.skip {
-            Some(records) => records.reconcile(&plugin, request, api).await,
-            None => plugin.reconcile_through(request, api).await,
+            Some(records) => records.reconcile(&plugin, request, through).await,
+            None => plugin.reconcile_through(request, through).await,
         };
+        if let (Some(recorder), Some(session)) = (&self.recorder, session) {
+            recorder.finish(session, &result);
+        }
         if let (Some(canary), Some(version)) = (&self.canary, version)
             && canary.observe(&key, version, &result, started.elapsed())
         {

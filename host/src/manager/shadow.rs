@@ -37,8 +37,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::hostapi::{ApiError, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
 use crate::metrics::{Metrics, PluginKindLabels, PluginLabel, Version};
+use crate::normalized::{canonical, parse_body};
 use crate::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
-use crate::runtime::Plugin;
+use crate::runtime::{Plugin, Through};
 
 /// Bytes of one write body kept in a divergence (the comparison uses all).
 const MAX_KEPT_BODY: usize = 64 << 10;
@@ -67,51 +68,6 @@ fn kind_name(kind: &Gvk) -> String {
     } else {
         format!("{}/{}", kind.group, kind.kind)
     }
-}
-
-/// Drops what differs between two equal writes made at different times.
-fn normalize(value: &mut Value) {
-    match value {
-        Value::Object(map) => {
-            map.retain(|k, _| {
-                k != "resourceVersion"
-                    && k != "managedFields"
-                    && !k.ends_with("Time")
-                    && !k.ends_with("Timestamp")
-            });
-            for v in map.values_mut() {
-                normalize(v);
-            }
-        }
-        Value::Array(items) => items.iter_mut().for_each(normalize),
-        _ => {}
-    }
-}
-
-/// JSON with object keys sorted, whatever map order serde_json keeps.
-fn canonical(value: &Value) -> String {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let fields: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
-                .collect();
-            format!("{{{}}}", fields.join(","))
-        }
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(canonical).collect();
-            format!("[{}]", items.join(","))
-        }
-        other => other.to_string(),
-    }
-}
-
-fn parse_body(json: &str) -> Value {
-    let mut v = serde_json::from_str(json).unwrap_or_else(|_| Value::String(json.to_string()));
-    normalize(&mut v);
-    v
 }
 
 impl Write {
@@ -620,7 +576,7 @@ impl Shadow {
             let (invocation, _) = crate::metrics::with_version(async {
                 crate::metrics::ran_as(Version::Candidate);
                 candidate
-                    .invoke_through(request, Some(capture.clone() as Arc<dyn KubeApi>))
+                    .invoke_through(request, Through::kube(capture.clone()))
                     .await
             })
             .await;

@@ -36,7 +36,7 @@ use serde::Deserialize;
 
 use crate::hostapi::{ApiError, Gvk, KubeApi, KubeRequest, KubeResponse};
 use crate::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
-use crate::runtime::Plugin;
+use crate::runtime::{Plugin, Through};
 
 /// A reconcile that read more objects (or lists) than this is never
 /// skipped: re-checking would cost about as much as running it.
@@ -427,12 +427,12 @@ impl SkipRecords {
 
     /// Runs one reconcile of `plugin`, noting what it depends on, and keeps
     /// the record if it returned done.
-    /// `api` serves the guest's calls (default: the plugin's API).
+    /// `through` serves the guest's imports (default: the plugin's API).
     pub(crate) async fn reconcile(
         &self,
         plugin: &Plugin,
         request: ReconcileRequest,
-        api: Option<Arc<dyn KubeApi>>,
+        through: Through,
     ) -> Result<Action, ReconcileError> {
         let key = request.key.clone();
         let own = self.own_object(&key);
@@ -443,11 +443,17 @@ impl SkipRecords {
             .peek(own.request(), Instant::now() + request.timeout)
             .await;
         let tracker = Arc::new(Tracker {
-            api: api.unwrap_or_else(|| plugin.kube().clone()),
+            api: through.kube.unwrap_or_else(|| plugin.kube().clone()),
             dependencies: Mutex::new(Dependencies::default()),
         });
         let result = plugin
-            .reconcile_through(request, Some(tracker.clone() as Arc<dyn KubeApi>))
+            .reconcile_through(
+                request,
+                Through {
+                    kube: Some(tracker.clone() as Arc<dyn KubeApi>),
+                    tape: through.tape,
+                },
+            )
             .await;
         let mut deps = std::mem::take(&mut *tracker.dependencies.lock().unwrap());
         let keep = match (&result, Seen::of(&own, &before)) {

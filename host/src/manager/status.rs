@@ -124,6 +124,7 @@ impl AdminState for Host {
         for entry in self.plugins.lock().unwrap().values() {
             entry.controller().queue().unfinished_work();
         }
+        self.runtime.observe_pool();
         self.metrics.encode()
     }
 

@@ -2,6 +2,7 @@
 //! checks a plugin must pass to load, and the feeds (informers → keys) of
 //! its queue.
 
+use crate::transcript::record::{RecordOptions, Recorder};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +78,25 @@ impl Host {
             ),
             None => None,
         };
+        let recorder = match &config.record {
+            Some(record) => {
+                let options = RecordOptions {
+                    dir: self.config.base_dir.join(&record.dir),
+                    keys: record.selector().expect("validated: record.keys parses"),
+                    max: record.max,
+                    max_bytes: record.max_bytes,
+                    files: record.files,
+                };
+                let recorder = Recorder::start(&config.name, options, self.metrics.clone())
+                    .map_err(|e| ManagerError::Engine {
+                        plugin: config.name.clone(),
+                        message: e.to_string(),
+                    })
+                    .inspect_err(|_| self.count_reload(&config.name, "error"))?;
+                Some(Arc::new(recorder))
+            }
+            None => None,
+        };
         self.count_reload(&config.name, "success");
 
         let queue = queue.unwrap_or_else(|| {
@@ -126,6 +146,9 @@ impl Host {
                     )));
                 }
             }
+        }
+        if let Some(recorder) = recorder {
+            slot = slot.recorded_by(recorder);
         }
         let slot = Arc::new(slot.with_shards(self.shards.clone()));
         let controller = Controller::new(

@@ -31,6 +31,7 @@ mod plugin;
 mod sandbox;
 mod store;
 mod strategy;
+mod tape;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,8 +46,9 @@ pub use cache::{CacheHit, digest};
 pub use failure::CallFailure;
 pub use limits::{Ceiling, Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
 pub use metadata::{Permission, PluginMetadata, Watch, WatchMapping};
-pub use plugin::{Invocation, LoadError, Plugin, PluginSpec};
+pub use plugin::{Invocation, LoadError, Plugin, PluginSpec, Through};
 pub use strategy::{AUTO_REUSE_PAGES, InstanceMode, ReuseLimits};
+pub use tape::{ContextRead, ContextTape, MAX_CONTEXT_READS};
 
 use crate::metrics::Metrics;
 use store::StoreState;
@@ -78,6 +80,14 @@ pub struct RuntimeConfig {
     pub max_memory: usize,
     /// Where precompiled components are kept across restarts (None: memory only).
     pub cache_dir: Option<PathBuf>,
+    /// Pool slots (of each kind: memories, tables, stacks) kept warm while
+    /// unused. A warm slot keeps up to its keep-resident bytes mapped, and a
+    /// component with no warm slot of its own takes a never-used slot while
+    /// there are fewer warm ones than this: so every hot swap (a new
+    /// component) would leave one more warm slot behind, up to this bound.
+    /// Size it to the instances that run at once; a slot's own component
+    /// still finds it first.
+    pub max_unused_warm_slots: u32,
 }
 
 impl Default for RuntimeConfig {
@@ -89,6 +99,7 @@ impl Default for RuntimeConfig {
             max_instances: 128,
             max_memory: 4 << 30,
             cache_dir: None,
+            max_unused_warm_slots: 16,
         }
     }
 }
@@ -151,6 +162,7 @@ impl Runtime {
             .linear_memory_keep_resident(if pagemap { KEEP_RESIDENT } else { 0 })
             .table_keep_resident(64 << 10)
             .async_stack_keep_resident(64 << 10)
+            .max_unused_warm_slots(config.max_unused_warm_slots)
             .pagemap_scan(if pagemap { Enabled::Yes } else { Enabled::No });
 
         let mut c = Config::new();
@@ -184,6 +196,39 @@ impl Runtime {
 
     pub fn config(&self) -> &RuntimeConfig {
         &self.inner.config
+    }
+
+    /// Sets the pool gauges (`wasmctrl_pool_unused_warm_slots`,
+    /// `wasmctrl_pool_unused_resident_bytes`) from the pooling allocator.
+    pub fn observe_pool(&self) {
+        let Some(pool) = self.inner.engine.pooling_allocator_metrics() else {
+            return;
+        };
+        let m = &self.inner.metrics;
+        let set = |kind: &str, warm: u32, resident: usize| {
+            let label = crate::metrics::PoolLabel { pool: kind.into() };
+            m.pool_unused_warm
+                .get_or_create(&label)
+                .set(i64::from(warm));
+            m.pool_unused_resident
+                .get_or_create(&label)
+                .set(i64::try_from(resident).unwrap_or(i64::MAX));
+        };
+        set(
+            "memory",
+            pool.unused_warm_memories(),
+            pool.unused_memory_bytes_resident(),
+        );
+        set(
+            "table",
+            pool.unused_warm_tables(),
+            pool.unused_table_bytes_resident(),
+        );
+        set(
+            "stack",
+            pool.unused_warm_stacks(),
+            pool.unused_stack_bytes_resident().unwrap_or(0),
+        );
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

@@ -16,6 +16,7 @@ use super::metadata::PluginMetadata;
 use super::sandbox::{self, Export, Returned, Sandbox};
 use super::store::StoreState;
 use super::strategy::{AUTO_REUSE_PAGES, InstanceMode, InstanceStrategy, ReuseLimits};
+use super::tape::ContextTape;
 use crate::hostapi::KubeApi;
 use crate::metrics::CallUsage;
 use crate::reconcile::{Action, ReconcileError, ReconcileRequest, TrapKind};
@@ -102,6 +103,26 @@ pub enum LoadError {
     ExceedsLimits { origin: String, message: String },
     #[error("plugin {origin}: the instance pool is exhausted: {message}")]
     Pool { origin: String, message: String },
+}
+
+/// What serves one call's imports instead of the plugin's own. Default:
+/// nothing, the plugin's own API and the live context.
+#[derive(Default, Clone)]
+pub struct Through {
+    /// Serves the guest's `kube` calls (None: the plugin's API).
+    pub kube: Option<Arc<dyn KubeApi>>,
+    /// Records, or replays, the `context` values the guest reads.
+    pub tape: Option<Arc<ContextTape>>,
+}
+
+impl Through {
+    /// The guest's `kube` calls served by `kube`.
+    pub fn kube(kube: Arc<dyn KubeApi>) -> Self {
+        Self {
+            kube: Some(kube),
+            tape: None,
+        }
+    }
 }
 
 /// The outcome of one reconcile with what it cost.
@@ -395,19 +416,17 @@ impl Plugin {
     /// leaves the guest running: every failure comes back as a
     /// [`ReconcileError`].
     pub async fn invoke(&self, request: ReconcileRequest) -> Invocation {
-        self.invoke_through(request, None).await
+        self.invoke_through(request, Through::default()).await
     }
 
-    /// [`Plugin::invoke`] with the guest's `kube` calls served by `kube`
-    /// instead of the plugin's own API when given (the host tracks what a
-    /// reconcile read, or captures a shadow run's writes).
-    pub async fn invoke_through(
-        &self,
-        request: ReconcileRequest,
-        kube: Option<Arc<dyn KubeApi>>,
-    ) -> Invocation {
+    /// [`Plugin::invoke`] with the guest's imports served `through` what
+    /// is given instead of the plugin's own (the host tracks what a
+    /// reconcile read, captures a shadow run's writes, records or replays
+    /// a transcript).
+    pub async fn invoke_through(&self, request: ReconcileRequest, through: Through) -> Invocation {
         let mut context = sandbox::context(request.attempt, request.timeout, request.cancel);
-        context.kube = kube;
+        context.kube = through.kube;
+        context.tape = through.tape;
         let report = self
             .sandbox
             .call(Export::Reconcile(request.key), context)
@@ -436,15 +455,15 @@ impl Plugin {
 
 impl Plugin {
     /// One reconcile as the controller runs it: the call's cost recorded in
-    /// the plugin metrics, `kube` calls served by `kube` when given (see
+    /// the plugin metrics, imports served `through` what is given (see
     /// [`Plugin::invoke_through`]).
     pub async fn reconcile_through(
         &self,
         request: ReconcileRequest,
-        kube: Option<Arc<dyn KubeApi>>,
+        through: Through,
     ) -> Result<Action, ReconcileError> {
         tracing::Span::current().record("digest", self.digest());
-        let invocation = self.invoke_through(request, kube).await;
+        let invocation = self.invoke_through(request, through).await;
         self.sandbox
             .runtime
             .metrics()
@@ -465,6 +484,6 @@ impl Plugin {
 
 impl crate::reconcile::Reconcile for Plugin {
     async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
-        self.reconcile_through(request, None).await
+        self.reconcile_through(request, Through::default()).await
     }
 }

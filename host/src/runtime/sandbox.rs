@@ -244,5 +244,6 @@ pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken
         deadline: Instant::now() + timeout,
         cancel,
         kube: None,
+        tape: None,
     }
 }

@@ -14,6 +14,7 @@ use super::failure::Cancelled;
 use super::limits::{GuestLimiter, Limits};
 use super::output::{OutputSink, Stream};
 use crate::hostapi::KubeApi;
+use crate::runtime::tape::ContextTape;
 
 /// WASI resources (pollables, streams) a guest may hold at once.
 const MAX_RESOURCES: usize = 1_000;
@@ -26,6 +27,8 @@ pub(crate) struct CallContext {
     /// Serves this call's `kube` imports instead of the plugin's own API
     /// (read tracking, shadow capture); None: the plugin's API.
     pub(crate) kube: Option<Arc<dyn KubeApi>>,
+    /// Records (or replays) the `context` values this call reads.
+    pub(crate) tape: Option<Arc<ContextTape>>,
 }
 
 /// The call's context as the store keeps it.

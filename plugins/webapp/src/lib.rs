@@ -236,8 +236,16 @@ fn owned_meta(app: &WebApp, owner: OwnerReference) -> ObjectMeta {
 }
 
 fn deployment(app: &WebApp, owner: OwnerReference) -> Deployment {
+    #[allow(unused_mut)]
+    let mut metadata = owned_meta(app, owner);
+    // The build `wasmctrl replay` tests catch: it labels Deployments
+    // differently from the build that was recorded.
+    #[cfg(feature = "relabel")]
+    if let Some(labels) = metadata.labels.as_mut() {
+        labels.insert("app.kubernetes.io/version".into(), "relabelled".into());
+    }
     Deployment {
-        metadata: owned_meta(app, owner),
+        metadata,
         spec: DeploymentSpec {
             replicas: Some(app.spec.replicas),
             selector: LabelSelector {

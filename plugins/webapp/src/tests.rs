@@ -296,3 +296,24 @@ fn a_missing_webapp_needs_nothing() {
     let calls = cluster.calls();
     assert_eq!((calls.len(), calls[0].verb), (1, "get"));
 }
+
+/// A reconcile the host recorded (`record:` in the end-to-end acceptance):
+/// the Deployment already had 2/2 replicas ready and the registry did not
+/// exist. Seeded from it, the reconcile does natively what it did then.
+#[test]
+fn a_recorded_reconcile_runs_again_against_the_world_it_saw() {
+    let (cluster, key) =
+        FakeCluster::from_transcript(include_str!("testdata/recorded.jsonl")).unwrap();
+    assert_eq!(key, ObjectKey::namespaced(NS, "hello"));
+    let action = cluster.reconcile::<WebAppReconciler>(&key).unwrap();
+    assert_eq!(action, Action::done(), "as recorded");
+    assert_eq!(registry().unwrap()["hello"], URL);
+    let app = webapps().get("hello").unwrap();
+    assert_eq!(ready(&app), ("True".into(), "Available".into()));
+    let events: Vec<_> = cluster
+        .events()
+        .into_iter()
+        .map(|e| e.body["reason"].clone())
+        .collect();
+    assert_eq!(events, vec![json!("Available")]);
+}

@@ -148,6 +148,12 @@ pub fn plugin_config(
     config
         .check()
         .map_err(|FieldProblem { field, message }| invalid(format!("spec.{field}: {message}")))?;
+    // An object's author must not choose where the host writes files.
+    if config.record.is_some() {
+        return Err(invalid(
+            "spec.record: transcripts are written to the host's disk, so only the host config may turn recording on".into(),
+        ));
+    }
     check_source(&config, "spec", from)?;
     // The candidate loads as the plugin with its own source and settings
     // (same name, grant and limits): its source gets the same checks.
@@ -206,6 +212,18 @@ mod tests {
 
     fn refusal(name: &str, spec: Value) -> Refusal {
         plugin_config(&object(name, spec), &from(false), Some(&ceiling())).unwrap_err()
+    }
+
+    #[test]
+    fn recording_is_refused_on_objects() {
+        let r = refusal(
+            "stamp",
+            serde_json::json!({
+                "source": {"oci": "127.0.0.1:5000/p/stamp:1"},
+                "record": {"dir": "/etc"},
+            }),
+        );
+        assert!(r.message.contains("spec.record"), "{r:?}");
     }
 
     #[test]

@@ -43,11 +43,19 @@ pub(super) fn view(s: &mut StoreState) -> ContextView<'_> {
 impl context::Host for ContextView<'_> {
     async fn deadline_remaining_ms(&mut self) -> wasmtime::Result<u64> {
         let left = self.call.deadline.saturating_duration_since(Instant::now());
-        Ok(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+        let left = u64::try_from(left.as_millis()).unwrap_or(u64::MAX);
+        Ok(match &self.call.tape {
+            Some(tape) => tape.deadline_remaining_ms(left),
+            None => left,
+        })
     }
 
     async fn cancelled(&mut self) -> wasmtime::Result<bool> {
-        Ok(self.call.cancel.is_cancelled())
+        let cancelled = self.call.cancel.is_cancelled();
+        Ok(match &self.call.tape {
+            Some(tape) => tape.cancelled(cancelled),
+            None => cancelled,
+        })
     }
 
     async fn attempt(&mut self) -> wasmtime::Result<u32> {
@@ -110,7 +118,7 @@ impl context::Host for ContextView<'_> {
         }
         // The same target and levels `log` uses, so the answer is the
         // subscriber's filter for exactly those events.
-        Ok(match level {
+        let enabled = match level {
             types::LogLevel::Trace => {
                 tracing::enabled!(target: "wasmctrl::guest", tracing::Level::TRACE)
             }
@@ -126,7 +134,21 @@ impl context::Host for ContextView<'_> {
             types::LogLevel::Error => {
                 tracing::enabled!(target: "wasmctrl::guest", tracing::Level::ERROR)
             }
+        };
+        Ok(match &self.call.tape {
+            Some(tape) => tape.log_enabled(level_name(level), enabled),
+            None => enabled,
         })
+    }
+}
+
+fn level_name(level: types::LogLevel) -> &'static str {
+    match level {
+        types::LogLevel::Trace => "trace",
+        types::LogLevel::Debug => "debug",
+        types::LogLevel::Info => "info",
+        types::LogLevel::Warn => "warn",
+        types::LogLevel::Error => "error",
     }
 }
 
