@@ -3,6 +3,8 @@
 //! group `bench.wasmctrl.dev/v1`, the kinds the `bench-status` plugin
 //! reconciles) and their objects.
 
+use std::collections::HashSet;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,7 @@ use anyhow::{Context as _, ensure};
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    WatchEvent, WatchParams,
 };
 use serde_json::json;
 
@@ -188,6 +191,39 @@ impl Cluster {
             .await
     }
 
+    /// Starts watching kind 0 from now; the task ends when `n` objects
+    /// have had a status with `observed: 1` written (each counted once),
+    /// with when the last was seen.
+    pub async fn watch_observed(
+        &self,
+        n: usize,
+    ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Instant>>> {
+        let api = self.items(0);
+        let rv = api
+            .list(&ListParams::default().limit(1))
+            .await?
+            .metadata
+            .resource_version
+            .unwrap_or_default();
+        Ok(tokio::spawn(async move {
+            let mut done = HashSet::with_capacity(n);
+            let stream = api.watch(&WatchParams::default(), &rv).await?;
+            let mut stream = std::pin::pin!(stream);
+            while let Some(ev) = stream.try_next().await? {
+                if let WatchEvent::Modified(o) = ev
+                    && seq_and_observed(&o).1 == Some(1)
+                    && let Some(name) = o.metadata.name
+                {
+                    done.insert(name);
+                    if done.len() == n {
+                        return anyhow::Ok(Instant::now());
+                    }
+                }
+            }
+            anyhow::bail!("the status watch ended after {} of {n} objects", done.len())
+        }))
+    }
+
     /// Deletes every object of kind `index` and waits until they are gone.
     pub async fn delete_items(&self, index: usize) -> anyhow::Result<()> {
         let api = self.items(index);
@@ -233,4 +269,20 @@ pub fn seq_and_observed(o: &DynamicObject) -> (u64, Option<u64>) {
 /// `status.startedAt` of a benchmark object (Unix nanoseconds).
 pub fn started_at(o: &DynamicObject) -> Option<u64> {
     o.data.get("status").and_then(|s| s["startedAt"].as_u64())
+}
+
+/// The sum of the series of `family` (e.g. `wasmctrl_shadow_runs_total`)
+/// whose labels include every one of `labels`, in the `/metrics` of the
+/// wasm host whose admin address is `admin` (0 when there is none).
+pub async fn metric_sum(admin: SocketAddr, family: &str, labels: &[&str]) -> anyhow::Result<f64> {
+    let (status, body) = crate::hotswap::http(admin, "GET", "/metrics").await?;
+    ensure!(status == 200, "/metrics answered {status}");
+    let open = format!("{family}{{");
+    Ok(body
+        .lines()
+        .filter(|l| l.starts_with(&open) || l.starts_with(&format!("{family} ")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        // Not `sum()`: an empty float sum is -0.0.
+        .fold(0.0, |a, b| a + b))
 }

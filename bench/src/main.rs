@@ -9,6 +9,8 @@
 //! cargo run --release -p wasmctrl-bench -- latency [--json]
 //! cargo run --release -p wasmctrl-bench -- density [--json]
 //! cargo run --release -p wasmctrl-bench -- scale [--json]
+//! cargo run --release -p wasmctrl-bench -- shadow [--json]
+//! cargo run --release -p wasmctrl-bench -- skip [--json]
 //! ```
 //!
 //! docs/BENCHMARKS.md describes the scenarios and records results.
@@ -26,6 +28,7 @@ mod heap;
 mod hotswap;
 mod latency;
 mod procs;
+mod rollout;
 mod scale;
 mod stats;
 mod sweep;
@@ -138,6 +141,42 @@ enum Scenario {
         #[arg(long, default_value_t = 3.0)]
         settle_secs: f64,
         /// One JSON line per size instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The cost of a shadow candidate: reconciles/s and host CPU for N new
+    /// objects (as `throughput`), without and with the same component in
+    /// shadow mode.
+    Shadow {
+        /// Objects created per round.
+        #[arg(long, default_value_t = 5_000)]
+        objects: usize,
+        /// Rounds; each runs both modes, in a rotating order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Keys reconciled at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// The candidate's `maxConcurrentShadows`.
+        #[arg(long, default_value_t = 4)]
+        shadows: usize,
+        /// One JSON line per mode instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The savings of `skipUnchanged`: a full resync of N unchanged objects
+    /// (drain time, reconciles run, host CPU), without and with it.
+    Skip {
+        /// Unchanged objects resynced.
+        #[arg(long, default_value_t = 10_000)]
+        objects: usize,
+        /// Rounds; each runs both modes, in a rotating order.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Keys reconciled at once.
+        #[arg(long, default_value_t = 4)]
+        concurrency: usize,
+        /// One JSON line per mode instead of the table.
         #[arg(long)]
         json: bool,
     },
@@ -322,6 +361,30 @@ fn main() -> anyhow::Result<()> {
             objects,
             concurrency,
             settle_secs,
+            json,
+        }),
+        Scenario::Shadow {
+            objects,
+            rounds,
+            concurrency,
+            shadows,
+            json,
+        } => rollout::run_shadow(&rollout::ShadowOptions {
+            objects,
+            rounds,
+            concurrency,
+            shadows,
+            json,
+        }),
+        Scenario::Skip {
+            objects,
+            rounds,
+            concurrency,
+            json,
+        } => rollout::run_skip(&rollout::SkipOptions {
+            objects,
+            rounds,
+            concurrency,
             json,
         }),
         Scenario::ServeApiserver { kubeconfig } => cluster::serve(&kubeconfig),

@@ -81,6 +81,16 @@ pub fn load_average() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// The median of `v` (the lower one of an even count; 0 when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        0.0
+    } else {
+        v[(v.len() - 1) / 2]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,19 +12,16 @@
 //! deleted (controller stopped first) for the next round. Rounds rotate the
 //! order of the variants; each variant's figures are the median over rounds.
 
-use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, ensure};
-use futures::TryStreamExt;
-use kube::api::{ListParams, WatchEvent, WatchParams};
 use serde::Serialize;
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::cluster::{self, Cluster};
+use crate::cluster::Cluster;
 use crate::controllers::{ControllerArgs, Variant, child_args, host_config};
 use crate::procs::{Child, cpu_seconds};
-use crate::stats::{load_average, round};
+use crate::stats::{load_average, median, round};
 
 /// Creates in flight while the objects are created.
 const CREATES_IN_FLIGHT: usize = 32;
@@ -101,34 +98,8 @@ async fn one(
     let mut child = Child::spawn(variant.name(), &child_args(&args))?;
     child.expect("ready", Duration::from_secs(120)).await?;
 
-    let api = cluster.items(0);
-    let rv = api
-        .list(&ListParams::default().limit(1))
-        .await?
-        .metadata
-        .resource_version
-        .unwrap_or_default();
     let n = options.objects;
-    let watch = {
-        let api = api.clone();
-        tokio::spawn(async move {
-            let mut done = HashSet::with_capacity(n);
-            let stream = api.watch(&WatchParams::default(), &rv).await?;
-            let mut stream = std::pin::pin!(stream);
-            while let Some(ev) = stream.try_next().await? {
-                if let WatchEvent::Modified(o) = ev
-                    && cluster::seq_and_observed(&o).1 == Some(1)
-                    && let Some(name) = o.metadata.name
-                {
-                    done.insert(name);
-                    if done.len() == n {
-                        return anyhow::Ok(Instant::now());
-                    }
-                }
-            }
-            anyhow::bail!("the status watch ended after {} of {n} objects", done.len())
-        })
-    };
+    let watch = cluster.watch_observed(n).await?;
     let cpu_before = child.cpu_seconds()?;
     let server_before = cpu_seconds(cluster.pid())?;
     let driver_before = cpu_seconds(std::process::id())?;
@@ -158,15 +129,6 @@ async fn one(
         server_cpu_s,
         driver_cpu_s,
     })
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        0.0
-    } else {
-        v[(v.len() - 1) / 2]
-    }
 }
 
 pub fn run(options: &Options) -> anyhow::Result<()> {

@@ -1,6 +1,18 @@
 //! Prometheus metrics, named like controller-runtime's so existing dashboards
 //! work, plus wasmctrl's own plugin metrics.
+//!
+//! # The `version` label
+//! Every reconcile metric (`controller_runtime_reconcile_*` but the worker
+//! gauges, and the per-call `wasmctrl_plugin_*` metrics) carries `version`:
+//! `stable` for the plugin's running version, `candidate` for a candidate's
+//! reconciles (a canary's share of the keys, or shadow runs). The label is
+//! always there, `stable` while one version runs, so that a family's label
+//! set never changes at runtime and a dashboard can always split by it.
+//! Which version ran is the ambient [`Version`] of the reconcile's task: the
+//! controller opens it ([`with_version`]), the code that routes a key to a
+//! candidate sets it ([`ran_as`]), and whatever observes the call reads it.
 
+use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,6 +49,54 @@ pub struct CallUsage {
     pub ceiling: Option<&'static str>,
 }
 
+/// Which version of a plugin ran a reconcile: the `version` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Version {
+    /// The plugin's running version (the only one, unless a candidate runs).
+    Stable,
+    /// A candidate running beside it (canary or shadow).
+    Candidate,
+}
+
+impl Version {
+    /// The label value: `stable` or `candidate`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::Stable => "stable",
+            Version::Candidate => "candidate",
+        }
+    }
+}
+
+tokio::task_local! {
+    /// The version the reconcile running on this task ran as.
+    static RECONCILE_VERSION: Cell<Version>;
+}
+
+/// Runs `reconcile` as [`Version::Stable`] unless it calls [`ran_as`];
+/// returns its output and the version it ran as.
+pub async fn with_version<F: Future>(reconcile: F) -> (F::Output, Version) {
+    RECONCILE_VERSION
+        .scope(Cell::new(Version::Stable), async {
+            let output = reconcile.await;
+            (output, RECONCILE_VERSION.with(Cell::get))
+        })
+        .await
+}
+
+/// Marks the reconcile running on this task as run by `version` (no effect
+/// outside [`with_version`]).
+pub fn ran_as(version: Version) {
+    let _ = RECONCILE_VERSION.try_with(|v| v.set(version));
+}
+
+/// The version the reconcile on this task runs as (`Stable` outside one).
+pub fn current_version() -> Version {
+    RECONCILE_VERSION
+        .try_with(Cell::get)
+        .unwrap_or(Version::Stable)
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct NameLabel {
     pub name: String,
@@ -55,10 +115,18 @@ pub struct ControllerLabel {
     pub controller: String,
 }
 
+/// A reconcile metric's labels: the controller and the version that ran.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerVersionLabels {
+    pub controller: String,
+    pub version: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
     pub controller: String,
     pub result: String,
+    pub version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -102,6 +170,7 @@ pub struct PluginReasonLabels {
 pub struct TrapLabels {
     pub plugin: String,
     pub reason: String,
+    pub version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -120,6 +189,7 @@ pub struct LimitLabels {
     pub plugin: String,
     /// The `limits` field that was exceeded.
     pub limit: String,
+    pub version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -172,25 +242,25 @@ pub struct Metrics {
     pub versioned_reconcile_time: HistogramFamily<PluginVersionLabels>,
     pub canary_rollbacks: Family<PluginLabel, Counter>,
     pub canary_promotions: Family<PluginLabel, Counter>,
-    pub reconcile_errors: Family<ControllerLabel, Counter>,
-    pub reconcile_panics: Family<ControllerLabel, Counter>,
-    pub reconcile_timeouts: Family<ControllerLabel, Counter>,
-    pub terminal_errors: Family<ControllerLabel, Counter>,
-    pub reconcile_time: HistogramFamily<ControllerLabel>,
+    pub reconcile_errors: Family<ControllerVersionLabels, Counter>,
+    pub reconcile_panics: Family<ControllerVersionLabels, Counter>,
+    pub reconcile_timeouts: Family<ControllerVersionLabels, Counter>,
+    pub terminal_errors: Family<ControllerVersionLabels, Counter>,
+    pub reconcile_time: HistogramFamily<ControllerVersionLabels>,
     pub max_concurrent: Family<ControllerLabel, Gauge>,
     pub active_workers: Family<ControllerLabel, Gauge>,
     // wasmctrl_*
     pub plugin_traps: Family<TrapLabels, Counter>,
-    pub plugin_fuel: HistogramFamily<PluginLabel>,
+    pub plugin_fuel: HistogramFamily<PluginVersionLabels>,
     pub plugin_reloads: Family<ReloadLabels, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
     pub hostapi_calls: Family<HostApiLabels, Counter>,
-    pub plugin_instantiate: HistogramFamily<PluginLabel>,
+    pub plugin_instantiate: HistogramFamily<PluginVersionLabels>,
     // wasmctrl_plugin_* usage and ceilings
-    pub plugin_guest_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
-    pub plugin_memory_peak: Family<PluginLabel, Gauge>,
-    pub plugin_output_bytes: Family<PluginLabel, Counter>,
-    pub plugin_host_calls: Family<PluginLabel, Counter>,
+    pub plugin_guest_seconds: Family<PluginVersionLabels, Counter<f64, AtomicU64>>,
+    pub plugin_memory_peak: Family<PluginVersionLabels, Gauge>,
+    pub plugin_output_bytes: Family<PluginVersionLabels, Counter>,
+    pub plugin_host_calls: Family<PluginVersionLabels, Counter>,
     pub api_requests: Family<PluginLabel, Counter>,
     pub api_throttled_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
     pub limit_exceeded: Family<LimitLabels, Counter>,
@@ -474,15 +544,17 @@ impl Metrics {
         })
     }
 
-    /// Records one finished reconcile of `controller`.
+    /// Records one finished reconcile of `controller`, run by `version`.
     pub fn observe_reconcile(
         &self,
         controller: &str,
+        version: Version,
         took: Duration,
         result: &Result<crate::Action, ReconcileError>,
     ) {
-        let label = ControllerLabel {
+        let label = ControllerVersionLabels {
             controller: controller.into(),
+            version: version.as_str().into(),
         };
         let outcome = match result {
             Ok(a) if a.requeue_after.is_some() => "requeue_after",
@@ -494,6 +566,7 @@ impl Metrics {
             .get_or_create(&ResultLabels {
                 controller: controller.into(),
                 result: outcome.into(),
+                version: version.as_str().into(),
             })
             .inc();
         self.reconcile_time
@@ -513,10 +586,17 @@ impl Metrics {
         }
     }
 
-    /// Records what one guest call cost and how it ended.
+    /// Records what one guest call cost and how it ended, as the version
+    /// the reconcile on this task runs as ([`current_version`]).
     pub fn observe_call(&self, plugin: &str, usage: &CallUsage) {
-        let label = PluginLabel {
+        self.observe_call_as(plugin, current_version(), usage);
+    }
+
+    /// Records what one guest call of `version` cost and how it ended.
+    pub fn observe_call_as(&self, plugin: &str, version: Version, usage: &CallUsage) {
+        let label = PluginVersionLabels {
             plugin: plugin.into(),
+            version: version.as_str().into(),
         };
         self.plugin_instantiate
             .get_or_create(&label)
@@ -529,6 +609,7 @@ impl Metrics {
                 .get_or_create(&TrapLabels {
                     plugin: plugin.into(),
                     reason: kind.as_str().into(),
+                    version: version.as_str().into(),
                 })
                 .inc();
         }
@@ -537,6 +618,7 @@ impl Metrics {
                 .get_or_create(&LimitLabels {
                     plugin: plugin.into(),
                     limit: limit.into(),
+                    version: version.as_str().into(),
                 })
                 .inc();
         }

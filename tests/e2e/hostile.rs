@@ -66,13 +66,13 @@ async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
     eventually("the injection reconcile", Duration::from_secs(60), || {
         metric_line(
             host.admin,
-            r#"controller_runtime_reconcile_total{controller="hostile",result="success"}"#,
+            r#"controller_runtime_reconcile_total{controller="hostile",result="success",version="stable"}"#,
         )
     })
     .await;
     let terminal = metric_value(
         host.admin,
-        r#"controller_runtime_terminal_reconcile_errors_total{controller="hostile"}"#,
+        r#"controller_runtime_terminal_reconcile_errors_total{controller="hostile",version="stable"}"#,
     )
     .await
     .unwrap_or(0.0);
@@ -171,7 +171,7 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
         || {
             metric_line(
                 host.admin,
-                r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="hostCalls"}"#,
+                r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="hostCalls",version="stable"}"#,
             )
         },
     )
@@ -179,7 +179,7 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
     eventually("the limit trap counted", Duration::from_secs(60), || {
         metric_line(
             host.admin,
-            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit"}"#,
+            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable"}"#,
         )
     })
     .await;
@@ -190,7 +190,7 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
         || async {
             metric_value(
                 host.admin,
-                r#"wasmctrl_plugin_output_bytes_total{plugin="hostile"}"#,
+                r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable"}"#,
             )
             .await
             .filter(|b| *b >= (64 << 20) as f64)

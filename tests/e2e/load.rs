@@ -217,7 +217,7 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     mirrored(&host, &good, n, "2").await;
     let looping = mirror_round(&host, &good, n, "3").await;
     let timeouts = {
-        let needle = "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\"}";
+        let needle = "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\",version=\"stable\"}";
         wasmctrl_e2e::metric_value(host.admin, needle)
             .await
             .unwrap_or(0.0)

@@ -51,7 +51,7 @@ async fn a_call_outside_the_grant_is_forbidden_and_counted() {
     eventually("the terminal error", Duration::from_secs(30), || {
         metric_line(
             running.admin,
-            r#"controller_runtime_terminal_reconcile_errors_total{controller="misbehave"} 1"#,
+            r#"controller_runtime_terminal_reconcile_errors_total{controller="misbehave",version="stable"} 1"#,
         )
     })
     .await;
@@ -74,7 +74,7 @@ async fn a_granted_call_reaches_the_api_server() {
     eventually("a successful reconcile", Duration::from_secs(30), || {
         metric_line(
             running.admin,
-            r#"controller_runtime_reconcile_total{controller="misbehave",result="success"}"#,
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="success",version="stable"}"#,
         )
     })
     .await;
@@ -114,7 +114,7 @@ async fn shutdown_waits_for_a_slow_reconcile_and_leaves_nothing_in_processing() 
     let text = metrics.encode();
     assert!(
         text.contains(
-            r#"controller_runtime_reconcile_total{controller="misbehave",result="success"} 1"#
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="success",version="stable"} 1"#
         ),
         "{text}"
     );

@@ -628,3 +628,250 @@ async fn a_host_following_objects_without_the_crd_refuses_to_start_saying_how_to
         "{message}"
     );
 }
+
+/// A registry with authentication holding `tags` of `component`, and a
+/// `kubernetes.io/dockerconfigjson` Secret for each of `secrets`.
+async fn private_registry(
+    cluster: &Cluster,
+    component: &str,
+    tags: &[&str],
+    secrets: &[&str],
+) -> (Registry, Vec<String>) {
+    let registry = Registry::start_with_auth();
+    let docker = cluster.file(
+        "docker.json",
+        &format!(
+            r#"{{"auths": {{"{}": {{"username": "{USER}", "password": "{PASSWORD}"}}}}}}"#,
+            registry.addr
+        ),
+    );
+    let pusher = RegistryOptions {
+        docker_config: Some(docker),
+        ..insecure_registry()
+    };
+    let mut references = Vec::new();
+    for tag in tags {
+        let reference = registry.reference(&format!("plugins/{tag}"));
+        push_component(&reference, component, &pusher).await;
+        references.push(reference);
+    }
+    for secret in secrets {
+        create_pull_secret(cluster, &registry, secret);
+    }
+    (registry, references)
+}
+
+fn create_pull_secret(cluster: &Cluster, registry: &Registry, name: &str) {
+    cluster.kubectl(&[
+        "create",
+        "secret",
+        "docker-registry",
+        name,
+        "--docker-server",
+        &registry.addr.to_string(),
+        "--docker-username",
+        USER,
+        "--docker-password",
+        PASSWORD,
+    ]);
+}
+
+/// `n` ConfigMaps `cm-{i}` with `data.value: v{i}` (the mirror plugin's
+/// input).
+async fn mirror_inputs(cluster: &Cluster, n: usize) -> (Api<ConfigMap>, Vec<String>) {
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    let names: Vec<String> = (0..n).map(|i| format!("cm-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name},
+            "data": {"value": format!("v{i}")},
+        }))
+        .unwrap();
+        api.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    (api, names)
+}
+
+/// Every ConfigMap of `names` mirrors its `data.value` in its label.
+async fn all_mirrored(api: &Api<ConfigMap>, names: &[String]) {
+    eventually("every ConfigMap mirrored", LIMIT, || async {
+        for name in names {
+            let cm = api.get(name).await.ok()?;
+            let value = cm.data.as_ref()?.get("value")?;
+            if cm.metadata.labels.as_ref()?.get("wasmctrl.dev/mirror") != Some(value) {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasmreconciler_canary_from_a_private_registry_is_rolled_back_and_its_status_says_why() {
+    const KEYS: usize = 24;
+    let cluster = Cluster::start().await;
+    // The stable version and the candidate come from two tags, each read
+    // with its own pull Secret; the candidate's does not exist yet.
+    let (registry, tags) = private_registry(
+        &cluster,
+        artifacts::MIRROR,
+        &["mirror:1", "mirror:2"],
+        &["regcred"],
+    )
+    .await;
+    install_crd(&cluster).await;
+    let host = cluster.host(&host_config("")).await;
+    let (configmaps, names) = mirror_inputs(&cluster, KEYS).await;
+    let spec = object(
+        "mirror",
+        &format!(
+            "{{ oci: \"{}\", insecure: true, imagePullSecret: regcred }}\n  resyncPeriod: 1s\n  rateLimiter: {{ baseDelay: 20ms, maxDelay: 200ms }}",
+            tags[0]
+        ),
+        "",
+    ) + &format!(
+        r#"  candidate:
+    source: {{ oci: "{}", insecure: true, imagePullSecret: regcred2 }}
+    settings: {{ failHalf: true }}
+    mode: canary
+    canary: {{ percent: 50, window: 60s, minReconciles: 4, maxFailureRateIncrease: 0.2 }}
+"#,
+        tags[1]
+    );
+    let file = cluster.file("mirror.yaml", &spec);
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(
+        &cluster,
+        "mirror",
+        "the candidate's missing Secret in the status",
+        |s, _| condition(s, "Degraded").1 == "SourceUnavailable",
+    )
+    .await;
+    let message = condition(&s, "Degraded").2;
+    assert!(
+        message.contains("default/regcred2") && message.contains("no such Secret"),
+        "{message}"
+    );
+    assert!(host.plugin("mirror").await.is_none());
+
+    create_pull_secret(&cluster, &registry, "regcred2");
+    let digest = file_digest(artifacts::MIRROR);
+    let s = status_where(
+        &cluster,
+        "mirror",
+        "the canary rolled back in the status",
+        |s, g| ready_with(s, &digest, g) && s["candidate"]["state"] == "rolled-back",
+    )
+    .await;
+    let candidate = &s["candidate"];
+    assert_eq!(candidate["mode"], "canary", "{s:#}");
+    assert_eq!(candidate["digest"], digest.as_str());
+    assert_eq!(candidate["source"], format!("oci://{}", tags[1]));
+    let reason = candidate["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("the candidate failed") && reason.contains("maxFailureRateIncrease"),
+        "{s:#}"
+    );
+    assert!(candidate["decidedAt"].is_string(), "{s:#}");
+    assert_eq!(
+        host.plugin("mirror").await.unwrap()["candidate"]["canary"]["state"],
+        "rolled-back"
+    );
+    // The stable version took every key back.
+    all_mirrored(&configmaps, &names).await;
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wasmreconciler_shadow_candidate_shows_in_status_and_is_promoted_by_editing_the_spec() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let host = cluster.host(&host_config("")).await;
+    let configmaps = create_configmap(&cluster, "cm-a").await;
+    let (v1, v2) = (
+        file_digest(artifacts::STAMP_V1),
+        file_digest(artifacts::STAMP_V2),
+    );
+    let spec = object("stamp", &format!("{{ file: {} }}", artifacts::STAMP_V1), "")
+        + &format!(
+            "  candidate: {{ path: {}, mode: shadow }}\n",
+            artifacts::STAMP_V2
+        );
+    let file = cluster.file("stamp.yaml", &spec);
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(&cluster, "stamp", "v1 serving, v2 in shadow", |s, g| {
+        ready_with(s, &v1, g) && s["candidate"]["state"] == "shadow"
+    })
+    .await;
+    assert_eq!(s["candidate"]["mode"], "shadow", "{s:#}");
+    assert_eq!(s["candidate"]["digest"], v2.as_str());
+    assert_eq!(s["candidate"]["version"], "2.0.0");
+    assert_eq!(s["candidate"]["reason"], Value::Null);
+    // What the plugin's own source resolved to, not the candidate's.
+    assert_eq!(s["resolvedDigest"], v1.as_str(), "{s:#}");
+    wait_stamp(&configmaps, "cm-a", "v1").await;
+    let report = eventually("a divergent shadow run", LIMIT, || async {
+        let (status, body) = wasmctrl_e2e::http_get(host.admin, "/plugins/stamp/shadow").await;
+        let r: Value = serde_json::from_str(&body).ok()?;
+        (status == 200 && r["divergent"].as_u64()? >= 1).then_some(r)
+    })
+    .await;
+    assert_eq!(
+        report["divergences"][0]["kinds"],
+        serde_json::json!(["ConfigMap"]),
+        "{report:#}"
+    );
+    assert_eq!(
+        stamp_of(&configmaps, "cm-a").await.as_deref(),
+        Some("v1"),
+        "the shadow wrote nothing"
+    );
+
+    // Promotion is an edit: the candidate's source becomes the plugin's.
+    cluster.kubectl(&[
+        "patch",
+        "wasmreconciler",
+        "stamp",
+        "--type",
+        "merge",
+        "-p",
+        &format!(
+            r#"{{"spec": {{"source": {{"file": "{}"}}, "candidate": null}}}}"#,
+            artifacts::STAMP_V2
+        ),
+    ]);
+    let s = status_where(&cluster, "stamp", "v2 promoted by the edit", |s, g| {
+        g == 2 && ready_with(s, &v2, 2) && s["candidate"].is_null()
+    })
+    .await;
+    assert_eq!(s["version"], "2.0.0");
+    wait_stamp(&configmaps, "cm-a", "v2").await;
+    assert!(host.plugin("stamp").await.unwrap()["candidate"].is_null());
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_naming_a_host_file_is_refused_like_the_plugins_own_path() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let host = cluster
+        .host(&host_config("").replace(", allowFileSources: true", ""))
+        .await;
+    let spec = object("stamp", "{ oci: \"127.0.0.1:1/plugins/stamp:1\" }", "")
+        + "  candidate: { path: /etc/passwd, mode: shadow }\n";
+    let file = cluster.file("stamp.yaml", &spec);
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(&cluster, "stamp", "the refusal in the status", |s, _| {
+        condition(s, "Degraded").1 == "FileSourceNotAllowed"
+    })
+    .await;
+    let (ready, _, message) = condition(&s, "Ready");
+    assert_eq!(ready, "False");
+    assert!(
+        message.starts_with("spec.candidate.path: ") && message.contains("allowFileSources"),
+        "{message}"
+    );
+    assert!(host.plugin("stamp").await.is_none());
+    host.stop().await.unwrap();
+}

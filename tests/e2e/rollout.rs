@@ -419,6 +419,25 @@ async fn a_shadow_candidate_identical_to_stable_reports_no_divergence() {
         !metrics.contains("wasmctrl_shadow_divergences_total{"),
         "no divergence counted"
     );
+    // Shadow runs are the candidate's calls, not the controller's
+    // reconciles: they show in the plugin's call metrics only.
+    assert!(
+        series_sum(
+            &metrics,
+            "wasmctrl_plugin_instantiate_seconds_count",
+            &[r#"plugin="mirror""#, r#"version="candidate""#]
+        )
+        .is_some_and(|runs| runs >= KEYS as f64),
+        "{metrics}"
+    );
+    assert_eq!(
+        series_sum(
+            &metrics,
+            "controller_runtime_reconcile_total",
+            &[r#"version="candidate""#]
+        ),
+        None
+    );
     host.stop().await.unwrap();
 }
 
@@ -504,14 +523,28 @@ async fn a_canary_failing_half_its_keys_is_rolled_back_and_stable_reconciles_eve
         "{requeued} of {} keys",
         candidate_keys.len()
     );
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
+    stable_takes_every_key(&host, &api, &keys, &status).await;
+    host.stop().await.unwrap();
+}
+
+/// After a rollback (`status` is the candidate's in `/plugins`): every key
+/// ends reconciled by the stable version, which took at least the keys the
+/// rollback requeued; the candidate's reconciles still running at the
+/// rollback end (at most one per worker), and then it reconciles nothing
+/// more, not even in a whole resync.
+async fn stable_takes_every_key(
+    host: &Host,
+    api: &Api<ConfigMap>,
+    keys: &[String],
+    status: &serde_json::Value,
+) {
+    const WORKERS: f64 = 2.0; // canary_config's maxConcurrentReconciles
+    let requeued = status["canary"]["requeued"].as_u64().unwrap() as f64;
     let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
     let stable_before = canary_reconciles(&metrics, "stable");
-    let candidate_after = canary_reconciles(&metrics, "candidate");
-
-    // Every key ends reconciled by the stable version: each mirrors its
-    // value, and the candidate reconciles nothing more.
-    let keys: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
-    mirrored(&api, &keys, "every key mirrored after the rollback").await;
+    let candidate_at_rollback = canary_reconciles(&metrics, "candidate");
+    mirrored(api, keys, "every key mirrored after the rollback").await;
     eventually(
         "the stable version took the candidate's keys",
         CONVERGE,
@@ -521,25 +554,154 @@ async fn a_canary_failing_half_its_keys_is_rolled_back_and_stable_reconciles_eve
         },
     )
     .await;
-    // A whole resync later (every key once more), the candidate still has
-    // no key.
-    let candidate_settled = canary_reconciles_now(&host, "candidate").await;
-    assert_eq!(
-        candidate_settled, candidate_after,
-        "the rolled-back candidate reconciled again"
-    );
-    let from = canary_reconciles_now(&host, "stable").await;
-    eventually("a resync after the rollback", CONVERGE, || async {
-        (canary_reconciles_now(&host, "stable").await >= from + KEYS as f64).then_some(())
-    })
+    let resync = || async {
+        let from = canary_reconciles_now(host, "stable").await;
+        eventually("a resync after the rollback", CONVERGE, || async {
+            (canary_reconciles_now(host, "stable").await >= from + keys.len() as f64).then_some(())
+        })
+        .await;
+    };
+    let settled = eventually(
+        "the candidate's last reconciles ended",
+        CONVERGE,
+        || async {
+            let before = canary_reconciles_now(host, "candidate").await;
+            resync().await;
+            (canary_reconciles_now(host, "candidate").await == before).then_some(before)
+        },
+    )
     .await;
+    assert!(
+        settled - candidate_at_rollback <= WORKERS,
+        "the candidate reconciled {} keys after the rollback",
+        settled - candidate_at_rollback
+    );
+    resync().await;
     assert_eq!(
-        canary_reconciles_now(&host, "candidate").await,
-        candidate_after,
+        canary_reconciles_now(host, "candidate").await,
+        settled,
         "the rolled-back candidate reconciled again"
     );
     let plugin = host.plugin("mirror").await.unwrap();
     assert_ne!(plugin["digest"], serde_json::Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_slower_at_p99_is_rolled_back_and_stable_reconciles_every_key() {
+    const KEYS: usize = 40;
+    let cluster = Cluster::start().await;
+    let api = configmaps(&cluster);
+    create_all(&api, values(KEYS, "cm")).await;
+    // The candidate is the same code sleeping 300 ms per reconcile: it
+    // never fails, so only its p99 (over 3x stable's, a few ms) can roll
+    // it back.
+    let host = cluster
+        .host(&canary_config(
+            cluster.dir.path(),
+            "      settings: { delayMs: 300 }\n      canary: { percent: 50, window: 60s, minReconciles: 6, maxP99Ratio: 3 }",
+        ))
+        .await;
+    let status = eventually("the canary rolled back", CONVERGE, || async {
+        let c = candidate_status(&host).await;
+        (c["canary"]["state"] == "rolled-back").then_some(c)
+    })
+    .await;
+    let reason = status["canary"]["reason"].as_str().unwrap();
+    assert!(reason.contains("p99 reconcile time"), "{reason}");
+    assert!(reason.contains("maxP99Ratio"), "{reason}");
+    assert_eq!(
+        status["canary"]["candidate"]["failure_rate"], 0.0,
+        "{status:#}"
+    );
+    let candidate_p99 = status["canary"]["candidate"]["p99_ms"].as_f64().unwrap();
+    assert!(candidate_p99 >= 300.0, "{status:#}");
+    assert_eq!(
+        metric_value(
+            host.admin,
+            "wasmctrl_canary_rollbacks_total{plugin=\"mirror\"}"
+        )
+        .await,
+        Some(1.0)
+    );
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
+    stable_takes_every_key(&host, &api, &keys, &status).await;
+    host.stop().await.unwrap();
+}
+
+/// The `value` of each series of `family` whose labels include `labels`.
+fn series_sum(metrics: &str, family: &str, labels: &[&str]) -> Option<f64> {
+    let found: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .collect();
+    (!found.is_empty()).then(|| found.iter().sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_reconcile_metric_carries_the_version_while_a_canary_runs() {
+    const KEYS: usize = 20;
+    let cluster = Cluster::start().await;
+    let api = configmaps(&cluster);
+    create_all(&api, values(KEYS, "cm")).await;
+    let host = cluster
+        .host(&canary_config(
+            cluster.dir.path(),
+            "      settings: { version: v2 }\n      canary: { percent: 50, window: 1h }",
+        ))
+        .await;
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
+    let candidate_keys: Vec<String> = keys
+        .iter()
+        .filter(|n| {
+            wasmctrl::manager::in_canary(&wasmctrl::ObjectKey::namespaced("default", *n), 50)
+        })
+        .cloned()
+        .collect();
+    assert!(!candidate_keys.is_empty() && candidate_keys.len() < KEYS);
+    mirrored(&api, &keys, "every key mirrored during the canary").await;
+    versioned(
+        &api,
+        &candidate_keys,
+        "v2",
+        "the candidate reconciled its keys",
+    )
+    .await;
+
+    let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    for version in ["stable", "candidate"] {
+        let v = format!("version=\"{version}\"");
+        for (family, name) in [
+            (
+                "controller_runtime_reconcile_total",
+                r#"controller="mirror""#,
+            ),
+            (
+                "controller_runtime_reconcile_time_seconds_count",
+                r#"controller="mirror""#,
+            ),
+            ("wasmctrl_plugin_guest_seconds_total", r#"plugin="mirror""#),
+            ("wasmctrl_plugin_host_calls_total", r#"plugin="mirror""#),
+            (
+                "wasmctrl_plugin_instantiate_seconds_count",
+                r#"plugin="mirror""#,
+            ),
+        ] {
+            let value = series_sum(&metrics, family, &[name, &v]);
+            assert!(
+                value.is_some_and(|x| x > 0.0),
+                "{family} has no {version} series: {value:?}\n{metrics}"
+            );
+        }
+    }
+    // The families' label sets never change: every series has `version`,
+    // the same label the canary's own families use.
+    for line in metrics.lines().filter(|l| {
+        l.starts_with("controller_runtime_reconcile") || l.starts_with("wasmctrl_plugin_guest")
+    }) {
+        assert!(line.contains("version=\""), "{line}");
+    }
     host.stop().await.unwrap();
 }
 

@@ -32,7 +32,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::metrics::{ControllerLabel, Metrics, PluginLabel};
+use crate::metrics::{self, ControllerLabel, ControllerVersionLabels, Metrics, PluginLabel};
 use crate::reconcile::{ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use crate::workqueue::{QueueItem, WorkQueue};
 
@@ -206,23 +206,28 @@ impl<R: Reconcile> Controller<R> {
         let active = inner.metrics.active_workers.get_or_create(&label).clone();
         active.inc();
         let started = tokio::time::Instant::now();
-        let result = AssertUnwindSafe(inner.reconciler.reconcile(request).instrument(span.clone()))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| {
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| s.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "reconciler panicked".into());
-                Err(ReconcileError::Host(format!(
-                    "reconciler panicked: {message}"
-                )))
-            });
+        // The version label is read from the task the reconcile ran on: the
+        // slot marks a candidate's reconciles (a native reconciler never
+        // does, and is `stable`).
+        let (result, version) = metrics::with_version(
+            AssertUnwindSafe(inner.reconciler.reconcile(request).instrument(span.clone()))
+                .catch_unwind(),
+        )
+        .await;
+        let result = result.unwrap_or_else(|panic| {
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "reconciler panicked".into());
+            Err(ReconcileError::Host(format!(
+                "reconciler panicked: {message}"
+            )))
+        });
         active.dec();
         inner
             .metrics
-            .observe_reconcile(&inner.options.name, started.elapsed(), &result);
+            .observe_reconcile(&inner.options.name, version, started.elapsed(), &result);
         let _enter = span.enter();
         let disposition = result::handle(
             &inner.queue,
@@ -233,7 +238,14 @@ impl<R: Reconcile> Controller<R> {
         );
         match (&disposition, &result) {
             (Disposition::Terminal, Err(e)) => {
-                inner.metrics.terminal_errors.get_or_create(&label).inc();
+                inner
+                    .metrics
+                    .terminal_errors
+                    .get_or_create(&ControllerVersionLabels {
+                        controller: inner.options.name.clone(),
+                        version: version.as_str().into(),
+                    })
+                    .inc();
                 tracing::error!(error = %e, "reconcile failed for good; not retrying");
                 inner.terminal.record(&inner.options.name, &key, e);
             }

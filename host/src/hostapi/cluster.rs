@@ -148,6 +148,7 @@ impl ClusterApi {
             .get_or_create(&LimitLabels {
                 plugin: self.plugin.clone(),
                 limit: limit.into(),
+                version: crate::metrics::current_version().as_str().into(),
             })
             .inc();
     }

@@ -14,7 +14,8 @@
 //! the stable version's by more than `maxFailureRateIncrease`, or its p99
 //! exceeds `maxP99Ratio` times the stable version's. Rolled back, the
 //! stable version takes every key, the keys the candidate reconciled are
-//! enqueued again, and the reason is logged, counted
+//! enqueued again (and those of the candidate's reconciles still running
+//! then, as each ends), and the reason is logged, counted
 //! (`wasmctrl_canary_rollbacks_total`) and shown in `/plugins`.
 //!
 //! # Promotion
@@ -32,26 +33,11 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Serialize;
 
 use crate::config::CanaryConfig;
+pub use crate::metrics::Version;
 use crate::metrics::{Metrics, PluginLabel, PluginVersionLabels, PluginVersionResultLabels};
 use crate::reconcile::{Action, ObjectKey, ReconcileError};
 use crate::runtime::Plugin;
 use crate::workqueue::WorkQueue;
-
-/// Which version reconciles a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Version {
-    Stable,
-    Candidate,
-}
-
-impl Version {
-    fn as_str(self) -> &'static str {
-        match self {
-            Version::Stable => "stable",
-            Version::Candidate => "candidate",
-        }
-    }
-}
 
 /// FNV-1a of the key: stable across builds, hosts and restarts.
 fn key_hash(key: &ObjectKey) -> u64 {
@@ -182,6 +168,9 @@ pub(crate) struct Canary {
     metrics: Arc<Metrics>,
     started: Instant,
     state: Mutex<State>,
+    /// Called once the canary was rolled back, or promoted and the
+    /// candidate swapped in (outside the canary's lock).
+    decided: Box<dyn Fn() + Send + Sync>,
 }
 
 /// Why a promotion was refused.
@@ -200,6 +189,7 @@ impl Canary {
         config: CanaryConfig,
         queue: WorkQueue<ObjectKey>,
         metrics: Arc<Metrics>,
+        decided: Box<dyn Fn() + Send + Sync>,
     ) -> Self {
         Self {
             plugin: plugin.to_string(),
@@ -217,6 +207,7 @@ impl Canary {
                 stable_keys: HashSet::new(),
                 candidate_keys: HashSet::new(),
             }),
+            decided,
         }
     }
 
@@ -239,7 +230,8 @@ impl Canary {
 
     /// Records one reconcile of `key` by `version`; judges the candidate.
     /// Returns true when this promoted the candidate (the caller swaps it
-    /// in).
+    /// in, then [`Canary::announce_decision`]); a rollback is announced
+    /// here.
     pub(crate) fn observe(
         &self,
         key: &ObjectKey,
@@ -266,6 +258,18 @@ impl Canary {
         let now = Instant::now();
         let window = self.config.window;
         let mut state = self.state.lock().unwrap();
+        let lost = matches!(
+            (&state.phase, version),
+            (Phase::RolledBack(_), Version::Candidate) | (Phase::Promoted, Version::Stable)
+        );
+        if lost {
+            // A reconcile that began before the decision, by the version
+            // that lost: the winner must redo its key too, as it redoes
+            // the keys the loser had when the decision was made.
+            state.requeued += 1;
+            self.queue.add(key.clone());
+            return false;
+        }
         match version {
             Version::Stable => {
                 state.stable.push(now, failed, took, window);
@@ -287,6 +291,8 @@ impl Canary {
         }
         if let Some(reason) = self.verdict(s, c) {
             self.roll_back(&mut state, reason);
+            drop(state);
+            (self.decided)();
             return false;
         }
         if self.config.auto_promote && now.duration_since(self.started) >= window {
@@ -353,7 +359,14 @@ impl Canary {
         }
     }
 
-    /// Promotes the candidate now (the caller swaps it in).
+    /// Tells whoever shows the canary's state that it was decided: the
+    /// caller of a promotion, once it swapped the candidate in.
+    pub(crate) fn announce_decision(&self) {
+        (self.decided)();
+    }
+
+    /// Promotes the candidate now (the caller swaps it in, then
+    /// [`Canary::announce_decision`]).
     pub(crate) fn promote(&self) -> Result<(), PromoteError> {
         let mut state = self.state.lock().unwrap();
         match &state.phase {

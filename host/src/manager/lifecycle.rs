@@ -330,6 +330,7 @@ impl PluginSlot {
         let canary = self.canary.as_ref().ok_or(SlotPromoteError::NoCanary)?;
         canary.promote()?;
         self.current.swap(canary.candidate().clone());
+        canary.announce_decision();
         Ok(())
     }
 
@@ -356,6 +357,9 @@ impl PluginSlot {
         request: ReconcileRequest,
     ) -> Result<Action, ReconcileError> {
         let (plugin, version) = self.route(&request.key);
+        if version == Some(Version::Candidate) {
+            crate::metrics::ran_as(Version::Candidate);
+        }
         let recording = self
             .shadow
             .as_ref()
@@ -390,6 +394,7 @@ impl PluginSlot {
             && canary.observe(&key, version, &result, started.elapsed())
         {
             self.current.swap(canary.candidate().clone());
+            canary.announce_decision();
         }
         if let (Some(shadow), Some(recording), Some(request)) =
             (&self.shadow, recording, shadow_request)

@@ -21,7 +21,17 @@
 //! - name files on the host (`file:`/`path:` sources need
 //!   `pluginsFrom.allowFileSources`; `dockerConfig` is refused): registry
 //!   credentials come only from its `imagePullSecret`, in
-//!   `pluginsFrom.namespace`; without one, pulls are anonymous.
+//!   `pluginsFrom.namespace`; without one, pulls are anonymous. The same
+//!   holds for `spec.candidate`'s source, with its own `imagePullSecret`;
+//!   the candidate has the plugin's grant, checked once.
+//!
+//! # Candidates
+//! `spec.candidate` runs a second version in shadow or as a canary, as in
+//! the host config. Its state is in `status.candidate` (a rollback with its
+//! reason, a promotion); promote for good by editing the spec (the
+//! candidate's source becomes `spec.source`, `spec.candidate` goes), which
+//! rebuilds the plugin; a `POST /plugins/{name}/promote` lasts until the
+//! next rebuild.
 //!
 //! # Status
 //! Written by the leader only ([`status`]): `observedGeneration`, the
@@ -57,7 +67,7 @@ use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use spec::Refusal;
 use spec::{GROUP, KIND, VERSION};
-use status::{ObjectStatus, Serving};
+use status::{CandidateState, ObjectStatus, Serving};
 
 /// The WasmReconciler CustomResourceDefinition (`wasmctrl dev` applies it
 /// when the config sets `pluginsFrom`).
@@ -519,6 +529,20 @@ fn serving_of(entry: &PluginEntry, rebuild_error: Option<&str>) -> Serving {
             .last_error()
             .filter(|e| Some(*e) != rebuild_error)
             .map(str::to_string),
+        candidate: entry.slot().candidate().map(|(candidate, mode)| {
+            let canary = entry.slot().canary_status();
+            CandidateState {
+                mode: mode.into(),
+                state: canary
+                    .as_ref()
+                    .map_or_else(|| mode.to_string(), |c| c.state.clone()),
+                reason: canary.as_ref().and_then(|c| c.reason.clone()),
+                decided_at: canary.and_then(|c| c.decided_at),
+                digest: candidate.digest().to_string(),
+                version: candidate.metadata().version.clone(),
+                source: candidate.origin().to_string(),
+            }
+        }),
     }
 }
 

@@ -20,7 +20,7 @@ use super::status::PluginStatus;
 use super::wiring::{enqueue_all, rate_limiter};
 use super::{Host, ManagerError};
 use crate::config::{HostConfig, PluginConfig};
-use crate::metrics::ResultLabel;
+use crate::metrics::{ResultLabel, Version};
 use crate::source::FileWatcher;
 
 /// Why a reload did not swap.
@@ -97,7 +97,7 @@ impl Host {
         };
         let api = self.plugin_api(&config);
         let plugin = self
-            .load(&config, &*source, api.clone())
+            .load(&config, &*source, api.clone(), Version::Stable)
             .await
             .map_err(fail)?;
         let new_meta = plugin.metadata().clone();

@@ -36,7 +36,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::hostapi::{ApiError, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
-use crate::metrics::{Metrics, PluginKindLabels, PluginLabel};
+use crate::metrics::{Metrics, PluginKindLabels, PluginLabel, Version};
 use crate::normalized::{canonical, parse_body};
 use crate::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use crate::runtime::{Plugin, Through};
@@ -571,10 +571,18 @@ impl Shadow {
         tokio::spawn(async move {
             let _permit = permit;
             let key = request.key.clone();
-            let invocation = candidate
-                .invoke_through(request, Through::kube(capture.clone()))
-                .await;
+            // The candidate's host calls (a ceiling it runs into) count
+            // as the candidate's too.
+            let (invocation, _) = crate::metrics::with_version(async {
+                crate::metrics::ran_as(Version::Candidate);
+                candidate
+                    .invoke_through(request, Through::kube(capture.clone()))
+                    .await
+            })
+            .await;
             let Some(this) = this.upgrade() else { return };
+            this.metrics
+                .observe_call_as(&this.plugin, Version::Candidate, &invocation.usage);
             let writes = std::mem::take(&mut capture.state.lock().unwrap().writes);
             this.compare(
                 &key,

@@ -18,6 +18,7 @@ use crate::config::{CandidateMode, InstanceModeConfig, PluginConfig, RateLimiter
 use crate::controller::watches::{KeyMapping, keys};
 use crate::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
+use crate::metrics::Version;
 use crate::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
 use crate::source::PluginSource;
 use crate::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
@@ -62,7 +63,7 @@ impl Host {
         let source = self.source_for(&config);
         let api = self.plugin_api(&config);
         let plugin = self
-            .load(&config, &*source, api.clone())
+            .load(&config, &*source, api.clone(), Version::Stable)
             .await
             .inspect_err(|_| self.count_reload(&config.name, "error"))?;
         let watches = self
@@ -126,12 +127,22 @@ impl Host {
                         .canary
                         .clone()
                         .expect("validated: mode canary has a canary section");
+                    // A rollback or promotion changes what the plugin's
+                    // object (if it is one's) shows.
+                    let host = Arc::downgrade(self);
+                    let name = config.name.clone();
+                    let decided = move || {
+                        if let Some(host) = host.upgrade() {
+                            host.plugin_changed(&name);
+                        }
+                    };
                     slot = slot.with_canary(Arc::new(Canary::new(
                         &config.name,
                         candidate_plugin,
                         canary,
                         queue.clone(),
                         self.metrics.clone(),
+                        Box::new(decided),
                     )));
                 }
             }
@@ -179,7 +190,8 @@ impl Host {
         // Its source is not followed: a new candidate comes with a config
         // (or object) change, which rebuilds the plugin.
         let source = self.source_for(candidate_config);
-        self.load(candidate_config, &*source, api).await
+        self.load(candidate_config, &*source, api, Version::Candidate)
+            .await
     }
 
     /// The `kube` imports of one plugin, held to its grant and API limits.
@@ -213,12 +225,14 @@ impl Host {
 
     /// Fetches the plugin's component, checks it fits the engine, loads it
     /// (world, metadata) and checks its declared permissions against the
-    /// grant.
+    /// grant. `version` says which of the plugin's versions it is: only
+    /// the stable version's fetch is what the plugin's source resolved to.
     pub(super) async fn load(
         &self,
         config: &PluginConfig,
         source: &dyn PluginSource,
         api: Arc<ClusterApi>,
+        version: Version,
     ) -> Result<Arc<Plugin>, ManagerError> {
         let others: u32 = self
             .plugins
@@ -236,7 +250,9 @@ impl Host {
             })?;
         let origin = source.origin();
         let artifact = source.fetch().await?;
-        self.note_fetched(&config.name, &artifact.digest);
+        if version == Version::Stable {
+            self.note_fetched(&config.name, &artifact.digest);
+        }
         let plugin = self
             .runtime
             .load_bytes(

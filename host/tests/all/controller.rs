@@ -146,12 +146,12 @@ async fn a_runaway_guest_is_stopped_while_other_keys_keep_being_reconciled() {
     assert_eq!(queue.processing_len(), 0);
     let text = metrics.encode();
     assert!(
-        text.contains(r#"controller_runtime_reconcile_timeouts_total{controller="misbehave"}"#),
+        text.contains(r#"controller_runtime_reconcile_timeouts_total{controller="misbehave",version="stable"}"#),
         "{text}"
     );
     assert!(
         text.contains(
-            r#"controller_runtime_reconcile_total{controller="misbehave",result="success"} 20"#
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="success",version="stable"} 20"#
         ),
         "{text}"
     );

@@ -261,12 +261,12 @@ plugins:
     eventually("every flood handled", Duration::from_secs(120), || async {
         let done = metric(
             host.admin,
-            r#"controller_runtime_reconcile_total{controller="hostile",result="success"}"#,
+            r#"controller_runtime_reconcile_total{controller="hostile",result="success",version="stable"}"#,
         )
         .await
             + metric(
                 host.admin,
-                r#"controller_runtime_reconcile_errors_total{controller="hostile"}"#,
+                r#"controller_runtime_reconcile_errors_total{controller="hostile",version="stable"}"#,
             )
             .await;
         (done >= 3.0).then_some(())
@@ -425,7 +425,7 @@ async fn a_host_killed_under_load_converges_everything_after_a_restart() {
     eventually("reconciles under load", Duration::from_secs(60), || async {
         let n = wasmctrl::test_util::metric_value(
             host.admin,
-            r#"controller_runtime_reconcile_total{controller="mirror",result="success"}"#,
+            r#"controller_runtime_reconcile_total{controller="mirror",result="success",version="stable"}"#,
         )
         .await?;
         (n > (2 * N) as f64).then_some(())

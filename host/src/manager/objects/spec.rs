@@ -76,6 +76,38 @@ pub fn bounded(mut message: String) -> String {
     message
 }
 
+/// Refuses what an object may not ask of a source (`config`'s, given at
+/// `at`: the plugin's `spec`, or its `spec.candidate`): a docker config
+/// file on the host (credentials come only from an `imagePullSecret`), and
+/// files unless the host allows them.
+fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(), Refusal> {
+    if let Some(source) = &config.source
+        && source.docker_config.is_some()
+    {
+        return Err(Refusal::new(
+            "InvalidSpec",
+            format!(
+                "{at}.source.dockerConfig: names a file on the host; give imagePullSecret: a Secret of type kubernetes.io/dockerconfigjson in namespace {:?}",
+                from.namespace
+            ),
+        ));
+    }
+    if config.file(std::path::Path::new("")).is_some() && !from.allow_file_sources {
+        let field = if config.path.is_some() {
+            format!("{at}.path")
+        } else {
+            format!("{at}.source.file")
+        };
+        return Err(Refusal::new(
+            "FileSourceNotAllowed",
+            format!(
+                "{field}: objects may not name files on the host (set pluginsFrom.allowFileSources: true in the host config to allow it); use an oci or url source"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The plugin `object` defines, checked like a plugin of the host config,
 /// then against what objects may ask for: `from` (file sources) and
 /// `ceiling` (the host's `maxGrant`; None: no grant at all).
@@ -122,34 +154,11 @@ pub fn plugin_config(
             "spec.record: transcripts are written to the host's disk, so only the host config may turn recording on".into(),
         ));
     }
-    // A candidate's source would need the same file, credential and
-    // registry checks as the plugin's; until it has them, candidates are
-    // a host-config feature.
-    if config.candidate.is_some() {
-        return Err(invalid(
-            "spec.candidate: not supported on WasmReconciler objects yet; give the candidate in the host config".into(),
-        ));
-    }
-    if let Some(source) = &config.source
-        && source.docker_config.is_some()
-    {
-        return Err(invalid(format!(
-            "spec.source.dockerConfig: names a file on the host; give imagePullSecret: a Secret of type kubernetes.io/dockerconfigjson in namespace {:?}",
-            from.namespace
-        )));
-    }
-    if config.file(std::path::Path::new("")).is_some() && !from.allow_file_sources {
-        let field = if config.path.is_some() {
-            "spec.path"
-        } else {
-            "spec.source.file"
-        };
-        return Err(Refusal::new(
-            "FileSourceNotAllowed",
-            format!(
-                "{field}: objects may not name files on the host (set pluginsFrom.allowFileSources: true in the host config to allow it); use an oci or url source"
-            ),
-        ));
+    check_source(&config, "spec", from)?;
+    // The candidate loads as the plugin with its own source and settings
+    // (same name, grant and limits): its source gets the same checks.
+    if let Some(candidate) = config.candidate_plugin() {
+        check_source(&candidate, "spec.candidate", from)?;
     }
     let over = ceiling::exceeding(
         &config.permissions,
@@ -218,15 +227,78 @@ mod tests {
     }
 
     #[test]
-    fn a_candidate_is_refused_on_objects_until_its_source_is_checked_like_the_plugins() {
-        let r = refusal(
-            "stamp",
+    fn a_candidate_source_gets_the_checks_of_the_plugins_own() {
+        let with = |candidate: Value| {
             serde_json::json!({
                 "source": {"oci": "127.0.0.1:5000/p/stamp:1"},
-                "candidate": {"path": "/etc/passwd", "mode": "shadow"},
-            }),
+                "candidate": candidate,
+            })
+        };
+        for (candidate, field) in [
+            (
+                serde_json::json!({"path": "/etc/passwd", "mode": "shadow"}),
+                "spec.candidate.path: ",
+            ),
+            (
+                serde_json::json!({"source": {"file": "v2.wasm"}, "mode": "shadow"}),
+                "spec.candidate.source.file: ",
+            ),
+        ] {
+            let r = refusal("stamp", with(candidate.clone()));
+            assert_eq!(r.reason, "FileSourceNotAllowed", "{r}");
+            assert!(r.message.starts_with(field), "{r}");
+            let allowed = plugin_config(
+                &object("stamp", with(candidate)),
+                &from(true),
+                Some(&ceiling()),
+            );
+            assert!(allowed.is_ok(), "{allowed:?}");
+        }
+        let r = refusal(
+            "stamp",
+            with(serde_json::json!({
+                "source": {"oci": "127.0.0.1:5000/p/stamp:2", "dockerConfig": "/root/.docker/config.json"},
+                "mode": "shadow",
+            })),
         );
-        assert!(r.message.contains("spec.candidate: not supported"), "{r:?}");
+        assert!(
+            r.message
+                .starts_with("spec.candidate.source.dockerConfig: ")
+                && r.message.contains("imagePullSecret"),
+            "{r}"
+        );
+        let r = refusal(
+            "stamp",
+            with(serde_json::json!({"source": {"oci": "x/y"}, "mode": "shadow"})),
+        );
+        assert!(r.message.starts_with("spec.candidate.source.oci: "), "{r}");
+        let r = refusal(
+            "stamp",
+            with(serde_json::json!({"source": {"oci": "x/y:2"}, "mode": "canary"})),
+        );
+        assert!(r.message.starts_with("spec.candidate.canary"), "{r}");
+        // An oci candidate with its own pull Secret, as a canary.
+        let c = plugin_config(
+            &object(
+                "stamp",
+                with(serde_json::json!({
+                    "source": {"oci": "127.0.0.1:5000/p/stamp:2", "imagePullSecret": "regcred2"},
+                    "settings": {"v": 2},
+                    "mode": "canary",
+                    "canary": {"percent": 20},
+                })),
+            ),
+            &from(false),
+            Some(&ceiling()),
+        )
+        .unwrap();
+        let candidate = c.candidate_plugin().unwrap();
+        assert_eq!(
+            candidate.source.unwrap().image_pull_secret.as_deref(),
+            Some("regcred2")
+        );
+        assert_eq!(candidate.settings["v"], 2);
+        assert_eq!(candidate.permissions, c.permissions);
     }
 
     #[test]

@@ -8,6 +8,14 @@
 //!   source: oci://registry/p:1       # where it came from
 //!   pluginGeneration: 2              # 1 at start, +1 per swap or rebuild
 //!   resolvedDigest: sha256:…         # what the source last resolved to
+//!   candidate:                       # with spec.candidate
+//!     mode: canary                   # shadow | canary
+//!     state: rolled-back             # shadow | canary | rolled-back | promoted
+//!     reason: "the candidate failed 48% of 25 reconciles …"
+//!     decidedAt: 2026-12-03T11:00:00Z
+//!     digest: sha256:…
+//!     version: 2.0.0
+//!     source: oci://registry/p:2
 //!   conditions:
 //!     - { type: Ready, status: "True", reason: Serving, … }
 //!     - { type: Degraded, status: "True", reason: LoadFailed, message: … }
@@ -35,6 +43,29 @@ pub struct Serving {
     pub generation: u64,
     /// Why the last reload (a moved tag, a changed file) or sync failed.
     pub last_error: Option<String>,
+    /// The candidate version running beside it, if any.
+    pub candidate: Option<CandidateState>,
+}
+
+/// `.status.candidate`: the candidate version beside the serving one, and
+/// where its rollout is.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateState {
+    /// `shadow` or `canary`.
+    pub mode: String,
+    /// `shadow`, `canary` (reconciling its share), `rolled-back` or
+    /// `promoted`.
+    pub state: String,
+    /// Why a canary was rolled back.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// When a canary was rolled back or promoted (RFC 3339).
+    #[serde(default)]
+    pub decided_at: Option<String>,
+    pub digest: String,
+    pub version: String,
+    pub source: String,
 }
 
 /// `.status` of a WasmReconciler. Every field is written (absent ones as
@@ -54,6 +85,8 @@ pub struct ObjectStatus {
     pub plugin_generation: Option<u64>,
     #[serde(default)]
     pub resolved_digest: Option<String>,
+    #[serde(default)]
+    pub candidate: Option<CandidateState>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
 }
@@ -162,6 +195,10 @@ impl ObjectStatus {
             resolved_digest: resolved
                 .map(str::to_string)
                 .or_else(|| serving.map(|s| s.digest.clone())),
+            candidate: serving.and_then(|s| s.candidate.clone()).map(|mut c| {
+                c.reason = c.reason.map(bounded);
+                c
+            }),
             conditions,
         }
     }
@@ -190,6 +227,7 @@ mod tests {
             synced: true,
             generation: 1,
             last_error: last_error.map(str::to_string),
+            candidate: None,
         }
     }
 

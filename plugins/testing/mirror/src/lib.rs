@@ -12,7 +12,9 @@
 //! - `deleteDeployments: true` deletes every Deployment of the key's
 //!   namespace instead of mirroring (a bad version a shadow must contain);
 //! - `failHalf: true` fails every key whose name hashes to an even number
-//!   (about half of them) with a transient error.
+//!   (about half of them) with a transient error;
+//! - `delayMs: N` sleeps N ms before each reconcile (a slow version whose
+//!   p99 a canary must catch; a sleep, so it burns no CPU).
 
 use serde::Deserialize;
 use wasmctrl_sdk::k8s_openapi::api::apps::v1::Deployment;
@@ -32,6 +34,8 @@ struct Settings {
     delete_deployments: bool,
     #[serde(default)]
     fail_half: bool,
+    #[serde(default)]
+    delay_ms: u64,
 }
 
 /// FNV-1a: stable across builds and hosts.
@@ -55,7 +59,10 @@ impl Reconciler for Mirror {
     fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error> {
         let settings: Settings = ctx.settings()?;
         let namespace = key.require_namespace()?;
-        if settings.fail_half && hash(&key.name) % 2 == 0 {
+        if settings.delay_ms > 0 {
+            std::thread::sleep(std::time::Duration::from_millis(settings.delay_ms));
+        }
+        if settings.fail_half && hash(&key.name).is_multiple_of(2) {
             return Err(Error::transient(format!("{} is not handled yet", key.name)));
         }
         if settings.delete_deployments {
