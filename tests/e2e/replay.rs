@@ -22,20 +22,27 @@ fn applies_a_deployment(t: &Transcript) -> bool {
         .any(|c| matches!(&c.request, CallRequest::Patch { kind, .. } if kind.kind == "Deployment"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_is_caught() {
+/// The quick start's webapp operator on a new cluster, recording the
+/// reconciles of `keys` into the returned directory.
+async fn recording_webapp(keys: &str) -> (Cluster, Host, tempfile::TempDir) {
     let cluster = Cluster::start().await;
     apply_crd(&cluster);
     let dir = tempfile::tempdir().unwrap();
     let mut config = quickstart_config(artifacts::WEBAPP);
     config.plugins[0].record = Some(RecordConfig {
         dir: dir.path().to_path_buf(),
-        keys: "all".into(),
+        keys: keys.into(),
         max: 1000,
         max_bytes: 16 << 20,
         files: 4,
     });
     let host = Host::start(config, cluster.client.clone(), None).await;
+    (cluster, host, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_is_caught() {
+    let (cluster, host, dir) = recording_webapp("all").await;
     converges_heals_and_cleans_up(&cluster, host).await;
 
     // The writer thread finishes the queue after the host stopped.
@@ -123,18 +130,7 @@ async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_i
 /// are recorded, and what is written is counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_keys_the_selector_picks_are_recorded() {
-    let cluster = Cluster::start().await;
-    apply_crd(&cluster);
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = quickstart_config(artifacts::WEBAPP);
-    config.plugins[0].record = Some(RecordConfig {
-        dir: dir.path().to_path_buf(),
-        keys: "record=yes".into(),
-        max: 1000,
-        max_bytes: 16 << 20,
-        files: 4,
-    });
-    let host = Host::start(config, cluster.client.clone(), None).await;
+    let (cluster, host, dir) = recording_webapp("record=yes").await;
     let manifest = |name: &str, labels: &str| {
         format!(
             "apiVersion: demo.wasmctrl.dev/v1alpha1\nkind: WebApp\nmetadata:\n  name: {name}\n  namespace: default\n  labels: {labels}\nspec:\n  image: nginx:1.27\n  replicas: 1\n  port: 80\n"
