@@ -11,6 +11,11 @@
 //! reconcile never waits for the disk, and a line that finds the queue full
 //! is dropped. Every dropped transcript is counted in
 //! `wasmctrl_record_dropped_total{plugin,reason}`.
+//!
+//! A config reload that rebuilds the plugin starts a new recorder on the
+//! same file while the old one drains: both append whole lines (one write
+//! each, so lines never interleave), and the first rotation after it may
+//! come a few lines early or late.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, Write};
