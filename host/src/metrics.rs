@@ -43,6 +43,8 @@ pub struct CallUsage {
     pub output_bytes: u64,
     /// `kube` calls the guest made.
     pub host_calls: u32,
+    /// Time the guest was held back to share the CPU with other plugins.
+    pub cpu_throttled: Duration,
     /// How the call trapped, if it did.
     pub trap: Option<TrapKind>,
     /// The plugin ceiling the call ran into (a `Limits` field name).
@@ -258,6 +260,7 @@ pub struct Metrics {
     pub plugin_instantiate: HistogramFamily<PluginVersionLabels>,
     // wasmctrl_plugin_* usage and ceilings
     pub plugin_guest_seconds: Family<PluginVersionLabels, Counter<f64, AtomicU64>>,
+    pub plugin_cpu_throttled_seconds: Family<PluginVersionLabels, Counter<f64, AtomicU64>>,
     pub plugin_memory_peak: Family<PluginVersionLabels, Gauge>,
     pub plugin_output_bytes: Family<PluginVersionLabels, Counter>,
     pub plugin_host_calls: Family<PluginVersionLabels, Counter>,
@@ -318,6 +321,7 @@ impl Metrics {
             hostapi_calls: Family::default(),
             plugin_instantiate: Family::new_with_constructor(seconds_histogram),
             plugin_guest_seconds: Family::default(),
+            plugin_cpu_throttled_seconds: Family::default(),
             plugin_memory_peak: Family::default(),
             plugin_output_bytes: Family::default(),
             plugin_host_calls: Family::default(),
@@ -494,6 +498,11 @@ impl Metrics {
                 m.plugin_guest_seconds.clone(),
             );
             r.register(
+                "wasmctrl_plugin_cpu_throttled_seconds",
+                "Time the plugin's guests were held back past their CPU burst to share the CPU with other plugins (runtime.guestCpu)",
+                m.plugin_cpu_throttled_seconds.clone(),
+            );
+            r.register(
                 "wasmctrl_plugin_memory_peak_bytes",
                 "The most linear memory one instance of the plugin held (all memories together)",
                 m.plugin_memory_peak.clone(),
@@ -625,6 +634,11 @@ impl Metrics {
         self.plugin_guest_seconds
             .get_or_create(&label)
             .inc_by(usage.guest_time.as_secs_f64());
+        if !usage.cpu_throttled.is_zero() {
+            self.plugin_cpu_throttled_seconds
+                .get_or_create(&label)
+                .inc_by(usage.cpu_throttled.as_secs_f64());
+        }
         let peak = self.plugin_memory_peak.get_or_create(&label);
         let memory = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
         if memory > peak.get() {

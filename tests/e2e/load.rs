@@ -5,8 +5,9 @@
 //! Correctness is asserted here (every object ends with its final state, no
 //! key stuck). How much work dedup saves and how much a misbehaving
 //! neighbour slows a plugin are timings: they are printed (run with
-//! `--nocapture`) and recorded by `scripts/load.sh` in docs/RELIABILITY.md,
-//! with `WASMCTRL_LOAD_OBJECTS` scaling the object count (default 500).
+//! `--nocapture`) and recorded in docs/RELIABILITY.md, with
+//! `WASMCTRL_LOAD_OBJECTS` scaling the object count (default 500):
+//! `WASMCTRL_LOAD_OBJECTS=10000 cargo test -p wasmctrl-e2e --test e2e load:: -- --nocapture`.
 
 use std::time::{Duration, Instant};
 
@@ -41,14 +42,26 @@ fn mirror_plugin(namespace: &str) -> String {
     )
 }
 
-fn misbehave_plugin(namespace: &str) -> String {
+/// `mirror` with an API budget of its own. By default each plugin gets an
+/// equal share of `runtime.apiQps`, so loading a second plugin, whatever it
+/// does, halves mirror's budget; the fairness test measures what the
+/// neighbour's behaviour costs, so mirror's budget must not change with it.
+fn mirror_plugin_with_own_api_budget(namespace: &str) -> String {
+    format!(
+        "{}\n    limits: {{ apiQps: 5000, apiBurst: 5000 }}",
+        mirror_plugin(namespace)
+    )
+}
+
+/// `misbehave`, whose failed keys back off up to `max_delay`.
+fn misbehave_plugin(namespace: &str, max_delay: &str) -> String {
     format!(
         r#"
   - name: misbehave
     path: {}
     maxConcurrentReconciles: 2
     reconcileTimeout: 200ms
-    rateLimiter: {{ baseDelay: 5ms, maxDelay: 1000s, qps: 5000, burst: 5000 }}
+    rateLimiter: {{ baseDelay: 5ms, maxDelay: {max_delay}, qps: 5000, burst: 5000 }}
     namespaces: [{namespace}]
     permissions:
       - {{ group: "", resources: [configmaps], verbs: [get, list, watch] }}"#,
@@ -161,16 +174,33 @@ async fn bursts_of_updates_are_deduplicated_and_the_last_one_always_wins() {
     host.stop().await.unwrap();
 }
 
-/// The time for `mirror` to mirror a new value onto all `n` objects.
-async fn mirror_round(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) -> Duration {
-    let started = Instant::now();
-    stream::iter(0..n)
-        .for_each_concurrent(WRITERS, |i| {
-            set_value(api, format!("cm-{i}"), value.to_string())
-        })
-        .await;
-    mirrored(host, api, n, value).await;
-    started.elapsed()
+/// Rounds per measurement: the fastest is kept, as the one least disturbed
+/// by whatever else the machine runs.
+const ROUNDS: usize = 3;
+
+/// The time for `mirror` to mirror a new value onto all `n` objects, the
+/// fastest of [`ROUNDS`] rounds (values `{tag}-1`, `{tag}-2`, …). Returns
+/// it with the last value written.
+async fn mirror_rounds(
+    host: &Host,
+    api: &Api<ConfigMap>,
+    n: usize,
+    tag: &str,
+) -> (Duration, String) {
+    let mut fastest = Duration::MAX;
+    let mut value = String::new();
+    for round in 1..=ROUNDS {
+        value = format!("{tag}-{round}");
+        let started = Instant::now();
+        stream::iter(0..n)
+            .for_each_concurrent(WRITERS, |i| {
+                set_value(api, format!("cm-{i}"), value.clone())
+            })
+            .await;
+        mirrored(host, api, n, &value).await;
+        fastest = fastest.min(started.elapsed());
+    }
+    (fastest, value)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -184,16 +214,21 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     create(&good, "cm-", n).await;
 
     // Baseline: mirror alone.
-    let host = cluster.host(&host_config(&[mirror_plugin("good")])).await;
+    let host = cluster
+        .host(&host_config(&[mirror_plugin_with_own_api_budget("good")]))
+        .await;
     mirrored(&host, &good, n, "0").await;
-    let baseline = mirror_round(&host, &good, n, "1").await;
+    let (baseline, last) = mirror_rounds(&host, &good, n, "alone").await;
     host.stop().await.unwrap();
 
     // Beside it, a plugin whose n keys all fail into backoff.
     create(&bad, "error-", n).await;
-    let both = host_config(&[mirror_plugin("good"), misbehave_plugin("bad")]);
+    let both = host_config(&[
+        mirror_plugin_with_own_api_budget("good"),
+        misbehave_plugin("bad", "1000s"),
+    ]);
     let host = cluster.host(&both).await;
-    mirrored(&host, &good, n, "1").await;
+    mirrored(&host, &good, n, &last).await;
     // Measure once the failing keys are deep in their backoff (11 failures
     // each: the next retry is 10 s away), as they are in a real incident.
     // The plugin's overall bucket is raised (qps 5000) so they get there
@@ -202,20 +237,31 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
         (reconciles(&host, "misbehave").await >= (n * 11) as f64).then_some(())
     })
     .await;
-    let backoff = mirror_round(&host, &good, n, "2").await;
+    let (backoff, last) = mirror_rounds(&host, &good, n, "backoff").await;
     host.stop().await.unwrap();
 
-    // Beside it, a plugin with keys that loop to their deadline, at its full
-    // concurrency, for the whole round.
+    // Beside it, a plugin with 4 keys that loop to their deadline and are
+    // retried 5 ms later (maxDelay), so both its workers spin for every
+    // round. The failing keys go first: in a new host their backoff would
+    // start over at that same 5 ms.
+    for i in 0..n {
+        bad.delete(&format!("error-{i}"), &Default::default())
+            .await
+            .unwrap();
+    }
     for i in 0..4 {
         let cm: ConfigMap =
             serde_json::from_value(serde_json::json!({"metadata": {"name": format!("loop-{i}")}}))
                 .unwrap();
         bad.create(&PostParams::default(), &cm).await.unwrap();
     }
-    let host = cluster.host(&both).await;
-    mirrored(&host, &good, n, "2").await;
-    let looping = mirror_round(&host, &good, n, "3").await;
+    let looping_config = host_config(&[
+        mirror_plugin_with_own_api_budget("good"),
+        misbehave_plugin("bad", "5ms"),
+    ]);
+    let host = cluster.host(&looping_config).await;
+    mirrored(&host, &good, n, &last).await;
+    let (looping, _) = mirror_rounds(&host, &good, n, "looping").await;
     let timeouts = {
         let needle = "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\",version=\"stable\"}";
         wasmctrl_e2e::metric_value(host.admin, needle)
@@ -223,12 +269,21 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
             .unwrap_or(0.0)
     };
     assert!(timeouts >= 1.0, "no looping reconcile reached its deadline");
+    // Past their burst, the looping guests were held to their share of the
+    // CPU while mirror had work (runtime.guestCpu).
+    let needle =
+        "wasmctrl_plugin_cpu_throttled_seconds_total{plugin=\"misbehave\",version=\"stable\"}";
+    let throttled = wasmctrl_e2e::metric_value(host.admin, needle)
+        .await
+        .unwrap_or(0.0);
+    assert!(throttled > 0.0, "the looping guests were never held back");
     host.stop().await.unwrap();
 
     let ratio = |d: Duration| d.as_secs_f64() / baseline.as_secs_f64();
     println!(
-        "fairness: {n} objects mirrored in {baseline:?} alone, {backoff:?} ({:.2}x) beside \
-         {n} keys in backoff, {looping:?} ({:.2}x) beside 4 keys looping to their deadline",
+        "fairness (fastest of {ROUNDS} rounds): {n} objects mirrored in {baseline:?} alone, {backoff:?} ({:.2}x) beside \
+         {n} keys in backoff, {looping:?} ({:.2}x) beside 4 keys looping to their deadline \
+         (held back {throttled:.2} s)",
         ratio(backoff),
         ratio(looping)
     );

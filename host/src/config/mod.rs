@@ -282,6 +282,9 @@ pub struct RuntimeSection {
     /// plugin without `limits.apiQps` gets an equal share of it.
     #[serde(default = "default_host_api_qps")]
     pub api_qps: f64,
+    /// How plugins' guests share the CPU when more than one has work.
+    #[serde(default)]
+    pub guest_cpu: GuestCpuSection,
 }
 
 impl Default for RuntimeSection {
@@ -291,9 +294,48 @@ impl Default for RuntimeSection {
             fuel: None,
             max_instances: None,
             api_qps: default_host_api_qps(),
+            guest_cpu: GuestCpuSection::default(),
         }
     }
 }
+
+/// `runtime.guestCpu`: while another plugin has work, a plugin's guests,
+/// past the first 5 ms of each call, may use `burst` of CPU at once and then
+/// `share` of one core, all its calls together. Ordinary reconciles never
+/// run that long, and a plugin alone is never held back.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct GuestCpuSection {
+    /// CPU time beyond the share taken at once (the bucket's depth).
+    /// Default 50ms.
+    #[serde(default = "default_guest_burst", deserialize_with = "duration")]
+    pub burst: Duration,
+    /// A CPU quantity (`100m`, `0.5`, `1`), in millicores. Default 100m.
+    #[serde(default = "default_guest_share", deserialize_with = "cpu")]
+    pub share: u32,
+}
+
+impl Default for GuestCpuSection {
+    fn default() -> Self {
+        Self {
+            burst: default_guest_burst(),
+            share: default_guest_share(),
+        }
+    }
+}
+
+fn default_guest_burst() -> Duration {
+    Duration::from_millis(50)
+}
+
+fn default_guest_share() -> u32 {
+    100
+}
+
+/// The smallest CPU share a plugin may be given (a tick per 100 ticks).
+pub const MIN_GUEST_SHARE_MILLICORES: u32 = 10;
+/// The largest: more than any host has cores.
+pub const MAX_GUEST_SHARE_MILLICORES: u32 = 1024 * 1000;
 
 /// The kind `pluginsFrom` accepts.
 pub const PLUGINS_FROM_KIND: &str = "WasmReconciler";
@@ -905,6 +947,23 @@ impl HostConfig {
             )?;
         }
         top("runtime.apiQps", rate(self.runtime.api_qps, 1e6))?;
+        let cpu = &self.runtime.guest_cpu;
+        top(
+            "runtime.guestCpu.share",
+            count(
+                u64::from(cpu.share),
+                u64::from(MIN_GUEST_SHARE_MILLICORES),
+                u64::from(MAX_GUEST_SHARE_MILLICORES),
+            )
+            .map_err(|e| format!("{e} (millicores)")),
+        )?;
+        if cpu.burst < Duration::from_millis(1) {
+            return Err(invalid(
+                "runtime.guestCpu.burst".into(),
+                None,
+                "must be at least 1ms (one epoch tick)".into(),
+            ));
+        }
         if let Some(n) = self.runtime.max_instances {
             top("runtime.maxInstances", count(u64::from(n), 1, 10_000))?;
         }
@@ -1368,6 +1427,43 @@ pub fn parse_quantity(s: &str) -> Result<u64, String> {
     value
         .checked_mul(factor)
         .ok_or_else(|| format!("quantity {s:?} is too large"))
+}
+
+/// Parses a Kubernetes CPU quantity into millicores: `100m`, `0.5`, `2`.
+pub fn parse_cpu(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (number, scale) = match t.strip_suffix('m') {
+        Some(n) => (n, 1.0),
+        None => (t, 1000.0),
+    };
+    let ok = !number.is_empty()
+        && number.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && number.chars().filter(|&c| c == '.').count() <= 1;
+    let value: f64 = if ok { number.parse().ok() } else { None }.ok_or_else(|| {
+        format!("invalid CPU quantity {s:?}: expected cores (0.5, 2) or millicores (100m)")
+    })?;
+    let millis = (value * scale).round();
+    if !(millis >= 1.0 && millis <= f64::from(u32::MAX)) {
+        return Err(format!(
+            "CPU quantity {s:?} is out of range (1m to {} cores)",
+            u32::MAX / 1000
+        ));
+    }
+    Ok(millis as u32)
+}
+
+fn cpu<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum CpuRepr {
+        Text(String),
+        Cores(f64),
+    }
+    match CpuRepr::deserialize(d)? {
+        CpuRepr::Text(s) => parse_cpu(&s),
+        CpuRepr::Cores(n) => parse_cpu(&n.to_string()),
+    }
+    .map_err(serde::de::Error::custom)
 }
 
 /// A duration written as a string (`10s`) or a number of seconds.

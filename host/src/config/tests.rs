@@ -493,3 +493,51 @@ fn a_candidate_is_checked_like_a_plugin_and_its_mode_like_its_section() {
         assert!(err.contains(expected), "{candidate}: {err}");
     }
 }
+
+#[test]
+fn cpu_quantities_are_millicores() {
+    assert_eq!(parse_cpu("100m"), Ok(100));
+    assert_eq!(parse_cpu("0.5"), Ok(500));
+    assert_eq!(parse_cpu("2"), Ok(2000));
+    for bad in [
+        "",
+        "m",
+        "-1",
+        "1.2.3",
+        "1e3",
+        "0",
+        "0.0001",
+        "10k",
+        "99999999999",
+    ] {
+        let err = parse_cpu(bad).unwrap_err();
+        assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn guest_cpu_has_defaults_and_is_bounded() {
+    let c = parse(FULL).unwrap();
+    assert_eq!(c.runtime.guest_cpu.burst, Duration::from_millis(50));
+    assert_eq!(c.runtime.guest_cpu.share, 100);
+    let with = |guest_cpu: &str| {
+        let text = FULL.replace(
+            "shutdownTimeout: 45s",
+            &format!("shutdownTimeout: 45s\nruntime: {{ guestCpu: {guest_cpu} }}"),
+        );
+        parse(&text)
+    };
+    let c = with("{ burst: 20ms, share: 0.25 }").unwrap();
+    assert_eq!(c.runtime.guest_cpu.burst, Duration::from_millis(20));
+    assert_eq!(c.runtime.guest_cpu.share, 250);
+    assert_eq!(with("{ share: 2 }").unwrap().runtime.guest_cpu.share, 2000);
+    for (bad, named) in [
+        ("{ share: 1m }", "runtime.guestCpu.share"),
+        ("{ share: lots }", "invalid CPU quantity"),
+        ("{ burst: 0 }", "runtime.guestCpu.burst"),
+        ("{ bursts: 1s }", "bursts"),
+    ] {
+        let err = with(bad).unwrap_err().to_string();
+        assert!(err.contains(named), "{bad}: {err}");
+    }
+}

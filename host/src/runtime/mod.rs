@@ -29,6 +29,7 @@ mod metadata;
 mod output;
 mod plugin;
 mod sandbox;
+mod share;
 mod store;
 mod strategy;
 mod tape;
@@ -47,6 +48,7 @@ pub use failure::CallFailure;
 pub use limits::{Ceiling, Limits, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
 pub use metadata::{Permission, PluginMetadata, Watch, WatchMapping};
 pub use plugin::{Invocation, LoadError, Plugin, PluginSpec, Through};
+pub use share::GuestCpu;
 pub use strategy::{AUTO_REUSE_PAGES, InstanceMode, ReuseLimits};
 pub use tape::{ContextRead, ContextTape, MAX_CONTEXT_READS};
 
@@ -88,6 +90,9 @@ pub struct RuntimeConfig {
     /// Size it to the instances that run at once; a slot's own component
     /// still finds it first.
     pub max_unused_warm_slots: u32,
+    /// How guests share the CPU when several plugins have work (see
+    /// [`GuestCpu`]).
+    pub guest_cpu: GuestCpu,
 }
 
 impl Default for RuntimeConfig {
@@ -100,6 +105,7 @@ impl Default for RuntimeConfig {
             max_memory: 4 << 30,
             cache_dir: None,
             max_unused_warm_slots: 16,
+            guest_cpu: GuestCpu::default(),
         }
     }
 }
@@ -127,6 +133,7 @@ struct Inner {
     cache: cache::ComponentCache,
     config: RuntimeConfig,
     metrics: Arc<Metrics>,
+    share: Arc<share::CpuShare>,
 }
 
 impl Runtime {
@@ -179,6 +186,7 @@ impl Runtime {
 
         start_ticker(&engine, config.epoch_tick);
         let cache = cache::ComponentCache::new(engine.clone(), config.cache_dir.clone());
+        let share = Arc::new(share::CpuShare::new(config.guest_cpu, config.epoch_tick));
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
@@ -186,6 +194,7 @@ impl Runtime {
                 cache,
                 config,
                 metrics,
+                share,
             }),
         })
     }
@@ -229,6 +238,10 @@ impl Runtime {
             pool.unused_warm_stacks(),
             pool.unused_stack_bytes_resident().unwrap_or(0),
         );
+    }
+
+    pub(crate) fn share(&self) -> &Arc<share::CpuShare> {
+        &self.inner.share
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

@@ -277,10 +277,12 @@ impl Runtime {
             },
             self.inner.cache.pin(&digest),
         );
+        let name: Arc<str> = spec.name.into();
         let sandbox = Sandbox {
             runtime: self.clone(),
             code,
-            name: spec.name.into(),
+            activity: self.share().activity(&name),
+            name,
             settings: spec.settings.to_string().into(),
             limits: spec.limits,
             kube: spec.kube,

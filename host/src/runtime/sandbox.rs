@@ -21,6 +21,7 @@ use super::Runtime;
 use super::code::Code;
 use super::failure::CallFailure;
 use super::limits::Limits;
+use super::share::PluginActivity;
 use super::store::{CallContext, StoreSpec, StoreState};
 use super::strategy::InstanceStrategy;
 use crate::hostapi::KubeApi;
@@ -34,6 +35,8 @@ pub(crate) struct Sandbox {
     /// The compiled, pre-linked component (unloaded while idle, see `code`).
     pub(crate) code: Code,
     pub(crate) name: Arc<str>,
+    /// The plugin's activity, for sharing the CPU with other plugins.
+    pub(crate) activity: Arc<PluginActivity>,
     pub(crate) settings: Arc<str>,
     pub(crate) limits: Limits,
     pub(crate) kube: Arc<dyn KubeApi>,
@@ -66,6 +69,7 @@ impl Sandbox {
             settings: &self.settings,
             limits: &self.limits,
             kube: &self.kube,
+            activity: &self.activity,
         }
     }
 
@@ -74,6 +78,7 @@ impl Sandbox {
     /// cancellation. Never panics and never leaves the guest running.
     pub(crate) async fn call(&self, export: Export, context: CallContext) -> CallReport {
         let started = Instant::now();
+        let _running = self.runtime.share().enter(&self.activity, started);
         let tick = self.runtime.config().epoch_tick;
         let backstop = context.deadline + 2 * tick + Duration::from_millis(5);
         let cancel = context.cancel.clone();
@@ -169,6 +174,7 @@ impl Sandbox {
     fn measure(&self, store: &wasmtime::Store<StoreState>, usage: &mut CallUsage) {
         let data = store.data();
         usage.memory_peak = data.limiter.memory_peak;
+        usage.cpu_throttled = data.call.throttled;
         usage.host_calls = data.budget.host_calls;
         if self.runtime.config().fuel {
             let budget = self.limits.fuel.unwrap_or(u64::MAX);

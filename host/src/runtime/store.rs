@@ -2,7 +2,7 @@
 //! the views each WIT interface's host implementation gets of them.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
@@ -13,6 +13,7 @@ use super::Runtime;
 use super::failure::Cancelled;
 use super::limits::{GuestLimiter, Limits};
 use super::output::{OutputSink, Stream};
+use super::share::{CpuShare, PluginActivity};
 use crate::hostapi::KubeApi;
 use crate::runtime::tape::ContextTape;
 
@@ -36,6 +37,21 @@ pub(crate) struct CallState {
     pub(crate) context: CallContext,
     /// When the epoch callback first saw the cancellation.
     pub(crate) cancel_seen: Option<Instant>,
+    /// Epoch ticks at which the guest was seen running (its CPU time, in ticks).
+    pub(crate) ticks: u64,
+    /// Time the guest was held back to share the CPU (`runtime/share.rs`).
+    pub(crate) throttled: Duration,
+}
+
+impl CallState {
+    fn new(context: CallContext) -> Self {
+        Self {
+            context,
+            cancel_seen: None,
+            ticks: 0,
+            throttled: Duration::ZERO,
+        }
+    }
 }
 
 /// Per-call budgets of host calls.
@@ -69,6 +85,7 @@ pub(crate) struct StoreSpec<'a> {
     pub(crate) settings: &'a Arc<str>,
     pub(crate) limits: &'a Limits,
     pub(crate) kube: &'a Arc<dyn KubeApi>,
+    pub(crate) activity: &'a Arc<PluginActivity>,
 }
 
 impl StoreState {
@@ -91,10 +108,7 @@ impl StoreState {
             wasi,
             table,
             limiter: GuestLimiter::new(limits),
-            call: CallState {
-                context,
-                cancel_seen: None,
-            },
+            call: CallState::new(context),
             budget: Budget {
                 host_calls: 0,
                 host_call_limit: limits.host_calls,
@@ -116,23 +130,43 @@ impl StoreState {
                 .expect("fuel is enabled on the engine");
         }
         // Check at every tick: cancelled for longer than the grace → error,
-        // past the deadline → trap, otherwise yield so a busy guest never
-        // starves the executor.
+        // past the deadline → trap, past the plugin's CPU burst while other
+        // plugins have work → sleep for its share (`share.rs`), otherwise
+        // yield so a busy guest never starves the executor.
         store.set_epoch_deadline(1);
         let grace = runtime.config().cancel_grace;
+        let share = runtime.share().clone();
+        let activity = spec.activity.clone();
         store.epoch_deadline_callback(move |mut store| {
             let now = Instant::now();
             let call = &mut store.data_mut().call;
+            call.ticks += 1;
             if call.context.cancel.is_cancelled() {
                 let seen = *call.cancel_seen.get_or_insert(now);
                 if now >= seen + grace {
                     return Err(wasmtime::Error::new(Cancelled));
                 }
+                // Winding down: never held back.
+                return Ok(deadline_or_yield(now, call.context.deadline));
             }
-            if now >= call.context.deadline {
-                return Ok(UpdateDeadline::Interrupt);
+            if CpuShare::charged(call.ticks)
+                && now < call.context.deadline
+                && let Some(until) = share.throttle(&activity, now)
+            {
+                let until = until.min(call.context.deadline);
+                call.throttled += until - now;
+                let cancel = call.context.cancel.clone();
+                return Ok(UpdateDeadline::YieldCustom(
+                    1,
+                    Box::pin(async move {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(until.into()) => {}
+                            () = cancel.cancelled() => {}
+                        }
+                    }),
+                ));
             }
-            Ok(UpdateDeadline::Yield(1))
+            Ok(deadline_or_yield(now, call.context.deadline))
         });
         store
     }
@@ -140,15 +174,21 @@ impl StoreState {
     /// Starts another call in this store (an instance reused): a new
     /// context and fresh per-call budgets; memory and globals stay.
     pub(crate) fn begin_call(&mut self, context: CallContext) {
-        self.call = CallState {
-            context,
-            cancel_seen: None,
-        };
+        self.call = CallState::new(context);
         self.budget.host_calls = 0;
         self.budget.log_calls = 0;
         self.budget.log_exhausted = false;
         self.limiter.refused = None;
         self.output.begin_call();
+    }
+}
+
+/// Past the deadline: interrupt; otherwise yield for a tick.
+fn deadline_or_yield(now: Instant, deadline: Instant) -> UpdateDeadline {
+    if now >= deadline {
+        UpdateDeadline::Interrupt
+    } else {
+        UpdateDeadline::Yield(1)
     }
 }
 

@@ -2,6 +2,7 @@
 //! `plugins/` (one test binary for the crate).
 
 mod controller;
+mod cpu_share;
 mod instances;
 mod load;
 mod polyglot;
