@@ -174,6 +174,31 @@ async fn bursts_of_updates_are_deduplicated_and_the_last_one_always_wins() {
     host.stop().await.unwrap();
 }
 
+/// `misbehave`'s series, for [`misbehave_counter`].
+const TIMEOUTS: &str =
+    "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\",version=\"stable\"}";
+const SUCCESSES: &str = "controller_runtime_reconcile_total{controller=\"misbehave\",result=\"success\",version=\"stable\"}";
+const ACTIVE: &str = "controller_runtime_active_workers{controller=\"misbehave\"}";
+
+/// The value of `series` on the host's /metrics (0 before it exists).
+async fn misbehave_counter(host: &Host, series: &str) -> f64 {
+    wasmctrl_e2e::metric_value(host.admin, series)
+        .await
+        .unwrap_or(0.0)
+}
+
+/// The time for `mirror` to mirror `value` onto all `n` objects.
+async fn mirror_round(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) -> Duration {
+    let started = Instant::now();
+    stream::iter(0..n)
+        .for_each_concurrent(WRITERS, |i| {
+            set_value(api, format!("cm-{i}"), value.to_string())
+        })
+        .await;
+    mirrored(host, api, n, value).await;
+    started.elapsed()
+}
+
 /// Rounds per measurement: the fastest is kept, as the one least disturbed
 /// by whatever else the machine runs.
 const ROUNDS: usize = 3;
@@ -191,14 +216,7 @@ async fn mirror_rounds(
     let mut value = String::new();
     for round in 1..=ROUNDS {
         value = format!("{tag}-{round}");
-        let started = Instant::now();
-        stream::iter(0..n)
-            .for_each_concurrent(WRITERS, |i| {
-                set_value(api, format!("cm-{i}"), value.clone())
-            })
-            .await;
-        mirrored(host, api, n, &value).await;
-        fastest = fastest.min(started.elapsed());
+        fastest = fastest.min(mirror_round(host, api, n, &value).await);
     }
     (fastest, value)
 }
@@ -238,9 +256,11 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     })
     .await;
     let (backoff, last) = mirror_rounds(&host, &good, n, "backoff").await;
-    // The initial list, the bucket's burst of 100, then 10 a second.
+    // Each key's first run (twice when an event about it lands during
+    // that run), then retries held to the bucket: a burst of 100, then 10
+    // a second. At qps 5 000 they would be many times this.
     let failing = reconciles(&host, "misbehave").await;
-    let allowed = (n + 100) as f64 + 10.0 * started.elapsed().as_secs_f64().ceil();
+    let allowed = (2 * n + 100) as f64 + 10.0 * started.elapsed().as_secs_f64().ceil();
     assert!(
         failing <= allowed,
         "{failing} reconciles of {n} failing keys (at most {allowed}): their retries were not held to the bucket"
@@ -248,19 +268,16 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     host.stop().await.unwrap();
 
     // Beside it, a plugin with 4 keys that loop to their deadline and are
-    // retried 5 ms later (maxDelay), so both its workers spin for every
-    // round. The failing keys go first: in a new host their backoff would
-    // start over at that same 5 ms.
+    // retried 5 ms later (maxDelay), so both its workers spin for the whole
+    // round. Measured within one host, rounds with the spinning keys
+    // alternating with rounds without them (`spin-` keys spin only while
+    // their object exists): a ratio between host processes moves by ±20%
+    // at 10 000 objects. The failing keys go first: in a new host their
+    // backoff would start over at that same 5 ms.
     for i in 0..n {
         bad.delete(&format!("error-{i}"), &Default::default())
             .await
             .unwrap();
-    }
-    for i in 0..4 {
-        let cm: ConfigMap =
-            serde_json::from_value(serde_json::json!({"metadata": {"name": format!("loop-{i}")}}))
-                .unwrap();
-        bad.create(&PostParams::default(), &cm).await.unwrap();
     }
     let looping_config = host_config(&[
         mirror_plugin_with_own_api_budget("good"),
@@ -271,14 +288,38 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     ]);
     let host = cluster.host(&looping_config).await;
     mirrored(&host, &good, n, &last).await;
-    let (looping, _) = mirror_rounds(&host, &good, n, "looping").await;
-    let timeouts = {
-        let needle = "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\",version=\"stable\"}";
-        wasmctrl_e2e::metric_value(host.admin, needle)
-            .await
-            .unwrap_or(0.0)
-    };
-    assert!(timeouts >= 1.0, "no looping reconcile reached its deadline");
+    let (mut quiet, mut looping) = (Duration::MAX, Duration::MAX);
+    for round in 1..=ROUNDS {
+        quiet = quiet.min(mirror_round(&host, &good, n, &format!("quiet-{round}")).await);
+        let spun = misbehave_counter(&host, TIMEOUTS).await;
+        for i in 0..4 {
+            let cm: ConfigMap = serde_json::from_value(
+                serde_json::json!({"metadata": {"name": format!("spin-{i}")}}),
+            )
+            .unwrap();
+            bad.create(&PostParams::default(), &cm).await.unwrap();
+        }
+        eventually(
+            "each spinning key reaches its deadline",
+            CONVERGE,
+            || async { (misbehave_counter(&host, TIMEOUTS).await >= spun + 4.0).then_some(()) },
+        )
+        .await;
+        looping = looping.min(mirror_round(&host, &good, n, &format!("looping-{round}")).await);
+        let succeeded = misbehave_counter(&host, SUCCESSES).await;
+        for i in 0..4 {
+            bad.delete(&format!("spin-{i}"), &Default::default())
+                .await
+                .unwrap();
+        }
+        eventually("the spinning keys stop", CONVERGE, || async {
+            let stopped = misbehave_counter(&host, SUCCESSES).await >= succeeded + 4.0
+                && misbehave_counter(&host, ACTIVE).await == 0.0;
+            stopped.then_some(())
+        })
+        .await;
+    }
+
     // Past their burst, the looping guests were held to their share of the
     // CPU while mirror had work (runtime.guestCpu).
     let needle =
@@ -289,12 +330,13 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     assert!(throttled > 0.0, "the looping guests were never held back");
     host.stop().await.unwrap();
 
-    let ratio = |d: Duration| d.as_secs_f64() / baseline.as_secs_f64();
+    let ratio = |d: Duration, base: Duration| d.as_secs_f64() / base.as_secs_f64();
     println!(
         "fairness (fastest of {ROUNDS} rounds): {n} objects mirrored in {baseline:?} alone, {backoff:?} ({:.2}x) beside \
-         {n} keys in backoff, {looping:?} ({:.2}x) beside 4 keys looping to their deadline \
-         (held back {throttled:.2} s)",
-        ratio(backoff),
-        ratio(looping)
+         {n} keys in backoff; in one host, {quiet:?} beside the idle plugin, {looping:?} ({:.2}x of that, \
+         {:.2}x of alone) beside 4 keys looping to their deadline (held back {throttled:.2} s)",
+        ratio(backoff, baseline),
+        ratio(looping, quiet),
+        ratio(looping, baseline)
     );
 }

@@ -5,7 +5,8 @@
 //! their deadline kept `maxConcurrentReconciles` cores busy and slowed every
 //! other plugin on the host (docs/RELIABILITY.md, fairness). So, while
 //! another plugin has work, each tick a guest runs past its call's first
-//! [`FREE_TICKS`] is charged to its plugin's clock, a token bucket in GCRA
+//! [`FREE_TICKS`] (and those too, while the plugin is already held back)
+//! is charged to its plugin's clock, a token bucket in GCRA
 //! form (as in the rate limiters): a tick costs `tick / share` of wall time,
 //! the clock may run up to [`GuestCpu::burst`] worth of ticks ahead of now,
 //! and a tick beyond that sleeps until the clock allows it. All calls of a
@@ -28,9 +29,10 @@ use std::time::{Duration, Instant};
 /// time, and must not look idle to its spinning neighbour.
 const RECENT: Duration = Duration::from_millis(100);
 
-/// Ticks of each call never charged: a reconcile that runs less than this
-/// (nearly all of them; an interpreted guest's fresh instance takes 1–3 ms)
-/// is never held back.
+/// Ticks of each call not charged while the plugin is within its burst: a
+/// reconcile that runs less than this (nearly all of them; an interpreted
+/// guest's fresh instance takes 1–3 ms) is not held back unless its plugin's
+/// long calls already are.
 pub const FREE_TICKS: u64 = 5;
 
 /// How guests share the CPU when more than one plugin has work.
@@ -127,16 +129,22 @@ impl CpuShare {
         Running(activity)
     }
 
-    /// Whether a tick at which a call's guest has been seen running
-    /// `ticks` times is charged.
-    pub(crate) fn charged(ticks: u64) -> bool {
-        ticks > FREE_TICKS
-    }
-
-    /// Called at a charged tick of a call of `me`: when the guest should
-    /// run again (None: now). Charges the tick only while another plugin
+    /// Called at each tick of a call of `me`, the call's `ticks`-th: when
+    /// the guest should run again (None: now). A call's first
+    /// [`FREE_TICKS`] run uncharged unless the plugin is in debt (its long
+    /// calls already wait for their share: then a new call must not start
+    /// with free ticks, or a plugin retrying spinning keys would take them
+    /// on top of its share). Ticks are charged only while another plugin
     /// has work.
-    pub(crate) fn throttle(&self, me: &PluginActivity, now: Instant) -> Option<Instant> {
+    pub(crate) fn throttle(
+        &self,
+        me: &PluginActivity,
+        now: Instant,
+        ticks: u64,
+    ) -> Option<Instant> {
+        if ticks <= FREE_TICKS && !self.in_debt(me, now) {
+            return None;
+        }
         if !self.contended(me, now) {
             return None;
         }
@@ -145,6 +153,12 @@ impl CpuShare {
         *clock = Some(due + self.tick_cost);
         let allowed = due.checked_sub(self.tolerance).unwrap_or(now);
         (allowed > now).then_some(allowed)
+    }
+
+    /// Whether `me`'s next charged tick would have to wait.
+    fn in_debt(&self, me: &PluginActivity, now: Instant) -> bool {
+        let clock = me.clock.lock().unwrap_or_else(|e| e.into_inner());
+        clock.is_some_and(|c| c > now + self.tolerance)
     }
 
     /// Whether a plugin other than `me` has a call in flight or started one
@@ -177,6 +191,8 @@ mod tests {
     use super::*;
 
     const TICK: Duration = Duration::from_millis(1);
+    /// A tick of a call past its free ticks.
+    const LONG: u64 = FREE_TICKS + 1;
 
     /// 100m after a burst of 3 ms: a charged tick costs 10 ms of clock and
     /// the clock may run 30 ms ahead.
@@ -197,7 +213,7 @@ mod tests {
         let _running = share.enter(&me, Instant::now());
         let now = Instant::now();
         for i in 0..100 {
-            assert_eq!(share.throttle(&me, now + i * TICK), None);
+            assert_eq!(share.throttle(&me, now + i * TICK, LONG), None);
         }
     }
 
@@ -212,18 +228,24 @@ mod tests {
         // The burst: the tick due now and 3 more (30 ms of clock) run at
         // once, each moving the clock 10 ms on.
         for i in 0..4 {
-            assert_eq!(share.throttle(&me, t0), None, "tick {i}");
+            assert_eq!(share.throttle(&me, t0, LONG), None, "tick {i}");
         }
         // The clock is now 40 ms ahead: the next tick waits until it is
         // within 30 ms of now, and so on, one tick per 10 ms.
-        assert_eq!(share.throttle(&me, t0), Some(t0 + 10 * TICK));
-        assert_eq!(share.throttle(&me, t0 + 10 * TICK), Some(t0 + 20 * TICK));
+        assert_eq!(share.throttle(&me, t0, LONG), Some(t0 + 10 * TICK));
+        assert_eq!(
+            share.throttle(&me, t0 + 10 * TICK, LONG),
+            Some(t0 + 20 * TICK)
+        );
         // Another call of the plugin shares the clock: the plugin's total
         // is bounded, not each call's.
-        assert_eq!(share.throttle(&me, t0 + 10 * TICK), Some(t0 + 30 * TICK));
+        assert_eq!(
+            share.throttle(&me, t0 + 10 * TICK, LONG),
+            Some(t0 + 30 * TICK)
+        );
         // Long after, the bucket has refilled: a burst again.
-        assert_eq!(share.throttle(&me, t0 + 1000 * TICK), None);
-        assert_eq!(share.throttle(&me, t0 + 1000 * TICK), None);
+        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG), None);
+        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG), None);
     }
 
     #[test]
@@ -257,8 +279,21 @@ mod tests {
     }
 
     #[test]
-    fn the_first_ticks_of_a_call_are_free() {
-        assert!(!CpuShare::charged(FREE_TICKS));
-        assert!(CpuShare::charged(FREE_TICKS + 1));
+    fn the_first_ticks_of_a_call_are_free_unless_the_plugin_is_in_debt() {
+        let share = share(100);
+        let me = share.activity(&"spinner".into());
+        let other = share.activity(&"neighbour".into());
+        let _mine = share.enter(&me, Instant::now());
+        let _theirs = share.enter(&other, Instant::now());
+        let t0 = Instant::now();
+        // Free ticks charge nothing: the burst is all there afterwards.
+        for ticks in 1..=FREE_TICKS {
+            assert_eq!(share.throttle(&me, t0, ticks), None);
+        }
+        for _ in 0..4 {
+            assert_eq!(share.throttle(&me, t0, LONG), None);
+        }
+        // In debt, a new call's first tick waits like any other.
+        assert_eq!(share.throttle(&me, t0, 1), Some(t0 + 10 * TICK));
     }
 }

@@ -13,7 +13,7 @@ use super::Runtime;
 use super::failure::Cancelled;
 use super::limits::{GuestLimiter, Limits};
 use super::output::{OutputSink, Stream};
-use super::share::{CpuShare, PluginActivity};
+use super::share::PluginActivity;
 use crate::hostapi::KubeApi;
 use crate::runtime::tape::ContextTape;
 
@@ -149,9 +149,8 @@ impl StoreState {
                 // Winding down: never held back.
                 return Ok(deadline_or_yield(now, call.context.deadline));
             }
-            if CpuShare::charged(call.ticks)
-                && now < call.context.deadline
-                && let Some(until) = share.throttle(&activity, now)
+            if now < call.context.deadline
+                && let Some(until) = share.throttle(&activity, now, call.ticks)
             {
                 let until = until.min(call.context.deadline);
                 call.throttled += until - now;

@@ -21,6 +21,7 @@
 //! | `log-enabled`   | fails listing the levels `log::enabled` reports, before and after 3 log calls |
 //! | `error-<any>`   | fails with a transient error (many keys into backoff)       |
 //! | `loop-<any>`    | spins forever (many keys to their deadline)                 |
+//! | `spin-<any>`    | spins forever while its ConfigMap exists; succeeds once it is gone |
 //! | anything else   | succeeds                                                   |
 
 use std::hint::black_box;
@@ -102,6 +103,19 @@ impl Reconciler for Misbehave {
                 }
                 if name.starts_with("loop-") {
                     spin_forever()
+                }
+                if name.starts_with("spin-") {
+                    use wasmctrl_sdk::bindings::wasmctrl::reconciler::{kube, types};
+                    let kind = types::Gvk {
+                        group: String::new(),
+                        version: "v1".into(),
+                        kind: "ConfigMap".into(),
+                    };
+                    return match kube::get(&kind, key.namespace.as_deref(), name) {
+                        Err(types::ApiError::NotFound(_)) => Ok(Action::done()),
+                        Err(e) => Err(e.into()),
+                        Ok(_) => spin_forever(),
+                    };
                 }
                 if let Some(ms) = number_after(name, "slow-") {
                     wasmctrl_sdk::info!("{name} started");
