@@ -6,24 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use wasmctrl::TrapKind;
 use wasmctrl::runtime::{GuestCpu, Limits, Plugin, RuntimeConfig, Through};
-use wasmctrl::{ObjectKey, ReconcileRequest, TrapKind};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{load, runtime_with, test_runtime_config, trap_kind};
+use crate::{load, request, runtime_with, test_runtime_config, trap_kind};
 
 /// The spinner's call: long enough that, unthrottled, its guest runs for
 /// far more than the share allows.
 const SPIN: Duration = Duration::from_secs(2);
-
-fn request(name: &str, timeout: Duration) -> ReconcileRequest {
-    ReconcileRequest {
-        key: ObjectKey::namespaced("default", name),
-        attempt: 0,
-        timeout,
-        cancel: CancellationToken::new(),
-    }
-}
 
 /// A runtime sharing at 50m past a 20 ms burst.
 fn sharing_runtime() -> wasmctrl::runtime::Runtime {

@@ -62,6 +62,16 @@ pub async fn load(runtime: &Runtime, name: &str, path: &str, limits: Limits) -> 
 
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 
+/// A first-attempt reconcile of `default/<name>` with `timeout`.
+pub fn request(name: &str, timeout: Duration) -> wasmctrl::ReconcileRequest {
+    wasmctrl::ReconcileRequest {
+        key: wasmctrl::ObjectKey::namespaced("default", name),
+        attempt: 0,
+        timeout,
+        cancel: tokio_util::sync::CancellationToken::new(),
+    }
+}
+
 /// The trap kind of a failed reconcile, if it trapped.
 pub fn trap_kind(
     result: &Result<wasmctrl::Action, wasmctrl::ReconcileError>,

@@ -5,22 +5,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio_util::sync::CancellationToken;
 use wasmctrl::TrapKind;
 use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
-use wasmctrl::{Action, ObjectKey, ReconcileError, ReconcileRequest};
+use wasmctrl::{Action, ReconcileError};
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::{TIMEOUT, load, runtime, runtime_with, test_runtime_config, trap_kind};
-
-fn request(name: &str, timeout: Duration) -> ReconcileRequest {
-    ReconcileRequest {
-        key: ObjectKey::namespaced("default", name),
-        attempt: 0,
-        timeout,
-        cancel: CancellationToken::new(),
-    }
-}
+use crate::{TIMEOUT, load, request, runtime, runtime_with, test_runtime_config, trap_kind};
 
 async fn reconcile(plugin: &Plugin, name: &str) -> Result<Action, ReconcileError> {
     plugin.invoke(request(name, TIMEOUT)).await.result
