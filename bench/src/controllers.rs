@@ -46,7 +46,7 @@ use wasmctrl::workqueue::{Priority, WorkQueue};
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use crate::cluster::{self, NAMESPACE};
-use crate::procs::{commands, now_ns, say};
+use crate::procs::{Child, commands, now_ns, say};
 
 /// How often a child looks at its queues while waiting for them to drain.
 const POLL: Duration = Duration::from_millis(1);
@@ -92,6 +92,39 @@ pub struct ControllerArgs {
     /// Count live heap bytes (answered to `heap`).
     #[arg(long)]
     pub count_heap: bool,
+}
+
+/// When a controller child's full resync ran (Unix ns): its start, when
+/// the last key was handed out, and when the last reconcile finished.
+pub struct Resync {
+    pub start: u64,
+    pub handed_out: u64,
+    pub idle: u64,
+}
+
+impl Resync {
+    /// Seconds from the resync's start until the last reconcile finished.
+    pub fn drain_s(&self) -> f64 {
+        self.idle.saturating_sub(self.start) as f64 / 1e9
+    }
+}
+
+/// Asks a controller child for a full resync of every key and waits, up
+/// to `limit`, for its answer (`resync <start> <handed out> <idle>`).
+pub async fn resync(child: &mut Child, limit: Duration) -> anyhow::Result<Resync> {
+    child.send("resync").await?;
+    let line = child.expect("resync", limit).await?;
+    let t: Vec<u64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .context("resync line")?;
+    ensure!(t.len() == 3, "resync line {line:?}");
+    Ok(Resync {
+        start: t[0],
+        handed_out: t[1],
+        idle: t[2],
+    })
 }
 
 /// The argument list that starts `args` in a child.

@@ -31,7 +31,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::cluster::{self, Cluster};
-use crate::controllers::{ControllerArgs, Variant, child_args};
+use crate::controllers::{ControllerArgs, Variant, child_args, resync};
 use crate::procs::{Child, now_ns};
 use crate::stats::{Samples, load_average, round};
 use crate::throughput::{wasm_config, write_wasm_host};
@@ -208,15 +208,8 @@ async fn one(
     // During resync: the writer keeps going.
     let mut windows = Vec::new();
     for _ in 0..options.resyncs {
-        child.send("resync").await?;
-        let line = child.expect("resync", Duration::from_secs(300)).await?;
-        let t: Vec<u64> = line
-            .split_whitespace()
-            .map(str::parse)
-            .collect::<Result<_, _>>()
-            .context("resync line")?;
-        ensure!(t.len() == 3, "resync line {line:?}");
-        windows.push((t[0], t[1]));
+        let resync = resync(&mut child, Duration::from_secs(300)).await?;
+        windows.push((resync.start, resync.handed_out));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     writer_stop.cancel();

@@ -28,7 +28,7 @@ use anyhow::{Context as _, ensure};
 use serde::Serialize;
 
 use crate::cluster::{Cluster, metric_sum};
-use crate::controllers::{ControllerArgs, Variant, child_args};
+use crate::controllers::{ControllerArgs, Variant, child_args, resync};
 use crate::procs::Child;
 use crate::stats::{load_average, median, round};
 use crate::throughput::{wasm_config, write_wasm_host};
@@ -322,16 +322,8 @@ async fn skip_round(
     let skipped_now = || metric_sum(admin, "wasmctrl_reconcile_skipped_total", &[]);
     let (reconciles_before, skipped_before) = (reconciles(admin).await?, skipped_now().await?);
     let cpu_before = child.cpu_seconds()?;
-    child.send("resync").await?;
-    let line = child.expect("resync", LIMIT).await?;
+    let drain_s = resync(&mut child, LIMIT).await?.drain_s();
     let cpu_s = child.cpu_seconds()? - cpu_before;
-    let t: Vec<u64> = line
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .context("resync line")?;
-    ensure!(t.len() == 3, "resync line {line:?}");
-    let drain_s = t[2].saturating_sub(t[0]) as f64 / 1e9;
     let reconciles = reconciles(admin).await? - reconciles_before;
     let skipped = skipped_now().await? - skipped_before;
     child.stop(Duration::from_secs(30)).await?;

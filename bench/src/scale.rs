@@ -19,7 +19,7 @@ use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::cluster::Cluster;
-use crate::controllers::{ControllerArgs, Variant, child_args};
+use crate::controllers::{ControllerArgs, Variant, child_args, resync};
 use crate::procs::{Child, now_ns};
 use crate::stats::{load_average, round};
 use crate::throughput::{wasm_config, write_wasm_host};
@@ -107,15 +107,9 @@ async fn one(
         .await?
         .parse()
         .context("heap line")?;
-    child.send("resync").await?;
-    let line = child.expect("resync", Duration::from_secs(600)).await?;
-    let t: Vec<u64> = line
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .context("resync line")?;
-    ensure!(t.len() == 3, "resync line {line:?}");
-    let drain_s = t[2].saturating_sub(t[0]) as f64 / 1e9;
+    let drain_s = resync(&mut child, Duration::from_secs(600))
+        .await?
+        .drain_s();
     child.stop(Duration::from_secs(60)).await?;
     Ok(Row {
         objects,
