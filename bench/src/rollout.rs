@@ -169,6 +169,33 @@ async fn shadow_round(
     })
 }
 
+/// Runs `rounds` pairs of rounds, one with the mode off and one with it
+/// on, alternating which goes first so neither always meets a warmer
+/// machine.
+async fn alternating<R, F, Fut>(rounds: usize, mut round: F) -> anyhow::Result<Vec<R>>
+where
+    F: FnMut(bool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<R>>,
+{
+    let mut done = Vec::with_capacity(rounds * 2);
+    for r in 0..rounds {
+        for i in 0..2 {
+            done.push(round((i + r) % 2 == 1).await?);
+        }
+    }
+    Ok(done)
+}
+
+/// The rounds with the mode off, then those with it on.
+fn by_mode<R>(rounds: &[R], on: impl Fn(&R) -> bool) -> [(bool, Vec<&R>); 2] {
+    [false, true].map(|mode| (mode, rounds.iter().filter(|r| on(r) == mode).collect()))
+}
+
+/// The median of `f` over `mine`.
+fn median_of<R>(mine: &[&R], f: &dyn Fn(&R) -> f64) -> f64 {
+    median(mine.iter().map(|r| f(r)).collect())
+}
+
 #[derive(Serialize)]
 struct ShadowLine {
     scenario: &'static str,
@@ -205,30 +232,17 @@ pub fn run_shadow(options: &ShadowOptions) -> anyhow::Result<()> {
                 options.shadows
             ),
         )?;
-        let mut rounds = Vec::new();
-        for r in 0..options.rounds {
-            for i in 0..2 {
-                let shadow = (i + r) % 2 == 1;
-                let config = if shadow { &shadowed } else { &plain };
-                rounds.push(shadow_round(&cluster, config, shadow, options).await?);
-            }
-        }
+        let rounds = alternating(options.rounds, |shadow| {
+            let config = if shadow { &shadowed } else { &plain };
+            shadow_round(&cluster, config, shadow, options)
+        })
+        .await?;
         cluster.stop().await?;
         anyhow::Ok(rounds)
     })?;
     let n = options.objects as f64;
-    let rows: Vec<(bool, Vec<&ShadowRound>)> = [false, true]
-        .into_iter()
-        .map(|shadow| {
-            (
-                shadow,
-                rounds.iter().filter(|r| r.shadow == shadow).collect(),
-            )
-        })
-        .collect();
-    let med = |mine: &[&ShadowRound], f: &dyn Fn(&ShadowRound) -> f64| {
-        median(mine.iter().map(|r| f(r)).collect())
-    };
+    let rows = by_mode(&rounds, |r| r.shadow);
+    let med = median_of::<ShadowRound>;
     if options.json {
         for (shadow, mine) in &rows {
             let line = ShadowLine {
@@ -369,24 +383,16 @@ pub fn run_skip(options: &SkipOptions) -> anyhow::Result<()> {
         write_wasm_host(dir.path(), options.concurrency)?;
         let plain = wasm_config(dir.path(), Variant::Wasm);
         let skipping = config_with(dir.path(), "host-skip.yaml", "    skipUnchanged: true\n")?;
-        let mut rounds = Vec::new();
-        for r in 0..options.rounds {
-            for i in 0..2 {
-                let skip = (i + r) % 2 == 1;
-                let config = if skip { &skipping } else { &plain };
-                rounds.push(skip_round(&cluster, config, skip, options).await?);
-            }
-        }
+        let rounds = alternating(options.rounds, |skip| {
+            let config = if skip { &skipping } else { &plain };
+            skip_round(&cluster, config, skip, options)
+        })
+        .await?;
         cluster.stop().await?;
         anyhow::Ok(rounds)
     })?;
-    let rows: Vec<(bool, Vec<&SkipRound>)> = [false, true]
-        .into_iter()
-        .map(|skip| (skip, rounds.iter().filter(|r| r.skip == skip).collect()))
-        .collect();
-    let med = |mine: &[&SkipRound], f: &dyn Fn(&SkipRound) -> f64| {
-        median(mine.iter().map(|r| f(r)).collect())
-    };
+    let rows = by_mode(&rounds, |r| r.skip);
+    let med = median_of::<SkipRound>;
     if options.json {
         for (skip, mine) in &rows {
             let line = SkipLine {
