@@ -96,7 +96,9 @@ impl FileWatcher {
         }));
         let (tx, rx) = mpsc::unbounded_channel::<PathBuf>();
         let watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if let Ok(event) = res {
+            if let Ok(event) = res
+                && is_change(&event.kind)
+            {
                 for p in event.paths {
                     let _ = tx.send(p);
                 }
@@ -141,6 +143,18 @@ impl FileWatcher {
     }
 }
 
+/// Whether `kind` may have changed a file's content. Opens and reads are
+/// not changes: the host opens its config and components to read them, and
+/// hearing of those reads made every read schedule another one.
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::event::{AccessKind, AccessMode, EventKind};
+    match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => true,
+        EventKind::Access(_) => false,
+        _ => true,
+    }
+}
+
 /// Collects events for [`DEBOUNCE`], then notifies each changed file's live
 /// subscribers once.
 async fn debounce(
@@ -169,4 +183,26 @@ async fn debounce(
 /// `p` made absolute, as file events name paths.
 pub(crate) fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reading a file (the host reads its config and components) is no
+    /// change: a subscriber that heard of every open would reload forever.
+    #[tokio::test]
+    async fn a_read_is_not_a_change_but_a_write_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wasmctrl.yaml");
+        std::fs::write(&path, "plugins: []\n").unwrap();
+        let watcher = FileWatcher::new();
+        let mut changes = watcher.subscribe(&path);
+        std::fs::read(&path).unwrap();
+        let heard = tokio::time::timeout(DEBOUNCE * 4, changes.next()).await;
+        assert!(heard.is_err(), "a read was reported as a change");
+        std::fs::write(&path, "plugins: []\n# edited\n").unwrap();
+        let heard = tokio::time::timeout(Duration::from_secs(10), changes.next()).await;
+        assert_eq!(heard, Ok(Some(())), "a write was not reported");
+    }
 }
