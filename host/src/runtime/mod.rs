@@ -186,7 +186,7 @@ impl Runtime {
 
         start_ticker(&engine, config.epoch_tick);
         let cache = cache::ComponentCache::new(engine.clone(), config.cache_dir.clone());
-        let share = Arc::new(share::CpuShare::new(config.guest_cpu, config.epoch_tick));
+        let share = Arc::new(share::CpuShare::new(config.guest_cpu));
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,

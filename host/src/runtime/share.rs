@@ -4,12 +4,16 @@
 //! guest, and until now every tick just yielded: a plugin whose keys spin to
 //! their deadline kept `maxConcurrentReconciles` cores busy and slowed every
 //! other plugin on the host (docs/RELIABILITY.md, fairness). So, while
-//! another plugin has work, each tick a guest runs past its call's first
-//! [`FREE_TICKS`] (and those too, while the plugin is already held back)
-//! is charged to its plugin's clock, a token bucket in GCRA
-//! form (as in the rate limiters): a tick costs `tick / share` of wall time,
-//! the clock may run up to [`GuestCpu::burst`] worth of ticks ahead of now,
-//! and a tick beyond that sleeps until the clock allows it. All calls of a
+//! another plugin has work, the time a guest ran since it last resumed is
+//! charged at each tick past its call's first [`FREE_TICKS`] (and at
+//! those too, while the plugin is already held back) to its plugin's clock,
+//! a token bucket in GCRA form (as in the rate limiters): running for `t`
+//! costs `t / share` of wall time, the clock may run up to
+//! [`GuestCpu::burst`] worth of run time ahead of now, and a guest beyond
+//! that sleeps until the clock allows it. The run time is measured, not
+//! counted in ticks: on a saturated machine the ticker thread itself waits
+//! for a core, and a guest then runs several ticks' worth between two of
+//! them. All calls of a
 //! plugin share its clock, so its long calls together get at most
 //! [`GuestCpu::share_millicores`] of one core after a burst, however many
 //! run at once and however often they start over.
@@ -26,8 +30,13 @@ use std::time::{Duration, Instant};
 
 /// Another plugin that started a call this recently still counts as having
 /// work: a plugin of short reconciles is between two of them most of the
-/// time, and must not look idle to its spinning neighbour.
-const RECENT: Duration = Duration::from_millis(100);
+/// time, and must not look idle to its spinning neighbour. A second, not
+/// less: a plugin's work is more than its calls (the watch events before
+/// them, the writes after), and with a window of 100 ms a neighbour's
+/// spinning guests took both cores in every gap between its reconciles,
+/// which is where its next event was being read (docs/RELIABILITY.md,
+/// fairness).
+const RECENT: Duration = Duration::from_secs(1);
 
 /// Ticks of each call not charged while the plugin is within its burst: a
 /// reconcile that runs less than this (nearly all of them; an interpreted
@@ -80,8 +89,8 @@ impl Drop for Running<'_> {
 /// The runtime's record of which plugins have work, and the sharing rule.
 #[derive(Debug)]
 pub(crate) struct CpuShare {
-    /// Wall time one charged tick costs its plugin.
-    tick_cost: Duration,
+    /// The plugin's share, in thousandths of a core.
+    millicores: u128,
     /// How far ahead of now a plugin's clock may run without waiting.
     tolerance: Duration,
     origin: Instant,
@@ -89,13 +98,12 @@ pub(crate) struct CpuShare {
 }
 
 impl CpuShare {
-    pub(crate) fn new(config: GuestCpu, tick: Duration) -> Self {
-        let share = u128::from(config.share_millicores.max(1));
-        let nanos = |n: u128| Duration::from_nanos(u64::try_from(n).unwrap_or(u64::MAX));
+    pub(crate) fn new(config: GuestCpu) -> Self {
+        let millicores = u128::from(config.share_millicores.max(1));
         Self {
-            tick_cost: nanos(tick.as_nanos() * 1000 / share),
+            millicores,
             // `burst` of CPU, in the clock's (wall-time) units.
-            tolerance: nanos(config.burst.as_nanos() * 1000 / share),
+            tolerance: scale(config.burst, millicores),
             origin: Instant::now(),
             plugins: Mutex::new(HashMap::new()),
         }
@@ -129,9 +137,10 @@ impl CpuShare {
         Running(activity)
     }
 
-    /// Called at each tick of a call of `me`, the call's `ticks`-th: when
-    /// the guest should run again (None: now). A call's first
-    /// [`FREE_TICKS`] run uncharged unless the plugin is in debt (its long
+    /// Called at each tick of a call of `me`, the call's `ticks`-th, the
+    /// guest having run for `ran` since it last resumed: when the guest
+    /// should run again (None: now). A call's first [`FREE_TICKS`] run
+    /// uncharged unless the plugin is in debt (its long
     /// calls already wait for their share: then a new call must not start
     /// with free ticks, or a plugin retrying spinning keys would take them
     /// on top of its share). Ticks are charged only while another plugin
@@ -141,6 +150,7 @@ impl CpuShare {
         me: &PluginActivity,
         now: Instant,
         ticks: u64,
+        ran: Duration,
     ) -> Option<Instant> {
         if ticks <= FREE_TICKS && !self.in_debt(me, now) {
             return None;
@@ -150,7 +160,7 @@ impl CpuShare {
         }
         let mut clock = me.clock.lock().unwrap_or_else(|e| e.into_inner());
         let due = clock.map_or(now, |c| c.max(now));
-        *clock = Some(due + self.tick_cost);
+        *clock = Some(due + scale(ran, self.millicores));
         let allowed = due.checked_sub(self.tolerance).unwrap_or(now);
         (allowed > now).then_some(allowed)
     }
@@ -182,6 +192,11 @@ impl CpuShare {
     }
 }
 
+/// `d` of CPU in wall time at a share of `millicores`.
+fn scale(d: Duration, millicores: u128) -> Duration {
+    Duration::from_nanos(u64::try_from(d.as_nanos() * 1000 / millicores).unwrap_or(u64::MAX))
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
@@ -197,13 +212,10 @@ mod tests {
     /// 100m after a burst of 3 ms: a charged tick costs 10 ms of clock and
     /// the clock may run 30 ms ahead.
     fn share(millicores: u32) -> CpuShare {
-        CpuShare::new(
-            GuestCpu {
-                burst: Duration::from_millis(3),
-                share_millicores: millicores,
-            },
-            TICK,
-        )
+        CpuShare::new(GuestCpu {
+            burst: Duration::from_millis(3),
+            share_millicores: millicores,
+        })
     }
 
     #[test]
@@ -213,7 +225,7 @@ mod tests {
         let _running = share.enter(&me, Instant::now());
         let now = Instant::now();
         for i in 0..100 {
-            assert_eq!(share.throttle(&me, now + i * TICK, LONG), None);
+            assert_eq!(share.throttle(&me, now + i * TICK, LONG, TICK), None);
         }
     }
 
@@ -228,24 +240,38 @@ mod tests {
         // The burst: the tick due now and 3 more (30 ms of clock) run at
         // once, each moving the clock 10 ms on.
         for i in 0..4 {
-            assert_eq!(share.throttle(&me, t0, LONG), None, "tick {i}");
+            assert_eq!(share.throttle(&me, t0, LONG, TICK), None, "tick {i}");
         }
         // The clock is now 40 ms ahead: the next tick waits until it is
         // within 30 ms of now, and so on, one tick per 10 ms.
-        assert_eq!(share.throttle(&me, t0, LONG), Some(t0 + 10 * TICK));
+        assert_eq!(share.throttle(&me, t0, LONG, TICK), Some(t0 + 10 * TICK));
         assert_eq!(
-            share.throttle(&me, t0 + 10 * TICK, LONG),
+            share.throttle(&me, t0 + 10 * TICK, LONG, TICK),
             Some(t0 + 20 * TICK)
         );
         // Another call of the plugin shares the clock: the plugin's total
         // is bounded, not each call's.
         assert_eq!(
-            share.throttle(&me, t0 + 10 * TICK, LONG),
+            share.throttle(&me, t0 + 10 * TICK, LONG, TICK),
             Some(t0 + 30 * TICK)
         );
         // Long after, the bucket has refilled: a burst again.
-        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG), None);
-        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG), None);
+        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG, TICK), None);
+        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG, TICK), None);
+    }
+
+    #[test]
+    fn the_time_a_guest_ran_is_charged_not_the_ticks_counted() {
+        let share = share(100);
+        let me = share.activity(&"spinner".into());
+        let other = share.activity(&"neighbour".into());
+        let _mine = share.enter(&me, Instant::now());
+        let _theirs = share.enter(&other, Instant::now());
+        let t0 = Instant::now();
+        // One late tick after 4 ms of running costs 40 ms of clock: the
+        // burst (30 ms ahead) is spent, and the next tick waits 10 ms.
+        assert_eq!(share.throttle(&me, t0, LONG, 4 * TICK), None);
+        assert_eq!(share.throttle(&me, t0, LONG, TICK), Some(t0 + 10 * TICK));
     }
 
     #[test]
@@ -288,12 +314,12 @@ mod tests {
         let t0 = Instant::now();
         // Free ticks charge nothing: the burst is all there afterwards.
         for ticks in 1..=FREE_TICKS {
-            assert_eq!(share.throttle(&me, t0, ticks), None);
+            assert_eq!(share.throttle(&me, t0, ticks, TICK), None);
         }
         for _ in 0..4 {
-            assert_eq!(share.throttle(&me, t0, LONG), None);
+            assert_eq!(share.throttle(&me, t0, LONG, TICK), None);
         }
         // In debt, a new call's first tick waits like any other.
-        assert_eq!(share.throttle(&me, t0, 1), Some(t0 + 10 * TICK));
+        assert_eq!(share.throttle(&me, t0, 1, TICK), Some(t0 + 10 * TICK));
     }
 }

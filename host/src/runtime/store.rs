@@ -37,8 +37,11 @@ pub(crate) struct CallState {
     pub(crate) context: CallContext,
     /// When the epoch callback first saw the cancellation.
     pub(crate) cancel_seen: Option<Instant>,
-    /// Epoch ticks at which the guest was seen running (its CPU time, in ticks).
+    /// Epoch ticks at which the guest was seen running.
     pub(crate) ticks: u64,
+    /// When the call started: the guest's run before its first tick is
+    /// charged from here.
+    pub(crate) started: Instant,
     /// Time the guest was held back to share the CPU (`runtime/share.rs`).
     pub(crate) throttled: Duration,
 }
@@ -49,6 +52,7 @@ impl CallState {
             context,
             cancel_seen: None,
             ticks: 0,
+            started: Instant::now(),
             throttled: Duration::ZERO,
         }
     }
@@ -76,6 +80,9 @@ pub(crate) struct StoreState {
     pub(crate) plugin: Arc<str>,
     pub(crate) settings: Arc<str>,
     pub(crate) kube: Arc<dyn KubeApi>,
+    /// When the guest last resumed after waiting (a yield, a host call):
+    /// what ran since then is its CPU time.
+    pub(crate) resumed: Arc<ResumeMark>,
 }
 
 /// What a store is made for: the plugin's identity, settings, limits and API.
@@ -109,6 +116,7 @@ impl StoreState {
             table,
             limiter: GuestLimiter::new(limits),
             call: CallState::new(context),
+            resumed: Arc::default(),
             budget: Budget {
                 host_calls: 0,
                 host_call_limit: limits.host_calls,
@@ -137,6 +145,7 @@ impl StoreState {
         let grace = runtime.config().cancel_grace;
         let share = runtime.share().clone();
         let activity = spec.activity.clone();
+        let resumed = store.data().resumed.clone();
         store.epoch_deadline_callback(move |mut store| {
             let now = Instant::now();
             let call = &mut store.data_mut().call;
@@ -149,9 +158,17 @@ impl StoreState {
                 // Winding down: never held back.
                 return Ok(deadline_or_yield(now, call.context.deadline));
             }
-            if now < call.context.deadline
-                && let Some(until) = share.throttle(&activity, now, call.ticks)
-            {
+            if now >= call.context.deadline {
+                return Ok(UpdateDeadline::Interrupt);
+            }
+            let since = resumed.get().map_or(call.started, |r| r.max(call.started));
+            // Bounded: a wait the mark does not see (a WASI poll) is not
+            // charged as CPU beyond a starved ticker's longest gap.
+            let ran = now
+                .saturating_duration_since(since)
+                .min(MAX_RUN_BETWEEN_TICKS);
+            let mark = resumed.clone();
+            if let Some(until) = share.throttle(&activity, now, call.ticks, ran) {
                 let until = until.min(call.context.deadline);
                 call.throttled += until - now;
                 let cancel = call.context.cancel.clone();
@@ -162,10 +179,18 @@ impl StoreState {
                             () = tokio::time::sleep_until(until.into()) => {}
                             () = cancel.cancelled() => {}
                         }
+                        mark.set(Instant::now());
                     }),
                 ));
             }
-            Ok(deadline_or_yield(now, call.context.deadline))
+            // Yield so a busy guest never starves the executor.
+            Ok(UpdateDeadline::YieldCustom(
+                1,
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    mark.set(Instant::now());
+                }),
+            ))
         });
         store
     }
@@ -179,6 +204,27 @@ impl StoreState {
         self.budget.log_exhausted = false;
         self.limiter.refused = None;
         self.output.begin_call();
+    }
+}
+
+/// The most run time one tick is charged for. The epoch ticker is a thread
+/// like any other: on a saturated machine it waits for a core, and a guest
+/// runs several ticks' worth between two of them.
+const MAX_RUN_BETWEEN_TICKS: Duration = Duration::from_millis(10);
+
+/// When a guest last resumed after waiting: set by the futures it waits on
+/// (a yield, a host call), which cannot reach the store, and read by the
+/// epoch callback.
+#[derive(Default)]
+pub(crate) struct ResumeMark(std::sync::Mutex<Option<Instant>>);
+
+impl ResumeMark {
+    pub(crate) fn set(&self, at: Instant) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
+    }
+
+    fn get(&self) -> Option<Instant> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -11,7 +11,7 @@ use wasmtime::component::HasData;
 use crate::hostapi::{self, ApiError, KubeApi, KubeRequest, KubeResponse};
 use crate::runtime::failure::OverBudget;
 use crate::runtime::limits::Ceiling;
-use crate::runtime::store::{Budget, StoreState};
+use crate::runtime::store::{Budget, ResumeMark, StoreState};
 use crate::wit::wasmctrl::reconciler::{kube, types};
 
 /// The `kube` interface's view of a store.
@@ -25,6 +25,7 @@ pub(super) struct KubeView<'a> {
     api: &'a Arc<dyn KubeApi>,
     deadline: Instant,
     budget: &'a mut Budget,
+    resumed: &'a Arc<ResumeMark>,
 }
 
 pub(super) fn view(s: &mut StoreState) -> KubeView<'_> {
@@ -32,6 +33,7 @@ pub(super) fn view(s: &mut StoreState) -> KubeView<'_> {
         api: s.call.context.kube.as_ref().unwrap_or(&s.kube),
         deadline: s.call.context.deadline,
         budget: &mut s.budget,
+        resumed: &s.resumed,
     }
 }
 
@@ -58,15 +60,20 @@ impl KubeView<'_> {
         self.budget.host_calls += 1;
         let api = self.api.clone();
         let deadline = self.deadline;
+        let resumed = self.resumed.clone();
         Ok(async move {
             let remaining = deadline.saturating_duration_since(Instant::now());
             let verb = request.verb();
-            match tokio::time::timeout(remaining, api.call(request, deadline)).await {
+            let response = match tokio::time::timeout(remaining, api.call(request, deadline)).await
+            {
                 Ok(r) => r,
                 Err(_) => Err(ApiError::Timeout(format!(
                     "{verb} did not finish before the reconcile's deadline"
                 ))),
-            }
+            };
+            // The wait was the API's, not the guest's CPU (runtime/share.rs).
+            resumed.set(Instant::now());
+            response
         })
     }
 
