@@ -95,3 +95,41 @@ async fn nothing_is_missed_across_a_forced_relist() {
     );
     collector.abort();
 }
+
+/// An event hands subscribers the object the store holds, not a copy: the
+/// event buffer keeps its last 4 096 events, which would otherwise be a
+/// second copy of as many cached objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_carries_the_cached_object_itself() {
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    api.create(&PostParams::default(), &configmap("listed"))
+        .await
+        .unwrap();
+    let cache = SharedCache::new(cluster.client.clone());
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let informer = cache.informer(InformerKey::new(&resource, Some("default")), resource);
+    let mut events = informer.subscribe();
+    tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
+        .await
+        .expect("the informer syncs");
+    api.create(&PostParams::default(), &configmap("watched"))
+        .await
+        .unwrap();
+    let mut shared = HashSet::new();
+    while shared.len() < 2 {
+        let next = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .expect("an event");
+        let Some(Notification::Object(e)) = next else {
+            continue;
+        };
+        let name = e.object.metadata.name.clone().unwrap();
+        let cached = informer.get(Some("default"), &name).expect("cached");
+        assert!(
+            Arc::ptr_eq(&e.object, &cached),
+            "the event for {name} carries a copy of the cached object"
+        );
+        shared.insert(name);
+    }
+}

@@ -218,7 +218,11 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
         // while the watch was down, and the relist's objects, announced
         // only once the store holds them.
         let mut before: Option<HashMap<ObjectRef<DynamicObject>, Arc<DynamicObject>>> = None;
-        let mut listed: Vec<Arc<DynamicObject>> = Vec::new();
+        let mut listed: Vec<ObjectRef<DynamicObject>> = Vec::new();
+        // An event carries the store's own Arc, not a copy: the event
+        // buffer keeps its last EVENT_BUFFER events, which would otherwise
+        // be a second copy of that many objects.
+        let reader = writer.as_reader();
         let mut seen: HashSet<ObjectRef<DynamicObject>> = HashSet::new();
         while let Some(event) = stream.next().await {
             let event = match event {
@@ -247,15 +251,18 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
             match event {
                 Event::Init => {}
                 Event::InitApply(o) => {
-                    seen.insert(reference(&o));
-                    listed.push(Arc::new(o));
+                    let r = reference(&o);
+                    seen.insert(r.clone());
+                    listed.push(r);
                 }
                 Event::InitDone => {
-                    for object in listed.drain(..) {
-                        let _ = tx.send(ObjectEvent {
-                            object,
-                            deleted: false,
-                        });
+                    for r in listed.drain(..) {
+                        if let Some(object) = reader.get(&r) {
+                            let _ = tx.send(ObjectEvent {
+                                object,
+                                deleted: false,
+                            });
+                        }
                     }
                     for (r, o) in before.take().unwrap_or_default() {
                         if !seen.contains(&r) {
@@ -268,8 +275,9 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
                     let _ = synced_tx.send(true);
                 }
                 Event::Apply(o) => {
+                    let object = reader.get(&reference(&o)).unwrap_or_else(|| Arc::new(o));
                     let _ = tx.send(ObjectEvent {
-                        object: Arc::new(o),
+                        object,
                         deleted: false,
                     });
                 }
