@@ -92,9 +92,20 @@ impl ComponentCache {
         let component = Component::new(&self.engine, bytes);
         release_compile_garbage();
         let component = component?;
+        let mut component = component;
         if let Some(file) = self.file(digest) {
             match self.store(&file, &component) {
-                Ok(()) => self.prune(&file),
+                Ok(bytes) => {
+                    self.prune(&file);
+                    // The compiled code is in anonymous memory, all of it
+                    // resident: the stored artifact's copy maps only what runs.
+                    match self.load_verified(&file, &bytes) {
+                        Ok(mapped) => component = mapped,
+                        Err(e) => {
+                            tracing::debug!(file = %file.display(), "keeping the compiled component in memory: {e:#}")
+                        }
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(file = %file.display(), "cannot write compiled artifact: {e:#}")
                 }
@@ -154,24 +165,57 @@ impl ComponentCache {
         }
         let file = self.file(digest).filter(|f| f.exists())?;
         match self.read_verified(&file, digest) {
-            Ok(bytes) => {
-                // SAFETY: `bytes` carry a valid MAC under this host's key
-                // over (digest, engine hash, content): they are what
-                // `serialize` of this engine configuration wrote for this
-                // digest, and they are read into memory once, so the file
-                // cannot change between the check and the load.
-                match unsafe { Component::deserialize(&self.engine, &bytes) } {
-                    Ok(c) => return Some((self.remember(digest, c), CacheHit::Disk)),
-                    Err(e) => {
-                        tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
-                    }
+            Ok(bytes) => match self.load_verified(&file, &bytes) {
+                Ok(c) => return Some((self.remember(digest, c), CacheHit::Disk)),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
                 }
-            }
+            },
             Err(reason) => {
                 tracing::warn!(file = %file.display(), "not loading compiled artifact ({reason}); recompiling")
             }
         }
         None
+    }
+
+    /// Loads `bytes`, an artifact whose MAC was checked, from an unnamed
+    /// copy of it beside `file` that only this process holds: wasmtime then
+    /// maps the code from that file, so only the pages a plugin runs become
+    /// resident, clean and reclaimable — most of a component's compiled
+    /// code (its std, serde, the paths it never takes) stays on disk. In
+    /// memory if no such file can be made.
+    fn load_verified(&self, file: &std::path::Path, bytes: &[u8]) -> wasmtime::Result<Component> {
+        #[cfg(target_os = "linux")]
+        if let Some(dir) = file.parent() {
+            match unnamed_copy(dir, bytes) {
+                // SAFETY: the unnamed file holds `bytes`, which carry a
+                // valid MAC under this host's key over (digest, engine
+                // hash, content): what `serialize` of this engine
+                // configuration wrote for this digest. It has no name, so
+                // no other process can open it to change it (short of
+                // /proc/<pid>/fd, which takes the access that could change
+                // this process's memory anyway).
+                Ok(copy) => {
+                    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&copy));
+                    match unsafe { Component::deserialize_file(&self.engine, &path) } {
+                        Ok(c) => {
+                            page_in_only_what_runs(&copy);
+                            return Ok(c);
+                        }
+                        Err(e) => tracing::debug!(
+                            "cannot map the artifact's copy, loading it in memory: {e:#}"
+                        ),
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(dir = %dir.display(), "cannot make an unnamed copy of the artifact, loading it in memory: {e}")
+                }
+            }
+        }
+        let _ = file;
+        // SAFETY: as above, and `bytes` are in this process's memory, read
+        // once, so nothing can change them between the check and the load.
+        unsafe { Component::deserialize(&self.engine, bytes) }
     }
 
     fn remember(&self, digest: &str, component: Component) -> Arc<Component> {
@@ -192,18 +236,22 @@ impl ComponentCache {
             .count()
     }
 
-    fn store(&self, file: &std::path::Path, component: &Component) -> wasmtime::Result<()> {
+    /// Writes `component`'s artifact with its MAC to `file`; returns the
+    /// artifact (without the MAC).
+    fn store(&self, file: &std::path::Path, component: &Component) -> wasmtime::Result<Vec<u8>> {
         let mut bytes = component.serialize()?;
         let dir = file.parent().unwrap_or(std::path::Path::new("."));
         create_private_dir(dir)?;
         let digest = file_digest(file);
         let tag = self.mac(dir, &digest, &bytes)?;
+        let len = bytes.len();
         bytes.extend_from_slice(&tag);
         // Write then rename, so a concurrent reader never sees a half-written file.
         let tmp = file.with_extension(format!("tmp{}", std::process::id()));
         write_private(&tmp, &bytes)?;
         std::fs::rename(&tmp, file)?;
-        Ok(())
+        bytes.truncate(len);
+        Ok(bytes)
     }
 
     /// The artifact's bytes if its trailing MAC is valid.
@@ -335,6 +383,82 @@ impl ComponentCache {
     }
 }
 
+/// A file in `dir` holding `bytes` that has no name (`O_TMPFILE`): it
+/// lives as long as a descriptor or a mapping of it does.
+#[cfg(target_os = "linux")]
+fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let dir = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::other("the cache directory's path holds a NUL"))?;
+    // SAFETY: `dir` is a valid C string; the descriptor returned is owned
+    // by the File from here on.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    file.write_all(bytes)?;
+    Ok(file)
+}
+
+/// Asks the kernel to page in only the pages of `copy`'s mappings that are
+/// touched. By default a fault maps the 64 KiB around it too (the copy was
+/// just written, so all of it is in the page cache): a plugin that ran once
+/// would hold nearly all its code resident.
+#[cfg(target_os = "linux")]
+fn page_in_only_what_runs(copy: &std::fs::File) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = copy.metadata() else { return };
+    let (dev, ino) = (meta.dev(), meta.ino());
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        // start-end perms offset major:minor inode path
+        let mut words = line.split_whitespace();
+        let (Some(range), Some(_), Some(_), Some(device), Some(inode)) = (
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+        ) else {
+            continue;
+        };
+        let Some((major, minor)) = device.split_once(':') else {
+            continue;
+        };
+        let device = u32::from_str_radix(major, 16)
+            .ok()
+            .zip(u32::from_str_radix(minor, 16).ok())
+            .map(|(major, minor)| libc::makedev(major, minor));
+        if inode.parse::<u64>().ok() != Some(ino) || device != Some(dev) {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-').and_then(|(s, e)| {
+            Some((
+                usize::from_str_radix(s, 16).ok()?,
+                usize::from_str_radix(e, 16).ok()?,
+            ))
+        }) else {
+            continue;
+        };
+        // SAFETY: the range is one of this process's mappings, of a file
+        // only this cache made; MADV_RANDOM changes paging, not contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
+        }
+    }
+}
+
 /// Compiling a component allocates tens of MiB of short-lived memory on
 /// cranelift's worker threads, and glibc keeps the freed pages in its
 /// per-thread arenas: every hot swap left the host's RSS about 0.4 MiB
@@ -354,6 +478,50 @@ fn release_compile_garbage() {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    /// Executable mappings of files under `dir` in this process.
+    #[cfg(target_os = "linux")]
+    fn code_mapped_from(dir: &std::path::Path) -> usize {
+        let dir = dir.display().to_string();
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')))
+            .filter(|l| l.contains(&dir))
+            .count()
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_cached_component_runs_from_a_mapped_file_not_anonymous_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let bytes = std::fs::read(wasmctrl_plugin_artifacts::MIRROR).unwrap();
+        let digest = digest(&bytes);
+        let cache = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        let (compiled, hit) = cache.get_or_compile(&digest, &bytes).unwrap();
+        assert_eq!(hit, CacheHit::Compiled);
+        assert_eq!(code_mapped_from(dir.path()), 1, "the fresh compile's code");
+        drop(compiled);
+        assert_eq!(code_mapped_from(dir.path()), 0, "unmapped once dropped");
+        // A host starting again loads the artifact mapped too (the e2e
+        // tests with a cacheDir run plugins loaded so).
+        let again = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        let (loaded, hit) = again.get_compiled(&digest).unwrap();
+        assert_eq!(hit, CacheHit::Disk);
+        assert_eq!(
+            code_mapped_from(dir.path()),
+            1,
+            "the loaded artifact's code"
+        );
+        assert!(loaded.component_type().exports(&Engine::default()).count() > 0);
+        // The copies have no name: nothing in the directory but the artifact
+        // and the key.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
 
     #[test]
     fn prune_spares_the_newest_the_just_written_and_the_pinned() {
