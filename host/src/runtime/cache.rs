@@ -180,10 +180,9 @@ impl ComponentCache {
 
     /// Loads `bytes`, an artifact whose MAC was checked, from an unnamed
     /// copy of it beside `file` that only this process holds: wasmtime then
-    /// maps the code from that file, so only the pages a plugin runs become
-    /// resident, clean and reclaimable — most of a component's compiled
-    /// code (its std, serde, the paths it never takes) stays on disk. In
-    /// memory if no such file can be made.
+    /// maps the code from that file: its pages are file-backed, paged in
+    /// as they run, clean and reclaimable under memory pressure, where
+    /// anonymous memory is not. In memory if no such file can be made.
     fn load_verified(&self, file: &std::path::Path, bytes: &[u8]) -> wasmtime::Result<Component> {
         #[cfg(target_os = "linux")]
         if let Some(dir) = file.parent() {
@@ -198,10 +197,7 @@ impl ComponentCache {
                 Ok(copy) => {
                     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&copy));
                     match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                        Ok(c) => {
-                            page_in_only_what_runs(&copy);
-                            return Ok(c);
-                        }
+                        Ok(c) => return Ok(c),
                         Err(e) => tracing::debug!(
                             "cannot map the artifact's copy, loading it in memory: {e:#}"
                         ),
@@ -407,56 +403,6 @@ fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs:
     let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     file.write_all(bytes)?;
     Ok(file)
-}
-
-/// Asks the kernel to page in only the pages of `copy`'s mappings that are
-/// touched. By default a fault maps the 64 KiB around it too (the copy was
-/// just written, so all of it is in the page cache): a plugin that ran once
-/// would hold nearly all its code resident.
-#[cfg(target_os = "linux")]
-fn page_in_only_what_runs(copy: &std::fs::File) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = copy.metadata() else { return };
-    let (dev, ino) = (meta.dev(), meta.ino());
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        // start-end perms offset major:minor inode path
-        let mut words = line.split_whitespace();
-        let (Some(range), Some(_), Some(_), Some(device), Some(inode)) = (
-            words.next(),
-            words.next(),
-            words.next(),
-            words.next(),
-            words.next(),
-        ) else {
-            continue;
-        };
-        let Some((major, minor)) = device.split_once(':') else {
-            continue;
-        };
-        let device = u32::from_str_radix(major, 16)
-            .ok()
-            .zip(u32::from_str_radix(minor, 16).ok())
-            .map(|(major, minor)| libc::makedev(major, minor));
-        if inode.parse::<u64>().ok() != Some(ino) || device != Some(dev) {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-').and_then(|(s, e)| {
-            Some((
-                usize::from_str_radix(s, 16).ok()?,
-                usize::from_str_radix(e, 16).ok()?,
-            ))
-        }) else {
-            continue;
-        };
-        // SAFETY: the range is one of this process's mappings, of a file
-        // only this cache made; MADV_RANDOM changes paging, not contents.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
-        }
-    }
 }
 
 /// Compiling a component allocates tens of MiB of short-lived memory on
