@@ -22,6 +22,7 @@
 //! | `error-<any>`   | fails with a transient error (many keys into backoff)       |
 //! | `loop-<any>`    | spins forever (many keys to their deadline)                 |
 //! | `spin-<any>`    | spins forever while its ConfigMap exists; succeeds once it is gone |
+//! | `fail-<any>`    | fails with a transient error while its ConfigMap exists; succeeds once it is gone |
 //! | anything else   | succeeds                                                   |
 
 use std::hint::black_box;
@@ -104,7 +105,7 @@ impl Reconciler for Misbehave {
                 if name.starts_with("loop-") {
                     spin_forever()
                 }
-                if name.starts_with("spin-") {
+                if name.starts_with("spin-") || name.starts_with("fail-") {
                     use wasmctrl_sdk::bindings::wasmctrl::reconciler::{kube, types};
                     let kind = types::Gvk {
                         group: String::new(),
@@ -114,6 +115,9 @@ impl Reconciler for Misbehave {
                     return match kube::get(&kind, key.namespace.as_deref(), name) {
                         Err(types::ApiError::NotFound(_)) => Ok(Action::done()),
                         Err(e) => Err(e.into()),
+                        Ok(_) if name.starts_with("fail-") => {
+                            Err(Error::transient("asked to fail while the object exists"))
+                        }
                         Ok(_) => spin_forever(),
                     };
                 }
