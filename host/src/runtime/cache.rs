@@ -192,8 +192,8 @@ impl ComponentCache {
                 // hash, content): what `serialize` of this engine
                 // configuration wrote for this digest. It has no name, so
                 // no other process can open it to change it (short of
-                // /proc/<pid>/fd, which takes the access that could change
-                // this process's memory anyway).
+                // /proc/<pid>/fd, open only to the host's own user, whom
+                // the MAC does not guard against either: docs/SECURITY.md).
                 Ok(copy) => {
                     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&copy));
                     match unsafe { Component::deserialize_file(&self.engine, &path) } {
