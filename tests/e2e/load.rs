@@ -413,10 +413,11 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     let started = Instant::now();
     let backoff = interleaved(&host, &good, &bad, n, Neighbour::Failing).await;
     // Each key's first run in each round (twice when an event about it
-    // lands during that run), then retries held to the bucket: a burst of
+    // lands during that run, three times when the last round's deletion
+    // of it is still queued), then retries held to the bucket: a burst of
     // 100, then 10 a second. At qps 5 000 they would be many times this.
     let failing = misbehave_counter(&host, FAILURES).await;
-    let allowed = (2 * n * rounds() + 100) as f64 + 10.0 * started.elapsed().as_secs_f64().ceil();
+    let allowed = (3 * n * rounds() + 100) as f64 + 10.0 * started.elapsed().as_secs_f64().ceil();
     assert!(
         failing <= allowed,
         "{failing} failed reconciles of {n} keys over {} rounds (at most {allowed}): their retries were not held to the bucket",
