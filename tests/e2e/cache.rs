@@ -96,9 +96,8 @@ async fn nothing_is_missed_across_a_forced_relist() {
     collector.abort();
 }
 
-/// An event hands subscribers the object the store holds, not a copy: the
-/// event buffer keeps its last 4 096 events, which would otherwise be a
-/// second copy of as many cached objects.
+/// An event hands subscribers the object the store holds, not a copy: a
+/// relist's events were a second copy of every listed object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_carries_the_cached_object_itself() {
     let cluster = Cluster::start().await;

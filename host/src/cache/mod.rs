@@ -219,9 +219,10 @@ fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
         // only once the store holds them.
         let mut before: Option<HashMap<ObjectRef<DynamicObject>, Arc<DynamicObject>>> = None;
         let mut listed: Vec<ObjectRef<DynamicObject>> = Vec::new();
-        // An event carries the store's own Arc, not a copy: the event
-        // buffer keeps its last EVENT_BUFFER events, which would otherwise
-        // be a second copy of that many objects.
+        // An event carries the store's own Arc, not a copy: a relist used
+        // to hold a second copy of every listed object until InitDone, so
+        // the initial sync's peak was twice the cache, and malloc kept
+        // much of it (scale at 30 000 objects: 435 MiB RSS, 273 MiB now).
         let reader = writer.as_reader();
         let mut seen: HashSet<ObjectRef<DynamicObject>> = HashSet::new();
         while let Some(event) = stream.next().await {
