@@ -197,7 +197,10 @@ impl ComponentCache {
                 Ok(copy) => {
                     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&copy));
                     match unsafe { Component::deserialize_file(&self.engine, &path) } {
-                        Ok(c) => return Ok(c),
+                        Ok(c) => {
+                            page_in_only_what_runs(&copy);
+                            return Ok(c);
+                        }
                         Err(e) => tracing::debug!(
                             "cannot map the artifact's copy, loading it in memory: {e:#}"
                         ),
@@ -380,7 +383,9 @@ impl ComponentCache {
 }
 
 /// A file in `dir` holding `bytes` that has no name (`O_TMPFILE`): it
-/// lives as long as a descriptor or a mapping of it does.
+/// lives as long as a descriptor or a mapping of it does. Written through
+/// to disk and dropped from the page cache, so that mapping it pages in
+/// only what is touched (a no-op where `dir` is a tmpfs).
 #[cfg(target_os = "linux")]
 fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs::File> {
     use std::io::Write;
@@ -402,7 +407,70 @@ fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs:
     // SAFETY: `fd` was just opened and is owned by nothing else.
     let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     file.write_all(bytes)?;
+    file.sync_data()?;
+    // SAFETY: `file` is an open descriptor; the advice only drops clean
+    // cached pages.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
+        );
+    }
     Ok(file)
+}
+
+/// Asks the kernel to read only the pages of `copy`'s mappings that are
+/// touched (`MADV_RANDOM`: no readahead). With the copy out of the page
+/// cache ([`unnamed_copy`]), a fault then maps just its page, where the
+/// 64 KiB the kernel maps around a fault from cached pages, and the
+/// readahead that fills the cache, made a plugin that ran once hold most
+/// of its artifact resident (docs/BENCHMARKS.md, density).
+#[cfg(target_os = "linux")]
+fn page_in_only_what_runs(copy: &std::fs::File) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = copy.metadata() else { return };
+    let (dev, ino) = (meta.dev(), meta.ino());
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return;
+    };
+    for line in maps.lines() {
+        // start-end perms offset major:minor inode path
+        let mut words = line.split_whitespace();
+        let (Some(range), Some(_), Some(_), Some(device), Some(inode)) = (
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+            words.next(),
+        ) else {
+            continue;
+        };
+        let Some((major, minor)) = device.split_once(':') else {
+            continue;
+        };
+        let device = u32::from_str_radix(major, 16)
+            .ok()
+            .zip(u32::from_str_radix(minor, 16).ok())
+            .map(|(major, minor)| libc::makedev(major, minor));
+        if inode.parse::<u64>().ok() != Some(ino) || device != Some(dev) {
+            continue;
+        }
+        let Some((start, end)) = range.split_once('-').and_then(|(s, e)| {
+            Some((
+                usize::from_str_radix(s, 16).ok()?,
+                usize::from_str_radix(e, 16).ok()?,
+            ))
+        }) else {
+            continue;
+        };
+        // SAFETY: the range is one of this process's mappings, of a file
+        // only this cache made; MADV_RANDOM changes paging, not contents.
+        unsafe {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
+        }
+    }
 }
 
 /// Compiling a component allocates tens of MiB of short-lived memory on
