@@ -91,8 +91,7 @@ impl ComponentCache {
         }
         let component = Component::new(&self.engine, bytes);
         release_compile_garbage();
-        let component = component?;
-        let mut component = component;
+        let mut component = component?;
         if let Some(file) = self.file(digest) {
             match self.store(&file, &component) {
                 Ok(bytes) => {
@@ -198,7 +197,7 @@ impl ComponentCache {
                     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&copy));
                     match unsafe { Component::deserialize_file(&self.engine, &path) } {
                         Ok(c) => {
-                            page_in_only_what_runs(&copy);
+                            page_in_only_what_runs(&c);
                             return Ok(c);
                         }
                         Err(e) => tracing::debug!(
@@ -421,55 +420,28 @@ fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs:
     Ok(file)
 }
 
-/// Asks the kernel to read only the pages of `copy`'s mappings that are
-/// touched (`MADV_RANDOM`: no readahead). With the copy out of the page
+/// Asks the kernel to read only the pages of `component`'s image (mapped
+/// from its unnamed copy) that are touched (`MADV_RANDOM`: no readahead). With the copy out of the page
 /// cache ([`unnamed_copy`]), a fault then maps just its page, where the
 /// 64 KiB the kernel maps around a fault from cached pages, and the
 /// readahead that fills the cache, made a plugin that ran once hold most
 /// of its artifact resident (docs/BENCHMARKS.md, density).
 #[cfg(target_os = "linux")]
-fn page_in_only_what_runs(copy: &std::fs::File) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = copy.metadata() else { return };
-    let (dev, ino) = (meta.dev(), meta.ino());
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return;
-    };
-    for line in maps.lines() {
-        // start-end perms offset major:minor inode path
-        let mut words = line.split_whitespace();
-        let (Some(range), Some(_), Some(_), Some(device), Some(inode)) = (
-            words.next(),
-            words.next(),
-            words.next(),
-            words.next(),
-            words.next(),
-        ) else {
-            continue;
-        };
-        let Some((major, minor)) = device.split_once(':') else {
-            continue;
-        };
-        let device = u32::from_str_radix(major, 16)
-            .ok()
-            .zip(u32::from_str_radix(minor, 16).ok())
-            .map(|(major, minor)| libc::makedev(major, minor));
-        if inode.parse::<u64>().ok() != Some(ino) || device != Some(dev) {
-            continue;
-        }
-        let Some((start, end)) = range.split_once('-').and_then(|(s, e)| {
-            Some((
-                usize::from_str_radix(s, 16).ok()?,
-                usize::from_str_radix(e, 16).ok()?,
-            ))
-        }) else {
-            continue;
-        };
-        // SAFETY: the range is one of this process's mappings, of a file
-        // only this cache made; MADV_RANDOM changes paging, not contents.
-        unsafe {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_RANDOM);
-        }
+fn page_in_only_what_runs(component: &Component) {
+    let image = component.image_range();
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+    // The image starts where wasmtime mapped the file, on a page.
+    let start = image.start as usize & !(page - 1);
+    // SAFETY: the range is wasmtime's mapping of the component's image,
+    // which wasmtime documents as open to this kind of paging advice;
+    // MADV_RANDOM changes paging, not contents or protections.
+    unsafe {
+        libc::madvise(
+            start as *mut libc::c_void,
+            image.end as usize - start,
+            libc::MADV_RANDOM,
+        );
     }
 }
 
