@@ -218,6 +218,17 @@ mod tests {
         })
     }
 
+    /// Runs `check` with a call of plugin "spinner" in flight beside one of
+    /// a busy "neighbour" (100m after a 3 ms burst), from instant `t0`.
+    fn beside_a_busy_neighbour(check: impl FnOnce(&CpuShare, &PluginActivity, Instant)) {
+        let share = share(100);
+        let me = share.activity(&"spinner".into());
+        let other = share.activity(&"neighbour".into());
+        let _mine = share.enter(&me, Instant::now());
+        let _theirs = share.enter(&other, Instant::now());
+        check(&share, &me, Instant::now());
+    }
+
     #[test]
     fn a_plugin_alone_is_never_throttled() {
         let share = share(100);
@@ -231,47 +242,39 @@ mod tests {
 
     #[test]
     fn beside_a_busy_plugin_ticks_past_the_burst_are_spaced_to_the_share() {
-        let share = share(100);
-        let me = share.activity(&"spinner".into());
-        let other = share.activity(&"neighbour".into());
-        let _mine = share.enter(&me, Instant::now());
-        let _theirs = share.enter(&other, Instant::now());
-        let t0 = Instant::now();
-        // The burst: the tick due now and 3 more (30 ms of clock) run at
-        // once, each moving the clock 10 ms on.
-        for i in 0..4 {
-            assert_eq!(share.throttle(&me, t0, LONG, TICK), None, "tick {i}");
-        }
-        // The clock is now 40 ms ahead: the next tick waits until it is
-        // within 30 ms of now, and so on, one tick per 10 ms.
-        assert_eq!(share.throttle(&me, t0, LONG, TICK), Some(t0 + 10 * TICK));
-        assert_eq!(
-            share.throttle(&me, t0 + 10 * TICK, LONG, TICK),
-            Some(t0 + 20 * TICK)
-        );
-        // Another call of the plugin shares the clock: the plugin's total
-        // is bounded, not each call's.
-        assert_eq!(
-            share.throttle(&me, t0 + 10 * TICK, LONG, TICK),
-            Some(t0 + 30 * TICK)
-        );
-        // Long after, the bucket has refilled: a burst again.
-        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG, TICK), None);
-        assert_eq!(share.throttle(&me, t0 + 1000 * TICK, LONG, TICK), None);
+        beside_a_busy_neighbour(|share, me, t0| {
+            // The burst: the tick due now and 3 more (30 ms of clock) run at
+            // once, each moving the clock 10 ms on.
+            for i in 0..4 {
+                assert_eq!(share.throttle(me, t0, LONG, TICK), None, "tick {i}");
+            }
+            // The clock is now 40 ms ahead: the next tick waits until it is
+            // within 30 ms of now, and so on, one tick per 10 ms.
+            assert_eq!(share.throttle(me, t0, LONG, TICK), Some(t0 + 10 * TICK));
+            assert_eq!(
+                share.throttle(me, t0 + 10 * TICK, LONG, TICK),
+                Some(t0 + 20 * TICK)
+            );
+            // Another call of the plugin shares the clock: the plugin's total
+            // is bounded, not each call's.
+            assert_eq!(
+                share.throttle(me, t0 + 10 * TICK, LONG, TICK),
+                Some(t0 + 30 * TICK)
+            );
+            // Long after, the bucket has refilled: a burst again.
+            assert_eq!(share.throttle(me, t0 + 1000 * TICK, LONG, TICK), None);
+            assert_eq!(share.throttle(me, t0 + 1000 * TICK, LONG, TICK), None);
+        });
     }
 
     #[test]
     fn the_time_a_guest_ran_is_charged_not_the_ticks_counted() {
-        let share = share(100);
-        let me = share.activity(&"spinner".into());
-        let other = share.activity(&"neighbour".into());
-        let _mine = share.enter(&me, Instant::now());
-        let _theirs = share.enter(&other, Instant::now());
-        let t0 = Instant::now();
-        // One late tick after 4 ms of running costs 40 ms of clock: the
-        // burst (30 ms ahead) is spent, and the next tick waits 10 ms.
-        assert_eq!(share.throttle(&me, t0, LONG, 4 * TICK), None);
-        assert_eq!(share.throttle(&me, t0, LONG, TICK), Some(t0 + 10 * TICK));
+        beside_a_busy_neighbour(|share, me, t0| {
+            // One late tick after 4 ms of running costs 40 ms of clock: the
+            // burst (30 ms ahead) is spent, and the next tick waits 10 ms.
+            assert_eq!(share.throttle(me, t0, LONG, 4 * TICK), None);
+            assert_eq!(share.throttle(me, t0, LONG, TICK), Some(t0 + 10 * TICK));
+        });
     }
 
     #[test]
@@ -306,20 +309,16 @@ mod tests {
 
     #[test]
     fn the_first_ticks_of_a_call_are_free_unless_the_plugin_is_in_debt() {
-        let share = share(100);
-        let me = share.activity(&"spinner".into());
-        let other = share.activity(&"neighbour".into());
-        let _mine = share.enter(&me, Instant::now());
-        let _theirs = share.enter(&other, Instant::now());
-        let t0 = Instant::now();
-        // Free ticks charge nothing: the burst is all there afterwards.
-        for ticks in 1..=FREE_TICKS {
-            assert_eq!(share.throttle(&me, t0, ticks, TICK), None);
-        }
-        for _ in 0..4 {
-            assert_eq!(share.throttle(&me, t0, LONG, TICK), None);
-        }
-        // In debt, a new call's first tick waits like any other.
-        assert_eq!(share.throttle(&me, t0, 1, TICK), Some(t0 + 10 * TICK));
+        beside_a_busy_neighbour(|share, me, t0| {
+            // Free ticks charge nothing: the burst is all there afterwards.
+            for ticks in 1..=FREE_TICKS {
+                assert_eq!(share.throttle(me, t0, ticks, TICK), None);
+            }
+            for _ in 0..4 {
+                assert_eq!(share.throttle(me, t0, LONG, TICK), None);
+            }
+            // In debt, a new call's first tick waits like any other.
+            assert_eq!(share.throttle(me, t0, 1, TICK), Some(t0 + 10 * TICK));
+        });
     }
 }
