@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchParams};
-use wasmctrl_e2e::{Cluster, Host, eventually, http_get, mirror_converged, value_and_mirror};
+use wasmctrl_e2e::{
+    Cluster, Host, eventually, http_get, mirror_converged, mirror_idle, value_and_mirror,
+};
 use wasmctrl_plugin_artifacts as artifacts;
 
 const CONVERGE: Duration = Duration::from_secs(300);
@@ -189,7 +191,6 @@ async fn misbehave_counter(host: &Host, series: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// The time for `mirror` to mirror `value` onto all `n` objects.
 /// The time for `mirror` to mirror `value` onto all `n` objects. The end
 /// is seen on a watch, not by listing the `n` objects until they all
 /// carry it: at 10 000 objects those lists were most of the test's own
@@ -209,15 +210,13 @@ async fn mirror_round(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) 
     });
     let ((), seen) = tokio::join!(writes, mirrored_on_watch(api, n, value, &before));
     if !seen {
-        // The watch ended early (expired history): the lists decide.
+        // The watch ended early (expired history): the lists decide (and
+        // wait for mirror to be idle).
         mirrored(host, api, n, value).await;
+        return started.elapsed();
     }
     let took = started.elapsed();
-    let queue = host.queue("mirror");
-    eventually("no key left in processing", CONVERGE, || async {
-        (queue.processing_len() == 0).then_some(())
-    })
-    .await;
+    mirror_idle(host, CONVERGE).await;
     took
 }
 
@@ -271,7 +270,7 @@ fn process_cpu() -> Duration {
 }
 
 /// The time for `mirror` to mirror a new value onto all `n` objects, the
-/// fastest of [`ROUNDS`] rounds (values `{tag}-1`, `{tag}-2`, …). Returns
+/// fastest of [`rounds`] rounds (values `{tag}-1`, `{tag}-2`, …). Returns
 /// it with the last value written.
 async fn mirror_rounds(
     host: &Host,

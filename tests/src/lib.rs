@@ -158,6 +158,12 @@ pub async fn mirror_converged(
         done(&list.items).then_some(())
     })
     .await;
+    mirror_idle(host, limit).await;
+}
+
+/// Waits (bounded by `limit`) until no key of the `mirror` plugin's queue
+/// is left in processing.
+pub async fn mirror_idle(host: &Host, limit: std::time::Duration) {
     let queue = host.queue("mirror");
     eventually("no key left in processing", limit, || async {
         (queue.processing_len() == 0).then_some(())
