@@ -29,9 +29,22 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use wasmctrl_sdk::bindings::wasmctrl::reconciler::{kube, types};
 use wasmctrl_sdk::{Action, Context, Error, Gvk, Metadata, ObjectKey, Reconciler};
 
+use types::ApiError;
+
 struct Misbehave;
+
+/// The key's own ConfigMap, read through the host (the JSON text).
+fn own_configmap(key: &ObjectKey) -> Result<String, ApiError> {
+    let kind = types::Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+    };
+    kube::get(&kind, key.namespace.as_deref(), &key.name)
+}
 
 impl Reconciler for Misbehave {
     fn metadata() -> Metadata {
@@ -77,13 +90,7 @@ impl Reconciler for Misbehave {
             "permanent" => Err(Error::permanent("asked to fail for good")),
             "requeue" => Ok(Action::requeue()),
             "kube" => {
-                use wasmctrl_sdk::bindings::wasmctrl::reconciler::{kube, types::Gvk};
-                let kind = Gvk {
-                    group: String::new(),
-                    version: "v1".into(),
-                    kind: "ConfigMap".into(),
-                };
-                kube::get(&kind, key.namespace.as_deref(), &key.name)?;
+                own_configmap(&key)?;
                 Ok(Action::done())
             }
             "settings" => {
@@ -106,14 +113,8 @@ impl Reconciler for Misbehave {
                     spin_forever()
                 }
                 if name.starts_with("spin-") || name.starts_with("fail-") {
-                    use wasmctrl_sdk::bindings::wasmctrl::reconciler::{kube, types};
-                    let kind = types::Gvk {
-                        group: String::new(),
-                        version: "v1".into(),
-                        kind: "ConfigMap".into(),
-                    };
-                    return match kube::get(&kind, key.namespace.as_deref(), name) {
-                        Err(types::ApiError::NotFound(_)) => Ok(Action::done()),
+                    return match own_configmap(&key) {
+                        Err(ApiError::NotFound(_)) => Ok(Action::done()),
                         Err(e) => Err(e.into()),
                         Ok(_) if name.starts_with("fail-") => {
                             Err(Error::transient("asked to fail while the object exists"))
