@@ -37,7 +37,7 @@ use kube::runtime::controller::Action as KubeAction;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use wasmctrl::cache::{InformerKey, Notification, SharedCache};
+use wasmctrl::cache::{CachedObject, InformerKey, Notification, SharedCache};
 use wasmctrl::config::HostConfig;
 use wasmctrl::controller::{Controller, ControllerOptions, TracingTerminalErrors};
 use wasmctrl::manager::{Manager, ManagerOptions};
@@ -309,8 +309,13 @@ impl Reconcile for NativeStatus {
         let Some(item) = self.informer.get(key.namespace.as_deref(), &key.name) else {
             return Ok(Action::done());
         };
-        let (seq, observed) = cluster::seq_and_observed(&item);
-        if observed == Some(seq) {
+        // A native reconciler reads wasmctrl's cache as JSON, as the guest
+        // does, into the fields it needs.
+        let view: BenchView = item
+            .parse()
+            .map_err(|e| ReconcileError::Permanent(e.to_string()))?;
+        let seq = view.spec.seq;
+        if view.status.and_then(|s| s.observed) == Some(seq) {
             return Ok(Action::done());
         }
         let patch = json!({"status": {"observed": seq, "startedAt": started_at}});
@@ -322,18 +327,35 @@ impl Reconcile for NativeStatus {
     }
 }
 
-fn object_key(o: &DynamicObject) -> Option<ObjectKey> {
-    Some(ObjectKey {
-        namespace: o.metadata.namespace.clone(),
-        name: o.metadata.name.clone()?,
-    })
+/// What the native reconciler reads of a benchmark object.
+#[derive(serde::Deserialize)]
+struct BenchView {
+    #[serde(default)]
+    spec: BenchSpec,
+    status: Option<BenchStatus>,
+}
+
+#[derive(serde::Deserialize, Default)]
+struct BenchSpec {
+    #[serde(default)]
+    seq: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct BenchStatus {
+    observed: Option<u64>,
+}
+
+fn object_key(o: &CachedObject) -> ObjectKey {
+    ObjectKey {
+        namespace: o.namespace().map(str::to_string),
+        name: o.name().to_string(),
+    }
 }
 
 fn enqueue_all(queue: &WorkQueue<ObjectKey>, informer: &wasmctrl::cache::Informer) {
-    for o in informer.store().state() {
-        if let Some(k) = object_key(&o) {
-            queue.add_with_priority(k, Priority::LOW);
-        }
+    for o in informer.objects() {
+        queue.add_with_priority(object_key(&o), Priority::LOW);
     }
 }
 
@@ -372,9 +394,7 @@ async fn run_native(args: &ControllerArgs, client: kube::Client) -> anyhow::Resu
             while let Some(n) = subscription.next().await {
                 match n {
                     Notification::Object(e) => {
-                        if let Some(k) = object_key(&e.object) {
-                            queue.add(k);
-                        }
+                        queue.add(object_key(&e.object));
                     }
                     Notification::Resync => enqueue_all(&queue, &informer),
                 }

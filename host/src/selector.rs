@@ -61,13 +61,20 @@ impl LabelSelector {
     }
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.matches_by(|k| labels.get(k).map(String::as_str))
+    }
+
+    /// Whether the labels `label` looks up (key → value) satisfy every
+    /// requirement.
+    pub fn matches_by<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
+        let is_in = |set: &[String], v: &str| set.iter().any(|s| s == v);
         self.0.iter().all(|r| match r {
-            Requirement::Equals(k, v) => labels.get(k) == Some(v),
-            Requirement::NotEquals(k, v) => labels.get(k) != Some(v),
-            Requirement::In(k, set) => labels.get(k).is_some_and(|v| set.contains(v)),
-            Requirement::NotIn(k, set) => labels.get(k).is_none_or(|v| !set.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::NotExists(k) => !labels.contains_key(k),
+            Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
+            Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
+            Requirement::In(k, set) => label(k).is_some_and(|v| is_in(set, v)),
+            Requirement::NotIn(k, set) => label(k).is_none_or(|v| !is_in(set, v)),
+            Requirement::Exists(k) => label(k).is_some(),
+            Requirement::NotExists(k) => label(k).is_none(),
         })
     }
 }

@@ -45,7 +45,7 @@ async fn nothing_is_missed_across_a_forced_relist() {
         tokio::spawn(async move {
             while let Some(n) = events.next().await {
                 if let Notification::Object(e) = n {
-                    let name = e.object.metadata.name.clone().unwrap_or_default();
+                    let name = e.object.name().to_string();
                     seen.lock().unwrap().push((name, e.deleted));
                 }
             }
@@ -80,10 +80,9 @@ async fn nothing_is_missed_across_a_forced_relist() {
     )
     .await;
     let names: HashSet<String> = informer
-        .store()
-        .state()
+        .objects()
         .iter()
-        .filter_map(|o| o.metadata.name.clone())
+        .map(|o| o.name().to_string())
         .collect();
     assert_eq!(
         names,
@@ -123,7 +122,7 @@ async fn an_event_carries_the_cached_object_itself() {
         let Some(Notification::Object(e)) = next else {
             continue;
         };
-        let name = e.object.metadata.name.clone().unwrap();
+        let name = e.object.name().to_string();
         let cached = informer.get(Some("default"), &name).expect("cached");
         assert!(
             Arc::ptr_eq(&e.object, &cached),

@@ -17,18 +17,21 @@
 //! behind the event channel is told to resync (every key of the informer is
 //! enqueued) instead of silently losing events.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+mod object;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+
+pub use object::{CacheObjectError, CachedObject, Owner};
 
 /// Events buffered per informer before a slow subscriber must resync.
 const EVENT_BUFFER: usize = 4096;
@@ -36,7 +39,7 @@ const EVENT_BUFFER: usize = 4096;
 /// An object changed (or is gone).
 #[derive(Debug, Clone)]
 pub struct ObjectEvent {
-    pub object: Arc<DynamicObject>,
+    pub object: Arc<CachedObject>,
     pub deleted: bool,
 }
 
@@ -90,16 +93,25 @@ impl std::fmt::Display for InformerKey {
 pub struct Informer {
     pub key: InformerKey,
     pub resource: ApiResource,
-    store: Store<DynamicObject>,
+    store: Arc<RwLock<Objects>>,
     events: broadcast::Sender<ObjectEvent>,
     synced: watch::Receiver<bool>,
     task: JoinHandle<()>,
 }
 
 impl Informer {
-    /// The objects currently known.
-    pub fn store(&self) -> &Store<DynamicObject> {
-        &self.store
+    /// The objects currently known (a snapshot, in no particular order).
+    pub fn objects(&self) -> Vec<Arc<CachedObject>> {
+        self.store.read().unwrap().iter().cloned().collect()
+    }
+
+    /// How many objects are cached.
+    pub fn len(&self) -> usize {
+        self.store.read().unwrap().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     pub fn is_synced(&self) -> bool {
@@ -120,12 +132,8 @@ impl Informer {
     }
 
     /// The object `namespace/name`, if cached.
-    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
-        let mut r = ObjectRef::new_with(name, self.resource.clone());
-        if let Some(ns) = namespace {
-            r = r.within(ns);
-        }
-        self.store.get(&r)
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        self.store.read().unwrap().get(namespace, name).cloned()
     }
 }
 
@@ -199,94 +207,131 @@ impl SharedCache {
     }
 }
 
+/// The objects of one informer, by namespace ("" for cluster-scoped ones,
+/// a name no namespace can have) and name, so a lookup by `&str` needs no
+/// allocation.
+#[derive(Default)]
+struct Objects {
+    by_namespace: HashMap<Box<str>, HashMap<Box<str>, Arc<CachedObject>>>,
+}
+
+impl Objects {
+    fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<CachedObject>> {
+        self.by_namespace.get(namespace.unwrap_or(""))?.get(name)
+    }
+
+    fn insert(&mut self, object: Arc<CachedObject>) {
+        self.by_namespace
+            .entry(object.namespace().unwrap_or("").into())
+            .or_default()
+            .insert(object.name().into(), object);
+    }
+
+    fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        let ns = namespace.unwrap_or("");
+        let names = self.by_namespace.get_mut(ns)?;
+        let removed = names.remove(name);
+        if names.is_empty() {
+            self.by_namespace.remove(ns);
+        }
+        removed
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
+        self.by_namespace.values().flat_map(HashMap::values)
+    }
+
+    fn len(&self) -> usize {
+        self.by_namespace.values().map(HashMap::len).sum()
+    }
+}
+
 fn start(client: Client, key: InformerKey, resource: ApiResource) -> Informer {
     let api: Api<DynamicObject> = match &key.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
     };
-    let mut writer = Writer::new(resource.clone());
-    let store = writer.as_reader();
+    let store = Arc::new(RwLock::new(Objects::default()));
     let (events, _) = broadcast::channel(EVENT_BUFFER);
     let (synced_tx, synced) = watch::channel(false);
     let tx = events.clone();
-    let dyntype = resource.clone();
     let label = key.to_string();
-    let task = tokio::spawn(async move {
-        let config = watcher::Config::default().any_semantic();
-        let mut stream = watcher::watcher(api, config).default_backoff().boxed();
-        // What the store held when a relist began, to find objects deleted
-        // while the watch was down, and the relist's objects, announced
-        // only once the store holds them.
-        let mut before: Option<HashMap<ObjectRef<DynamicObject>, Arc<DynamicObject>>> = None;
-        let mut listed: Vec<ObjectRef<DynamicObject>> = Vec::new();
-        // An event carries the store's own Arc, not a copy: a relist used
-        // to hold a second copy of every listed object until InitDone, so
-        // the initial sync's peak was twice the cache, and malloc kept
-        // much of it (scale at 30 000 objects: 435 MiB RSS, 273 MiB now).
-        let reader = writer.as_reader();
-        let mut seen: HashSet<ObjectRef<DynamicObject>> = HashSet::new();
-        while let Some(event) = stream.next().await {
-            let event = match event {
-                Ok(e) => e,
+    let task = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let config = watcher::Config::default().any_semantic();
+            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+            // A relist's objects, swapped in whole at its end (until then
+            // reads see the previous state).
+            let mut relist: Option<Objects> = None;
+            let cache_form = |o: DynamicObject| match CachedObject::new(o) {
+                Ok(c) => Some(Arc::new(c)),
                 Err(e) => {
-                    tracing::warn!(informer = %label, "watch error (retrying with backoff): {e}");
-                    continue;
+                    tracing::warn!(informer = %label, "object not cached: {e}");
+                    None
                 }
             };
-            let reference = |o: &DynamicObject| ObjectRef::from_obj_with(o, dyntype.clone());
-            if let Event::Init = &event {
-                before = Some(
-                    writer
-                        .as_reader()
-                        .state()
-                        .into_iter()
-                        .map(|o| (reference(&o), o))
-                        .collect(),
-                );
-                seen.clear();
-                listed.clear();
-            }
-            // The store first, then the news: a subscriber that reacts to an
-            // event reads at least that event's state.
-            writer.apply_watcher_event(&event);
-            match event {
-                Event::Init => {}
-                Event::InitApply(o) => {
-                    let r = reference(&o);
-                    seen.insert(r.clone());
-                    listed.push(r);
-                }
-                Event::InitDone => {
-                    for r in listed.drain(..) {
-                        if let Some(object) = reader.get(&r) {
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(informer = %label, "watch error (retrying with backoff): {e}");
+                        continue;
+                    }
+                };
+                // The store first, then the news: a subscriber that reacts
+                // to an event reads at least that event's state. An event
+                // carries the store's own Arc, never a copy.
+                match event {
+                    Event::Init => relist = Some(Objects::default()),
+                    Event::InitApply(o) => {
+                        if let Some(o) = cache_form(o) {
+                            relist.get_or_insert_default().insert(o);
+                        }
+                    }
+                    Event::InitDone => {
+                        let listed = relist.take().unwrap_or_default();
+                        let before = std::mem::replace(&mut *store.write().unwrap(), listed);
+                        let now = store.read().unwrap();
+                        for object in now.iter() {
+                            let _ = tx.send(ObjectEvent {
+                                object: object.clone(),
+                                deleted: false,
+                            });
+                        }
+                        // Deleted while the watch was down: no event told us.
+                        for object in before.iter() {
+                            if now.get(object.namespace(), object.name()).is_none() {
+                                let _ = tx.send(ObjectEvent {
+                                    object: object.clone(),
+                                    deleted: true,
+                                });
+                            }
+                        }
+                        drop(now);
+                        let _ = synced_tx.send(true);
+                    }
+                    Event::Apply(o) => {
+                        if let Some(object) = cache_form(o) {
+                            store.write().unwrap().insert(object.clone());
                             let _ = tx.send(ObjectEvent {
                                 object,
                                 deleted: false,
                             });
                         }
                     }
-                    for (r, o) in before.take().unwrap_or_default() {
-                        if !seen.contains(&r) {
+                    Event::Delete(o) => {
+                        if let Some(object) = cache_form(o) {
+                            store
+                                .write()
+                                .unwrap()
+                                .remove(object.namespace(), object.name());
                             let _ = tx.send(ObjectEvent {
-                                object: o,
+                                object,
                                 deleted: true,
                             });
                         }
                     }
-                    let _ = synced_tx.send(true);
-                }
-                Event::Apply(o) => {
-                    let object = reader.get(&reference(&o)).unwrap_or_else(|| Arc::new(o));
-                    let _ = tx.send(ObjectEvent {
-                        object,
-                        deleted: false,
-                    });
-                }
-                Event::Delete(o) => {
-                    let _ = tx.send(ObjectEvent {
-                        object: Arc::new(o),
-                        deleted: true,
-                    });
                 }
             }
         }

@@ -1,8 +1,7 @@
 //! Watches → keys: which reconcile key an object event enqueues.
 
-use kube::api::DynamicObject;
-
 use crate::ObjectKey;
+use crate::cache::CachedObject;
 use crate::kind::Gvk;
 
 /// How events of one watched kind map to keys of the reconciled kind.
@@ -22,56 +21,38 @@ pub enum KeyMapping {
 }
 
 /// The keys `object` enqueues for a controller reconciling `reconciled`.
-pub fn keys(mapping: &KeyMapping, reconciled: &Gvk, object: &DynamicObject) -> Vec<ObjectKey> {
-    let meta = &object.metadata;
-    let namespace = meta.namespace.clone();
-    let own_key = || {
-        meta.name.clone().map(|name| ObjectKey {
-            namespace: namespace.clone(),
-            name,
-        })
+pub fn keys(mapping: &KeyMapping, reconciled: &Gvk, object: &CachedObject) -> Vec<ObjectKey> {
+    let key = |name: &str| ObjectKey {
+        namespace: object.namespace().map(str::to_string),
+        name: name.to_string(),
     };
     match mapping {
-        KeyMapping::Itself | KeyMapping::SameName => own_key().into_iter().collect(),
+        KeyMapping::Itself | KeyMapping::SameName => vec![key(object.name())],
         KeyMapping::ControllerOwner | KeyMapping::Owner => {
             let controller_only = *mapping == KeyMapping::ControllerOwner;
-            meta.owner_references
+            object
+                .owner_references()
                 .iter()
-                .flatten()
-                .filter(|r| !controller_only || r.controller == Some(true))
-                .filter(|r| {
-                    r.kind == reconciled.kind && group_of(&r.api_version) == reconciled.group
-                })
-                .map(|r| ObjectKey {
-                    namespace: namespace.clone(),
-                    name: r.name.clone(),
-                })
+                .filter(|r| !controller_only || r.controller)
+                .filter(|r| &*r.kind == reconciled.kind && r.group() == reconciled.group)
+                .map(|r| key(&r.name))
                 .collect()
         }
-        KeyMapping::Label(label) => meta
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(label))
+        KeyMapping::Label(label) => object
+            .label(label)
             .filter(|v| !v.is_empty())
-            .map(|name| ObjectKey {
-                namespace: namespace.clone(),
-                name: name.clone(),
-            })
+            .map(key)
             .into_iter()
             .collect(),
     }
-}
-
-fn group_of(api_version: &str) -> &str {
-    api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn object(json: serde_json::Value) -> DynamicObject {
-        serde_json::from_value(json).unwrap()
+    fn object(json: serde_json::Value) -> CachedObject {
+        CachedObject::from_json(&json.to_string()).unwrap()
     }
 
     fn webapp() -> Gvk {

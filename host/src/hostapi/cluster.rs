@@ -24,7 +24,7 @@ use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Reco
 
 use super::grant::{Access, Grant};
 use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
-use crate::cache::{InformerKey, SharedCache};
+use crate::cache::{CachedObject, InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
 use crate::leader::Fence;
 use crate::metrics::{HostApiLabels, LimitLabels, Metrics, PluginLabel};
@@ -291,7 +291,7 @@ impl ClusterApi {
             KubeRequest::Get { name, .. } => {
                 if let Some(informer) = cached(namespace) {
                     return match informer.get(namespace, &name) {
-                        Some(o) => Ok(KubeResponse::Object(to_json(&*o)?)),
+                        Some(o) => Ok(KubeResponse::Object(cached_json(&o)?)),
                         None => Err(ApiError::NotFound(format!(
                             "{} {name:?} not found",
                             ar.plural
@@ -309,14 +309,14 @@ impl ClusterApi {
                     .transpose()?;
                 let mut list = ListJson::new(self.limits.list_bytes);
                 if let Some(informer) = cached(namespace) {
-                    for o in informer.store().state() {
-                        let in_namespace =
-                            namespace.is_none() || o.metadata.namespace.as_deref() == namespace;
-                        let selected = selector.as_ref().is_none_or(|s| {
-                            s.matches(o.metadata.labels.as_ref().unwrap_or(&Default::default()))
-                        });
+                    for o in informer.objects() {
+                        let in_namespace = namespace.is_none() || o.namespace() == namespace;
+                        let selected = selector
+                            .as_ref()
+                            .is_none_or(|s| s.matches_by(|k| o.label(k)));
                         if in_namespace && selected {
-                            list.push(&*o).map_err(|e| self.list_too_big(e))?;
+                            list.push_json(cached_json(&o)?)
+                                .map_err(|e| self.list_too_big(e))?;
                         }
                     }
                     return Ok(KubeResponse::Objects(list.objects));
@@ -491,7 +491,7 @@ impl ClusterApi {
             })
             .filter(|i| i.is_synced());
         if let Some(informer) = informer {
-            return informer.get(namespace, name)?.metadata.uid.clone();
+            return informer.get(namespace, name)?.uid().map(str::to_string);
         }
         self.throttle(deadline).await.ok()?;
         let api: Api<DynamicObject> = match namespace {
@@ -668,7 +668,10 @@ impl ListJson {
     }
 
     fn push<T: serde::Serialize>(&mut self, o: &T) -> Result<(), ApiError> {
-        let json = to_json(o)?;
+        self.push_json(to_json(o)?)
+    }
+
+    fn push_json(&mut self, json: String) -> Result<(), ApiError> {
         self.bytes += json.len();
         if self.bytes > self.limit {
             return Err(ApiError::Invalid(format!(
@@ -723,6 +726,18 @@ fn to_json<T: serde::Serialize>(o: &T) -> Result<String, ApiError> {
         ))
     })?;
     Ok(s)
+}
+
+/// A cached object's JSON for the guest, within the host's response limit.
+fn cached_json(o: &CachedObject) -> Result<String, ApiError> {
+    let json = o.json();
+    check_size(json).map_err(|_| {
+        ApiError::Other(format!(
+            "response of {} bytes exceeds the host's limit",
+            json.len()
+        ))
+    })?;
+    Ok(json.to_string())
 }
 
 /// The guest's object for a write: valid JSON within the size limit, of the

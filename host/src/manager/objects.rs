@@ -181,10 +181,9 @@ impl ObjectPlugins {
     }
 
     fn enqueue_all(&self) {
-        for object in self.informer.store().state() {
-            if let Some(name) = &object.metadata.name {
-                self.queue.add(ObjectKey::cluster(name.clone()));
-            }
+        for object in self.informer.objects() {
+            self.queue
+                .add(ObjectKey::cluster(object.name().to_string()));
         }
     }
 }
@@ -321,11 +320,11 @@ impl Host {
                 tokio::select! {
                     n = events.next() => match n {
                         Some(Notification::Object(e)) => {
-                            let (Some(h), Some(name)) = (host.upgrade(), e.object.metadata.name.clone()) else {
+                            let Some(h) = host.upgrade() else {
                                 continue;
                             };
                             if let Some(o) = &h.objects {
-                                o.queue.add(ObjectKey::cluster(name));
+                                o.queue.add(ObjectKey::cluster(e.object.name().to_string()));
                             }
                         }
                         Some(Notification::Resync) => enqueue_all(),
@@ -348,11 +347,15 @@ impl Host {
         let Some(objects) = &self.objects else {
             return Ok(Action::done());
         };
-        let Some(object) = objects
+        // The cache keeps JSON; a WasmReconciler is read rarely enough to
+        // parse it here.
+        let object: Option<DynamicObject> = objects
             .informer
             .get(None, name)
-            .filter(|o| o.metadata.deletion_timestamp.is_none())
-        else {
+            .map(|o| o.parse())
+            .transpose()
+            .map_err(|e| ReconcileError::Transient(format!("cached {KIND} {name:?}: {e}")))?;
+        let Some(object) = object.filter(|o| o.metadata.deletion_timestamp.is_none()) else {
             // Deleted: its plugin (if it ran one) drains and stops.
             let record = objects.records.lock().unwrap().remove(name);
             if record.is_some_and(|r| r.owns) {

@@ -61,7 +61,7 @@ impl Host {
                 {
                     continue;
                 }
-                for object in informer.store().state() {
+                for object in informer.objects() {
                     for key in keys(&KeyMapping::Itself, &for_kind, &object) {
                         if taken.contains(&shards.shard_of(&key)) {
                             queue.add(key);

@@ -555,7 +555,7 @@ fn enqueue_store(
     reconciled: &Gvk,
     priority: Priority,
 ) {
-    for o in informer.store().state() {
+    for o in informer.objects() {
         for k in keys(mapping, reconciled, &o) {
             if slot.admits(&k) {
                 queue.add_with_priority(k, priority);

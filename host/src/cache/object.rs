@@ -1,0 +1,195 @@
+//! One cached object: its JSON, and the few metadata fields the host reads
+//! on every event without parsing the JSON.
+//!
+//! Why not a `DynamicObject`: a `serde_json::Value` tree plus a full
+//! `ObjectMeta` costs ~8× the object's JSON (every key its own `String`,
+//! every map its own nodes, ~40 optional metadata fields inline), ~6 KB per
+//! object of the benchmark CRD against ~0.7 KB of JSON. The guest wants
+//! JSON anyway, so a cached read hands it these bytes as they are; the
+//! rare host reader that wants a tree parses it ([`CachedObject::parse`]).
+
+use kube::api::DynamicObject;
+use serde::de::DeserializeOwned;
+
+/// An ownerReference, as much of it as maps events to keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// `group/version`, or `version` for the core group.
+    pub api_version: Box<str>,
+    pub kind: Box<str>,
+    pub name: Box<str>,
+    /// Whether this reference is the object's managing controller.
+    pub controller: bool,
+}
+
+impl Owner {
+    /// The API group of the owner (`""` for the core group).
+    pub fn group(&self) -> &str {
+        self.api_version
+            .rsplit_once('/')
+            .map(|(g, _)| g)
+            .unwrap_or("")
+    }
+}
+
+/// A cached object: immutable, shared by the store and every event that
+/// announces it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CachedObject {
+    name: Box<str>,
+    namespace: Option<Box<str>>,
+    uid: Option<Box<str>>,
+    resource_version: Option<Box<str>>,
+    labels: Box<[(Box<str>, Box<str>)]>,
+    owners: Box<[Owner]>,
+    json: Box<str>,
+}
+
+/// Why an object cannot be cached.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheObjectError {
+    #[error("the object has no metadata.name")]
+    NoName,
+    #[error("the object cannot be encoded as JSON: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+impl CachedObject {
+    /// The cached form of `object` (its JSON encoded compactly).
+    pub fn new(object: DynamicObject) -> Result<Self, CacheObjectError> {
+        let json = serde_json::to_string(&object)?.into_boxed_str();
+        let meta = object.metadata;
+        let name = meta.name.ok_or(CacheObjectError::NoName)?;
+        let labels = meta
+            .labels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
+            .collect();
+        let owners = meta
+            .owner_references
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| Owner {
+                api_version: r.api_version.into_boxed_str(),
+                kind: r.kind.into_boxed_str(),
+                name: r.name.into_boxed_str(),
+                controller: r.controller == Some(true),
+            })
+            .collect();
+        Ok(Self {
+            name: name.into_boxed_str(),
+            namespace: meta.namespace.map(String::into_boxed_str),
+            uid: meta.uid.map(String::into_boxed_str),
+            resource_version: meta.resource_version.map(String::into_boxed_str),
+            labels,
+            owners,
+            json,
+        })
+    }
+
+    /// The cached form of the object `json` encodes.
+    pub fn from_json(json: &str) -> Result<Self, CacheObjectError> {
+        Self::new(serde_json::from_str(json)?)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// None for a cluster-scoped object.
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    pub fn uid(&self) -> Option<&str> {
+        self.uid.as_deref()
+    }
+
+    pub fn resource_version(&self) -> Option<&str> {
+        self.resource_version.as_deref()
+    }
+
+    /// The value of label `key`, if set.
+    pub fn label(&self, key: &str) -> Option<&str> {
+        self.labels
+            .iter()
+            .find(|(k, _)| &**k == key)
+            .map(|(_, v)| &**v)
+    }
+
+    /// Every label, in key order.
+    pub fn labels(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.labels.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    pub fn owner_references(&self) -> &[Owner] {
+        &self.owners
+    }
+
+    /// The whole object as compact JSON.
+    pub fn json(&self) -> &str {
+        &self.json
+    }
+
+    /// The object parsed into `T` (a `DynamicObject`, a typed resource, a
+    /// `serde_json::Value`).
+    pub fn parse<T: DeserializeOwned>(&self) -> serde_json::Result<T> {
+        serde_json::from_str(&self.json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cached(value: serde_json::Value) -> CachedObject {
+        CachedObject::new(serde_json::from_value(value).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_header_is_read_from_the_object_and_the_json_keeps_all_of_it() {
+        let o = cached(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": "a", "namespace": "ns", "uid": "u-1", "resourceVersion": "7",
+                "labels": {"b": "2", "a": "1"},
+                "ownerReferences": [
+                    {"apiVersion": "demo.wasmctrl.dev/v1", "kind": "WebApp", "name": "w", "uid": "x", "controller": true},
+                    {"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "y"}
+                ]
+            },
+            "data": {"k": "v"}
+        }));
+        assert_eq!(o.name(), "a");
+        assert_eq!(o.namespace(), Some("ns"));
+        assert_eq!(o.uid(), Some("u-1"));
+        assert_eq!(o.resource_version(), Some("7"));
+        assert_eq!(o.label("b"), Some("2"));
+        assert_eq!(o.label("c"), None);
+        assert_eq!(o.labels().collect::<Vec<_>>(), [("a", "1"), ("b", "2")]);
+        let owners = o.owner_references();
+        assert_eq!(
+            (owners[0].group(), owners[0].controller),
+            ("demo.wasmctrl.dev", true)
+        );
+        assert_eq!((owners[1].group(), owners[1].controller), ("", false));
+        let back: serde_json::Value = o.parse().unwrap();
+        assert_eq!(back["data"]["k"], "v");
+        assert_eq!(back["metadata"]["ownerReferences"][1]["name"], "p");
+        assert!(!o.json().contains('\n'), "compact JSON");
+    }
+
+    #[test]
+    fn an_object_without_a_name_is_refused() {
+        let o: DynamicObject = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}),
+        )
+        .unwrap();
+        assert!(matches!(
+            CachedObject::new(o),
+            Err(CacheObjectError::NoName)
+        ));
+    }
+}
