@@ -46,6 +46,10 @@ pub(crate) struct ComponentCache {
     /// Digests of loaded plugins (counted): their artifacts are never
     /// pruned, so an unloaded idle plugin can always come back.
     pinned: Arc<Mutex<HashMap<String, usize>>>,
+    /// The unnamed copies of components mapped but not yet run, by digest:
+    /// their cached pages are dropped once the first instance ran
+    /// ([`ComponentCache::settle`]).
+    unsettled: Mutex<HashMap<String, std::fs::File>>,
 }
 
 /// A loaded plugin's hold on its on-disk artifact.
@@ -76,6 +80,34 @@ impl ComponentCache {
             engine_hash: format!("{:016x}", h.finish()),
             memory: Mutex::new(HashMap::new()),
             pinned: Arc::default(),
+            unsettled: Mutex::default(),
+        }
+    }
+
+    /// Drops the page cache of `digest`'s mapped copy, once an instance of
+    /// it ran. The first instance maps the copy's data segments into its
+    /// memory, and that mapping's first fault reads ahead around it (the
+    /// whole copy where a disk's readahead is large: 8 MiB on the machine
+    /// of docs/BENCHMARKS.md); with the copy cached, every later fault in
+    /// the code maps the 64 KiB around it. Dropped, only the pages that
+    /// run come back. Pages mapped stay; nothing is lost (the copy is
+    /// clean). Does nothing for a component not loaded from a copy.
+    pub(crate) fn settle(&self, digest: &str) {
+        let Some(copy) = self.unsettled.lock().unwrap().remove(digest) else {
+            return;
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let component = self
+                .memory
+                .lock()
+                .unwrap()
+                .get(digest)
+                .and_then(Weak::upgrade);
+            if let Some(component) = component {
+                page_out(&component);
+            }
+            drop_cached_pages(&copy);
         }
     }
 
@@ -98,7 +130,7 @@ impl ComponentCache {
                     self.prune(&file);
                     // The compiled code is in anonymous memory, all of it
                     // resident: the stored artifact's copy maps only what runs.
-                    match self.load_verified(&file, &bytes) {
+                    match self.load_verified(digest, &file, &bytes) {
                         Ok(mapped) => component = mapped,
                         Err(e) => {
                             tracing::debug!(file = %file.display(), "keeping the compiled component in memory: {e:#}")
@@ -164,7 +196,7 @@ impl ComponentCache {
         }
         let file = self.file(digest).filter(|f| f.exists())?;
         match self.read_verified(&file, digest) {
-            Ok(bytes) => match self.load_verified(&file, &bytes) {
+            Ok(bytes) => match self.load_verified(digest, &file, &bytes) {
                 Ok(c) => return Some((self.remember(digest, c), CacheHit::Disk)),
                 Err(e) => {
                     tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
@@ -182,7 +214,12 @@ impl ComponentCache {
     /// maps the code from that file: its pages are file-backed, paged in
     /// as they run, clean and reclaimable under memory pressure, where
     /// anonymous memory is not. In memory if no such file can be made.
-    fn load_verified(&self, file: &std::path::Path, bytes: &[u8]) -> wasmtime::Result<Component> {
+    fn load_verified(
+        &self,
+        digest: &str,
+        file: &std::path::Path,
+        bytes: &[u8],
+    ) -> wasmtime::Result<Component> {
         #[cfg(target_os = "linux")]
         if let Some(dir) = file.parent() {
             match unnamed_copy(dir, bytes) {
@@ -197,7 +234,11 @@ impl ComponentCache {
                     let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&copy));
                     match unsafe { Component::deserialize_file(&self.engine, &path) } {
                         Ok(c) => {
-                            page_in_only_what_runs(&c);
+                            page_in_only_what_runs(&c, &copy);
+                            self.unsettled
+                                .lock()
+                                .unwrap()
+                                .insert(digest.to_string(), copy);
                             return Ok(c);
                         }
                         Err(e) => tracing::debug!(
@@ -407,40 +448,68 @@ fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs:
     let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
     file.write_all(bytes)?;
     file.sync_data()?;
-    // SAFETY: `file` is an open descriptor; the advice only drops clean
-    // cached pages.
-    unsafe {
-        libc::posix_fadvise(
-            std::os::fd::AsRawFd::as_raw_fd(&file),
-            0,
-            0,
-            libc::POSIX_FADV_DONTNEED,
-        );
-    }
+    drop_cached_pages(&file);
     Ok(file)
 }
 
 /// Asks the kernel to read only the pages of `component`'s image (mapped
-/// from its unnamed copy) that are touched (`MADV_RANDOM`: no readahead). With the copy out of the page
-/// cache ([`unnamed_copy`]), a fault then maps just its page, where the
-/// 64 KiB the kernel maps around a fault from cached pages, and the
-/// readahead that fills the cache, made a plugin that ran once hold most
-/// of its artifact resident (docs/BENCHMARKS.md, density).
+/// from its unnamed copy `file`) that are touched (`MADV_RANDOM`: no
+/// readahead), and drops what loading read. Loading read the image before
+/// the advice could apply (its headers, metadata and unwind tables, each
+/// fault reading ahead around it), leaving most of the copy in the page
+/// cache, from which the kernel maps the 64 KiB around every later fault: a
+/// plugin that had run once held 536 of its 664 KiB of code resident
+/// (docs/BENCHMARKS.md, density). So the data segments are copied out now,
+/// then the image's pages are unmapped and dropped from the cache, and only
+/// what runs comes back, a page per fault.
 #[cfg(target_os = "linux")]
-fn page_in_only_what_runs(component: &Component) {
+fn page_in_only_what_runs(component: &Component, file: &std::fs::File) {
+    let _ = component.initialize_copy_on_write_image();
+    advise_image(component, libc::MADV_RANDOM);
+    page_out(component);
+    drop_cached_pages(file);
+}
+
+/// Unmaps and reclaims the pages of `component`'s image this process
+/// maps; they come back from the file as they are touched.
+#[cfg(target_os = "linux")]
+fn page_out(component: &Component) {
+    advise_image(component, libc::MADV_PAGEOUT);
+}
+
+#[cfg(target_os = "linux")]
+fn advise_image(component: &Component, advice: libc::c_int) {
     let image = component.image_range();
     // SAFETY: sysconf has no preconditions.
     let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
     // The image starts where wasmtime mapped the file, on a page.
     let start = image.start as usize & !(page - 1);
     // SAFETY: the range is wasmtime's mapping of the component's image,
-    // which wasmtime documents as open to this kind of paging advice;
-    // MADV_RANDOM changes paging, not contents or protections.
+    // which wasmtime documents as open to this kind of paging advice; the
+    // advice used here (MADV_RANDOM, MADV_PAGEOUT) changes paging, neither
+    // contents nor protections: MADV_PAGEOUT reclaims clean file pages (the
+    // image is a private mapping nothing writes), which fault back in from
+    // the file.
     unsafe {
         libc::madvise(
             start as *mut libc::c_void,
             image.end as usize - start,
-            libc::MADV_RANDOM,
+            advice,
+        );
+    }
+}
+
+/// Drops `file`'s cached pages that no mapping holds (they are clean).
+#[cfg(target_os = "linux")]
+fn drop_cached_pages(file: &std::fs::File) {
+    // SAFETY: `file` is an open descriptor; the advice only drops clean
+    // cached pages no mapping holds.
+    unsafe {
+        libc::posix_fadvise(
+            std::os::fd::AsRawFd::as_raw_fd(file),
+            0,
+            0,
+            libc::POSIX_FADV_DONTNEED,
         );
     }
 }
@@ -507,6 +576,62 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
+    }
+
+    #[cfg(target_os = "linux")]
+    fn in_memory_filesystem(dir: &std::path::Path) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: `path` is a valid C string and `fs` a writable statfs.
+        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+        let ok = unsafe { libc::statfs(path.as_ptr(), &mut fs) } == 0;
+        ok && fs.f_type == libc::TMPFS_MAGIC
+    }
+
+    /// Resident KiB of the mappings of files under `dir` (text, rest).
+    #[cfg(target_os = "linux")]
+    fn resident_from(dir: &std::path::Path) -> (usize, usize) {
+        let dir = dir.display().to_string();
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let (mut text, mut rest, mut current) = (0, 0, None);
+        for line in smaps.lines() {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next()) {
+                (Some("Rss:"), Some(kb)) => match current {
+                    Some(true) => text += kb.parse::<usize>().unwrap(),
+                    Some(false) => rest += kb.parse::<usize>().unwrap(),
+                    None => {}
+                },
+                (Some(range), Some(perms)) if range.contains('-') && perms.len() == 4 => {
+                    current = line.contains(&dir).then(|| perms.contains('x'));
+                }
+                _ => {}
+            }
+        }
+        (text, rest)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_loaded_component_holds_no_image_pages_until_they_run() {
+        let dir = tempfile::tempdir().unwrap();
+        if in_memory_filesystem(dir.path()) {
+            // tmpfs pages have no disk to be dropped to (without swap).
+            eprintln!("skipped: {} is on tmpfs", dir.path().display());
+            return;
+        }
+        let bytes = std::fs::read(wasmctrl_plugin_artifacts::MIRROR).unwrap();
+        let digest = digest(&bytes);
+        let cache = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        drop(cache.get_or_compile(&digest, &bytes).unwrap());
+        let again = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        let (_loaded, hit) = again.get_compiled(&digest).unwrap();
+        assert_eq!(hit, CacheHit::Disk);
+        let (text, rest) = resident_from(dir.path());
+        assert!(
+            text + rest <= 64,
+            "text {text} KiB, rest {rest} KiB resident"
+        );
     }
 
     #[test]

@@ -52,19 +52,29 @@ struct State {
     resident: Option<Resident>,
     in_flight: usize,
     last_used: Instant,
+    /// Loaded again and not run since: the first call to end settles the
+    /// mapped copy's page cache (`ComponentCache::settle`).
+    unsettled: bool,
 }
 
 /// A call's hold on the code: counted in flight until dropped.
 pub(crate) struct InUse<'a> {
     code: &'a Code,
+    runtime: &'a Runtime,
     pub(crate) pre: Arc<ReconcilerPre<StoreState>>,
 }
 
 impl Drop for InUse<'_> {
     fn drop(&mut self) {
-        let mut s = self.code.state.lock().unwrap();
-        s.in_flight -= 1;
-        s.last_used = Instant::now();
+        let settle = {
+            let mut s = self.code.state.lock().unwrap();
+            s.in_flight -= 1;
+            s.last_used = Instant::now();
+            std::mem::take(&mut s.unsettled)
+        };
+        if settle {
+            self.runtime.inner.cache.settle(&self.code.digest);
+        }
     }
 }
 
@@ -76,6 +86,7 @@ impl Code {
                 resident: Some(resident),
                 in_flight: 0,
                 last_used: Instant::now(),
+                unsettled: false,
             }),
             waking: tokio::sync::Mutex::new(()),
             unloads: AtomicU64::new(0),
@@ -85,13 +96,17 @@ impl Code {
     }
 
     /// The code for one call, loading it again first if it was unloaded.
-    pub(crate) async fn enter(&self, runtime: &Runtime) -> Result<InUse<'_>, CallFailure> {
+    pub(crate) async fn enter<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+    ) -> Result<InUse<'a>, CallFailure> {
         {
             let mut s = self.state.lock().unwrap();
             s.in_flight += 1;
             if let Some(r) = &s.resident {
                 return Ok(InUse {
                     code: self,
+                    runtime,
                     pre: r.pre.clone(),
                 });
             }
@@ -99,6 +114,7 @@ impl Code {
         // Counted in flight from here: no unload while this call waits.
         let guard = InUse {
             code: self,
+            runtime,
             pre: self.wake(runtime).await.inspect_err(|_| {
                 let mut s = self.state.lock().unwrap();
                 s.in_flight -= 1;
@@ -125,7 +141,11 @@ impl Code {
             ),
         })?;
         let pre = resident.pre.clone();
-        self.state.lock().unwrap().resident = Some(resident);
+        {
+            let mut s = self.state.lock().unwrap();
+            s.resident = Some(resident);
+            s.unsettled = true;
+        }
         self.wakes.fetch_add(1, Ordering::Relaxed);
         tracing::debug!(digest = %self.digest, "idle plugin loaded again");
         Ok(pre)

@@ -297,6 +297,7 @@ impl Runtime {
         };
         let context = sandbox::context(0, METADATA_TIMEOUT, CancellationToken::new());
         let report = sandbox.call(Export::Metadata, context).await;
+        self.inner.cache.settle(&digest);
         let metadata = match report.result {
             Ok(Returned::Metadata(m)) => {
                 PluginMetadata::try_from(m).map_err(|message| LoadError::InvalidMetadata {
