@@ -603,15 +603,46 @@ impl Metrics {
 
     /// Records what one guest call of `version` cost and how it ended.
     pub fn observe_call_as(&self, plugin: &str, version: Version, usage: &CallUsage) {
+        let series = self.call_series(plugin, version, usage.fuel_consumed.is_some());
+        self.observe_call_in(&series, plugin, version, usage);
+    }
+
+    /// The series every call of `plugin` at `version` updates, looked up
+    /// once: to hold and pass to [`Metrics::observe_call_in`] (a label
+    /// lookup per series per call was ~0.5 µs of a ~10 µs reconcile). The
+    /// fuel series exists only `with_fuel` (fuel metering on).
+    pub fn call_series(&self, plugin: &str, version: Version, with_fuel: bool) -> CallSeries {
         let label = PluginVersionLabels {
             plugin: plugin.into(),
             version: version.as_str().into(),
         };
-        self.plugin_instantiate
-            .get_or_create(&label)
-            .observe(usage.instantiate.as_secs_f64());
-        if let Some(fuel) = usage.fuel_consumed {
-            self.plugin_fuel.get_or_create(&label).observe(fuel as f64);
+        CallSeries {
+            instantiate: self.plugin_instantiate.get_or_create(&label).clone(),
+            fuel: with_fuel.then(|| self.plugin_fuel.get_or_create(&label).clone()),
+            guest_seconds: self.plugin_guest_seconds.get_or_create(&label).clone(),
+            cpu_throttled: self
+                .plugin_cpu_throttled_seconds
+                .get_or_create(&label)
+                .clone(),
+            memory_peak: self.plugin_memory_peak.get_or_create(&label).clone(),
+            output_bytes: self.plugin_output_bytes.get_or_create(&label).clone(),
+            host_calls: self.plugin_host_calls.get_or_create(&label).clone(),
+        }
+    }
+
+    /// Records what one guest call cost into `series` (from
+    /// [`Metrics::call_series`] of the same `plugin` and `version`), and
+    /// how it ended.
+    pub fn observe_call_in(
+        &self,
+        series: &CallSeries,
+        plugin: &str,
+        version: Version,
+        usage: &CallUsage,
+    ) {
+        series.instantiate.observe(usage.instantiate.as_secs_f64());
+        if let (Some(fuel), Some(h)) = (usage.fuel_consumed, &series.fuel) {
+            h.observe(fuel as f64);
         }
         if let Some(kind) = usage.trap {
             self.plugin_traps
@@ -631,26 +662,33 @@ impl Metrics {
                 })
                 .inc();
         }
-        self.plugin_guest_seconds
-            .get_or_create(&label)
-            .inc_by(usage.guest_time.as_secs_f64());
+        series.guest_seconds.inc_by(usage.guest_time.as_secs_f64());
         if !usage.cpu_throttled.is_zero() {
-            self.plugin_cpu_throttled_seconds
-                .get_or_create(&label)
+            series
+                .cpu_throttled
                 .inc_by(usage.cpu_throttled.as_secs_f64());
         }
-        let peak = self.plugin_memory_peak.get_or_create(&label);
         let memory = i64::try_from(usage.memory_peak).unwrap_or(i64::MAX);
-        if memory > peak.get() {
-            peak.set(memory);
+        if memory > series.memory_peak.get() {
+            series.memory_peak.set(memory);
         }
-        self.plugin_output_bytes
-            .get_or_create(&label)
-            .inc_by(usage.output_bytes);
-        self.plugin_host_calls
-            .get_or_create(&label)
-            .inc_by(u64::from(usage.host_calls));
+        series.output_bytes.inc_by(usage.output_bytes);
+        series.host_calls.inc_by(u64::from(usage.host_calls));
     }
+}
+
+/// Handles on one plugin version's per-call series (the metric values are
+/// shared with the registry's families: updating a handle updates
+/// `/metrics`).
+#[derive(Clone, Debug)]
+pub struct CallSeries {
+    instantiate: Histogram,
+    fuel: Option<Histogram>,
+    guest_seconds: Counter<f64, AtomicU64>,
+    cpu_throttled: Counter<f64, AtomicU64>,
+    memory_peak: Gauge,
+    output_bytes: Counter,
+    host_calls: Counter,
 }
 
 struct QueueMetricsHandle {

@@ -140,6 +140,8 @@ pub struct Plugin {
     digest: String,
     metadata: PluginMetadata,
     cache_hit: CacheHit,
+    /// The metric series of this plugin's calls, per [`crate::metrics::Version`].
+    series: [std::sync::OnceLock<crate::metrics::CallSeries>; 2],
 }
 
 impl std::fmt::Debug for Plugin {
@@ -329,6 +331,7 @@ impl Runtime {
             digest,
             metadata,
             cache_hit,
+            series: Default::default(),
         }))
     }
 
@@ -467,10 +470,12 @@ impl Plugin {
     ) -> Result<Action, ReconcileError> {
         tracing::Span::current().record("digest", self.digest());
         let invocation = self.invoke_through(request, through).await;
-        self.sandbox
-            .runtime
-            .metrics()
-            .observe_call(self.name(), &invocation.usage);
+        let version = crate::metrics::current_version();
+        let metrics = self.sandbox.runtime.metrics();
+        let series = self.series[version as usize].get_or_init(|| {
+            metrics.call_series(self.name(), version, self.sandbox.runtime.config().fuel)
+        });
+        metrics.observe_call_in(series, self.name(), version, &invocation.usage);
         invocation.result
     }
 
