@@ -33,8 +33,13 @@ use tokio::task::JoinHandle;
 
 pub use object::{CacheObjectError, CachedObject, Owner};
 
-/// Events buffered per informer before a slow subscriber must resync.
-const EVENT_BUFFER: usize = 4096;
+/// Events buffered per informer before a slow subscriber must resync. The
+/// buffer is allocated whole when the informer starts (~36 B a slot): at
+/// 4096 slots, 144 KiB per informer was the largest single cost of an idle
+/// plugin (docs/BENCHMARKS.md, density). A subscriber only maps events to
+/// keys, so it falls this far behind only in a burst, such as a relist's
+/// announcements, where a resync (every key enqueued) is the same work.
+const EVENT_BUFFER: usize = 1024;
 
 /// An object changed (or is gone).
 #[derive(Debug, Clone)]

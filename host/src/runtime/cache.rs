@@ -109,6 +109,9 @@ impl ComponentCache {
             }
             drop_cached_pages(&copy);
         }
+        // Loading's transient allocations (the artifact read and checked,
+        // the metadata call's instance) are freed by now.
+        release_compile_garbage();
     }
 
     /// The compiled component for `bytes` (whose digest is `digest`).
