@@ -178,6 +178,11 @@ pub fn host_config(
 }
 
 pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
+    // The wasmctrl hosts as `wasmctrl` runs them; the kube-rs baseline as
+    // kube-rs users run theirs.
+    if args.variant != Variant::KubeRs {
+        wasmctrl::malloc::limit_arenas();
+    }
     if args.count_heap {
         crate::heap::start();
     }

@@ -170,6 +170,7 @@ impl RegistryArgs {
 }
 
 pub fn main() -> ExitCode {
+    wasmctrl::malloc::limit_arenas();
     let cli = Cli::parse();
     init_tracing(cli.log_format);
     let runtime = tokio::runtime::Builder::new_multi_thread()

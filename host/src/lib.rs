@@ -15,6 +15,7 @@ pub mod discovery;
 pub mod hostapi;
 pub mod kind;
 pub mod leader;
+pub mod malloc;
 pub mod manager;
 pub mod metrics;
 pub mod normalized;
