@@ -77,7 +77,7 @@ impl Sandbox {
     /// always in a fresh one), bounded by `context`'s deadline and
     /// cancellation. Never panics and never leaves the guest running.
     pub(crate) async fn call(&self, export: Export, context: CallContext) -> CallReport {
-        let started = Instant::now();
+        let started = context.started;
         let _running = self.runtime.share().enter(&self.activity, started);
         let tick = self.runtime.config().epoch_tick;
         let backstop = context.deadline + 2 * tick + Duration::from_millis(5);
@@ -245,9 +245,11 @@ async fn bounded<F: Future>(
 
 /// A fresh context for a call of `timeout` from now.
 pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken) -> CallContext {
+    let started = Instant::now();
     CallContext {
         attempt,
-        deadline: Instant::now() + timeout,
+        started,
+        deadline: started + timeout,
         cancel,
         kube: None,
         tape: None,

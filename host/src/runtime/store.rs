@@ -23,6 +23,8 @@ const MAX_RESOURCES: usize = 1_000;
 /// The context one call runs under.
 pub(crate) struct CallContext {
     pub(crate) attempt: u32,
+    /// When the call started (read once per call: the clock is not free).
+    pub(crate) started: Instant,
     pub(crate) deadline: Instant,
     pub(crate) cancel: CancellationToken,
     /// Serves this call's `kube` imports instead of the plugin's own API
@@ -49,10 +51,10 @@ pub(crate) struct CallState {
 impl CallState {
     fn new(context: CallContext) -> Self {
         Self {
+            started: context.started,
             context,
             cancel_seen: None,
             ticks: 0,
-            started: Instant::now(),
             throttled: Duration::ZERO,
         }
     }

@@ -143,10 +143,11 @@ impl InstanceStrategy {
                 };
             }
         }
+        let started = context.started;
         Checkout {
             store: StoreState::new_store(sandbox.store_spec(), context),
             instance: None,
-            history: (0, Instant::now()),
+            history: (0, started),
         }
     }
 
