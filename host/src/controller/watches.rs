@@ -34,7 +34,7 @@ pub fn keys(mapping: &KeyMapping, reconciled: &Gvk, object: &CachedObject) -> Ve
                 .owner_references()
                 .iter()
                 .filter(|r| !controller_only || r.controller)
-                .filter(|r| &*r.kind == reconciled.kind && r.group() == reconciled.group)
+                .filter(|r| *r.kind == reconciled.kind && r.group() == reconciled.group)
                 .map(|r| key(&r.name))
                 .collect()
         }
