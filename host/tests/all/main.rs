@@ -10,6 +10,7 @@ mod pool;
 mod process;
 mod rbac;
 mod replay;
+mod resident;
 mod sandbox;
 mod sources;
 mod workflow;
