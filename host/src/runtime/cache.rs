@@ -265,6 +265,13 @@ impl ComponentCache {
         let mut memory = self.memory.lock().unwrap();
         memory.retain(|_, w| w.strong_count() > 0);
         memory.insert(digest.to_string(), Arc::downgrade(&component));
+        // A component dropped before it was settled (its load failed after
+        // the compile: a wrong world, a missing export) lets its copy go
+        // here, so failed loads cannot pile up descriptors and disk.
+        self.unsettled
+            .lock()
+            .unwrap()
+            .retain(|d, _| memory.contains_key(d));
         component
     }
 
@@ -635,6 +642,23 @@ mod tests {
             text + rest <= 64,
             "text {text} KiB, rest {rest} KiB resident"
         );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_copy_of_a_component_dropped_unsettled_is_let_go_on_the_next_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
+        let unsettled =
+            || -> Vec<String> { cache.unsettled.lock().unwrap().keys().cloned().collect() };
+        let mirror = std::fs::read(wasmctrl_plugin_artifacts::MIRROR).unwrap();
+        let (failed, _) = cache.get_or_compile(&digest(&mirror), &mirror).unwrap();
+        assert_eq!(unsettled(), [digest(&mirror)]);
+        // Dropped without `settle`, as a load that fails after compiling.
+        drop(failed);
+        let noop = std::fs::read(wasmctrl_plugin_artifacts::NOOP).unwrap();
+        let (_held, _) = cache.get_or_compile(&digest(&noop), &noop).unwrap();
+        assert_eq!(unsettled(), [digest(&noop)]);
     }
 
     #[test]
