@@ -589,43 +589,10 @@ mod tests {
     }
 
     #[cfg(target_os = "linux")]
-    fn in_memory_filesystem(dir: &std::path::Path) -> bool {
-        use std::os::unix::ffi::OsStrExt;
-        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-        // SAFETY: `path` is a valid C string and `fs` a writable statfs.
-        let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-        let ok = unsafe { libc::statfs(path.as_ptr(), &mut fs) } == 0;
-        ok && fs.f_type == libc::TMPFS_MAGIC
-    }
-
-    /// Resident KiB of the mappings of files under `dir` (text, rest).
-    #[cfg(target_os = "linux")]
-    fn resident_from(dir: &std::path::Path) -> (usize, usize) {
-        let dir = dir.display().to_string();
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let (mut text, mut rest, mut current) = (0, 0, None);
-        for line in smaps.lines() {
-            let mut words = line.split_whitespace();
-            match (words.next(), words.next()) {
-                (Some("Rss:"), Some(kb)) => match current {
-                    Some(true) => text += kb.parse::<usize>().unwrap(),
-                    Some(false) => rest += kb.parse::<usize>().unwrap(),
-                    None => {}
-                },
-                (Some(range), Some(perms)) if range.contains('-') && perms.len() == 4 => {
-                    current = line.contains(&dir).then(|| perms.contains('x'));
-                }
-                _ => {}
-            }
-        }
-        (text, rest)
-    }
-
-    #[cfg(target_os = "linux")]
     #[test]
     fn a_loaded_component_holds_no_image_pages_until_they_run() {
         let dir = tempfile::tempdir().unwrap();
-        if in_memory_filesystem(dir.path()) {
+        if crate::test_util::on_tmpfs(dir.path()) {
             // tmpfs pages have no disk to be dropped to (without swap).
             eprintln!("skipped: {} is on tmpfs", dir.path().display());
             return;
@@ -637,7 +604,7 @@ mod tests {
         let again = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
         let (_loaded, hit) = again.get_compiled(&digest).unwrap();
         assert_eq!(hit, CacheHit::Disk);
-        let (text, rest) = resident_from(dir.path());
+        let (text, rest) = crate::test_util::resident_kib_under(dir.path());
         assert!(
             text + rest <= 64,
             "text {text} KiB, rest {rest} KiB resident"

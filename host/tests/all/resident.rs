@@ -1,32 +1,7 @@
 //! A loaded plugin's compiled code stays out of memory until it runs.
 
 use super::*;
-
-/// Resident KiB of the executable mappings of files under `dir`.
-fn resident_code_under(dir: &std::path::Path) -> usize {
-    let dir = dir.display().to_string();
-    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-    let (mut kib, mut code) = (0, false);
-    for line in smaps.lines() {
-        let mut words = line.split_whitespace();
-        match (words.next(), words.next()) {
-            (Some("Rss:"), Some(n)) if code => kib += n.parse::<usize>().unwrap(),
-            (Some(range), Some(perms)) if range.contains('-') && perms.len() == 4 => {
-                code = perms.contains('x') && line.contains(&dir);
-            }
-            _ => {}
-        }
-    }
-    kib
-}
-
-fn on_tmpfs(dir: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
-    // SAFETY: `path` is a valid C string and `fs` a writable statfs.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    (unsafe { libc::statfs(path.as_ptr(), &mut fs) }) == 0 && fs.f_type == libc::TMPFS_MAGIC
-}
+use wasmctrl::test_util::{on_tmpfs, resident_kib_under};
 
 /// Loading runs the plugin's `metadata`, whose instance reads the mapped
 /// copy into the page cache again (its data segments are mapped from it);
@@ -67,7 +42,7 @@ async fn a_loaded_plugin_holds_none_of_its_code_until_a_reconcile_runs() {
         Limits::default(),
     )
     .await;
-    let resident = resident_code_under(dir.path());
+    let (resident, _) = resident_kib_under(dir.path());
     assert!(
         resident <= 64,
         "{resident} KiB of the loaded plugin's code resident before any reconcile"
