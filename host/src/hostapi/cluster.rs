@@ -719,25 +719,24 @@ fn check_size(payload: &str) -> Result<(), ApiError> {
 
 fn to_json<T: serde::Serialize>(o: &T) -> Result<String, ApiError> {
     let s = serde_json::to_string(o).map_err(|e| ApiError::Other(e.to_string()))?;
-    check_size(&s).map_err(|_| {
-        ApiError::Other(format!(
-            "response of {} bytes exceeds the host's limit",
-            s.len()
-        ))
-    })?;
+    within_response_limit(&s)?;
     Ok(s)
 }
 
 /// A cached object's JSON for the guest, within the host's response limit.
 fn cached_json(o: &CachedObject) -> Result<String, ApiError> {
-    let json = o.json();
+    within_response_limit(o.json())?;
+    Ok(o.json().to_string())
+}
+
+/// Refuses a response the guest must not be handed.
+fn within_response_limit(json: &str) -> Result<(), ApiError> {
     check_size(json).map_err(|_| {
         ApiError::Other(format!(
             "response of {} bytes exceeds the host's limit",
             json.len()
         ))
-    })?;
-    Ok(json.to_string())
+    })
 }
 
 /// The guest's object for a write: valid JSON within the size limit, of the
