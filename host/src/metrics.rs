@@ -595,12 +595,6 @@ impl Metrics {
         }
     }
 
-    /// Records what one guest call cost and how it ended, as the version
-    /// the reconcile on this task runs as ([`current_version`]).
-    pub fn observe_call(&self, plugin: &str, usage: &CallUsage) {
-        self.observe_call_as(plugin, current_version(), usage);
-    }
-
     /// Records what one guest call of `version` cost and how it ended.
     pub fn observe_call_as(&self, plugin: &str, version: Version, usage: &CallUsage) {
         let series = self.call_series(plugin, version, usage.fuel_consumed.is_some());

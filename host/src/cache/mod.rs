@@ -110,15 +110,6 @@ impl Informer {
         self.store.read().unwrap().iter().cloned().collect()
     }
 
-    /// How many objects are cached.
-    pub fn len(&self) -> usize {
-        self.store.read().unwrap().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     pub fn is_synced(&self) -> bool {
         *self.synced.borrow()
     }
@@ -244,10 +235,6 @@ impl Objects {
 
     fn iter(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
         self.by_namespace.values().flat_map(HashMap::values)
-    }
-
-    fn len(&self) -> usize {
-        self.by_namespace.values().map(HashMap::len).sum()
     }
 }
 
