@@ -21,6 +21,8 @@ pub mod metrics;
 pub mod normalized;
 pub mod rbac;
 pub mod reconcile;
+#[cfg(any(test, feature = "test-util"))]
+pub mod residency;
 pub mod runtime;
 pub mod selector;
 pub mod shard;

@@ -592,7 +592,7 @@ mod tests {
     #[test]
     fn a_loaded_component_holds_no_image_pages_until_they_run() {
         let dir = tempfile::tempdir().unwrap();
-        if crate::test_util::on_tmpfs(dir.path()) {
+        if crate::residency::on_tmpfs(dir.path()) {
             // tmpfs pages have no disk to be dropped to (without swap).
             eprintln!("skipped: {} is on tmpfs", dir.path().display());
             return;
@@ -604,7 +604,7 @@ mod tests {
         let again = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
         let (_loaded, hit) = again.get_compiled(&digest).unwrap();
         assert_eq!(hit, CacheHit::Disk);
-        let (text, rest) = crate::test_util::resident_kib_under(dir.path());
+        let (text, rest) = crate::residency::resident_kib_under(dir.path());
         assert!(
             text + rest <= 64,
             "text {text} KiB, rest {rest} KiB resident"

@@ -1,7 +1,7 @@
 //! A loaded plugin's compiled code stays out of memory until it runs.
 
 use super::*;
-use wasmctrl::test_util::{on_tmpfs, resident_kib_under};
+use wasmctrl::residency::{on_tmpfs, resident_kib_under};
 
 /// Loading runs the plugin's `metadata`, whose instance reads the mapped
 /// copy into the page cache again (its data segments are mapped from it);
