@@ -54,12 +54,18 @@ pub fn serve(kubeconfig: &Path) -> anyhow::Result<()> {
             .await
             .context("starting the API server")?;
         server.write_kubeconfig(kubeconfig)?;
-        say("ready");
+        say(&format!("ready {}", crate::heap::backend_name()));
         let mut commands = crate::procs::commands();
         while commands.recv().await.is_some() {}
         server.shutdown().await;
         anyhow::Ok(())
     })
+}
+
+/// The allocator the API server process runs on: mimalloc, unless
+/// [`crate::heap::APISERVER_ENV`] names another (`system`).
+pub fn apiserver_allocator() -> String {
+    std::env::var(crate::heap::APISERVER_ENV).unwrap_or_else(|_| "mimalloc".into())
 }
 
 /// The API server process of one benchmark run.
@@ -74,15 +80,24 @@ impl Cluster {
     pub async fn start() -> anyhow::Result<Cluster> {
         let dir = tempfile::tempdir()?;
         let kubeconfig = dir.path().join("kubeconfig");
-        let mut process = Child::spawn(
+        let allocator = apiserver_allocator();
+        let mut process = Child::spawn_with(
             "API server",
             &[
                 "serve-apiserver".into(),
                 "--kubeconfig".into(),
                 kubeconfig.display().to_string(),
             ],
+            &[(
+                crate::heap::ALLOCATOR_ENV.to_str().expect("ASCII"),
+                &allocator,
+            )],
         )?;
-        process.expect("ready", Duration::from_secs(30)).await?;
+        let running_on = process.expect("ready", Duration::from_secs(30)).await?;
+        ensure!(
+            running_on == allocator || (running_on == "system" && allocator != "mimalloc"),
+            "the API server process runs on the {running_on} allocator, not {allocator}"
+        );
         let client = client_from(&kubeconfig).await?;
         Ok(Cluster {
             process,

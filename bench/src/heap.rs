@@ -1,11 +1,65 @@
-//! Live heap bytes of this process, for the memory benchmarks (`scale`,
-//! `density`): the system allocator, counting only when switched on, so the
-//! timing benchmarks pay one relaxed load per allocation and nothing else.
+//! The bench binary's allocator: live heap bytes of this process for the
+//! memory benchmarks (`scale`, `density`), counting only when switched on,
+//! so the timing benchmarks pay one relaxed load per allocation and nothing
+//! else; and which allocator backs the process.
+//!
+//! Every benchmark process is this binary. The controllers under test use
+//! the system allocator (glibc), as the shipped `wasmctrl` binary does. The
+//! embedded API server's process uses mimalloc ([`APISERVER_ENV`]): under
+//! glibc its CPU per `throughput` round grew 2.4 → 5.5 s within one run
+//! (freeing the trees of the watch history it had grown, `clear_page`
+//! refaults, `malloc_consolidate`), so the API server, not the controller,
+//! set the pace of later rounds (docs/BENCHMARKS.md, `throughput`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU8, Ordering};
+
+use mimalloc::MiMalloc;
 
 pub struct Counting;
+
+/// Set to `mimalloc` in a process's environment, it allocates with
+/// mimalloc; anything else (or unset), with the system allocator.
+pub const ALLOCATOR_ENV: &std::ffi::CStr = c"WASMCTRL_BENCH_ALLOCATOR";
+
+/// Which allocator the API server process gets (`mimalloc` unless this is
+/// set, e.g. to `system` to reproduce the figures taken before).
+pub const APISERVER_ENV: &str = "WASMCTRL_BENCH_APISERVER_ALLOCATOR";
+
+const UNDECIDED: u8 = 0;
+const SYSTEM: u8 = 1;
+const MIMALLOC: u8 = 2;
+
+/// Decided at the process's first allocation, before any free, and never
+/// changed: every block goes back to the allocator that made it.
+static BACKEND: AtomicU8 = AtomicU8::new(UNDECIDED);
+
+fn backend() -> u8 {
+    match BACKEND.load(Ordering::Relaxed) {
+        UNDECIDED => {
+            // SAFETY: `getenv` with a NUL-terminated name; it allocates
+            // nothing, so it may run inside the allocator. The first
+            // allocation happens before `main`, on the only thread.
+            let value = unsafe { libc::getenv(ALLOCATOR_ENV.as_ptr()) };
+            // SAFETY: a non-null `getenv` result is a NUL-terminated string.
+            let mimalloc = !value.is_null()
+                && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"mimalloc";
+            let chosen = if mimalloc { MIMALLOC } else { SYSTEM };
+            BACKEND.store(chosen, Ordering::Relaxed);
+            chosen
+        }
+        chosen => chosen,
+    }
+}
+
+/// The allocator this process runs on, for the benchmarks' headers.
+pub fn backend_name() -> &'static str {
+    if backend() == MIMALLOC {
+        "mimalloc"
+    } else {
+        "system"
+    }
+}
 
 static ON: AtomicBool = AtomicBool::new(false);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
@@ -26,13 +80,20 @@ fn count(delta: isize) {
     }
 }
 
-// SAFETY: every call is forwarded to `System` unchanged; only counts are kept.
+// SAFETY: every call is forwarded unchanged to the one backend the process
+// chose before its first allocation; only counts are kept.
 unsafe impl GlobalAlloc for Counting {
     // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
-    // contract, which this forwards to `System` unchanged.
+    // contract, which this forwards to the backend unchanged.
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as the caller's.
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe {
+            if backend() == MIMALLOC {
+                MiMalloc.alloc(layout)
+            } else {
+                System.alloc(layout)
+            }
+        };
         if !p.is_null() {
             count(layout.size() as isize);
         }
@@ -40,10 +101,16 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
-    // contract, which this forwards to `System` unchanged.
+    // contract, which this forwards to the backend unchanged.
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: same contract as the caller's.
-        let p = unsafe { System.alloc_zeroed(layout) };
+        let p = unsafe {
+            if backend() == MIMALLOC {
+                MiMalloc.alloc_zeroed(layout)
+            } else {
+                System.alloc_zeroed(layout)
+            }
+        };
         if !p.is_null() {
             count(layout.size() as isize);
         }
@@ -51,18 +118,32 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
-    // contract, which this forwards to `System` unchanged.
+    // contract, which this forwards to the backend unchanged.
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         count(-(layout.size() as isize));
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(ptr, layout) }
+        // SAFETY: same contract as the caller's; `ptr` came from the same
+        // backend, which never changes.
+        unsafe {
+            if backend() == MIMALLOC {
+                MiMalloc.dealloc(ptr, layout)
+            } else {
+                System.dealloc(ptr, layout)
+            }
+        }
     }
 
     // SAFETY: an `unsafe fn` of `GlobalAlloc`: the caller keeps its
-    // contract, which this forwards to `System` unchanged.
+    // contract, which this forwards to the backend unchanged.
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: same contract as the caller's.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        // SAFETY: same contract as the caller's; `ptr` came from the same
+        // backend, which never changes.
+        let p = unsafe {
+            if backend() == MIMALLOC {
+                MiMalloc.realloc(ptr, layout, new_size)
+            } else {
+                System.realloc(ptr, layout, new_size)
+            }
+        };
         if !p.is_null() {
             count(new_size as isize - layout.size() as isize);
         }

@@ -35,9 +35,16 @@ pub struct Child {
 impl Child {
     /// Starts `wasmctrl-bench <args>`; stderr goes to ours.
     pub fn spawn(what: &str, args: &[String]) -> anyhow::Result<Child> {
+        Self::spawn_with(what, args, &[])
+    }
+
+    /// [`Child::spawn`] with these environment variables set (the rest is
+    /// inherited).
+    pub fn spawn_with(what: &str, args: &[String], env: &[(&str, &str)]) -> anyhow::Result<Child> {
         let exe = std::env::current_exe().context("finding the bench binary")?;
         let mut child = Command::new(exe)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -184,12 +184,14 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "throughput: {} objects, {} rounds, concurrency {}, {} CPUs, load {load_before} before / {} after",
+        "throughput: {} objects, {} rounds, concurrency {}, {} CPUs, load {load_before} before / {} after; API server on {}, controllers on {}",
         options.objects,
         options.rounds,
         options.concurrency,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        load_average()
+        load_average(),
+        crate::cluster::apiserver_allocator(),
+        crate::heap::backend_name()
     );
     println!(
         "  {:<10} {:>12} {:>8} {:>13}   per round: reconciles/s, controller/API server/load generator CPU s, creates s",
