@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p wasmctrl-bench -- dispatch [--json]
+//! cargo run --release -p wasmctrl-bench -- instance-cost [--json]
 //! cargo run --release -p wasmctrl-bench -- deadline [--json]
 //! cargo run --release -p wasmctrl-bench -- apiserver [--json]
 //! cargo run --release -p wasmctrl-bench -- hotswap [--json]
@@ -26,6 +27,7 @@ mod floor;
 mod guests;
 mod heap;
 mod hotswap;
+mod instance_cost;
 mod latency;
 mod procs;
 mod rollout;
@@ -267,6 +269,20 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// The per-reconcile price of a fresh instance for a reconcile that does
+    /// real work (the throughput reconciler, canned host answers): fresh
+    /// against reuse, in process.
+    InstanceCost {
+        /// Measured calls per mode.
+        #[arg(long, default_value_t = 100_000)]
+        iterations: usize,
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// One JSON line per mode instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Where wasm-fresh spends its time beyond wasm-floor: a ladder of steps
     /// from the floor to wasmctrl's path, each adding one thing.
     Breakdown {
@@ -429,6 +445,15 @@ fn main() -> anyhow::Result<()> {
             rounds,
             json,
             only,
+        }),
+        Scenario::InstanceCost {
+            iterations,
+            rounds,
+            json,
+        } => instance_cost::run(&instance_cost::Options {
+            iterations,
+            rounds,
+            json,
         }),
         Scenario::Guests {
             iterations,
