@@ -381,8 +381,9 @@ impl ClusterApi {
     /// Sends a request whose answer is one object and hands the guest the
     /// API server's JSON as it came (within the response limit, an object),
     /// instead of parsing it into a tree and serialising that again: the
-    /// guest parses it anyway, and the round trip was ~6% of a `throughput`
-    /// host's CPU (docs/BENCHMARKS.md). `what` names the request as kube-rs
+    /// guest parses it anyway, and the round trip was 6–8% of a `throughput`
+    /// host's profile samples (docs/BENCHMARKS.md). A request that cannot be
+    /// built is the guest's `invalid`. `what` names the request as kube-rs
     /// names its own (its tracing layer reads it).
     async fn object_text(
         &self,
