@@ -64,8 +64,9 @@ pub fn serve(kubeconfig: &Path) -> anyhow::Result<()> {
 
 /// The allocator the API server process runs on: mimalloc, unless
 /// [`crate::heap::APISERVER_ENV`] names another (`system`).
-pub fn apiserver_allocator() -> String {
-    std::env::var(crate::heap::APISERVER_ENV).unwrap_or_else(|_| "mimalloc".into())
+pub fn apiserver_allocator() -> &'static str {
+    let named = std::env::var(crate::heap::APISERVER_ENV).unwrap_or_else(|_| "mimalloc".into());
+    crate::heap::backend_for(named.as_bytes())
 }
 
 /// The API server process of one benchmark run.
@@ -90,12 +91,12 @@ impl Cluster {
             ],
             &[(
                 crate::heap::ALLOCATOR_ENV.to_str().expect("ASCII"),
-                &allocator,
+                allocator,
             )],
         )?;
         let running_on = process.expect("ready", Duration::from_secs(30)).await?;
         ensure!(
-            running_on == allocator || (running_on == "system" && allocator != "mimalloc"),
+            running_on == allocator,
             "the API server process runs on the {running_on} allocator, not {allocator}"
         );
         let client = client_from(&kubeconfig).await?;

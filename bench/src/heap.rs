@@ -41,14 +41,33 @@ fn backend() -> u8 {
             // nothing, so it may run inside the allocator. The first
             // allocation happens before `main`, on the only thread.
             let value = unsafe { libc::getenv(ALLOCATOR_ENV.as_ptr()) };
-            // SAFETY: a non-null `getenv` result is a NUL-terminated string.
-            let mimalloc = !value.is_null()
-                && unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes() == b"mimalloc";
-            let chosen = if mimalloc { MIMALLOC } else { SYSTEM };
+            let named = if value.is_null() {
+                b"".as_slice()
+            } else {
+                // SAFETY: a non-null `getenv` result is a NUL-terminated
+                // string, which outlives this call (nothing sets the
+                // environment before the first allocation).
+                unsafe { std::ffi::CStr::from_ptr(value) }.to_bytes()
+            };
+            let chosen = if backend_for(named) == "mimalloc" {
+                MIMALLOC
+            } else {
+                SYSTEM
+            };
             BACKEND.store(chosen, Ordering::Relaxed);
             chosen
         }
         chosen => chosen,
+    }
+}
+
+/// The backend a value of [`ALLOCATOR_ENV`] selects: `mimalloc`, and the
+/// system allocator for anything else (or nothing).
+pub fn backend_for(value: &[u8]) -> &'static str {
+    if value == b"mimalloc" {
+        "mimalloc"
+    } else {
+        "system"
     }
 }
 
