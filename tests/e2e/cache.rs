@@ -1,5 +1,6 @@
 //! The shared cache across a forced relist (410 Gone): every change made
-//! around the expiry reaches subscribers, deletions included.
+//! around the expiry reaches subscribers, deletions included; and what it
+//! keeps of each object.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, ObjectMeta, PostParams};
-use wasmctrl::cache::{InformerKey, Notification, SharedCache};
+use wasmctrl::cache::{CacheOptions, InformerKey, Notification, SharedCache};
 
 use wasmctrl_e2e::{Cluster, eventually};
 
@@ -111,6 +112,10 @@ async fn an_event_carries_the_cached_object_itself() {
     tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
         .await
         .expect("the informer syncs");
+    // The first list may have been announced before `subscribe` (the
+    // informer starts at once): a relist announces every object again, now
+    // to this subscriber.
+    cluster.server().expire_watches();
     api.create(&PostParams::default(), &configmap("watched"))
         .await
         .unwrap();
@@ -129,5 +134,67 @@ async fn an_event_carries_the_cached_object_itself() {
             "the event for {name} carries a copy of the cached object"
         );
         shared.insert(name);
+    }
+}
+
+/// The cache drops `metadata.managedFields` from listed and watched objects
+/// (the API server keeps them, and a live read returns them), unless told
+/// to keep them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn managed_fields_are_dropped_from_the_cache_unless_kept() {
+    // An object whose writer set no field gets no managedFields entry.
+    let with_data = |name: &str| ConfigMap {
+        data: Some([("k".to_string(), "v".to_string())].into()),
+        ..configmap(name)
+    };
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    let writer = PostParams {
+        field_manager: Some("e2e".into()),
+        ..PostParams::default()
+    };
+    api.create(&writer, &with_data("listed")).await.unwrap();
+    let live = api.get("listed").await.unwrap();
+    assert!(
+        live.metadata.managed_fields.is_some_and(|m| !m.is_empty()),
+        "the API server records who wrote the object"
+    );
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let key = InformerKey::new(&resource, Some("default"));
+    let stripping = SharedCache::new(cluster.client.clone());
+    let keeping = SharedCache::with_options(
+        cluster.client.clone(),
+        CacheOptions {
+            strip_managed_fields: false,
+        },
+    );
+    let informers = [
+        (false, stripping.informer(key.clone(), resource.clone())),
+        (true, keeping.informer(key, resource)),
+    ];
+    for (_, informer) in &informers {
+        tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
+            .await
+            .expect("the informer syncs");
+    }
+    api.create(&writer, &with_data("watched")).await.unwrap();
+    for (kept, informer) in &informers {
+        for name in ["listed", "watched"] {
+            let cached = eventually(
+                &format!("{name} cached"),
+                Duration::from_secs(30),
+                || async { informer.get(Some("default"), name) },
+            )
+            .await;
+            let json: serde_json::Value = serde_json::from_str(cached.json()).unwrap();
+            assert_eq!(json["metadata"]["name"], name, "{}", cached.json());
+            assert_eq!(
+                json["metadata"].get("managedFields").is_some(),
+                *kept,
+                "{name} (kept: {kept}): {}",
+                cached.json()
+            );
+            assert!(json["metadata"]["resourceVersion"].is_string());
+        }
     }
 }

@@ -142,6 +142,9 @@ pub struct HostConfig {
     /// host reports not ready.
     #[serde(default = "default_cache_sync_timeout", deserialize_with = "duration")]
     pub cache_sync_timeout: Duration,
+    /// What the shared informer cache keeps of each object.
+    #[serde(default)]
+    pub cache: CacheSection,
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
     /// Spread the keys over the replicas (see [`crate::shard`]); None: one
@@ -252,6 +255,39 @@ pub struct ShardingConfig {
     /// How many shards the keys are hashed into (1 to 256); more shards
     /// than replicas lets the load rebalance in smaller steps.
     pub shards: u32,
+}
+
+/// What the shared informer cache keeps of each object (fixed at start:
+/// every plugin reads the same informers).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CacheSection {
+    /// Drop `metadata.managedFields` from cached objects (default: true).
+    /// Reconcilers do not read them, and every guest that reads an object
+    /// from the cache would parse them; live reads keep them.
+    #[serde(default = "yes")]
+    pub strip_managed_fields: bool,
+}
+
+impl Default for CacheSection {
+    fn default() -> Self {
+        Self {
+            strip_managed_fields: true,
+        }
+    }
+}
+
+impl CacheSection {
+    /// The informer cache's options.
+    pub fn options(&self) -> crate::cache::CacheOptions {
+        crate::cache::CacheOptions {
+            strip_managed_fields: self.strip_managed_fields,
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The most shards a config may ask for: one Lease each, all renewed every

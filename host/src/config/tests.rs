@@ -541,3 +541,26 @@ fn guest_cpu_has_defaults_and_is_bounded() {
         assert!(err.contains(named), "{bad}: {err}");
     }
 }
+
+#[test]
+fn the_cache_strips_managed_fields_unless_told_to_keep_them() {
+    let c = parse(FULL).unwrap();
+    assert!(c.cache.strip_managed_fields);
+    assert!(c.cache.options().strip_managed_fields);
+    let with = |cache: &str| {
+        let text = FULL.replace(
+            "shutdownTimeout: 45s",
+            &format!("shutdownTimeout: 45s\ncache: {cache}"),
+        );
+        parse(&text)
+    };
+    let keep = with("{ stripManagedFields: false }").unwrap();
+    assert!(!keep.cache.options().strip_managed_fields);
+    for (bad, named) in [
+        ("{ stripManagedFields: sometimes }", "stripManagedFields"),
+        ("{ managedFields: false }", "managedFields"),
+    ] {
+        let err = with(bad).unwrap_err().to_string();
+        assert!(err.contains(named), "{bad}: {err}");
+    }
+}

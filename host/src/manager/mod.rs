@@ -212,7 +212,10 @@ impl Manager {
             }
             _ => client.clone(),
         };
-        let cache = Arc::new(SharedCache::new(client.clone()));
+        let cache = Arc::new(SharedCache::with_options(
+            client.clone(),
+            config.cache.options(),
+        ));
         let resolver = Arc::new(Resolver::new(client.clone()));
         // Status writes go through the fenced client: a host that lost the
         // lease cannot overwrite the new leader's status.
