@@ -88,6 +88,13 @@ async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
     .await
     .unwrap_or(0.0);
     assert_eq!(requests, 0.0);
+    // Both oversized bodies were refused at the payload ceiling, and counted.
+    let oversized = metric_value(
+        host.admin,
+        r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="payload",version="stable"}"#,
+    )
+    .await;
+    assert!(oversized.is_some_and(|n| n >= 2.0), "{oversized:?}");
     let writes: Vec<_> = cluster.server().audit().records()[writes_before..]
         .iter()
         .filter(|w| w.name.as_deref() != Some("inject"))

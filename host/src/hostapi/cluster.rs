@@ -216,6 +216,14 @@ impl ClusterApi {
         if let KubeRequest::RecordEvent(event) = request {
             return self.record_event(event, deadline).await;
         }
+        // Before anything reads it: the body's size is the one bound that
+        // does not depend on what it says.
+        if let Some(payload) = request.payload() {
+            check_size(payload).inspect_err(|_| {
+                count(UNRESOLVED, "invalid");
+                self.limit_exceeded("payload");
+            })?;
+        }
         let target = Target::of(&request);
         target.validate().map_err(|e| {
             count(UNRESOLVED, "invalid");
@@ -291,7 +299,7 @@ impl ClusterApi {
             KubeRequest::Get { name, .. } => {
                 if let Some(informer) = cached(namespace) {
                     return match informer.get(namespace, &name) {
-                        Some(o) => Ok(KubeResponse::Object(cached_json(&o)?)),
+                        Some(o) => Ok(KubeResponse::Object(self.cached_json(&o)?)),
                         None => Err(ApiError::NotFound(format!(
                             "{} {name:?} not found",
                             ar.plural
@@ -315,7 +323,7 @@ impl ClusterApi {
                             .as_ref()
                             .is_none_or(|s| s.matches_by(|k| o.label(k)));
                         if in_namespace && selected {
-                            list.push_json(cached_json(&o)?)
+                            list.push_json(self.cached_json(&o)?)
                                 .map_err(|e| self.list_too_big(e))?;
                         }
                     }
@@ -393,7 +401,21 @@ impl ClusterApi {
         let mut req = req.map_err(|e| ApiError::Invalid(e.to_string()))?;
         req.extensions_mut().insert(what);
         let text = self.client.request_text(req).await.map_err(map_error)?;
+        self.answer_within_limit(&text)?;
         Ok(KubeResponse::Object(response_object(text)?))
+    }
+
+    /// A cached object's JSON for the guest, within the payload ceiling.
+    fn cached_json(&self, o: &CachedObject) -> Result<String, ApiError> {
+        self.answer_within_limit(o.json())?;
+        Ok(o.json().to_string())
+    }
+
+    /// Refuses (and counts) an answer over the payload ceiling: neither the
+    /// kube-apiserver (1.5 MiB in etcd) nor the embedded one (3 MiB) stores
+    /// such an object, so only a misbehaving API server sends one.
+    fn answer_within_limit(&self, json: &str) -> Result<(), ApiError> {
+        within_response_limit(json).inspect_err(|_| self.limit_exceeded("payload"))
     }
 
     fn list_too_big(&self, e: ApiError) -> ApiError {
@@ -721,7 +743,7 @@ fn code(result: &Result<KubeResponse, ApiError>) -> &'static str {
 fn check_size(payload: &str) -> Result<(), ApiError> {
     if payload.len() > MAX_PAYLOAD {
         return Err(ApiError::Invalid(format!(
-            "object of {} bytes exceeds the host's {MAX_PAYLOAD}-byte limit",
+            "object of {} bytes exceeds the host's {MAX_PAYLOAD}-byte payload limit",
             payload.len()
         )));
     }
@@ -758,12 +780,6 @@ fn response_object(text: String) -> Result<String, ApiError> {
         )));
     }
     Ok(text)
-}
-
-/// A cached object's JSON for the guest, within the host's response limit.
-fn cached_json(o: &CachedObject) -> Result<String, ApiError> {
-    within_response_limit(o.json())?;
-    Ok(o.json().to_string())
 }
 
 /// Refuses a response the guest must not be handed.

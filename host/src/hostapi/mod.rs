@@ -154,6 +154,25 @@ impl KubeRequest {
             KubeRequest::Delete { .. } => "delete",
         }
     }
+
+    /// The object or patch body the guest sends, if the call has one.
+    pub fn payload(&self) -> Option<&str> {
+        match self {
+            KubeRequest::Create { object, .. }
+            | KubeRequest::Replace { object, .. }
+            | KubeRequest::ReplaceStatus { object, .. } => Some(object),
+            KubeRequest::Patch { patch, .. } | KubeRequest::PatchStatus { patch, .. } => {
+                Some(match patch {
+                    ObjectPatch::Merge(body) | ObjectPatch::Json(body) => body,
+                    ObjectPatch::Apply(apply) => &apply.body,
+                })
+            }
+            KubeRequest::Get { .. }
+            | KubeRequest::List { .. }
+            | KubeRequest::Delete { .. }
+            | KubeRequest::RecordEvent(_) => None,
+        }
+    }
 }
 
 /// What a successful call returns.

@@ -5,7 +5,7 @@
 //!
 //! | name              | attempt                                                         |
 //! |-------------------|-----------------------------------------------------------------|
-//! | `inject`          | URL injection through every string argument of every `kube` call; succeeds only if the host refused them all (as `invalid` or `forbidden`) |
+//! | `inject`          | URL injection through every string argument of every `kube` call, and bodies over the host's payload ceiling; succeeds only if the host refused them all (as `invalid` or `forbidden`) |
 //! | `output-flood`    | 64 MiB to stdout without a newline, then 100,000 short lines    |
 //! | `log-flood`       | a million `log` calls of 64 KiB each                             |
 //! | `host-call-flood` | `kube` calls in a loop until the host stops it                  |
@@ -246,6 +246,22 @@ fn inject(ns: Option<&str>) -> Result<Action, Error> {
     record(
         "event with a 1 MiB note".into(),
         kube::record_event(&event("x", "Evil", "n".repeat(1 << 20))),
+    );
+    // Bodies past the host's 4 MiB payload ceiling (valid JSON, so only
+    // their size can refuse them).
+    let huge = |name: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"x":"{}"}}}}"#,
+            "x".repeat(5 << 20)
+        )
+    };
+    record(
+        "create a 5 MiB ConfigMap".into(),
+        kube::create(&cm, ns, &huge("huge")).map(drop),
+    );
+    record(
+        "merge-patch with a 5 MiB body".into(),
+        kube::patch(&cm, ns, "inject", &ObjectPatch::Merge(huge("inject"))).map(drop),
     );
 
     let escaped: Vec<String> = attempts
