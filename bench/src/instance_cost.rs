@@ -3,7 +3,9 @@
 //! a cached `get` of one object, parsed into its typed form; a status merge
 //! patch, whose answer it parses too) is called in process with both host
 //! calls answered at once by a canned object, so only the host's call path
-//! and the guest run: no HTTP, no cache, no other process.
+//! and the guest run: no HTTP, no cache, no other process. The `get` is
+//! answered as the host's cache holds the object (without managedFields,
+//! unless `--cached-managed-fields`), the patch as the API server answers.
 //!
 //! `fresh` and `reuse` are interleaved over rounds on one current-thread
 //! tokio runtime, each call timed alone; the table gives the median and p99
@@ -30,6 +32,9 @@ pub struct Options {
     pub iterations: usize,
     /// Interleaved rounds the iterations are split into.
     pub rounds: usize,
+    /// Answer the `get` with the object's managedFields, as a cache with
+    /// `cache.stripManagedFields: false` holds it.
+    pub cached_managed_fields: bool,
     pub json: bool,
 }
 
@@ -37,17 +42,39 @@ pub struct Options {
 /// patch: two managedFields entries, as in `throughput`.
 const OBJECT: &str = r#"{"apiVersion":"bench.wasmctrl.dev/v1","kind":"Bench0000","metadata":{"name":"item-1","namespace":"default","uid":"0b6f1f3e-8f5e-4a8e-9d1e-4f2b1c3d4e5f","resourceVersion":"12345","generation":1,"creationTimestamp":"2026-12-03T21:00:00Z","managedFields":[{"manager":"wasmctrl-bench","operation":"Update","apiVersion":"bench.wasmctrl.dev/v1","time":"2026-12-03T21:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{".":{},"f:seq":{}}}},{"manager":"wasmctrl-bench-status","operation":"Update","apiVersion":"bench.wasmctrl.dev/v1","time":"2026-12-03T21:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:status":{".":{},"f:observed":{},"f:startedAt":{}}},"subresource":"status"}]},"spec":{"seq":1}}"#;
 
-/// Answers every host call with [`OBJECT`]: the `get` finds it without
-/// `status.observed`, so every reconcile also patches.
-struct Canned;
+/// Answers the `get` with `cached` and every other call with [`OBJECT`]:
+/// the `get` finds it without `status.observed`, so every reconcile also
+/// patches.
+struct Canned {
+    cached: String,
+}
+
+impl Canned {
+    fn new(managed_fields: bool) -> anyhow::Result<Self> {
+        let mut object: serde_json::Value = serde_json::from_str(OBJECT)?;
+        if !managed_fields {
+            object["metadata"]
+                .as_object_mut()
+                .context("the canned object has metadata")?
+                .remove("managedFields");
+        }
+        Ok(Self {
+            cached: object.to_string(),
+        })
+    }
+}
 
 impl KubeApi for Canned {
     fn call(
         &self,
-        _request: KubeRequest,
+        request: KubeRequest,
         _deadline: Instant,
     ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
-        Box::pin(async { Ok(KubeResponse::Object(OBJECT.to_string())) })
+        let answer = match request {
+            KubeRequest::Get { .. } => self.cached.clone(),
+            _ => OBJECT.to_string(),
+        };
+        Box::pin(async { Ok(KubeResponse::Object(answer)) })
     }
 }
 
@@ -76,10 +103,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let samples = tokio.block_on(async {
         let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(Metrics::new()))?;
         let mut plugins: Vec<Arc<Plugin>> = Vec::new();
+        let canned = Arc::new(Canned::new(options.cached_managed_fields)?);
         for (mode, _) in MODES {
             let mut spec = PluginSpec::new("bench-status");
             spec.instance_mode = mode;
-            spec.kube = Arc::new(Canned);
+            spec.kube = canned.clone();
             plugins.push(
                 runtime
                     .load_file(wasmctrl_plugin_artifacts::BENCH_STATUS, spec)
@@ -129,7 +157,12 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "instance-cost: bench-status (cached get + status patch, canned answers), {} calls per mode in {} rounds, load {load_before} before / {} after",
+        "instance-cost: bench-status (cached get {} managedFields + status patch, canned answers), {} calls per mode in {} rounds, load {load_before} before / {} after",
+        if options.cached_managed_fields {
+            "with"
+        } else {
+            "without"
+        },
         options.iterations,
         options.rounds,
         load_average()
