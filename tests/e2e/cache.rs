@@ -198,3 +198,128 @@ async fn managed_fields_are_dropped_from_the_cache_unless_kept() {
         }
     }
 }
+
+/// What a guest's `kube` calls hand back has no managedFields either when
+/// the host drops them: live gets, lists, and the answers to writes (the
+/// API server's own JSON, with that one member cut). A host that keeps
+/// them hands them on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_reads_no_managed_fields_from_the_api_server_either_unless_kept() {
+    use std::time::Instant;
+
+    use wasmctrl::config::PermissionRule;
+    use wasmctrl::discovery::Resolver;
+    use wasmctrl::hostapi::{
+        ApiLimits, ClusterApi, ClusterContext, Grant, Gvk, KubeApi, KubeRequest, KubeResponse,
+        ObjectPatch,
+    };
+    use wasmctrl::leader::Fence;
+    use wasmctrl::metrics::Metrics;
+
+    let cluster = Cluster::start().await;
+    let configmaps = Gvk {
+        group: String::new(),
+        version: "v1".into(),
+        kind: "ConfigMap".into(),
+    };
+    let deadline = || Instant::now() + Duration::from_secs(30);
+    for kept in [false, true] {
+        let context = ClusterContext {
+            client: cluster.client.clone(),
+            resolver: Arc::new(Resolver::new(cluster.client.clone())),
+            cache: Arc::new(SharedCache::with_options(
+                cluster.client.clone(),
+                CacheOptions {
+                    strip_managed_fields: !kept,
+                },
+            )),
+            metrics: Arc::new(Metrics::new()),
+            fence: Fence::open(),
+        };
+        let grant = Grant::new(
+            vec![PermissionRule {
+                group: String::new(),
+                resources: vec!["configmaps".into()],
+                verbs: ["get", "list", "create", "patch"].map(String::from).into(),
+                namespaces: None,
+            }],
+            None,
+        );
+        let api = ClusterApi::new("guest", &context, grant, ApiLimits::default());
+        let name = format!("answers-{kept}");
+        let ns = Some("default".to_string());
+        let object = |answer: Result<KubeResponse, _>| match answer {
+            Ok(KubeResponse::Object(json)) => json,
+            other => panic!("not one object: {other:?}"),
+        };
+        let answers = [
+            object(
+                api.call(
+                    KubeRequest::Create {
+                        kind: configmaps.clone(),
+                        namespace: ns.clone(),
+                        object: format!(
+                            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"a":"1"}}}}"#
+                        ),
+                    },
+                    deadline(),
+                )
+                .await,
+            ),
+            object(
+                api.call(
+                    KubeRequest::Patch {
+                        kind: configmaps.clone(),
+                        namespace: ns.clone(),
+                        name: name.clone(),
+                        patch: ObjectPatch::Merge(r#"{"data":{"b":"2"}}"#.into()),
+                    },
+                    deadline(),
+                )
+                .await,
+            ),
+            object(
+                api.call(
+                    KubeRequest::Get {
+                        kind: configmaps.clone(),
+                        namespace: ns.clone(),
+                        name: name.clone(),
+                    },
+                    deadline(),
+                )
+                .await,
+            ),
+        ];
+        let Ok(KubeResponse::Objects(listed)) = api
+            .call(
+                KubeRequest::List {
+                    kind: configmaps.clone(),
+                    namespace: ns.clone(),
+                    label_selector: None,
+                },
+                deadline(),
+            )
+            .await
+        else {
+            panic!("the list failed");
+        };
+        let listed: Vec<String> = listed.into_iter().filter(|o| o.contains(&name)).collect();
+        assert_eq!(listed.len(), 1);
+        for answer in answers.iter().chain(&listed) {
+            let v: serde_json::Value = serde_json::from_str(answer).unwrap();
+            assert_eq!(v["metadata"]["name"], name.as_str(), "{answer}");
+            assert_eq!(v["data"]["a"], "1", "{answer}");
+            assert_eq!(
+                v["metadata"].get("managedFields").is_some(),
+                kept,
+                "kept: {kept}: {answer}"
+            );
+        }
+        // The server itself still records them.
+        let live: ConfigMap = Api::namespaced(cluster.client.clone(), "default")
+            .get(&name)
+            .await
+            .unwrap();
+        assert!(live.metadata.managed_fields.is_some_and(|m| !m.is_empty()));
+    }
+}

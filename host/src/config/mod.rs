@@ -262,9 +262,10 @@ pub struct ShardingConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct CacheSection {
-    /// Drop `metadata.managedFields` from cached objects (default: true).
-    /// Reconcilers do not read them, and every guest that reads an object
-    /// from the cache would parse them; live reads keep them.
+    /// Drop `metadata.managedFields` from cached objects, and from the
+    /// objects the host API hands guests (live reads, write answers)
+    /// (default: true). Reconcilers do not read them, and every guest
+    /// would parse them on every read.
     #[serde(default = "yes")]
     pub strip_managed_fields: bool,
 }

@@ -1,6 +1,7 @@
 //! The `kube` imports a guest sees: one request type for every verb, served
 //! by a [`KubeApi`] implementation chosen by the host.
 
+mod answer;
 mod cluster;
 mod grant;
 
