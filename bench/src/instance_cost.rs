@@ -3,9 +3,9 @@
 //! a cached `get` of one object, parsed into its typed form; a status merge
 //! patch, whose answer it parses too) is called in process with both host
 //! calls answered at once by a canned object, so only the host's call path
-//! and the guest run: no HTTP, no cache, no other process. The `get` is
-//! answered as the host's cache holds the object (without managedFields,
-//! unless `--cached-managed-fields`), the patch as the API server answers.
+//! and the guest run: no HTTP, no cache, no other process. Both answers
+//! come as the host hands objects to guests: without managedFields, unless
+//! `--keep-managed-fields` (a host with `cache.stripManagedFields: false`).
 //!
 //! `fresh` and `reuse` are interleaved over rounds on one current-thread
 //! tokio runtime, each call timed alone; the table gives the median and p99
@@ -32,9 +32,9 @@ pub struct Options {
     pub iterations: usize,
     /// Interleaved rounds the iterations are split into.
     pub rounds: usize,
-    /// Answer the `get` with the object's managedFields, as a cache with
-    /// `cache.stripManagedFields: false` holds it.
-    pub cached_managed_fields: bool,
+    /// Answer with the object's managedFields, as a host with
+    /// `cache.stripManagedFields: false` does.
+    pub keep_managed_fields: bool,
     pub json: bool,
 }
 
@@ -42,11 +42,11 @@ pub struct Options {
 /// patch: two managedFields entries, as in `throughput`.
 const OBJECT: &str = r#"{"apiVersion":"bench.wasmctrl.dev/v1","kind":"Bench0000","metadata":{"name":"item-1","namespace":"default","uid":"0b6f1f3e-8f5e-4a8e-9d1e-4f2b1c3d4e5f","resourceVersion":"12345","generation":1,"creationTimestamp":"2026-12-03T21:00:00Z","managedFields":[{"manager":"wasmctrl-bench","operation":"Update","apiVersion":"bench.wasmctrl.dev/v1","time":"2026-12-03T21:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{".":{},"f:seq":{}}}},{"manager":"wasmctrl-bench-status","operation":"Update","apiVersion":"bench.wasmctrl.dev/v1","time":"2026-12-03T21:00:00Z","fieldsType":"FieldsV1","fieldsV1":{"f:status":{".":{},"f:observed":{},"f:startedAt":{}}},"subresource":"status"}]},"spec":{"seq":1}}"#;
 
-/// Answers the `get` with `cached` and every other call with [`OBJECT`]:
-/// the `get` finds it without `status.observed`, so every reconcile also
-/// patches.
+/// Answers every call with [`OBJECT`], less its managedFields unless
+/// they are kept: the `get` finds it without `status.observed`, so every
+/// reconcile also patches.
 struct Canned {
-    cached: String,
+    object: String,
 }
 
 impl Canned {
@@ -59,7 +59,7 @@ impl Canned {
                 .remove("managedFields");
         }
         Ok(Self {
-            cached: object.to_string(),
+            object: object.to_string(),
         })
     }
 }
@@ -67,13 +67,10 @@ impl Canned {
 impl KubeApi for Canned {
     fn call(
         &self,
-        request: KubeRequest,
+        _request: KubeRequest,
         _deadline: Instant,
     ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
-        let answer = match request {
-            KubeRequest::Get { .. } => self.cached.clone(),
-            _ => OBJECT.to_string(),
-        };
+        let answer = self.object.clone();
         Box::pin(async { Ok(KubeResponse::Object(answer)) })
     }
 }
@@ -103,7 +100,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     let samples = tokio.block_on(async {
         let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(Metrics::new()))?;
         let mut plugins: Vec<Arc<Plugin>> = Vec::new();
-        let canned = Arc::new(Canned::new(options.cached_managed_fields)?);
+        let canned = Arc::new(Canned::new(options.keep_managed_fields)?);
         for (mode, _) in MODES {
             let mut spec = PluginSpec::new("bench-status");
             spec.instance_mode = mode;
@@ -157,8 +154,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "instance-cost: bench-status (cached get {} managedFields + status patch, canned answers), {} calls per mode in {} rounds, load {load_before} before / {} after",
-        if options.cached_managed_fields {
+        "instance-cost: bench-status (cached get + status patch, canned answers {} managedFields), {} calls per mode in {} rounds, load {load_before} before / {} after",
+        if options.keep_managed_fields {
             "with"
         } else {
             "without"

@@ -279,10 +279,10 @@ enum Scenario {
         /// Interleaved rounds.
         #[arg(long, default_value_t = 10)]
         rounds: usize,
-        /// The cached `get` answers with managedFields (a host with
+        /// Answers carry managedFields (a host with
         /// `cache.stripManagedFields: false`).
         #[arg(long)]
-        cached_managed_fields: bool,
+        keep_managed_fields: bool,
         /// One JSON line per mode instead of the table.
         #[arg(long)]
         json: bool,
@@ -453,12 +453,12 @@ fn main() -> anyhow::Result<()> {
         Scenario::InstanceCost {
             iterations,
             rounds,
-            cached_managed_fields,
+            keep_managed_fields,
             json,
         } => instance_cost::run(&instance_cost::Options {
             iterations,
             rounds,
-            cached_managed_fields,
+            keep_managed_fields,
             json,
         }),
         Scenario::Guests {
