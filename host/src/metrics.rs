@@ -595,6 +595,18 @@ impl Metrics {
         }
     }
 
+    /// Counts one refusal at `limit` for `plugin` (its current version) in
+    /// `wasmctrl_plugin_limit_exceeded_total`.
+    pub fn count_limit(&self, plugin: &str, limit: &str) {
+        self.limit_exceeded
+            .get_or_create(&LimitLabels {
+                plugin: plugin.into(),
+                limit: limit.into(),
+                version: current_version().as_str().into(),
+            })
+            .inc();
+    }
+
     /// Records what one guest call of `version` cost and how it ended.
     pub fn observe_call_as(&self, plugin: &str, version: Version, usage: &CallUsage) {
         let series = self.call_series(plugin, version, usage.fuel_consumed.is_some());

@@ -73,6 +73,12 @@ const VARIANTS: &[(&str, &str, &str, &str)] = &[
         "hostile/block-in-metadata",
         "hostile_block_in_metadata.wasm",
     ),
+    (
+        "HOSTILE_HUGE_METADATA",
+        "hostile",
+        "hostile/huge-metadata",
+        "hostile_huge_metadata.wasm",
+    ),
 ];
 
 /// (constant name, directory relative to the workspace root, component file):

@@ -28,7 +28,7 @@ use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse,
 use crate::cache::{CachedObject, InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
 use crate::leader::Fence;
-use crate::metrics::{HostApiLabels, LimitLabels, Metrics, PluginLabel};
+use crate::metrics::{HostApiLabels, Metrics, PluginLabel};
 use crate::selector::LabelSelector;
 use crate::syntax::{self as validate, Invalid};
 use crate::workqueue::ratelimit::BucketRateLimiter;
@@ -144,14 +144,7 @@ impl ClusterApi {
     }
 
     fn limit_exceeded(&self, limit: &str) {
-        self.metrics
-            .limit_exceeded
-            .get_or_create(&LimitLabels {
-                plugin: self.plugin.clone(),
-                limit: limit.into(),
-                version: crate::metrics::current_version().as_str().into(),
-            })
-            .inc();
+        self.metrics.count_limit(&self.plugin, limit);
     }
 
     /// Refuses a call whose strings are not Kubernetes syntax.

@@ -301,12 +301,13 @@ impl Runtime {
         let report = sandbox.call(Export::Metadata, context).await;
         self.inner.cache.settle(&digest);
         let metadata = match report.result {
-            Ok(Returned::Metadata(m)) => {
-                PluginMetadata::try_from(m).map_err(|message| LoadError::InvalidMetadata {
+            Ok(Returned::Metadata(m)) => PluginMetadata::try_from(m).map_err(|message| {
+                self.inner.metrics.count_limit(&sandbox.name, "metadata");
+                LoadError::InvalidMetadata {
                     origin: path.clone(),
                     message,
-                })?
-            }
+                }
+            })?,
             Ok(Returned::Reconcile(_)) => unreachable!("metadata returns metadata"),
             Err(CallFailure::Trap { kind, message, .. }) => {
                 return Err(LoadError::Metadata {

@@ -226,3 +226,25 @@ async fn a_version_no_plugin_holds_is_evicted_from_memory() {
     drop((b, again));
     assert_eq!(rt.resident_components(), 0);
 }
+
+#[tokio::test]
+async fn metadata_past_a_bound_is_refused_naming_it_and_counted() {
+    let metrics = std::sync::Arc::new(wasmctrl::metrics::Metrics::new());
+    let runtime = wasmctrl::runtime::Runtime::new(crate::test_runtime_config(), metrics.clone())
+        .expect("runtime starts");
+    let err = runtime
+        .load_file(artifacts::HOSTILE_HUGE_METADATA, spec("huge"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LoadError::InvalidMetadata { message, .. }
+            if message.contains("owns (33)") && message.contains("at most 32")),
+        "{err}"
+    );
+    let line = r#"wasmctrl_plugin_limit_exceeded_total{plugin="huge",limit="metadata",version="stable"} 1"#;
+    let exposition = metrics.encode();
+    assert!(
+        exposition.lines().any(|l| l == line),
+        "{line} not in\n{exposition}"
+    );
+}

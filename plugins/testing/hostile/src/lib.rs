@@ -13,7 +13,8 @@
 //!
 //! `--features watch-secret` declares a Secret watch its grant does not
 //! cover; `--features block-in-metadata` sleeps for an hour in `metadata`
-//! (a guest blocked in a WASI poll, which epochs cannot interrupt).
+//! (a guest blocked in a WASI poll, which epochs cannot interrupt);
+//! `--features huge-metadata` declares 33 owned kinds (the host takes 32).
 
 use std::io::Write;
 
@@ -46,11 +47,22 @@ impl Reconciler for Hostile {
         } else {
             wasmctrl_sdk::Gvk::new("", "v1", "ConfigMap")
         };
-        Metadata::new("hostile", "0.1.0", for_kind).permission(
+        let metadata = Metadata::new("hostile", "0.1.0", for_kind).permission(
             "",
             &["configmaps"],
             &["get", "list", "watch", "patch", "create"],
-        )
+        );
+        if cfg!(feature = "huge-metadata") {
+            // One kind past the host's bound of 32.
+            return (0..33).fold(metadata, |m, i| {
+                m.owns(wasmctrl_sdk::Gvk::new(
+                    "example.com",
+                    "v1",
+                    &format!("Kind{i}"),
+                ))
+            });
+        }
+        metadata
     }
 
     fn reconcile(key: ObjectKey, _ctx: &Context) -> Result<Action, Error> {
