@@ -133,6 +133,37 @@ async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
     host.stop().await.unwrap();
 }
 
+/// A guest that holds WASI resources (pollables) without end is stopped at
+/// the store's bound with a `limit` trap, counted under its own limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hoarding_wasi_resources_is_stopped_at_the_bound_and_counted() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host(&config(artifacts::HOSTILE)).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    create(&api, "resource-hoard").await;
+    create(&api, "honest").await;
+    eventually(
+        "the hoard stopped at the WASI resource bound",
+        Duration::from_secs(60),
+        || {
+            metric_line(
+                host.admin,
+                r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="wasiResources",version="stable"}"#,
+            )
+        },
+    )
+    .await;
+    eventually("the limit trap counted", Duration::from_secs(60), || {
+        metric_line(
+            host.admin,
+            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable"}"#,
+        )
+    })
+    .await;
+    reconciled(&api, "honest").await;
+    host.stop().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watching_an_ungranted_kind_refuses_the_load_and_starts_no_informer() {
     let cluster = Cluster::start().await;

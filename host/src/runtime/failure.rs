@@ -2,6 +2,7 @@
 //! `metadata` and `reconcile` alike.
 
 use wasmtime::Trap;
+use wasmtime::component::ResourceTableError;
 
 use super::limits::Ceiling;
 use crate::reconcile::{ReconcileError, TrapKind};
@@ -52,6 +53,18 @@ impl CallFailure {
         }
         if error.is::<wasmtime::PoolConcurrencyLimitError>() {
             return CallFailure::PoolExhausted(message);
+        }
+        // A WASI call that would hold one resource more than the store's
+        // table allows (`store.rs`, MAX_RESOURCES) fails with this.
+        if matches!(
+            error.downcast_ref::<ResourceTableError>(),
+            Some(ResourceTableError::Full)
+        ) {
+            return CallFailure::Trap {
+                kind: TrapKind::Limit,
+                ceiling: Some(Ceiling::WasiResources),
+                message,
+            };
         }
         if let Some(over) = error.downcast_ref::<OverBudget>() {
             return CallFailure::Trap {

@@ -77,6 +77,8 @@ pub enum Ceiling {
     Memories,
     Tables,
     HostCalls,
+    /// WASI resources (pollables, streams) held at once.
+    WasiResources,
 }
 
 impl Ceiling {
@@ -89,6 +91,7 @@ impl Ceiling {
             Ceiling::Memories => "memories",
             Ceiling::Tables => "tables",
             Ceiling::HostCalls => "hostCalls",
+            Ceiling::WasiResources => "wasiResources",
         }
     }
 }

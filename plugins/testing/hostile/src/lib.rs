@@ -9,6 +9,7 @@
 //! | `output-flood`    | 64 MiB to stdout without a newline, then 100,000 short lines    |
 //! | `log-flood`       | a million `log` calls of 64 KiB each                             |
 //! | `host-call-flood` | `kube` calls in a loop until the host stops it                  |
+//! | `resource-hoard`  | WASI pollables held until the host refuses one (its bound on WASI resources) |
 //! | anything else     | labels its ConfigMap `wasmctrl.dev/hostile: reconciled`          |
 //!
 //! `--features watch-secret` declares a Secret watch its grant does not
@@ -90,6 +91,15 @@ impl Reconciler for Hostile {
             "host-call-flood" => loop {
                 let _ = kube::get(&configmaps(), ns, "host-call-flood");
             },
+            "resource-hoard" => {
+                // Pollables held, never dropped, until the host refuses one.
+                let mut held = Vec::new();
+                loop {
+                    held.push(wasip2::clocks::monotonic_clock::subscribe_duration(
+                        3_600_000_000_000,
+                    ));
+                }
+            }
             name => {
                 let patch = r#"{"metadata":{"labels":{"wasmctrl.dev/hostile":"reconciled"}}}"#;
                 match kube::patch(&configmaps(), ns, name, &ObjectPatch::Merge(patch.into())) {
