@@ -54,6 +54,27 @@ async fn reconciled(api: &Api<ConfigMap>, name: &str) {
     .await;
 }
 
+/// Waits until the plugin ran into `limit`, counted as such and as a
+/// limit trap.
+async fn stopped_at_limit(admin: std::net::SocketAddr, limit: &str) {
+    let counted = format!(
+        r#"wasmctrl_plugin_limit_exceeded_total{{plugin="hostile",limit="{limit}",version="stable"}}"#
+    );
+    eventually(
+        &format!("the plugin stopped at {limit}"),
+        Duration::from_secs(60),
+        || metric_line(admin, &counted),
+    )
+    .await;
+    eventually("the limit trap counted", Duration::from_secs(60), || {
+        metric_line(
+            admin,
+            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable"}"#,
+        )
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
     let cluster = Cluster::start().await;
@@ -142,24 +163,7 @@ async fn hoarding_wasi_resources_is_stopped_at_the_bound_and_counted() {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
     create(&api, "resource-hoard").await;
     create(&api, "honest").await;
-    eventually(
-        "the hoard stopped at the WASI resource bound",
-        Duration::from_secs(60),
-        || {
-            metric_line(
-                host.admin,
-                r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="wasiResources",version="stable"}"#,
-            )
-        },
-    )
-    .await;
-    eventually("the limit trap counted", Duration::from_secs(60), || {
-        metric_line(
-            host.admin,
-            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable"}"#,
-        )
-    })
-    .await;
+    stopped_at_limit(host.admin, "wasiResources").await;
     reconciled(&api, "honest").await;
     host.stop().await.unwrap();
 }
@@ -203,24 +207,7 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
         reconciled(&api, &format!("honest-{i}")).await;
     }
     // The host-call flood is stopped at its ceiling, as a limit trap.
-    eventually(
-        "the host-call flood stopped",
-        Duration::from_secs(60),
-        || {
-            metric_line(
-                host.admin,
-                r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="hostCalls",version="stable"}"#,
-            )
-        },
-    )
-    .await;
-    eventually("the limit trap counted", Duration::from_secs(60), || {
-        metric_line(
-            host.admin,
-            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable"}"#,
-        )
-    })
-    .await;
+    stopped_at_limit(host.admin, "hostCalls").await;
     // The output flood was written in full by the guest and cut by the host.
     let written = eventually(
         "the output flood measured",
