@@ -598,11 +598,15 @@ impl Metrics {
     /// Counts one refusal at `limit` for `plugin` (its current version) in
     /// `wasmctrl_plugin_limit_exceeded_total`.
     pub fn count_limit(&self, plugin: &str, limit: &str) {
+        self.count_limit_as(plugin, current_version(), limit);
+    }
+
+    fn count_limit_as(&self, plugin: &str, version: Version, limit: &str) {
         self.limit_exceeded
             .get_or_create(&LimitLabels {
                 plugin: plugin.into(),
                 limit: limit.into(),
-                version: current_version().as_str().into(),
+                version: version.as_str().into(),
             })
             .inc();
     }
@@ -660,13 +664,7 @@ impl Metrics {
                 .inc();
         }
         if let Some(limit) = usage.ceiling {
-            self.limit_exceeded
-                .get_or_create(&LimitLabels {
-                    plugin: plugin.into(),
-                    limit: limit.into(),
-                    version: version.as_str().into(),
-                })
-                .inc();
+            self.count_limit_as(plugin, version, limit);
         }
         series.guest_seconds.inc_by(usage.guest_time.as_secs_f64());
         if !usage.cpu_throttled.is_zero() {

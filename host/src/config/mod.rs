@@ -260,13 +260,12 @@ pub struct ShardingConfig {
 /// What the shared informer cache keeps of each object (fixed at start:
 /// every plugin reads the same informers).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct CacheSection {
     /// Drop `metadata.managedFields` from cached objects, and from the
     /// objects the host API hands guests (live reads, write answers)
     /// (default: true). Reconcilers do not read them, and every guest
     /// would parse them on every read.
-    #[serde(default = "yes")]
     pub strip_managed_fields: bool,
 }
 
@@ -285,10 +284,6 @@ impl CacheSection {
             strip_managed_fields: self.strip_managed_fields,
         }
     }
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// The most shards a config may ask for: one Lease each, all renewed every
