@@ -182,6 +182,17 @@ impl Default for CacheOptions {
     }
 }
 
+impl CacheOptions {
+    /// Drops from `object` what the host does not keep (the same rule for
+    /// the cache and for objects the host API lists live; single-object
+    /// answers are cut as text in `hostapi/answer.rs`).
+    pub fn trim(&self, object: &mut DynamicObject) {
+        if self.strip_managed_fields {
+            object.metadata.managed_fields = None;
+        }
+    }
+}
+
 /// The informers of the host, created on demand and shared.
 pub struct SharedCache {
     client: Client,
@@ -307,9 +318,7 @@ fn start(
             // reads see the previous state).
             let mut relist: Option<Objects> = None;
             let cache_form = |mut o: DynamicObject| {
-                if options.strip_managed_fields {
-                    o.metadata.managed_fields = None;
-                }
+                options.trim(&mut o);
                 match CachedObject::new(o) {
                     Ok(c) => Some(Arc::new(c)),
                     Err(e) => {

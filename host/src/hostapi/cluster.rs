@@ -329,11 +329,9 @@ impl ClusterApi {
                     lp = lp.labels(&s.to_string());
                 }
                 let found = api.list(&lp).await.map_err(map_error)?;
-                let strip = self.cache.options().strip_managed_fields;
+                let options = self.cache.options();
                 for mut o in found.items {
-                    if strip {
-                        o.metadata.managed_fields = None;
-                    }
+                    options.trim(&mut o);
                     list.push(&o).map_err(|e| self.list_too_big(e))?;
                 }
                 Ok(KubeResponse::Objects(list.objects))
