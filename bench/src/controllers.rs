@@ -56,6 +56,10 @@ pub enum Variant {
     Wasm,
     /// The wasm host with `instanceMode: reuse` (warm instances).
     WasmReuse,
+    /// The wasm host (`fresh`) with `skipUnchanged: true`: a key whose
+    /// inputs are as its last done reconcile left them (its own write's
+    /// echo) is not run again.
+    WasmSkip,
     Native,
     #[value(name = "kube-rs")]
     KubeRs,
@@ -66,6 +70,7 @@ impl Variant {
         match self {
             Variant::Wasm => "wasm",
             Variant::WasmReuse => "wasm-reuse",
+            Variant::WasmSkip => "wasm-skip",
             Variant::Native => "native",
             Variant::KubeRs => "kube-rs",
         }
@@ -199,7 +204,7 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
     runtime.block_on(async move {
         let client = cluster::client_from(&args.kubeconfig).await?;
         match args.variant {
-            Variant::Wasm | Variant::WasmReuse => run_wasm(&args, client).await,
+            Variant::Wasm | Variant::WasmReuse | Variant::WasmSkip => run_wasm(&args, client).await,
             Variant::Native => run_native(&args, client).await,
             Variant::KubeRs => run_kube_rs(&args, client).await,
         }

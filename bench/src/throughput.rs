@@ -18,7 +18,7 @@ use anyhow::{Context as _, ensure};
 use serde::Serialize;
 use wasmctrl_plugin_artifacts as artifacts;
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, metric_sum};
 use crate::controllers::{ControllerArgs, Variant, child_args, host_config};
 use crate::procs::{Child, cpu_seconds};
 use crate::stats::{load_average, median, round};
@@ -54,10 +54,14 @@ struct Round {
     /// load generator and the status watch) over the same time.
     server_cpu_s: f64,
     driver_cpu_s: f64,
+    /// Reconciles the wasm host ran and skipped (`skipUnchanged`) over the
+    /// round, from its `/metrics`; None for the other variants.
+    calls: Option<(f64, f64)>,
 }
 
 /// Writes the wasm variants' component and host configs into `dir`
-/// (`host.yaml`: the default `instanceMode: fresh`; `host-reuse.yaml`).
+/// (`host.yaml`: the default `instanceMode: fresh`; `host-reuse.yaml`;
+/// `host-skip.yaml`: `fresh` with `skipUnchanged: true`).
 pub fn write_wasm_host(dir: &std::path::Path, concurrency: usize) -> anyhow::Result<()> {
     let bytes = std::fs::read(artifacts::BENCH_STATUS)
         .with_context(|| format!("reading {}", artifacts::BENCH_STATUS))?;
@@ -70,6 +74,13 @@ pub fn write_wasm_host(dir: &std::path::Path, concurrency: usize) -> anyhow::Res
         dir.join("host-reuse.yaml"),
         host_config(1, concurrency, "reuse", None),
     )?;
+    let fresh = host_config(1, concurrency, "fresh", None);
+    let skip = fresh.replace(
+        "    instanceMode: fresh\n",
+        "    instanceMode: fresh\n    skipUnchanged: true\n",
+    );
+    ensure!(skip != fresh, "the host config has no instanceMode line");
+    std::fs::write(dir.join("host-skip.yaml"), skip)?;
     Ok(())
 }
 
@@ -77,6 +88,7 @@ pub fn write_wasm_host(dir: &std::path::Path, concurrency: usize) -> anyhow::Res
 pub fn wasm_config(dir: &std::path::Path, variant: Variant) -> std::path::PathBuf {
     match variant {
         Variant::WasmReuse => dir.join("host-reuse.yaml"),
+        Variant::WasmSkip => dir.join("host-skip.yaml"),
         _ => dir.join("host.yaml"),
     }
 }
@@ -96,7 +108,20 @@ async fn one(
         count_heap: false,
     };
     let mut child = Child::spawn(variant.name(), &child_args(&args))?;
-    child.expect("ready", Duration::from_secs(120)).await?;
+    let ready = child.expect("ready", Duration::from_secs(120)).await?;
+    // The wasm hosts answer with their admin address: their guest calls
+    // and skips are read from `/metrics` after the round.
+    let admin: Option<std::net::SocketAddr> = ready.parse().ok();
+    let guest_calls = || async {
+        match admin {
+            Some(a) => Ok::<_, anyhow::Error>(Some((
+                metric_sum(a, "controller_runtime_reconcile_total", &[]).await?,
+                metric_sum(a, "wasmctrl_reconcile_skipped_total", &[]).await?,
+            ))),
+            None => Ok(None),
+        }
+    };
+    let calls_before = guest_calls().await?;
 
     let n = options.objects;
     let watch = cluster.watch_observed(n).await?;
@@ -119,6 +144,10 @@ async fn one(
     let cpu_s = child.cpu_seconds()? - cpu_before;
     let server_cpu_s = cpu_seconds(cluster.pid())? - server_before;
     let driver_cpu_s = cpu_seconds(std::process::id())? - driver_before;
+    let calls = match (calls_before, guest_calls().await?) {
+        (Some((r0, s0)), Some((r1, s1))) => Some((r1 - r0, s1 - s0)),
+        _ => None,
+    };
     child.stop(Duration::from_secs(30)).await?;
     cluster.delete_items(0).await?;
     Ok(Round {
@@ -128,6 +157,7 @@ async fn one(
         create_secs,
         server_cpu_s,
         driver_cpu_s,
+        calls,
     })
 }
 
@@ -194,15 +224,19 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         crate::heap::backend_name()
     );
     println!(
-        "  {:<10} {:>12} {:>8} {:>13}   per round: reconciles/s, controller/API server/load generator CPU s, creates s",
+        "  {:<10} {:>12} {:>8} {:>13}   per round: reconciles/s, controller/API server/load generator CPU s, creates s (wasm: guest reconciles run, skipped)",
         "variant", "reconcile/s", "cpu s", "cpu µs/obj"
     );
     for (v, rate, cpu, mine) in &summary {
         let per = mine
             .iter()
             .map(|r| {
+                let calls = r
+                    .calls
+                    .map(|(run, skipped)| format!(" ({run:.0} run, {skipped:.0} skipped)"))
+                    .unwrap_or_default();
                 format!(
-                    "{:.0} {:.2}/{:.2}/{:.2} {:.2}",
+                    "{:.0} {:.2}/{:.2}/{:.2} {:.2}{calls}",
                     options.objects as f64 / r.secs,
                     r.cpu_s,
                     r.server_cpu_s,
