@@ -14,7 +14,7 @@ use super::failure::CallFailure;
 use super::limits::Limits;
 use super::metadata::PluginMetadata;
 use super::sandbox::{self, Export, Returned, Sandbox};
-use super::store::StoreState;
+use super::store::{Spares, StoreState};
 use super::strategy::{AUTO_REUSE_PAGES, InstanceMode, InstanceStrategy, ReuseLimits};
 use super::tape::ContextTape;
 use crate::hostapi::KubeApi;
@@ -188,6 +188,11 @@ impl Plugin {
         self.sandbox.strategy.idle()
     }
 
+    /// WASI contexts of finished stores kept for the next fresh ones.
+    pub fn spare_wasi_contexts(&self) -> usize {
+        self.sandbox.spares.len()
+    }
+
     /// Whether loading reused a compiled artifact.
     pub fn cache_hit(&self) -> CacheHit {
         self.cache_hit
@@ -296,6 +301,7 @@ impl Runtime {
                 }
                 InstanceMode::Auto => InstanceStrategy::Fresh,
             },
+            spares: Spares::default(),
         };
         let context = sandbox::context(0, METADATA_TIMEOUT, CancellationToken::new());
         let report = sandbox.call(Export::Metadata, context).await;

@@ -22,7 +22,7 @@ use super::code::Code;
 use super::failure::CallFailure;
 use super::limits::Limits;
 use super::share::PluginActivity;
-use super::store::{CallContext, StoreSpec, StoreState};
+use super::store::{CallContext, Spares, StoreSpec, StoreState};
 use super::strategy::InstanceStrategy;
 use crate::hostapi::KubeApi;
 use crate::metrics::CallUsage;
@@ -41,6 +41,8 @@ pub(crate) struct Sandbox {
     pub(crate) limits: Limits,
     pub(crate) kube: Arc<dyn KubeApi>,
     pub(crate) strategy: InstanceStrategy,
+    /// WASI contexts of finished stores, for the next ones.
+    pub(crate) spares: Spares,
 }
 
 /// Which export a call runs.
@@ -70,6 +72,7 @@ impl Sandbox {
             limits: &self.limits,
             kube: &self.kube,
             activity: &self.activity,
+            spares: &self.spares,
         }
     }
 
@@ -145,8 +148,12 @@ impl Sandbox {
                 self.measure(&store, &mut usage);
                 let refused = store.data().limiter.refused;
                 let result = returned.map_err(|e| CallFailure::classify(&e, refused));
-                if let Some(instance) = instance {
-                    strategy.checkin(store, instance, history, result.is_ok());
+                let done_with = match instance {
+                    Some(instance) => strategy.checkin(store, instance, history, result.is_ok()),
+                    None => Some(store),
+                };
+                if let Some(store) = done_with {
+                    self.spares.keep(store.into_data());
                 }
                 result
             }

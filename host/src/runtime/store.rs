@@ -79,6 +79,10 @@ pub(crate) struct StoreState {
     pub(crate) call: CallState,
     pub(crate) budget: Budget,
     pub(crate) output: OutputSink,
+    /// The generator behind `wasi`'s `wasi:random/insecure`.
+    insecure: InsecureRandom,
+    /// Stores `wasi` has served, this one included (see [`Spares`]).
+    uses: u32,
     pub(crate) plugin: Arc<str>,
     pub(crate) settings: Arc<str>,
     pub(crate) kube: Arc<dyn KubeApi>,
@@ -95,6 +99,107 @@ pub(crate) struct StoreSpec<'a> {
     pub(crate) limits: &'a Limits,
     pub(crate) kube: &'a Arc<dyn KubeApi>,
     pub(crate) activity: &'a Arc<PluginActivity>,
+    pub(crate) spares: &'a Spares,
+}
+
+/// A spare WASI context is dropped after this many stores, so the values
+/// it holds for the guest's whole life (the `insecure-seed` of its hash
+/// maps) are renewed as often as a warm instance's (`maxCallsPerInstance`).
+const MAX_SPARE_USES: u32 = 1_000;
+
+/// Spare WASI contexts kept per plugin version: about as many as its
+/// reconciles run at once.
+const MAX_SPARES: usize = 16;
+
+/// The WASI contexts (with the output sinks their streams write to) of a
+/// plugin version's finished stores, for its next stores.
+///
+/// Why: building a `WasiCtx` (seeding its random sources, boxing its
+/// clocks, streams and socket policy) and dropping it were ~5% of a fresh
+/// noop reconcile (`wasmctrl-bench -- dispatch`, docs/BENCHMARKS.md).
+/// Nothing of a call survives in one: it has no preopens, environment,
+/// arguments or sockets, stdin is closed, the streams write into the
+/// plugin's sink, whose per-call budget starts over, resources live in the
+/// store's own table, which is always new, and the insecure generator is
+/// reseeded ([`InsecureRandom`]). What a guest can tell is that
+/// `insecure-seed` answers the same for up to [`MAX_SPARE_USES`] stores,
+/// as it does for a warm instance's calls; it cannot change it. The secure
+/// generator is the thread's CSPRNG, as before.
+#[derive(Default)]
+pub(crate) struct Spares(std::sync::Mutex<Vec<Spare>>);
+
+pub(crate) struct Spare {
+    wasi: WasiCtx,
+    output: OutputSink,
+    insecure: InsecureRandom,
+    uses: u32,
+}
+
+impl Spares {
+    fn take(&self) -> Option<Spare> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+
+    /// Keeps what a finished store leaves, unless enough are kept or this
+    /// one served its share.
+    pub(crate) fn keep(&self, state: StoreState) {
+        if state.uses >= MAX_SPARE_USES {
+            return;
+        }
+        let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < MAX_SPARES {
+            kept.push(Spare {
+                wasi: state.wasi,
+                output: state.output,
+                insecure: state.insecure,
+                uses: state.uses,
+            });
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The generator of a store's `wasi:random/insecure`, reseeded for every
+/// store that takes a spare context: a guest reading it in one reconcile
+/// learns nothing about what the next one reads, and cannot pass the next
+/// one a message by how much it consumed. Seeded on first use: most guests
+/// never ask, and a seed costs a draw from the thread's CSPRNG.
+#[derive(Clone)]
+struct InsecureRandom(Arc<std::sync::Mutex<Option<rand::rngs::SmallRng>>>);
+
+impl InsecureRandom {
+    fn new() -> Self {
+        Self(Arc::new(std::sync::Mutex::new(None)))
+    }
+
+    fn reseed(&self) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut rand::rngs::SmallRng) -> T) -> T {
+        use rand::SeedableRng as _;
+        let mut rng = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        f(rng.get_or_insert_with(|| rand::rngs::SmallRng::from_rng(&mut rand::rng())))
+    }
+}
+
+impl rand::TryRng for InsecureRandom {
+    type Error = std::convert::Infallible;
+
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        self.with(|r| r.try_next_u32())
+    }
+
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        self.with(|r| r.try_next_u64())
+    }
+
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        self.with(|r| r.try_fill_bytes(dst))
+    }
 }
 
 impl StoreState {
@@ -102,15 +207,28 @@ impl StoreState {
     /// deadline checked at every tick.
     pub(crate) fn new_store(spec: StoreSpec<'_>, context: CallContext) -> Store<Self> {
         let limits = spec.limits;
-        let output = OutputSink::new(spec.plugin.clone(), limits.output_bytes, limits.output_line);
-        // No preopens, no environment, no arguments, no sockets.
-        let wasi = WasiCtx::builder()
-            .stdout(output.stream(Stream::Stdout))
-            .stderr(output.stream(Stream::Stderr))
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+        let (wasi, output, insecure, uses) = match spec.spares.take() {
+            Some(spare) => {
+                spare.output.begin_call();
+                spare.insecure.reseed();
+                (spare.wasi, spare.output, spare.insecure, spare.uses + 1)
+            }
+            None => {
+                let output =
+                    OutputSink::new(spec.plugin.clone(), limits.output_bytes, limits.output_line);
+                let insecure = InsecureRandom::new();
+                // No preopens, no environment, no arguments, no sockets.
+                let wasi = WasiCtx::builder()
+                    .stdout(output.stream(Stream::Stdout))
+                    .stderr(output.stream(Stream::Stderr))
+                    .insecure_random(insecure.clone())
+                    .allow_tcp(false)
+                    .allow_udp(false)
+                    .allow_ip_name_lookup(false)
+                    .build();
+                (wasi, output, insecure, 1)
+            }
+        };
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);
         let state = StoreState {
@@ -127,6 +245,8 @@ impl StoreState {
                 log_exhausted: false,
             },
             output,
+            insecure,
+            uses,
             plugin: spec.plugin.clone(),
             settings: spec.settings.clone(),
             kube: spec.kube.clone(),
@@ -245,5 +365,26 @@ impl WasiView for StoreState {
             ctx: &mut self.wasi,
             table: &mut self.table,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rand::Rng as _;
+
+    use super::InsecureRandom;
+
+    /// The store's WASI context holds a clone of the generator; a reseed by
+    /// the host must change what that clone hands the guest next.
+    #[test]
+    fn a_reseed_reaches_the_generator_a_wasi_context_holds() {
+        let host = InsecureRandom::new();
+        let mut guest_side = host.clone();
+        let _read_last_call = guest_side.next_u64();
+        let mut unreseeded = host.0.lock().unwrap().clone().expect("seeded by the read");
+        host.reseed();
+        let next: Vec<u64> = (0..4).map(|_| guest_side.next_u64()).collect();
+        let would_have_been: Vec<u64> = (0..4).map(|_| unreseeded.next_u64()).collect();
+        assert_ne!(next, would_have_been);
     }
 }

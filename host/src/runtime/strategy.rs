@@ -151,18 +151,18 @@ impl InstanceStrategy {
         }
     }
 
-    /// Takes back the store of a finished call. `clean` is false after a
-    /// trap, a deadline, a cancellation or a host error: such an instance is
-    /// never used again.
+    /// Takes back the store of a finished call; returns it when it is not
+    /// kept warm. `clean` is false after a trap, a deadline, a cancellation
+    /// or a host error: such an instance is never used again.
     pub(crate) fn checkin(
         &self,
         store: Store<StoreState>,
         instance: Reconciler,
         history: (u32, Instant),
         clean: bool,
-    ) {
+    ) -> Option<Store<StoreState>> {
         let InstanceStrategy::Reuse(pool) = self else {
-            return;
+            return Some(store);
         };
         let (calls, created) = (history.0 + 1, history.1);
         let l = &pool.limits;
@@ -171,7 +171,7 @@ impl InstanceStrategy {
             && created.elapsed() < l.max_age
             && store.data().limiter.memory_now() <= l.max_memory;
         if !keep {
-            return;
+            return Some(store);
         }
         let mut idle = pool.idle.lock().unwrap();
         if idle.len() < l.max_idle {
@@ -181,7 +181,9 @@ impl InstanceStrategy {
                 calls,
                 created,
             });
+            return None;
         }
+        Some(store)
     }
 
     /// Drops every warm instance (the plugin's code is being unloaded).

@@ -284,6 +284,38 @@ async fn guest_output_and_logs_go_to_tracing() {
     );
 }
 
+/// Fresh stores take the WASI context a finished store left (building one
+/// was ~5% of a noop reconcile), and nothing of the last call comes with
+/// it: each call has the whole output budget again.
+#[tokio::test]
+async fn a_spare_wasi_context_starts_every_call_with_the_whole_output_budget() {
+    let captured = captured();
+    // Room for the 30-byte stdout line of `print`, not its stderr line too.
+    let limits = Limits {
+        output_bytes: 40,
+        ..Limits::default()
+    };
+    let plugin = load(&runtime(), "spare-wasi", artifacts::MISBEHAVE, limits).await;
+    for _ in 0..3 {
+        assert_eq!(reconcile(&plugin, "print").await, Ok(Action::done()));
+        assert_eq!(
+            plugin.spare_wasi_contexts(),
+            1,
+            "one context, kept and reused"
+        );
+    }
+    let lines = captured.0.lock().unwrap().clone();
+    let mine = |text: &str| {
+        lines
+            .iter()
+            .filter(|l| l.contains("plugin=spare-wasi") && l.contains(text))
+            .count()
+    };
+    assert_eq!(mine("hello from the guest's stdout"), 3, "{lines:#?}");
+    assert_eq!(mine("hello from the guest's stderr"), 0, "{lines:#?}");
+    assert_eq!(mine("output limit of 40 bytes"), 3, "{lines:#?}");
+}
+
 #[tokio::test]
 async fn kube_calls_without_an_api_server_are_unavailable_not_fatal() {
     let plugin = misbehave(Limits::default()).await;
