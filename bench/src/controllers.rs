@@ -157,25 +157,27 @@ pub fn child_args(args: &ControllerArgs) -> Vec<String> {
 
 /// The host config of the wasm variant: `plugins` plugins named
 /// `bench-NNNN`, each reconciling `BenchNNNN` from `bench-NNNN.wasm` in the
-/// config's directory, with `instanceMode: instance_mode`, and with
-/// `idleUnload: <idle_unload>` when given (compiled artifacts cached in
-/// `compiled/` beside the config, which it needs).
+/// config's directory, with `instanceMode: instance_mode` and each of
+/// `settings` (`key: value` of every plugin, such as `idleUnload: 1s`;
+/// compiled artifacts cached in `compiled/` beside the config, which
+/// `idleUnload` needs).
 pub fn host_config(
     plugins: usize,
     concurrency: usize,
     instance_mode: &str,
-    idle_unload: Option<&str>,
+    settings: &[(&str, &str)],
 ) -> String {
     let mut s = String::from(
         "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nshutdownTimeout: 5s\nruntime: { apiQps: 1000000, cacheDir: compiled }\nplugins:\n",
     );
-    let unload = idle_unload
-        .map(|d| format!("    idleUnload: {d}\n"))
-        .unwrap_or_default();
+    let settings: String = settings
+        .iter()
+        .map(|(key, value)| format!("    {key}: {value}\n"))
+        .collect();
     for i in 0..plugins {
         let plural = cluster::plural(i);
         s.push_str(&format!(
-            "  - name: bench-{i:04}\n    path: bench-{i:04}.wasm\n    instanceMode: {instance_mode}\n    maxConcurrentReconciles: {concurrency}\n    reconcileTimeout: 10s\n{unload}    namespaces: [{NAMESPACE}]\n    limits: {{ apiQps: 100000, apiBurst: 100000 }}\n    permissions:\n      - {{ group: {}, resources: [{plural}, {plural}/status], verbs: [get, list, watch, patch] }}\n",
+            "  - name: bench-{i:04}\n    path: bench-{i:04}.wasm\n    instanceMode: {instance_mode}\n    maxConcurrentReconciles: {concurrency}\n    reconcileTimeout: 10s\n{settings}    namespaces: [{NAMESPACE}]\n    limits: {{ apiQps: 100000, apiBurst: 100000 }}\n    permissions:\n      - {{ group: {}, resources: [{plural}, {plural}/status], verbs: [get, list, watch, patch] }}\n",
             cluster::GROUP
         ));
     }

@@ -158,7 +158,15 @@ async fn host_row(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let config = dir.join(format!("host-{plugins}.yaml"));
-    std::fs::write(&config, host_config(plugins, 1, "fresh", idle_unload))?;
+    std::fs::write(
+        &config,
+        host_config(
+            plugins,
+            1,
+            "fresh",
+            idle_unload.map(|d| ("idleUnload", d)).as_slice(),
+        ),
+    )?;
     let args = ControllerArgs {
         variant: Variant::Wasm,
         kubeconfig: cluster.kubeconfig.clone(),

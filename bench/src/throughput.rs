@@ -68,19 +68,16 @@ pub fn write_wasm_host(dir: &std::path::Path, concurrency: usize) -> anyhow::Res
     std::fs::write(dir.join("bench-0000.wasm"), bytes)?;
     std::fs::write(
         dir.join("host.yaml"),
-        host_config(1, concurrency, "fresh", None),
+        host_config(1, concurrency, "fresh", &[]),
     )?;
     std::fs::write(
         dir.join("host-reuse.yaml"),
-        host_config(1, concurrency, "reuse", None),
+        host_config(1, concurrency, "reuse", &[]),
     )?;
-    let fresh = host_config(1, concurrency, "fresh", None);
-    let skip = fresh.replace(
-        "    instanceMode: fresh\n",
-        "    instanceMode: fresh\n    skipUnchanged: true\n",
-    );
-    ensure!(skip != fresh, "the host config has no instanceMode line");
-    std::fs::write(dir.join("host-skip.yaml"), skip)?;
+    std::fs::write(
+        dir.join("host-skip.yaml"),
+        host_config(1, concurrency, "fresh", &[("skipUnchanged", "true")]),
+    )?;
     Ok(())
 }
 
