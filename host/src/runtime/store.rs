@@ -104,7 +104,9 @@ pub(crate) struct StoreSpec<'a> {
 
 /// A spare WASI context is dropped after this many stores, so the values
 /// it holds for the guest's whole life (the `insecure-seed` of its hash
-/// maps) are renewed as often as a warm instance's (`maxCallsPerInstance`).
+/// maps) are renewed as often as a warm instance's are by default
+/// (`maxCallsPerInstance`'s default; this bound does not follow the
+/// setting).
 const MAX_SPARE_USES: u32 = 1_000;
 
 /// Spare WASI contexts kept per plugin version: about as many as its
@@ -128,7 +130,7 @@ const MAX_SPARES: usize = 16;
 #[derive(Default)]
 pub(crate) struct Spares(std::sync::Mutex<Vec<Spare>>);
 
-pub(crate) struct Spare {
+struct Spare {
     wasi: WasiCtx,
     output: OutputSink,
     insecure: InsecureRandom,
