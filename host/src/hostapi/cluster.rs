@@ -277,9 +277,13 @@ impl ClusterApi {
         deadline: Instant,
     ) -> Result<KubeResponse, ApiError> {
         let ar = &resolved.resource;
-        let api: Api<DynamicObject> = match namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
-            None => Api::all_with(self.client.clone(), ar),
+        // Built only by the calls that go to the API server: a cached read
+        // needs neither a client nor a URL.
+        let api = || -> Api<DynamicObject> {
+            match namespace {
+                Some(ns) => Api::namespaced_with(self.client.clone(), ns, ar),
+                None => Api::all_with(self.client.clone(), ar),
+            }
         };
         let informer_key = |ns: Option<&str>| InformerKey::new(ar, ns);
         // Reads of watched kinds come from the cache (once it has synced).
@@ -301,7 +305,7 @@ impl ClusterApi {
                     };
                 }
                 self.throttle(deadline).await?;
-                let req = request_of(&api).get(&name, &Default::default());
+                let req = request_of(ar, namespace).get(&name, &Default::default());
                 self.object_text(req, "get").await
             }
             KubeRequest::List { label_selector, .. } => {
@@ -328,7 +332,7 @@ impl ClusterApi {
                 if let Some(s) = &selector {
                     lp = lp.labels(&s.to_string());
                 }
-                let found = api.list(&lp).await.map_err(map_error)?;
+                let found = api().list(&lp).await.map_err(map_error)?;
                 let options = self.cache.options();
                 for mut o in found.items {
                     options.trim(&mut o);
@@ -339,19 +343,19 @@ impl ClusterApi {
             KubeRequest::Create { object, .. } => {
                 let body = to_body(&parse_object(&object, ar, namespace)?)?;
                 self.throttle(deadline).await?;
-                let req = request_of(&api).create(&PostParams::default(), body);
+                let req = request_of(ar, namespace).create(&PostParams::default(), body);
                 self.object_text(req, "create").await
             }
             KubeRequest::Replace { name, object, .. } => {
                 let body = to_body(&parse_object(&object, ar, namespace)?)?;
                 self.throttle(deadline).await?;
-                let req = request_of(&api).replace(&name, &PostParams::default(), body);
+                let req = request_of(ar, namespace).replace(&name, &PostParams::default(), body);
                 self.object_text(req, "replace").await
             }
             KubeRequest::ReplaceStatus { name, object, .. } => {
                 let body = to_body(&parse_object(&object, ar, namespace)?)?;
                 self.throttle(deadline).await?;
-                let req = request_of(&api).replace_subresource(
+                let req = request_of(ar, namespace).replace_subresource(
                     "status",
                     &name,
                     &PostParams::default(),
@@ -362,18 +366,20 @@ impl ClusterApi {
             KubeRequest::Patch { name, patch, .. } => {
                 let (params, patch) = to_patch(&self.plugin, patch, ar)?;
                 self.throttle(deadline).await?;
-                let req = request_of(&api).patch(&name, &params, &patch);
+                let req = request_of(ar, namespace).patch(&name, &params, &patch);
                 self.object_text(req, "patch").await
             }
             KubeRequest::PatchStatus { name, patch, .. } => {
                 let (params, patch) = to_patch(&self.plugin, patch, ar)?;
                 self.throttle(deadline).await?;
-                let req = request_of(&api).patch_subresource("status", &name, &params, &patch);
+                let req =
+                    request_of(ar, namespace).patch_subresource("status", &name, &params, &patch);
                 self.object_text(req, "patch_subresource").await
             }
             KubeRequest::Delete { name, .. } => {
                 self.throttle(deadline).await?;
-                api.delete(&name, &DeleteParams::background())
+                api()
+                    .delete(&name, &DeleteParams::background())
                     .await
                     .map_err(map_error)?;
                 Ok(KubeResponse::Empty)
@@ -757,8 +763,12 @@ fn to_json<T: serde::Serialize>(o: &T) -> Result<String, ApiError> {
 
 /// The request builder of `api`'s resource (its URL path), for requests
 /// whose answer the host passes on as text.
-fn request_of(api: &Api<DynamicObject>) -> kube::core::Request {
-    kube::core::Request::new(api.resource_url())
+/// A request builder for `resource` in `namespace` (None: cluster-wide or
+/// all namespaces), as `Api::resource_url` would address it, without
+/// building an `Api` (which clones the client) for one request.
+fn request_of(resource: &kube::api::ApiResource, namespace: Option<&str>) -> kube::core::Request {
+    use kube::Resource as _;
+    kube::core::Request::new(DynamicObject::url_path(resource, namespace))
 }
 
 /// A write's body: the object the guest's JSON was checked into.
@@ -820,14 +830,19 @@ fn parse_object(
     Ok(obj)
 }
 
+/// A patch body as the guest wrote it, checked to be one JSON value but not
+/// parsed into a tree: kube-rs writes it out again as is, and a `Value` tree
+/// built only to be serialised again was most of this call's cost.
+type RawJson = Box<serde_json::value::RawValue>;
+
 fn to_patch(
     plugin: &str,
     patch: ObjectPatch,
     ar: &kube::api::ApiResource,
-) -> Result<(PatchParams, Patch<serde_json::Value>), ApiError> {
-    let parse = |s: &str| {
-        check_size(s)?;
-        serde_json::from_str::<serde_json::Value>(s).map_err(|e| {
+) -> Result<(PatchParams, Patch<RawJson>), ApiError> {
+    let parse = |s: String| {
+        check_size(&s)?;
+        serde_json::value::RawValue::from_string(s).map_err(|e| {
             ApiError::Invalid(format!(
                 "patch is not valid JSON: {}",
                 truncate(&e.to_string(), 4 * ECHO)
@@ -835,9 +850,10 @@ fn to_patch(
         })
     };
     Ok(match patch {
-        ObjectPatch::Merge(s) => (PatchParams::default(), Patch::Merge(parse(&s)?)),
+        ObjectPatch::Merge(s) => (PatchParams::default(), Patch::Merge(parse(s)?)),
         ObjectPatch::Json(s) => {
-            let p: json_patch::Patch = serde_json::from_value(parse(&s)?).map_err(|e| {
+            let raw = parse(s)?;
+            let p: json_patch::Patch = serde_json::from_str(raw.get()).map_err(|e| {
                 ApiError::Invalid(format!(
                     "not a JSON patch: {}",
                     truncate(&e.to_string(), 4 * ECHO)
@@ -853,10 +869,23 @@ fn to_patch(
                     .map_err(|e| ApiError::Invalid(e.to_string()))?;
                 a.field_manager
             };
-            let body = parse(&a.body)?;
-            let api_version = body.get("apiVersion").and_then(|v| v.as_str());
-            let kind = body.get("kind").and_then(|v| v.as_str());
-            if api_version != Some(ar.api_version.as_str()) || kind != Some(ar.kind.as_str()) {
+            let body = parse(a.body)?;
+            /// What an apply body must say of its kind. A body naming it twice
+            /// is refused (serde's duplicate-field error) rather than read one
+            /// way here and another by the API server.
+            #[derive(serde::Deserialize)]
+            struct Types<'a> {
+                #[serde(rename = "apiVersion", borrow)]
+                api_version: Option<std::borrow::Cow<'a, str>>,
+                #[serde(borrow)]
+                kind: Option<std::borrow::Cow<'a, str>>,
+            }
+            let types = serde_json::from_str::<Types<'_>>(body.get()).ok();
+            let names_kind = types.is_some_and(|t| {
+                t.api_version.as_deref() == Some(ar.api_version.as_str())
+                    && t.kind.as_deref() == Some(ar.kind.as_str())
+            });
+            if !names_kind {
                 return Err(ApiError::Invalid(format!(
                     "an apply patch must name the call's kind: apiVersion {:?} and kind {:?}",
                     ar.api_version, ar.kind
@@ -992,11 +1021,63 @@ mod fuzz {
             check(to_patch("p", ObjectPatch::Json(body.clone()), &ar))?;
             let apply = ObjectPatch::Apply(ApplyPatch { body, field_manager: manager, force });
             if let Ok((params, Patch::Apply(v))) = to_patch("p", apply.clone(), &ar) {
+                let v: serde_json::Value = serde_json::from_str(v.get()).expect("checked JSON");
                 prop_assert_eq!(v["kind"].as_str(), Some("ConfigMap"));
                 prop_assert!(params.field_manager.is_some_and(|m| m.len() <= 128));
             }
             check(to_patch("p", apply, &ar))?;
         }
+    }
+
+    #[test]
+    fn a_merge_patch_is_sent_as_the_guest_wrote_it() {
+        let body = r#"{"status":{"observed":7,"note":"\u00e9 \"q\""}}"#;
+        let (_, patch) = to_patch("p", ObjectPatch::Merge(body.into()), &config_map()).unwrap();
+        let Patch::Merge(raw) = &patch else {
+            panic!("not a merge patch: {patch:?}")
+        };
+        assert_eq!(raw.get(), body);
+        let sent = serde_json::to_string(raw).unwrap();
+        assert_eq!(sent, body);
+        let e = to_patch(
+            "p",
+            ObjectPatch::Merge(r#"{"status":"#.into()),
+            &config_map(),
+        );
+        assert!(
+            matches!(&e, Err(ApiError::Invalid(m)) if m.starts_with("patch is not valid JSON")),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn an_apply_body_naming_its_kind_twice_is_refused() {
+        // serde_json's tree keeps the last of two keys; an API server may
+        // read either, so the host does not guess which one it checked.
+        for body in [
+            r#"{"apiVersion":"v1","kind":"Secret","kind":"ConfigMap"}"#,
+            r#"{"apiVersion":"v1","kind":"ConfigMap","kind":"Secret"}"#,
+            r#"{"apiVersion":"v1","apiVersion":"v1","kind":"ConfigMap"}"#,
+        ] {
+            let apply = ObjectPatch::Apply(ApplyPatch {
+                body: body.into(),
+                field_manager: String::new(),
+                force: false,
+            });
+            let e = to_patch("p", apply, &config_map());
+            assert!(
+                matches!(&e, Err(ApiError::Invalid(m)) if m.contains("must name the call's kind")),
+                "{body}: {e:?}"
+            );
+        }
+        let apply = ObjectPatch::Apply(ApplyPatch {
+            body: r#"{"apiVersion":"v1","kind":"ConfigMap","data":{"kind":"x"}}"#.into(),
+            field_manager: String::new(),
+            force: true,
+        });
+        let (params, patch) = to_patch("p", apply, &config_map()).unwrap();
+        assert!(matches!(patch, Patch::Apply(_)));
+        assert_eq!(params.field_manager.as_deref(), Some("wasmctrl-p"));
     }
 
     #[test]
