@@ -13,7 +13,8 @@
 //!
 //! A refusal at 1–3 never reaches the API server.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
@@ -21,6 +22,8 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 
 use super::answer::object_answer;
 use super::grant::{Access, Grant};
@@ -94,6 +97,61 @@ pub struct ClusterApi {
     bucket: BucketRateLimiter,
     /// Open while this host is the leader (always, without election).
     fence: Fence,
+    counters: CallCounters,
+}
+
+/// The `wasmctrl_hostapi_calls_total` counters one plugin has counted on,
+/// by resource, then verb and code: a call bumps its counter without
+/// building the family's four-string label set. As many as the family
+/// holds for the plugin (the resources the cluster serves, and
+/// `<unresolved>`).
+#[derive(Default)]
+struct CallCounters(Mutex<HashMap<Box<str>, Vec<CallCounter>>>);
+
+/// One verb and code's counter of a resource's calls.
+struct CallCounter {
+    verb: &'static str,
+    code: &'static str,
+    counter: Counter,
+}
+
+impl CallCounters {
+    /// Adds one to `family`'s counter of these labels.
+    fn inc(
+        &self,
+        family: &Family<HostApiLabels, Counter>,
+        plugin: &str,
+        verb: &'static str,
+        resource: &str,
+        code: &'static str,
+    ) {
+        let mut counters = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let known = counters
+            .get(resource)
+            .and_then(|c| c.iter().find(|c| c.verb == verb && c.code == code));
+        if let Some(known) = known {
+            known.counter.inc();
+            return;
+        }
+        // A clone shares the family's value.
+        let counter = family
+            .get_or_create(&HostApiLabels {
+                plugin: plugin.into(),
+                verb: verb.into(),
+                resource: resource.into(),
+                code: code.into(),
+            })
+            .clone();
+        counter.inc();
+        counters
+            .entry(resource.into())
+            .or_default()
+            .push(CallCounter {
+                verb,
+                code,
+                counter,
+            });
+    }
 }
 
 impl ClusterApi {
@@ -123,6 +181,7 @@ impl ClusterApi {
             bucket: BucketRateLimiter::new(limits.qps, limits.burst),
             limits,
             fence,
+            counters: CallCounters::default(),
         }
     }
 
@@ -131,16 +190,14 @@ impl ClusterApi {
         &self.grant
     }
 
-    fn count(&self, verb: &str, resource: &str, code: &str) {
-        self.metrics
-            .hostapi_calls
-            .get_or_create(&HostApiLabels {
-                plugin: self.plugin.clone(),
-                verb: verb.into(),
-                resource: resource.into(),
-                code: code.into(),
-            })
-            .inc();
+    fn count(&self, verb: &'static str, resource: &str, code: &'static str) {
+        self.counters.inc(
+            &self.metrics.hostapi_calls,
+            &self.plugin,
+            verb,
+            resource,
+            code,
+        );
     }
 
     fn limit_exceeded(&self, limit: &str) {
@@ -148,7 +205,7 @@ impl ClusterApi {
     }
 
     /// Refuses a call whose strings are not Kubernetes syntax.
-    fn refuse_invalid(&self, verb: &str, e: Invalid) -> ApiError {
+    fn refuse_invalid(&self, verb: &'static str, e: Invalid) -> ApiError {
         self.count(verb, UNRESOLVED, "invalid");
         ApiError::Invalid(e.to_string())
     }
@@ -202,7 +259,7 @@ impl ClusterApi {
         counted: bool,
     ) -> Result<KubeResponse, ApiError> {
         let verb = request.verb();
-        let count = |resource: &str, code: &str| {
+        let count = |resource: &str, code: &'static str| {
             if counted {
                 self.count(verb, resource, code);
             }
@@ -1027,6 +1084,33 @@ mod fuzz {
             }
             check(to_patch("p", apply, &ar))?;
         }
+    }
+
+    #[test]
+    fn call_counters_count_every_call_under_its_own_labels() {
+        let family = Family::<HostApiLabels, Counter>::default();
+        let counters = CallCounters::default();
+        for _ in 0..3 {
+            counters.inc(&family, "p", "get", "configmaps", "ok");
+        }
+        counters.inc(&family, "p", "get", "configmaps", "not-found");
+        counters.inc(&family, "p", "patch", "configmaps", "ok");
+        counters.inc(&family, "p", "get", "secrets", "ok");
+        let value = |verb: &str, resource: &str, code: &str| {
+            family
+                .get_or_create(&HostApiLabels {
+                    plugin: "p".into(),
+                    verb: verb.into(),
+                    resource: resource.into(),
+                    code: code.into(),
+                })
+                .get()
+        };
+        assert_eq!(value("get", "configmaps", "ok"), 3);
+        assert_eq!(value("get", "configmaps", "not-found"), 1);
+        assert_eq!(value("patch", "configmaps", "ok"), 1);
+        assert_eq!(value("get", "secrets", "ok"), 1);
+        assert_eq!(value("patch", "secrets", "ok"), 0);
     }
 
     #[test]
