@@ -28,6 +28,7 @@
 //! from live reads and the answers to writes too (`hostapi/answer.rs`), so
 //! a guest never sees it unless the host keeps it.
 
+mod key;
 mod object;
 
 use std::collections::HashMap;
@@ -41,6 +42,8 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
+
+pub use key::InformerKey;
 
 pub use object::{CacheObjectError, CachedObject, Owner};
 
@@ -65,44 +68,6 @@ pub enum Notification {
     Object(ObjectEvent),
     /// Events were dropped for this subscriber: re-read the whole store.
     Resync,
-}
-
-/// Which informer: a resolved resource (as discovery names it, so two
-/// spellings of one kind share an informer), cluster-wide or in one
-/// namespace.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct InformerKey {
-    pub group: String,
-    pub version: String,
-    /// The resource's plural (`deployments`).
-    pub resource: String,
-    pub namespace: Option<String>,
-}
-
-impl InformerKey {
-    /// The informer of `resource` in `namespace` (None: all namespaces).
-    pub fn new(resource: &ApiResource, namespace: Option<&str>) -> Self {
-        Self {
-            group: resource.group.clone(),
-            version: resource.version.clone(),
-            resource: resource.plural.clone(),
-            namespace: namespace.map(str::to_string),
-        }
-    }
-}
-
-impl std::fmt::Display for InformerKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.group.is_empty() {
-            write!(f, "{}/{}", self.version, self.resource)?;
-        } else {
-            write!(f, "{}/{}/{}", self.group, self.version, self.resource)?;
-        }
-        match &self.namespace {
-            Some(ns) => write!(f, " in {ns}"),
-            None => Ok(()),
-        }
-    }
 }
 
 /// One watcher + reflector.
@@ -244,6 +209,27 @@ impl SharedCache {
             .lock()
             .unwrap()
             .get(key)
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// The running informer of `resource` in `namespace` (None: the
+    /// cluster-wide one), looked up without building its key: the host API
+    /// asks this for every cached read.
+    pub fn existing_of(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+    ) -> Option<Arc<Informer>> {
+        let key = key::KeyParts {
+            group: &resource.group,
+            version: &resource.version,
+            resource: &resource.plural,
+            namespace,
+        };
+        self.informers
+            .lock()
+            .unwrap()
+            .get(&key as &dyn key::AsParts)
             .and_then(std::sync::Weak::upgrade)
     }
 

@@ -342,12 +342,11 @@ impl ClusterApi {
                 None => Api::all_with(self.client.clone(), ar),
             }
         };
-        let informer_key = |ns: Option<&str>| InformerKey::new(ar, ns);
         // Reads of watched kinds come from the cache (once it has synced).
         let cached = |ns: Option<&str>| {
             self.cache
-                .existing(&informer_key(ns))
-                .or_else(|| self.cache.existing(&informer_key(None)))
+                .existing_of(ar, ns)
+                .or_else(|| self.cache.existing_of(ar, None))
                 .filter(|i| i.is_synced())
         };
         match request {
