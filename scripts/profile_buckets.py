@@ -105,14 +105,12 @@ def main():
         else:
             leaves[pid][frames[0] if frames else "?"] += 1
 
+    # One sample is 1/hz s of CPU.
+    per = 1e6 / args.hz / args.reconciles if args.reconciles else None
     for pid in sorted(totals, key=int):
         if role.get(pid) or pid not in host:
             continue
         total = totals[pid]
-        per = None
-        if args.reconciles:
-            # One sample is 1/hz s of CPU.
-            per = 1e6 / args.hz / args.reconciles
         print(f"controller pid {pid}: {total} samples"
               + (f", {total * per:.1f} µs per reconcile" if per else ""))
         rows = list(per_pid[pid].most_common())
@@ -122,8 +120,7 @@ def main():
             print(f"  {n:7d} {100 * n / total:5.1f}%{extra}  {name}")
         for leaf, n in leaves[pid].most_common(8):
             print(f"  {'':7} {100 * n / total:5.1f}%  · {leaf[:100]}")
-    others = {p: r for p, r in role.items()}
-    for pid, r in sorted(others.items(), key=lambda x: int(x[0])):
+    for pid, r in sorted(role.items(), key=lambda x: int(x[0])):
         print(f"{r} pid {pid}: {totals[pid]} samples")
     return 0
 

@@ -48,10 +48,22 @@ impl std::fmt::Display for InformerKey {
 /// An informer key's parts, borrowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct KeyParts<'a> {
-    pub(crate) group: &'a str,
-    pub(crate) version: &'a str,
-    pub(crate) resource: &'a str,
-    pub(crate) namespace: Option<&'a str>,
+    group: &'a str,
+    version: &'a str,
+    resource: &'a str,
+    namespace: Option<&'a str>,
+}
+
+impl<'a> KeyParts<'a> {
+    /// The key [`InformerKey::new`] builds for the same arguments, borrowed.
+    pub(crate) fn of(resource: &'a ApiResource, namespace: Option<&'a str>) -> Self {
+        Self {
+            group: &resource.group,
+            version: &resource.version,
+            resource: &resource.plural,
+            namespace,
+        }
+    }
 }
 
 /// What a key is, owned or borrowed: the map hashes and compares through
@@ -132,15 +144,6 @@ mod tests {
         }
     }
 
-    fn parts<'a>(r: &'a ApiResource, namespace: Option<&'a str>) -> KeyParts<'a> {
-        KeyParts {
-            group: &r.group,
-            version: &r.version,
-            resource: &r.plural,
-            namespace,
-        }
-    }
-
     #[test]
     fn a_borrowed_key_finds_exactly_the_informer_its_owned_key_names() {
         let cm = resource("", "configmaps");
@@ -149,8 +152,9 @@ mod tests {
         map.insert(InformerKey::new(&cm, Some("a")), 1);
         map.insert(InformerKey::new(&cm, None), 2);
         map.insert(InformerKey::new(&bench, Some("a")), 3);
-        let get =
-            |r: &ApiResource, ns: Option<&str>| map.get(&parts(r, ns) as &dyn AsParts).copied();
+        let get = |r: &ApiResource, ns: Option<&str>| {
+            map.get(&KeyParts::of(r, ns) as &dyn AsParts).copied()
+        };
         assert_eq!(get(&cm, Some("a")), Some(1));
         assert_eq!(get(&cm, None), Some(2));
         assert_eq!(get(&bench, Some("a")), Some(3));
@@ -161,7 +165,7 @@ mod tests {
         let mut split = HashMap::new();
         split.insert(InformerKey::new(&resource("ab", "c"), None), 1);
         assert_eq!(
-            split.get(&parts(&resource("a", "bc"), None) as &dyn AsParts),
+            split.get(&KeyParts::of(&resource("a", "bc"), None) as &dyn AsParts),
             None
         );
     }

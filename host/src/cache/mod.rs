@@ -205,11 +205,7 @@ impl SharedCache {
 
     /// The running informer for `key`, if any.
     pub fn existing(&self, key: &InformerKey) -> Option<Arc<Informer>> {
-        self.informers
-            .lock()
-            .unwrap()
-            .get(key)
-            .and_then(std::sync::Weak::upgrade)
+        self.running_by(key)
     }
 
     /// The running informer of `resource` in `namespace` (None: the
@@ -220,16 +216,14 @@ impl SharedCache {
         resource: &ApiResource,
         namespace: Option<&str>,
     ) -> Option<Arc<Informer>> {
-        let key = key::KeyParts {
-            group: &resource.group,
-            version: &resource.version,
-            resource: &resource.plural,
-            namespace,
-        };
+        self.running_by(&key::KeyParts::of(resource, namespace))
+    }
+
+    fn running_by(&self, key: &dyn key::AsParts) -> Option<Arc<Informer>> {
         self.informers
             .lock()
             .unwrap()
-            .get(&key as &dyn key::AsParts)
+            .get(key)
             .and_then(std::sync::Weak::upgrade)
     }
 

@@ -817,11 +817,10 @@ fn to_json<T: serde::Serialize>(o: &T) -> Result<String, ApiError> {
     Ok(s)
 }
 
-/// The request builder of `api`'s resource (its URL path), for requests
-/// whose answer the host passes on as text.
-/// A request builder for `resource` in `namespace` (None: cluster-wide or
-/// all namespaces), as `Api::resource_url` would address it, without
-/// building an `Api` (which clones the client) for one request.
+/// The request builder of `resource` in `namespace` (None: cluster-wide or
+/// all namespaces; the URL path `Api::resource_url` would give), for
+/// requests whose answer the host passes on as text. Building an `Api`
+/// instead would clone the client for one request.
 fn request_of(resource: &kube::api::ApiResource, namespace: Option<&str>) -> kube::core::Request {
     use kube::Resource as _;
     kube::core::Request::new(DynamicObject::url_path(resource, namespace))
@@ -896,24 +895,31 @@ fn to_patch(
     patch: ObjectPatch,
     ar: &kube::api::ApiResource,
 ) -> Result<(PatchParams, Patch<RawJson>), ApiError> {
+    let not_json = |e: serde_json::Error| {
+        ApiError::Invalid(format!(
+            "patch is not valid JSON: {}",
+            truncate(&e.to_string(), 4 * ECHO)
+        ))
+    };
     let parse = |s: String| {
         check_size(&s)?;
-        serde_json::value::RawValue::from_string(s).map_err(|e| {
-            ApiError::Invalid(format!(
-                "patch is not valid JSON: {}",
-                truncate(&e.to_string(), 4 * ECHO)
-            ))
-        })
+        serde_json::value::RawValue::from_string(s).map_err(not_json)
     };
     Ok(match patch {
         ObjectPatch::Merge(s) => (PatchParams::default(), Patch::Merge(parse(s)?)),
         ObjectPatch::Json(s) => {
-            let raw = parse(s)?;
-            let p: json_patch::Patch = serde_json::from_str(raw.get()).map_err(|e| {
-                ApiError::Invalid(format!(
-                    "not a JSON patch: {}",
-                    truncate(&e.to_string(), 4 * ECHO)
-                ))
+            check_size(&s)?;
+            // One pass: a syntax error is bad JSON, any other a JSON
+            // document that is not a JSON patch.
+            let p: json_patch::Patch = serde_json::from_str(&s).map_err(|e| {
+                if e.is_syntax() || e.is_eof() {
+                    not_json(e)
+                } else {
+                    ApiError::Invalid(format!(
+                        "not a JSON patch: {}",
+                        truncate(&e.to_string(), 4 * ECHO)
+                    ))
+                }
             })?;
             (PatchParams::default(), Patch::Json(p))
         }
@@ -1131,6 +1137,25 @@ mod fuzz {
             matches!(&e, Err(ApiError::Invalid(m)) if m.starts_with("patch is not valid JSON")),
             "{e:?}"
         );
+    }
+
+    #[test]
+    fn a_json_patch_is_refused_as_bad_json_or_as_no_patch() {
+        let refusal =
+            |body: &str| match to_patch("p", ObjectPatch::Json(body.into()), &config_map()) {
+                Err(ApiError::Invalid(m)) => m,
+                other => panic!("{body}: {other:?}"),
+            };
+        assert!(refusal(r#"[{"op":"add""#).starts_with("patch is not valid JSON"));
+        assert!(refusal(r#"[] x"#).starts_with("patch is not valid JSON"));
+        assert!(refusal(r#"{"op":"add"}"#).starts_with("not a JSON patch"));
+        assert!(refusal(r#"[{"op":"jump","path":"/a"}]"#).starts_with("not a JSON patch"));
+        let ok = to_patch(
+            "p",
+            ObjectPatch::Json(r#"[{"op":"add","path":"/data/a","value":"b"}]"#.into()),
+            &config_map(),
+        );
+        assert!(matches!(ok, Ok((_, Patch::Json(_)))), "{ok:?}");
     }
 
     #[test]
