@@ -176,6 +176,45 @@ impl<K: Resource> Api<K> {
         }
     }
 
+    /// The object named `name` read into `V`, a view of the fields the
+    /// reconciler needs ([`ApiError::NotFound`] if it does not exist). Only
+    /// what `V` names is parsed, so a view of a few fields costs the guest a
+    /// fraction of a whole `K`: no `metadata` with its timestamps, labels
+    /// and annotations unless `V` asks for them. Fields `V` does not name
+    /// are skipped; a field `V` requires and the object lacks is
+    /// [`ApiError::Serialization`] (use `#[serde(default)]` or `Option`).
+    ///
+    /// ```no_run
+    /// # use wasmctrl_sdk::{Api, ApiError};
+    /// use wasmctrl_sdk::k8s_openapi::api::apps::v1::Deployment;
+    ///
+    /// #[derive(serde::Deserialize)]
+    /// struct Replicas {
+    ///     spec: Spec,
+    /// }
+    /// #[derive(serde::Deserialize)]
+    /// struct Spec {
+    ///     replicas: Option<i32>,
+    /// }
+    ///
+    /// # fn f() -> Result<(), ApiError> {
+    /// let web: Replicas = Api::<Deployment>::namespaced("default").get_as("web")?;
+    /// println!("web wants {:?} replicas", web.spec.replicas);
+    /// # Ok(()) }
+    /// ```
+    pub fn get_as<V: DeserializeOwned>(&self, name: &str) -> Result<V, ApiError> {
+        decode_as::<K, V>(&kube::get(&gvk::<K>(), self.ns(), name)?)
+    }
+
+    /// [`Api::get_as`], or None if the object does not exist.
+    pub fn get_opt_as<V: DeserializeOwned>(&self, name: &str) -> Result<Option<V>, ApiError> {
+        match self.get_as(name) {
+            Ok(view) => Ok(Some(view)),
+            Err(ApiError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Every object of the kind in this handle's scope.
     pub fn list(&self) -> Result<Vec<K>, ApiError> {
         self.list_inner(None)
@@ -325,6 +364,11 @@ pub(crate) fn gvk<K: Resource>() -> wit::Gvk {
 }
 
 fn decode<K: DeserializeOwned + Resource>(json: &str) -> Result<K, ApiError> {
+    decode_as::<K, K>(json)
+}
+
+/// Parses an object of kind `K` into `V` (`K` itself, or a view of it).
+fn decode_as<K: Resource, V: DeserializeOwned>(json: &str) -> Result<V, ApiError> {
     serde_json::from_str(json).map_err(|e| {
         ApiError::Serialization(format!(
             "the {} returned does not match the plugin's type: {e}",

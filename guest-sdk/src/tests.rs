@@ -156,6 +156,58 @@ fn get_opt_maps_not_found_to_none() {
 }
 
 #[test]
+fn get_as_reads_a_view_of_the_object() {
+    #[derive(serde::Deserialize, Debug, PartialEq)]
+    struct Size {
+        spec: GadgetSpec,
+    }
+    #[derive(serde::Deserialize, Debug)]
+    struct Colour {
+        #[allow(dead_code)]
+        colour: String,
+    }
+    let cluster = FakeCluster::new();
+    gadgets()
+        .create(&Gadget::new("g", GadgetSpec { size: 4 }))
+        .unwrap();
+    let view: Size = gadgets().get_as("g").unwrap();
+    assert_eq!(
+        view,
+        Size {
+            spec: GadgetSpec { size: 4 }
+        }
+    );
+    assert_eq!(
+        gadgets().get_opt_as::<Size>("g").unwrap(),
+        Some(Size {
+            spec: GadgetSpec { size: 4 }
+        })
+    );
+    assert_eq!(gadgets().get_opt_as::<Size>("missing").unwrap(), None);
+    assert!(
+        gadgets()
+            .get_as::<Size>("missing")
+            .unwrap_err()
+            .is_not_found()
+    );
+    // A view that needs a field the object lacks says which kind it was.
+    let err = gadgets().get_as::<Colour>("g").unwrap_err();
+    assert!(
+        matches!(&err, ApiError::Serialization(m) if m.contains("Gadget") && m.contains("colour")),
+        "{err:?}"
+    );
+    let calls = cluster.calls();
+    assert_eq!(
+        (
+            calls[1].verb,
+            calls[1].kind.clone(),
+            calls[1].namespace.as_deref()
+        ),
+        ("get", Gadget::gvk(), Some("ns"))
+    );
+}
+
+#[test]
 fn a_reply_of_the_wrong_shape_is_a_serialization_error() {
     let _cluster = FakeCluster::new();
     gadgets()
