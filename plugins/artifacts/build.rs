@@ -131,7 +131,8 @@ fn main() {
     let target_root = out_dir.ancestors().nth(4).unwrap().to_path_buf();
     let wasm_target = target_root.join("wasm-plugins");
 
-    for dir in ["wit", "guest-sdk", "Cargo.lock"]
+    // The workspace Cargo.toml holds the guests' release profiles.
+    for dir in ["wit", "guest-sdk", "Cargo.lock", "Cargo.toml"]
         .iter()
         .map(|d| root.join(d))
         .chain(PLUGINS.iter().map(|(_, _, dir)| root.join(dir)))

@@ -45,6 +45,14 @@ wasmctrl_sdk::custom_resource! {
     }
 }
 
+/// What the reconciler reads of a `Bench0000`.
+#[derive(Deserialize)]
+struct View {
+    #[serde(default)]
+    spec: Spec,
+    status: Option<Status>,
+}
+
 struct BenchStatus;
 
 impl Reconciler for BenchStatus {
@@ -61,11 +69,12 @@ impl Reconciler for BenchStatus {
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let items = Api::<Bench0000>::namespaced(key.require_namespace()?);
-        let Some(item) = items.get_opt(&key.name)? else {
+        // The fields it reads, as the native variant reads them.
+        let Some(item) = items.get_opt_as::<View>(&key.name)? else {
             return Ok(Action::done());
         };
         let seq = item.spec.seq;
-        if item.status.as_ref().is_some_and(|s| s.observed == seq) {
+        if item.status.is_some_and(|s| s.observed == seq) {
             return Ok(Action::done());
         }
         let patch = json!({"status": {"observed": seq, "startedAt": started_at}});
