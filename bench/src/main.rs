@@ -61,9 +61,14 @@ enum Scenario {
         /// Objects created per round.
         #[arg(long, default_value_t = 10_000)]
         objects: usize,
-        /// Rounds; each runs every variant once, in a rotating order.
+        /// Rounds; each runs every variant once, in a rotating order (a
+        /// multiple of the variants puts each variant in each place once).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Unmeasured rounds first, so the measured ones all meet the API
+        /// server in its steady state (its watch history full).
+        #[arg(long, default_value_t = 1)]
+        warmup: usize,
         /// Keys reconciled at once, in every variant.
         #[arg(long, default_value_t = 4)]
         concurrency: usize,
@@ -332,12 +337,14 @@ fn main() -> anyhow::Result<()> {
         Scenario::Throughput {
             objects,
             rounds,
+            warmup,
             concurrency,
             variants,
             json,
         } => throughput::run(&throughput::Options {
             objects,
             rounds,
+            warmup,
             concurrency,
             variants,
             json,
