@@ -9,10 +9,11 @@
 //! member but `managedFields` is written back as the server wrote it, in
 //! its order.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{MapAccess, Visitor};
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// Why an answer is not handed to the guest.
@@ -30,38 +31,86 @@ pub(crate) fn object_answer(text: String, strip: bool) -> Result<String, NotAnOb
         return Err(not_an_object());
     }
     if !strip {
-        return match serde_json::from_str::<serde::de::IgnoredAny>(&text) {
+        return match serde_json::from_str::<IgnoredAny>(&text) {
             Ok(_) => Ok(text),
             Err(_) => Err(not_an_object()),
         };
     }
-    let Ok(top) = serde_json::from_str::<Members<'_>>(&text) else {
+    // One pass reads the top-level members as raw text and `metadata`'s
+    // members too, so the bulk of an answer (managedFields) is scanned once.
+    let Ok(Top(top)) = serde_json::from_str::<Top<'_>>(&text) else {
         return Err(not_an_object());
     };
-    // Each `metadata` member that is an object holding managedFields (a
-    // duplicate key is cut alike: whichever one a parser keeps).
-    let cut: Vec<Option<Members<'_>>> = top
-        .0
-        .iter()
-        .map(|(k, v)| {
-            (k == "metadata")
-                .then(|| serde_json::from_str::<Members<'_>>(v.get()).ok())
-                .flatten()
-                .filter(|m| m.0.iter().any(|(k, _)| k == "managedFields"))
-        })
-        .collect();
-    if cut.iter().all(Option::is_none) {
+    let holds_managed_fields = |m: &Members<'_>| m.iter().any(|(k, _)| k.0 == "managedFields");
+    let mut cut = false;
+    let mut unread = false;
+    for (_, value) in &top {
+        match value {
+            TopValue::Metadata(Some(m)) => cut |= holds_managed_fields(m),
+            TopValue::Metadata(None) => unread = true,
+            TopValue::Raw(_) => {}
+        }
+    }
+    if !cut {
         return Ok(text);
     }
-    let mut out = String::with_capacity(text.len());
+    if unread {
+        // `metadata` named twice, once not as an object: read again keeping
+        // each member's text (rare enough not to matter).
+        return Ok(cut_slowly(&text).unwrap_or(text));
+    }
+    let pieces = top.iter().map(|(k, v)| {
+        let piece = match v {
+            TopValue::Raw(raw) => Piece::Raw(raw.get()),
+            TopValue::Metadata(m) => Piece::Cut(m.as_deref().unwrap_or_default()),
+        };
+        (k, piece)
+    });
+    Ok(splice(text.len(), pieces))
+}
+
+/// [`object_answer`]'s cut of an object whose top-level members are each
+/// kept as text; `None` if `text` is not an object.
+fn cut_slowly(text: &str) -> Option<String> {
+    let top = serde_json::from_str::<Object<'_>>(text).ok()?.0;
+    let metadata: Vec<Option<Members<'_>>> = top
+        .iter()
+        .map(|(k, v)| {
+            (k.0 == "metadata")
+                .then(|| serde_json::from_str::<Object<'_>>(v.get()).ok())
+                .flatten()
+                .map(|o| o.0)
+        })
+        .collect();
+    let pieces = top.iter().zip(&metadata).map(|((k, v), m)| {
+        let piece = match m {
+            Some(m) => Piece::Cut(m),
+            None => Piece::Raw(v.get()),
+        };
+        (k, piece)
+    });
+    Some(splice(text.len(), pieces))
+}
+
+/// A top-level member's value as the output is made of it.
+enum Piece<'t> {
+    /// Written as the server wrote it.
+    Raw(&'t str),
+    /// An object written member by member, less `managedFields`.
+    Cut(&'t [(Key<'t>, &'t RawValue)]),
+}
+
+/// An object of `pieces`, in their order.
+fn splice<'t>(capacity: usize, pieces: impl Iterator<Item = (&'t Key<'t>, Piece<'t>)>) -> String {
+    let mut out = String::with_capacity(capacity);
     out.push('{');
-    for (i, ((k, v), metadata)) in top.0.iter().zip(&cut).enumerate() {
+    for (i, (k, piece)) in pieces.enumerate() {
         member(&mut out, i, k);
-        match metadata {
-            None => out.push_str(v.get()),
-            Some(m) => {
+        match piece {
+            Piece::Raw(raw) => out.push_str(raw),
+            Piece::Cut(members) => {
                 out.push('{');
-                let kept = m.0.iter().filter(|(k, _)| k != "managedFields");
+                let kept = members.iter().filter(|(k, _)| k.0 != "managedFields");
                 for (i, (k, v)) in kept.enumerate() {
                     member(&mut out, i, k);
                     out.push_str(v.get());
@@ -71,39 +120,158 @@ pub(crate) fn object_answer(text: String, strip: bool) -> Result<String, NotAnOb
         }
     }
     out.push('}');
-    Ok(out)
+    out
 }
 
 /// Writes the `i`th member's separator and key, up to its value.
-fn member(out: &mut String, i: usize, key: &str) {
+fn member(out: &mut String, i: usize, key: &Key<'_>) {
     if i > 0 {
         out.push(',');
     }
-    // A string always serialises.
-    out.push_str(&serde_json::to_string(key).unwrap_or_default());
+    match &key.0 {
+        // Borrowed means the server wrote it without escapes: as it was.
+        Cow::Borrowed(k) => {
+            out.push('"');
+            out.push_str(k);
+            out.push('"');
+        }
+        // A string always serialises.
+        Cow::Owned(k) => out.push_str(&serde_json::to_string(k).unwrap_or_default()),
+    }
     out.push(':');
 }
 
-/// A JSON object's members in order, each value as its raw text.
-struct Members<'a>(Vec<(String, &'a RawValue)>);
+/// A member's key: borrowed from the text unless it holds escapes.
+struct Key<'t>(Cow<'t, str>);
 
-impl<'de: 'a, 'a> Deserialize<'de> for Members<'a> {
+impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-            type Value = Members<'a>;
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A JSON object's members in order, each value as its raw text.
+type Members<'t> = Vec<(Key<'t>, &'t RawValue)>;
+
+/// Reads an object into [`Members`].
+struct Object<'t>(Members<'t>);
+
+/// Reads an object's members, with `value` reading each member's value.
+fn read_members<'de, A: MapAccess<'de>, T>(
+    mut map: A,
+    mut value: impl FnMut(&Key<'de>, &mut A) -> Result<T, A::Error>,
+) -> Result<Vec<(Key<'de>, T)>, A::Error> {
+    let mut members = Vec::with_capacity(map.size_hint().unwrap_or(16));
+    while let Some(k) = map.next_key::<Key<'de>>()? {
+        let v = value(&k, &mut map)?;
+        members.push((k, v));
+    }
+    Ok(members)
+}
+
+impl<'de> Deserialize<'de> for Object<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Object<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a JSON object")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-                let mut members = Vec::with_capacity(map.size_hint().unwrap_or(8));
-                while let Some((k, v)) = map.next_entry::<String, &'de RawValue>()? {
-                    members.push((k, v));
-                }
-                Ok(Members(members))
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                read_members(map, |_, map| map.next_value()).map(Object)
             }
         }
-        d.deserialize_map(V(std::marker::PhantomData))
+        d.deserialize_map(V)
+    }
+}
+
+/// The top-level object: `metadata`'s members read in the same pass.
+struct Top<'t>(Vec<(Key<'t>, TopValue<'t>)>);
+
+enum TopValue<'t> {
+    Raw(&'t RawValue),
+    /// `metadata`'s members; `None` when it is not an object.
+    Metadata(Option<Members<'t>>),
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Top<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                read_members(map, |k, map| {
+                    if k.0 == "metadata" {
+                        map.next_value_seed(MetadataSeed).map(TopValue::Metadata)
+                    } else {
+                        map.next_value().map(TopValue::Raw)
+                    }
+                })
+                .map(Top)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// Reads `metadata`: its members if it is an object, else nothing (the
+/// value is still read, to check it).
+struct MetadataSeed;
+
+impl<'de> DeserializeSeed<'de> for MetadataSeed {
+    type Value = Option<Members<'de>>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for MetadataSeed {
+    type Value = Option<Members<'de>>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+        read_members(map, |_, map| map.next_value()).map(Some)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
     }
 }
 
@@ -130,6 +298,30 @@ mod tests {
             object_answer(no_metadata.into(), true).unwrap(),
             no_metadata
         );
+    }
+
+    #[test]
+    fn metadata_named_twice_or_with_escapes_is_cut_as_a_parser_reads_it() {
+        // Escaped keys are compared unescaped, and written back escaped.
+        let escaped = r#"{"metad\u0061ta":{"managed\u0046ields":[1],"n\"a":"\u00e9"},"k":1}"#;
+        let answer = object_answer(escaped.into(), true).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&answer).unwrap(),
+            json!({"metadata": {"n\"a": "é"}, "k": 1})
+        );
+        // Twice, once not an object: whichever one a parser keeps is cut.
+        for text in [
+            r#"{"metadata":[{"managedFields":1}],"metadata":{"managedFields":[2],"name":"a"}}"#,
+            r#"{"metadata":{"managedFields":[2],"name":"a"},"x":{},"metadata":null}"#,
+        ] {
+            let answer = object_answer(text.into(), true).unwrap();
+            assert!(!answer.contains("[2]"), "{text} -> {answer}");
+            assert!(answer.contains(r#"{"name":"a"}"#), "{text} -> {answer}");
+            serde_json::from_str::<Value>(&answer).unwrap();
+        }
+        // Once, not an object: nothing to cut.
+        let text = r#"{"metadata":"managedFields"}"#;
+        assert_eq!(object_answer(text.into(), true).unwrap(), text);
     }
 
     #[test]
