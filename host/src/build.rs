@@ -337,6 +337,71 @@ fn progress(options: &BuildOptions, message: &str) {
 
 // ---- Rust ----
 
+/// The Rust target every plugin is built for.
+pub const WASM_TARGET: &str = "wasm32-wasip2";
+
+/// Makes sure the Rust toolchain that builds in `dir` has the
+/// [`WASM_TARGET`] standard library, adding it with rustup when it does not.
+///
+/// `rust-toolchain.toml` naming the target is not enough on its own: rustup
+/// adds a toolchain file's targets only when it installs the toolchain, so
+/// a machine that already had `stable` builds without it and fails deep in
+/// the first crate with "can't find crate for `std`". Returns whether the
+/// target was added.
+pub fn ensure_wasm_target(dir: &Path, verbose: bool) -> Result<bool, BuildError> {
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    ensure_target(dir, &rustc, "rustup".as_ref(), verbose)
+}
+
+fn ensure_target(
+    dir: &Path,
+    rustc: &std::ffi::OsStr,
+    rustup: &std::ffi::OsStr,
+    verbose: bool,
+) -> Result<bool, BuildError> {
+    let mut libdir = Command::new(rustc);
+    libdir
+        .current_dir(dir)
+        .args(["--print", "target-libdir", "--target", WASM_TARGET]);
+    let output = run(
+        "rustc --print target-libdir",
+        &mut libdir,
+        Language::Rust,
+        "rustc",
+    )?;
+    let path = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    if path.is_dir() {
+        return Ok(false);
+    }
+    if verbose {
+        eprintln!(
+            "the {WASM_TARGET} target is not installed ({} is missing): adding it with rustup …",
+            path.display()
+        );
+    }
+    let mut add = Command::new(rustup);
+    add.current_dir(dir).args(["target", "add", WASM_TARGET]);
+    run("rustup target add", &mut add, Language::Rust, "rustup").map_err(|e| match e {
+        BuildError::MissingTool { problem, .. } => BuildError::MissingTool {
+            tool: "rustup",
+            language: Language::Rust,
+            problem: format!(
+                "the {WASM_TARGET} target is not installed ({} is missing) and {problem}",
+                path.display()
+            ),
+            hint: "install the target's standard library for this Rust toolchain",
+        },
+        other => other,
+    })?;
+    if !path.is_dir() {
+        return Err(BuildError::NoOutput {
+            step: "rustup target add",
+            path,
+        });
+    }
+    Ok(true)
+}
+
 fn build_rust(dir: &Path, options: &BuildOptions) -> Result<(String, PathBuf), BuildError> {
     let manifest = dir.join("Cargo.toml");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -388,15 +453,16 @@ fn build_rust(dir: &Path, options: &BuildOptions) -> Result<(String, PathBuf), B
         })?
         .replace('-', "_");
     let target_dir = PathBuf::from(meta["target_directory"].as_str().unwrap_or("target"));
+    ensure_wasm_target(dir, options.verbose)?;
     progress(options, &format!("building {name} with cargo …"));
     let mut cmd = Command::new(&cargo);
-    cmd.args(["build", "--release", "--target", "wasm32-wasip2"])
+    cmd.args(["build", "--release", "--target", WASM_TARGET])
         .arg("--manifest-path")
         .arg(&manifest)
         .args(["-p", &name]);
     run("cargo build", &mut cmd, Language::Rust, "cargo")?;
     let built = target_dir
-        .join("wasm32-wasip2")
+        .join(WASM_TARGET)
         .join("release")
         .join(format!("{lib}.wasm"));
     if !built.is_file() {
@@ -1172,5 +1238,59 @@ mod tests {
         assert!(installed);
         let (_, installed) = ensure_installed(&dir, |_| panic!("installed twice")).unwrap();
         assert!(!installed);
+    }
+
+    /// An executable shell script in `dir`.
+    fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_missing_wasm_target_is_added_with_rustup_and_otherwise_named() {
+        let root = scratch(&[]);
+        let libdir = root.path.join("sysroot/lib/rustlib/wasm32-wasip2/lib");
+        let rustc = script(&root.path, "rustc", &format!("echo {}", libdir.display()));
+        let absent = root.path.join("no-rustup");
+
+        // No rustup: the error says which target is missing and where.
+        let err = ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("`rustup`") && err.contains("wasm32-wasip2 target is not installed"),
+            "{err}"
+        );
+        assert!(err.contains(&libdir.display().to_string()), "{err}");
+
+        // A rustup that fails: its output is in the error.
+        let failing = script(
+            &root.path,
+            "rustup-offline",
+            "echo 'error: could not download' >&2; exit 1",
+        );
+        let err = ensure_target(&root.path, rustc.as_os_str(), failing.as_os_str(), false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("rustup target add") && err.contains("could not download"),
+            "{err}"
+        );
+
+        // A rustup that installs it, asked for exactly that target.
+        let rustup = script(
+            &root.path,
+            "rustup",
+            &format!(
+                "[ \"$*\" = \"target add wasm32-wasip2\" ] || exit 3; mkdir -p {}",
+                libdir.display()
+            ),
+        );
+        assert!(ensure_target(&root.path, rustc.as_os_str(), rustup.as_os_str(), false).unwrap());
+        // Installed: rustup is not asked again.
+        assert!(!ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), false).unwrap());
     }
 }

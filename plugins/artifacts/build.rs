@@ -196,6 +196,8 @@ fn main() {
 }
 
 fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Option<&str>) {
+    polyglot::ensure_wasm_target(root, true)
+        .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
@@ -223,7 +225,7 @@ fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Opti
     let status = cmd.status().expect("failed to run cargo for the plugins");
     assert!(
         status.success(),
-        "building the plugins for wasm32-wasip2 failed (is the target installed? `rustup target add wasm32-wasip2`)"
+        "building the plugins for wasm32-wasip2 failed: cargo says why above"
     );
 }
 
