@@ -9,7 +9,7 @@
 //! while a CRD created after start-up is still found within it.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::Client;
@@ -41,7 +41,9 @@ pub struct Resolved {
 /// Discovery results per kind, shared by every plugin.
 pub struct Resolver {
     client: Client,
-    known: Mutex<HashMap<Gvk, Resolved>>,
+    // Shared, not cloned: every guest host call resolves its kind, and an
+    // `ApiResource` is six strings.
+    known: Mutex<HashMap<Gvk, Arc<Resolved>>>,
     misses: Mutex<HashMap<Gvk, (Instant, ResolveError)>>,
 }
 
@@ -56,7 +58,7 @@ impl Resolver {
 
     /// The resource serving `gvk`. Callers validate `gvk`'s syntax first:
     /// its strings become a discovery URL.
-    pub async fn resolve(&self, gvk: &Gvk) -> Result<Resolved, ResolveError> {
+    pub async fn resolve(&self, gvk: &Gvk) -> Result<Arc<Resolved>, ResolveError> {
         if let Some(r) = self.known.lock().unwrap().get(gvk) {
             return Ok(r.clone());
         }
@@ -70,10 +72,10 @@ impl Resolver {
             kube::discovery::pinned_kind(&self.client, &query).await;
         match found {
             Ok((resource, caps)) => {
-                let resolved = Resolved {
+                let resolved = Arc::new(Resolved {
                     resource,
                     namespaced: caps.scope == kube::discovery::Scope::Namespaced,
-                };
+                });
                 self.known
                     .lock()
                     .unwrap()

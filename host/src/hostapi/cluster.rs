@@ -13,6 +13,7 @@
 //!
 //! A refusal at 1–3 never reaches the API server.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -302,10 +303,10 @@ impl ClusterApi {
                 ar.plural
             )));
         }
-        let resource = if status {
-            format!("{}/status", ar.plural)
+        let resource: Cow<'_, str> = if status {
+            Cow::Owned(format!("{}/status", ar.plural))
         } else {
-            ar.plural.clone()
+            Cow::Borrowed(&ar.plural)
         };
         let access = Access {
             verb,

@@ -140,7 +140,7 @@ impl ObjectPlugins {
                 ),
             });
         }
-        let resource = resolved.resource;
+        let resource = resolved.resource.clone();
         let informer = cache.informer(InformerKey::new(&resource, None), resource.clone());
         let queue = WorkQueue::new(
             CONTROLLER,

@@ -358,7 +358,7 @@ impl Host {
             }
             resolved.push(ResolvedWatch {
                 mapping,
-                resource: r.resource,
+                resource: r.resource.clone(),
             });
         }
         if !missing.is_empty() {
