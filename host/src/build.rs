@@ -348,16 +348,16 @@ pub const WASM_TARGET: &str = "wasm32-wasip2";
 /// a machine that already had `stable` builds without it and fails deep in
 /// the first crate with "can't find crate for `std`". Returns whether the
 /// target was added.
-pub fn ensure_wasm_target(dir: &Path, verbose: bool) -> Result<bool, BuildError> {
+pub fn ensure_wasm_target(dir: &Path, options: &BuildOptions) -> Result<bool, BuildError> {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
-    ensure_target(dir, &rustc, "rustup".as_ref(), verbose)
+    ensure_target(dir, &rustc, "rustup".as_ref(), options)
 }
 
 fn ensure_target(
     dir: &Path,
     rustc: &std::ffi::OsStr,
     rustup: &std::ffi::OsStr,
-    verbose: bool,
+    options: &BuildOptions,
 ) -> Result<bool, BuildError> {
     let mut libdir = Command::new(rustc);
     libdir
@@ -373,12 +373,13 @@ fn ensure_target(
     if path.is_dir() {
         return Ok(false);
     }
-    if verbose {
-        eprintln!(
+    progress(
+        options,
+        &format!(
             "the {WASM_TARGET} target is not installed ({} is missing): adding it with rustup …",
             path.display()
-        );
-    }
+        ),
+    );
     let mut add = Command::new(rustup);
     add.current_dir(dir).args(["target", "add", WASM_TARGET]);
     run("rustup target add", &mut add, Language::Rust, "rustup").map_err(|e| match e {
@@ -453,7 +454,7 @@ fn build_rust(dir: &Path, options: &BuildOptions) -> Result<(String, PathBuf), B
         })?
         .replace('-', "_");
     let target_dir = PathBuf::from(meta["target_directory"].as_str().unwrap_or("target"));
-    ensure_wasm_target(dir, options.verbose)?;
+    ensure_wasm_target(dir, options)?;
     progress(options, &format!("building {name} with cargo …"));
     let mut cmd = Command::new(&cargo);
     cmd.args(["build", "--release", "--target", WASM_TARGET])
@@ -1255,9 +1256,10 @@ mod tests {
         let libdir = root.path.join("sysroot/lib/rustlib/wasm32-wasip2/lib");
         let rustc = script(&root.path, "rustc", &format!("echo {}", libdir.display()));
         let absent = root.path.join("no-rustup");
+        let quiet = BuildOptions::default();
 
         // No rustup: the error says which target is missing and where.
-        let err = ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), false)
+        let err = ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), &quiet)
             .unwrap_err()
             .to_string();
         assert!(
@@ -1272,7 +1274,7 @@ mod tests {
             "rustup-offline",
             "echo 'error: could not download' >&2; exit 1",
         );
-        let err = ensure_target(&root.path, rustc.as_os_str(), failing.as_os_str(), false)
+        let err = ensure_target(&root.path, rustc.as_os_str(), failing.as_os_str(), &quiet)
             .unwrap_err()
             .to_string();
         assert!(
@@ -1289,8 +1291,8 @@ mod tests {
                 libdir.display()
             ),
         );
-        assert!(ensure_target(&root.path, rustc.as_os_str(), rustup.as_os_str(), false).unwrap());
+        assert!(ensure_target(&root.path, rustc.as_os_str(), rustup.as_os_str(), &quiet).unwrap());
         // Installed: rustup is not asked again.
-        assert!(!ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), false).unwrap());
+        assert!(!ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), &quiet).unwrap());
     }
 }

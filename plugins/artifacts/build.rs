@@ -140,6 +140,13 @@ fn main() {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
 
+    // Once, before the first of the builds below.
+    let verbose = polyglot::BuildOptions {
+        verbose: true,
+        ..polyglot::BuildOptions::default()
+    };
+    polyglot::ensure_wasm_target(&root, &verbose)
+        .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
     let packages: Vec<&str> = PLUGINS.iter().map(|(_, package, _)| *package).collect();
     cargo_build(&root, &wasm_target, &packages, None);
 
@@ -196,8 +203,6 @@ fn main() {
 }
 
 fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Option<&str>) {
-    polyglot::ensure_wasm_target(root, true)
-        .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
