@@ -939,9 +939,9 @@ fn to_patch(
             #[derive(serde::Deserialize)]
             struct Types<'a> {
                 #[serde(rename = "apiVersion", borrow)]
-                api_version: Option<std::borrow::Cow<'a, str>>,
+                api_version: Option<Cow<'a, str>>,
                 #[serde(borrow)]
-                kind: Option<std::borrow::Cow<'a, str>>,
+                kind: Option<Cow<'a, str>>,
             }
             let types = serde_json::from_str::<Types<'_>>(body.get()).ok();
             let names_kind = types.is_some_and(|t| {

@@ -140,8 +140,8 @@ impl ObjectPlugins {
                 ),
             });
         }
-        let resource = resolved.resource.clone();
-        let informer = cache.informer(InformerKey::new(&resource, None), resource.clone());
+        let resource = &resolved.resource;
+        let informer = cache.informer(InformerKey::new(resource, None), resource.clone());
         let queue = WorkQueue::new(
             CONTROLLER,
             Box::new(controller_rate_limiter(
@@ -156,7 +156,7 @@ impl ObjectPlugins {
             from: from.clone(),
             ceiling: config.max_grant.clone(),
             client: client.clone(),
-            api: Api::all_with(writer.clone(), &resource),
+            api: Api::all_with(writer.clone(), resource),
             informer,
             queue,
             records: Mutex::new(BTreeMap::new()),
