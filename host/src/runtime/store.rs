@@ -46,6 +46,9 @@ pub(crate) struct CallState {
     pub(crate) started: Instant,
     /// Time the guest was held back to share the CPU (`runtime/share.rs`).
     pub(crate) throttled: Duration,
+    /// The last tick at which the guest went on without yielding: its run
+    /// up to then is already charged.
+    pub(crate) charged_to: Option<Instant>,
 }
 
 impl CallState {
@@ -56,6 +59,7 @@ impl CallState {
             cancel_seen: None,
             ticks: 0,
             throttled: Duration::ZERO,
+            charged_to: None,
         }
     }
 }
@@ -263,10 +267,12 @@ impl StoreState {
         }
         // Check at every tick: cancelled for longer than the grace → error,
         // past the deadline → trap, past the plugin's CPU burst while other
-        // plugins have work → sleep for its share (`share.rs`), otherwise
-        // yield so a busy guest never starves the executor.
+        // plugins have work → sleep for its share (`share.rs`), running for
+        // a tick or more since it last waited → yield so a busy guest never
+        // starves the executor, otherwise go on.
         store.set_epoch_deadline(1);
         let grace = runtime.config().cancel_grace;
+        let tick = runtime.config().epoch_tick;
         let share = runtime.share().clone();
         let activity = spec.activity.clone();
         let resumed = store.data().resumed.clone();
@@ -285,14 +291,10 @@ impl StoreState {
             if now >= call.context.deadline {
                 return Ok(UpdateDeadline::Interrupt);
             }
-            let since = resumed.get().map_or(call.started, |r| r.max(call.started));
-            // Bounded: a wait the mark does not see (a WASI poll) is not
-            // charged as CPU beyond a starved ticker's longest gap.
-            let ran = now
-                .saturating_duration_since(since)
-                .min(MAX_RUN_BETWEEN_TICKS);
+            let TickRun { ran, unpaid } =
+                TickRun::at(now, call.started, resumed.get(), call.charged_to);
             let mark = resumed.clone();
-            if let Some(until) = share.throttle(&activity, now, call.ticks, ran) {
+            if let Some(until) = share.throttle(&activity, now, call.ticks, unpaid) {
                 let until = until.min(call.context.deadline);
                 call.throttled += until - now;
                 let cancel = call.context.cancel.clone();
@@ -307,7 +309,15 @@ impl StoreState {
                     }),
                 ));
             }
-            // Yield so a busy guest never starves the executor.
+            // A guest that resumed less than a tick ago (most often from a
+            // host call that waited on the API server) has not held the
+            // worker long: yielding it again would cost a task wake-up and
+            // two fiber switches for nothing. One that ran a tick or more
+            // yields, so a busy guest never starves the executor.
+            if ran < tick {
+                call.charged_to = Some(now);
+                return Ok(UpdateDeadline::Continue(1));
+            }
             Ok(UpdateDeadline::YieldCustom(
                 1,
                 Box::pin(async move {
@@ -335,6 +345,40 @@ impl StoreState {
 /// like any other: on a saturated machine it waits for a core, and a guest
 /// runs several ticks' worth between two of them.
 const MAX_RUN_BETWEEN_TICKS: Duration = Duration::from_millis(10);
+
+/// What a guest had run by an epoch tick.
+#[derive(Debug, PartialEq, Eq)]
+struct TickRun {
+    /// Since it last started running: its call started or it resumed from
+    /// a wait (a yield, a host call).
+    ran: Duration,
+    /// The part of `ran` not yet charged to its plugin's CPU share: a tick
+    /// at which it went on without yielding charged the run before it.
+    unpaid: Duration,
+}
+
+impl TickRun {
+    /// Both bounded by [`MAX_RUN_BETWEEN_TICKS`]: a wait the resume mark
+    /// does not see (a WASI poll) is not counted as running beyond a
+    /// starved ticker's longest gap.
+    fn at(
+        now: Instant,
+        started: Instant,
+        resumed: Option<Instant>,
+        charged_to: Option<Instant>,
+    ) -> Self {
+        let since = resumed.map_or(started, |r| r.max(started));
+        let paid_to = charged_to.map_or(since, |c| c.max(since));
+        let bounded = |from: Instant| {
+            now.saturating_duration_since(from)
+                .min(MAX_RUN_BETWEEN_TICKS)
+        };
+        Self {
+            ran: bounded(since),
+            unpaid: bounded(paid_to),
+        }
+    }
+}
 
 /// When a guest last resumed after waiting: set by the futures it waits on
 /// (a yield, a host call), which cannot reach the store, and read by the
@@ -372,9 +416,44 @@ impl WasiView for StoreState {
 
 #[cfg(test)]
 mod tests {
+    use std::time::{Duration, Instant};
+
     use rand::Rng as _;
 
-    use super::InsecureRandom;
+    use super::{InsecureRandom, MAX_RUN_BETWEEN_TICKS, TickRun};
+
+    /// A guest that goes on at one tick is charged at the next for the run
+    /// after the first only, while its run since it last waited (what
+    /// decides a yield) keeps growing; a wait starts both afresh.
+    #[test]
+    fn a_tick_charges_only_the_run_no_earlier_tick_charged() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_micros(n * 100);
+        let run = |ran: u64, unpaid: u64| TickRun {
+            ran: Duration::from_micros(ran * 100),
+            unpaid: Duration::from_micros(unpaid * 100),
+        };
+        // First tick, 0.4 ms into the call: nothing charged yet.
+        assert_eq!(TickRun::at(ms(4), t0, None, None), run(4, 4));
+        // It went on there; at the next tick 1 ms later only that is unpaid.
+        assert_eq!(TickRun::at(ms(14), t0, None, Some(ms(4))), run(14, 10));
+        // It then waited in a host call and resumed at 2.0 ms.
+        assert_eq!(
+            TickRun::at(ms(23), t0, Some(ms(20)), Some(ms(14))),
+            run(3, 3)
+        );
+        // A mark from before the call (a reused store's) does not count.
+        assert_eq!(TickRun::at(ms(5), ms(2), Some(t0), None), run(3, 3));
+        // A starved ticker's gap is bounded.
+        let late = t0 + 3 * MAX_RUN_BETWEEN_TICKS;
+        assert_eq!(
+            TickRun::at(late, t0, None, None),
+            TickRun {
+                ran: MAX_RUN_BETWEEN_TICKS,
+                unpaid: MAX_RUN_BETWEEN_TICKS
+            }
+        );
+    }
 
     /// The store's WASI context holds a clone of the generator; a reseed by
     /// the host must change what that clone hands the guest next.
