@@ -24,13 +24,12 @@ use wasmtime::component::Component;
 use super::Runtime;
 use super::cache::{CacheHit, Pin};
 use super::failure::CallFailure;
-use super::store::StoreState;
+use super::guest::GuestPre;
 use crate::reconcile::TrapKind;
-use crate::wit::ReconcilerPre;
 
 /// What a resident plugin holds of its compiled code.
 pub(crate) struct Resident {
-    pub(crate) pre: Arc<ReconcilerPre<StoreState>>,
+    pub(crate) pre: Arc<GuestPre>,
     /// Keeps the compiled component in the runtime's memory cache while
     /// resident (the cache holds it weakly).
     pub(crate) _component: Arc<Component>,
@@ -61,7 +60,7 @@ struct State {
 pub(crate) struct InUse<'a> {
     code: &'a Code,
     runtime: &'a Runtime,
-    pub(crate) pre: Arc<ReconcilerPre<StoreState>>,
+    pub(crate) pre: Arc<GuestPre>,
 }
 
 impl Drop for InUse<'_> {
@@ -123,7 +122,7 @@ impl Code {
         Ok(guard)
     }
 
-    async fn wake(&self, runtime: &Runtime) -> Result<Arc<ReconcilerPre<StoreState>>, CallFailure> {
+    async fn wake(&self, runtime: &Runtime) -> Result<Arc<GuestPre>, CallFailure> {
         let _one = self.waking.lock().await;
         if let Some(r) = &self.state.lock().unwrap().resident {
             return Ok(r.pre.clone());
@@ -204,7 +203,7 @@ impl Runtime {
             .inner
             .linker
             .instantiate_pre(&component)
-            .and_then(ReconcilerPre::new)
+            .and_then(GuestPre::new)
             .map_err(|e| format!("{e:#}"))?;
         Ok(Resident {
             pre: Arc::new(pre),

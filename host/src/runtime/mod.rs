@@ -23,6 +23,7 @@
 mod cache;
 mod code;
 mod failure;
+mod guest;
 mod host;
 mod limits;
 mod metadata;

@@ -11,16 +11,16 @@ use super::Runtime;
 use super::cache::{self, CacheHit};
 use super::code::{Code, Resident};
 use super::failure::CallFailure;
+use super::guest::GuestPre;
 use super::limits::Limits;
 use super::metadata::PluginMetadata;
 use super::sandbox::{self, Export, Returned, Sandbox};
-use super::store::{Spares, StoreState};
+use super::store::Spares;
 use super::strategy::{AUTO_REUSE_PAGES, InstanceMode, InstanceStrategy, ReuseLimits};
 use super::tape::ContextTape;
 use crate::hostapi::KubeApi;
 use crate::metrics::CallUsage;
 use crate::reconcile::{Action, ReconcileError, ReconcileRequest, TrapKind};
-use crate::wit::ReconcilerPre;
 use crate::wit::wasmctrl::reconciler::types;
 
 /// How long `metadata` may run at load time.
@@ -348,15 +348,7 @@ impl Runtime {
         digest: &str,
         bytes: &[u8],
         limits: &Limits,
-    ) -> Result<
-        (
-            ReconcilerPre<StoreState>,
-            Arc<wasmtime::component::Component>,
-            CacheHit,
-            u64,
-        ),
-        LoadError,
-    > {
+    ) -> Result<(GuestPre, Arc<wasmtime::component::Component>, CacheHit, u64), LoadError> {
         let (component, hit) = self
             .inner
             .cache
@@ -399,7 +391,7 @@ impl Runtime {
                 message: format!("{e:#}"),
             }
         })?;
-        let pre = ReconcilerPre::new(pre).map_err(|e| LoadError::WrongWorld {
+        let pre = GuestPre::new(pre).map_err(|e| LoadError::WrongWorld {
             origin: path.to_string(),
             message: format!("{e:#}"),
         })?;

@@ -114,7 +114,7 @@ impl Sandbox {
             let instantiated = started.elapsed();
             let (instance, returned) = match instance {
                 Err(e) => (None, Err(e)),
-                Ok(i) => {
+                Ok(mut i) => {
                     let returned = match export {
                         Export::Metadata => {
                             i.call_metadata(&mut store).await.map(Returned::Metadata)

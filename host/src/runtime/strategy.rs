@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
+use super::guest::Guest;
 use super::sandbox::Sandbox;
 use super::store::{CallContext, StoreState};
-use crate::wit::Reconciler;
 
 /// Which strategy a plugin asks for (`instanceMode` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -90,7 +90,7 @@ pub(crate) struct ReusePool {
 /// A warm instance and what it has served.
 struct Warm {
     store: Store<StoreState>,
-    instance: Reconciler,
+    instance: Guest,
     calls: u32,
     created: Instant,
 }
@@ -107,7 +107,7 @@ impl std::fmt::Debug for Warm {
 /// A store for one call, with its instance when it is already warm.
 pub(crate) struct Checkout {
     pub(crate) store: Store<StoreState>,
-    pub(crate) instance: Option<Reconciler>,
+    pub(crate) instance: Option<Guest>,
     /// Calls served and birth of a reused instance (for recycling).
     pub(crate) history: (u32, Instant),
 }
@@ -157,7 +157,7 @@ impl InstanceStrategy {
     pub(crate) fn checkin(
         &self,
         store: Store<StoreState>,
-        instance: Reconciler,
+        instance: Guest,
         history: (u32, Instant),
         clean: bool,
     ) -> Option<Store<StoreState>> {
