@@ -280,7 +280,7 @@ pub fn source_of(component: &Path) -> Option<(PathBuf, BuildOptions)> {
             }
         }
     }
-    let target = parent.parent().filter(|t| t.ends_with("wasm32-wasip2"))?;
+    let target = parent.parent().filter(|t| t.ends_with(WASM_TARGET))?;
     let workspace = target.parent()?.parent()?;
     let krate = component.file_stem()?.to_string_lossy().replace('_', "-");
     let options = BuildOptions {

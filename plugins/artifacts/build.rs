@@ -206,7 +206,7 @@ fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Opti
     let cargo = env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
     cmd.current_dir(root)
-        .args(["build", "--release", "--target", "wasm32-wasip2"])
+        .args(["build", "--release", "--target", polyglot::WASM_TARGET])
         .arg("--target-dir")
         .arg(target_dir);
     for package in packages {
@@ -272,7 +272,7 @@ fn many_memories(wit: &Path) -> Vec<u8> {
 
 fn wasm_file(target: &Path, package: &str) -> PathBuf {
     target
-        .join("wasm32-wasip2")
+        .join(polyglot::WASM_TARGET)
         .join("release")
         .join(format!("{}.wasm", package.replace('-', "_")))
 }
