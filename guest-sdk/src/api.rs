@@ -164,16 +164,12 @@ impl<K: Resource> Api<K> {
 
     /// The object named `name`; [`ApiError::NotFound`] if it does not exist.
     pub fn get(&self, name: &str) -> Result<K, ApiError> {
-        decode(&kube::get(&gvk::<K>(), self.ns(), name)?)
+        self.get_as(name)
     }
 
     /// The object named `name`, or None if it does not exist.
     pub fn get_opt(&self, name: &str) -> Result<Option<K>, ApiError> {
-        match self.get(name) {
-            Ok(obj) => Ok(Some(obj)),
-            Err(ApiError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.get_opt_as(name)
     }
 
     /// The object named `name` read into `V`, a view of the fields the
