@@ -12,7 +12,7 @@
 # (root, or kernel.perf_event_paranoid <= -1). Figures go to $OUT (default
 # target/profile/<timestamp>/): perf.data, perf.txt, buckets.txt.
 # RECONCILES (default 12,200: what one 10,000-object round's controller
-# runs over its life, counted in docs/BENCHMARKS.md) turns samples into µs.
+# runs over its life, counted in docs/benchmarks-journal.md) turns samples into µs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

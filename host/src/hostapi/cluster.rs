@@ -450,7 +450,7 @@ impl ClusterApi {
     /// less managedFields when the host drops them: `answer.rs`), instead
     /// of parsing it into a tree and serialising that again: the
     /// guest parses it anyway, and the round trip was 6–8% of a `throughput`
-    /// host's profile samples (docs/BENCHMARKS.md). A request that cannot be
+    /// host's profile samples (docs/benchmarks-journal.md). A request that cannot be
     /// built is the guest's `invalid`. `what` names the request as kube-rs
     /// names its own (its tracing layer reads it).
     async fn object_text(

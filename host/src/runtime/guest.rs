@@ -7,7 +7,7 @@
 //! and an instance cannot differ from its component. With a fresh instance
 //! per reconcile, that was two type checks per call, one of them of an
 //! export the call never used (`metadata`), about 1 µs of a busy host's
-//! instantiation (docs/BENCHMARKS.md, `throughput`, stop 26).
+//! instantiation (docs/benchmarks-journal.md, `throughput`, stop 26).
 
 use wasmtime::Store;
 use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, TypedFunc};
