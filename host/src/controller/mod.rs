@@ -206,13 +206,13 @@ impl<R: Reconcile> Controller<R> {
         let active = inner.metrics.active_workers.get_or_create(&label).clone();
         active.inc();
         let started = tokio::time::Instant::now();
-        // The version label is read from the task the reconcile ran on: the
-        // slot marks a candidate's reconciles (a native reconciler never
-        // does, and is `stable`).
         // Pinned where it is made, so the wrappers below hold a pointer: a
         // wasm reconcile's future is ~5.7 KiB, and each wrapper taking it by
         // value copied it again (memmove was ~1% of a `throughput` host).
         let reconcile = std::pin::pin!(inner.reconciler.reconcile(request));
+        // The version label is read from the task the reconcile ran on: the
+        // slot marks a candidate's reconciles (a native reconciler never
+        // does, and is `stable`).
         let (result, version) = metrics::with_version(
             AssertUnwindSafe(reconcile.instrument(span.clone())).catch_unwind(),
         )
