@@ -1257,11 +1257,12 @@ mod tests {
         let rustc = script(&root.path, "rustc", &format!("echo {}", libdir.display()));
         let absent = root.path.join("no-rustup");
         let quiet = BuildOptions::default();
+        let ensure = |rustup: &Path| {
+            ensure_target(&root.path, rustc.as_os_str(), rustup.as_os_str(), &quiet)
+        };
 
         // No rustup: the error says which target is missing and where.
-        let err = ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), &quiet)
-            .unwrap_err()
-            .to_string();
+        let err = ensure(&absent).unwrap_err().to_string();
         assert!(
             err.contains("`rustup`") && err.contains("wasm32-wasip2 target is not installed"),
             "{err}"
@@ -1274,9 +1275,7 @@ mod tests {
             "rustup-offline",
             "echo 'error: could not download' >&2; exit 1",
         );
-        let err = ensure_target(&root.path, rustc.as_os_str(), failing.as_os_str(), &quiet)
-            .unwrap_err()
-            .to_string();
+        let err = ensure(&failing).unwrap_err().to_string();
         assert!(
             err.contains("rustup target add") && err.contains("could not download"),
             "{err}"
@@ -1291,8 +1290,8 @@ mod tests {
                 libdir.display()
             ),
         );
-        assert!(ensure_target(&root.path, rustc.as_os_str(), rustup.as_os_str(), &quiet).unwrap());
+        assert!(ensure(&rustup).unwrap());
         // Installed: rustup is not asked again.
-        assert!(!ensure_target(&root.path, rustc.as_os_str(), absent.as_os_str(), &quiet).unwrap());
+        assert!(!ensure(&absent).unwrap());
     }
 }
