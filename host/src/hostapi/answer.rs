@@ -72,15 +72,10 @@ pub(crate) fn object_answer(text: String, strip: bool) -> Result<String, NotAnOb
 /// [`object_answer`]'s cut of an object whose top-level members are each
 /// kept as text; `None` if `text` is not an object.
 fn cut_slowly(text: &str) -> Option<String> {
-    let top = serde_json::from_str::<Object<'_>>(text).ok()?.0;
+    let top = members_of(text)?;
     let metadata: Vec<Option<Members<'_>>> = top
         .iter()
-        .map(|(k, v)| {
-            (k.0 == "metadata")
-                .then(|| serde_json::from_str::<Object<'_>>(v.get()).ok())
-                .flatten()
-                .map(|o| o.0)
-        })
+        .map(|(k, v)| (k.0 == "metadata").then(|| members_of(v.get())).flatten())
         .collect();
     let pieces = top.iter().zip(&metadata).map(|((k, v), m)| {
         let piece = match m {
@@ -166,9 +161,6 @@ impl<'de> Deserialize<'de> for Key<'de> {
 /// A JSON object's members in order, each value as its raw text.
 type Members<'t> = Vec<(Key<'t>, &'t RawValue)>;
 
-/// Reads an object into [`Members`].
-struct Object<'t>(Members<'t>);
-
 /// Reads an object's members, with `value` reading each member's value.
 fn read_members<'de, A: MapAccess<'de>, T>(
     mut map: A,
@@ -180,22 +172,6 @@ fn read_members<'de, A: MapAccess<'de>, T>(
         members.push((k, v));
     }
     Ok(members)
-}
-
-impl<'de> Deserialize<'de> for Object<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Object<'de>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a JSON object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-                read_members(map, |_, map| map.next_value()).map(Object)
-            }
-        }
-        d.deserialize_map(V)
-    }
 }
 
 /// The top-level object: `metadata`'s members read in the same pass.
@@ -218,7 +194,7 @@ impl<'de> Deserialize<'de> for Top<'de> {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
                 read_members(map, |k, map| {
                     if k.0 == "metadata" {
-                        map.next_value_seed(MetadataSeed).map(TopValue::Metadata)
+                        map.next_value_seed(MembersIfObject).map(TopValue::Metadata)
                     } else {
                         map.next_value().map(TopValue::Raw)
                     }
@@ -230,11 +206,21 @@ impl<'de> Deserialize<'de> for Top<'de> {
     }
 }
 
-/// Reads `metadata`: its members if it is an object, else nothing (the
-/// value is still read, to check it).
-struct MetadataSeed;
+/// The members of `text` if it is one JSON object; `None` if it is any
+/// other JSON value or not JSON.
+fn members_of(text: &str) -> Option<Members<'_>> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    let members = MembersIfObject.deserialize(&mut d).ok()?;
+    d.end().ok()?;
+    members
+}
 
-impl<'de> DeserializeSeed<'de> for MetadataSeed {
+/// Reads a value's members if it is an object, else nothing (the value is
+/// still read, to check it): `metadata` in [`Top`]'s pass, and every
+/// object [`cut_slowly`] reads.
+struct MembersIfObject;
+
+impl<'de> DeserializeSeed<'de> for MembersIfObject {
     type Value = Option<Members<'de>>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
@@ -242,7 +228,7 @@ impl<'de> DeserializeSeed<'de> for MetadataSeed {
     }
 }
 
-impl<'de> Visitor<'de> for MetadataSeed {
+impl<'de> Visitor<'de> for MembersIfObject {
     type Value = Option<Members<'de>>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
