@@ -1,8 +1,9 @@
 //! What a request addresses, read from its method, path and query alone (no
 //! registry lookup), as the real server's RequestInfoFactory does: the verb,
-//! group, resource, namespace and name. Authorization decides on it, fault
-//! injection matches on it and the write audit records it; routing itself
-//! resolves the path against the registry.
+//! group, resource, namespace and name. Authorization decides on it, routing
+//! dispatches on it, fault injection matches on it and the write audit
+//! records it: one reading of the path, so a request is never served as
+//! something other than what was authorized.
 
 /// Subresources of a namespace that are addressed as
 /// `/api/v1/namespaces/{name}/{sub}` rather than naming a namespace scope.
@@ -28,6 +29,16 @@ pub(crate) struct RequestInfo {
     pub(crate) name: Option<String>,
     /// The decoded URL path (what non-resource rules match).
     pub(crate) path: String,
+    /// The path after the version with a `namespaces/{ns}/` scope taken
+    /// off (upstream's `Parts`): resource, name, subresource, then parts
+    /// nothing serves. Routing takes the name from here because `name`
+    /// may come from a field selector.
+    pub(crate) parts: Vec<String>,
+    /// Whether `namespace` is a `namespaces/{ns}/` scope; false when the
+    /// path addresses the namespace itself (`namespaces/{ns}`, optionally
+    /// with `status` or `finalize`), which upstream authorizes in its own
+    /// namespace.
+    pub(crate) namespace_scope: bool,
 }
 
 impl RequestInfo {
@@ -65,10 +76,16 @@ impl RequestInfo {
         let mut parts = rest;
         if parts[0] == "namespaces" && parts.len() > 1 {
             info.namespace = Some(parts[1].to_string());
+            // Upstream decides on the third part alone, so
+            // `namespaces/{ns}/status/{name}` is namespace {ns}'s status
+            // with a trailing part, never object {name} of a resource
+            // called `status`.
             if parts.len() > 2 && !NAMESPACE_SUBRESOURCES.contains(&parts[2]) {
                 parts = &parts[2..];
+                info.namespace_scope = true;
             }
         }
+        info.parts = parts.iter().map(|s| s.to_string()).collect();
         info.resource = parts[0].to_string();
         info.name = parts.get(1).map(|s| s.to_string());
         info.subresource = parts.get(2).map(|s| s.to_string());
@@ -170,6 +187,106 @@ mod tests {
         let a = RequestInfo::parse("GET", &segs, false, None).attributes();
         assert_eq!((a.namespace.as_str(), a.name.as_str()), ("ns", "c1"));
         assert_eq!(a.path, "/api/v1/namespaces/ns/configmaps/c1");
+    }
+
+    /// `resource ns=.. name=.. sub=..`, with only what is set, and how
+    /// many parts the path has from the resource on.
+    fn summary(i: &RequestInfo) -> (String, usize) {
+        let mut out = i.resource.clone();
+        for (k, v) in [
+            ("ns", &i.namespace),
+            ("name", &i.name),
+            ("sub", &i.subresource),
+        ] {
+            if let Some(v) = v {
+                out.push_str(&format!(" {k}={v}"));
+            }
+        }
+        (out, i.parts.len())
+    }
+
+    #[test]
+    fn namespace_subresources_are_decided_by_the_third_part_alone() {
+        // (path, what it addresses, parts from the resource on, whether
+        // the namespace is a scope rather than the object addressed)
+        let cases = [
+            (
+                "/api/v1/namespaces/ns",
+                "namespaces ns=ns name=ns",
+                2,
+                false,
+            ),
+            (
+                "/api/v1/namespaces/ns/status",
+                "namespaces ns=ns name=ns sub=status",
+                3,
+                false,
+            ),
+            // A trailing part does not make `status` a resource: upstream
+            // reads the namespace's status, and routing refuses the rest.
+            (
+                "/api/v1/namespaces/ns/status/obj",
+                "namespaces ns=ns name=ns sub=status",
+                4,
+                false,
+            ),
+            (
+                "/apis/example.com/v1/namespaces/ns/status/obj",
+                "namespaces ns=ns name=ns sub=status",
+                4,
+                false,
+            ),
+            (
+                "/apis/example.com/v1/namespaces/ns/finalize/obj/status",
+                "namespaces ns=ns name=ns sub=finalize",
+                5,
+                false,
+            ),
+            (
+                "/apis/example.com/v1/namespaces/ns/statuses/obj",
+                "statuses ns=ns name=obj",
+                2,
+                true,
+            ),
+            (
+                "/apis/example.com/v1/namespaces/ns/widgets/status",
+                "widgets ns=ns name=status",
+                2,
+                true,
+            ),
+            (
+                "/apis/example.com/v1/status/obj",
+                "status name=obj",
+                2,
+                false,
+            ),
+            ("/apis/example.com/v1/status", "status", 1, false),
+            (
+                "/api/v1/namespaces/ns/namespaces/other",
+                "namespaces ns=ns name=other",
+                2,
+                true,
+            ),
+        ];
+        for (path, want, parts, scope) in cases {
+            let i = parse("GET", path);
+            assert_eq!(summary(&i), (want.to_string(), parts), "{path}");
+            assert_eq!(i.parts[0], i.resource, "{path}");
+            assert_eq!(i.namespace_scope, scope, "{path}");
+        }
+        let a = parse("PATCH", "/apis/example.com/v1/namespaces/ns/status/obj").attributes();
+        assert_eq!(
+            (a.verb.as_str(), a.group.as_str(), a.resource.as_str()),
+            ("patch", "example.com", "namespaces")
+        );
+        assert_eq!(
+            (
+                a.subresource.as_str(),
+                a.name.as_str(),
+                a.namespace.as_str()
+            ),
+            ("status", "ns", "ns")
+        );
     }
 
     #[test]

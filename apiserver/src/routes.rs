@@ -21,13 +21,13 @@ use crate::discovery;
 use crate::error::ApiError;
 use crate::identity::UserInfo;
 use crate::request_info::RequestInfo;
-use crate::resources::ResourceInfo;
+use crate::resources::{Registry, ResourceInfo};
 use crate::response;
 use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
 use crate::server::{ServerState, to_view};
 use crate::storage::Durable;
 use crate::watch::{self, WatchParams};
-use crate::writes::{PatchKind, Subresource, WriteCtx};
+use crate::writes::{PatchKind, Subresource, WriteCtx, is_namespace};
 
 /// The axum router serving everything through one fallback handler, because
 /// the Kubernetes URL grammar does not fit a static route table.
@@ -190,7 +190,7 @@ async fn serve(
         scope,
         user,
     };
-    let result = dispatch(shared, segs, req);
+    let result = dispatch(shared, segs, info, req);
     let mut response = result.unwrap_or_else(|e| {
         tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code(), error = %e, "request failed");
         e.into_response()
@@ -247,7 +247,17 @@ struct Req<'a> {
     user: &'a UserInfo,
 }
 
-fn dispatch(shared: &Arc<ServerState>, s: &[&str], req: Req<'_>) -> Result<Response, ApiError> {
+/// Answers a request: a resource request as `info` (what authorization
+/// decided on) reads it, anything else by its path segments `s`.
+fn dispatch(
+    shared: &Arc<ServerState>,
+    s: &[&str],
+    info: &RequestInfo,
+    req: Req<'_>,
+) -> Result<Response, ApiError> {
+    if info.is_resource {
+        return resource(shared, info, req);
+    }
     let Req {
         method, headers, ..
     } = req;
@@ -305,13 +315,11 @@ fn dispatch(shared: &Arc<ServerState>, s: &[&str], req: Req<'_>) -> Result<Respo
         ["openapi", "v3", "apis", g, v] => get_only(
             discovery::openapi_gv(&shared.registry(), g, v).ok_or_else(ApiError::no_route)?,
         ),
-        ["api", "v1", rest @ ..] => resource(shared, "", "v1", rest, req),
-        ["apis", g, v, rest @ ..] => resource(shared, g, v, rest, req),
         _ => Err(ApiError::no_route()),
     }
 }
 
-/// A resource URL after `/api/v1` or `/apis/g/v`.
+/// What a resource request addresses, as served.
 struct Target<'a> {
     info: Arc<ResourceInfo>,
     /// None for cluster-scoped resources and all-namespace lists.
@@ -320,36 +328,29 @@ struct Target<'a> {
     sub: Option<&'a str>,
 }
 
-fn parse_target<'a>(
-    shared: &ServerState,
-    group: &str,
-    version: &str,
-    rest: &[&'a str],
-) -> Result<Target<'a>, ApiError> {
-    // `namespaces/NAME/status|finalize` addresses a namespace's
-    // subresource in every group, exactly as RequestInfo (and so
-    // authorization) reads it: routing must never disagree with what was
-    // authorized.
-    let is_ns_sub =
-        |r: &[&str]| r.len() == 3 && r[0] == "namespaces" && matches!(r[2], "status" | "finalize");
-    let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" && !is_ns_sub(rest) {
-        (Some(rest[1]), &rest[2..])
-    } else {
-        (None, rest)
-    };
-    let (plural, name, sub) = match rest {
-        [p] => (*p, None, None),
-        [p, n] => (*p, Some(*n), None),
-        [p, n, s] => (*p, Some(*n), Some(*s)),
+/// The resource, scope, name and subresource `req` (a resource request)
+/// was authorized for, resolved against the registry; 404 when nothing is
+/// served there.
+fn target<'a>(registry: &Registry, req: &'a RequestInfo) -> Result<Target<'a>, ApiError> {
+    let (name, sub) = match req.parts.as_slice() {
+        [_] => (None, None),
+        [_, n] => (Some(n.as_str()), None),
+        [_, n, s] => (Some(n.as_str()), Some(s.as_str())),
         _ => return Err(ApiError::no_route()),
     };
-    let info = shared
-        .registry()
-        .find(group, version, plural)
+    let info = registry
+        .find(&req.group, &req.version, &req.resource)
         .ok_or_else(ApiError::no_route)?;
-    if namespace.is_some() && !info.namespaced {
-        return Err(ApiError::no_route());
-    }
+    let namespace = match req.namespace.as_deref() {
+        Some(ns) if info.namespaced => Some(ns),
+        // `/api/v1/namespaces/{name}`: the namespace in the request is the
+        // object itself. Only for the built-in kind, as upstream: a
+        // cluster-scoped custom resource called `namespaces` must not be
+        // reachable through a Role in a namespace of the same name.
+        Some(_) if !req.namespace_scope && is_namespace(&info) => None,
+        Some(_) => return Err(ApiError::no_route()),
+        None => None,
+    };
     if info.namespaced && namespace.is_none() && name.is_some() {
         return Err(ApiError::no_route());
     }
@@ -695,9 +696,7 @@ fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
 
 fn resource(
     shared: &Arc<ServerState>,
-    group: &str,
-    version: &str,
-    rest: &[&str],
+    request: &RequestInfo,
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
     let Req {
@@ -708,7 +707,7 @@ fn resource(
         scope,
         user,
     } = req;
-    let t = parse_target(shared, group, version, rest)?;
+    let t = target(&shared.registry(), request)?;
     let info = t.info.clone();
     let table = crate::table::wants_table(header_str(headers, header::ACCEPT));
     let ns = t.namespace.unwrap_or("");
@@ -731,7 +730,7 @@ fn resource(
     match (t.name, t.sub) {
         (None, _) => match *method {
             Method::GET => {
-                if q.flag("watch") == Some(true) {
+                if request.verb == "watch" {
                     if shared.faults.take_watch_expiry(&info.group, &info.plural) {
                         return watch::expired(
                             "too old resource version: injected expiry (Faults::expire_watches)",
@@ -888,6 +887,74 @@ mod tests {
         assert_eq!(q.get("labelSelector"), Some("app=x"));
         let q = Query::parse(Some(""));
         assert!(q.0.is_empty());
+    }
+
+    /// Where routing takes a GET of `path`: `plural ns=.. name=.. sub=..`
+    /// with only what is set, or None for 404.
+    fn routed(registry: &Registry, path: &str) -> Option<String> {
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let info = RequestInfo::parse("GET", &segs, false, None);
+        let t = target(registry, &info).ok()?;
+        let mut out = t.info.plural.clone();
+        for (k, v) in [("ns", t.namespace), ("name", t.name), ("sub", t.sub)] {
+            if let Some(v) = v {
+                out.push_str(&format!(" {k}={v}"));
+            }
+        }
+        Some(out)
+    }
+
+    fn crd(plural: &str, scope: &str) -> Value {
+        json!({"metadata": {"name": format!("{plural}.example.com")},
+            "spec": {"group": "example.com", "scope": scope,
+                "names": {"plural": plural, "kind": "K"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}}}]}})
+    }
+
+    #[test]
+    fn routing_serves_what_the_request_info_names() {
+        let mut registry = Registry::new();
+        for (plural, scope) in [
+            ("status", "Namespaced"),
+            ("finalize", "Namespaced"),
+            ("namespaces", "Cluster"),
+        ] {
+            let (storage, infos) = crate::crd::infos_for(&crd(plural, scope));
+            registry.set_custom(&storage, infos);
+        }
+        // A namespace's subresource, never an object of `status` or
+        // `finalize`, with or without a trailing part.
+        assert_eq!(
+            routed(&registry, "/api/v1/namespaces/ns/status").as_deref(),
+            Some("namespaces name=ns sub=status")
+        );
+        for path in [
+            "/api/v1/namespaces/ns/status/obj",
+            "/api/v1/namespaces/ns/finalize/obj",
+            "/apis/example.com/v1/namespaces/ns/status/obj",
+            "/apis/example.com/v1/namespaces/ns/finalize/obj",
+            "/apis/example.com/v1/namespaces/ns/status",
+            // The cluster-scoped custom `namespaces` is not reached
+            // through a namespace of its own name.
+            "/apis/example.com/v1/namespaces/ns",
+            "/api/v1/namespaces/ns/namespaces/ns",
+            "/api/v1/namespaces/ns/configmaps/c/status/extra",
+        ] {
+            assert_eq!(routed(&registry, path), None, "{path}");
+        }
+        // What the resources called `status` and `finalize` still serve.
+        for (path, want) in [
+            ("/apis/example.com/v1/status", "status"),
+            ("/apis/example.com/v1/finalize", "finalize"),
+            ("/apis/example.com/v1/namespaces", "namespaces"),
+            ("/api/v1/namespaces/ns", "namespaces name=ns"),
+            (
+                "/api/v1/namespaces/ns/configmaps/c",
+                "configmaps ns=ns name=c",
+            ),
+        ] {
+            assert_eq!(routed(&registry, path).as_deref(), Some(want), "{path}");
+        }
     }
 
     #[test]
