@@ -1745,3 +1745,224 @@ async fn the_binary_takes_an_authorization_flag() {
         "{err}"
     );
 }
+
+/// A namespaced CRD in `example.com` whose plural is `plural`.
+fn crd_named(plural: &str, kind: &str) -> Value {
+    json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.example.com")},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": plural, "kind": kind},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "subresources": {"status": {}},
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}})
+}
+
+/// `namespaces/NS/status/NAME` (and `.../finalize/NAME`) is namespace NS's
+/// subresource with a trailing part, as upstream's RequestInfoFactory reads
+/// it, never object NAME of a resource whose plural is `status` or
+/// `finalize`: a service account allowed `*/status` reaches no such object
+/// through them, and an access review with the attributes upstream reads
+/// from each path answers exactly as the request was decided.
+#[tokio::test]
+async fn a_path_is_served_as_what_authorization_read_it_as() {
+    let h = rbac_server().await;
+    let bot = fixture(&h).await;
+    let admin = h.client().await;
+    for (plural, kind) in [("status", "Stat"), ("finalize", "Fin")] {
+        let (code, r) = raw(
+            &admin,
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            Some("application/json"),
+            crd_named(plural, kind).to_string().as_bytes(),
+        )
+        .await;
+        assert_eq!(code, 201, "{r}");
+    }
+    role(
+        &h,
+        NS,
+        "status-only",
+        vec![rule(
+            &["*"],
+            &["*/status"],
+            &["get", "patch", "update"],
+            &[],
+        )],
+    )
+    .await;
+    bind(
+        &h,
+        Some(NS),
+        "status-only",
+        ("Role", "status-only"),
+        vec![sa_subject(None, SA)],
+    )
+    .await;
+    let ssar = |attrs: Value| {
+        let bot = bot.clone();
+        async move {
+            let body = json!({"apiVersion": "authorization.k8s.io/v1",
+                "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": attrs}});
+            let (code, r) = raw(
+                &bot,
+                "POST",
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                Some("application/json"),
+                body.to_string().as_bytes(),
+            )
+            .await;
+            assert_eq!(code, 201, "{r}");
+            r["status"]["allowed"].as_bool().unwrap()
+        }
+    };
+
+    for (plural, kind) in [("status", "Stat"), ("finalize", "Fin")] {
+        let path = format!("/apis/example.com/v1/namespaces/{NS}/{plural}/obj");
+        // Whatever the admin's apply does, the service account must not
+        // reach what it wrote.
+        let apply = json!({"apiVersion": "example.com/v1", "kind": kind,
+            "metadata": {"name": "obj", "namespace": NS}, "spec": {"secret": "s"}});
+        let (admin_apply, _) = raw(
+            &admin,
+            "PATCH",
+            &format!("{path}?fieldManager=admin"),
+            Some("application/apply-patch+yaml"),
+            apply.to_string().as_bytes(),
+        )
+        .await;
+        // Upstream: namespace `team`'s `status`/`finalize` subresource, in
+        // API group example.com, with a trailing part nothing serves.
+        let as_read = json!({"namespace": NS, "group": "example.com", "resource": "namespaces",
+            "subresource": plural, "name": NS});
+        for (method, verb, body) in [
+            ("GET", "get", None),
+            (
+                "PATCH",
+                "patch",
+                Some(json!({"spec": {"secret": "stolen"}})),
+            ),
+        ] {
+            let (code, r) = raw_with(&bot, method, &path, &[], body).await;
+            let mut attrs = as_read.clone();
+            attrs["verb"] = json!(verb);
+            let allowed = ssar(attrs).await;
+            if plural == "status" {
+                // Authorized as the namespace's status, which group
+                // example.com does not serve.
+                assert_eq!((code, allowed), (404, true), "{method} {path}: {r}");
+                assert_eq!(r["reason"], "NotFound", "{r}");
+            } else {
+                assert_eq!((code, allowed), (403, false), "{method} {path}: {r}");
+                assert_eq!(
+                    r["message"],
+                    format!(
+                        "namespaces.example.com \"{NS}\" is forbidden: User \"{SA_USER}\" cannot {verb} resource \"namespaces/finalize\" in API group \"example.com\" in the namespace \"{NS}\""
+                    )
+                );
+            }
+            // Never the object: `*/status` does not grant the resource.
+            let mut attrs = json!({"namespace": NS, "group": "example.com", "resource": plural,
+                "name": "obj"});
+            attrs["verb"] = json!(verb);
+            assert!(!ssar(attrs).await);
+        }
+        // The admin is routed the same way: such a path creates nothing.
+        assert_eq!(admin_apply, 404);
+        let (code, r) = raw(&admin, "GET", &path, None, b"").await;
+        assert_eq!(code, 404, "{r}");
+        let (code, r) = raw(
+            &admin,
+            "GET",
+            &format!("/apis/example.com/v1/{plural}"),
+            None,
+            b"",
+        )
+        .await;
+        assert_eq!((code, &r["items"]), (200, &json!([])), "{r}");
+
+        // The core-group path: the namespace's subresource, plus a part.
+        let core = format!("/api/v1/namespaces/{NS}/{plural}/obj");
+        let (code, r) = raw_with(&bot, "GET", &core, &[], None).await;
+        let attrs = json!({"namespace": NS, "verb": "get", "resource": "namespaces",
+            "subresource": plural, "name": NS});
+        let allowed = ssar(attrs).await;
+        let want = if plural == "status" {
+            (404, true)
+        } else {
+            (403, false)
+        };
+        assert_eq!((code, allowed), want, "GET {core}: {r}");
+    }
+
+    // The namespace's own status still answers to `namespaces/status`,
+    // and only for the namespace the role is in.
+    let (code, r) = raw_with(
+        &bot,
+        "GET",
+        &format!("/api/v1/namespaces/{NS}/status"),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!((code, r["kind"].as_str()), (200, Some("Namespace")), "{r}");
+    assert_eq!(r["metadata"]["name"], NS);
+    let (code, r) = raw_with(
+        &bot,
+        "PATCH",
+        &format!("/api/v1/namespaces/{NS}/status"),
+        &[],
+        Some(json!({"status": {"phase": "Active"}})),
+    )
+    .await;
+    assert_eq!(code, 200, "{r}");
+    let (code, r) = raw_with(
+        &bot,
+        "GET",
+        &format!("/api/v1/namespaces/{OTHER}/status"),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(code, 403, "{r}");
+    assert!(
+        ssar(json!({"namespace": NS, "verb": "get", "resource": "namespaces", "subresource": "status", "name": NS})).await
+    );
+    assert!(
+        !ssar(json!({"namespace": OTHER, "verb": "get", "resource": "namespaces", "subresource": "status", "name": OTHER})).await
+    );
+    // Bound cluster-wide, `namespaces/status` reaches every namespace's
+    // status and nothing in API group example.com.
+    cluster_role(
+        &h,
+        "ns-status",
+        vec![rule(&[""], &["namespaces/status"], &["get"], &[])],
+    )
+    .await;
+    bind(
+        &h,
+        None,
+        "ns-status",
+        ("ClusterRole", "ns-status"),
+        vec![sa_subject(Some(NS), SA)],
+    )
+    .await;
+    let (code, r) = raw_with(
+        &bot,
+        "GET",
+        &format!("/api/v1/namespaces/{OTHER}/status"),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!((code, &r["metadata"]["name"]), (200, &json!(OTHER)), "{r}");
+    let (code, r) = raw_with(
+        &bot,
+        "GET",
+        &format!("/apis/example.com/v1/namespaces/{OTHER}/status/obj"),
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(code, 403, "{r}");
+}
