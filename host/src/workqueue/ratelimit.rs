@@ -142,9 +142,27 @@ impl<K: QueueKey> RateLimiter<K> for ItemExponentialFailureRateLimiter<K> {
 /// Keys are not tracked: [`forget`](RateLimiter::forget) does nothing and
 /// [`num_requeues`](RateLimiter::num_requeues) is always 0.
 pub struct BucketRateLimiter {
+    qps: f64,
     refill: Refill,
     burst: u32,
     state: Mutex<Bucket>,
+}
+
+impl std::fmt::Debug for BucketRateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BucketRateLimiter")
+            .field("qps", &self.qps)
+            .field("burst", &self.burst)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which bucket of [`BucketRateLimiter::reserve_with`] held a reservation
+/// back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeldBy {
+    Own,
+    Shared,
 }
 
 /// How the bucket refills; `x/time/rate`'s `Inf` and non-positive limits are
@@ -176,6 +194,7 @@ impl BucketRateLimiter {
             Refill::Never
         };
         Self {
+            qps,
             refill,
             burst,
             state: Mutex::new(Bucket {
@@ -191,23 +210,89 @@ impl BucketRateLimiter {
             return Duration::ZERO;
         }
         if self.burst == 0 {
-            // x/time/rate refuses a reservation larger than the burst, and a
-            // refused reservation's delay is InfDuration.
             return Self::NEVER;
         }
         let now = Instant::now();
         let mut bucket = lock(&self.state);
+        let (tokens, wait) = self.take(&bucket, now);
+        bucket.tokens = tokens;
+        bucket.last = now;
+        wait
+    }
+
+    /// The tokens per second it was made with.
+    pub fn qps(&self) -> f64 {
+        self.qps
+    }
+
+    /// The tokens it stores at most.
+    pub fn burst(&self) -> u32 {
+        self.burst
+    }
+
+    /// Reserves one token of this bucket and, when given, one of `shared`,
+    /// together, and returns the longer of their waits; when that wait is
+    /// not zero, only if `admit` accepts it. A refused reservation takes
+    /// nothing from either bucket: a caller that gives up must not push
+    /// the wait of everyone else sharing `shared` further out (this is
+    /// x/time/rate's `Wait` with a deadline, not its `Reserve`).
+    ///
+    /// The buckets are locked own first, shared second, so callers sharing
+    /// a bucket never lock in opposite orders.
+    pub fn reserve_with(
+        &self,
+        shared: Option<&Self>,
+        admit: impl FnOnce(Duration) -> bool,
+    ) -> Result<Duration, (HeldBy, Duration)> {
+        let now = Instant::now();
+        let mut own = lock(&self.state);
+        let (own_tokens, own_wait) = self.take(&own, now);
+        let Some(shared) = shared else {
+            if !own_wait.is_zero() && !admit(own_wait) {
+                return Err((HeldBy::Own, own_wait));
+            }
+            own.tokens = own_tokens;
+            own.last = now;
+            return Ok(own_wait);
+        };
+        let mut common = lock(&shared.state);
+        let (shared_tokens, shared_wait) = shared.take(&common, now);
+        let wait = own_wait.max(shared_wait);
+        if !wait.is_zero() && !admit(wait) {
+            let by = if shared_wait > own_wait {
+                HeldBy::Shared
+            } else {
+                HeldBy::Own
+            };
+            return Err((by, wait));
+        }
+        own.tokens = own_tokens;
+        own.last = now;
+        common.tokens = shared_tokens;
+        common.last = now;
+        Ok(wait)
+    }
+
+    /// What taking one token at `now` leaves in `bucket`, and the wait until
+    /// that token exists.
+    fn take(&self, bucket: &Bucket, now: Instant) -> (f64, Duration) {
+        match self.refill {
+            Refill::Unlimited => return (bucket.tokens, Duration::ZERO),
+            // x/time/rate refuses a reservation larger than the burst, and a
+            // refused reservation's delay is InfDuration.
+            _ if self.burst == 0 => return (bucket.tokens, Self::NEVER),
+            _ => {}
+        }
         // A reservation made by another thread may carry a later `last`; treat
         // the elapsed time as zero then, as x/time/rate does.
         let elapsed = now.saturating_duration_since(bucket.last);
         let tokens = (bucket.tokens + self.tokens_from(elapsed)).min(f64::from(self.burst)) - 1.0;
-        bucket.tokens = tokens;
-        bucket.last = now;
-        if tokens < 0.0 {
+        let wait = if tokens < 0.0 {
             self.duration_from(-tokens)
         } else {
             Duration::ZERO
-        }
+        };
+        (tokens, wait)
     }
 
     fn tokens_from(&self, elapsed: Duration) -> f64 {
@@ -459,6 +544,73 @@ mod tests {
 
         let no_burst = BucketRateLimiter::new(10.0, 0);
         assert_eq!(when(&no_burst), BucketRateLimiter::NEVER);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shared_bucket_bounds_its_sharers_together() {
+        // Two plugins of 10/s each (burst 20) under a host budget of 2/s
+        // (burst 4); a request may wait up to 1 s.
+        let shared = BucketRateLimiter::new(2.0, 4);
+        let (a, b) = (
+            BucketRateLimiter::new(10.0, 20),
+            BucketRateLimiter::new(10.0, 20),
+        );
+        let within = |wait: Duration| wait <= Duration::from_secs(1);
+        let mut admitted = Vec::new();
+        for i in 0..20 {
+            let plugin = if i % 2 == 0 { &a } else { &b };
+            admitted.push(plugin.reserve_with(Some(&shared), within));
+        }
+        // The budget's burst, then 0.5 s and 1 s of debt; every request
+        // after that is refused by the shared bucket, whichever plugin
+        // sends it.
+        let ok: Vec<Duration> = admitted.iter().filter_map(|r| r.ok()).collect();
+        assert_eq!(
+            ok,
+            [Duration::ZERO; 4]
+                .into_iter()
+                .chain([500 * MS, 1000 * MS])
+                .collect::<Vec<_>>()
+        );
+        assert!(
+            admitted[6..]
+                .iter()
+                .all(|r| matches!(r, Err((HeldBy::Shared, w)) if *w == 1500 * MS)),
+            "{admitted:?}"
+        );
+        // The refusals took nothing: half a second repays exactly one token.
+        advance(500 * MS).await;
+        assert_eq!(a.reserve_with(Some(&shared), within), Ok(1000 * MS));
+        assert_eq!(
+            b.reserve_with(Some(&shared), within),
+            Err((HeldBy::Shared, 1500 * MS))
+        );
+        // The plugins' own buckets were only charged for what was admitted.
+        assert_eq!(a.reserve_with(None, within), Ok(Duration::ZERO));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_own_bucket_holds_back_before_a_roomier_shared_one() {
+        let shared = BucketRateLimiter::new(100.0, 200);
+        let own = BucketRateLimiter::new(1.0, 1);
+        let within = |wait: Duration| wait <= 500 * MS;
+        assert_eq!(own.reserve_with(Some(&shared), within), Ok(Duration::ZERO));
+        assert_eq!(
+            own.reserve_with(Some(&shared), within),
+            Err((HeldBy::Own, Duration::from_secs(1)))
+        );
+        // Alone, a refused reservation takes nothing either.
+        assert_eq!(
+            own.reserve_with(None, within),
+            Err((HeldBy::Own, Duration::from_secs(1)))
+        );
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(own.reserve_with(None, within), Ok(Duration::ZERO));
+        // `admit` is asked only about a wait.
+        let never = |_: Duration| unreachable!("no wait to admit");
+        advance(Duration::from_secs(1)).await;
+        assert_eq!(own.reserve_with(Some(&shared), never), Ok(Duration::ZERO));
+        assert_eq!((own.qps(), own.burst()), (1.0, 1));
     }
 
     #[tokio::test(start_paused = true)]
