@@ -94,6 +94,7 @@ impl Recorder {
             .mode(0o700)
             .create(&options.dir)
             .map_err(fail)?;
+        trusted_dir(&options.dir).map_err(fail)?;
         let mut files = Files::open(plugin, &options).map_err(fail)?;
         let (lines, received) = std::sync::mpsc::sync_channel::<String>(BACKLOG);
         let labels = PluginReasonLabels {
@@ -333,11 +334,7 @@ impl Files {
             max: options.max.max(1),
             max_bytes: options.max_bytes,
             files: options.files.max(1),
-            file: OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .open(&path)?,
+            file: open_new(&path, OpenOptions::new().append(true))?,
             lines,
             bytes,
         };
@@ -383,24 +380,76 @@ impl Files {
             }
             std::fs::rename(self.current(), self.rotated(1))?;
         }
-        self.file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(self.current())?;
+        self.file = open_new(
+            &self.current(),
+            OpenOptions::new().write(true).truncate(true),
+        )?;
         self.lines = 0;
         self.bytes = 0;
         Ok(())
     }
 }
 
+/// Refuses a transcript directory someone other than the host's user
+/// could plant files or links in: transcripts hold what the plugin read,
+/// and a planted link would have the host overwrite the file it names.
+/// A directory that already existed keeps its mode, so it is checked, not
+/// assumed.
+fn trusted_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::other("it is not a directory"));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(io::Error::other(format!(
+            "refusing it: it is owned by uid {}, not by the host's user (uid {uid}), so another user controls what is in it",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "refusing it: its mode {mode:04o} lets other users create files and links in it; make it writable only by its owner (chmod 700)"
+        )));
+    }
+    Ok(())
+}
+
+/// Opens a transcript file, created 0600, never through a symbolic link:
+/// a link at the file's path is refused rather than followed.
+fn open_new(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
+    options
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|e| not_through_a_link(path, e))
+}
+
+fn not_through_a_link(path: &Path, e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        io::Error::other(format!(
+            "{} is a symbolic link; transcripts are never written through a link",
+            path.display()
+        ))
+    } else {
+        e
+    }
+}
+
 /// Lines and bytes of an existing transcript file (0, 0 if there is none).
 fn fill(path: &Path) -> io::Result<(u64, u64)> {
-    let file = match File::open(path) {
+    let file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+    {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((0, 0)),
-        Err(e) => return Err(e),
+        Err(e) => return Err(not_through_a_link(path, e)),
     };
     let bytes = file.metadata()?.len();
     let mut lines = 0;
@@ -494,5 +543,56 @@ mod tests {
         files.write("d").unwrap();
         assert_eq!(lines(&dir.path().join("p.jsonl")), ["d"]);
         assert_eq!(lines(&dir.path().join("p.1.jsonl")), ["a", "b", "c"]);
+    }
+
+    fn start(dir: &Path, files: u32) -> Result<Recorder, RecordError> {
+        Recorder::start(
+            "p",
+            options(dir, 1, 1 << 20, files),
+            Arc::new(Metrics::new()),
+        )
+    }
+
+    #[test]
+    fn a_directory_others_may_write_to_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("transcripts");
+        std::fs::create_dir(&dir).unwrap();
+        for mode in [0o777, 0o770, 0o1777] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = start(&dir, 2).unwrap_err().to_string();
+            assert!(
+                e.contains(&dir.display().to_string()) && e.contains("lets other users"),
+                "{mode:o}: {e}"
+            );
+            assert!(!dir.join("p.jsonl").exists(), "nothing written in it");
+        }
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        start(&dir, 2).unwrap();
+        assert!(dir.join("p.jsonl").exists());
+    }
+
+    #[test]
+    fn a_planted_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("precious");
+        std::fs::write(&target, "keep me\n").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("p.jsonl")).unwrap();
+        for files in [1, 3] {
+            let e = start(dir.path(), files).unwrap_err().to_string();
+            assert!(e.contains("is a symbolic link"), "{e}");
+        }
+        // A full file with one file kept is truncated in place: the link
+        // planted after the recorder started is not followed either.
+        std::fs::remove_file(dir.path().join("p.jsonl")).unwrap();
+        let mut files = Files::open("p", &options(dir.path(), 1, 1 << 20, 1)).unwrap();
+        files.write("a").unwrap();
+        std::fs::remove_file(dir.path().join("p.jsonl")).unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("p.jsonl")).unwrap();
+        let e = files.write("b").unwrap_err().to_string();
+        assert!(e.contains("is a symbolic link"), "{e}");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep me\n");
     }
 }
