@@ -498,7 +498,7 @@ async fn dev(
     kubeconfig_out: PathBuf,
     admin: Option<SocketAddr>,
 ) -> anyhow::Result<()> {
-    let config = HostConfig::load(&config_path)?;
+    let config = load_with_admin_bind(&config_path, admin)?;
     build_missing_plugins(&config)?;
     let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
         addr,
@@ -539,6 +539,34 @@ async fn dev(
     server.shutdown().await;
     result?;
     Ok(())
+}
+
+/// The config at `path`, with `admin` (`--admin`) as its `admin.bind`.
+/// The override is written into the config and the config checked again,
+/// so it meets every rule a written bind meets (an address off loopback
+/// needs `admin.tokenFile`).
+fn load_with_admin_bind(path: &Path, admin: Option<SocketAddr>) -> anyhow::Result<HostConfig> {
+    let config = HostConfig::load(path)?;
+    let Some(bind) = admin else {
+        return Ok(config);
+    };
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut value: serde_yaml::Value =
+        serde_yaml::from_str(&text).with_context(|| format!("{}: not YAML", path.display()))?;
+    let serde_yaml::Value::Mapping(top) = &mut value else {
+        anyhow::bail!("{}: not a mapping", path.display());
+    };
+    let admin = top
+        .entry("admin".into())
+        .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()));
+    let serde_yaml::Value::Mapping(admin) = admin else {
+        anyhow::bail!("{}: admin: must be a mapping", path.display());
+    };
+    admin.insert("bind".into(), bind.to_string().into());
+    let text = serde_yaml::to_string(&value)?;
+    HostConfig::parse(path, &text, config.base_dir.clone())
+        .with_context(|| format!("--admin {bind}"))
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -624,4 +652,42 @@ async fn apiserver(
     terminated().await;
     server.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(text: &str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wasmctrl.yaml");
+        std::fs::write(&path, text).unwrap();
+        (dir, path)
+    }
+
+    const CONFIG: &str = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nplugins: []\n";
+
+    #[test]
+    fn an_admin_override_off_loopback_needs_a_token_file() {
+        let (_dir, path) = config(CONFIG);
+        let e = load_with_admin_bind(&path, Some("0.0.0.0:9090".parse().unwrap())).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("--admin 0.0.0.0:9090") && e.contains("admin.tokenFile"),
+            "{e}"
+        );
+        let c = load_with_admin_bind(&path, Some("127.0.0.1:0".parse().unwrap())).unwrap();
+        assert_eq!(c.admin.bind, "127.0.0.1:0".parse().unwrap());
+        assert!(load_with_admin_bind(&path, None).is_ok());
+    }
+
+    #[test]
+    fn an_admin_override_off_loopback_with_a_token_file_is_taken() {
+        let (dir, path) = config(&format!(
+            "{CONFIG}admin: {{ bind: 127.0.0.1:9090, tokenFile: token }}\n"
+        ));
+        std::fs::write(dir.path().join("token"), "secret\n").unwrap();
+        let c = load_with_admin_bind(&path, Some("0.0.0.0:0".parse().unwrap())).unwrap();
+        assert_eq!(c.admin.bind, "0.0.0.0:0".parse().unwrap());
+    }
 }
