@@ -66,6 +66,15 @@ mod yaml;
 pub mod testing;
 
 pub use authorization::{Authorization, UnknownAuthorization};
+
+/// JSON patch (RFC 6902) and JSON merge patch (RFC 7386) as this server
+/// applies them, with its bounds: a host that answers a patch without
+/// sending it (a shadow run) is held to the same limits as the server.
+pub mod patches {
+    pub use crate::patch::{
+        MAX_COPY_BYTES, MAX_DEPTH, MAX_OPERATIONS, PatchError, json_patch, merge_patch,
+    };
+}
 pub use conn::Timeouts;
 pub use kubeconfig::KubeconfigError;
 pub use persist::PersistError;

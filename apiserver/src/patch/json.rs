@@ -12,12 +12,12 @@ use super::PatchError;
 
 /// Most operations one patch may hold (kube-apiserver's
 /// `maxJSONPatchOperations`); more is 413.
-pub(crate) const MAX_OPERATIONS: usize = 10_000;
+pub const MAX_OPERATIONS: usize = 10_000;
 
 /// Most bytes the `copy` operations of one patch may add, each copied value
 /// counted at its compact JSON size (kube-apiserver's default
 /// `JSONPatchMaxCopyBytes`, 3 MiB); more is 422.
-pub(crate) const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+pub const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
 
 /// Deepest nesting of arrays and objects an operation may produce. Far
 /// deeper than any real object, and shallow enough that the server's
@@ -25,7 +25,7 @@ pub(crate) const MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
 /// stack limit and the result still parses as JSON (128 levels) inside a
 /// list or watch event. `copy` can otherwise double the depth per
 /// operation.
-pub(crate) const MAX_DEPTH: usize = 100;
+pub const MAX_DEPTH: usize = 100;
 
 /// Applies an RFC 6902 JSON patch: a list of `add`, `remove`, `replace`,
 /// `move`, `copy` and `test` operations, applied in order and atomically
@@ -44,7 +44,7 @@ pub(crate) const MAX_DEPTH: usize = 100;
 /// an out-of-range index, copies past [`MAX_COPY_BYTES`] or nesting past
 /// [`MAX_DEPTH`] are [`PatchError::Invalid`]; more than [`MAX_OPERATIONS`]
 /// operations is [`PatchError::TooLarge`].
-pub(crate) fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
+pub fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     let Value::Array(ops) = patch else {
         return Err(PatchError::Invalid(
             "json patch must be a JSON array of operations".to_owned(),

@@ -14,7 +14,7 @@ use super::PatchError;
 ///
 /// None: every JSON value is a valid merge patch. The `Result` keeps the
 /// signature in line with the other patch types.
-pub(crate) fn merge_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
+pub fn merge_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     Ok(apply(target, patch))
 }
 

@@ -26,13 +26,14 @@ mod merge_keys;
 mod strategic;
 
 pub(crate) use apply::{ApplyRequest, record_update, server_side_apply};
-pub(crate) use json::json_patch;
-pub(crate) use merge::merge_patch;
+pub use json::json_patch;
+pub use json::{MAX_COPY_BYTES, MAX_DEPTH, MAX_OPERATIONS};
+pub use merge::merge_patch;
 pub(crate) use strategic::strategic_merge_patch;
 
 /// Why a patch could not be applied. Each variant maps to one HTTP status.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum PatchError {
+pub enum PatchError {
     /// The patch document is malformed or cannot apply to this object
     /// (400 Bad Request, or 422 Unprocessable Entity for JSON patch).
     #[error("{0}")]
