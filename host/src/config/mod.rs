@@ -311,7 +311,12 @@ pub struct RuntimeSection {
     #[serde(default)]
     pub max_instances: Option<u32>,
     /// Requests per second to the API server for all plugins together; a
-    /// plugin without `limits.apiQps` gets an equal share of it.
+    /// plugin of the config without `limits.apiQps` gets an equal share of
+    /// it. With `pluginsFrom`, it is also one bucket (burst 2 × apiQps)
+    /// that every object plugin and every config plugin without
+    /// `limits.apiQps` draws from besides its own. A config plugin with
+    /// `limits.apiQps` is the config author's explicit choice and keeps
+    /// only its own bucket.
     #[serde(default = "default_host_api_qps")]
     pub api_qps: f64,
     /// How plugins' guests share the CPU when more than one has work.
@@ -375,11 +380,11 @@ pub const PLUGINS_FROM_KIND: &str = "WasmReconciler";
 /// `pluginsFrom`: where plugins defined as Kubernetes objects come from.
 ///
 /// ```yaml
-/// pluginsFrom: { kind: WasmReconciler, namespace: wasmctrl-system }
+/// pluginsFrom: { kind: WasmReconciler, namespace: wasmctrl-system, maxApiQps: 50 }
 /// maxGrant:
 ///   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct PluginsFrom {
     /// The kind of the objects: `WasmReconciler` (group `wasmctrl.dev`,
@@ -395,6 +400,19 @@ pub struct PluginsFrom {
     /// not choose files the host reads.
     #[serde(default)]
     pub allow_file_sources: bool,
+    /// The most API requests per second an object may ask for its plugin
+    /// (`limits.apiQps`; `limits.apiBurst` at most twice this): an object
+    /// asking more is refused. Default (None): `runtime.apiQps`, which also
+    /// bounds every object plugin together.
+    #[serde(default)]
+    pub max_api_qps: Option<f64>,
+}
+
+impl PluginsFrom {
+    /// `maxApiQps`, or its default under `runtime`.
+    pub fn max_api_qps(&self, runtime: &RuntimeSection) -> f64 {
+        self.max_api_qps.unwrap_or(runtime.api_qps)
+    }
 }
 
 /// A plugin's ceilings (docs/SECURITY.md lists them with their defaults).
@@ -417,7 +435,8 @@ pub struct LimitsConfig {
     #[serde(default = "default_list_bytes", deserialize_with = "quantity")]
     pub list_bytes: u64,
     /// API requests per second (default: an equal share of
-    /// `runtime.apiQps`).
+    /// `runtime.apiQps` for a config plugin, `runtime.apiQps` for an
+    /// object's, which `pluginsFrom.maxApiQps` bounds).
     #[serde(default)]
     pub api_qps: Option<f64>,
     /// API requests allowed at once above `apiQps` (default: 2 × apiQps).
@@ -1041,6 +1060,21 @@ impl HostConfig {
                 "pluginsFrom.namespace",
                 syntax::namespace(&from.namespace).map_err(|e| e.message),
             )?;
+            if let Some(qps) = from.max_api_qps {
+                top("pluginsFrom.maxApiQps", rate(qps, 1e5))?;
+                // Object plugins draw from runtime.apiQps together: a larger
+                // ceiling would promise what the host never grants.
+                if qps > self.runtime.api_qps {
+                    return Err(invalid(
+                        "pluginsFrom.maxApiQps".into(),
+                        None,
+                        format!(
+                            "must be at most runtime.apiQps ({}): object plugins draw their API requests from that budget (got {qps})",
+                            self.runtime.api_qps
+                        ),
+                    ));
+                }
+            }
         }
         if let Some(rules) = &self.max_grant {
             check_rules(rules, "maxGrant")

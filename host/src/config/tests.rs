@@ -409,6 +409,47 @@ maxGrant:
 }
 
 #[test]
+fn plugins_from_max_api_qps_defaults_to_the_host_budget_and_cannot_exceed_it() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let c = parse(&format!("{head}pluginsFrom: {{ kind: WasmReconciler }}\n")).unwrap();
+    let from = c.plugins_from.unwrap();
+    assert_eq!(from.max_api_qps, None);
+    assert_eq!(from.max_api_qps(&c.runtime), 200.0);
+    let c = parse(&format!(
+        "{head}runtime: {{ apiQps: 100 }}\npluginsFrom: {{ kind: WasmReconciler, maxApiQps: 2.5 }}\n"
+    ))
+    .unwrap();
+    let from = c.plugins_from.unwrap();
+    assert_eq!(from.max_api_qps, Some(2.5));
+    assert_eq!(from.max_api_qps(&c.runtime), 2.5);
+    for (text, words) in [
+        (
+            "pluginsFrom: { kind: WasmReconciler, maxApiQps: 0 }",
+            "pluginsFrom.maxApiQps: must be a positive number",
+        ),
+        (
+            "pluginsFrom: { kind: WasmReconciler, maxApiQps: .nan }",
+            "pluginsFrom.maxApiQps: must be a positive number",
+        ),
+        (
+            "pluginsFrom: { kind: WasmReconciler, maxApiQps: 201 }",
+            "pluginsFrom.maxApiQps: must be at most runtime.apiQps (200): object plugins draw their API requests from that budget (got 201)",
+        ),
+        (
+            "runtime: { apiQps: 10 }\npluginsFrom: { kind: WasmReconciler, maxApiQps: 20 }",
+            "must be at most runtime.apiQps (10)",
+        ),
+        (
+            "pluginsFrom: { kind: WasmReconciler, maxApiQPS: 20 }",
+            "maxApiQPS",
+        ),
+    ] {
+        let err = parse(&format!("{head}{text}\n")).unwrap_err().to_string();
+        assert!(err.contains(words), "{text}: {err}");
+    }
+}
+
+#[test]
 fn a_candidate_is_checked_like_a_plugin_and_its_mode_like_its_section() {
     let with = |candidate: &str| {
         FULL.replace(

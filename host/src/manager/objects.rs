@@ -18,6 +18,9 @@
 //!   another plugin holds;
 //! - be granted more than the config's `maxGrant` (none without it):
 //!   `GrantExceedsMaxGrant`, naming each access beyond it;
+//! - ask for more API requests than `pluginsFrom.maxApiQps` (default
+//!   `runtime.apiQps`) in `limits.apiQps`, or twice that in
+//!   `limits.apiBurst`: `LimitsExceedMaxApiQps`, naming both numbers;
 //! - name files on the host (`file:`/`path:` sources need
 //!   `pluginsFrom.allowFileSources`; `dockerConfig` is refused): registry
 //!   credentials come only from its `imagePullSecret`, in
@@ -81,6 +84,7 @@ const FIELD_MANAGER: &str = "wasmctrl";
 
 /// The objects the host follows and what it knows of each.
 pub(super) struct ObjectPlugins {
+    /// `pluginsFrom`, its `maxApiQps` resolved (`runtime.apiQps` unset).
     from: PluginsFrom,
     /// The host config's `maxGrant` (None: object plugins get no grant).
     ceiling: Option<Vec<PermissionRule>>,
@@ -153,7 +157,10 @@ impl ObjectPlugins {
             metrics.queue(CONTROLLER),
         );
         Ok(Some(Self {
-            from: from.clone(),
+            from: PluginsFrom {
+                max_api_qps: Some(from.max_api_qps(&config.runtime)),
+                ..from.clone()
+            },
             ceiling: config.max_grant.clone(),
             client: client.clone(),
             api: Api::all_with(writer.clone(), resource),

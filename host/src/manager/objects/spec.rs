@@ -108,9 +108,33 @@ fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(
     Ok(())
 }
 
+/// Refuses API limits above what the host lets an object ask for:
+/// `limits.apiQps` above `max_qps` (`pluginsFrom.maxApiQps`, resolved),
+/// `limits.apiBurst` above twice that.
+fn check_api_rate(config: &PluginConfig, max_qps: f64) -> Result<(), Refusal> {
+    let refuse = |message: String| Err(Refusal::new("LimitsExceedMaxApiQps", message));
+    if let Some(qps) = config.limits.api_qps
+        && qps > max_qps
+    {
+        return refuse(format!(
+            "spec.limits.apiQps: {qps} requests/s is more than the host config lets an object ask for (pluginsFrom.maxApiQps, by default runtime.apiQps: {max_qps})"
+        ));
+    }
+    let max_burst = (max_qps * 2.0).ceil();
+    if let Some(burst) = config.limits.api_burst
+        && f64::from(burst) > max_burst
+    {
+        return refuse(format!(
+            "spec.limits.apiBurst: {burst} requests is more than the host config lets an object ask for (2 × pluginsFrom.maxApiQps, by default runtime.apiQps: {max_burst})"
+        ));
+    }
+    Ok(())
+}
+
 /// The plugin `object` defines, checked like a plugin of the host config,
-/// then against what objects may ask for: `from` (file sources) and
-/// `ceiling` (the host's `maxGrant`; None: no grant at all).
+/// then against what objects may ask for: `from` (file sources, API rate:
+/// its `maxApiQps` resolved, None: unbounded) and `ceiling` (the host's
+/// `maxGrant`; None: no grant at all).
 pub fn plugin_config(
     object: &DynamicObject,
     from: &PluginsFrom,
@@ -176,6 +200,9 @@ pub fn plugin_config(
             format!("spec.permissions: {why}: {}", over.join("; ")),
         ));
     }
+    if let Some(max) = from.max_api_qps {
+        check_api_rate(&config, max)?;
+    }
     Ok(config)
 }
 
@@ -198,6 +225,7 @@ mod tests {
             kind: KIND.into(),
             namespace: "wasmctrl-system".into(),
             allow_file_sources: files,
+            max_api_qps: Some(200.0),
         }
     }
 
@@ -409,6 +437,42 @@ mod tests {
             r.message.contains("sets no maxGrant") && r.message.contains("permissions[0]"),
             "{r}"
         );
+    }
+
+    #[test]
+    fn api_limits_beyond_max_api_qps_are_refused_naming_both_numbers() {
+        let with =
+            |limits: Value| serde_json::json!({"source": {"oci": "x/y:1"}, "limits": limits});
+        let r = refusal("stamp", with(serde_json::json!({"apiQps": 20000})));
+        assert_eq!(r.reason, "LimitsExceedMaxApiQps");
+        assert!(
+            r.message
+                .starts_with("spec.limits.apiQps: 20000 requests/s")
+                && r.message.contains("pluginsFrom.maxApiQps")
+                && r.message.contains(": 200)"),
+            "{r}"
+        );
+        let r = refusal(
+            "stamp",
+            with(serde_json::json!({"apiQps": 100, "apiBurst": 401})),
+        );
+        assert_eq!(r.reason, "LimitsExceedMaxApiQps");
+        assert!(
+            r.message.starts_with("spec.limits.apiBurst: 401 requests")
+                && r.message.contains(": 400)"),
+            "{r}"
+        );
+        for limits in [
+            serde_json::json!({"apiQps": 200, "apiBurst": 400}),
+            serde_json::json!({}),
+        ] {
+            let ok = plugin_config(
+                &object("stamp", with(limits)),
+                &from(false),
+                Some(&ceiling()),
+            );
+            assert!(ok.is_ok(), "{ok:?}");
+        }
     }
 
     #[test]
