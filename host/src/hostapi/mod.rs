@@ -156,6 +156,12 @@ impl KubeRequest {
         }
     }
 
+    /// Refuses a call whose body is past [`MAX_PAYLOAD`] bytes: the one
+    /// bound checked before anything reads the body.
+    pub fn check_payload(&self) -> Result<(), ApiError> {
+        self.payload().map_or(Ok(()), check_size)
+    }
+
     /// The object or patch body the guest sends, if the call has one.
     pub fn payload(&self) -> Option<&str> {
         match self {
@@ -174,6 +180,17 @@ impl KubeRequest {
             | KubeRequest::RecordEvent(_) => None,
         }
     }
+}
+
+/// Refuses a body past [`MAX_PAYLOAD`] bytes, naming its size.
+pub(crate) fn check_size(payload: &str) -> Result<(), ApiError> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(ApiError::Invalid(format!(
+            "object of {} bytes exceeds the host's {MAX_PAYLOAD}-byte payload limit",
+            payload.len()
+        )));
+    }
+    Ok(())
 }
 
 /// What a successful call returns.
@@ -202,6 +219,16 @@ pub trait KubeApi: Send + Sync + 'static {
         deadline: Instant,
     ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
         self.call(request, deadline)
+    }
+
+    /// Whether [`KubeApi::call`] would let `request` through to the API
+    /// server: every check it makes before sending (the body's size, the
+    /// strings' syntax, the kind's resolution, the grant), counted as the
+    /// plugin's call when refused, and nothing sent. Shadow runs answer
+    /// their writes in the host and must refuse exactly what a real call
+    /// would. The default checks the body's size only.
+    fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
+        Box::pin(async move { request.check_payload() })
     }
 }
 

@@ -23,7 +23,15 @@
 //! # Never in the stable version's way
 //! Shadow runs have their own `maxConcurrentShadows` permits, taken without
 //! waiting: a key finished while all are busy gets no shadow run (counted in
-//! `wasmctrl_shadow_skipped_total`). They stop when the plugin is unloaded.
+//! `wasmctrl_shadow_skipped_total`), and so does one whose two runs read and
+//! wrote more than [`MAX_RECORDED`] bytes. They stop when the plugin is
+//! unloaded.
+//!
+//! # Held to the same bounds
+//! A candidate's write passes every check a real call of it would
+//! ([`KubeApi::admit`]) before its body is read, and its patches are
+//! applied by the embedded API server's patch code, with that server's
+//! bounds on operations, bytes copied and nesting.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -35,7 +43,11 @@ use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::hostapi::{ApiError, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
+use wasmctrl_apiserver::patches;
+
+use crate::hostapi::{
+    ApiError, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch, check_size,
+};
 use crate::metrics::{Metrics, PluginKindLabels, PluginLabel, Version};
 use crate::normalized::{canonical, parse_body};
 use crate::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
@@ -43,6 +55,12 @@ use crate::runtime::{Plugin, Through};
 
 /// Bytes of one write body kept in a divergence (the comparison uses all).
 const MAX_KEPT_BODY: usize = 64 << 10;
+
+/// Bytes of answers and writes one shadow run keeps, the stable version's
+/// and the candidate's together. Each call is bounded (the payload and
+/// list limits) and so is their number (`hostCalls`), but not their
+/// product: past this, the key is counted as skipped instead of compared.
+const MAX_RECORDED: usize = 64 << 20;
 
 /// One write, as compared: what was written where, normalized.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -230,7 +248,7 @@ fn read_id(request: &KubeRequest) -> Option<String> {
     }
 }
 
-type Answer = Result<KubeResponse, ApiError>;
+type Answer<T = KubeResponse> = Result<T, ApiError>;
 
 /// Serves the stable version's calls through the plugin's API and keeps
 /// its reads' answers and its writes that succeeded.
@@ -243,6 +261,38 @@ pub(crate) struct Recording {
 struct Seen {
     reads: HashMap<String, VecDeque<Answer>>,
     writes: Vec<Write>,
+    /// Bytes of answers and write bodies kept.
+    bytes: usize,
+    /// Past [`MAX_RECORDED`]: nothing is kept, and the run is not compared.
+    overflow: bool,
+}
+
+impl Seen {
+    /// Whether `bytes` more may be kept; past [`MAX_RECORDED`] everything
+    /// kept is dropped at once and nothing more is.
+    fn keep(&mut self, bytes: usize) -> bool {
+        if self.overflow {
+            return false;
+        }
+        self.bytes += bytes;
+        if self.bytes > MAX_RECORDED {
+            self.overflow = true;
+            self.reads = HashMap::new();
+            self.writes = Vec::new();
+            return false;
+        }
+        true
+    }
+}
+
+/// The text an answer holds.
+fn answer_bytes(answer: &Answer) -> usize {
+    match answer {
+        Ok(KubeResponse::Object(s)) => s.len(),
+        Ok(KubeResponse::Objects(list)) => list.iter().map(String::len).sum(),
+        Ok(KubeResponse::Empty) => 0,
+        Err(e) => e.to_string().len(),
+    }
 }
 
 impl Recording {
@@ -262,16 +312,33 @@ impl KubeApi for Recording {
     fn call(&self, request: KubeRequest, deadline: Instant) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
             let id = read_id(&request);
-            let write = Write::of(&request);
+            // A body past the payload limit is refused by the call below;
+            // it is not parsed here first.
+            let write = match request.check_payload() {
+                Ok(()) => Write::of(&request),
+                Err(_) => None,
+            };
             let answer = self.api.call(request, deadline).await;
             let mut seen = self.seen.lock().unwrap();
             match (id, write) {
-                (Some(id), _) => seen.reads.entry(id).or_default().push_back(answer.clone()),
-                (None, Some(w)) if answer.is_ok() => seen.writes.push(w),
+                (Some(id), _) => {
+                    if seen.keep(id.len() + answer_bytes(&answer)) {
+                        seen.reads.entry(id).or_default().push_back(answer.clone());
+                    }
+                }
+                (None, Some(w)) if answer.is_ok() => {
+                    if seen.keep(w.canonical.len()) {
+                        seen.writes.push(w);
+                    }
+                }
                 _ => {}
             }
             answer
         })
+    }
+
+    fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Answer<()>> {
+        self.api.admit(request)
     }
 }
 
@@ -300,6 +367,12 @@ impl Capture {
     }
 
     /// What the API server would answer `request` with, without sending it.
+    ///
+    /// Patches are applied by the embedded API server's own patch code,
+    /// with its bounds (operations, bytes copied, nesting depth): a
+    /// candidate's patch costs the host no more than the same patch sent
+    /// for real would cost the API server, and never runs unbounded on the
+    /// guest's stack.
     async fn answer(&self, request: &KubeRequest, deadline: Instant) -> Answer {
         let current = |kind: &Gvk, namespace: &Option<String>, name: &String| KubeRequest::Get {
             kind: kind.clone(),
@@ -310,27 +383,21 @@ impl Capture {
             let KubeResponse::Object(json) = object? else {
                 return Err(ApiError::Other("a get answered without an object".into()));
             };
-            let mut object: Value = serde_json::from_str(&json)
+            let object: Value = serde_json::from_str(&json)
                 .map_err(|e| ApiError::Other(format!("the current object is not JSON: {e}")))?;
-            match patch {
-                ObjectPatch::Merge(s) => {
-                    let p: Value = serde_json::from_str(s)
-                        .map_err(|e| ApiError::Invalid(format!("patch is not valid JSON: {e}")))?;
-                    json_patch::merge(&mut object, &p);
-                }
-                ObjectPatch::Json(s) => {
-                    let p: json_patch::Patch = serde_json::from_str(s)
-                        .map_err(|e| ApiError::Invalid(format!("not a JSON patch: {e}")))?;
-                    json_patch::patch(&mut object, &p)
-                        .map_err(|e| ApiError::Invalid(format!("the JSON patch fails: {e}")))?;
-                }
-                ObjectPatch::Apply(a) => {
-                    let p: Value = serde_json::from_str(&a.body)
-                        .map_err(|e| ApiError::Invalid(format!("patch is not valid JSON: {e}")))?;
-                    json_patch::merge(&mut object, &p);
-                }
-            }
-            Ok(KubeResponse::Object(object.to_string()))
+            let parse = |s: &str| -> Result<Value, ApiError> {
+                serde_json::from_str(s)
+                    .map_err(|e| ApiError::Invalid(format!("patch is not valid JSON: {e}")))
+            };
+            let result = match patch {
+                ObjectPatch::Merge(s) => patches::merge_patch(&object, &parse(s)?),
+                ObjectPatch::Json(s) => patches::json_patch(&object, &parse(s)?),
+                ObjectPatch::Apply(a) => patches::merge_patch(&object, &parse(&a.body)?),
+            };
+            let object = result.map_err(|e| ApiError::Invalid(format!("the patch fails: {e}")))?;
+            let json = object.to_string();
+            check_size(&json)?;
+            Ok(KubeResponse::Object(json))
         };
         match request {
             KubeRequest::Create { object, .. }
@@ -368,16 +435,23 @@ impl Capture {
 impl KubeApi for Capture {
     fn call(&self, request: KubeRequest, deadline: Instant) -> BoxFuture<'_, Answer> {
         Box::pin(async move {
-            match Write::of(&request) {
-                None => self.read(request, deadline).await,
-                Some(write) => {
-                    let answer = self.answer(&request, deadline).await;
-                    if answer.is_ok() {
-                        self.state.lock().unwrap().writes.push(write);
-                    }
-                    answer
+            if read_id(&request).is_some() {
+                return self.read(request, deadline).await;
+            }
+            // Refused as the real call would be, before the body is read:
+            // a candidate's write past its grant or the payload limit is
+            // no success to compare.
+            self.live.admit(&request).await?;
+            let answer = self.answer(&request, deadline).await;
+            if answer.is_ok()
+                && let Some(write) = Write::of(&request)
+            {
+                let mut state = self.state.lock().unwrap();
+                if state.keep(write.canonical.len()) {
+                    state.writes.push(write);
                 }
             }
+            answer
         })
     }
 }
@@ -541,21 +615,18 @@ impl Shadow {
         result: &Result<Action, ReconcileError>,
         recording: &Recording,
     ) {
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
-            self.tally.lock().unwrap().skipped += 1;
-            self.metrics
-                .shadow_skipped
-                .get_or_create(&self.label())
-                .inc();
-            return;
-        };
         let seen = recording.take();
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(permit) if !seen.overflow => permit,
+            _ => return self.skip(),
+        };
         let stable_writes = seen.writes;
         let capture = Arc::new(Capture {
             live: self.candidate.kube().clone(),
             state: Mutex::new(Seen {
                 reads: seen.reads,
-                writes: Vec::new(),
+                bytes: seen.bytes,
+                ..Seen::default()
             }),
         });
         let request = ReconcileRequest {
@@ -583,7 +654,13 @@ impl Shadow {
             let Some(this) = this.upgrade() else { return };
             this.metrics
                 .observe_call_as(&this.plugin, Version::Candidate, &invocation.usage);
-            let writes = std::mem::take(&mut capture.state.lock().unwrap().writes);
+            let (writes, overflow) = {
+                let mut state = capture.state.lock().unwrap();
+                (std::mem::take(&mut state.writes), state.overflow)
+            };
+            if overflow {
+                return this.skip();
+            }
             this.compare(
                 &key,
                 stable,
@@ -593,6 +670,16 @@ impl Shadow {
                 &writes,
             );
         });
+    }
+
+    /// A key that gets no comparison: every permit was busy, or its run
+    /// kept more than [`MAX_RECORDED`] bytes.
+    fn skip(&self) {
+        self.tally.lock().unwrap().skipped += 1;
+        self.metrics
+            .shadow_skipped
+            .get_or_create(&self.label())
+            .inc();
     }
 
     fn compare(
@@ -666,6 +753,197 @@ impl Shadow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use proptest::prelude::*;
+
+    /// A live API that serves one object for every get and admits only
+    /// bodies within the payload limit, like the default `admit`.
+    struct OneObject(String);
+
+    impl KubeApi for OneObject {
+        fn call(&self, _: KubeRequest, _: Instant) -> BoxFuture<'_, Answer> {
+            Box::pin(async move { Ok(KubeResponse::Object(self.0.clone())) })
+        }
+    }
+
+    fn configmap() -> Gvk {
+        Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+        }
+    }
+
+    fn capture(object: &str) -> Capture {
+        Capture {
+            live: Arc::new(OneObject(object.into())),
+            state: Mutex::new(Seen::default()),
+        }
+    }
+
+    fn json_patch(patch: String) -> KubeRequest {
+        KubeRequest::Patch {
+            kind: configmap(),
+            namespace: Some("default".into()),
+            name: "cm".into(),
+            patch: ObjectPatch::Json(patch),
+        }
+    }
+
+    fn answer_of(capture: &Capture, request: KubeRequest) -> Answer {
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        futures::executor::block_on(capture.call(request, deadline))
+    }
+
+    /// Nesting depth, without recursion (the value may be deep).
+    fn depth(value: &Value) -> usize {
+        let mut deepest = 0;
+        let mut stack = vec![(value, 0)];
+        while let Some((v, d)) = stack.pop() {
+            deepest = deepest.max(d);
+            match v {
+                Value::Object(m) => stack.extend(m.values().map(|v| (v, d + 1))),
+                Value::Array(a) => stack.extend(a.iter().map(|v| (v, d + 1))),
+                _ => {}
+            }
+        }
+        deepest
+    }
+
+    #[test]
+    fn a_patch_that_would_nest_past_the_bound_is_refused_not_applied() {
+        let mut ops = vec![r#"{"op":"add","path":"/spec","value":{"a":{}}}"#.to_string()];
+        let mut chain = 1;
+        for _ in 0..15 {
+            let path = format!("/spec{}", "/a".repeat(chain + 1));
+            ops.push(format!(r#"{{"op":"copy","from":"/spec","path":"{path}"}}"#));
+            chain = 2 * chain + 1;
+        }
+        let c = capture(r#"{"metadata":{"name":"cm"}}"#);
+        let answer = answer_of(&c, json_patch(format!("[{}]", ops.join(","))));
+        let Err(ApiError::Invalid(m)) = &answer else {
+            panic!("{answer:?}")
+        };
+        assert!(m.contains("levels deep"), "{m}");
+        assert!(c.state.lock().unwrap().writes.is_empty());
+    }
+
+    #[test]
+    fn copies_past_the_api_server_s_copy_bytes_are_refused() {
+        let mut ops = vec![format!(
+            r#"{{"op":"add","path":"/spec","value":{{"x":"{}"}}}}"#,
+            "y".repeat(512)
+        )];
+        ops.extend(
+            (0..30).map(|i| format!(r#"{{"op":"copy","from":"/spec","path":"/spec/c{i}"}}"#)),
+        );
+        let answer = answer_of(
+            &capture(r#"{"metadata":{"name":"cm"}}"#),
+            json_patch(format!("[{}]", ops.join(","))),
+        );
+        let Err(ApiError::Invalid(m)) = &answer else {
+            panic!("{answer:?}")
+        };
+        assert!(m.contains("copy"), "{m}");
+    }
+
+    #[test]
+    fn a_body_past_the_payload_limit_is_refused_before_it_is_read() {
+        let huge = format!(
+            r#"{{"data":"{}"}}"#,
+            "x".repeat(crate::hostapi::MAX_PAYLOAD)
+        );
+        let c = capture("{}");
+        for request in [
+            KubeRequest::Create {
+                kind: configmap(),
+                namespace: Some("default".into()),
+                object: huge.clone(),
+            },
+            KubeRequest::Patch {
+                kind: configmap(),
+                namespace: Some("default".into()),
+                name: "cm".into(),
+                patch: ObjectPatch::Merge(huge.clone()),
+            },
+        ] {
+            let answer = answer_of(&c, request);
+            let Err(ApiError::Invalid(m)) = &answer else {
+                panic!("{answer:?}")
+            };
+            assert!(m.contains("payload limit"), "{m}");
+        }
+        assert!(c.state.lock().unwrap().writes.is_empty());
+    }
+
+    #[test]
+    fn a_recording_past_its_bytes_keeps_nothing_and_is_not_compared() {
+        let big = format!(r#"{{"data":"{}"}}"#, "x".repeat(1 << 20));
+        let recording = Recording::new(Arc::new(OneObject(big)));
+        let deadline = Instant::now() + std::time::Duration::from_secs(60);
+        for i in 0..(MAX_RECORDED >> 20) + 1 {
+            let get = KubeRequest::Get {
+                kind: configmap(),
+                namespace: Some("default".into()),
+                name: format!("cm-{i}"),
+            };
+            futures::executor::block_on(recording.call(get, deadline)).unwrap();
+        }
+        let seen = recording.take();
+        assert!(seen.overflow);
+        assert!(seen.reads.is_empty() && seen.writes.is_empty());
+    }
+
+    #[test]
+    fn a_patch_within_the_bounds_is_answered_and_captured() {
+        let c = capture(r#"{"metadata":{"name":"cm"},"data":{"a":"1"}}"#);
+        let answer = answer_of(
+            &c,
+            json_patch(r#"[{"op":"copy","from":"/data/a","path":"/data/b"}]"#.into()),
+        );
+        let Ok(KubeResponse::Object(json)) = answer else {
+            panic!("{answer:?}")
+        };
+        let object: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(object["data"]["b"], "1");
+        assert_eq!(c.state.lock().unwrap().writes.len(), 1);
+    }
+
+    /// One JSON patch operation over a small vocabulary of paths, so that
+    /// copies into themselves, moves and removes of what exists are
+    /// likely.
+    fn operation() -> impl Strategy<Value = String> {
+        let path = prop::collection::vec(prop::sample::select(vec!["a", "b", "0", "-"]), 0..6)
+            .prop_map(|parts| parts.iter().map(|p| format!("/{p}")).collect::<String>());
+        let op = prop::sample::select(vec!["add", "copy", "move", "remove", "replace", "test"]);
+        let value = prop::sample::select(vec![r#"{}"#, r#"[]"#, r#""x""#, r#"{"a":{"b":[1]}}"#]);
+        (op, path.clone(), path, value).prop_map(|(op, path, from, value)| {
+            format!(r#"{{"op":"{op}","path":"/spec{path}","from":"/spec{from}","value":{value}}}"#)
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever a candidate patches, the capture answers within the
+        /// API server's bounds or refuses: never a panic, never an object
+        /// deeper than the depth bound or past the payload limit.
+        #[test]
+        fn any_json_patch_is_answered_within_the_bounds(ops in prop::collection::vec(operation(), 1..64)) {
+            let c = capture(r#"{"metadata":{"name":"cm"},"spec":{"a":{"b":[1]}}}"#);
+            let patch = format!("[{}]", ops.join(","));
+            match answer_of(&c, json_patch(patch)) {
+                Ok(KubeResponse::Object(json)) => {
+                    prop_assert!(json.len() <= crate::hostapi::MAX_PAYLOAD);
+                    let object: Value = serde_json::from_str(&json).unwrap();
+                    prop_assert!(depth(&object) <= patches::MAX_DEPTH);
+                }
+                Ok(other) => prop_assert!(false, "{other:?}"),
+                Err(ApiError::Invalid(_)) => {}
+                Err(e) => prop_assert!(false, "{e:?}"),
+            }
+        }
+    }
 
     fn deployment() -> Gvk {
         Gvk {

@@ -350,6 +350,10 @@ impl KubeApi for Tracker {
             result
         })
     }
+
+    fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
+        self.api.admit(request)
+    }
 }
 
 /// What the last done reconcile of a key depended on.
