@@ -75,11 +75,14 @@ pub struct AdminError {
 /// Binds `bind` and serves until `stop` is cancelled. Returns the bound
 /// address (useful with port 0).
 ///
-/// # Mutating endpoints need the token
-/// With a `token`, `POST` endpoints answer 401 unless the request carries
+/// # What needs the token
+/// With a `token`, the `POST` endpoints and every read that carries what
+/// plugins wrote (`/plugins/{name}/shadow`: both versions' write bodies,
+/// which may hold a Secret's data) answer 401 unless the request carries
 /// `Authorization: Bearer <token>`. The config requires a token whenever
-/// the address is not loopback. Read-only endpoints (metrics, probes,
-/// status) stay open for scrapers and kubelets.
+/// the address is not loopback. Metrics, probes and `/plugins` (state,
+/// digests, counts and bounded error messages, no object bodies) stay open
+/// for scrapers, kubelets and dashboards.
 pub async fn serve(
     bind: SocketAddr,
     state: Arc<dyn AdminState>,
@@ -92,25 +95,29 @@ pub async fn serve(
     let addr = listener
         .local_addr()
         .map_err(|source| AdminError { addr: bind, source })?;
+    let token = Arc::new(token);
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/plugins", get(plugins))
-        .route("/plugins/{name}/shadow", get(shadow))
+        .route(
+            "/plugins/{name}/shadow",
+            get(shadow).route_layer(axum::middleware::from_fn_with_state(
+                token.clone(),
+                require_token,
+            )),
+        )
         .route(
             "/plugins/{name}/reload",
             post(reload).route_layer(axum::middleware::from_fn_with_state(
-                Arc::new(token.clone()),
+                token.clone(),
                 require_token,
             )),
         )
         .route(
             "/plugins/{name}/promote",
-            post(promote).route_layer(axum::middleware::from_fn_with_state(
-                Arc::new(token),
-                require_token,
-            )),
+            post(promote).route_layer(axum::middleware::from_fn_with_state(token, require_token)),
         )
         .with_state(state);
     tokio::spawn(async move {
