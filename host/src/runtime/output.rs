@@ -18,6 +18,10 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+/// Most bytes of a reconcile's error message the host keeps: it is logged
+/// on every retry and shown in events, `/plugins` and shadow divergences.
+pub const MAX_ERROR_MESSAGE: usize = 4 << 10;
+
 /// Which of a guest's streams a line came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stream {
@@ -157,6 +161,31 @@ impl OutputSink {
             .then_some((&message[..end], message.len() - end))
     }
 
+    /// Bounds the error message a call returned, which the host logs on
+    /// each retry and puts in events and status: counted as output the
+    /// guest wrote (`outputBytes` accounting), and cut to
+    /// [`MAX_ERROR_MESSAGE`] bytes or the line limit, whichever is less,
+    /// with a marker naming what was dropped. Returns whether it was cut.
+    pub(crate) fn bound_error(&self, message: &mut String) -> bool {
+        let mut s = self.state.lock().unwrap();
+        s.written += message.len() as u64;
+        let max = MAX_ERROR_MESSAGE.min(s.line_limit);
+        if message.len() <= max {
+            return false;
+        }
+        let mut end = max;
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let dropped = message.len() - end;
+        message.truncate(end);
+        message.shrink_to_fit();
+        message.push_str(&format!(
+            "… [wasmctrl: {dropped} more bytes of this message dropped]"
+        ));
+        true
+    }
+
     /// Whether `len` more bytes fit the call's budget; emits the marker the
     /// first time they do not.
     fn admit(&self, s: &mut SinkState, len: usize) -> bool {
@@ -271,6 +300,28 @@ mod tests {
         drop(s);
         sink.begin_call();
         assert_eq!(sink.admit_log("héllo"), Some(("héllo", 0)));
+    }
+
+    #[test]
+    fn an_error_message_is_counted_and_cut_on_a_char_boundary() {
+        let sink = OutputSink::new("p".into(), 1 << 20, 16 << 10);
+        let mut short = "failed".to_string();
+        assert!(!sink.bound_error(&mut short));
+        assert_eq!(short, "failed");
+        let mut huge = "é".repeat(MAX_ERROR_MESSAGE);
+        assert!(sink.bound_error(&mut huge));
+        assert!(huge.starts_with(&"é".repeat(MAX_ERROR_MESSAGE / 2)));
+        assert!(huge.ends_with(&format!(
+            "[wasmctrl: {} more bytes of this message dropped]",
+            MAX_ERROR_MESSAGE
+        )));
+        assert!(huge.len() < MAX_ERROR_MESSAGE + 100);
+        assert_eq!(sink.written(), 6 + 2 * MAX_ERROR_MESSAGE as u64);
+        // A smaller line limit cuts sooner.
+        let narrow = OutputSink::new("p".into(), 1 << 20, 10);
+        let mut message = "x".repeat(100);
+        assert!(narrow.bound_error(&mut message));
+        assert!(message.starts_with("xxxxxxxxxx…"), "{message}");
     }
 
     #[test]

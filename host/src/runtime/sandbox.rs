@@ -139,11 +139,20 @@ impl Sandbox {
         output.flush();
         let mut usage = CallUsage {
             guest_time,
-            output_bytes: output.written(),
             ..CallUsage::default()
         };
         let result = match bounded {
-            Bounded::Done((store, instance, instantiated, returned)) => {
+            Bounded::Done((store, instance, instantiated, mut returned)) => {
+                if let Ok(Returned::Reconcile(Err(
+                    types::ReconcileError::Transient(message)
+                    | types::ReconcileError::Permanent(message),
+                ))) = &mut returned
+                    && output.bound_error(message)
+                {
+                    self.runtime
+                        .metrics()
+                        .count_limit(&self.name, "errorMessage");
+                }
                 usage.instantiate = instantiated;
                 self.measure(&store, &mut usage);
                 let refused = store.data().limiter.refused;
@@ -163,6 +172,7 @@ impl Sandbox {
                 started.elapsed()
             ))),
         };
+        usage.output_bytes = output.written();
         if usage.instantiate.is_zero() {
             usage.instantiate = started.elapsed();
         }
