@@ -248,3 +248,136 @@ async fn a_component_with_many_memories_is_held_to_one_memory_limit() {
     let message = err.to_string();
     assert!(message.contains("(memory)"), "{message}");
 }
+
+/// The hostile plugin as its own shadow candidate, with the admin token
+/// set: the candidate's writes are answered in the host.
+fn shadowed(dir: &std::path::Path) -> String {
+    std::fs::write(dir.join("admin-token"), "s3cret\n").unwrap();
+    format!(
+        r#"{}
+    candidate:
+      path: {component}
+      mode: shadow
+      maxConcurrentShadows: 2
+      settings: {{ attack: true }}
+admin: {{ bind: "127.0.0.1:0", tokenFile: admin-token }}
+"#,
+        config(artifacts::HOSTILE).trim_end(),
+        component = artifacts::HOSTILE
+    )
+}
+
+/// The shadow report, read with the admin token.
+async fn shadow_report(admin: std::net::SocketAddr) -> serde_json::Value {
+    let (status, body) = wasmctrl_e2e::http(
+        admin,
+        "GET",
+        "/plugins/hostile/shadow",
+        &[("Authorization", "Bearer s3cret")],
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// A shadow candidate's JSON patches are applied in the host under the API
+/// server's own bounds: one that would nest the object 32,767 levels deep
+/// (which overflowed the guest's stack and aborted the host) and one whose
+/// copies double it thirty times (which took the host to gigabytes) are
+/// both refused, and the host goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shadow_candidate_s_patch_bombs_are_refused_under_the_api_server_s_bounds() {
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    create(&api, "patch-depth").await;
+    create(&api, "patch-copies").await;
+    let host = cluster.host(&shadowed(cluster.dir.path())).await;
+    // The stable version labels both; the candidate's patches are refused,
+    // each naming the bound it ran into.
+    let refusal = |report: &serde_json::Value, key: &str| -> Option<String> {
+        report["divergences"]
+            .as_array()?
+            .iter()
+            .find(|d| d["key"] == key)
+            .and_then(|d| d["candidate"]["error"].as_str())
+            .map(str::to_string)
+    };
+    let report = eventually(
+        "both candidates' refusals reported",
+        Duration::from_secs(120),
+        || async {
+            let r = shadow_report(host.admin).await;
+            (refusal(&r, "default/patch-depth").is_some()
+                && refusal(&r, "default/patch-copies").is_some())
+            .then_some(r)
+        },
+    )
+    .await;
+    let depth = refusal(&report, "default/patch-depth").unwrap();
+    assert!(
+        depth.contains("invalid") && depth.contains("levels deep"),
+        "{depth}"
+    );
+    let copies = refusal(&report, "default/patch-copies").unwrap();
+    assert!(
+        copies.contains("invalid") && copies.contains("copy"),
+        "{copies}"
+    );
+    reconciled(&api, "patch-depth").await;
+    reconciled(&api, "patch-copies").await;
+    assert_eq!(wasmctrl_e2e::http_get(host.admin, "/healthz").await.0, 200);
+    create(&api, "honest").await;
+    reconciled(&api, "honest").await;
+    host.stop().await.unwrap();
+}
+
+/// What the shadow endpoint serves — both versions' write bodies — needs
+/// the admin token when one is set, as the POST endpoints do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shadow_report_needs_the_admin_token() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host(&shadowed(cluster.dir.path())).await;
+    let (status, body) = wasmctrl_e2e::http_get(host.admin, "/plugins/hostile/shadow").await;
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = wasmctrl_e2e::http(
+        host.admin,
+        "GET",
+        "/plugins/hostile/shadow",
+        &[("Authorization", "Bearer wrong")],
+    )
+    .await;
+    assert_eq!(status, 401);
+    shadow_report(host.admin).await;
+    // Scrapers and probes stay open.
+    assert_eq!(wasmctrl_e2e::http_get(host.admin, "/metrics").await.0, 200);
+    assert_eq!(wasmctrl_e2e::http_get(host.admin, "/plugins").await.0, 200);
+    host.stop().await.unwrap();
+}
+
+/// A guest's error message is output like any other: counted in its
+/// output bytes, cut to a bounded length before the host logs it or puts
+/// it anywhere, and the cut counted as a limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_huge_error_message_is_counted_as_output_and_cut() {
+    let cluster = Cluster::start().await;
+    let host = cluster.host(&config(artifacts::HOSTILE)).await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    create(&api, "huge-error").await;
+    eventually("the cut counted", Duration::from_secs(60), || {
+        metric_line(
+            host.admin,
+            r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="errorMessage",version="stable"}"#,
+        )
+    })
+    .await;
+    let written = metric_value(
+        host.admin,
+        r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable"}"#,
+    )
+    .await
+    .unwrap_or(0.0);
+    assert!(written >= (8 << 20) as f64, "{written}");
+    create(&api, "honest").await;
+    reconciled(&api, "honest").await;
+    host.stop().await.unwrap();
+}

@@ -10,6 +10,9 @@
 //! | `log-flood`       | a million `log` calls of 64 KiB each                             |
 //! | `host-call-flood` | `kube` calls in a loop until the host stops it                  |
 //! | `resource-hoard`  | WASI pollables held until the host refuses one (its bound on WASI resources) |
+//! | `patch-depth`     | with the setting `attack: true` (else as any other name): a 128 KiB JSON patch of 15 `copy` operations that would nest its ConfigMap 32,767 levels deep |
+//! | `patch-copies`    | with `attack: true`: a 2 KiB JSON patch of 30 `copy` operations, each doubling the ConfigMap (a 512 GiB result) |
+//! | `huge-error`      | fails with an 8 MiB error message                                |
 //! | anything else     | labels its ConfigMap `wasmctrl.dev/hostile: reconciled`          |
 //!
 //! `--features watch-secret` declares a Secret watch its grant does not
@@ -66,7 +69,7 @@ impl Reconciler for Hostile {
         metadata
     }
 
-    fn reconcile(key: ObjectKey, _ctx: &Context) -> Result<Action, Error> {
+    fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error> {
         let ns = key.namespace.as_deref();
         match key.name.as_str() {
             "inject" => inject(ns),
@@ -100,6 +103,9 @@ impl Reconciler for Hostile {
                     ));
                 }
             }
+            "patch-depth" if attacks(ctx) => json_patch(ns, "patch-depth", &deep_patch(15)),
+            "patch-copies" if attacks(ctx) => json_patch(ns, "patch-copies", &copies_patch(30)),
+            "huge-error" => Err(Error::transient("e".repeat(8 << 20))),
             name => {
                 let patch = r#"{"metadata":{"labels":{"wasmctrl.dev/hostile":"reconciled"}}}"#;
                 match kube::patch(&configmaps(), ns, name, &ObjectPatch::Merge(patch.into())) {
@@ -305,3 +311,47 @@ fn inject(ns: Option<&str>) -> Result<Action, Error> {
 }
 
 wasmctrl_sdk::export_reconciler!(Hostile);
+
+/// Whether the plugin's settings say `attack: true`: a shadow candidate
+/// attacks while the stable version beside it reconciles normally.
+fn attacks(ctx: &Context) -> bool {
+    ctx.settings_json()
+        .replace(' ', "")
+        .contains(r#""attack":true"#)
+}
+
+/// Sends `patch` as a JSON patch of the ConfigMap `name`; the reconcile
+/// fails with the host's answer when it is refused.
+fn json_patch(ns: Option<&str>, name: &str, patch: &str) -> Result<Action, Error> {
+    kube::patch(&configmaps(), ns, name, &ObjectPatch::Json(patch.into()))?;
+    Ok(Action::done())
+}
+
+/// `/spec` becomes a chain of `{"a": …}` objects, and each of `doublings`
+/// operations copies the chain into its own innermost object: the depth
+/// goes 1, 3, 7, … 2^(doublings+1) - 1 while the patch stays small.
+fn deep_patch(doublings: u32) -> String {
+    let mut ops = vec![r#"{"op":"add","path":"/spec","value":{"a":{}}}"#.to_string()];
+    let mut depth = 1usize;
+    for _ in 0..doublings {
+        let path = format!("/spec{}", "/a".repeat(depth + 1));
+        ops.push(format!(r#"{{"op":"copy","from":"/spec","path":"{path}"}}"#));
+        depth = 2 * depth + 1;
+    }
+    format!("[{}]", ops.join(","))
+}
+
+/// `/spec` holds 512 bytes, and each of `doublings` operations copies
+/// `/spec` into a new member of itself, doubling it.
+fn copies_patch(doublings: u32) -> String {
+    let mut ops = vec![format!(
+        r#"{{"op":"add","path":"/spec","value":{{"x":"{}"}}}}"#,
+        "y".repeat(512)
+    )];
+    for i in 0..doublings {
+        ops.push(format!(
+            r#"{{"op":"copy","from":"/spec","path":"/spec/c{i}"}}"#
+        ));
+    }
+    format!("[{}]", ops.join(","))
+}
