@@ -321,15 +321,11 @@ impl KubeApi for Recording {
             let answer = self.api.call(request, deadline).await;
             let mut seen = self.seen.lock().unwrap();
             match (id, write) {
-                (Some(id), _) => {
-                    if seen.keep(id.len() + answer_bytes(&answer)) {
-                        seen.reads.entry(id).or_default().push_back(answer.clone());
-                    }
+                (Some(id), _) if seen.keep(id.len() + answer_bytes(&answer)) => {
+                    seen.reads.entry(id).or_default().push_back(answer.clone());
                 }
-                (None, Some(w)) if answer.is_ok() => {
-                    if seen.keep(w.canonical.len()) {
-                        seen.writes.push(w);
-                    }
+                (None, Some(w)) if answer.is_ok() && seen.keep(w.canonical.len()) => {
+                    seen.writes.push(w);
                 }
                 _ => {}
             }
