@@ -118,9 +118,9 @@ impl Write {
     /// The write `request` makes; None for reads.
     fn of(request: &KubeRequest) -> Option<Write> {
         let patch = |p: &ObjectPatch| match p {
-            ObjectPatch::Merge(s) => ("merge", parse_body(s)),
-            ObjectPatch::Json(s) => ("json", parse_body(s)),
-            ObjectPatch::Apply(a) => ("apply", parse_body(&a.body)),
+            ObjectPatch::Merge(s) => ("merge", compared(s)),
+            ObjectPatch::Json(s) => ("json", compared(s)),
+            ObjectPatch::Apply(a) => ("apply", compared(&a.body)),
         };
         Some(match request {
             KubeRequest::Get { .. } | KubeRequest::List { .. } => return None,
@@ -129,7 +129,7 @@ impl Write {
                 namespace,
                 object,
             } => {
-                let body = parse_body(object);
+                let body = compared(object);
                 let name = body["metadata"]["name"].as_str().map(str::to_string);
                 Write::new("create", kind, namespace.clone(), name, Some(body))
             }
@@ -143,7 +143,7 @@ impl Write {
                 kind,
                 namespace.clone(),
                 Some(name.clone()),
-                Some(parse_body(object)),
+                Some(compared(object)),
             ),
             KubeRequest::ReplaceStatus {
                 kind,
@@ -155,7 +155,7 @@ impl Write {
                 kind,
                 namespace.clone(),
                 Some(name.clone()),
-                Some(parse_body(object)),
+                Some(compared(object)),
             ),
             KubeRequest::Patch {
                 kind,
@@ -228,6 +228,37 @@ impl Write {
         }
         w
     }
+}
+
+/// Write bodies past this many bytes are compared by their digest instead
+/// of as normalized JSON: a tree of a body made of millions of tiny values
+/// costs about 16 times its text.
+const MAX_NORMALIZED: usize = 256 << 10;
+
+/// A write body as compared: normalized JSON, or past
+/// [`MAX_NORMALIZED`] its name, size and SHA-256.
+fn compared(json: &str) -> Value {
+    if json.len() <= MAX_NORMALIZED {
+        return parse_body(json);
+    }
+    /// The name, read without building the rest.
+    #[derive(serde::Deserialize)]
+    struct Named {
+        metadata: Option<Meta>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        name: Option<String>,
+    }
+    use sha2::Digest as _;
+    let name = serde_json::from_str::<Named>(json)
+        .ok()
+        .and_then(|n| n.metadata?.name);
+    serde_json::json!({
+        "metadata": { "name": name },
+        "bytes": json.len(),
+        "sha256": hex::encode(sha2::Sha256::digest(json.as_bytes())),
+    })
 }
 
 /// What identifies a read, to answer the candidate's reads with the
@@ -888,6 +919,33 @@ mod tests {
         let seen = recording.take();
         assert!(seen.overflow);
         assert!(seen.reads.is_empty() && seen.writes.is_empty());
+    }
+
+    #[test]
+    fn a_large_write_is_compared_by_digest_without_a_tree() {
+        let object = |value: &str| {
+            format!(
+                r#"{{"metadata":{{"name":"big"}},"data":[{}{value}]}}"#,
+                "0,".repeat(MAX_NORMALIZED)
+            )
+        };
+        let create = |object: String| {
+            Write::of(&KubeRequest::Create {
+                kind: configmap(),
+                namespace: Some("default".into()),
+                object,
+            })
+            .unwrap()
+        };
+        let (a, b, c) = (
+            create(object("0")),
+            create(object("0")),
+            create(object("1")),
+        );
+        assert_eq!(a.name.as_deref(), Some("big"));
+        assert_eq!(a.canonical, b.canonical);
+        assert_ne!(a.canonical, c.canonical);
+        assert!(a.canonical.len() < 300, "{}", a.canonical);
     }
 
     #[test]
