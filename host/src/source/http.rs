@@ -1,7 +1,12 @@
 //! What the network sources share: TLS on ring (the provider kube uses; no
-//! OpenSSL, no aws-lc), and reading a body within a size bound.
+//! OpenSSL, no aws-lc), a client whose every connection and redirect meets
+//! the source's [`Rule`], and reading a body within a size bound. Every
+//! body the host reads from the network goes through [`read_bounded`] or
+//! [`error_text`]: a server cannot make the host hold more than the bound
+//! of what it asked for.
 
-use std::sync::Once;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Once};
 
 use futures::{Stream, StreamExt};
 
@@ -20,16 +25,272 @@ pub(crate) fn install_crypto_provider() {
 /// The longest a connection may take to open (within a fetch's timeout).
 pub(crate) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The HTTP client of URL sources: rustls with the platform's roots, at
-/// most 5 redirects, at most `timeout` (and [`CONNECT_TIMEOUT`]) to connect.
-pub(crate) fn client(timeout: std::time::Duration) -> Result<reqwest::Client, String> {
+/// Where a source may connect. A source the host's own config names may
+/// reach any address its URL or registry names (the operator wrote it). A
+/// source a WasmReconciler object names is written by whoever may create
+/// such objects, and the host fetches it with the host's network position:
+/// it reaches only public addresses, so it cannot probe the admin endpoint,
+/// the cloud metadata service or the cluster's internal services, except
+/// for the hosts the host config allows by name.
+#[derive(Debug, Clone, Default)]
+pub enum Reach {
+    #[default]
+    Anywhere,
+    /// Only public addresses; `allowed` hosts (`host` or `host:port`, as
+    /// in the URL or reference) may be internal.
+    Public { allowed: Arc<[String]> },
+}
+
+impl Reach {
+    /// Only public addresses, besides the `allowed` hosts.
+    pub fn public(allowed: impl IntoIterator<Item = String>) -> Self {
+        Reach::Public {
+            allowed: allowed.into_iter().collect(),
+        }
+    }
+
+    /// Whether `url`'s host may be connected to without an address check.
+    fn allows(&self, url: &reqwest::Url) -> bool {
+        match self {
+            Reach::Anywhere => true,
+            Reach::Public { allowed } => {
+                let host = url.host_str().unwrap_or_default();
+                let with_port = url
+                    .port()
+                    .map(|p| format!("{host}:{p}"))
+                    .unwrap_or_default();
+                allowed
+                    .iter()
+                    .any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(&with_port))
+            }
+        }
+    }
+
+    /// Refuses `url` when it names an internal address literally (a name is
+    /// checked when it resolves, by [`CheckedResolver`]).
+    pub(crate) fn check(&self, url: &reqwest::Url) -> Result<(), String> {
+        if self.allows(url) {
+            return Ok(());
+        }
+        let ip = match url.host() {
+            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
+            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
+            Some(url::Host::Domain(d)) if d.eq_ignore_ascii_case("localhost") => {
+                return Err(internal(d, None));
+            }
+            _ => return Ok(()),
+        };
+        if is_internal(ip) {
+            return Err(internal(url.host_str().unwrap_or_default(), Some(ip)));
+        }
+        Ok(())
+    }
+}
+
+/// A connection or redirect the source's [`Rule`] refused (told apart
+/// from the network's failures by its type).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ReachRefused(pub String);
+
+fn internal(host: &str, ip: Option<IpAddr>) -> String {
+    let at = match ip {
+        Some(ip) if ip.to_string() != host.trim_matches(['[', ']']) => format!(" ({ip})"),
+        _ => String::new(),
+    };
+    format!(
+        "refusing to connect to {host}{at}: a WasmReconciler object's source may reach only public addresses (not loopback, link-local or private ones) unless the host config allows that host"
+    )
+}
+
+/// Whether a source of a WasmReconciler object must not reach `ip`:
+/// loopback, unspecified, private (RFC 1918, IPv6 unique local), shared
+/// (RFC 6598), link-local (where cloud metadata services answer),
+/// multicast and broadcast addresses, and IPv4 ones in IPv6 clothing.
+pub fn is_internal(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            v4.is_loopback()
+                || v4.is_unspecified()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_internal(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80
+                || (first & 0xffc0) == 0xfec0
+        }
+    }
+}
+
+/// Whether `url` names a loopback host (`localhost`, 127.0.0.0/8, ::1).
+pub fn is_loopback_url(url: &reqwest::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
+        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
+        None => false,
+    }
+}
+
+/// The rule every URL a source connects to meets, the first and each
+/// redirect: the scheme (`https`, or plain `http` where `insecure` allows
+/// it) and the [`Reach`].
+#[derive(Debug, Clone)]
+pub(crate) struct Rule {
+    /// Plain HTTP allowed: `Loopback` to a loopback host only (a `url`
+    /// source with `insecure`), `Any` to any host (a registry with
+    /// `insecure`).
+    pub http: PlainHttp,
+    pub reach: Reach,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PlainHttp {
+    Never,
+    Loopback,
+    Any,
+}
+
+impl Rule {
+    pub(crate) fn check(&self, url: &reqwest::Url) -> Result<(), String> {
+        match (url.scheme(), self.http) {
+            ("https", _) | ("http", PlainHttp::Any) => {}
+            ("http", PlainHttp::Loopback) if is_loopback_url(url) => {}
+            ("http", PlainHttp::Loopback) => {
+                return Err(format!(
+                    "refusing {}: plain http:// is allowed only to a loopback address",
+                    redact(url)
+                ));
+            }
+            (scheme, _) => {
+                return Err(format!(
+                    "refusing {}: must be https://, not {scheme}://",
+                    redact(url)
+                ));
+            }
+        }
+        self.reach.check(url)
+    }
+}
+
+/// `url` without its query, which may carry a signature or token.
+pub(crate) fn redact(url: &reqwest::Url) -> String {
+    let mut u = url.clone();
+    if u.query().is_some() {
+        u.set_query(None);
+        format!("{u}?…")
+    } else {
+        u.to_string()
+    }
+}
+
+/// Resolves names as the system does, then refuses a name with an address
+/// its [`Reach`] does not allow. reqwest connects to the addresses this
+/// returns, so the address checked is the address connected to (a second
+/// lookup cannot answer differently).
+pub(crate) struct CheckedResolver {
+    pub(crate) reach: Reach,
+}
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let reach = self.reach.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let addrs: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let allowed = match &reach {
+                Reach::Anywhere => true,
+                Reach::Public { allowed } => allowed.iter().any(|a| {
+                    a.eq_ignore_ascii_case(&host)
+                        || a.rsplit_once(':')
+                            .is_some_and(|(h, _)| h.eq_ignore_ascii_case(&host))
+                }),
+            };
+            if !allowed && let Some(bad) = addrs.iter().find(|a| is_internal(a.ip())) {
+                return Err(Box::new(ReachRefused(internal(&host, Some(bad.ip())))) as _);
+            }
+            Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// The most redirects one request follows.
+pub(crate) const MAX_REDIRECTS: usize = 5;
+
+/// The HTTP client of network sources: rustls with the platform's roots,
+/// at most `timeout` (and [`CONNECT_TIMEOUT`]) to connect, at most
+/// [`MAX_REDIRECTS`] redirects, each of which meets `rule` as the first URL
+/// does (an https source is not redirected to plain http, an object's
+/// source not to an internal address).
+pub(crate) fn client(timeout: std::time::Duration, rule: Rule) -> Result<reqwest::Client, String> {
     install_crypto_provider();
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .connect_timeout(timeout.min(CONNECT_TIMEOUT))
-        .redirect(reqwest::redirect::Policy::limited(5))
-        .user_agent(concat!("wasmctrl/", env!("CARGO_PKG_VERSION")))
+        .read_timeout(timeout)
+        .user_agent(concat!("wasmctrl/", env!("CARGO_PKG_VERSION")));
+    if let Reach::Public { .. } = rule.reach {
+        // Through a proxy the proxy resolves the name, past the check.
+        builder = builder.no_proxy().dns_resolver(Arc::new(CheckedResolver {
+            reach: rule.reach.clone(),
+        }));
+    }
+    let policy = reqwest::redirect::Policy::custom(move |attempt| {
+        if attempt.previous().len() >= MAX_REDIRECTS {
+            let e = ReachRefused(format!("more than {MAX_REDIRECTS} redirects"));
+            return attempt.error(e);
+        }
+        match rule.check(attempt.url()) {
+            Ok(()) => attempt.follow(),
+            Err(why) => attempt.error(ReachRefused(format!("a redirect: {why}"))),
+        }
+    });
+    builder
+        .redirect(policy)
         .build()
         .map_err(|e| format!("cannot set up an HTTP client: {e}"))
+}
+
+/// Up to `limit` bytes of `response`'s body, for an error message: what
+/// is past it is not read. Says so when the body was cut.
+pub(crate) async fn error_text(response: reqwest::Response, limit: usize) -> String {
+    let mut response = response;
+    let mut out = Vec::new();
+    let mut cut = false;
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = limit - out.len();
+                if chunk.len() > room {
+                    out.extend_from_slice(&chunk[..room]);
+                    cut = true;
+                    break;
+                }
+                out.extend_from_slice(&chunk);
+            }
+            Ok(None) | Err(_) => break,
+        }
+    }
+    let mut text = String::from_utf8_lossy(&out).into_owned();
+    if cut {
+        text.push_str(&format!(
+            " … (the answer exceeds {limit} bytes; the rest was not read)"
+        ));
+    }
+    text
 }
 
 /// Collects `body` (whose announced length is `announced`) into memory,
@@ -77,4 +338,79 @@ pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
         source = s.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(s: &str) -> reqwest::Url {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn internal_addresses() {
+        for ip in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "::",
+            "fd00::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+        ] {
+            assert!(is_internal(ip.parse().unwrap()), "{ip}");
+        }
+        for ip in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "172.32.0.1"] {
+            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn the_rule_holds_for_scheme_and_reach() {
+        let https_only = Rule {
+            http: PlainHttp::Never,
+            reach: Reach::Anywhere,
+        };
+        assert!(https_only.check(&url("https://example.com/c")).is_ok());
+        let e = https_only
+            .check(&url("http://example.com/c?sig=x"))
+            .unwrap_err();
+        assert!(
+            e.contains("must be https://") && e.contains("?…") && !e.contains("sig"),
+            "{e}"
+        );
+        let loopback = Rule {
+            http: PlainHttp::Loopback,
+            reach: Reach::Anywhere,
+        };
+        assert!(loopback.check(&url("http://127.0.0.1:8080/c")).is_ok());
+        assert!(loopback.check(&url("http://example.com/c")).is_err());
+        let object = Rule {
+            http: PlainHttp::Any,
+            reach: Reach::public(["registry.internal:5000".to_string()]),
+        };
+        for denied in [
+            "https://127.0.0.1/c",
+            "https://[::1]/c",
+            "https://localhost/c",
+            "http://169.254.169.254/latest/meta-data",
+            "https://10.0.0.1:5000/v2/",
+        ] {
+            let e = object.check(&url(denied)).unwrap_err();
+            assert!(e.contains("public addresses"), "{denied}: {e}");
+        }
+        assert!(
+            object
+                .check(&url("https://registry.internal:5000/v2/"))
+                .is_ok()
+        );
+        assert!(object.check(&url("https://ghcr.io/v2/")).is_ok());
+    }
 }

@@ -36,6 +36,7 @@ pub use credentials::{
     Credentials, CredentialsError, RegistryCredentials, credentials_from_dockerconfigjson,
 };
 pub use file::{FileSource, FileWatcher};
+pub use http::{Reach, is_internal, is_loopback_url};
 pub use oci::OciSource;
 pub use pull_secret::PullSecret;
 pub use url::UrlSource;

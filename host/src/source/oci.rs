@@ -14,6 +14,21 @@
 //! with a warning: a host restarts while its registry is down. A registry
 //! that answers "no" (unknown tag, refused credentials, not an artifact) is
 //! believed: no fallback.
+//!
+//! # Bounded reads
+//! A pull talks to the registry with the host's own HTTP client, not
+//! oci-client's: oci-client 0.18 reads the token endpoint's answer, every
+//! manifest and every error answer whole into memory (`text()`,
+//! `bytes()`), and takes no client or hook to bound them, so a registry
+//! could make the host hold gigabytes. Here every body read has a bound:
+//! the token answer [`MAX_TOKEN_ANSWER`], a manifest [`MAX_MANIFEST_SIZE`],
+//! the config [`MAX_CONFIG_SIZE`], the component the source's `maxSize`,
+//! an error answer [`MAX_ERROR_ANSWER`] (the rest is not read); and every
+//! URL connected to, redirects and the token realm included, meets the
+//! source's [`Rule`]. The pull is three requests (the token exchange, the
+//! manifest, the blob), small enough to own. `wasmctrl push`, run by an
+//! operator against a registry of their choosing, still goes through
+//! oci-client.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,10 +45,24 @@ use oci_client::{Reference, RegistryOperation};
 use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::cache::now_rfc3339;
 use super::credentials::RegistryCredentials;
-use super::http::{CONNECT_TIMEOUT, chain, install_crypto_provider, read_bounded};
+use super::http::{
+    self, CONNECT_TIMEOUT, PlainHttp, Reach, ReachRefused, Rule, chain, error_text,
+    install_crypto_provider, read_bounded,
+};
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
 use crate::config::{FetchLimits, OciSourceSpec};
 use crate::runtime::digest;
+
+/// The most bytes of a registry's token endpoint answer read.
+pub const MAX_TOKEN_ANSWER: usize = 64 << 10;
+/// The most bytes of a manifest read: the distribution spec asks
+/// registries to accept manifests of up to 4 MiB, so none is larger.
+pub const MAX_MANIFEST_SIZE: usize = 4 << 20;
+/// The most bytes of an error answer read (for its message).
+pub const MAX_ERROR_ANSWER: usize = 64 << 10;
+
+/// The manifest media types a tag is resolved with.
+const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// How to reach a registry.
 #[derive(Debug, Clone, Default)]
@@ -58,6 +87,9 @@ struct Inner {
     spec: OciSourceSpec,
     reference: Reference,
     options: RegistryOptions,
+    /// Where the registry may be: anywhere for a config's source, public
+    /// addresses for an object's.
+    reach: Reach,
     cache: DiskCache,
     /// The manifest the last fetch reached a verdict on (loaded, or
     /// refused for what it is); None after a fetch that failed before (a
@@ -126,9 +158,21 @@ impl OciSource {
                 spec,
                 reference,
                 options,
+                reach: Reach::Anywhere,
                 cache,
                 fetched: Mutex::new(None),
             }),
+        }
+    }
+
+    /// The source, connecting only where `reach` allows (a WasmReconciler
+    /// object's source: [`Reach::public`]).
+    pub fn reaching(self, reach: Reach) -> Self {
+        let mut inner = Arc::try_unwrap(self.inner)
+            .unwrap_or_else(|_| unreachable!("a source being built has one owner"));
+        inner.reach = reach;
+        Self {
+            inner: Arc::new(inner),
         }
     }
 }
@@ -229,11 +273,11 @@ impl Inner {
         {
             return Ok((artifact, d.to_string()));
         }
-        let registry = Registry::connect(&self.options, &origin)?;
-        let auth = registry.auth(&self.reference).await?;
+        let registry =
+            Registry::open(&self.options, &origin, &self.reference, self.reach.clone()).await?;
         let manifest_digest = match self.reference.digest() {
             Some(d) => d.to_string(),
-            None => registry.resolve(&self.reference, &auth).await?,
+            None => registry.resolve(&self.reference).await?,
         };
         let pinned = pin(&self.reference, &manifest_digest);
         if let Some((artifact, r)) = self.cached(&pinned.whole()).await {
@@ -244,7 +288,7 @@ impl Inner {
             return Ok((artifact, manifest_digest));
         }
         let pulled = async {
-            let (manifest, _) = registry.manifest(&pinned, &auth).await?;
+            let (manifest, _) = registry.manifest(&pinned).await?;
             let layer = artifact::component_layer(&manifest, self.options.limits.max_size)
                 .map_err(|message| SourceError::NotWasmArtifact {
                     origin: origin.clone(),
@@ -323,9 +367,14 @@ impl Inner {
     }
 
     async fn resolve_tag_now(&self) -> Result<String, Failure> {
-        let registry = Registry::connect(&self.options, &self.origin())?;
-        let auth = registry.auth(&self.reference).await?;
-        registry.resolve(&self.reference, &auth).await
+        let registry = Registry::open(
+            &self.options,
+            &self.origin(),
+            &self.reference,
+            self.reach.clone(),
+        )
+        .await?;
+        registry.resolve(&self.reference).await
     }
 }
 
@@ -356,16 +405,482 @@ fn pin(reference: &Reference, digest: &str) -> Reference {
     )
 }
 
-/// One conversation with a registry: a client with the options' protocol
-/// and timeouts. A new one per operation, so rotated credentials and
-/// certificates are picked up.
+/// How requests to the registry are authenticated.
+enum Auth {
+    Anonymous,
+    Basic(String, String),
+    Bearer(String),
+}
+
+/// One conversation with a registry for a pull: the host's HTTP client
+/// with the source's [`Rule`], and the credentials the registry asked for.
+/// A new one per fetch, so rotated credentials and certificates are picked
+/// up.
 struct Registry {
+    http: reqwest::Client,
+    rule: Rule,
+    /// `https://REGISTRY` (or `http://` with `insecure`).
+    base: String,
+    origin: String,
+    auth: Auth,
+}
+
+impl Registry {
+    /// Connects to `reference`'s registry and authenticates as it asks
+    /// (anonymously, with basic auth, or with a token from its realm).
+    async fn open(
+        options: &RegistryOptions,
+        origin: &str,
+        reference: &Reference,
+        reach: Reach,
+    ) -> Result<Self, Failure> {
+        let refused = |message: String| {
+            Failure::refused(SourceError::Download {
+                origin: origin.to_string(),
+                message,
+            })
+        };
+        let rule = Rule {
+            http: if options.insecure {
+                PlainHttp::Any
+            } else {
+                PlainHttp::Never
+            },
+            reach,
+        };
+        let scheme = if options.insecure { "http" } else { "https" };
+        let base = format!("{scheme}://{}", reference.resolve_registry());
+        let url = reqwest::Url::parse(&format!("{base}/v2/"))
+            .map_err(|e| refused(format!("{base:?} is not a registry address: {e}")))?;
+        rule.check(&url).map_err(refused)?;
+        let client = http::client(options.limits.timeout, rule.clone()).map_err(refused)?;
+        let credentials = match &options.credentials {
+            Some(provider) => provider.credentials(reference.resolve_registry()).await,
+            None => {
+                credentials::credentials_for(
+                    options.docker_config.as_deref(),
+                    reference.resolve_registry(),
+                )
+                .await
+            }
+        }
+        .map_err(|source| {
+            Failure::refused(SourceError::Credentials {
+                origin: origin.to_string(),
+                source,
+            })
+        })?;
+        let mut registry = Self {
+            http: client,
+            rule,
+            base,
+            origin: origin.to_string(),
+            auth: Auth::Anonymous,
+        };
+        registry.auth = registry
+            .authenticate(url, reference.repository(), credentials)
+            .await?;
+        Ok(registry)
+    }
+
+    /// What the registry's `/v2/` asks for: nothing, basic auth, or a
+    /// bearer token from the realm its challenge names, for pulling
+    /// `repository`.
+    async fn authenticate(
+        &self,
+        v2: reqwest::Url,
+        repository: &str,
+        credentials: Option<credentials::Credentials>,
+    ) -> Result<Auth, Failure> {
+        let response = self
+            .http
+            .get(v2)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        // Only its headers matter; its body is never read.
+        let Some(challenge) = response
+            .headers()
+            .get(reqwest::header::WWW_AUTHENTICATE)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_string)
+        else {
+            return Ok(Auth::Anonymous);
+        };
+        drop(response);
+        let Some((realm, service)) = bearer_challenge(&challenge) else {
+            return Ok(match credentials {
+                Some(c) => Auth::Basic(c.username, c.password),
+                None => Auth::Anonymous,
+            });
+        };
+        let realm = reqwest::Url::parse(&realm).map_err(|e| {
+            self.refused(format!(
+                "the registry's token realm {realm:?} is not a URL: {e}"
+            ))
+        })?;
+        self.rule
+            .check(&realm)
+            .map_err(|why| self.refused(format!("the registry's token realm: {why}")))?;
+        let mut query = vec![("scope", format!("repository:{repository}:pull"))];
+        if let Some(service) = service {
+            query.push(("service", service));
+        }
+        let mut request = self.http.get(realm).query(&query);
+        if let Some(c) = credentials {
+            request = request.basic_auth(c.username, Some(c.password));
+        }
+        let response = request.send().await.map_err(|e| self.send_failure(e))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = error_text(response, MAX_ERROR_ANSWER).await;
+            return Err(self.status_failure(
+                status,
+                format!("the registry's token endpoint answered {status}: {text}"),
+            ));
+        }
+        let body = self
+            .read_capped(response, MAX_TOKEN_ANSWER, "the registry's token answer")
+            .await?;
+        #[derive(serde::Deserialize)]
+        struct Token {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let token: Token = serde_json::from_slice(&body).map_err(|e| {
+            self.refused(format!("the registry's token answer is not a token: {e}"))
+        })?;
+        match token.token.or(token.access_token) {
+            Some(t) if !t.is_empty() => Ok(Auth::Bearer(t)),
+            _ => Err(self.refused("the registry's token answer holds no token".into())),
+        }
+    }
+
+    fn get(&self, url: &str) -> reqwest::RequestBuilder {
+        self.with_auth(self.http.get(url))
+    }
+
+    fn with_auth(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.auth {
+            Auth::Anonymous => request,
+            Auth::Basic(user, password) => request.basic_auth(user, Some(password)),
+            Auth::Bearer(token) => request.bearer_auth(token),
+        }
+    }
+
+    fn manifest_url(&self, reference: &Reference, at: &str) -> String {
+        format!("{}/v2/{}/manifests/{at}", self.base, reference.repository())
+    }
+
+    async fn resolve(&self, reference: &Reference) -> Result<String, Failure> {
+        let url = self.manifest_url(reference, reference.tag().unwrap_or("latest"));
+        let response = self
+            .with_auth(self.http.head(&url))
+            .header(reqwest::header::ACCEPT, MANIFEST_TYPES)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        let header = response
+            .headers()
+            .get("docker-content-digest")
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_string);
+        let d = match header {
+            Some(d) => d,
+            None => {
+                // Without the header, the digest is the manifest's own.
+                let response = self
+                    .get(&url)
+                    .header(reqwest::header::ACCEPT, MANIFEST_TYPES)
+                    .send()
+                    .await
+                    .map_err(|e| self.send_failure(e))?;
+                if !response.status().is_success() {
+                    return Err(self.answer_failure(response).await);
+                }
+                digest(
+                    &self
+                        .read_capped(response, MAX_MANIFEST_SIZE, "the manifest")
+                        .await?,
+                )
+            }
+        };
+        if !super::cache::is_sha256(&d) {
+            return Err(self.refused(format!(
+                "the registry resolved the tag to {d:?}, not a sha256 digest"
+            )));
+        }
+        Ok(d)
+    }
+
+    /// The image manifest at `pinned` (parsed, and as stored).
+    async fn manifest(&self, pinned: &Reference) -> Result<(OciImageManifest, Vec<u8>), Failure> {
+        let expected = pinned.digest().unwrap_or_default();
+        let response = self
+            .get(&self.manifest_url(pinned, expected))
+            .header(reqwest::header::ACCEPT, OCI_MANIFEST_MEDIA_TYPE)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        let raw = self
+            .read_capped(response, MAX_MANIFEST_SIZE, "the manifest")
+            .await?;
+        // Everything below trusts it.
+        let got = digest(&raw);
+        if got != expected {
+            return Err(Failure::refused(SourceError::DigestMismatch {
+                origin: self.origin.clone(),
+                expected: expected.to_string(),
+                got,
+            }));
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(&raw).map_err(|e| self.not_an_artifact(e.to_string()))?;
+        if value.get("manifests").is_some() {
+            return Err(self.not_an_artifact(
+                "it is an image index (a list of manifests), not an image manifest".into(),
+            ));
+        }
+        let manifest =
+            serde_json::from_value(value).map_err(|e| self.not_an_artifact(e.to_string()))?;
+        Ok((manifest, raw))
+    }
+
+    /// The blob `descriptor` names, at most `max_size` bytes, verified.
+    async fn blob(
+        &self,
+        pinned: &Reference,
+        descriptor: &OciDescriptor,
+        max_size: u64,
+    ) -> Result<Vec<u8>, Failure> {
+        let url = format!(
+            "{}/v2/{}/blobs/{}",
+            self.base,
+            pinned.repository(),
+            descriptor.digest
+        );
+        let response = self
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        let announced = response.content_length();
+        let bytes = read_bounded(&self.origin, announced, max_size, response.bytes_stream())
+            .await
+            .map_err(|e| match e {
+                // A body cut short is the network's doing.
+                SourceError::Download { message, .. } => Failure::Unreachable(message),
+                e => Failure::refused(e),
+            })?;
+        let got = digest(&bytes);
+        if got != descriptor.digest {
+            return Err(Failure::refused(SourceError::DigestMismatch {
+                origin: self.origin.clone(),
+                expected: descriptor.digest.clone(),
+                got,
+            }));
+        }
+        Ok(bytes)
+    }
+
+    /// At most `limit` bytes of `response`'s body (`what`, for the error):
+    /// a longer one is refused, and not read past the bound.
+    async fn read_capped(
+        &self,
+        mut response: reqwest::Response,
+        limit: usize,
+        what: &str,
+    ) -> Result<Vec<u8>, Failure> {
+        let too_large = || self.refused(format!("{what} exceeds {}; refusing it", size(limit)));
+        if response.content_length().is_some_and(|n| n > limit as u64) {
+            return Err(too_large());
+        }
+        let mut out = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| Failure::Unreachable(format!("{what} broke off: {}", chain(&e))))?
+        {
+            if out.len() + chunk.len() > limit {
+                return Err(too_large());
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+
+    fn refused(&self, message: String) -> Failure {
+        Failure::refused(SourceError::Download {
+            origin: self.origin.clone(),
+            message,
+        })
+    }
+
+    fn not_an_artifact(&self, message: String) -> Failure {
+        Failure::refused(SourceError::NotWasmArtifact {
+            origin: self.origin.clone(),
+            message,
+        })
+    }
+
+    /// A request that got no answer: unreachable, unless the source's rule
+    /// refused where it led (a redirect, an address).
+    fn send_failure(&self, e: reqwest::Error) -> Failure {
+        let message = chain(&e);
+        if refused_by_rule(&e) {
+            return self.refused(message);
+        }
+        let mut message = message;
+        if message.contains("InvalidContentType") {
+            message.push_str(
+                " (the registry does not speak TLS; for a plain-HTTP registry set insecure: true)",
+            );
+        }
+        Failure::Unreachable(message)
+    }
+
+    /// A non-success answer, sorted into "cannot reach" (5xx, 429) and
+    /// "refused" (the rest), with the registry's own words, read under
+    /// [`MAX_ERROR_ANSWER`].
+    async fn answer_failure(&self, response: reqwest::Response) -> Failure {
+        let status = response.status();
+        let text = error_text(response, MAX_ERROR_ANSWER).await;
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            errors: Vec<ErrorEntry>,
+        }
+        #[derive(serde::Deserialize)]
+        struct ErrorEntry {
+            code: String,
+            #[serde(default)]
+            message: String,
+        }
+        let errors = serde_json::from_str::<Envelope>(&text)
+            .map(|e| e.errors)
+            .unwrap_or_default();
+        let unknown = errors.iter().any(|e| {
+            matches!(
+                e.code.as_str(),
+                "MANIFEST_UNKNOWN" | "NAME_UNKNOWN" | "BLOB_UNKNOWN"
+            )
+        });
+        if unknown || status == reqwest::StatusCode::NOT_FOUND {
+            return self.refused("the registry has no such repository, tag or digest".into());
+        }
+        let said = if errors.is_empty() {
+            text
+        } else {
+            errors
+                .iter()
+                .map(|e| format!("{}: {}", e.code, e.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        self.status_failure(status, format!("the registry answered {status}: {said}"))
+    }
+
+    fn status_failure(&self, status: reqwest::StatusCode, message: String) -> Failure {
+        if status.is_server_error() || status == reqwest::StatusCode::TOO_MANY_REQUESTS {
+            Failure::Unreachable(message)
+        } else if matches!(status.as_u16(), 401 | 403) {
+            self.refused(format!(
+                "the registry refused access ({message}); check the credentials in the docker config"
+            ))
+        } else {
+            self.refused(message)
+        }
+    }
+}
+
+/// Whether the source's [`Rule`] stopped the request (rather than the
+/// network).
+fn refused_by_rule(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<ReachRefused>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
+/// `n` bytes as "64 KiB", "4 MiB".
+fn size(n: usize) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        format!("{} KiB", n >> 10)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// The realm and service of a `Bearer` challenge
+/// (`Bearer realm="https://auth.example/token",service="registry"`); None
+/// for another scheme.
+fn bearer_challenge(header: &str) -> Option<(String, Option<String>)> {
+    let (scheme, params) = header.trim().split_once(char::is_whitespace)?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let mut realm = None;
+    let mut service = None;
+    let mut rest = params.trim();
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        let key = key.trim().trim_start_matches(',').trim();
+        let after = after.trim_start();
+        let (value, next) = if let Some(quoted) = after.strip_prefix('"') {
+            let mut value = String::new();
+            let mut chars = quoted.char_indices();
+            let mut end = None;
+            while let Some((i, c)) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some((_, escaped)) = chars.next() {
+                            value.push(escaped);
+                        }
+                    }
+                    '"' => {
+                        end = Some(i + 1);
+                        break;
+                    }
+                    c => value.push(c),
+                }
+            }
+            (value, &quoted[end?..])
+        } else {
+            let end = after.find(',').unwrap_or(after.len());
+            (after[..end].trim().to_string(), &after[end..])
+        };
+        if key.eq_ignore_ascii_case("realm") {
+            realm = Some(value);
+        } else if key.eq_ignore_ascii_case("service") {
+            service = Some(value);
+        }
+        rest = next.trim_start().trim_start_matches(',').trim_start();
+    }
+    Some((realm?, service))
+}
+
+/// `wasmctrl push`'s conversation with a registry, through oci-client.
+struct Pusher {
     client: oci_client::Client,
     options: RegistryOptions,
     origin: String,
 }
 
-impl Registry {
+impl Pusher {
     fn connect(options: &RegistryOptions, origin: &str) -> Result<Self, SourceError> {
         install_crypto_provider();
         let config = oci_client::client::ClientConfig {
@@ -374,7 +889,6 @@ impl Registry {
             } else {
                 oci_client::client::ClientProtocol::Https
             },
-            // An image index is a multi-platform image, never a wasm artifact.
             platform_resolver: None,
             connect_timeout: Some(options.limits.timeout.min(CONNECT_TIMEOUT)),
             read_timeout: Some(options.limits.timeout),
@@ -407,93 +921,6 @@ impl Registry {
         Ok(match found {
             Some(c) => RegistryAuth::Basic(c.username, c.password),
             None => RegistryAuth::Anonymous,
-        })
-    }
-
-    async fn resolve(&self, reference: &Reference, auth: &RegistryAuth) -> Result<String, Failure> {
-        let d = self
-            .client
-            .fetch_manifest_digest(reference, auth)
-            .await
-            .map_err(|e| self.failure(e))?;
-        if !super::cache::is_sha256(&d) {
-            return Err(Failure::refused(SourceError::Download {
-                origin: self.origin.clone(),
-                message: format!("the registry resolved the tag to {d:?}, not a sha256 digest"),
-            }));
-        }
-        Ok(d)
-    }
-
-    /// The image manifest at `pinned` (parsed, and as stored).
-    async fn manifest(
-        &self,
-        pinned: &Reference,
-        auth: &RegistryAuth,
-    ) -> Result<(OciImageManifest, Vec<u8>), Failure> {
-        let (raw, _) = self
-            .client
-            .pull_manifest_raw(pinned, auth, &[OCI_MANIFEST_MEDIA_TYPE])
-            .await
-            .map_err(|e| self.failure(e))?;
-        // oci-client checked the body against the pinned digest; so do we,
-        // since everything below trusts it.
-        let expected = pinned.digest().unwrap_or_default();
-        let got = digest(&raw);
-        if got != expected {
-            return Err(Failure::refused(SourceError::DigestMismatch {
-                origin: self.origin.clone(),
-                expected: expected.to_string(),
-                got,
-            }));
-        }
-        let value: serde_json::Value =
-            serde_json::from_slice(&raw).map_err(|e| self.not_an_artifact(e.to_string()))?;
-        if value.get("manifests").is_some() {
-            return Err(self.not_an_artifact(
-                "it is an image index (a list of manifests), not an image manifest".into(),
-            ));
-        }
-        let manifest =
-            serde_json::from_value(value).map_err(|e| self.not_an_artifact(e.to_string()))?;
-        Ok((manifest, raw.to_vec()))
-    }
-
-    /// The blob `descriptor` names, at most `max_size` bytes, verified.
-    async fn blob(
-        &self,
-        pinned: &Reference,
-        descriptor: &OciDescriptor,
-        max_size: u64,
-    ) -> Result<Vec<u8>, Failure> {
-        let stream = self
-            .client
-            .pull_blob_stream(pinned, descriptor)
-            .await
-            .map_err(|e| self.failure(e))?;
-        let announced = stream.content_length;
-        let bytes = read_bounded(&self.origin, announced, max_size, stream.stream)
-            .await
-            .map_err(|e| match e {
-                // A body cut short is the network's doing.
-                SourceError::Download { message, .. } => Failure::Unreachable(message),
-                e => Failure::refused(e),
-            })?;
-        let got = digest(&bytes);
-        if got != descriptor.digest {
-            return Err(Failure::refused(SourceError::DigestMismatch {
-                origin: self.origin.clone(),
-                expected: descriptor.digest.clone(),
-                got,
-            }));
-        }
-        Ok(bytes)
-    }
-
-    fn not_an_artifact(&self, message: String) -> Failure {
-        Failure::refused(SourceError::NotWasmArtifact {
-            origin: self.origin.clone(),
-            message,
         })
     }
 
@@ -599,7 +1026,7 @@ pub async fn push(
         }
     })?;
     let work = async {
-        let registry = Registry::connect(options, &origin)?;
+        let registry = Pusher::connect(options, &origin)?;
         let auth = registry.auth(&parsed).await?;
         let describe = |e: OciDistributionError| reached(&origin, registry.failure(e));
         registry
@@ -664,14 +1091,15 @@ pub async fn describe_artifact(
     let (parsed, _) = parse_reference(reference, &origin)?;
     let refused = |f: Failure| reached(&origin, f);
     let work = async {
-        let registry = Registry::connect(options, &origin)?;
-        let auth = registry.auth(&parsed).await?;
+        let registry = Registry::open(options, &origin, &parsed, Reach::Anywhere)
+            .await
+            .map_err(refused)?;
         let manifest_digest = match parsed.digest() {
             Some(d) => d.to_string(),
-            None => registry.resolve(&parsed, &auth).await.map_err(refused)?,
+            None => registry.resolve(&parsed).await.map_err(refused)?,
         };
         let pinned = pin(&parsed, &manifest_digest);
-        let (manifest, raw) = registry.manifest(&pinned, &auth).await.map_err(refused)?;
+        let (manifest, raw) = registry.manifest(&pinned).await.map_err(refused)?;
         let layer =
             artifact::component_layer(&manifest, options.limits.max_size).map_err(|message| {
                 SourceError::NotWasmArtifact {
@@ -721,4 +1149,202 @@ fn parse_reference(reference: &str, origin: &str) -> Result<(Reference, bool), S
         Reference::try_from(reference).expect("checked above"),
         pinned,
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::http::{StatusCode, header};
+    use axum::routing::get;
+
+    use super::*;
+
+    /// A body that never ends.
+    fn endless() -> Body {
+        Body::from_stream(futures::stream::repeat_with(|| {
+            Ok::<_, std::convert::Infallible>(bytes::Bytes::from(vec![b'a'; 64 << 10]))
+        }))
+    }
+
+    /// Serves `routes(addr)` on a loopback port.
+    async fn serve(routes: impl FnOnce(SocketAddr) -> Router) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = routes(addr);
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        addr
+    }
+
+    /// A registry whose `/v2/` sends clients for a token to `/token`.
+    fn token_realm(addr: SocketAddr) -> Router {
+        let challenge = format!("Bearer realm=\"http://{addr}/token\",service=\"test\"");
+        Router::new().route(
+            "/v2/",
+            get(move || async move {
+                (
+                    StatusCode::UNAUTHORIZED,
+                    [(header::WWW_AUTHENTICATE, challenge)],
+                )
+            }),
+        )
+    }
+
+    async fn fetch(reference: &str) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let docker_config = dir.path().join("config.json");
+        std::fs::write(&docker_config, "{}").unwrap();
+        let spec = OciSourceSpec {
+            reference: reference.to_string(),
+            poll_interval: None,
+            insecure: true,
+            docker_config: Some(docker_config),
+            limits: FetchLimits::default(),
+        };
+        let source = OciSource::new(spec, DiskCache::new(dir.path().join("cache")));
+        source.fetch().await.unwrap_err().to_string()
+    }
+
+    const PINNED: &str =
+        "p/x@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+    #[tokio::test]
+    async fn an_endless_token_answer_is_refused_at_its_bound() {
+        let addr =
+            serve(|addr| token_realm(addr).route("/token", get(|| async { endless() }))).await;
+        let e = fetch(&format!("{addr}/p/x:1")).await;
+        assert!(
+            e.contains("the registry's token answer exceeds 64 KiB"),
+            "{e}"
+        );
+        // A length announced past the bound is refused before reading.
+        let addr = serve(|addr| {
+            token_realm(addr).route(
+                "/token",
+                get(|| async { ([(header::CONTENT_LENGTH, "2147483648")], endless()) }),
+            )
+        })
+        .await;
+        let e = fetch(&format!("{addr}/{PINNED}")).await;
+        assert!(
+            e.contains("the registry's token answer exceeds 64 KiB"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endless_error_answer_is_read_only_to_its_bound() {
+        let addr = serve(|addr| {
+            token_realm(addr).route(
+                "/token",
+                get(|| async { (StatusCode::UNAUTHORIZED, endless()) }),
+            )
+        })
+        .await;
+        let e = fetch(&format!("{addr}/p/x:1")).await;
+        assert!(
+            e.contains("refused access") && e.contains("the rest was not read"),
+            "{e}"
+        );
+        assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+        let addr = serve(|_| {
+            Router::new().route("/v2/", get(|| async { "{}" })).route(
+                "/v2/p/x/manifests/{at}",
+                get(|| async { (StatusCode::BAD_REQUEST, endless()) }),
+            )
+        })
+        .await;
+        let e = fetch(&format!("{addr}/{PINNED}")).await;
+        assert!(
+            e.contains("answered 400") && e.contains("the rest was not read"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endless_manifest_is_refused_at_its_bound() {
+        let addr = serve(|_| {
+            Router::new()
+                .route("/v2/", get(|| async { "{}" }))
+                .route("/v2/p/x/manifests/{at}", get(|| async { endless() }))
+        })
+        .await;
+        let e = fetch(&format!("{addr}/{PINNED}")).await;
+        assert!(e.contains("the manifest exceeds 4 MiB"), "{e}");
+        // A tag whose HEAD lacks the digest header is resolved by reading
+        // the manifest, under the same bound.
+        let e = fetch(&format!("{addr}/p/x:1")).await;
+        assert!(e.contains("the manifest exceeds 4 MiB"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_objects_registry_on_loopback_is_refused_unless_allowed() {
+        let addr = serve(|_| Router::new().route("/v2/", get(|| async { "{}" }))).await;
+        let dir = tempfile::tempdir().unwrap();
+        let source = |reach: Reach| {
+            let spec = OciSourceSpec {
+                reference: format!("{addr}/{PINNED}"),
+                poll_interval: None,
+                insecure: true,
+                docker_config: None,
+                limits: FetchLimits::default(),
+            };
+            OciSource::with_credentials(
+                spec,
+                DiskCache::new(dir.path().join("cache")),
+                Arc::new(NoCredentials),
+            )
+            .reaching(reach)
+        };
+        let e = source(Reach::public([]))
+            .fetch()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("refusing to connect to 127.0.0.1") && e.contains("public addresses"),
+            "{e}"
+        );
+        // Allowed by name, it gets as far as the (missing) manifest.
+        let e = source(Reach::public([addr.to_string()]))
+            .fetch()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no such repository"), "{e}");
+    }
+
+    #[test]
+    fn bearer_challenges_are_read() {
+        assert_eq!(
+            bearer_challenge(
+                r#"Bearer realm="https://auth.example/token",service="reg, istry",scope="x""#
+            ),
+            Some((
+                "https://auth.example/token".into(),
+                Some("reg, istry".into())
+            ))
+        );
+        assert_eq!(
+            bearer_challenge("bearer realm=https://a/t"),
+            Some(("https://a/t".into(), None))
+        );
+        assert_eq!(bearer_challenge(r#"Basic realm="registry""#), None);
+        assert_eq!(bearer_challenge(r#"Bearer service="x""#), None);
+    }
+
+    #[derive(Debug)]
+    struct NoCredentials;
+
+    impl RegistryCredentials for NoCredentials {
+        fn credentials<'a>(
+            &'a self,
+            _registry: &'a str,
+        ) -> BoxFuture<'a, Result<Option<credentials::Credentials>, credentials::CredentialsError>>
+        {
+            Box::pin(async { Ok(None) })
+        }
+    }
 }

@@ -6,7 +6,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use super::http::{self, chain, read_bounded};
+use super::http::{self, PlainHttp, Reach, Rule, chain, read_bounded};
 use super::{Artifact, DiskCache, PluginSource, SourceError};
 use crate::config::UrlSourceSpec;
 use crate::runtime::digest;
@@ -15,11 +15,38 @@ use crate::runtime::digest;
 pub struct UrlSource {
     spec: UrlSourceSpec,
     cache: DiskCache,
+    reach: Reach,
 }
 
 impl UrlSource {
     pub fn new(spec: UrlSourceSpec, cache: DiskCache) -> Self {
-        Self { spec, cache }
+        Self {
+            spec,
+            cache,
+            reach: Reach::Anywhere,
+        }
+    }
+
+    /// The source, connecting only where `reach` allows (a WasmReconciler
+    /// object's source: [`Reach::public`]).
+    pub fn reaching(mut self, reach: Reach) -> Self {
+        self.reach = reach;
+        self
+    }
+
+    /// What every URL this source connects to must meet: https (or plain
+    /// http to loopback, when the source's own URL is one, which the config
+    /// allows only with `insecure`), and the source's reach.
+    fn rule(&self) -> Rule {
+        let http = if self.spec.url.starts_with("http://") {
+            PlainHttp::Loopback
+        } else {
+            PlainHttp::Never
+        };
+        Rule {
+            http,
+            reach: self.reach.clone(),
+        }
     }
 
     /// Downloads the component, without the cache, and verifies it.
@@ -48,9 +75,13 @@ impl UrlSource {
             origin: origin.clone(),
             message,
         };
-        let client = http::client(self.spec.limits.timeout).map_err(failed)?;
+        let rule = self.rule();
+        let url =
+            ::url::Url::parse(&self.spec.url).map_err(|e| failed(format!("not a URL: {e}")))?;
+        rule.check(&url).map_err(&failed)?;
+        let client = http::client(self.spec.limits.timeout, rule).map_err(&failed)?;
         let response = client
-            .get(&self.spec.url)
+            .get(url)
             .send()
             .await
             .map_err(|e| failed(format!("cannot download: {}", chain(&e))))?;
@@ -104,5 +135,125 @@ impl PluginSource for UrlSource {
     /// Pinned by digest: the component never changes.
     fn changes(&self) -> BoxStream<'static, ()> {
         futures::stream::empty().boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use axum::Router;
+    use axum::http::{StatusCode, header};
+    use axum::routing::get;
+
+    use super::*;
+    use crate::config::FetchLimits;
+
+    const COMPONENT: &[u8] = b"\0asm not really";
+
+    /// Serves the component at `/c`, a redirect to `to` at `/r`, and counts
+    /// the requests.
+    async fn serve(to: Option<String>) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hits = Arc::new(AtomicUsize::new(0));
+        let counted = hits.clone();
+        let to = to.unwrap_or_default();
+        let router = Router::new()
+            .route("/c", get(|| async { COMPONENT }))
+            .route(
+                "/r",
+                get(move || async move { (StatusCode::FOUND, [(header::LOCATION, to)]) }),
+            )
+            .layer(axum::middleware::from_fn(
+                move |req: axum::extract::Request, next: axum::middleware::Next| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    next.run(req)
+                },
+            ));
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        (addr, hits)
+    }
+
+    fn source(url: String, reach: Reach) -> (UrlSource, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = UrlSourceSpec {
+            url,
+            digest: digest(COMPONENT),
+            limits: FetchLimits::default(),
+        };
+        let source = UrlSource::new(spec, DiskCache::new(dir.path().to_path_buf())).reaching(reach);
+        (source, dir)
+    }
+
+    #[tokio::test]
+    async fn an_objects_url_on_loopback_is_refused_before_connecting() {
+        let (addr, hits) = serve(None).await;
+        for url in [
+            format!("http://{addr}/c"),
+            format!("http://localhost:{}/c", addr.port()),
+        ] {
+            let (s, _dir) = source(url.clone(), Reach::public([]));
+            let e = s.fetch().await.unwrap_err().to_string();
+            assert!(e.contains("refusing to connect to"), "{url}: {e}");
+        }
+        assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached the server");
+        let (s, _dir) = source(
+            format!("http://{addr}/c"),
+            Reach::public([addr.to_string()]),
+        );
+        assert_eq!(s.fetch().await.unwrap().bytes, COMPONENT);
+        let (s, _dir) = source(format!("http://{addr}/c"), Reach::Anywhere);
+        assert_eq!(s.fetch().await.unwrap().bytes, COMPONENT);
+    }
+
+    #[tokio::test]
+    async fn a_name_resolving_to_loopback_is_refused() {
+        use reqwest::dns::Resolve;
+        let resolver = http::CheckedResolver {
+            reach: Reach::public([]),
+        };
+        let e = match resolver.resolve("localhost".parse().unwrap()).await {
+            Ok(addrs) => panic!("resolved to {:?}", addrs.collect::<Vec<_>>()),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains("refusing to connect to localhost"), "{e}");
+        let allowed = http::CheckedResolver {
+            reach: Reach::public(["localhost:5000".to_string()]),
+        };
+        assert!(allowed.resolve("localhost".parse().unwrap()).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_redirect_meets_the_rule_of_the_first_url() {
+        // Plain http is allowed to loopback only, redirects included.
+        let (addr, _) = serve(Some("http://192.0.2.1/c".into())).await;
+        let (s, _dir) = source(format!("http://{addr}/r"), Reach::Anywhere);
+        let e = s.fetch().await.unwrap_err().to_string();
+        assert!(
+            e.contains("a redirect: refusing http://192.0.2.1/c")
+                && e.contains("only to a loopback address"),
+            "{e}"
+        );
+        // An object's source allowed to one host is not redirected to
+        // another internal one.
+        let (target, target_hits) = serve(None).await;
+        let (addr, _) = serve(Some(format!("http://{target}/c"))).await;
+        let (s, _dir) = source(
+            format!("http://{addr}/r"),
+            Reach::public([addr.to_string()]),
+        );
+        let e = s.fetch().await.unwrap_err().to_string();
+        assert!(
+            e.contains("a redirect: refusing to connect to 127.0.0.1"),
+            "{e}"
+        );
+        assert_eq!(target_hits.load(Ordering::SeqCst), 0);
+        // Within the rule, a redirect is followed.
+        let (addr, _) = serve(Some(format!("http://{target}/c"))).await;
+        let (s, _dir) = source(format!("http://{addr}/r"), Reach::Anywhere);
+        assert_eq!(s.fetch().await.unwrap().bytes, COMPONENT);
     }
 }
