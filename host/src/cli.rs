@@ -84,6 +84,10 @@ enum Command {
         /// Keep state here across restarts.
         #[arg(long)]
         data_dir: Option<PathBuf>,
+        /// How requests other than the admin's are authorized: `always-allow`,
+        /// or `rbac` (Roles and bindings decide; bootstrap roles are created).
+        #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
+        authorization: wasmctrl_apiserver::Authorization,
     },
     /// Build a plugin directory (Cargo.toml, pyproject.toml or package.json)
     /// to a component, installing the Python/JavaScript toolchain on first use.
@@ -225,7 +229,8 @@ pub fn main() -> ExitCode {
                 addr,
                 kubeconfig_out,
                 data_dir,
-            } => apiserver(addr, kubeconfig_out, data_dir).await,
+                authorization,
+            } => apiserver(addr, kubeconfig_out, data_dir, authorization).await,
         }
     });
     match result {
@@ -637,14 +642,20 @@ async fn apiserver(
     addr: SocketAddr,
     kubeconfig_out: Option<PathBuf>,
     data_dir: Option<PathBuf>,
+    authorization: wasmctrl_apiserver::Authorization,
 ) -> anyhow::Result<()> {
     let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
         addr,
         data_dir,
+        authorization,
         ..wasmctrl_apiserver::Config::default()
     })
     .await?;
-    println!("listening on {}", server.url());
+    println!(
+        "listening on {} (authorization: {})",
+        server.url(),
+        server.authorization()
+    );
     if let Some(path) = kubeconfig_out {
         server.write_kubeconfig(&path)?;
         println!("kubeconfig written to {}", path.display());

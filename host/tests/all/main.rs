@@ -1,6 +1,7 @@
 //! End-to-end tests of the host with real plugin components built from
 //! `plugins/` (one test binary for the crate).
 
+mod apiserver_cli;
 mod controller;
 mod cpu_share;
 mod instances;
