@@ -360,6 +360,75 @@ async fn a_grant_beyond_max_grant_is_refused_naming_what_exceeds_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_rate_beyond_max_api_qps_is_refused_naming_both_numbers_while_other_objects_run() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let config = host_config("").replace(
+        "allowFileSources: true }",
+        "allowFileSources: true, maxApiQps: 50 }",
+    );
+    assert!(config.contains("maxApiQps: 50"), "{config}");
+    let host = cluster.host(&config).await;
+    let source = format!("{{ file: {} }}", artifacts::STAMP_V1);
+    let configmaps = create_configmap(&cluster, "cm-q").await;
+    let modest = object(
+        "modest",
+        &source,
+        "  limits: { apiQps: 50, apiBurst: 100 }\n",
+    );
+    let file = cluster.file("modest.yaml", &modest);
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    wait_stamp(&configmaps, "cm-q", "v1").await;
+
+    let hungry = object("hungry", &source, "  limits: { apiQps: 20000 }\n");
+    let file = cluster.file("hungry.yaml", &hungry);
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(&cluster, "hungry", "the refusal", |s, g| {
+        condition(s, "Degraded").0 == "True" && s["observedGeneration"] == g
+    })
+    .await;
+    let (_, reason, message) = condition(&s, "Degraded");
+    assert_eq!(reason, "LimitsExceedMaxApiQps", "{message}");
+    assert!(
+        message.contains("spec.limits.apiQps: 20000 requests/s")
+            && message.contains("pluginsFrom.maxApiQps")
+            && message.contains(": 50)"),
+        "{message}"
+    );
+    assert_eq!(condition(&s, "Ready").0, "False");
+    assert!(
+        host.plugin("hungry").await.is_none(),
+        "a refused object runs nothing"
+    );
+    // A burst beyond twice the ceiling is refused the same way.
+    let file = cluster.file(
+        "hungry.yaml",
+        &object("hungry", &source, "  limits: { apiBurst: 101 }\n"),
+    );
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(&cluster, "hungry", "the burst's refusal", |s, g| {
+        g == 2 && s["observedGeneration"] == 2 && condition(s, "Degraded").0 == "True"
+    })
+    .await;
+    let (_, reason, message) = condition(&s, "Degraded");
+    assert_eq!(reason, "LimitsExceedMaxApiQps", "{message}");
+    assert!(
+        message.contains("spec.limits.apiBurst: 101 requests") && message.contains(": 100)"),
+        "{message}"
+    );
+
+    // The other object kept running through both refusals.
+    let v1 = file_digest(artifacts::STAMP_V1);
+    status_where(&cluster, "modest", "the other object serving", |s, g| {
+        ready_with(s, &v1, g)
+    })
+    .await;
+    let configmaps = create_configmap(&cluster, "cm-r").await;
+    wait_stamp(&configmaps, "cm-r", "v1").await;
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_version_from_an_edit_leaves_the_previous_one_serving() {
     let cluster = Cluster::start().await;
     install_crd(&cluster).await;
