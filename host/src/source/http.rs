@@ -266,23 +266,18 @@ pub(crate) fn client(timeout: std::time::Duration, rule: Rule) -> Result<reqwest
 
 /// Up to `limit` bytes of `response`'s body, for an error message: what
 /// is past it is not read. Says so when the body was cut.
-pub(crate) async fn error_text(response: reqwest::Response, limit: usize) -> String {
-    let mut response = response;
+pub(crate) async fn error_text(mut response: reqwest::Response, limit: usize) -> String {
     let mut out = Vec::new();
     let mut cut = false;
-    loop {
-        match response.chunk().await {
-            Ok(Some(chunk)) => {
-                let room = limit - out.len();
-                if chunk.len() > room {
-                    out.extend_from_slice(&chunk[..room]);
-                    cut = true;
-                    break;
-                }
-                out.extend_from_slice(&chunk);
-            }
-            Ok(None) | Err(_) => break,
+    // A body that breaks off is shown as far as it came.
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = limit - out.len();
+        if chunk.len() > room {
+            out.extend_from_slice(&chunk[..room]);
+            cut = true;
+            break;
         }
+        out.extend_from_slice(&chunk);
     }
     let mut text = String::from_utf8_lossy(&out).into_owned();
     if cut {

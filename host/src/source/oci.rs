@@ -816,9 +816,9 @@ fn refused_by_rule(e: &reqwest::Error) -> bool {
 
 /// `n` bytes as "64 KiB", "4 MiB".
 fn size(n: usize) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{} KiB", n >> 10)
     } else {
         format!("{n} bytes")
