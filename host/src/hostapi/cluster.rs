@@ -50,7 +50,7 @@ const MAX_EVENT_NOTE: usize = 1024;
 const UNRESOLVED: &str = "<unresolved>";
 
 /// Per-plugin ceilings of the host API.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ApiLimits {
     /// Bytes of one `list` result (all objects' JSON together).
     pub list_bytes: usize,
@@ -58,6 +58,10 @@ pub struct ApiLimits {
     pub qps: f64,
     /// Requests that may be made at once above `qps`.
     pub burst: u32,
+    /// The host's API budget (`runtime.apiQps`) this plugin draws from
+    /// besides its own `qps`, together with the other plugins sharing it:
+    /// a request waits for both. None: its own bucket only.
+    pub shared: Option<Arc<BucketRateLimiter>>,
 }
 
 impl Default for ApiLimits {
@@ -66,6 +70,7 @@ impl Default for ApiLimits {
             list_bytes: 16 << 20,
             qps: 50.0,
             burst: 100,
+            shared: None,
         }
     }
 }
@@ -211,8 +216,10 @@ impl ClusterApi {
         ApiError::Invalid(e.to_string())
     }
 
-    /// Waits for the plugin's API rate limit (bounded by `deadline`), and
-    /// refuses when this host is not (or no longer surely) the leader.
+    /// Waits for the plugin's API rate limit and the host's API budget it
+    /// shares, if any (bounded by `deadline`: a wait past it is refused and
+    /// takes no token), and refuses when this host is not (or no longer
+    /// surely) the leader.
     async fn throttle(&self, deadline: Instant) -> Result<(), ApiError> {
         if !self.fence.is_open() {
             return Err(ApiError::Unavailable(
@@ -226,21 +233,32 @@ impl ClusterApi {
             plugin: self.plugin.clone(),
         };
         self.metrics.api_requests.get_or_create(&label).inc();
-        let wait = self.bucket.reserve();
-        if wait.is_zero() {
-            return Ok(());
-        }
+        let shared = self.limits.shared.as_deref();
+        let wait = match self.bucket.reserve_with(shared, |wait| {
+            wait <= deadline.saturating_duration_since(Instant::now())
+        }) {
+            Ok(wait) if wait.is_zero() => return Ok(()),
+            Ok(wait) => wait,
+            Err((held_by, _)) => {
+                self.limit_exceeded("apiQps");
+                let message = match (held_by, shared) {
+                    (crate::workqueue::ratelimit::HeldBy::Shared, Some(host)) => format!(
+                        "the host's API budget, which this plugin shares with the host's other plugins (runtime.apiQps: {} requests/s, burst {}), would delay this call past the reconcile's deadline",
+                        host.qps(),
+                        host.burst()
+                    ),
+                    _ => format!(
+                        "the plugin's API rate limit ({} requests/s, burst {}) would delay this call past the reconcile's deadline",
+                        self.limits.qps, self.limits.burst
+                    ),
+                };
+                return Err(ApiError::Timeout(message));
+            }
+        };
         self.metrics
             .api_throttled_seconds
             .get_or_create(&label)
             .inc_by(wait.as_secs_f64());
-        if Instant::now() + wait > deadline {
-            self.limit_exceeded("apiQps");
-            return Err(ApiError::Timeout(format!(
-                "the plugin's API rate limit ({} requests/s, burst {}) would delay this call past the reconcile's deadline",
-                self.limits.qps, self.limits.burst
-            )));
-        }
         tokio::time::sleep(wait).await;
         if !self.fence.is_open() {
             return Err(ApiError::Unavailable(

@@ -21,6 +21,11 @@
 //! - ask for more API requests than `pluginsFrom.maxApiQps` (default
 //!   `runtime.apiQps`) in `limits.apiQps`, or twice that in
 //!   `limits.apiBurst`: `LimitsExceedMaxApiQps`, naming both numbers;
+//! - make API requests outside the host's budget: every object plugin
+//!   (whatever its `limits.apiQps`) and every config plugin without
+//!   `limits.apiQps` draws from one bucket of `runtime.apiQps`, burst
+//!   2 × that, besides its own. A config plugin with `limits.apiQps` is
+//!   the config author's explicit choice and keeps only its own bucket;
 //! - name files on the host (`file:`/`path:` sources need
 //!   `pluginsFrom.allowFileSources`; `dockerConfig` is refused): registry
 //!   credentials come only from its `imagePullSecret`, in
@@ -65,7 +70,7 @@ use crate::hostapi::Gvk;
 use crate::metrics::Metrics;
 use crate::source::{self, DiskCache, OciSource, PluginSource, PullSecret, SourceError};
 use crate::workqueue::WorkQueue;
-use crate::workqueue::ratelimit::controller_rate_limiter;
+use crate::workqueue::ratelimit::{BucketRateLimiter, controller_rate_limiter};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use spec::Refusal;
@@ -86,6 +91,11 @@ const FIELD_MANAGER: &str = "wasmctrl";
 pub(super) struct ObjectPlugins {
     /// `pluginsFrom`, its `maxApiQps` resolved (`runtime.apiQps` unset).
     from: PluginsFrom,
+    /// The host's API budget (`runtime.apiQps`, burst twice that): object
+    /// plugins are not counted in config plugins' shares of it, so they
+    /// and the config plugins without a rate of their own draw from it
+    /// together.
+    api_budget: Arc<BucketRateLimiter>,
     /// The host config's `maxGrant` (None: object plugins get no grant).
     ceiling: Option<Vec<PermissionRule>>,
     /// Reads the objects' pull Secrets (unfenced: a standby loads plugins
@@ -156,11 +166,16 @@ impl ObjectPlugins {
             )),
             metrics.queue(CONTROLLER),
         );
+        let host_qps = config.runtime.api_qps;
         Ok(Some(Self {
             from: PluginsFrom {
                 max_api_qps: Some(from.max_api_qps(&config.runtime)),
                 ..from.clone()
             },
+            api_budget: Arc::new(BucketRateLimiter::new(
+                host_qps,
+                (host_qps * 2.0).ceil().max(1.0) as u32,
+            )),
             ceiling: config.max_grant.clone(),
             client: client.clone(),
             api: Api::all_with(writer.clone(), resource),
@@ -231,6 +246,19 @@ impl Host {
     /// Whether plugin `name` is a WasmReconciler object's.
     pub(super) fn owned_by_object(&self, name: &str) -> bool {
         self.objects.as_ref().is_some_and(|o| o.owns(name))
+    }
+
+    /// The host's API budget plugin `config` draws from besides its own
+    /// bucket: with `pluginsFrom`, an object's plugin's and a config
+    /// plugin's without `limits.apiQps`. Without `pluginsFrom` there is
+    /// none: config plugins' default shares add up to `runtime.apiQps`.
+    pub(super) fn shared_api_budget(
+        &self,
+        config: &PluginConfig,
+    ) -> Option<Arc<BucketRateLimiter>> {
+        let objects = self.objects.as_ref()?;
+        (config.limits.api_qps.is_none() || objects.owns(&config.name))
+            .then(|| objects.api_budget.clone())
     }
 
     /// The source of `config`. An object's `oci` source reads registry

@@ -194,13 +194,20 @@ impl Host {
             .await
     }
 
-    /// The `kube` imports of one plugin, held to its grant and API limits.
+    /// The `kube` imports of one plugin, held to its grant and API limits:
+    /// its own rate (`limits.apiQps`; by default a config plugin's equal
+    /// share of `runtime.apiQps`, an object's all of it) and, when it has
+    /// one, the host's API budget it shares.
     pub(super) fn plugin_api(&self, config: &PluginConfig) -> Arc<ClusterApi> {
-        let plugins = self.config.plugins.len().max(1) as f64;
-        let qps = config
-            .limits
-            .api_qps
-            .unwrap_or((self.config.runtime.api_qps / plugins).max(1.0));
+        let host_qps = self.config.runtime.api_qps;
+        let default_qps = if self.owned_by_object(&config.name) {
+            // Objects are not counted in `plugins`; the shared budget
+            // bounds them all together.
+            host_qps
+        } else {
+            (host_qps / self.config.plugins.len().max(1) as f64).max(1.0)
+        };
+        let qps = config.limits.api_qps.unwrap_or(default_qps);
         let burst = config
             .limits
             .api_burst
@@ -219,6 +226,7 @@ impl Host {
                 list_bytes: config.limits.list_bytes as usize,
                 qps,
                 burst,
+                shared: self.shared_api_budget(config),
             },
         ))
     }
