@@ -137,7 +137,7 @@ fn member(out: &mut String, i: usize, key: &Key<'_>) {
 }
 
 /// A member's key: borrowed from the text unless it holds escapes.
-struct Key<'t>(Cow<'t, str>);
+pub(super) struct Key<'t>(pub(super) Cow<'t, str>);
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -159,7 +159,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
 }
 
 /// A JSON object's members in order, each value as its raw text.
-type Members<'t> = Vec<(Key<'t>, &'t RawValue)>;
+pub(super) type Members<'t> = Vec<(Key<'t>, &'t RawValue)>;
 
 /// Reads an object's members, with `value` reading each member's value.
 fn read_members<'de, A: MapAccess<'de>, T>(
@@ -208,7 +208,7 @@ impl<'de> Deserialize<'de> for Top<'de> {
 
 /// The members of `text` if it is one JSON object; `None` if it is any
 /// other JSON value or not JSON.
-fn members_of(text: &str) -> Option<Members<'_>> {
+pub(super) fn members_of(text: &str) -> Option<Members<'_>> {
     let mut d = serde_json::Deserializer::from_str(text);
     let members = MembersIfObject.deserialize(&mut d).ok()?;
     d.end().ok()?;

@@ -25,10 +25,14 @@ use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams
 use kube::runtime::events::{Event as KubeEvent, EventType as KubeEventType, Recorder, Reporter};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use serde_json::value::RawValue;
 
 use super::answer::object_answer;
+use super::body;
 use super::grant::{Access, Grant};
-use super::{ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch};
+use super::{
+    ApiError, Event, EventType, Gvk, KubeApi, KubeRequest, KubeResponse, ObjectPatch, check_size,
+};
 use crate::cache::{CachedObject, InformerKey, SharedCache};
 use crate::discovery::{Resolved, Resolver};
 use crate::leader::Fence;
@@ -277,24 +281,48 @@ impl ClusterApi {
         deadline: Instant,
         counted: bool,
     ) -> Result<KubeResponse, ApiError> {
+        if let KubeRequest::RecordEvent(event) = request {
+            return self.record_event(event, deadline).await;
+        }
+        let verb = request.verb();
+        let status = Target::of(&request).status;
+        let (resolved, namespace) = self.check_call(&request, counted).await?;
+        let result = self
+            .execute(request, &resolved, namespace.as_deref(), deadline)
+            .await;
+        if counted {
+            let plural = &resolved.resource.plural;
+            if status {
+                self.count(verb, &format!("{plural}/status"), code(&result));
+            } else {
+                self.count(verb, plural, code(&result));
+            }
+        }
+        result
+    }
+
+    /// Every check a call passes before it is served, in order: the
+    /// body's size, the strings' syntax, the kind's resolution and the
+    /// grant. A refusal is counted (when `counted`) and returned; what is
+    /// admitted comes back resolved, with the namespace the call is in.
+    async fn check_call(
+        &self,
+        request: &KubeRequest,
+        counted: bool,
+    ) -> Result<(Arc<Resolved>, Option<String>), ApiError> {
         let verb = request.verb();
         let count = |resource: &str, code: &'static str| {
             if counted {
                 self.count(verb, resource, code);
             }
         };
-        if let KubeRequest::RecordEvent(event) = request {
-            return self.record_event(event, deadline).await;
-        }
         // Before anything reads it: the body's size is the one bound that
         // does not depend on what it says.
-        if let Some(payload) = request.payload() {
-            check_size(payload).inspect_err(|_| {
-                count(UNRESOLVED, "invalid");
-                self.limit_exceeded("payload");
-            })?;
-        }
-        let target = Target::of(&request);
+        request.check_payload().inspect_err(|_| {
+            count(UNRESOLVED, "invalid");
+            self.limit_exceeded("payload");
+        })?;
+        let target = Target::of(request);
         target.validate().map_err(|e| {
             count(UNRESOLVED, "invalid");
             ApiError::Invalid(e.to_string())
@@ -304,13 +332,10 @@ impl ClusterApi {
             ApiError::Invalid(e.to_string())
         })?;
         let ar = &resolved.resource;
-        let status = target.status;
-        // Owned: the request moves into `execute` below.
         let namespace = target
             .namespace
             .filter(|_| resolved.namespaced)
             .map(str::to_string);
-        let namespace = namespace.as_deref();
         if resolved.namespaced
             && namespace.is_none()
             && !matches!(request, KubeRequest::List { .. })
@@ -321,7 +346,7 @@ impl ClusterApi {
                 ar.plural
             )));
         }
-        let resource: Cow<'_, str> = if status {
+        let resource: Cow<'_, str> = if target.status {
             Cow::Owned(format!("{}/status", ar.plural))
         } else {
             Cow::Borrowed(&ar.plural)
@@ -330,7 +355,7 @@ impl ClusterApi {
             verb,
             group: &ar.group,
             resource: &resource,
-            namespace,
+            namespace: namespace.as_deref(),
         };
         if !self.grant.allows(&access) {
             count(&resource, "forbidden");
@@ -340,9 +365,7 @@ impl ClusterApi {
                 self.plugin
             )));
         }
-        let result = self.execute(request, &resolved, namespace, deadline).await;
-        count(&resource, code(&result));
-        result
+        Ok((resolved, namespace))
     }
 
     async fn execute(
@@ -416,19 +439,19 @@ impl ClusterApi {
                 Ok(KubeResponse::Objects(list.objects))
             }
             KubeRequest::Create { object, .. } => {
-                let body = to_body(&parse_object(&object, ar, namespace)?)?;
+                let body = write_body(&object, ar, namespace)?;
                 self.throttle(deadline).await?;
                 let req = request_of(ar, namespace).create(&PostParams::default(), body);
                 self.object_text(req, "create").await
             }
             KubeRequest::Replace { name, object, .. } => {
-                let body = to_body(&parse_object(&object, ar, namespace)?)?;
+                let body = write_body(&object, ar, namespace)?;
                 self.throttle(deadline).await?;
                 let req = request_of(ar, namespace).replace(&name, &PostParams::default(), body);
                 self.object_text(req, "replace").await
             }
             KubeRequest::ReplaceStatus { name, object, .. } => {
-                let body = to_body(&parse_object(&object, ar, namespace)?)?;
+                let body = write_body(&object, ar, namespace)?;
                 self.throttle(deadline).await?;
                 let req = request_of(ar, namespace).replace_subresource(
                     "status",
@@ -441,14 +464,13 @@ impl ClusterApi {
             KubeRequest::Patch { name, patch, .. } => {
                 let (params, patch) = to_patch(&self.plugin, patch, ar)?;
                 self.throttle(deadline).await?;
-                let req = request_of(ar, namespace).patch(&name, &params, &patch);
+                let req = patch.request(request_of(ar, namespace), &name, None, &params);
                 self.object_text(req, "patch").await
             }
             KubeRequest::PatchStatus { name, patch, .. } => {
                 let (params, patch) = to_patch(&self.plugin, patch, ar)?;
                 self.throttle(deadline).await?;
-                let req =
-                    request_of(ar, namespace).patch_subresource("status", &name, &params, &patch);
+                let req = patch.request(request_of(ar, namespace), &name, Some("status"), &params);
                 self.object_text(req, "patch_subresource").await
             }
             KubeRequest::Delete { name, .. } => {
@@ -503,11 +525,8 @@ impl ClusterApi {
         e
     }
 
-    async fn record_event(
-        &self,
-        event: Event,
-        deadline: Instant,
-    ) -> Result<KubeResponse, ApiError> {
+    /// An event's strings and the grant to create events, checked.
+    fn check_event(&self, event: &Event) -> Result<(), ApiError> {
         let checked = (|| {
             validate::gvk(&event.regarding_kind)?;
             if let Some(ns) = &event.regarding_namespace {
@@ -532,6 +551,15 @@ impl ClusterApi {
                 self.plugin
             )));
         }
+        Ok(())
+    }
+
+    async fn record_event(
+        &self,
+        event: Event,
+        deadline: Instant,
+    ) -> Result<KubeResponse, ApiError> {
+        self.check_event(&event)?;
         let kind = &event.regarding_kind;
         // The uid lets `kubectl describe` show the event on the object; it
         // is read only where the plugin may read the object itself.
@@ -671,6 +699,15 @@ impl KubeApi for ClusterApi {
                 ));
             }
             self.serve(request, deadline, false).await
+        })
+    }
+
+    fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
+        Box::pin(async move {
+            if let KubeRequest::RecordEvent(event) = request {
+                return self.check_event(event);
+            }
+            self.check_call(request, true).await.map(|_| ())
         })
     }
 }
@@ -820,16 +857,6 @@ fn code(result: &Result<KubeResponse, ApiError>) -> &'static str {
     }
 }
 
-fn check_size(payload: &str) -> Result<(), ApiError> {
-    if payload.len() > MAX_PAYLOAD {
-        return Err(ApiError::Invalid(format!(
-            "object of {} bytes exceeds the host's {MAX_PAYLOAD}-byte payload limit",
-            payload.len()
-        )));
-    }
-    Ok(())
-}
-
 fn to_json<T: serde::Serialize>(o: &T) -> Result<String, ApiError> {
     let s = serde_json::to_string(o).map_err(|e| ApiError::Other(e.to_string()))?;
     within_response_limit(&s)?;
@@ -845,11 +872,6 @@ fn request_of(resource: &kube::api::ApiResource, namespace: Option<&str>) -> kub
     kube::core::Request::new(DynamicObject::url_path(resource, namespace))
 }
 
-/// A write's body: the object the guest's JSON was checked into.
-fn to_body(obj: &DynamicObject) -> Result<Vec<u8>, ApiError> {
-    serde_json::to_vec(obj).map_err(|e| ApiError::Other(e.to_string()))
-}
-
 /// Refuses a response the guest must not be handed.
 fn within_response_limit(json: &str) -> Result<(), ApiError> {
     check_size(json).map_err(|_| {
@@ -860,40 +882,38 @@ fn within_response_limit(json: &str) -> Result<(), ApiError> {
     })
 }
 
-/// The guest's object for a write: valid JSON within the size limit, of the
-/// kind the call resolved (apiVersion and kind are filled in when absent),
-/// in the call's namespace.
-fn parse_object(
+/// The guest's object for a write, as sent: valid JSON within the size
+/// limit, of the kind the call resolved (apiVersion and kind are put in
+/// when it names neither), in the call's namespace. Checked without
+/// building a tree of it (`body::write_body`).
+fn write_body(
     json: &str,
     ar: &kube::api::ApiResource,
     namespace: Option<&str>,
-) -> Result<DynamicObject, ApiError> {
+) -> Result<Vec<u8>, ApiError> {
     check_size(json)?;
-    let mut obj: DynamicObject = serde_json::from_str(json).map_err(|e| {
-        ApiError::Invalid(format!(
-            "object is not valid JSON: {}",
-            truncate(&e.to_string(), 4 * ECHO)
-        ))
+    let (id, body) = body::write_body(json, &ar.api_version, &ar.kind).map_err(|e| {
+        let detail = match e {
+            body::BadBody::NotAnObject => serde_json::from_str::<serde::de::IgnoredAny>(json)
+                .err()
+                .map(|e| format!(": {}", truncate(&e.to_string(), 4 * ECHO)))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        ApiError::Invalid(format!("{e}{detail}"))
     })?;
-    match &obj.types {
-        None => {
-            obj.types = Some(kube::api::TypeMeta {
-                api_version: ar.api_version.clone(),
-                kind: ar.kind.clone(),
-            });
-        }
-        Some(t) if t.api_version != ar.api_version || t.kind != ar.kind => {
-            return Err(ApiError::Invalid(format!(
-                "the object is a {} {}, but the call is for {} {}",
-                truncate(&t.api_version, ECHO),
-                truncate(&t.kind, ECHO),
-                ar.api_version,
-                ar.kind
-            )));
-        }
-        Some(_) => {}
+    if let (Some(api_version), Some(kind)) = (&id.api_version, &id.kind)
+        && (*api_version != ar.api_version || *kind != ar.kind)
+    {
+        return Err(ApiError::Invalid(format!(
+            "the object is a {} {}, but the call is for {} {}",
+            truncate(api_version, ECHO),
+            truncate(kind, ECHO),
+            ar.api_version,
+            ar.kind
+        )));
     }
-    if let (Some(ns), Some(own)) = (namespace, obj.metadata.namespace.as_deref())
+    if let (Some(ns), Some(own)) = (namespace, id.namespace.as_deref())
         && ns != own
     {
         return Err(ApiError::Invalid(format!(
@@ -901,19 +921,59 @@ fn parse_object(
             truncate(own, ECHO)
         )));
     }
-    Ok(obj)
+    Ok(body.into_bytes())
 }
 
 /// A patch body as the guest wrote it, checked to be one JSON value but not
 /// parsed into a tree: kube-rs writes it out again as is, and a `Value` tree
 /// built only to be serialised again was most of this call's cost.
-type RawJson = Box<serde_json::value::RawValue>;
+type RawJson = Box<RawValue>;
+
+/// A patch as it goes to the API server: the guest's text, checked.
+#[derive(Debug)]
+enum SentPatch {
+    Merge(RawJson),
+    /// kube-rs takes a JSON patch only as a `json_patch::Patch`, a tree of
+    /// every operation's value, so its request is built as a merge patch
+    /// of the same text and given the JSON patch media type.
+    Json(RawJson),
+    Apply(RawJson),
+}
+
+impl SentPatch {
+    /// The PATCH request of `name` (its `subresource`, if any) with this
+    /// patch as its body.
+    fn request(
+        &self,
+        base: kube::core::Request,
+        name: &str,
+        subresource: Option<&str>,
+        params: &PatchParams,
+    ) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+        let build = |patch: &Patch<&RawValue>| match subresource {
+            Some(sub) => base.patch_subresource(sub, name, params, patch),
+            None => base.patch(name, params, patch),
+        };
+        match self {
+            SentPatch::Merge(raw) => build(&Patch::Merge(raw)),
+            SentPatch::Apply(raw) => build(&Patch::Apply(raw)),
+            SentPatch::Json(raw) => {
+                let mut req = build(&Patch::Merge(raw))?;
+                req.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json-patch+json"),
+                );
+                Ok(req)
+            }
+        }
+    }
+}
 
 fn to_patch(
     plugin: &str,
     patch: ObjectPatch,
     ar: &kube::api::ApiResource,
-) -> Result<(PatchParams, Patch<RawJson>), ApiError> {
+) -> Result<(PatchParams, SentPatch), ApiError> {
     let not_json = |e: serde_json::Error| {
         ApiError::Invalid(format!(
             "patch is not valid JSON: {}",
@@ -925,22 +985,14 @@ fn to_patch(
         serde_json::value::RawValue::from_string(s).map_err(not_json)
     };
     Ok(match patch {
-        ObjectPatch::Merge(s) => (PatchParams::default(), Patch::Merge(parse(s)?)),
+        ObjectPatch::Merge(s) => (PatchParams::default(), SentPatch::Merge(parse(s)?)),
         ObjectPatch::Json(s) => {
             check_size(&s)?;
-            // One pass: a syntax error is bad JSON, any other a JSON
-            // document that is not a JSON patch.
-            let p: json_patch::Patch = serde_json::from_str(&s).map_err(|e| {
-                if e.is_syntax() || e.is_eof() {
-                    not_json(e)
-                } else {
-                    ApiError::Invalid(format!(
-                        "not a JSON patch: {}",
-                        truncate(&e.to_string(), 4 * ECHO)
-                    ))
-                }
-            })?;
-            (PatchParams::default(), Patch::Json(p))
+            // One pass, and no tree of the operations' values.
+            body::json_patch_shape(&s)
+                .map_err(|e| ApiError::Invalid(truncate(&e.to_string(), 4 * ECHO)))?;
+            let raw = serde_json::value::RawValue::from_string(s).map_err(not_json)?;
+            (PatchParams::default(), SentPatch::Json(raw))
         }
         ObjectPatch::Apply(a) => {
             let manager = if a.field_manager.is_empty() {
@@ -976,7 +1028,7 @@ fn to_patch(
             if a.force {
                 params = params.force();
             }
-            (params, Patch::Apply(body))
+            (params, SentPatch::Apply(body))
         }
     })
 }
@@ -1083,13 +1135,13 @@ mod fuzz {
         #[test]
         fn objects_are_refused_or_of_the_calls_kind(json in text(), namespaced in any::<bool>()) {
             let ar = config_map();
-            let result = parse_object(&json, &ar, namespaced.then_some("default"));
-            if let Ok(obj) = &result {
-                let types = obj.types.as_ref().expect("types are filled in");
-                prop_assert_eq!(&types.kind, "ConfigMap");
-                prop_assert_eq!(&types.api_version, "v1");
+            let result = write_body(&json, &ar, namespaced.then_some("default"));
+            if let Ok(body) = &result {
+                let obj: serde_json::Value = serde_json::from_slice(body).expect("checked JSON");
+                prop_assert_eq!(obj["kind"].as_str(), Some("ConfigMap"));
+                prop_assert_eq!(obj["apiVersion"].as_str(), Some("v1"));
                 if namespaced {
-                    prop_assert!(matches!(obj.metadata.namespace.as_deref(), None | Some("default")));
+                    prop_assert!(matches!(obj["metadata"]["namespace"].as_str(), None | Some("default")));
                 }
             }
             check(result)?;
@@ -1101,7 +1153,7 @@ mod fuzz {
             check(to_patch("p", ObjectPatch::Merge(body.clone()), &ar))?;
             check(to_patch("p", ObjectPatch::Json(body.clone()), &ar))?;
             let apply = ObjectPatch::Apply(ApplyPatch { body, field_manager: manager, force });
-            if let Ok((params, Patch::Apply(v))) = to_patch("p", apply.clone(), &ar) {
+            if let Ok((params, SentPatch::Apply(v))) = to_patch("p", apply.clone(), &ar) {
                 let v: serde_json::Value = serde_json::from_str(v.get()).expect("checked JSON");
                 prop_assert_eq!(v["kind"].as_str(), Some("ConfigMap"));
                 prop_assert!(params.field_manager.is_some_and(|m| m.len() <= 128));
@@ -1141,7 +1193,7 @@ mod fuzz {
     fn a_merge_patch_is_sent_as_the_guest_wrote_it() {
         let body = r#"{"status":{"observed":7,"note":"\u00e9 \"q\""}}"#;
         let (_, patch) = to_patch("p", ObjectPatch::Merge(body.into()), &config_map()).unwrap();
-        let Patch::Merge(raw) = &patch else {
+        let SentPatch::Merge(raw) = &patch else {
             panic!("not a merge patch: {patch:?}")
         };
         assert_eq!(raw.get(), body);
@@ -1174,7 +1226,7 @@ mod fuzz {
             ObjectPatch::Json(r#"[{"op":"add","path":"/data/a","value":"b"}]"#.into()),
             &config_map(),
         );
-        assert!(matches!(ok, Ok((_, Patch::Json(_)))), "{ok:?}");
+        assert!(matches!(ok, Ok((_, SentPatch::Json(_)))), "{ok:?}");
     }
 
     #[test]
@@ -1203,7 +1255,7 @@ mod fuzz {
             force: true,
         });
         let (params, patch) = to_patch("p", apply, &config_map()).unwrap();
-        assert!(matches!(patch, Patch::Apply(_)));
+        assert!(matches!(patch, SentPatch::Apply(_)));
         assert_eq!(params.field_manager.as_deref(), Some("wasmctrl-p"));
     }
 
@@ -1211,7 +1263,7 @@ mod fuzz {
     fn a_huge_kind_is_quoted_back_cut() {
         let kind = "K".repeat(1 << 20);
         let json = format!(r#"{{"apiVersion":"v1","kind":"{kind}"}}"#);
-        let e = parse_object(&json, &config_map(), None).unwrap_err();
+        let e = write_body(&json, &config_map(), None).unwrap_err();
         assert!(e.to_string().len() < 400, "{} bytes", e.to_string().len());
     }
 

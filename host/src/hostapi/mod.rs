@@ -2,6 +2,7 @@
 //! by a [`KubeApi`] implementation chosen by the host.
 
 mod answer;
+mod body;
 mod cluster;
 mod grant;
 

@@ -1,0 +1,319 @@
+//! What a guest sends for a write, checked without building it: an
+//! object's text, whose kind and namespace are read as raw slices, and a
+//! JSON patch, whose shape is read with every `value` skipped. Both go to
+//! the API server as the guest wrote them. A `Value` tree of a body made
+//! of millions of tiny values costs about 16 times its text; reading it
+//! this way costs a few allocations per top-level member.
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+use serde_json::value::RawValue;
+
+use super::answer::members_of;
+
+/// Why a guest's object is not sent.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum BadBody {
+    #[error("object is not a JSON object")]
+    NotAnObject,
+    #[error("the object names {0} more than once")]
+    Twice(&'static str),
+    #[error("the object's {0} is not a string")]
+    NotAString(&'static str),
+    #[error("the object names {0} but not {1}: name both or neither")]
+    Half(&'static str, &'static str),
+}
+
+/// The members of a guest's object that the host checks before a write.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) api_version: Option<String>,
+    pub(crate) kind: Option<String>,
+    pub(crate) namespace: Option<String>,
+}
+
+/// A guest's object for a write, read without building it: one JSON
+/// object whose `apiVersion`, `kind` and `metadata.namespace` (each named
+/// at most once) are returned, and the text to send — the guest's own, or
+/// with `apiVersion` and `kind` put first when it names neither. Building
+
+pub(crate) fn write_body(
+    text: &str,
+    api_version: &str,
+    kind: &str,
+) -> Result<(Identity, String), BadBody> {
+    let top = members_of(text).ok_or(BadBody::NotAnObject)?;
+    let mut id = Identity::default();
+    let string = |raw: &RawValue, name: &'static str| -> Result<String, BadBody> {
+        serde_json::from_str::<String>(raw.get()).map_err(|_| BadBody::NotAString(name))
+    };
+    let mut metadata_seen = false;
+    for (k, v) in &top {
+        match k.0.as_ref() {
+            "apiVersion" if id.api_version.is_some() => return Err(BadBody::Twice("apiVersion")),
+            "apiVersion" => id.api_version = Some(string(v, "apiVersion")?),
+            "kind" if id.kind.is_some() => return Err(BadBody::Twice("kind")),
+            "kind" => id.kind = Some(string(v, "kind")?),
+            "metadata" if metadata_seen => return Err(BadBody::Twice("metadata")),
+            "metadata" => {
+                metadata_seen = true;
+                for (k, v) in members_of(v.get()).into_iter().flatten() {
+                    if k.0 == "namespace" {
+                        if id.namespace.is_some() {
+                            return Err(BadBody::Twice("metadata.namespace"));
+                        }
+                        id.namespace = Some(string(v, "metadata.namespace")?);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let body = match (&id.api_version, &id.kind) {
+        (Some(_), Some(_)) => text.to_owned(),
+        (None, None) => {
+            let mut out = String::with_capacity(text.len() + 64);
+            out.push_str(r#"{"apiVersion":"#);
+            out.push_str(&serde_json::to_string(api_version).unwrap_or_default());
+            out.push_str(r#","kind":"#);
+            out.push_str(&serde_json::to_string(kind).unwrap_or_default());
+            let rest = text.trim_start()[1..].trim_start();
+            if !rest.starts_with('}') {
+                out.push(',');
+            }
+            out.push_str(rest);
+            out
+        }
+        (Some(_), None) => return Err(BadBody::Half("apiVersion", "kind")),
+        (None, Some(_)) => return Err(BadBody::Half("kind", "apiVersion")),
+    };
+    Ok((id, body))
+}
+
+/// Most operations of one JSON patch: the API server's own bound
+/// (kube-apiserver's `maxJSONPatchOperations`).
+pub(crate) const MAX_PATCH_OPERATIONS: usize = 10_000;
+
+/// Why a JSON patch is not sent.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub(crate) enum BadPatch {
+    #[error("patch is not valid JSON: {0}")]
+    NotJson(String),
+    #[error("not a JSON patch: {0}")]
+    NotAPatch(String),
+}
+
+/// Checks that `text` is an RFC 6902 JSON patch — an array of at most
+/// [`MAX_PATCH_OPERATIONS`] operations, each an object with a known `op`,
+/// a string `path`, a string `from` for `move` and `copy` and a `value`
+/// for `add`, `replace` and `test` — without building any `value`.
+pub(crate) fn json_patch_shape(text: &str) -> Result<(), BadPatch> {
+    let mut d = serde_json::Deserializer::from_str(text);
+    let shaped = Operations.deserialize(&mut d).and_then(|()| d.end());
+    shaped.map_err(|e| {
+        let message = e.to_string();
+        if e.is_syntax() || e.is_eof() {
+            BadPatch::NotJson(message)
+        } else {
+            BadPatch::NotAPatch(message)
+        }
+    })
+}
+
+struct Operations;
+
+impl<'de> DeserializeSeed<'de> for Operations {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Operations {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an array of JSON patch operations")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let mut n = 0;
+        while seq.next_element::<Operation>()?.is_some() {
+            n += 1;
+            if n > MAX_PATCH_OPERATIONS {
+                return Err(serde::de::Error::custom(format!(
+                    "more than {MAX_PATCH_OPERATIONS} operations"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One operation's shape; its `value` is skipped, never built.
+struct Operation;
+
+impl<'de> Deserialize<'de> for Operation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(Operation)
+    }
+}
+
+impl<'de> Visitor<'de> for Operation {
+    type Value = Operation;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON patch operation (an object with op and path)")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Operation, A::Error> {
+        use serde::de::Error;
+        let (mut op, mut path, mut from, mut value) = (None::<String>, false, false, false);
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match key.as_ref() {
+                "op" if op.is_some() => return Err(A::Error::duplicate_field("op")),
+                "op" => op = Some(map.next_value()?),
+                "path" if path => return Err(A::Error::duplicate_field("path")),
+                "path" => {
+                    map.next_value::<std::borrow::Cow<'de, str>>()?;
+                    path = true;
+                }
+                "from" if from => return Err(A::Error::duplicate_field("from")),
+                "from" => {
+                    map.next_value::<std::borrow::Cow<'de, str>>()?;
+                    from = true;
+                }
+                "value" if value => return Err(A::Error::duplicate_field("value")),
+                "value" => {
+                    map.next_value::<IgnoredAny>()?;
+                    value = true;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        let op = op.ok_or_else(|| A::Error::missing_field("op"))?;
+        if !path {
+            return Err(A::Error::missing_field("path"));
+        }
+        match op.as_str() {
+            "remove" => {}
+            "add" | "replace" | "test" if !value => return Err(A::Error::missing_field("value")),
+            "move" | "copy" if !from => return Err(A::Error::missing_field("from")),
+            "add" | "replace" | "test" | "move" | "copy" => {}
+            other => {
+                return Err(A::Error::unknown_variant(
+                    other,
+                    &["add", "remove", "replace", "move", "copy", "test"],
+                ));
+            }
+        }
+        Ok(Operation)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    #[test]
+    fn a_write_body_is_the_guest_s_text_with_the_kind_put_in_when_it_names_none() {
+        let text = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a","namespace":"ns"},"data":{"k":"v"}}"#;
+        let (id, body) = write_body(text, "v1", "ConfigMap").unwrap();
+        assert_eq!(body, text);
+        assert_eq!(id.namespace.as_deref(), Some("ns"));
+        let (id, body) =
+            write_body(r#" { "metadata" : {"name":"a"} } "#, "v1", "ConfigMap").unwrap();
+        assert_eq!(id, Identity::default());
+        assert_eq!(
+            serde_json::from_str::<Value>(&body).unwrap(),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}})
+        );
+        let (_, body) = write_body("{}", "v1", "ConfigMap").unwrap();
+        assert_eq!(body, r#"{"apiVersion":"v1","kind":"ConfigMap"}"#);
+    }
+
+    #[test]
+    fn a_write_body_names_its_kind_and_namespace_once_as_strings() {
+        for (text, refused) in [
+            (
+                r#"{"kind":"A","kind":"B","apiVersion":"v1"}"#,
+                BadBody::Twice("kind"),
+            ),
+            (
+                r#"{"metadata":{"namespace":"a","namespace":"b"}}"#,
+                BadBody::Twice("metadata.namespace"),
+            ),
+            (
+                r#"{"metadata":{},"metadata":{"namespace":"b"}}"#,
+                BadBody::Twice("metadata"),
+            ),
+            (
+                r#"{"kind":1,"apiVersion":"v1"}"#,
+                BadBody::NotAString("kind"),
+            ),
+            (
+                r#"{"kind":"ConfigMap"}"#,
+                BadBody::Half("kind", "apiVersion"),
+            ),
+            (r#"[1]"#, BadBody::NotAnObject),
+            (r#"{"a":1} x"#, BadBody::NotAnObject),
+        ] {
+            assert_eq!(
+                write_body(text, "v1", "ConfigMap").unwrap_err(),
+                refused,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_body_of_a_million_tiny_values_is_read_without_a_tree() {
+        // 2 MiB of `0,` is a million values: as a tree, ~16 times the text.
+        let text = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","data":[{}0]}}"#,
+            "0,".repeat(1 << 20)
+        );
+        let (_, body) = write_body(&text, "v1", "ConfigMap").unwrap();
+        assert_eq!(body.len(), text.len());
+    }
+
+    #[test]
+    fn a_json_patch_is_read_for_its_shape_only() {
+        json_patch_shape(r#"[{"op":"add","path":"/a","value":{"b":[1,2]}},{"op":"remove","path":"/c"},{"op":"copy","from":"/a","path":"/d"}]"#).unwrap();
+        json_patch_shape("[]").unwrap();
+        for (text, refused) in [
+            (r#"[{"op":"add""#, "patch is not valid JSON"),
+            (r#"[] x"#, "patch is not valid JSON"),
+            (r#"{"op":"add"}"#, "not a JSON patch"),
+            (r#"[{"op":"jump","path":"/a"}]"#, "not a JSON patch"),
+            (r#"[{"op":"add","path":"/a"}]"#, "not a JSON patch"),
+            (r#"[{"op":"move","path":"/a"}]"#, "not a JSON patch"),
+            (r#"[{"path":"/a"}]"#, "not a JSON patch"),
+            (r#"[{"op":"remove","path":1}]"#, "not a JSON patch"),
+            (
+                r#"[{"op":"remove","op":"add","path":"/a","value":1}]"#,
+                "not a JSON patch",
+            ),
+        ] {
+            let e = json_patch_shape(text).unwrap_err().to_string();
+            assert!(e.starts_with(refused), "{text}: {e}");
+        }
+        let many = format!(
+            "[{}]",
+            vec![r#"{"op":"remove","path":"/a"}"#; MAX_PATCH_OPERATIONS + 1].join(",")
+        );
+        let e = json_patch_shape(&many).unwrap_err().to_string();
+        assert!(e.contains("more than 10000 operations"), "{e}");
+    }
+
+    #[test]
+    fn a_json_patch_of_a_million_tiny_values_is_read_without_a_tree() {
+        let text = format!(
+            r#"[{{"op":"add","path":"/a","value":[{}0]}}]"#,
+            "0,".repeat(1 << 20)
+        );
+        json_patch_shape(&text).unwrap();
+    }
+}
