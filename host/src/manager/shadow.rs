@@ -231,8 +231,9 @@ impl Write {
 }
 
 /// Write bodies past this many bytes are compared by their digest instead
-/// of as normalized JSON: a tree of a body made of millions of tiny values
-/// costs about 16 times its text.
+/// of as normalized JSON, and a shadow run does not apply a patch this
+/// large (or to an object this large): a tree of a body made of millions
+/// of tiny values costs about 16 times its text.
 const MAX_NORMALIZED: usize = 256 << 10;
 
 /// A write body as compared: normalized JSON, or past
@@ -294,7 +295,8 @@ struct Seen {
     writes: Vec<Write>,
     /// Bytes of answers and write bodies kept.
     bytes: usize,
-    /// Past [`MAX_RECORDED`]: nothing is kept, and the run is not compared.
+    /// Past [`MAX_RECORDED`], or a patch too large to apply: nothing is
+    /// kept, and the run is not compared.
     overflow: bool,
 }
 
@@ -307,12 +309,17 @@ impl Seen {
         }
         self.bytes += bytes;
         if self.bytes > MAX_RECORDED {
-            self.overflow = true;
-            self.reads = HashMap::new();
-            self.writes = Vec::new();
+            self.give_up();
             return false;
         }
         true
+    }
+
+    /// Drops what was kept: this run is not compared.
+    fn give_up(&mut self) {
+        self.overflow = true;
+        self.reads = HashMap::new();
+        self.writes = Vec::new();
     }
 }
 
@@ -410,6 +417,20 @@ impl Capture {
             let KubeResponse::Object(json) = object? else {
                 return Err(ApiError::Other("a get answered without an object".into()));
             };
+            let text = match patch {
+                ObjectPatch::Merge(s) | ObjectPatch::Json(s) => s,
+                ObjectPatch::Apply(a) => &a.body,
+            };
+            if json.len().max(text.len()) > MAX_NORMALIZED {
+                // Applying it would build trees of both, about 16 times
+                // their text; the run is not compared.
+                self.state.lock().unwrap().give_up();
+                return Err(ApiError::Invalid(format!(
+                    "a shadow run applies patches of at most {MAX_NORMALIZED} bytes to objects of at most as many; this one ({} bytes to {} bytes) is not applied and the run is not compared",
+                    text.len(),
+                    json.len()
+                )));
+            }
             let object: Value = serde_json::from_str(&json)
                 .map_err(|e| ApiError::Other(format!("the current object is not JSON: {e}")))?;
             let parse = |s: &str| -> Result<Value, ApiError> {
