@@ -296,6 +296,140 @@ plugins:
     server.shutdown().await;
 }
 
+/// What a guest sends to and returns from the host, at its worst: bodies
+/// within the payload limit made of millions of tiny JSON values (a tree of
+/// them is about 16 times the text), a shadow candidate's patches that
+/// would nest its object 32,767 levels deep or double it thirty times, and
+/// an 8 MiB error message. The host stays up and within its bound: the
+/// instances' memory (reconciles and shadow runs) plus 32 MiB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_payloads_leave_the_host_within_its_memory_bound() {
+    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let config = dir.path().join("wasmctrl.yaml");
+    let (memory_limit, concurrency, shadows) = (32u64 << 20, 4u64, 2u64);
+    std::fs::write(
+        &config,
+        format!(
+            r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: {{ bind: "127.0.0.1:0" }}
+plugins:
+  - name: hostile
+    path: {path}
+    maxConcurrentReconciles: {concurrency}
+    memoryLimit: {memory_limit}
+    reconcileTimeout: 20s
+    maxRetries: 0
+    permissions: [ {{ resources: [configmaps], verbs: [get, list, watch, patch, create] }} ]
+    candidate:
+      path: {path}
+      mode: shadow
+      maxConcurrentShadows: {shadows}
+      settings: {{ attack: true }}
+"#,
+            path = artifacts::HOSTILE
+        ),
+    )
+    .unwrap();
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    eventually("readiness", Duration::from_secs(60), || async {
+        (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    let pid = host.child.id();
+    let idle = memory_of(pid, "VmRSS");
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+
+    let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "default");
+    let create = |name: &'static str| {
+        let api = api.clone();
+        async move {
+            let cm =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+            api.create(&Default::default(), &cm).await.unwrap();
+        }
+    };
+    // The patch bombs first: a shadow run finished while both permits are
+    // busy is skipped, and the tiny values keep them busy.
+    for name in ["patch-depth", "patch-copies", "huge-error"] {
+        create(name).await;
+    }
+    eventually(
+        "the shadow runs compared",
+        Duration::from_secs(120),
+        || async {
+            let (_, body) = http_get(host.admin, "/plugins/hostile/shadow").await;
+            let report: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let refused = |key: &str| {
+                report["divergences"].as_array().is_some_and(|d| {
+                    d.iter().any(|d| {
+                        d["key"] == key
+                            && d["candidate"]["error"]
+                                .as_str()
+                                .is_some_and(|e| e.contains("invalid: the patch fails"))
+                    })
+                })
+            };
+            (refused("default/patch-depth") && refused("default/patch-copies")).then_some(())
+        },
+    )
+    .await;
+    for name in [
+        "tiny-values-0",
+        "tiny-values-1",
+        "tiny-values-2",
+        "tiny-values-3",
+    ] {
+        create(name).await;
+    }
+    eventually("every key reconciled", Duration::from_secs(300), || async {
+        let done = metric(
+            host.admin,
+            r#"controller_runtime_reconcile_total{controller="hostile",result="success",version="stable"}"#,
+        )
+        .await
+            + metric(
+                host.admin,
+                r#"controller_runtime_reconcile_errors_total{controller="hostile",version="stable"}"#,
+            )
+            .await;
+        (done >= 7.0).then_some(())
+    })
+    .await;
+    let peak = memory_of(pid, "VmHWM");
+    let bound = memory_limit * (concurrency + shadows) + (32 << 20);
+    let grew = peak.saturating_sub(idle);
+    eprintln!(
+        "idle {} MiB, peak {} MiB (+{} MiB, bound +{} MiB)",
+        idle >> 20,
+        peak >> 20,
+        grew >> 20,
+        bound >> 20
+    );
+    assert!(
+        grew <= bound,
+        "peak RSS {} MiB is {} MiB over idle {} MiB; the bound is {} MiB",
+        peak >> 20,
+        grew >> 20,
+        idle >> 20,
+        bound >> 20
+    );
+    assert_eq!(http_get(host.admin, "/healthz").await.0, 200);
+    host.child.kill().unwrap();
+    host.child.wait().unwrap();
+    server.shutdown().await;
+}
+
 /// An API server, a directory with a kubeconfig per host identity, and the
 /// mirror plugin's objects.
 struct Fixture {

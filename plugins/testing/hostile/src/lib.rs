@@ -12,6 +12,7 @@
 //! | `resource-hoard`  | WASI pollables held until the host refuses one (its bound on WASI resources) |
 //! | `patch-depth`     | with the setting `attack: true` (else as any other name): a 128 KiB JSON patch of 15 `copy` operations that would nest its ConfigMap 32,767 levels deep |
 //! | `patch-copies`    | with `attack: true`: a 2 KiB JSON patch of 30 `copy` operations, each doubling the ConfigMap (a 512 GiB result) |
+//! | `tiny-values-*`   | 8 creates and 8 JSON patches, each a 3.9 MiB body of a million tiny JSON values (a tree of them is about 16 times the text) |
 //! | `huge-error`      | fails with an 8 MiB error message                                |
 //! | anything else     | labels its ConfigMap `wasmctrl.dev/hostile: reconciled`          |
 //!
@@ -105,6 +106,7 @@ impl Reconciler for Hostile {
             }
             "patch-depth" if attacks(ctx) => json_patch(ns, "patch-depth", &deep_patch(15)),
             "patch-copies" if attacks(ctx) => json_patch(ns, "patch-copies", &copies_patch(30)),
+            name if name.starts_with("tiny-values") => tiny_values(ns, name),
             "huge-error" => Err(Error::transient("e".repeat(8 << 20))),
             name => {
                 let patch = r#"{"metadata":{"labels":{"wasmctrl.dev/hostile":"reconciled"}}}"#;
@@ -354,4 +356,21 @@ fn copies_patch(doublings: u32) -> String {
         ));
     }
     format!("[{}]", ops.join(","))
+}
+
+/// Bodies within the host's payload limit made of a million tiny values:
+/// whatever the API server answers, the host must not have built them
+/// into trees.
+fn tiny_values(ns: Option<&str>, name: &str) -> Result<Action, Error> {
+    let values = "0,".repeat(2_000_000);
+    let object = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}-x"}},"data":[{values}0]}}"#
+    );
+    let patch = format!(r#"[{{"op":"add","path":"/spec","value":[{values}0]}}]"#);
+    drop(values);
+    for _ in 0..8 {
+        let _ = kube::create(&configmaps(), ns, &object);
+        let _ = kube::patch(&configmaps(), ns, name, &ObjectPatch::Json(patch.clone()));
+    }
+    Ok(Action::done())
 }
