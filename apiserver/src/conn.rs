@@ -9,6 +9,11 @@
 //! | [`HEADER_READ_TIMEOUT`] | 10 s | a connection that does not send a complete request head, counted from the connection's start or the first byte of the next request |
 //! | [`IDLE_TIMEOUT`] | 120 s | a keep-alive connection with no request in flight |
 //!
+//! Each close is counted in `wasmctrl_apiserver_limit_exceeded_total`
+//! (`tlsHandshake`, `requestHead`, `idleConnection`). The request body
+//! timeout is enforced per request by the router, but configured here
+//! with the others.
+//!
 //! hyper's own header timeout restarts whenever a connection goes idle, so
 //! it would close idle keep-alive connections after the (short) header
 //! timeout; the watchdog here tells "idle" from "in the middle of a request
@@ -25,6 +30,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
+
+use crate::metrics::{Limit, Metrics};
 
 /// Time a client gets to complete the TLS handshake (kube-apiserver's).
 pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -54,6 +61,9 @@ pub struct Timeouts {
     pub request_head: Duration,
     /// Time a keep-alive connection may sit with no request in flight.
     pub idle: Duration,
+    /// Time a client gets to send a request body once its head arrived
+    /// (504 after).
+    pub request_body: Duration,
 }
 
 impl Default for Timeouts {
@@ -62,6 +72,7 @@ impl Default for Timeouts {
             tls_handshake: TLS_HANDSHAKE_TIMEOUT,
             request_head: HEADER_READ_TIMEOUT,
             idle: IDLE_TIMEOUT,
+            request_body: crate::routes::BODY_READ_TIMEOUT,
         }
     }
 }
@@ -78,6 +89,7 @@ pub(crate) async fn serve(
     tls: Arc<rustls::ServerConfig>,
     app: axum::Router,
     timeouts: Timeouts,
+    metrics: Arc<Metrics>,
     mut stopped: oneshot::Receiver<()>,
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
@@ -103,6 +115,7 @@ pub(crate) async fn serve(
             acceptor.clone(),
             app.clone(),
             timeouts,
+            metrics.clone(),
             shutdown_rx.clone(),
         ));
     }
@@ -120,6 +133,7 @@ async fn connection(
     acceptor: tokio_rustls::TlsAcceptor,
     app: axum::Router,
     timeouts: Timeouts,
+    metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let stream = match tokio::time::timeout(timeouts.tls_handshake, acceptor.accept(tcp)).await {
@@ -130,6 +144,7 @@ async fn connection(
         }
         Err(_) => {
             tracing::debug!(%peer, "TLS handshake timed out");
+            metrics.exceeded(Limit::TlsHandshake);
             return;
         }
     };
@@ -170,8 +185,9 @@ async fn connection(
                 }
                 return;
             }
-            why = activity.expired() => {
+            (why, limit) = activity.expired() => {
                 tracing::debug!(%peer, why, "closing connection");
+                metrics.exceeded(limit);
                 return;
             }
             r = shutdown.changed(), if !shutting_down => {
@@ -249,8 +265,9 @@ impl Activity {
         RequestGuard(self.clone())
     }
 
-    /// Resolves when the connection should be closed, naming why.
-    async fn expired(&self) -> &'static str {
+    /// Resolves when the connection should be closed, naming why and the
+    /// limit it ran into.
+    async fn expired(&self) -> (&'static str, Limit) {
         loop {
             let notified = self.changed.notified();
             let deadline = {
@@ -260,17 +277,17 @@ impl Activity {
                 } else if let Some(t) = st.head_started {
                     Some((
                         t + self.timeouts.request_head,
-                        "request head not received in time",
+                        ("request head not received in time", Limit::RequestHead),
                     ))
                 } else if !st.served_any {
                     Some((
                         st.idle_since + self.timeouts.request_head,
-                        "no request after the TLS handshake",
+                        ("no request after the TLS handshake", Limit::RequestHead),
                     ))
                 } else {
                     Some((
                         st.idle_since + self.timeouts.idle,
-                        "idle keep-alive connection",
+                        ("idle keep-alive connection", Limit::IdleConnection),
                     ))
                 }
             };

@@ -39,6 +39,7 @@ mod files;
 mod gc;
 mod identity;
 mod kubeconfig;
+mod metrics;
 mod patch;
 mod persist;
 mod protobuf;
@@ -134,7 +135,7 @@ pub struct Config {
     /// kubeconfigs written earlier valid.
     pub ca: Option<CertificateAuthority>,
     /// Connection timeouts (TLS handshake 10 s, request head 10 s, idle
-    /// keep-alive 120 s by default).
+    /// keep-alive 120 s, request body 60 s by default).
     pub timeouts: Timeouts,
     /// How requests of identities other than the admin are authorized:
     /// [`Authorization::AlwaysAllow`] (the default) or
@@ -266,7 +267,13 @@ impl ApiServer {
             .token
             .or_else(|| creds.map(|c| c.token))
             .unwrap_or_else(values::random_token);
-        let shared = Arc::new(ServerState::new(token, addr, config.authorization, &sa_key));
+        let shared = Arc::new(ServerState::new(
+            token,
+            addr,
+            config.authorization,
+            &sa_key,
+            config.timeouts.request_body,
+        ));
         // Derived state (the CRD registry) follows every visible change.
         let weak = Arc::downgrade(&shared);
         shared.store.set_apply_hook(move |ev| {
@@ -331,12 +338,14 @@ impl ApiServer {
         server.seed().await?;
 
         let (stop, stopped) = oneshot::channel::<()>();
+        let metrics = shared.metrics.clone();
         let app = routes::router(shared);
         server.task = Some(tokio::spawn(conn::serve(
             listener,
             tls.server_config.clone(),
             app,
             config.timeouts,
+            metrics,
             stopped,
         )));
         server.stop = Some(stop);
@@ -480,6 +489,15 @@ impl ApiServer {
     /// relist, as after an etcd compaction. For testing client recovery.
     pub fn expire_watches(&self) {
         self.shared.expire_watches();
+    }
+
+    /// How many requests or connections this server refused (or closed)
+    /// for running into the limit labelled `limit` in
+    /// `wasmctrl_apiserver_limit_exceeded_total` (`requestBody`,
+    /// `objectSize`, `slowWatcher`, ...); 0 for a label that names no limit.
+    /// The same counts are served at `GET /metrics`.
+    pub fn limit_exceeded(&self, limit: &str) -> u64 {
+        self.shared.metrics.exceeded_count(limit)
     }
 
     /// Fault injection: switch faults of this server on and off at run

@@ -20,6 +20,7 @@ use crate::delete::DeleteOptions;
 use crate::discovery;
 use crate::error::ApiError;
 use crate::identity::UserInfo;
+use crate::metrics::{Limit, json_limit};
 use crate::request_info::RequestInfo;
 use crate::resources::{Registry, ResourceInfo};
 use crate::response;
@@ -77,6 +78,7 @@ pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// How long a client may take to send a body once its headers arrived
 /// (kube-apiserver's default request timeout); slower uploads get 504.
+/// The default of [`crate::Timeouts::request_body`].
 pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Per-request state the synchronous handlers leave for the async layer.
@@ -112,12 +114,25 @@ async fn handle(State(shared): State<Arc<ServerState>>, req: Request) -> Respons
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let (parts, body) = req.into_parts();
     let Some(authenticated) = authenticate(&shared, &parts.headers) else {
-        return ApiError::Unauthorized.into_response();
+        let response = ApiError::Unauthorized.into_response();
+        shared.metrics.request(
+            &parts.method.as_str().to_ascii_lowercase(),
+            response.status().as_u16(),
+        );
+        return response;
     };
     let query = Query::parse(parts.uri.query());
     let segs = match segments(parts.uri.path()) {
         Ok(s) => s,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            shared.metrics.exceeded(Limit::PathSegment);
+            let response = e.into_response();
+            shared.metrics.request(
+                &parts.method.as_str().to_ascii_lowercase(),
+                response.status().as_u16(),
+            );
+            return response;
+        }
     };
     let s: Vec<&str> = segs.iter().map(String::as_str).collect();
     let info = RequestInfo::parse(
@@ -154,6 +169,9 @@ async fn handle(State(shared): State<Arc<ServerState>>, req: Request) -> Respons
         scope.created().as_deref(),
         response.status().as_u16(),
     );
+    shared
+        .metrics
+        .request(&info.verb, response.status().as_u16());
     response
 }
 
@@ -178,7 +196,7 @@ async fn serve(
         return ApiError::Internal("injected failure (Faults::fail_requests)".into())
             .into_response();
     }
-    let body = match read_body(body).await {
+    let body = match read_body(shared, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
@@ -204,18 +222,25 @@ async fn serve(
     response
 }
 
-/// The whole body, bounded in size ([`MAX_BODY_BYTES`]) and time
-/// ([`BODY_READ_TIMEOUT`]).
-async fn read_body(body: Body) -> Result<bytes::Bytes, ApiError> {
+/// The whole body, bounded in size ([`MAX_BODY_BYTES`]) and time (the
+/// server's body timeout, [`BODY_READ_TIMEOUT`] by default).
+async fn read_body(shared: &ServerState, body: Body) -> Result<bytes::Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
-    match tokio::time::timeout(BODY_READ_TIMEOUT, http_body_util::BodyExt::collect(limited)).await {
-        Err(_) => Err(ApiError::Timeout(format!(
-            "request body not received within {}s",
-            BODY_READ_TIMEOUT.as_secs()
-        ))),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(
-            ApiError::RequestEntityTooLarge(format!("limit is {MAX_BODY_BYTES}")),
-        ),
+    let timeout = shared.body_timeout;
+    match tokio::time::timeout(timeout, http_body_util::BodyExt::collect(limited)).await {
+        Err(_) => {
+            shared.metrics.exceeded(Limit::BodyTime);
+            Err(ApiError::Timeout(format!(
+                "request body not received within {}s",
+                timeout.as_secs()
+            )))
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            shared.metrics.exceeded(Limit::RequestBody);
+            Err(ApiError::RequestEntityTooLarge(format!(
+                "limit is {MAX_BODY_BYTES}"
+            )))
+        }
         Ok(Err(e)) => Err(ApiError::BadRequest(format!("reading body: {e}"))),
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
@@ -278,6 +303,15 @@ fn dispatch(
             "text/plain",
             b"ok".to_vec(),
         )),
+        // A non-resource URL as upstream's: system:masters may read it,
+        // others only with a rule for `get` on nonResourceURL `/metrics`.
+        ["metrics"] => get_only(Value::Null).map(|_| {
+            response::bytes_with_type(
+                StatusCode::OK,
+                METRICS_CONTENT_TYPE,
+                shared.metrics.encode().into_bytes(),
+            )
+        }),
         ["api"] | ["apis"] => {
             let core = s[0] == "api";
             if let Some(flavour) = discovery::aggregated_flavour(accept) {
@@ -389,8 +423,12 @@ fn write_ctx(q: &Query, headers: &HeaderMap, scope: &RequestScope) -> Result<Wri
     })
 }
 
+/// What prometheus-client's text encoder writes: OpenMetrics text, which
+/// Prometheus scrapes as such.
+const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
 /// Parses a JSON (or YAML) request body for create/update.
-fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+fn parse_body(shared: &ServerState, headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     let ct = header_str(headers, header::CONTENT_TYPE)
         .split(';')
         .next()
@@ -400,12 +438,17 @@ fn parse_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
     match ct.as_str() {
         // The Python client sends POST without a Content-Type.
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
+            shared.metrics.exceeded_if(json_limit(&e));
             ApiError::BadRequest(format!(
                 "the object provided is unrecognized: couldn't get version/kind; json parse error: {e}"
             ))
         }),
-        "application/yaml" | "application/x-yaml" | "text/yaml" => crate::yaml::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}"))),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            crate::yaml::from_slice(body).map_err(|e| {
+                shared.metrics.exceeded_if(e.limit);
+                ApiError::BadRequest(format!("error decoding YAML: {e}"))
+            })
+        }
         "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|e| match e {
             crate::protobuf::ProtobufError::Malformed | crate::protobuf::ProtobufError::NoEnvelope => {
                 ApiError::BadRequest(e.to_string())
@@ -462,11 +505,16 @@ fn selectors(q: &Query, info: &ResourceInfo) -> Result<(LabelSelector, FieldSele
     Ok((labels, fields))
 }
 
-fn delete_options(q: &Query, headers: &HeaderMap, body: &[u8]) -> Result<DeleteOptions, ApiError> {
+fn delete_options(
+    shared: &ServerState,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<DeleteOptions, ApiError> {
     let mut opts = DeleteOptions::default();
     let trimmed = body.iter().any(|b| !b.is_ascii_whitespace());
     if trimmed {
-        let v = parse_body(headers, body)?;
+        let v = parse_body(shared, headers, body)?;
         opts.propagation = v["propagationPolicy"].as_str().map(str::to_string);
         opts.grace_period = v["gracePeriodSeconds"].as_i64();
         if v["orphanDependents"].as_bool() == Some(true) {
@@ -651,7 +699,7 @@ fn delete_collection(
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
     let ctx = write_ctx(q, headers, scope)?;
-    let opts = delete_options(q, headers, body)?;
+    let opts = delete_options(shared, q, headers, body)?;
     let (_, items, _) = shared
         .store
         .list(&info.storage, t.namespace, None, None, &|o| {
@@ -719,7 +767,7 @@ fn resource(
     if info.review {
         return match (t.name, method) {
             (None, &Method::POST) => {
-                let body = parse_body(headers, body)?;
+                let body = parse_body(shared, headers, body)?;
                 shared.check_type(&info, &body)?;
                 let answer = crate::reviews::answer(shared, &info, user, t.namespace, body)?;
                 Ok(response::json(StatusCode::CREATED, &answer))
@@ -746,7 +794,7 @@ fn resource(
                     return Err(not_allowed());
                 }
                 let ctx = write_ctx(q, headers, scope)?;
-                let obj = parse_body(headers, body)?;
+                let obj = parse_body(shared, headers, body)?;
                 let created = shared.create_object(&info, ns, obj, &ctx)?;
                 scope.set_created(&created);
                 Ok(with_warnings(
@@ -775,7 +823,7 @@ fn resource(
             }
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
-                let obj = parse_body(headers, body)?;
+                let obj = parse_body(shared, headers, body)?;
                 let v = shared.update_object(&info, ns, name, obj, Subresource::Main, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
@@ -796,7 +844,7 @@ fn resource(
             }
             Method::DELETE => {
                 let ctx = write_ctx(q, headers, scope)?;
-                let opts = delete_options(q, headers, body)?;
+                let opts = delete_options(shared, q, headers, body)?;
                 let v = shared.delete_object(&info, ns, name, &opts, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
@@ -823,7 +871,7 @@ fn resource(
             )),
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
-                let obj = parse_body(headers, body)?;
+                let obj = parse_body(shared, headers, body)?;
                 let v = shared.update_object(&info, ns, name, obj, Subresource::Status, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
@@ -841,7 +889,7 @@ fn resource(
         },
         (Some(name), Some("token")) if info.token_request => match *method {
             Method::POST => {
-                let body = parse_body(headers, body)?;
+                let body = parse_body(shared, headers, body)?;
                 let answer = crate::reviews::token_request(shared, ns, name, body)?;
                 Ok(response::json(StatusCode::CREATED, &answer))
             }

@@ -73,8 +73,10 @@ impl ServerState {
             return Err(ApiError::no_route());
         };
         let ns = self.ns_for(info, ns);
-        let doc: Value = serde_json::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("error decoding body: {e}")))?;
+        let doc: Value = serde_json::from_slice(body).map_err(|e| {
+            self.metrics.exceeded_if(crate::metrics::json_limit(&e));
+            ApiError::BadRequest(format!("error decoding body: {e}"))
+        })?;
         for _ in 0..MAX_RETRIES {
             let cur = self.load(info, &ns, name)?;
             let scale = self.scale_of(info, &cur.obj)?;
@@ -84,8 +86,12 @@ impl ServerState {
                     patch::merge_patch(&scale, &doc)
                         .map_err(|e| patch_error(info, name, e, PatchKind::Merge))?
                 }
-                Some(PatchKind::Json) => patch::json_patch(&scale, &doc)
-                    .map_err(|e| patch_error(info, name, e, PatchKind::Json))?,
+                Some(PatchKind::Json) => {
+                    patch::json_patch_bounded(&scale, &doc).map_err(|(e, limit)| {
+                        self.metrics.exceeded_if(limit);
+                        patch_error(info, name, e, PatchKind::Json)
+                    })?
+                }
                 Some(PatchKind::Apply { .. }) => {
                     return Err(ApiError::UnsupportedMediaType(
                         "apply is not supported on the scale subresource".into(),

@@ -1,13 +1,15 @@
 //! State shared by every request handler and background task.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::audit::AuditLog;
 use crate::authorization::Authorization;
 use crate::faults::FaultState;
+use crate::metrics::Metrics;
 use crate::resources::{Registry, ResourceInfo, View};
 use crate::sa_token::Signer;
 use crate::storage::Store;
@@ -39,6 +41,11 @@ pub(crate) struct ServerState {
     pub(crate) faults: FaultState,
     /// The write audit (records nothing without feature `testing`).
     pub(crate) audit: AuditLog,
+    /// Shared with the connection layer and watch pumps, which outlive no
+    /// request but are not handed the whole state.
+    pub(crate) metrics: Arc<Metrics>,
+    /// How long a client may take to send a request body.
+    pub(crate) body_timeout: Duration,
 }
 
 impl ServerState {
@@ -47,6 +54,7 @@ impl ServerState {
         addr: std::net::SocketAddr,
         authorization: Authorization,
         service_account_key: &[u8],
+        body_timeout: Duration,
     ) -> Self {
         ServerState {
             store: Store::new(),
@@ -60,6 +68,8 @@ impl ServerState {
             watch_epoch: tokio::sync::watch::Sender::new(0),
             faults: FaultState::new(),
             audit: AuditLog::new(),
+            metrics: Arc::new(Metrics::new()),
+            body_timeout,
         }
     }
 

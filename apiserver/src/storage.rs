@@ -77,6 +77,24 @@ pub(crate) struct Event {
 }
 
 impl Event {
+    /// An ADDED event of `object` at `rv`, for tests of what watchers see.
+    #[cfg(test)]
+    pub(crate) fn added(rv: u64, resource: GroupResource, object: Value) -> Arc<Event> {
+        let name = crate::values::meta_str(&object, "name")
+            .unwrap_or("")
+            .to_string();
+        Arc::new(Event {
+            rv,
+            etype: EventType::Added,
+            resource,
+            namespace: String::new(),
+            name,
+            object: Arc::new(object),
+            prev: None,
+            rendered: OnceLock::new(),
+        })
+    }
+
     /// `object` serialized once and shared by the persister and every
     /// watcher of the stored version (the common case), which keeps fan-out
     /// cheap.

@@ -15,6 +15,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use crate::error::{ApiError, Cause};
 use crate::faults::{WatchFault, WatchFaults};
+use crate::metrics::{Limit, Metrics};
 use crate::resources::ResourceInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::server::{ServerState, to_view, view_is_identity};
@@ -202,6 +203,7 @@ pub(crate) fn serve(
         // The real server answers 200 and an ERROR event, which is what
         // client-go, kube-rs and the Python client expect.
         Err(StoreError::Expired { requested, oldest }) => {
+            shared.metrics.exceeded(Limit::WatchExpired);
             return expired(&format!("too old resource version: {requested} ({oldest})"));
         }
         Err(e) => return Err(ApiError::Internal(e.to_string())),
@@ -225,6 +227,7 @@ pub(crate) fn serve(
         withheld: VecDeque::new(),
         tx,
         faults: shared.faults.watch_faults(),
+        metrics: shared.metrics.clone(),
     };
     let epoch = shared.watch_epoch.subscribe();
     tokio::spawn(pump.run(snapshot, start.backlog, start.rx, epoch));
@@ -243,6 +246,7 @@ struct Pump {
     withheld: VecDeque<Arc<Event>>,
     tx: mpsc::Sender<Chunk>,
     faults: WatchFaults,
+    metrics: Arc<Metrics>,
 }
 
 /// The watch is over: the client went away, or it was told to relist.
@@ -272,17 +276,13 @@ impl Pump {
             self.send(batch.freeze()).await?;
         }
         if self.withheld.len() > MAX_WITHHELD {
-            let msg = format!(
-                "too old resource version: {}: watcher fell behind",
-                self.seen
-            );
-            let _ = self.send(expired_line(&msg)).await;
-            return Err(Stop);
+            return Err(self.fell_behind().await);
         }
         Ok(())
     }
 
     async fn fell_behind(&self) -> Stop {
+        self.metrics.exceeded(Limit::SlowWatcher);
         let msg = format!(
             "too old resource version: {}: watcher fell behind",
             self.seen
@@ -407,5 +407,63 @@ impl Pump {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::FaultState;
+    use crate::resources::Registry;
+
+    fn params() -> WatchParams {
+        WatchParams {
+            namespace: None,
+            resource_version: None,
+            resource_version_match: None,
+            send_initial_events: None,
+            allow_bookmarks: false,
+            timeout: None,
+            labels: LabelSelector::parse("").unwrap(),
+            fields: FieldSelector::parse("", "", "ConfigMap").unwrap(),
+            table: None,
+        }
+    }
+
+    /// A watcher more events behind than the store's broadcast buffer holds
+    /// (65 536; 2 here) gets 410 and its stream ends, counted once.
+    #[tokio::test]
+    async fn a_watcher_that_falls_behind_is_closed_and_counted() {
+        let info = Registry::new().find("", "v1", "configmaps").unwrap();
+        let (events, rx) = broadcast::channel(2);
+        for rv in 1..=5 {
+            let cm = json!({"metadata": {"name": format!("c{rv}")}});
+            events
+                .send(Event::added(rv, info.storage.clone(), cm))
+                .unwrap();
+        }
+        let faults = FaultState::new();
+        let metrics = Arc::new(Metrics::new());
+        let (tx, mut out) = mpsc::channel(16);
+        let pump = Pump {
+            info,
+            p: params(),
+            seen: 0,
+            withheld: VecDeque::new(),
+            tx,
+            faults: faults.watch_faults(),
+            metrics: metrics.clone(),
+        };
+        let (_epoch, epoch) = tokio::sync::watch::channel(0);
+        pump.run(Vec::new(), Vec::new(), rx, epoch).await;
+        let mut lines = Vec::new();
+        while let Some(Ok(chunk)) = out.recv().await {
+            lines.push(chunk);
+        }
+        let last: Value = serde_json::from_slice(lines.last().unwrap()).unwrap();
+        assert_eq!(last["type"], "ERROR");
+        assert_eq!(last["object"]["code"], 410);
+        assert_eq!(metrics.exceeded_count("slowWatcher"), 1);
+        drop(events);
     }
 }

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Map, Value, json};
 
 use crate::error::{ApiError, Cause};
+use crate::metrics::Limit;
 use crate::patch::{self, ApplyRequest, PatchError};
 use crate::resources::ResourceInfo;
 use crate::server::{ServerState, from_view, to_view};
@@ -353,7 +354,10 @@ impl ServerState {
                 ApiError::Expired(format!("too old resource version: {requested} ({oldest})"))
             }
             e @ StoreError::ShuttingDown => ApiError::Internal(e.to_string()),
-            e @ StoreError::TooLarge { .. } => ApiError::RequestEntityTooLarge(e.to_string()),
+            e @ StoreError::TooLarge { .. } => {
+                self.metrics.exceeded(Limit::ObjectSize);
+                ApiError::RequestEntityTooLarge(e.to_string())
+            }
         }
     }
 
@@ -505,6 +509,18 @@ impl ServerState {
             md.insert("finalizers".into(), Value::Array(fins));
         }
         if !causes.is_empty() {
+            // A missing name is a required field, not the name rules.
+            let refused = |field: &str| {
+                causes
+                    .iter()
+                    .any(|c| c.field == field && c.reason != "FieldValueRequired")
+            };
+            if refused("metadata.name") {
+                self.metrics.exceeded(Limit::Name);
+            }
+            if refused("metadata.namespace") {
+                self.metrics.exceeded(Limit::Namespace);
+            }
             return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
         }
         if record {
@@ -834,10 +850,14 @@ impl ServerState {
             return Err(smp_unsupported());
         }
         let doc: Value = match kind {
-            PatchKind::Apply { .. } => crate::yaml::from_slice(body)
-                .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}")))?,
-            _ => serde_json::from_slice(body)
-                .map_err(|e| ApiError::BadRequest(format!("error decoding patch: {e}")))?,
+            PatchKind::Apply { .. } => crate::yaml::from_slice(body).map_err(|e| {
+                self.metrics.exceeded_if(e.limit);
+                ApiError::BadRequest(format!("error decoding YAML: {e}"))
+            })?,
+            _ => serde_json::from_slice(body).map_err(|e| {
+                self.metrics.exceeded_if(crate::metrics::json_limit(&e));
+                ApiError::BadRequest(format!("error decoding patch: {e}"))
+            })?,
         };
         if let PatchKind::Apply { .. } = kind {
             self.check_apply_body(info, name, &doc, ctx)?;
@@ -866,7 +886,12 @@ impl ServerState {
                 }
                 (_, None) => return Err(ApiError::not_found(&info.group, &info.plural, name)),
                 (PatchKind::Merge, Some(c)) => patch::merge_patch(c, &doc),
-                (PatchKind::Json, Some(c)) => patch::json_patch(c, &doc),
+                (PatchKind::Json, Some(c)) => {
+                    patch::json_patch_bounded(c, &doc).map_err(|(e, limit)| {
+                        self.metrics.exceeded_if(limit);
+                        e
+                    })
+                }
                 (PatchKind::Strategic, Some(c)) => {
                     patch::strategic_merge_patch(c, &doc, &info.api_version(), &info.kind)
                 }

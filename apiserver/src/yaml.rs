@@ -14,6 +14,8 @@ use std::cell::Cell;
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
 
+use crate::metrics::Limit;
+
 /// Slack for tiny documents (an empty body decodes to `null`).
 const SLACK: usize = 64;
 
@@ -22,38 +24,74 @@ const SLACK: usize = 64;
 struct Budget {
     values: Cell<usize>,
     bytes: Cell<usize>,
+    /// Set once either ran out, so the refusal is told apart from other
+    /// errors without reading messages (which may quote the client's keys).
+    exhausted: Cell<bool>,
 }
 
 impl Budget {
     fn value<E: serde::de::Error>(&self) -> Result<(), E> {
-        take(&self.values, 1)
+        self.take(&self.values, 1)
     }
 
     fn string<E: serde::de::Error>(&self, s: &str) -> Result<(), E> {
-        take(&self.bytes, s.len())
+        self.take(&self.bytes, s.len())
+    }
+
+    fn take<E: serde::de::Error>(&self, cell: &Cell<usize>, n: usize) -> Result<(), E> {
+        match cell.get().checked_sub(n) {
+            Some(left) => {
+                cell.set(left);
+                Ok(())
+            }
+            None => {
+                self.exhausted.set(true);
+                Err(E::custom(
+                    "the document expands (through aliases) to more than its own size",
+                ))
+            }
+        }
     }
 }
 
-fn take<E: serde::de::Error>(cell: &Cell<usize>, n: usize) -> Result<(), E> {
-    match cell.get().checked_sub(n) {
-        Some(left) => {
-            cell.set(left);
-            Ok(())
-        }
-        None => Err(E::custom(
-            "the document expands (through aliases) to more than its own size",
-        )),
+/// A document that could not be decoded, and the limit it ran into if
+/// that is why.
+#[derive(Debug)]
+pub(crate) struct YamlError {
+    pub(crate) error: serde_norway::Error,
+    pub(crate) limit: Option<Limit>,
+}
+
+impl std::fmt::Display for YamlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.error.fmt(f)
     }
 }
 
 /// Decodes one YAML document into JSON values, refusing documents whose
 /// aliases expand them beyond the size of their text.
-pub(crate) fn from_slice(bytes: &[u8]) -> Result<Value, serde_norway::Error> {
+pub(crate) fn from_slice(bytes: &[u8]) -> Result<Value, YamlError> {
     let budget = Budget {
         values: Cell::new(bytes.len() + SLACK),
         bytes: Cell::new(bytes.len() + SLACK),
+        exhausted: Cell::new(false),
     };
-    Seed(&budget).deserialize(serde_norway::Deserializer::from_slice(bytes))
+    Seed(&budget)
+        .deserialize(serde_norway::Deserializer::from_slice(bytes))
+        .map_err(|error| {
+            // serde_norway's own two limits have no error kind to match,
+            // only these messages; they start the text, never after a
+            // client-chosen path.
+            let text = error.to_string();
+            let limit = if budget.exhausted.get() || text.starts_with("repetition limit exceeded") {
+                Some(Limit::YamlExpansion)
+            } else if text.starts_with("recursion limit exceeded") {
+                Some(Limit::YamlDepth)
+            } else {
+                None
+            };
+            YamlError { error, limit }
+        })
 }
 
 /// Deserializes one value, charging it to the budget.
@@ -175,18 +213,35 @@ mod tests {
         doc.push_str("]\n");
         let e = from_slice(doc.as_bytes()).unwrap_err();
         assert!(e.to_string().contains("expands"), "{e}");
+        assert_eq!(e.limit, Some(Limit::YamlExpansion));
         // The classic: ten levels of ten aliases each.
         let mut laughs = String::from("l0: &l0 [lol,lol,lol,lol,lol,lol,lol,lol,lol,lol]\n");
         for i in 1..10 {
             let refs = vec![format!("*l{}", i - 1); 10].join(",");
             laughs.push_str(&format!("l{i}: &l{i} [{refs}]\n"));
         }
-        assert!(from_slice(laughs.as_bytes()).is_err());
+        let e = from_slice(laughs.as_bytes()).unwrap_err();
+        assert_eq!(e.limit, Some(Limit::YamlExpansion), "{e}");
+    }
+
+    #[test]
+    fn refuses_deep_nesting_as_the_depth_limit() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let e = from_slice(deep.as_bytes()).unwrap_err();
+        assert_eq!(e.limit, Some(Limit::YamlDepth), "{e}");
+        let fine = format!("{}{}", "[".repeat(100), "]".repeat(100));
+        assert!(from_slice(fine.as_bytes()).is_ok());
+        // A client's key quoting the message is not the limit.
+        let e =
+            from_slice(b"recursion limit exceeded: 1\nrecursion limit exceeded: 2\n").unwrap_err();
+        assert_eq!(e.limit, None, "{e}");
     }
 
     #[test]
     fn refuses_duplicate_keys_and_bad_keys() {
-        assert!(from_slice(b"a: 1\na: 2\n").is_err());
-        assert!(from_slice(b"? [1]\n: x\n").is_err());
+        for doc in [&b"a: 1\na: 2\n"[..], b"? [1]\n: x\n"] {
+            let e = from_slice(doc).unwrap_err();
+            assert_eq!(e.limit, None, "{e}");
+        }
     }
 }

@@ -6,9 +6,12 @@
 //! from `add` and `replace` come from the request body, whose size is
 //! bounded already; `copy` is the only operation that amplifies.
 
+use std::cell::Cell;
+
 use serde_json::{Map, Value};
 
 use super::PatchError;
+use crate::metrics::Limit;
 
 /// Most operations one patch may hold (kube-apiserver's
 /// `maxJSONPatchOperations`); more is 413.
@@ -45,30 +48,47 @@ pub const MAX_DEPTH: usize = 100;
 /// [`MAX_DEPTH`] are [`PatchError::Invalid`]; more than [`MAX_OPERATIONS`]
 /// operations is [`PatchError::TooLarge`].
 pub fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
+    json_patch_bounded(target, patch).map_err(|(e, _)| e)
+}
+
+/// [`json_patch`], also naming the limit a refused patch ran into (for the
+/// server's metrics; the error alone does not tell, its variants being
+/// shared with other failures).
+pub(crate) fn json_patch_bounded(
+    target: &Value,
+    patch: &Value,
+) -> Result<Value, (PatchError, Option<Limit>)> {
     let Value::Array(ops) = patch else {
-        return Err(PatchError::Invalid(
-            "json patch must be a JSON array of operations".to_owned(),
+        return Err((
+            PatchError::Invalid("json patch must be a JSON array of operations".to_owned()),
+            None,
         ));
     };
     if ops.len() > MAX_OPERATIONS {
-        return Err(PatchError::TooLarge(format!(
-            "The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {}",
-            ops.len()
-        )));
+        return Err((
+            PatchError::TooLarge(format!(
+                "The allowed maximum operations in a JSON patch is {MAX_OPERATIONS}, got {}",
+                ops.len()
+            )),
+            Some(Limit::JsonPatchOperations),
+        ));
     }
     let mut doc = target.clone();
     let mut copied = 0;
+    let hit = Cell::new(None);
     for (index, op) in ops.iter().enumerate() {
-        apply_op(&mut doc, index, op, &mut copied)?;
+        apply_op(&mut doc, index, op, &mut copied, &hit).map_err(|e| (e, hit.get()))?;
     }
     Ok(doc)
 }
 
+/// Applies one operation; when it refuses for a limit, `hit` names it.
 fn apply_op(
     doc: &mut Value,
     index: usize,
     op: &Value,
     copied: &mut usize,
+    hit: &Cell<Option<Limit>>,
 ) -> Result<(), PatchError> {
     let invalid = |msg: String| PatchError::Invalid(format!("json patch operation {index}: {msg}"));
     let Value::Object(op) = op else {
@@ -93,6 +113,7 @@ fn apply_op(
     let check_depth = |value: &Value| {
         let depth = tokens.len() + nesting(value);
         if depth > MAX_DEPTH {
+            hit.set(Some(Limit::JsonPatchDepth));
             Err(fail(&format!(
                 "the result would nest {depth} levels deep, exceeding the limit {MAX_DEPTH}"
             )))
@@ -145,6 +166,7 @@ fn apply_op(
             match json_size(source, budget) {
                 Some(size) => *copied += size,
                 None => {
+                    hit.set(Some(Limit::JsonPatchCopyBytes));
                     return Err(fail(&format!(
                         "Unable to complete the copy, the accumulated size increase of copy exceeds the limit {MAX_COPY_BYTES} bytes ({copied} bytes copied by earlier operations)"
                     )));
@@ -673,6 +695,23 @@ mod tests {
         // Below the limit the same shape is fine.
         let ok = ok(json!({}), bomb(10));
         assert!(serde_json::to_vec(&ok).unwrap().len() < 8 * 1024);
+    }
+
+    #[test]
+    fn refusals_name_the_limit_they_ran_into() {
+        let limit = |patch: Value| json_patch_bounded(&json!({}), &patch).unwrap_err().1;
+        assert_eq!(limit(bomb(30)), Some(Limit::JsonPatchCopyBytes));
+        let ops: Vec<Value> = (0..=MAX_OPERATIONS)
+            .map(|_| json!({"op": "test", "path": "", "value": {}}))
+            .collect();
+        assert_eq!(limit(Value::Array(ops)), Some(Limit::JsonPatchOperations));
+        let mut ops = vec![json!({"op": "add", "path": "/x", "value": {}})];
+        for i in 0..12 {
+            ops.push(json!({"op": "copy", "from": "/x", "path": "/x".repeat((1 << i) + 1)}));
+        }
+        assert_eq!(limit(Value::Array(ops)), Some(Limit::JsonPatchDepth));
+        assert_eq!(limit(json!([{"op": "remove", "path": "/nope"}])), None);
+        assert_eq!(limit(json!([{"op": "test", "path": "", "value": 1}])), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@ mod strategic;
 
 pub(crate) use apply::{ApplyRequest, record_update, server_side_apply};
 pub use json::json_patch;
+pub(crate) use json::json_patch_bounded;
 pub use json::{MAX_COPY_BYTES, MAX_DEPTH, MAX_OPERATIONS};
 pub use merge::merge_patch;
 pub(crate) use strategic::strategic_merge_patch;

@@ -132,4 +132,15 @@ async fn bad_requests_store_nothing() {
         .await;
     assert_eq!(code, 200);
     assert_eq!(count(&h).await, 1, "only the valid object was stored");
+    // Only the invalid name ran into a limit: a missing name is a required
+    // field, and malformed JSON is not too deep.
+    assert_eq!(h.server.limit_exceeded("name"), 1);
+    for limit in [
+        "namespace",
+        "jsonDepth",
+        "requestBody",
+        "jsonPatchOperations",
+    ] {
+        assert_eq!(h.server.limit_exceeded(limit), 0, "{limit}");
+    }
 }

@@ -91,6 +91,23 @@ pub async fn raw(
     (status, json)
 }
 
+/// The server's `GET /metrics` as `client` reads it (panics unless 200).
+pub async fn metrics_text(client: &kube::Client) -> String {
+    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    client.request_text(req).await.expect("GET /metrics")
+}
+
+/// The value of `wasmctrl_apiserver_limit_exceeded_total{limit="LIMIT"}` in
+/// a metrics text (panics if the series is missing).
+pub fn limit_count(metrics: &str, limit: &str) -> u64 {
+    let series = format!("wasmctrl_apiserver_limit_exceeded_total{{limit=\"{limit}\"}} ");
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no series for {limit} in {metrics}"))
+}
+
 /// The `wasmctrl-apiserver` binary running as a child process (killed when
 /// dropped), for what must be measured apart from the test: its memory.
 pub struct Spawned {

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::common::{Harness, Spawned, raw};
+use crate::common::{Harness, Spawned, limit_count, raw};
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 const MIB: u64 = 1024 * 1024;
@@ -70,6 +70,9 @@ async fn json_patch_copy_bomb_is_refused_fast_in_bounded_memory() {
     let (code, obj) = raw(&client, "GET", &format!("{CMS}/target"), None, b"").await;
     assert_eq!(code, 200);
     assert!(obj.get("x").is_none());
+    // Both refusals are counted, as the binary's /metrics shows.
+    let metrics = crate::common::metrics_text(&client).await;
+    assert_eq!(limit_count(&metrics, "jsonPatchCopyBytes"), 2, "{metrics}");
 }
 
 #[tokio::test]
@@ -96,6 +99,7 @@ async fn patch_operations_bodies_and_objects_are_bounded() {
         status["message"],
         "Request entity too large: The allowed maximum operations in a JSON patch is 10000, got 10001"
     );
+    assert_eq!(h.server.limit_exceeded("jsonPatchOperations"), 1);
 
     // Bodies over 3 MiB.
     let big = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "big"},
@@ -106,6 +110,7 @@ async fn patch_operations_bodies_and_objects_are_bounded() {
         status["message"],
         "Request entity too large: limit is 3145728"
     );
+    assert_eq!(h.server.limit_exceeded("requestBody"), 1);
 
     // Copies under the copy limit cannot grow an object past 3 MiB either.
     let one_mib = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "grow"},
@@ -133,6 +138,8 @@ async fn patch_operations_bodies_and_objects_are_bounded() {
     );
     let (_, grow) = h.raw("GET", &format!("{CMS}/grow"), None, "").await;
     assert!(grow["data"].get("b").is_none(), "nothing was stored");
+    assert_eq!(h.server.limit_exceeded("objectSize"), 1);
+    assert_eq!(h.server.limit_exceeded("jsonPatchCopyBytes"), 0);
 
     // A deep copy chain is refused before it can nest 100 levels.
     let mut ops = vec![json!({"op": "add", "path": "/x", "value": {}})];
@@ -154,6 +161,11 @@ async fn patch_operations_bodies_and_objects_are_bounded() {
             .unwrap()
             .contains("exceeding the limit 100")
     );
+    assert_eq!(h.server.limit_exceeded("jsonPatchDepth"), 1);
+    // Each refusal was counted under its own limit only.
+    assert_eq!(h.server.limit_exceeded("jsonPatchOperations"), 1);
+    assert_eq!(h.server.limit_exceeded("requestBody"), 1);
+    assert_eq!(h.server.limit_exceeded("objectSize"), 1);
 }
 
 #[tokio::test]
@@ -181,7 +193,65 @@ async fn yaml_aliases_cannot_expand_a_body() {
         status["message"].as_str().unwrap().contains("expands"),
         "{status}"
     );
+    assert_eq!(h.server.limit_exceeded("yamlExpansion"), 1);
     let (code, _) = h.raw("POST", CMS, Some("application/yaml"), &doc).await;
     assert_eq!(code, 400);
     assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(h.server.limit_exceeded("yamlExpansion"), 2);
+    assert_eq!(h.server.limit_exceeded("yamlDepth"), 0);
+}
+
+/// JSON and YAML bodies nest at most 128 levels (serde_json's and
+/// serde_norway's limit), and path segments must be UTF-8: each is a 400,
+/// counted under its limit.
+#[tokio::test]
+async fn nesting_and_path_segments_are_bounded() {
+    let h = Harness::start().await;
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    let body = format!(
+        r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"deep"}},"x":{}}}"#,
+        deep(200)
+    );
+    let (code, status) = h.raw("POST", CMS, None, &body).await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("recursion limit exceeded"),
+        "{status}"
+    );
+    assert_eq!(h.server.limit_exceeded("jsonDepth"), 1);
+    let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p"}});
+    assert_eq!(h.raw("POST", CMS, None, &cm.to_string()).await.0, 201);
+    let patch = format!(r#"{{"x":{}}}"#, deep(200));
+    let (code, _) = h
+        .raw(
+            "PATCH",
+            &format!("{CMS}/p"),
+            Some("application/merge-patch+json"),
+            &patch,
+        )
+        .await;
+    assert_eq!(code, 400);
+    assert_eq!(h.server.limit_exceeded("jsonDepth"), 2);
+
+    let yaml = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: deep\nx: {}\n",
+        deep(200)
+    );
+    let (code, status) = h.raw("POST", CMS, Some("application/yaml"), &yaml).await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(h.server.limit_exceeded("yamlDepth"), 1);
+    assert_eq!(h.server.limit_exceeded("yamlExpansion"), 0);
+
+    let (code, status) = h
+        .raw("GET", "/api/v1/namespaces/%FF/configmaps", None, "")
+        .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(h.server.limit_exceeded("pathSegment"), 1);
+    // Malformed bodies that are not too deep count as no limit.
+    let (code, _) = h.raw("POST", CMS, None, "{not json").await;
+    assert_eq!(code, 400);
+    assert_eq!(h.server.limit_exceeded("jsonDepth"), 2);
 }

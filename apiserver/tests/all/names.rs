@@ -117,6 +117,10 @@ async fn bad_names_are_refused_for_every_kind_and_restarts_still_load() {
         status["details"]["causes"][0]["field"],
         "metadata.namespace"
     );
+    // Six bad names for three kinds, the generated name and the applied one;
+    // the bad namespace counted apart.
+    assert_eq!(h.server.limit_exceeded("name"), 6 * 3 + 2);
+    assert_eq!(h.server.limit_exceeded("namespace"), 1);
 
     let before = names_stored(&h).await;
     assert_eq!(before, ["system:ok", "system:ok"]);

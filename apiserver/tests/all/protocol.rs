@@ -190,6 +190,7 @@ async fn watch_resume_expiry_and_initial_events() {
     assert_eq!(ev[0]["type"], "ERROR");
     assert_eq!(ev[0]["object"]["code"], 410);
     assert_eq!(ev[0]["object"]["reason"], "Expired");
+    assert_eq!(h.server.limit_exceeded("watchExpired"), 1);
     // Field selector on a watch, with timeoutSeconds closing the stream.
     let ev = watch_lines(&h, "/api/v1/namespaces/default/configmaps?watch=true&fieldSelector=metadata.name%3Da&timeoutSeconds=1", 5).await;
     assert_eq!(ev.len(), 1);

@@ -1966,3 +1966,61 @@ async fn a_path_is_served_as_what_authorization_read_it_as() {
     .await;
     assert_eq!(code, 403, "{r}");
 }
+
+/// `GET /metrics` is a non-resource URL as on kube-apiserver: the admin
+/// (system:masters) reads it; a service account needs a ClusterRole rule
+/// `get` on nonResourceURL `/metrics`, and is refused with upstream's 403
+/// without one.
+#[tokio::test]
+async fn metrics_are_served_to_the_admin_and_to_whom_rbac_grants_them() {
+    let h = rbac_server().await;
+    let bot = fixture(&h).await;
+    let admin = h.client().await;
+
+    // Run into one limit, so the family has something to show.
+    let (code, _) = h
+        .raw("GET", "/api/v1/namespaces/%FF/configmaps", None, "")
+        .await;
+    assert_eq!(code, 400);
+
+    let text = crate::common::metrics_text(&admin).await;
+    assert!(
+        text.contains("# TYPE wasmctrl_apiserver_limit_exceeded counter"),
+        "{text}"
+    );
+    assert_eq!(crate::common::limit_count(&text, "pathSegment"), 1);
+    assert_eq!(crate::common::limit_count(&text, "requestBody"), 0);
+    assert!(
+        text.contains("wasmctrl_apiserver_requests_total{verb=\"get\",code=\"400\"} 1"),
+        "{text}"
+    );
+
+    let (code, status) = raw(&bot, "GET", "/metrics", None, b"").await;
+    assert_eq!(code, 403, "{status}");
+    assert_eq!(
+        status["message"],
+        format!("forbidden: User \"{SA_USER}\" cannot get path \"/metrics\"")
+    );
+
+    cluster_role(
+        &h,
+        "metrics-reader",
+        vec![json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]})],
+    )
+    .await;
+    bind(
+        &h,
+        None,
+        "bot-reads-metrics",
+        ("ClusterRole", "metrics-reader"),
+        vec![sa_subject(Some(NS), SA)],
+    )
+    .await;
+    let text = crate::common::metrics_text(&bot).await;
+    assert_eq!(crate::common::limit_count(&text, "pathSegment"), 1);
+    // The rule grants `get` on that path only.
+    let (code, _) = raw(&bot, "POST", "/metrics", None, b"").await;
+    assert_eq!(code, 403);
+    let (code, _) = raw(&bot, "GET", "/metrics/slis", None, b"").await;
+    assert_eq!(code, 403);
+}

@@ -129,6 +129,12 @@ async fn silent_and_stalled_connections_close_but_watches_stream() {
     eprintln!(
         "closed after: silent TCP {a:?}, silent TLS {b:?}, stalled head {c:?}, trickled head {d:?}"
     );
+    // Each close was counted once, under the limit it ran into: the silent
+    // TCP connection never finished TLS; the other three never sent a
+    // complete request head.
+    assert_eq!(h.server.limit_exceeded("tlsHandshake"), 1);
+    assert_eq!(h.server.limit_exceeded("requestHead"), 3);
+    assert_eq!(h.server.limit_exceeded("idleConnection"), 0);
 
     // The watch outlived all of that (> 10 s) and still delivers.
     create_cm(&h, "after-timeouts").await;
@@ -146,6 +152,7 @@ async fn idle_keep_alive_closes_and_watches_outlive_it() {
         tls_handshake: Duration::from_secs(1),
         request_head: Duration::from_secs(1),
         idle: Duration::from_secs(3),
+        ..Default::default()
     };
     let h = Harness::start_with(wasmctrl_apiserver::Config {
         timeouts,
@@ -177,10 +184,58 @@ async fn idle_keep_alive_closes_and_watches_outlive_it() {
         idle_for >= Duration::from_secs(2),
         "an idle connection lives for the idle timeout, not the head timeout: {idle_for:?}"
     );
+    assert_eq!(h.server.limit_exceeded("idleConnection"), 1);
+    assert_eq!(h.server.limit_exceeded("requestHead"), 0);
 
     // The watch has now been open longer than two idle timeouts.
     tokio::time::sleep(Duration::from_secs(4)).await;
     create_cm(&h, "still-watching").await;
     let ev = next_event(&mut watch).await;
     assert_eq!(ev["object"]["metadata"]["name"], "still-watching");
+}
+
+/// A body that does not arrive within the body timeout (here 1 s; 60 s by
+/// default) is answered 504 on the same connection, and counted.
+#[tokio::test]
+async fn a_slow_body_is_answered_504() {
+    let timeouts = wasmctrl_apiserver::Timeouts {
+        request_body: Duration::from_secs(1),
+        ..Default::default()
+    };
+    let h = Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts,
+        ..Default::default()
+    })
+    .await;
+    let mut tls = tls_connect(&h).await;
+    let head = format!(
+        "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\n\
+         Authorization: Bearer {}\r\nContent-Type: application/json\r\n\
+         Content-Length: 100\r\n\r\n{{\"apiVersion\":",
+        h.server.token()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\"code\":504") {
+        let n = tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf))
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed before answering: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 504"), "{text}");
+    assert!(
+        text.contains("request body not received within 1s"),
+        "{text}"
+    );
+    assert_eq!(h.server.limit_exceeded("bodyTime"), 1);
+    assert_eq!(h.server.limit_exceeded("requestBody"), 0);
 }

@@ -1,0 +1,277 @@
+//! The server's own metrics, served at `GET /metrics`:
+//!
+//! - `wasmctrl_apiserver_limit_exceeded_total{limit}`: requests and
+//!   connections refused (or closed) because they ran into one of the
+//!   server's ceilings, one series per [`Limit`], all present from the start
+//!   at 0 so a dashboard can tell "never happened" from "not exported".
+//! - `wasmctrl_apiserver_requests_total{verb,code}`: every answered request
+//!   by Kubernetes verb and HTTP status.
+//!
+//! Built on prometheus-client, as the host's metrics are, so both expose
+//! the same text format. Every label value comes from a fixed set (a
+//! [`Limit`], a known verb or `other`, a status code): a client can never
+//! mint a series. The registry lives in each server's state rather than in
+//! a global, so two servers in one process count apart.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// A ceiling the server enforces; its label is the `limit` label value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// TLS handshake not finished within its timeout (connection closed).
+    TlsHandshake,
+    /// Request head not received within its timeout (connection closed).
+    RequestHead,
+    /// Keep-alive connection idle past its timeout (connection closed).
+    IdleConnection,
+    /// Request body over 3 MiB (413).
+    RequestBody,
+    /// Request body not received within its timeout (504).
+    BodyTime,
+    /// JSON patch with more than 10 000 operations (413).
+    JsonPatchOperations,
+    /// JSON patch `copy` operations adding more than 3 MiB (422).
+    JsonPatchCopyBytes,
+    /// JSON patch operation nesting a value past 100 levels (422).
+    JsonPatchDepth,
+    /// JSON body nested past serde_json's 128 levels (400).
+    JsonDepth,
+    /// YAML body whose aliases expand it past its own size (400).
+    YamlExpansion,
+    /// YAML body nested past serde_norway's 128 levels (400).
+    YamlDepth,
+    /// Object over 3 MiB of JSON (413).
+    ObjectSize,
+    /// Invalid `metadata.name` for the kind (422).
+    Name,
+    /// Invalid namespace of a namespaced object (422).
+    Namespace,
+    /// Path segment not UTF-8 once percent-decoded (400).
+    PathSegment,
+    /// Watch from a resourceVersion older than the history (410).
+    WatchExpired,
+    /// Watcher fallen too far behind the event stream (closed with 410).
+    SlowWatcher,
+}
+
+impl Limit {
+    pub(crate) const ALL: [Limit; 17] = [
+        Limit::TlsHandshake,
+        Limit::RequestHead,
+        Limit::IdleConnection,
+        Limit::RequestBody,
+        Limit::BodyTime,
+        Limit::JsonPatchOperations,
+        Limit::JsonPatchCopyBytes,
+        Limit::JsonPatchDepth,
+        Limit::JsonDepth,
+        Limit::YamlExpansion,
+        Limit::YamlDepth,
+        Limit::ObjectSize,
+        Limit::Name,
+        Limit::Namespace,
+        Limit::PathSegment,
+        Limit::WatchExpired,
+        Limit::SlowWatcher,
+    ];
+
+    /// The `limit` label value.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Limit::TlsHandshake => "tlsHandshake",
+            Limit::RequestHead => "requestHead",
+            Limit::IdleConnection => "idleConnection",
+            Limit::RequestBody => "requestBody",
+            Limit::BodyTime => "bodyTime",
+            Limit::JsonPatchOperations => "jsonPatchOperations",
+            Limit::JsonPatchCopyBytes => "jsonPatchCopyBytes",
+            Limit::JsonPatchDepth => "jsonPatchDepth",
+            Limit::JsonDepth => "jsonDepth",
+            Limit::YamlExpansion => "yamlExpansion",
+            Limit::YamlDepth => "yamlDepth",
+            Limit::ObjectSize => "objectSize",
+            Limit::Name => "name",
+            Limit::Namespace => "namespace",
+            Limit::PathSegment => "pathSegment",
+            Limit::WatchExpired => "watchExpired",
+            Limit::SlowWatcher => "slowWatcher",
+        }
+    }
+
+    fn from_label(label: &str) -> Option<Limit> {
+        Limit::ALL.into_iter().find(|l| l.label() == label)
+    }
+}
+
+/// The limit a JSON body ran into, if that is why serde_json refused it.
+pub(crate) fn json_limit(e: &serde_json::Error) -> Option<Limit> {
+    // serde_json gives its nesting limit no error kind, only this message,
+    // which starts the text (it never quotes the input).
+    e.to_string()
+        .starts_with("recursion limit exceeded")
+        .then_some(Limit::JsonDepth)
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    verb: &'static str,
+    code: u16,
+}
+
+/// Verbs a request is counted under; anything else (an unknown method) is
+/// `other`.
+const VERBS: &[&str] = &[
+    "get",
+    "list",
+    "watch",
+    "create",
+    "update",
+    "patch",
+    "delete",
+    "deletecollection",
+    "head",
+    "post",
+    "put",
+    "options",
+];
+
+/// One server's metrics.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    registry: Registry,
+    limits: Family<LimitLabel, Counter>,
+    requests: Family<RequestLabels, Counter>,
+}
+
+impl Metrics {
+    pub(crate) fn new() -> Self {
+        let limits = Family::<LimitLabel, Counter>::default();
+        for l in Limit::ALL {
+            // Creating the series is the point; the guard is not needed.
+            drop(limits.get_or_create(&LimitLabel { limit: l.label() }));
+        }
+        let requests = Family::<RequestLabels, Counter>::default();
+        let mut registry = Registry::default();
+        registry.register(
+            "wasmctrl_apiserver_limit_exceeded",
+            "Requests and connections refused because they ran into one of the server's limits",
+            limits.clone(),
+        );
+        registry.register(
+            "wasmctrl_apiserver_requests",
+            "Requests answered, by verb and HTTP status code",
+            requests.clone(),
+        );
+        Metrics {
+            registry,
+            limits,
+            requests,
+        }
+    }
+
+    /// Counts one refusal by `limit`.
+    pub(crate) fn exceeded(&self, limit: Limit) {
+        self.limits
+            .get_or_create(&LimitLabel {
+                limit: limit.label(),
+            })
+            .inc();
+    }
+
+    /// Counts one refusal by `limit`, if it was one.
+    pub(crate) fn exceeded_if(&self, limit: Option<Limit>) {
+        if let Some(l) = limit {
+            self.exceeded(l);
+        }
+    }
+
+    /// Refusals counted for the limit labelled `label` (0 for an unknown
+    /// label).
+    pub(crate) fn exceeded_count(&self, label: &str) -> u64 {
+        Limit::from_label(label).map_or(0, |l| {
+            self.limits
+                .get_or_create(&LimitLabel { limit: l.label() })
+                .get()
+        })
+    }
+
+    /// Counts one answered request.
+    pub(crate) fn request(&self, verb: &str, code: u16) {
+        let verb = VERBS
+            .iter()
+            .find(|v| **v == verb)
+            .copied()
+            .unwrap_or("other");
+        self.requests
+            .get_or_create(&RequestLabels { verb, code })
+            .inc();
+    }
+
+    /// The text exposition of every metric.
+    pub(crate) fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_limit_is_exported_from_the_start_and_counted_by_label() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for l in Limit::ALL {
+            assert!(
+                text.contains(&format!(
+                    "wasmctrl_apiserver_limit_exceeded_total{{limit=\"{}\"}} 0",
+                    l.label()
+                )),
+                "{text}"
+            );
+            assert_eq!(Limit::from_label(l.label()), Some(l));
+        }
+        m.exceeded(Limit::ObjectSize);
+        assert_eq!(m.exceeded_count("objectSize"), 1);
+        assert_eq!(m.exceeded_count("name"), 0);
+        assert_eq!(m.exceeded_count("no such limit"), 0);
+    }
+
+    #[test]
+    fn json_nesting_is_told_apart_from_other_errors() {
+        let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let e = serde_json::from_str::<serde_json::Value>(&deep).unwrap_err();
+        assert_eq!(json_limit(&e), Some(Limit::JsonDepth), "{e}");
+        let e =
+            serde_json::from_str::<serde_json::Value>("{\"recursion limit exceeded\"").unwrap_err();
+        assert_eq!(json_limit(&e), None, "{e}");
+    }
+
+    #[test]
+    fn request_labels_come_from_a_fixed_set() {
+        let m = Metrics::new();
+        m.request("get", 200);
+        m.request("x-client-chosen-verb", 405);
+        let text = m.encode();
+        assert!(
+            text.contains("wasmctrl_apiserver_requests_total{verb=\"get\",code=\"200\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("wasmctrl_apiserver_requests_total{verb=\"other\",code=\"405\"} 1"),
+            "{text}"
+        );
+        assert!(!text.contains("x-client-chosen-verb"));
+    }
+}
