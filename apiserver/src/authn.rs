@@ -17,6 +17,7 @@ use axum::http::HeaderMap;
 
 use crate::error::ApiError;
 use crate::identity::{self, UserInfo};
+use crate::metrics::{Limit, Metrics};
 use crate::rbac::Attributes;
 use crate::sa_token::{self, Claims};
 use crate::server::{ADMIN_USER, ServerState};
@@ -72,10 +73,12 @@ impl ServerState {
         token: &str,
         audiences: &[&str],
     ) -> Result<(UserInfo, Vec<String>), String> {
-        let claims = self
-            .signer
-            .verify(token, now_secs())
-            .map_err(|e| e.to_string())?;
+        let claims = self.signer.verify(token, now_secs()).map_err(|e| {
+            if e == sa_token::TokenError::TooLarge {
+                self.metrics.exceeded(Limit::TokenSize);
+            }
+            e.to_string()
+        })?;
         let matching: Vec<String> = claims
             .audiences
             .iter()
@@ -170,7 +173,10 @@ fn header_values<'a>(headers: &'a HeaderMap, name: &str) -> Result<Vec<&'a str>,
 
 /// The impersonation requests in `headers`, in upstream's order: user,
 /// groups, extras, uid.
-fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, ApiError> {
+fn impersonation_requests(
+    headers: &HeaderMap,
+    metrics: &Metrics,
+) -> Result<Vec<Impersonation>, ApiError> {
     let attrs = |group: &str, resource: &str, sub: &str, ns: &str, name: &str| Attributes {
         verb: "impersonate".into(),
         resource_request: true,
@@ -244,6 +250,7 @@ fn impersonation_requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, Api
         });
     }
     if out.len() > MAX_IMPERSONATION_REQUESTS {
+        metrics.exceeded(Limit::ImpersonationHeaders);
         return Err(ApiError::BadRequest(format!(
             "too many impersonation headers: {} (limit {MAX_IMPERSONATION_REQUESTS})",
             out.len()
@@ -267,7 +274,7 @@ pub(crate) fn impersonate(
     requestor: UserInfo,
     headers: &HeaderMap,
 ) -> Result<UserInfo, ApiError> {
-    let requests = impersonation_requests(headers)?;
+    let requests = impersonation_requests(headers, &shared.metrics)?;
     if requests.is_empty() {
         return Ok(requestor);
     }

@@ -55,10 +55,20 @@ pub(crate) enum Limit {
     WatchExpired,
     /// Watcher fallen too far behind the event stream (closed with 410).
     SlowWatcher,
+    /// Bearer or reviewed token over 16 KiB (401, or unauthenticated).
+    TokenSize,
+    /// TokenRequest or TokenReview naming over 100 audiences, or one over
+    /// 1 KiB (400).
+    TokenAudiences,
+    /// Request with over 64 impersonation headers (400).
+    ImpersonationHeaders,
+    /// SubjectAccessReview with over 1 000 groups, extra keys or values of
+    /// one extra key (400).
+    ReviewLists,
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 17] = [
+    pub(crate) const ALL: [Limit; 21] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -76,6 +86,10 @@ impl Limit {
         Limit::PathSegment,
         Limit::WatchExpired,
         Limit::SlowWatcher,
+        Limit::TokenSize,
+        Limit::TokenAudiences,
+        Limit::ImpersonationHeaders,
+        Limit::ReviewLists,
     ];
 
     /// The `limit` label value.
@@ -98,6 +112,10 @@ impl Limit {
             Limit::PathSegment => "pathSegment",
             Limit::WatchExpired => "watchExpired",
             Limit::SlowWatcher => "slowWatcher",
+            Limit::TokenSize => "tokenSize",
+            Limit::TokenAudiences => "tokenAudiences",
+            Limit::ImpersonationHeaders => "impersonationHeaders",
+            Limit::ReviewLists => "reviewLists",
         }
     }
 

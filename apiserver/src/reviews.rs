@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::authorization::Authorization;
 use crate::error::{ApiError, Cause};
 use crate::identity::UserInfo;
+use crate::metrics::{Limit, Metrics};
 use crate::rbac::{Attributes, PolicyRule, Resolver};
 use crate::resources::{GroupResource, ResourceInfo};
 use crate::sa_token::{self, BoundObject, Claims};
@@ -46,7 +47,14 @@ fn object_field<'a>(v: &'a Value, field: &str) -> Option<&'a Value> {
 }
 
 /// A list of strings, bounded in count and size, or a 400 naming it.
-fn string_list(v: &Value, field: &str, max: usize) -> Result<Vec<String>, ApiError> {
+/// A list of strings at `v[field]`, at most `max` of them; a longer one is
+/// refused and counted under `limit`.
+fn string_list(
+    v: &Value,
+    field: &str,
+    max: usize,
+    (metrics, limit): (&Metrics, Limit),
+) -> Result<Vec<String>, ApiError> {
     let Some(list) = object_field(v, field) else {
         return Ok(Vec::new());
     };
@@ -54,6 +62,7 @@ fn string_list(v: &Value, field: &str, max: usize) -> Result<Vec<String>, ApiErr
         .as_array()
         .ok_or_else(|| ApiError::BadRequest(format!("{field} must be a list of strings")))?;
     if items.len() > max {
+        metrics.exceeded(limit);
         return Err(ApiError::BadRequest(format!(
             "{field} has {} items; at most {max} are accepted",
             items.len()
@@ -112,8 +121,13 @@ pub(crate) fn answer(
             let subject = UserInfo {
                 name: str_field(spec, "user").to_string(),
                 uid: str_field(spec, "uid").to_string(),
-                groups: string_list(spec, "groups", MAX_REVIEW_GROUPS)?,
-                extra: extra(spec)?,
+                groups: string_list(
+                    spec,
+                    "groups",
+                    MAX_REVIEW_GROUPS,
+                    (&shared.metrics, Limit::ReviewLists),
+                )?,
+                extra: extra(spec, &shared.metrics)?,
             };
             match access_attributes(info, spec) {
                 Err(ApiError::Invalid { causes: c, .. }) => causes.extend(c),
@@ -163,7 +177,10 @@ pub(crate) fn answer(
 }
 
 /// `spec.extra` of a SubjectAccessReview: key → list of values.
-fn extra(spec: &Value) -> Result<std::collections::BTreeMap<String, Vec<String>>, ApiError> {
+fn extra(
+    spec: &Value,
+    metrics: &Metrics,
+) -> Result<std::collections::BTreeMap<String, Vec<String>>, ApiError> {
     let mut out = std::collections::BTreeMap::new();
     let Some(map) = object_field(spec, "extra") else {
         return Ok(out);
@@ -172,14 +189,20 @@ fn extra(spec: &Value) -> Result<std::collections::BTreeMap<String, Vec<String>>
         .as_object()
         .ok_or_else(|| ApiError::BadRequest("spec.extra must be a map of string lists".into()))?;
     if map.len() > MAX_REVIEW_GROUPS {
+        metrics.exceeded(Limit::ReviewLists);
         return Err(ApiError::BadRequest(format!(
             "spec.extra has {} keys; at most {MAX_REVIEW_GROUPS} are accepted",
             map.len()
         )));
     }
     for (k, v) in map {
-        let values = string_list(&json!({"v": v}), "v", MAX_REVIEW_GROUPS)
-            .map_err(|_| ApiError::BadRequest("spec.extra must be a map of string lists".into()))?;
+        let values = string_list(
+            &json!({"v": v}),
+            "v",
+            MAX_REVIEW_GROUPS,
+            (metrics, Limit::ReviewLists),
+        )
+        .map_err(|_| ApiError::BadRequest("spec.extra must be a map of string lists".into()))?;
         out.insert(k.clone(), values);
     }
     Ok(out)
@@ -299,7 +322,12 @@ fn token_review(shared: &ServerState, spec: &Value) -> Result<Value, ApiError> {
             "token is required for TokenReview in authentication.k8s.io".into(),
         ));
     }
-    let asked = string_list(spec, "audiences", MAX_AUDIENCES)?;
+    let asked = string_list(
+        spec,
+        "audiences",
+        MAX_AUDIENCES,
+        (&shared.metrics, Limit::TokenAudiences),
+    )?;
     let audiences: Vec<&str> = if asked.is_empty() {
         sa_token::API_AUDIENCES.to_vec()
     } else {
@@ -481,8 +509,14 @@ pub(crate) fn token_request(
             ApiError::BadRequest("spec.expirationSeconds must be an integer".into())
         })?,
     };
-    let mut audiences = string_list(&spec, "audiences", MAX_AUDIENCES)?;
+    let mut audiences = string_list(
+        &spec,
+        "audiences",
+        MAX_AUDIENCES,
+        (&shared.metrics, Limit::TokenAudiences),
+    )?;
     if let Some(long) = audiences.iter().find(|a| a.len() > MAX_AUDIENCE_BYTES) {
+        shared.metrics.exceeded(Limit::TokenAudiences);
         return Err(ApiError::BadRequest(format!(
             "an audience of {} bytes exceeds the limit of {MAX_AUDIENCE_BYTES}",
             long.len()

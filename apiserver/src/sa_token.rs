@@ -65,6 +65,10 @@ pub(crate) struct Claims {
 pub(crate) enum TokenError {
     #[error("token is malformed")]
     Malformed,
+    /// Longer than any token this server issues; told apart from
+    /// [`TokenError::Malformed`] only to be counted, so worded the same.
+    #[error("token is malformed")]
+    TooLarge,
     #[error("token signature is invalid")]
     Signature,
     #[error("token has expired")]
@@ -135,7 +139,7 @@ impl Signer {
     /// account and bound object exist.
     pub(crate) fn verify(&self, token: &str, now: i64) -> Result<Claims, TokenError> {
         if token.len() > MAX_TOKEN_BYTES {
-            return Err(TokenError::Malformed);
+            return Err(TokenError::TooLarge);
         }
         let (signing_input, signature) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
         let signature = URL_SAFE_NO_PAD
@@ -233,7 +237,7 @@ mod tests {
         assert_eq!(signer.verify("a.b.!!", 1_000), Err(TokenError::Malformed));
         assert_eq!(
             signer.verify(&"a.".repeat(10_000), 1_000),
-            Err(TokenError::Malformed)
+            Err(TokenError::TooLarge)
         );
     }
 }

@@ -33,6 +33,11 @@ async fn token_is_required() {
     assert_eq!(ca, 401);
     assert_eq!(reqwest_like_get(&h, Some("wrong")).await, 401);
     assert_eq!(reqwest_like_get(&h, Some(h.server.token())).await, 200);
+    assert_eq!(h.server.limit_exceeded("tokenSize"), 0);
+    // Longer than any token the server issues: refused before it is parsed.
+    let huge = "a.".repeat(10_000);
+    assert_eq!(reqwest_like_get(&h, Some(&huge)).await, 401);
+    assert_eq!(h.server.limit_exceeded("tokenSize"), 1);
     let mode = std::fs::metadata(h.kubeconfig_path()).unwrap();
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(mode.permissions().mode() & 0o777, 0o600);

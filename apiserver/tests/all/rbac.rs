@@ -1108,6 +1108,7 @@ async fn access_reviews_answer_from_the_same_evaluator() {
         r["message"],
         "groups has 1001 items; at most 1000 are accepted"
     );
+    assert_eq!(h.server.limit_exceeded("reviewLists"), 1);
 
     // Asking about others is itself authorized.
     let (code, r) = post(
@@ -1305,6 +1306,7 @@ async fn the_admin_stays_all_powerful_and_impersonates_as_upstream() {
         r["message"],
         "too many impersonation headers: 66 (limit 64)"
     );
+    assert_eq!(h.server.limit_exceeded("impersonationHeaders"), 1);
 
     // Others need the impersonate verb.
     let as_alice = [("Impersonate-User", "alice")];
@@ -1467,6 +1469,7 @@ async fn tokens_live_only_as_long_as_their_service_account_and_bound_object() {
         ),
         other => panic!("expected 400, got {other:?}"),
     }
+    assert_eq!(h.server.limit_exceeded("tokenAudiences"), 1);
 
     // Bound to a pod: valid while the pod exists.
     let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), NS);
