@@ -195,4 +195,17 @@ mod tests {
         assert!(l.memory_growing(4 << 20, 6 << 20, None).unwrap());
         assert_eq!(l.memory_peak, 10 << 20);
     }
+
+    #[test]
+    fn a_table_past_its_elements_is_refused_and_named() {
+        let mut l = GuestLimiter::new(&Limits {
+            table_elements: 100,
+            ..Limits::default()
+        });
+        assert!(l.table_growing(0, 100, None).unwrap());
+        assert_eq!(l.refused, None);
+        assert!(!l.table_growing(100, 101, None).unwrap());
+        assert_eq!(l.refused, Some(Ceiling::TableElements));
+        assert_eq!(Ceiling::TableElements.as_str(), "tableElements");
+    }
 }
