@@ -380,7 +380,11 @@ pub const PLUGINS_FROM_KIND: &str = "WasmReconciler";
 /// `pluginsFrom`: where plugins defined as Kubernetes objects come from.
 ///
 /// ```yaml
-/// pluginsFrom: { kind: WasmReconciler, namespace: wasmctrl-system, maxApiQps: 50 }
+/// pluginsFrom:
+///   kind: WasmReconciler
+///   namespace: wasmctrl-system
+///   maxApiQps: 50
+///   allowHosts: ["registry.internal:5000"]   # may be internal
 /// maxGrant:
 ///   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
 /// ```
@@ -406,13 +410,77 @@ pub struct PluginsFrom {
     /// bounds every object plugin together.
     #[serde(default)]
     pub max_api_qps: Option<f64>,
+    /// Hosts an object's `url` and `oci` sources may reach even where they
+    /// are internal: `host` (any port) or `host:port`, as written in the
+    /// URL or registry (`registry.internal:5000`, `10.0.0.7`, `[fd00::7]`).
+    /// Whoever creates a WasmReconciler chooses where the host connects,
+    /// from the host's network position, so by default an object's source
+    /// reaches only public addresses: not loopback (the admin endpoint),
+    /// link-local (cloud metadata), private or shared ones, whether named
+    /// literally or by a name that resolves to one. At most
+    /// [`MAX_ALLOW_HOSTS`], each at most 253 bytes. Default: none.
+    #[serde(default)]
+    pub allow_hosts: Vec<String>,
 }
+
+/// The most hosts `pluginsFrom.allowHosts` may name: each is compared with
+/// every connection an object's source makes.
+pub const MAX_ALLOW_HOSTS: usize = 64;
 
 impl PluginsFrom {
     /// `maxApiQps`, or its default under `runtime`.
     pub fn max_api_qps(&self, runtime: &RuntimeSection) -> f64 {
         self.max_api_qps.unwrap_or(runtime.api_qps)
     }
+
+    /// Where an object's sources may connect: public addresses, and the
+    /// `allowHosts`.
+    pub fn reach(&self) -> crate::source::Reach {
+        crate::source::Reach::public(self.allow_hosts.iter().cloned())
+    }
+}
+
+/// Checks a `pluginsFrom.allowHosts` entry: `host` or `host:port`, where
+/// host is a DNS name, an IPv4 address or a bracketed IPv6 address, written
+/// as a URL shows it (lowercase, IPv6 compressed), since that is what it is
+/// compared with.
+fn allowed_host(entry: &str) -> Result<(), String> {
+    if entry.len() > 253 {
+        return Err(format!("is {} bytes; at most 253", entry.len()));
+    }
+    let (host, port) = match entry.rsplit_once(':') {
+        Some((h, p)) if !entry.ends_with(']') && (!entry.starts_with('[') || h.ends_with(']')) => {
+            (h, Some(p))
+        }
+        _ => (entry, None),
+    };
+    if let Some(port) = port
+        && !matches!(port.parse::<u16>(), Ok(1..))
+    {
+        return Err(format!(
+            "{entry:?}: the port must be a number from 1 to 65535 (write host or host:port)"
+        ));
+    }
+    let parsed = url::Host::parse(host).map_err(|e| {
+        format!("{entry:?}: not a host name or address ({e}); write host or host:port")
+    })?;
+    let canonical = parsed.to_string();
+    if canonical != host {
+        return Err(format!(
+            "{entry:?}: write the host as a URL shows it: {canonical:?}"
+        ));
+    }
+    if let url::Host::Domain(d) = &parsed
+        && (d.is_empty()
+            || !d
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.'))
+    {
+        return Err(format!(
+            "{entry:?}: a host name has letters, digits, '-' and '.' only; write host or host:port"
+        ));
+    }
+    Ok(())
 }
 
 /// A plugin's ceilings (docs/SECURITY.md lists them with their defaults).
@@ -1074,6 +1142,19 @@ impl HostConfig {
                         ),
                     ));
                 }
+            }
+            if from.allow_hosts.len() > MAX_ALLOW_HOSTS {
+                return Err(invalid(
+                    "pluginsFrom.allowHosts".into(),
+                    None,
+                    format!(
+                        "names {} hosts; at most {MAX_ALLOW_HOSTS}",
+                        from.allow_hosts.len()
+                    ),
+                ));
+            }
+            for (i, entry) in from.allow_hosts.iter().enumerate() {
+                top(&format!("pluginsFrom.allowHosts[{i}]"), allowed_host(entry))?;
             }
         }
         if let Some(rules) = &self.max_grant {

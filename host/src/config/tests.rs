@@ -450,6 +450,79 @@ fn plugins_from_max_api_qps_defaults_to_the_host_budget_and_cannot_exceed_it() {
 }
 
 #[test]
+fn plugins_from_allow_hosts_names_hosts_objects_may_reach_and_is_checked() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let c = parse(&format!("{head}pluginsFrom: {{ kind: WasmReconciler }}\n")).unwrap();
+    assert!(c.plugins_from.unwrap().allow_hosts.is_empty());
+    let c = parse(&format!(
+        "{head}pluginsFrom: {{ kind: WasmReconciler, allowHosts: [\"registry.internal:5000\", 10.0.0.7, \"[fd00::7]:443\", \"[::1]\"] }}\n"
+    ))
+    .unwrap();
+    let from = c.plugins_from.unwrap();
+    assert_eq!(
+        from.allow_hosts,
+        [
+            "registry.internal:5000",
+            "10.0.0.7",
+            "[fd00::7]:443",
+            "[::1]"
+        ]
+    );
+    let reach = from.reach();
+    let url = |u: &str| reqwest::Url::parse(u).unwrap();
+    assert!(reach.check(&url("https://10.0.0.7:8443/v2/")).is_ok());
+    assert!(reach.check(&url("https://[fd00::7]/v2/")).is_ok());
+    assert!(reach.check(&url("https://[fd00::7]:444/v2/")).is_err());
+    assert!(reach.check(&url("https://10.0.0.8/v2/")).is_err());
+    let many = (0..65)
+        .map(|i| format!("\"h{i}.internal\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let long = format!("{}.internal", "a".repeat(250));
+    for (list, words) in [
+        (
+            many.as_str(),
+            "pluginsFrom.allowHosts: names 65 hosts; at most 64",
+        ),
+        (
+            "\"\"",
+            "pluginsFrom.allowHosts[0]: \"\": not a host name or address",
+        ),
+        (
+            "ok.internal, \"r:0\"",
+            "pluginsFrom.allowHosts[1]: \"r:0\": the port must be a number from 1 to 65535",
+        ),
+        ("\"r:http\"", "the port must be a number"),
+        (
+            "\"r:5000:1\"",
+            "allowHosts[0]: \"r:5000:1\": not a host name",
+        ),
+        (
+            "\"Registry.Internal\"",
+            "write the host as a URL shows it: \"registry.internal\"",
+        ),
+        (
+            "\"[0:0::1]:5000\"",
+            "write the host as a URL shows it: \"[::1]\"",
+        ),
+        ("\"::1\"", "allowHosts[0]: \"::1\""),
+        ("\"https://r.internal\"", "allowHosts[0]"),
+        ("\"r.internal/v2\"", "allowHosts[0]"),
+        ("\"user@r.internal\"", "allowHosts[0]"),
+        ("\"r_1.internal\"", "letters, digits, '-' and '.' only"),
+        ("\"999.0.0.1\"", "allowHosts[0]"),
+        (long.as_str(), "is 259 bytes; at most 253"),
+    ] {
+        let err = parse(&format!(
+            "{head}pluginsFrom: {{ kind: WasmReconciler, allowHosts: [{list}] }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains(words), "{list}: {err}");
+    }
+}
+
+#[test]
 fn a_candidate_is_checked_like_a_plugin_and_its_mode_like_its_section() {
     let with = |candidate: &str| {
         FULL.replace(
