@@ -31,7 +31,14 @@
 //!   credentials come only from its `imagePullSecret`, in
 //!   `pluginsFrom.namespace`; without one, pulls are anonymous. The same
 //!   holds for `spec.candidate`'s source, with its own `imagePullSecret`;
-//!   the candidate has the plugin's grant, checked once.
+//!   the candidate has the plugin's grant, checked once;
+//! - reach an address that is not public (loopback, where the admin
+//!   endpoint listens; link-local, where cloud metadata answers; private
+//!   and shared ones) from its `url` or `oci` source or its candidate's,
+//!   unless `pluginsFrom.allowHosts` names the host: an address written in
+//!   the spec is refused before anything connects (`SourceNotAllowed`,
+//!   naming the entry that would allow it), a name resolving to one or a
+//!   redirect to one when the source connects.
 //!
 //! # Candidates
 //! `spec.candidate` runs a second version in shadow or as a canary, as in
@@ -68,7 +75,7 @@ use crate::controller::{Controller, ControllerOptions, TracingTerminalErrors, Wo
 use crate::discovery::Resolver;
 use crate::hostapi::Gvk;
 use crate::metrics::Metrics;
-use crate::source::{self, DiskCache, OciSource, PluginSource, PullSecret, SourceError};
+use crate::source::{self, DiskCache, OciSource, PluginSource, PullSecret, SourceError, UrlSource};
 use crate::workqueue::WorkQueue;
 use crate::workqueue::ratelimit::{BucketRateLimiter, controller_rate_limiter};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
@@ -263,28 +270,34 @@ impl Host {
 
     /// The source of `config`. An object's `oci` source reads registry
     /// credentials only from its `imagePullSecret` (anonymous without one),
-    /// never from the host's docker config.
+    /// never from the host's docker config. An object's `oci` and `url`
+    /// sources connect only to public addresses and `pluginsFrom.allowHosts`:
+    /// the spec's check refuses an internal address written in it, this one
+    /// a name that resolves to one, or a redirect to one.
     pub(super) fn source_for(&self, config: &PluginConfig) -> Arc<dyn PluginSource> {
         let spec = config.source();
-        if let (Some(objects), SourceSpec::Oci(oci)) = (&self.objects, &spec)
-            && objects.owns(&config.name)
-        {
-            let secret = config
-                .source
-                .as_ref()
-                .and_then(|s| s.image_pull_secret.clone());
-            let credentials = PullSecret::new(
-                objects.client.clone(),
-                objects.from.namespace.clone(),
-                secret,
-            );
-            return Arc::new(OciSource::with_credentials(
-                oci.clone(),
-                DiskCache::new(self.config.source_cache_dir()),
-                Arc::new(credentials),
-            ));
+        let cache = || DiskCache::new(self.config.source_cache_dir());
+        match (&self.objects, &spec) {
+            (Some(objects), SourceSpec::Oci(oci)) if objects.owns(&config.name) => {
+                let secret = config
+                    .source
+                    .as_ref()
+                    .and_then(|s| s.image_pull_secret.clone());
+                let credentials = PullSecret::new(
+                    objects.client.clone(),
+                    objects.from.namespace.clone(),
+                    secret,
+                );
+                Arc::new(
+                    OciSource::with_credentials(oci.clone(), cache(), Arc::new(credentials))
+                        .reaching(objects.from.reach()),
+                )
+            }
+            (Some(objects), SourceSpec::Url(url)) if objects.owns(&config.name) => {
+                Arc::new(UrlSource::new(url.clone(), cache()).reaching(objects.from.reach()))
+            }
+            _ => source::from_config(&spec, &self.config, self.watcher.as_ref()).into(),
         }
-        source::from_config(&spec, &self.config, self.watcher.as_ref()).into()
     }
 
     /// Plugin `name`'s source fetched `digest` (its object's

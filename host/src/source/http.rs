@@ -55,8 +55,9 @@ impl Reach {
             Reach::Anywhere => true,
             Reach::Public { allowed } => {
                 let host = url.host_str().unwrap_or_default();
+                // `host:443` names an https URL that leaves its port out.
                 let with_port = url
-                    .port()
+                    .port_or_known_default()
                     .map(|p| format!("{host}:{p}"))
                     .unwrap_or_default();
                 allowed
@@ -72,16 +73,21 @@ impl Reach {
         if self.allows(url) {
             return Ok(());
         }
+        let host = url.host_str().unwrap_or_default();
+        let allow = match url.port_or_known_default() {
+            Some(port) => format!("{host}:{port}"),
+            None => host.to_string(),
+        };
         let ip = match url.host() {
             Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
             Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
             Some(url::Host::Domain(d)) if d.eq_ignore_ascii_case("localhost") => {
-                return Err(internal(d, None));
+                return Err(internal(d, None, &allow));
             }
             _ => return Ok(()),
         };
         if is_internal(ip) {
-            return Err(internal(url.host_str().unwrap_or_default(), Some(ip)));
+            return Err(internal(host, Some(ip), &allow));
         }
         Ok(())
     }
@@ -93,13 +99,15 @@ impl Reach {
 #[error("{0}")]
 pub(crate) struct ReachRefused(pub String);
 
-fn internal(host: &str, ip: Option<IpAddr>) -> String {
+/// The refusal of `host` (at `ip`), saying how the host config allows it:
+/// `allow`, the entry `pluginsFrom.allowHosts` would need.
+fn internal(host: &str, ip: Option<IpAddr>, allow: &str) -> String {
     let at = match ip {
         Some(ip) if ip.to_string() != host.trim_matches(['[', ']']) => format!(" ({ip})"),
         _ => String::new(),
     };
     format!(
-        "refusing to connect to {host}{at}: a WasmReconciler object's source may reach only public addresses (not loopback, link-local or private ones) unless the host config allows that host"
+        "refusing to connect to {host}{at}: a WasmReconciler object's source may reach only public addresses (not loopback, link-local, private or shared ones); the host config allows an internal host by naming it in pluginsFrom.allowHosts (here {allow:?})"
     )
 }
 
@@ -221,7 +229,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
                 }),
             };
             if !allowed && let Some(bad) = addrs.iter().find(|a| is_internal(a.ip())) {
-                return Err(Box::new(ReachRefused(internal(&host, Some(bad.ip())))) as _);
+                return Err(Box::new(ReachRefused(internal(&host, Some(bad.ip()), &host))) as _);
             }
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
         })
@@ -407,5 +415,28 @@ mod tests {
                 .is_ok()
         );
         assert!(object.check(&url("https://ghcr.io/v2/")).is_ok());
+    }
+
+    #[test]
+    fn an_allowed_host_matches_with_or_without_its_port_and_a_refusal_names_the_entry() {
+        let any_port = Reach::public(["10.0.0.7".to_string()]);
+        let one_port = Reach::public(["10.0.0.7:443".to_string()]);
+        for u in ["https://10.0.0.7/v2/", "https://10.0.0.7:443/v2/"] {
+            assert!(any_port.check(&url(u)).is_ok(), "{u}");
+            assert!(one_port.check(&url(u)).is_ok(), "{u}");
+        }
+        assert!(any_port.check(&url("https://10.0.0.7:5000/v2/")).is_ok());
+        let e = one_port
+            .check(&url("https://10.0.0.7:5000/v2/"))
+            .unwrap_err();
+        assert!(
+            e.starts_with("refusing to connect to 10.0.0.7: ")
+                && e.contains("pluginsFrom.allowHosts (here \"10.0.0.7:5000\")"),
+            "{e}"
+        );
+        let e = Reach::public([])
+            .check(&url("http://localhost/metrics"))
+            .unwrap_err();
+        assert!(e.contains("(here \"localhost:80\")"), "{e}");
     }
 }

@@ -79,8 +79,18 @@ pub fn bounded(mut message: String) -> String {
 /// Refuses what an object may not ask of a source (`config`'s, given at
 /// `at`: the plugin's `spec`, or its `spec.candidate`): a docker config
 /// file on the host (credentials come only from an `imagePullSecret`), and
-/// files unless the host allows them.
+/// files unless the host allows them, and an address that is not public
+/// unless `pluginsFrom.allowHosts` names its host (a name is checked again
+/// when it resolves, by the source itself).
 fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(), Refusal> {
+    if let Some(source) = &config.source
+        && let Err(p) = source.check_reach(&from.reach())
+    {
+        return Err(Refusal::new(
+            "SourceNotAllowed",
+            format!("{at}.source.{}: {}", p.field, p.message),
+        ));
+    }
     if let Some(source) = &config.source
         && source.docker_config.is_some()
     {
@@ -226,6 +236,7 @@ mod tests {
             namespace: "wasmctrl-system".into(),
             allow_file_sources: files,
             max_api_qps: Some(200.0),
+            allow_hosts: vec!["127.0.0.1:5000".into()],
         }
     }
 
@@ -473,6 +484,59 @@ mod tests {
             );
             assert!(ok.is_ok(), "{ok:?}");
         }
+    }
+
+    #[test]
+    fn a_source_reaching_an_internal_address_is_refused_unless_allow_hosts_names_it() {
+        let with = |source: Value, candidate: Option<Value>| {
+            let mut spec = serde_json::json!({ "source": source });
+            if let Some(c) = candidate {
+                spec["candidate"] = serde_json::json!({"source": c, "mode": "shadow"});
+            }
+            spec
+        };
+        let admin = serde_json::json!({
+            "url": "http://127.0.0.1:9090/metrics",
+            "sha256": "0".repeat(64),
+            "insecure": true,
+        });
+        let public = serde_json::json!({"oci": "ghcr.io/acme/stamp:1"});
+        for (spec, at, allow) in [
+            (
+                with(admin.clone(), None),
+                "spec.source.url: ",
+                "127.0.0.1:9090",
+            ),
+            (
+                with(
+                    serde_json::json!({"oci": "169.254.169.254/p/stamp:1"}),
+                    None,
+                ),
+                "spec.source.oci: ",
+                "169.254.169.254:443",
+            ),
+            (
+                with(public.clone(), Some(admin.clone())),
+                "spec.candidate.source.url: ",
+                "127.0.0.1:9090",
+            ),
+        ] {
+            let r = refusal("stamp", spec.clone());
+            assert_eq!(r.reason, "SourceNotAllowed", "{r}");
+            assert!(
+                r.message.starts_with(at)
+                    && r.message.contains("public addresses")
+                    && r.message
+                        .contains(&format!("pluginsFrom.allowHosts (here {allow:?})")),
+                "{r}"
+            );
+            assert!(!r.transient);
+            let mut allowing = from(false);
+            allowing.allow_hosts.push(allow.to_string());
+            let ok = plugin_config(&object("stamp", spec), &allowing, Some(&ceiling()));
+            assert!(ok.is_ok(), "{ok:?}");
+        }
+        assert!(plugin_config(&object("stamp", with(public, None)), &from(false), None).is_ok());
     }
 
     #[test]
