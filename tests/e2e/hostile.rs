@@ -381,3 +381,35 @@ async fn a_huge_error_message_is_counted_as_output_and_cut() {
     reconciled(&api, "honest").await;
     host.stop().await.unwrap();
 }
+
+/// A list past the plugin's `listBytes` and calls past its `apiQps` are
+/// refused, each counted under its own limit, and the plugin goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_past_list_bytes_and_calls_past_api_qps_are_refused_and_counted() {
+    let cluster = Cluster::start().await;
+    let host = cluster
+        .host(&format!(
+            "{}    limits: {{ listBytes: 1Ki, apiQps: 1, apiBurst: 1 }}\n",
+            config(artifacts::HOSTILE).replace("reconcileTimeout: 5s", "reconcileTimeout: 2s")
+        ))
+        .await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    // Six ConfigMaps of about 250 bytes each: past 1 KiB as a list.
+    for i in 0..4 {
+        create(&api, &format!("filler-{i}")).await;
+    }
+    create(&api, "big-list").await;
+    create(&api, "api-flood").await;
+    for limit in ["listBytes", "apiQps"] {
+        let counted = format!(
+            r#"wasmctrl_plugin_limit_exceeded_total{{plugin="hostile",limit="{limit}",version="stable"}}"#
+        );
+        eventually(&format!("{limit} counted"), Duration::from_secs(60), || {
+            metric_line(host.admin, &counted)
+        })
+        .await;
+    }
+    create(&api, "honest").await;
+    reconciled(&api, "honest").await;
+    host.stop().await.unwrap();
+}

@@ -13,6 +13,8 @@
 //! | `patch-depth`     | with the setting `attack: true` (else as any other name): a 128 KiB JSON patch of 15 `copy` operations that would nest its ConfigMap 32,767 levels deep |
 //! | `patch-copies`    | with `attack: true`: a 2 KiB JSON patch of 30 `copy` operations, each doubling the ConfigMap (a 512 GiB result) |
 //! | `tiny-values-*`   | 8 creates and 8 JSON patches, each a 3.9 MiB body of a million tiny JSON values (a tree of them is about 16 times the text) |
+//! | `big-list`        | lists every ConfigMap (refused past the plugin's `listBytes`)    |
+//! | `api-flood`       | patches its ConfigMap 1,000 times (held to the plugin's `apiQps`) |
 //! | `huge-error`      | fails with an 8 MiB error message                                |
 //! | anything else     | labels its ConfigMap `wasmctrl.dev/hostile: reconciled`          |
 //!
@@ -107,6 +109,22 @@ impl Reconciler for Hostile {
             "patch-depth" if attacks(ctx) => json_patch(ns, "patch-depth", &deep_patch(15)),
             "patch-copies" if attacks(ctx) => json_patch(ns, "patch-copies", &copies_patch(30)),
             name if name.starts_with("tiny-values") => tiny_values(ns, name),
+            "big-list" => {
+                kube::list(&configmaps(), ns, None)?;
+                Ok(Action::done())
+            }
+            "api-flood" => {
+                let patch = r#"{"metadata":{"labels":{"wasmctrl.dev/flood":"x"}}}"#;
+                for _ in 0..1_000 {
+                    kube::patch(
+                        &configmaps(),
+                        ns,
+                        "api-flood",
+                        &ObjectPatch::Merge(patch.into()),
+                    )?;
+                }
+                Ok(Action::done())
+            }
             "huge-error" => Err(Error::transient("e".repeat(8 << 20))),
             name => {
                 let patch = r#"{"metadata":{"labels":{"wasmctrl.dev/hostile":"reconciled"}}}"#;
