@@ -5,11 +5,14 @@
 //! config plugin's name. Against the embedded API server, kubectl and a
 //! real OCI registry.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
 use serde_json::Value;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmctrl::runtime::digest;
 use wasmctrl::source::oci::RegistryOptions;
 use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
@@ -25,13 +28,21 @@ const LIMIT: Duration = Duration::from_secs(60);
 
 /// A host following WasmReconcilers, granting objects at most what the
 /// stamp plugin needs in `default`; `plugins` is appended (config plugins).
+/// The tests' registries listen on loopback, which objects reach only
+/// where the host config allows it.
 fn host_config(plugins: &str) -> String {
+    host_config_allowing(r#"["127.0.0.1"]"#, plugins)
+}
+
+/// [`host_config`] with `allow_hosts` (a YAML flow sequence) as
+/// `pluginsFrom.allowHosts`.
+fn host_config_allowing(allow_hosts: &str, plugins: &str) -> String {
     format!(
         r#"
 apiVersion: wasmctrl.dev/v1alpha1
 kind: HostConfig
 shutdownTimeout: 5s
-pluginsFrom: {{ kind: WasmReconciler, allowFileSources: true }}
+pluginsFrom: {{ kind: WasmReconciler, allowHosts: {allow_hosts}, allowFileSources: true }}
 maxGrant:
   - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }}
 {plugins}"#
@@ -942,5 +953,86 @@ async fn a_candidate_naming_a_host_file_is_refused_like_the_plugins_own_path() {
         "{message}"
     );
     assert!(host.plugin("stamp").await.is_none());
+    host.stop().await.unwrap();
+}
+
+/// An HTTP server on loopback that answers every request with a body that
+/// is not a component, and counts the connections it accepted.
+async fn counting_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let counted = count.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = stream.read(&mut buf).await;
+                let body = "not a component";
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (addr, count)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objects_source_on_loopback_is_refused_unless_allow_hosts_names_it_and_nothing_is_fetched()
+ {
+    let (addr, requests) = counting_server().await;
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let host = cluster.host(&host_config_allowing("[]", "")).await;
+    let url = format!("http://{addr}/metrics");
+    let source = format!(
+        "{{ url: \"{url}\", sha256: \"{}\", insecure: true }}",
+        "0".repeat(64)
+    );
+    let file = cluster.file("probe.yaml", &object("probe", &source, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(&cluster, "probe", "the refusal in the status", |s, g| {
+        condition(s, "Degraded").0 == "True" && s["observedGeneration"] == g
+    })
+    .await;
+    let (_, reason, message) = condition(&s, "Degraded");
+    assert_eq!(reason, "SourceNotAllowed", "{message}");
+    assert!(
+        message.starts_with("spec.source.url: refusing to connect to 127.0.0.1")
+            && message.contains("public addresses")
+            && message.contains(&format!("pluginsFrom.allowHosts (here \"{addr}\")")),
+        "{message}"
+    );
+    assert_eq!(condition(&s, "Ready").0, "False");
+    assert!(s.get("resolvedDigest").is_none_or(Value::is_null), "{s:#}");
+    assert!(host.plugin("probe").await.is_none());
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        0,
+        "the host connected to the refused address"
+    );
+    host.stop().await.unwrap();
+
+    // A host config naming the address lets the object reach it: the fetch
+    // happens, and what it got is refused for what it is.
+    let host = cluster
+        .host(&host_config_allowing(&format!("[\"{addr}\"]"), ""))
+        .await;
+    let s = status_where(&cluster, "probe", "the fetched body refused", |s, _| {
+        condition(s, "Degraded").1 != "SourceNotAllowed" && condition(s, "Degraded").0 == "True"
+    })
+    .await;
+    let (_, reason, message) = condition(&s, "Degraded");
+    assert_eq!(reason, "SourceRefused", "{message}");
+    assert!(
+        message.contains("digest mismatch") && message.contains(&url),
+        "{message}"
+    );
+    assert!(requests.load(Ordering::SeqCst) >= 1);
+    assert!(host.plugin("probe").await.is_none());
     host.stop().await.unwrap();
 }
