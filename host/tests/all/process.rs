@@ -828,7 +828,7 @@ kind: HostConfig
 admin: { bind: "127.0.0.1:0" }
 shutdownTimeout: 5s
 leaderElection: { enabled: true, leaseName: objects-le, leaseDuration: 2s, retryPeriod: 200ms }
-pluginsFrom: { kind: WasmReconciler }
+pluginsFrom: { kind: WasmReconciler, allowHosts: ["127.0.0.1"] }   # the test's registry
 maxGrant:
   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }
 "#,

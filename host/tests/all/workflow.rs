@@ -200,7 +200,7 @@ async fn push_then_kubectl_apply_a_wasmreconciler_to_wasmctrl_dev_then_get_edit_
         r#"apiVersion: wasmctrl.dev/v1alpha1
 kind: HostConfig
 shutdownTimeout: 5s
-pluginsFrom: { kind: WasmReconciler }
+pluginsFrom: { kind: WasmReconciler, allowHosts: ["127.0.0.1"] }   # the test's registry
 maxGrant:
   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch], namespaces: [default] }
 "#,
