@@ -323,6 +323,13 @@ async fn a_shadow_candidate_s_patch_bombs_are_refused_under_the_api_server_s_bou
         copies.contains("invalid") && copies.contains("copy"),
         "{copies}"
     );
+    let counted = metric_value(
+        host.admin,
+        r#"wasmctrl_plugin_limit_exceeded_total{plugin="hostile",limit="shadowPatch",version="candidate"}"#,
+    )
+    .await;
+    // At least one refusal per key (a key may be shadowed more than once).
+    assert!(counted.is_some_and(|n| n >= 2.0), "{counted:?}");
     reconciled(&api, "patch-depth").await;
     reconciled(&api, "patch-copies").await;
     assert_eq!(wasmctrl_e2e::http_get(host.admin, "/healthz").await.0, 200);

@@ -381,6 +381,9 @@ impl KubeApi for Recording {
 struct Capture {
     live: Arc<dyn KubeApi>,
     state: Mutex<Seen>,
+    /// Where a patch refused for its size or shape is counted (as the
+    /// candidate's `shadowPatch` limit); None in unit tests.
+    counted: Option<(Arc<Metrics>, String)>,
 }
 
 impl Capture {
@@ -421,15 +424,21 @@ impl Capture {
                 ObjectPatch::Merge(s) | ObjectPatch::Json(s) => s,
                 ObjectPatch::Apply(a) => &a.body,
             };
+            let refused = |e: ApiError| {
+                if let Some((metrics, plugin)) = &self.counted {
+                    metrics.count_limit(plugin, "shadowPatch");
+                }
+                e
+            };
             if json.len().max(text.len()) > MAX_NORMALIZED {
                 // Applying it would build trees of both, about 16 times
                 // their text; the run is not compared.
                 self.state.lock().unwrap().give_up();
-                return Err(ApiError::Invalid(format!(
+                return Err(refused(ApiError::Invalid(format!(
                     "a shadow run applies patches of at most {MAX_NORMALIZED} bytes to objects of at most as many; this one ({} bytes to {} bytes) is not applied and the run is not compared",
                     text.len(),
                     json.len()
-                )));
+                ))));
             }
             let object: Value = serde_json::from_str(&json)
                 .map_err(|e| ApiError::Other(format!("the current object is not JSON: {e}")))?;
@@ -442,9 +451,10 @@ impl Capture {
                 ObjectPatch::Json(s) => patches::json_patch(&object, &parse(s)?),
                 ObjectPatch::Apply(a) => patches::merge_patch(&object, &parse(&a.body)?),
             };
-            let object = result.map_err(|e| ApiError::Invalid(format!("the patch fails: {e}")))?;
+            let object =
+                result.map_err(|e| refused(ApiError::Invalid(format!("the patch fails: {e}"))))?;
             let json = object.to_string();
-            check_size(&json)?;
+            check_size(&json).map_err(refused)?;
             Ok(KubeResponse::Object(json))
         };
         match request {
@@ -670,6 +680,7 @@ impl Shadow {
         };
         let stable_writes = seen.writes;
         let capture = Arc::new(Capture {
+            counted: Some((self.metrics.clone(), self.plugin.clone())),
             live: self.candidate.kube().clone(),
             state: Mutex::new(Seen {
                 reads: seen.reads,
@@ -826,6 +837,7 @@ mod tests {
         Capture {
             live: Arc::new(OneObject(object.into())),
             state: Mutex::new(Seen::default()),
+            counted: None,
         }
     }
 
