@@ -701,60 +701,201 @@ pub enum TranscriptError {
         line: usize,
         version: u32,
     },
+    #[error("{path}: {message}")]
+    TooLarge { path: String, message: String },
 }
 
 /// Bytes of one transcript line a reader accepts: the largest
 /// `record.maxBytes`.
 pub const MAX_LINE: usize = crate::config::MAX_RECORD_BYTES as usize;
 
+/// Bytes of one transcript file a reader accepts: the recorder rotates a
+/// file before it passes `record.maxBytes`, whose largest value this is.
+pub const MAX_FILE: u64 = crate::config::MAX_RECORD_BYTES;
+
+/// Transcripts in one file a reader accepts: the largest `record.max`.
+pub const MAX_TRANSCRIPTS: usize = 1_000_000;
+
+/// Calls in one transcript a reader accepts: the largest
+/// `limits.hostCalls`, so no live reconcile made more.
+pub const MAX_CALLS: usize = 1_000_000;
+
+/// The longest `timeoutMs` a reader accepts: the largest
+/// `reconcileTimeout`. A replay gives the guest that long, so a larger one,
+/// which no recording holds, would let a looping build hold the replay for
+/// years.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Bytes of the file's own text an error message quotes: a parse error can
+/// echo a string of the line whole, and the line is the file's author's.
+const MAX_QUOTED: usize = 512;
+
 /// Reads the transcripts of a JSONL file (blank lines skipped), each with
-/// its line number.
+/// its line number, reading at most [`MAX_FILE`] bytes of it and
+/// [`MAX_LINE`] of any line (a device or a growing file included).
 pub fn read_file(path: &std::path::Path) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
     let shown = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|source| TranscriptError::Read {
+    let file = std::fs::File::open(path).map_err(|source| TranscriptError::Read {
         path: shown.clone(),
         source,
     })?;
-    parse_lines(&shown, &text)
+    read(&shown, std::io::BufReader::new(file))
 }
 
 /// The transcripts of JSONL `text`, each with its line number.
 pub fn parse_lines(path: &str, text: &str) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    read(path, text.as_bytes())
+}
+
+/// The transcripts of the JSONL that `reader` yields (named `path` in
+/// errors), each with its line number, within the bounds of [`read_file`].
+pub fn read(
+    path: &str,
+    reader: impl std::io::BufRead,
+) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    read_within(path, reader, &BOUNDS)
+}
+
+/// How much a reader takes in.
+struct Bounds {
+    line: usize,
+    file: u64,
+    transcripts: usize,
+}
+
+const BOUNDS: Bounds = Bounds {
+    line: MAX_LINE,
+    file: MAX_FILE,
+    transcripts: MAX_TRANSCRIPTS,
+};
+
+fn read_within(
+    path: &str,
+    reader: impl std::io::BufRead,
+    bounds: &Bounds,
+) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    use std::io::{BufRead, Read};
+    let too_large = |message: String| TranscriptError::TooLarge {
+        path: path.into(),
+        message,
+    };
+    // One byte past each bound tells an input at the bound from one over.
+    let mut reader = reader.take(bounds.file + 1);
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let line_no = i + 1;
-        if line.trim().is_empty() {
-            continue;
+    let mut line = Vec::new();
+    let mut total = 0u64;
+    for line_no in 1usize.. {
+        line.clear();
+        // A line may end in `\r\n`: two bytes past its text.
+        let n = (&mut reader)
+            .take(bounds.line as u64 + 2)
+            .read_until(b'\n', &mut line)
+            .map_err(|source| TranscriptError::Read {
+                path: path.into(),
+                source,
+            })?;
+        if n == 0 {
+            break;
         }
-        if line.len() > MAX_LINE {
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.len() > bounds.line {
             return Err(TranscriptError::Parse {
                 path: path.into(),
                 line: line_no,
-                message: format!("the line is {} bytes; at most {MAX_LINE}", line.len()),
+                message: format!(
+                    "the line is over {} bytes, more than any transcript the recorder writes (the largest record.maxBytes)",
+                    bounds.line
+                ),
             });
         }
-        let value: Value = serde_json::from_str(line).map_err(|e| TranscriptError::Parse {
-            path: path.into(),
-            line: line_no,
-            message: e.to_string(),
-        })?;
-        let version = value["version"].as_u64().unwrap_or(0);
-        if version != u64::from(TRANSCRIPT_VERSION) {
-            return Err(TranscriptError::Version {
-                path: path.into(),
-                line: line_no,
-                version: u32::try_from(version).unwrap_or(u32::MAX),
-            });
+        total += n as u64;
+        if total > bounds.file {
+            return Err(too_large(format!(
+                "the file is over {} bytes, more than the recorder writes to one file (the largest record.maxBytes)",
+                bounds.file
+            )));
         }
-        let t = serde_json::from_value(value).map_err(|e| TranscriptError::Parse {
-            path: path.into(),
-            line: line_no,
-            message: e.to_string(),
-        })?;
-        out.push((line_no, t));
+        if text.trim_ascii().is_empty() {
+            continue;
+        }
+        if out.len() == bounds.transcripts {
+            return Err(too_large(format!(
+                "more than {} transcripts, more than the recorder writes to one file (the largest record.max)",
+                bounds.transcripts
+            )));
+        }
+        out.push((line_no, parse_line(path, line_no, text)?));
     }
     Ok(out)
 }
 
+/// One line's transcript.
+fn parse_line(path: &str, line: usize, text: &[u8]) -> Result<Transcript, TranscriptError> {
+    let parse = |message: String| TranscriptError::Parse {
+        path: path.into(),
+        line,
+        message: quoted(message),
+    };
+    let value: Value = serde_json::from_slice(text).map_err(|e| parse(e.to_string()))?;
+    let version = value["version"].as_u64().unwrap_or(0);
+    if version != u64::from(TRANSCRIPT_VERSION) {
+        return Err(TranscriptError::Version {
+            path: path.into(),
+            line,
+            version: u32::try_from(version).unwrap_or(u32::MAX),
+        });
+    }
+    let t: Transcript = serde_json::from_value(value).map_err(|e| parse(e.to_string()))?;
+    t.check().map_err(parse)?;
+    Ok(t)
+}
+
+impl Transcript {
+    /// Refuses what no recording holds and a replay could not run on.
+    fn check(&self) -> Result<(), String> {
+        if self.timeout_ms > MAX_TIMEOUT_MS {
+            return Err(format!(
+                "timeoutMs is {}, more than the largest reconcileTimeout ({MAX_TIMEOUT_MS})",
+                self.timeout_ms
+            ));
+        }
+        if self.calls.len() > MAX_CALLS {
+            return Err(format!(
+                "{} calls, more than the largest limits.hostCalls ({MAX_CALLS})",
+                self.calls.len()
+            ));
+        }
+        if self.context.len() > crate::runtime::MAX_CONTEXT_READS {
+            return Err(format!(
+                "{} context reads, more than the recorder keeps ({})",
+                self.context.len(),
+                crate::runtime::MAX_CONTEXT_READS
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `message` as one line of at most [`MAX_QUOTED`] bytes (plus a marker),
+/// control characters escaped.
+fn quoted(message: String) -> String {
+    let mut out = String::new();
+    for c in message.chars() {
+        if out.len() >= MAX_QUOTED {
+            out.push_str(&format!("… ({} bytes in all)", message.len()));
+            return out;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@ mod pool;
 mod process;
 mod rbac;
 mod replay;
+mod replay_hostile;
 mod resident;
 mod sandbox;
 mod sources;
