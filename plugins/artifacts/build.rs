@@ -96,6 +96,16 @@ const POLYGLOT: &[(&str, &str, &str)] = &[
         "plugins/testing/misbehave-ts",
         "misbehave_ts.wasm",
     ),
+    (
+        "HOSTILE_PY",
+        "plugins/testing/hostile-py",
+        "hostile_py.wasm",
+    ),
+    (
+        "HOSTILE_TS",
+        "plugins/testing/hostile-ts",
+        "hostile_ts.wasm",
+    ),
 ];
 
 /// What a polyglot build reads: the SDKs and the plugins, without their
@@ -114,6 +124,11 @@ const POLYGLOT_INPUTS: &[&str] = &[
     "plugins/testing/misbehave-ts/src",
     "plugins/testing/misbehave-ts/package.json",
     "plugins/testing/misbehave-ts/tsconfig.json",
+    "plugins/testing/hostile-py/hostile.py",
+    "plugins/testing/hostile-py/pyproject.toml",
+    "plugins/testing/hostile-ts/src",
+    "plugins/testing/hostile-ts/package.json",
+    "plugins/testing/hostile-ts/tsconfig.json",
     "host/src/build.rs",
 ];
 
