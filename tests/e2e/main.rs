@@ -6,6 +6,7 @@ mod cache;
 mod deploy;
 mod faults;
 mod hostile;
+mod hostile_polyglot;
 mod hotswap;
 mod in_cluster;
 mod load;
