@@ -170,6 +170,26 @@ pub fn pack(
     })
 }
 
+/// The image manifest `raw` holds (`raw` as a registry served it, within
+/// its size bound); the error says why it is not one, quoting a bounded
+/// piece of it.
+pub fn parse_manifest(raw: &[u8]) -> Result<oci_client::manifest::OciImageManifest, String> {
+    let value: serde_json::Value =
+        serde_json::from_slice(raw).map_err(|e| bounded(e.to_string()))?;
+    if value.get("manifests").is_some() {
+        return Err("it is an image index (a list of manifests), not an image manifest".into());
+    }
+    let manifest: oci_client::manifest::OciImageManifest =
+        serde_json::from_value(value).map_err(|e| bounded(e.to_string()))?;
+    if manifest.schema_version != 2 {
+        return Err(format!(
+            "its schemaVersion is {}; an image manifest's is 2",
+            manifest.schema_version
+        ));
+    }
+    Ok(manifest)
+}
+
 /// The component layer of a manifest, after checking the manifest is a
 /// wasm OCI artifact whose component is at most `max_size` bytes.
 pub fn component_layer(
@@ -178,8 +198,15 @@ pub fn component_layer(
 ) -> Result<&oci_client::manifest::OciDescriptor, String> {
     if manifest.config.media_type != WASM_CONFIG_MEDIA_TYPE {
         return Err(format!(
-            "its config media type is {:?}, not {WASM_CONFIG_MEDIA_TYPE:?} (push components with `wasmctrl push`)",
-            manifest.config.media_type
+            "its config media type is {}, not {WASM_CONFIG_MEDIA_TYPE:?} (push components with `wasmctrl push`)",
+            shown(&manifest.config.media_type)
+        ));
+    }
+    // Its digest names the blob `inspect` reads: a path on the registry.
+    if !super::cache::is_sha256(&manifest.config.digest) {
+        return Err(format!(
+            "its config digest {} is not sha256:<64 lowercase hex>",
+            shown(&manifest.config.digest)
         ));
     }
     let [layer] = manifest.layers.as_slice() else {
@@ -190,14 +217,14 @@ pub fn component_layer(
     };
     if layer.media_type != WASM_LAYER_MEDIA_TYPE {
         return Err(format!(
-            "its layer media type is {:?}, not {WASM_LAYER_MEDIA_TYPE:?}",
-            layer.media_type
+            "its layer media type is {}, not {WASM_LAYER_MEDIA_TYPE:?}",
+            shown(&layer.media_type)
         ));
     }
     if !super::cache::is_sha256(&layer.digest) {
         return Err(format!(
-            "its layer digest {:?} is not sha256:<64 lowercase hex>",
-            layer.digest
+            "its layer digest {} is not sha256:<64 lowercase hex>",
+            shown(&layer.digest)
         ));
     }
     if layer.size < 0 || layer.size as u64 > max_size {
@@ -207,6 +234,42 @@ pub fn component_layer(
         ));
     }
     Ok(layer)
+}
+
+/// Bytes of a registry's text an error quotes: a manifest is up to 4 MiB,
+/// all of it the registry's choice.
+const MAX_QUOTED: usize = 256;
+
+/// `s` quoted as Rust quotes it, at most [`MAX_QUOTED`] bytes of the
+/// quote.
+fn shown(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        if out.len() >= MAX_QUOTED {
+            return format!("{out}\"… ({} bytes)", s.len());
+        }
+        out.extend(c.escape_debug());
+    }
+    out.push('"');
+    out
+}
+
+/// A parser's `message`, which may quote the registry's strings whole, cut
+/// to [`MAX_QUOTED`] bytes and made one line.
+fn bounded(message: String) -> String {
+    let mut out = String::new();
+    for c in message.chars() {
+        if out.len() >= MAX_QUOTED {
+            out.push_str(&format!("… ({} bytes)", message.len()));
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -247,5 +310,245 @@ mod tests {
         );
         assert_eq!(config.layer_digests, vec![digest(component)]);
         assert_eq!(packed.manifest_digest, digest(&packed.manifest));
+    }
+
+    /// A manifest, config or layer descriptor is the registry's text: any
+    /// of it is accepted only when it is a wasm OCI artifact's, and
+    /// otherwise refused with a bounded one-line reason, never a panic.
+    /// `PROPTEST_CASES` scales the run (`scripts/fuzz-campaign.sh`).
+    mod properties {
+        use proptest::prelude::*;
+        use serde_json::{Value, json};
+
+        use super::*;
+
+        const MAX_SIZE: u64 = 1 << 20;
+
+        fn sample() -> Value {
+            let packed = pack(
+                b"\0asm\x0d\0\x01\0",
+                "2025-01-01T00:00:00Z",
+                BTreeMap::from([("org.opencontainers.image.source".into(), "x".into())]),
+            )
+            .unwrap();
+            serde_json::from_slice(&packed.manifest).unwrap()
+        }
+
+        fn is_sha256(v: &Value) -> bool {
+            v.as_str().is_some_and(|d| {
+                d.strip_prefix("sha256:").is_some_and(|h| {
+                    h.len() == 64
+                        && h.bytes()
+                            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+                })
+            })
+        }
+
+        /// What a wasm OCI artifact's manifest has, read off the JSON
+        /// independently of the parser.
+        fn well_formed(v: &Value) -> bool {
+            let layers = v["layers"].as_array();
+            v.get("manifests").is_none()
+                && v["schemaVersion"].as_u64() == Some(2)
+                && v["config"]["mediaType"] == WASM_CONFIG_MEDIA_TYPE
+                && is_sha256(&v["config"]["digest"])
+                && layers.is_some_and(|l| l.len() == 1)
+                && v["layers"][0]["mediaType"] == WASM_LAYER_MEDIA_TYPE
+                && is_sha256(&v["layers"][0]["digest"])
+                && v["layers"][0]["size"]
+                    .as_u64()
+                    .is_some_and(|n| n <= MAX_SIZE)
+        }
+
+        fn json() -> impl Strategy<Value = Value> {
+            let word = prop_oneof![
+                Just("schemaVersion"),
+                Just("mediaType"),
+                Just("config"),
+                Just("layers"),
+                Just("digest"),
+                Just("size"),
+                Just("annotations"),
+                Just("urls"),
+                Just("manifests"),
+                Just("subject"),
+                Just(WASM_CONFIG_MEDIA_TYPE),
+                Just(WASM_LAYER_MEDIA_TYPE),
+            ];
+            let leaf = prop_oneof![
+                Just(Value::Null),
+                any::<bool>().prop_map(Value::from),
+                any::<i64>().prop_map(Value::from),
+                any::<u64>().prop_map(Value::from),
+                any::<f64>().prop_map(Value::from),
+                ".{0,24}".prop_map(Value::from),
+                word.clone().prop_map(Value::from),
+                Just(Value::from(digest(b"x"))),
+                (1usize..50_000).prop_map(|n| Value::from("\n".repeat(n))),
+            ];
+            let key = prop_oneof![word.prop_map(String::from), ".{0,8}"];
+            leaf.prop_recursive(6, 64, 8, move |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..8).prop_map(Value::Array),
+                    prop::collection::btree_map(key.clone(), inner, 0..8)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn paths(v: &Value, at: String, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => m
+                    .iter()
+                    .for_each(|(k, c)| paths(c, format!("{at}/{k}"), out)),
+                Value::Array(a) => a
+                    .iter()
+                    .enumerate()
+                    .for_each(|(i, c)| paths(c, format!("{at}/{i}"), out)),
+                _ => {}
+            }
+            out.push(at);
+        }
+
+        fn hostile() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                json(),
+                Just(json!(-1)),
+                Just(json!(u64::MAX)),
+                Just(json!(256)),
+                Just(json!(1e300)),
+                Just(json!("sha256:")),
+                Just(json!(format!("sha256:{}", "A".repeat(64)))),
+                Just(json!("../../v2/_catalog?n=1")),
+                (1usize..300_000).prop_map(|n| json!("\u{1b}".repeat(n))),
+                (0usize..50_000).prop_map(|n| Value::Array(vec![sample()["layers"][0].clone(); n])),
+                (0usize..5_000).prop_map(|n| Value::Object(
+                    (0..n)
+                        .map(|i| (format!("k{i}"), json!("v".repeat(64))))
+                        .collect()
+                )),
+            ]
+        }
+
+        /// The sample manifest, mutated: as JSON, or as bytes.
+        fn mutated() -> impl Strategy<Value = Vec<u8>> {
+            let raw = sample().to_string().into_bytes();
+            let len = raw.len();
+            let mut at = Vec::new();
+            paths(&sample(), String::new(), &mut at);
+            let (r1, r2) = (raw.clone(), raw);
+            prop_oneof![
+                (prop::sample::select(at), hostile()).prop_map(|(at, new)| {
+                    let mut v = sample();
+                    if let Some(slot) = v.pointer_mut(&at) {
+                        *slot = new;
+                    }
+                    v.to_string().into_bytes()
+                }),
+                (0..=len).prop_map(move |n| r1[..n].to_vec()),
+                prop::collection::vec((0..len, any::<u8>()), 1..6).prop_map(move |flips| {
+                    let mut r = r2.clone();
+                    flips.into_iter().for_each(|(i, b)| r[i] = b);
+                    r
+                }),
+            ]
+        }
+
+        fn accepted_only_if_well_formed(raw: &[u8]) -> Result<(), TestCaseError> {
+            let checked = parse_manifest(raw)
+                .and_then(|m| component_layer(&m, MAX_SIZE).map(|l| l.digest.clone()));
+            match checked {
+                Ok(layer) => {
+                    let v: Value = serde_json::from_slice(raw).expect("parsed");
+                    prop_assert!(well_formed(&v), "accepted: {v:.2000}");
+                    prop_assert_eq!(Some(layer.as_str()), v["layers"][0]["digest"].as_str());
+                }
+                Err(message) => {
+                    prop_assert!(!message.contains(['\n', '\r']), "{message:.2000}");
+                    prop_assert!(
+                        message.len() <= 1024,
+                        "an unbounded message: {message:.2000}"
+                    );
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn any_bytes_are_a_manifest_only_if_well_formed(raw in prop::collection::vec(any::<u8>(), 0..1024)) {
+                accepted_only_if_well_formed(&raw)?;
+            }
+
+            #[test]
+            fn any_json_is_a_manifest_only_if_well_formed(v in json()) {
+                accepted_only_if_well_formed(v.to_string().as_bytes())?;
+            }
+
+            #[test]
+            fn a_mutated_manifest_is_accepted_only_if_well_formed(raw in mutated()) {
+                accepted_only_if_well_formed(&raw)?;
+            }
+
+            /// The config is read as JSON for `inspect`: any blob is JSON
+            /// or refused, and `pack`'s own config reads back.
+            #[test]
+            fn any_config_blob_is_json_or_refused(raw in prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..512),
+                json().prop_map(|v| v.to_string().into_bytes()),
+            ]) {
+                let _ = serde_json::from_slice::<Value>(&raw);
+                if let Ok(c) = serde_json::from_slice::<WasmConfig>(&raw) {
+                    let back: WasmConfig = serde_json::from_slice(&serde_json::to_vec(&c).unwrap()).unwrap();
+                    prop_assert_eq!(back, c);
+                }
+            }
+        }
+
+        #[test]
+        fn the_sample_is_well_formed_and_accepted() {
+            let raw = sample().to_string();
+            assert!(well_formed(&sample()));
+            assert!(component_layer(&parse_manifest(raw.as_bytes()).unwrap(), MAX_SIZE).is_ok());
+        }
+
+        #[test]
+        fn refusals_name_the_field_and_quote_a_bounded_piece() {
+            let refused = |at: &str, new: Value| {
+                let mut v = sample();
+                *v.pointer_mut(at).unwrap() = new;
+                parse_manifest(v.to_string().as_bytes())
+                    .and_then(|m| component_layer(&m, MAX_SIZE).map(|_| ()))
+                    .unwrap_err()
+            };
+            let e = refused("/config/digest", json!("../../v2/_catalog"));
+            assert_eq!(
+                e,
+                r#"its config digest "../../v2/_catalog" is not sha256:<64 lowercase hex>"#
+            );
+            let e = refused("/layers/0/mediaType", json!("\n".repeat(1 << 20)));
+            assert!(
+                e.starts_with(r#"its layer media type is "\n\n"#) && e.len() < 1024,
+                "{e:.2000}"
+            );
+            assert!(e.contains("… (1048576 bytes)"), "{e:.2000}");
+            let e = refused(
+                "/layers",
+                Value::Array(vec![sample()["layers"][0].clone(); 100_000]),
+            );
+            assert_eq!(
+                e,
+                "it has 100000 layers; a wasm OCI artifact has exactly one"
+            );
+            let e = refused("/schemaVersion", json!(1));
+            assert_eq!(e, "its schemaVersion is 1; an image manifest's is 2");
+            let e = refused("/config/mediaType", json!(["x".repeat(1 << 20)]));
+            assert!(
+                e.starts_with("invalid type: sequence, expected a string"),
+                "{e:.2000}"
+            );
+            let e = refused("/annotations", json!({"a": 1}));
+            assert!(e.len() < 1024, "{e:.2000}");
+        }
     }
 }

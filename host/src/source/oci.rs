@@ -640,15 +640,7 @@ impl Registry {
                 got,
             }));
         }
-        let value: serde_json::Value =
-            serde_json::from_slice(&raw).map_err(|e| self.not_an_artifact(e.to_string()))?;
-        if value.get("manifests").is_some() {
-            return Err(self.not_an_artifact(
-                "it is an image index (a list of manifests), not an image manifest".into(),
-            ));
-        }
-        let manifest =
-            serde_json::from_value(value).map_err(|e| self.not_an_artifact(e.to_string()))?;
+        let manifest = artifact::parse_manifest(&raw).map_err(|e| self.not_an_artifact(e))?;
         Ok((manifest, raw))
     }
 
@@ -1277,6 +1269,87 @@ mod tests {
         // the manifest, under the same bound.
         let e = fetch(&format!("{addr}/p/x:1")).await;
         assert!(e.contains("the manifest exceeds 4 MiB"), "{e}");
+    }
+
+    /// A registry serving `manifest` under its own digest, counting the
+    /// requests for anything else.
+    async fn serving(
+        manifest: Vec<u8>,
+    ) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let pinned = format!("p/x@{}", digest(&manifest));
+        let others = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = others.clone();
+        let addr = serve(move |_| {
+            Router::new()
+                .route("/v2/", get(|| async { "{}" }))
+                .route(
+                    "/v2/p/x/manifests/{at}",
+                    get(move || async move { manifest }),
+                )
+                .fallback(move || async move {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    StatusCode::NOT_FOUND
+                })
+        })
+        .await;
+        (format!("{addr}/{pinned}"), others)
+    }
+
+    #[tokio::test]
+    async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let docker_config = dir.path().join("config.json");
+        std::fs::write(&docker_config, "{}").unwrap();
+        let options = RegistryOptions {
+            insecure: true,
+            docker_config: Some(docker_config),
+            credentials: None,
+            limits: FetchLimits::default(),
+        };
+        let layer = serde_json::json!({"mediaType": "application/wasm", "digest": digest(b"c"), "size": 1});
+        let manifest = |config_digest: serde_json::Value, layers: serde_json::Value| {
+            serde_json::to_vec(&serde_json::json!({
+                "schemaVersion": 2,
+                "config": {"mediaType": artifact::WASM_CONFIG_MEDIA_TYPE, "digest": config_digest, "size": 2},
+                "layers": layers,
+            }))
+            .unwrap()
+        };
+        let cases = [
+            // A config digest that is a path on the registry.
+            (
+                manifest("../../../v2/_catalog?n=1".into(), serde_json::json!([layer])),
+                "its config digest \"../../../v2/_catalog?n=1\" is not sha256",
+            ),
+            // Nested past the parser's depth, within the 4 MiB bound.
+            (
+                "[".repeat(3 << 20).into_bytes(),
+                "recursion limit exceeded",
+            ),
+            // A media type of 1.5 MiB of newlines (3 MiB as JSON).
+            (
+                manifest(
+                    digest(b"{}").into(),
+                    serde_json::json!([{"mediaType": "\n".repeat(3 << 19), "digest": digest(b"c"), "size": 1}]),
+                ),
+                "its layer media type is \"\\n\\n",
+            ),
+            (
+                manifest(digest(b"{}").into(), serde_json::json!(vec![layer; 30_000])),
+                "it has 30000 layers; a wasm OCI artifact has exactly one",
+            ),
+        ];
+        for (raw, expected) in cases {
+            let (reference, others) = serving(raw).await;
+            let e = describe_artifact(&reference, &options)
+                .await
+                .err()
+                .expect("refused")
+                .to_string();
+            assert!(e.contains(expected), "{e:.2000}");
+            assert!(e.len() < 1024 && !e.contains('\n'), "{e:.2000}");
+            assert_eq!(others.load(std::sync::atomic::Ordering::SeqCst), 0, "{e}");
+        }
     }
 
     #[tokio::test]
