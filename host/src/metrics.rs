@@ -194,6 +194,74 @@ pub struct LimitLabels {
     pub version: String,
 }
 
+/// What a network source refused: the `reason` of
+/// `wasmctrl_source_refusals_total`, from this fixed set (never a string a
+/// server or an object chose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceRefusal {
+    /// A connection to an address a WasmReconciler's source may not reach
+    /// (named literally, resolved to, or redirected to).
+    InternalAddress,
+    /// A redirect to a scheme the source may not use, or one too many.
+    Redirect,
+    /// A registry's token answer over its bound.
+    TokenAnswer,
+    /// A manifest over its bound.
+    Manifest,
+    /// A component over the source's `maxSize`.
+    Component,
+}
+
+impl SourceRefusal {
+    const ALL: [SourceRefusal; 5] = [
+        SourceRefusal::InternalAddress,
+        SourceRefusal::Redirect,
+        SourceRefusal::TokenAnswer,
+        SourceRefusal::Manifest,
+        SourceRefusal::Component,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceRefusal::InternalAddress => "internalAddress",
+            SourceRefusal::Redirect => "redirect",
+            SourceRefusal::TokenAnswer => "tokenAnswer",
+            SourceRefusal::Manifest => "manifest",
+            SourceRefusal::Component => "component",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: String,
+}
+
+/// `wasmctrl_source_refusals_total`. Sources are built far from the host's
+/// [`Metrics`] (from a config, a CLI command, a reload) and hold no handle
+/// to it, so the family is process-wide: every registry registers the same
+/// counters, which count every source of the process. Every reason is
+/// there from the start, at 0.
+static SOURCE_REFUSALS: std::sync::LazyLock<Family<ReasonLabel, Counter>> =
+    std::sync::LazyLock::new(|| {
+        let family = Family::<ReasonLabel, Counter>::default();
+        for reason in SourceRefusal::ALL {
+            let _ = family.get_or_create(&ReasonLabel {
+                reason: reason.as_str().into(),
+            });
+        }
+        family
+    });
+
+/// Counts a source's refusal in `wasmctrl_source_refusals_total`.
+pub fn count_source_refusal(reason: SourceRefusal) {
+    SOURCE_REFUSALS
+        .get_or_create(&ReasonLabel {
+            reason: reason.as_str().into(),
+        })
+        .inc();
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostApiLabels {
     pub plugin: String,
@@ -531,6 +599,11 @@ impl Metrics {
                 "wasmctrl_plugin_limit_exceeded",
                 "Calls that ran into one of the plugin's ceilings, per limit",
                 m.limit_exceeded.clone(),
+            );
+            r.register(
+                "wasmctrl_source_refusals",
+                "What network sources refused, per reason (process-wide)",
+                SOURCE_REFUSALS.clone(),
             );
         }
         m

@@ -611,6 +611,9 @@ fn refusal_of(e: &ManagerError) -> Refusal {
         ManagerError::Kind { .. } => {
             return Refusal::new("KindNotServed", e.to_string()).transient();
         }
+        // Its source's rule refused where it led (a name resolving to an
+        // internal address, a redirect): the same fetch leads there again.
+        ManagerError::Source(SourceError::NotAllowed { .. }) => "SourceNotAllowed",
         ManagerError::Source(_) => "SourceRefused",
         ManagerError::PermissionsExceedGrant { .. } | ManagerError::WatchesExceedGrant { .. } => {
             "PermissionsNotGranted"

@@ -11,6 +11,7 @@ use std::sync::{Arc, Once};
 use futures::{Stream, StreamExt};
 
 use super::SourceError;
+use crate::metrics::{SourceRefusal, count_source_refusal};
 
 /// reqwest (under oci-client too) is built without a built-in crypto
 /// provider; rustls then uses the process default, which this installs
@@ -99,6 +100,19 @@ impl Reach {
 #[error("{0}")]
 pub(crate) struct ReachRefused(pub String);
 
+/// Whether the source's [`Rule`] stopped the request (rather than the
+/// network).
+pub(crate) fn refused_by_rule(e: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<ReachRefused>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// The refusal of `host` (at `ip`), saying how the host config allows it:
 /// `allow`, the entry `pluginsFrom.allowHosts` would need.
 fn internal(host: &str, ip: Option<IpAddr>, allow: &str) -> String {
@@ -174,6 +188,13 @@ pub(crate) enum PlainHttp {
 
 impl Rule {
     pub(crate) fn check(&self, url: &reqwest::Url) -> Result<(), String> {
+        self.check_scheme(url)?;
+        self.reach
+            .check(url)
+            .inspect_err(|_| count_source_refusal(SourceRefusal::InternalAddress))
+    }
+
+    fn check_scheme(&self, url: &reqwest::Url) -> Result<(), String> {
         match (url.scheme(), self.http) {
             ("https", _) | ("http", PlainHttp::Any) => {}
             ("http", PlainHttp::Loopback) if is_loopback_url(url) => {}
@@ -190,7 +211,7 @@ impl Rule {
                 ));
             }
         }
-        self.reach.check(url)
+        Ok(())
     }
 }
 
@@ -229,6 +250,7 @@ impl reqwest::dns::Resolve for CheckedResolver {
                 }),
             };
             if !allowed && let Some(bad) = addrs.iter().find(|a| is_internal(a.ip())) {
+                count_source_refusal(SourceRefusal::InternalAddress);
                 return Err(Box::new(ReachRefused(internal(&host, Some(bad.ip()), &host))) as _);
             }
             Ok(Box::new(addrs.into_iter()) as reqwest::dns::Addrs)
@@ -258,8 +280,14 @@ pub(crate) fn client(timeout: std::time::Duration, rule: Rule) -> Result<reqwest
     }
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= MAX_REDIRECTS {
+            count_source_refusal(SourceRefusal::Redirect);
             let e = ReachRefused(format!("more than {MAX_REDIRECTS} redirects"));
             return attempt.error(e);
+        }
+        // A redirect to an internal address counts as that (in check).
+        if let Err(why) = rule.check_scheme(attempt.url()) {
+            count_source_refusal(SourceRefusal::Redirect);
+            return attempt.error(ReachRefused(format!("a redirect: {why}")));
         }
         match rule.check(attempt.url()) {
             Ok(()) => attempt.follow(),
@@ -304,10 +332,13 @@ pub(crate) async fn read_bounded<E: std::fmt::Display>(
     limit: u64,
     body: impl Stream<Item = Result<bytes::Bytes, E>>,
 ) -> Result<Vec<u8>, SourceError> {
-    let too_large = |size| SourceError::TooLarge {
-        origin: origin.to_string(),
-        limit,
-        size,
+    let too_large = |size| {
+        count_source_refusal(SourceRefusal::Component);
+        SourceError::TooLarge {
+            origin: origin.to_string(),
+            limit,
+            size,
+        }
     };
     if let Some(n) = announced.filter(|n| *n > limit) {
         return Err(too_large(Some(n)));

@@ -76,6 +76,12 @@ pub enum SourceError {
     /// protocol), or the server refused (unknown tag, credentials).
     #[error("plugin {origin}: {message}")]
     Download { origin: String, message: String },
+    /// The source's rule refused where it would connect: an internal
+    /// address for a WasmReconciler object's source, a redirect elsewhere
+    /// than the rule allows. Not retried: the same request leads there
+    /// again.
+    #[error("plugin {origin}: {message}")]
+    NotAllowed { origin: String, message: String },
     /// The bytes are not the ones the source is pinned to.
     #[error(
         "plugin {origin}: digest mismatch: expected {expected}, got {got}; refusing to load it"

@@ -46,11 +46,12 @@ use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::cache::now_rfc3339;
 use super::credentials::RegistryCredentials;
 use super::http::{
-    self, CONNECT_TIMEOUT, PlainHttp, Reach, ReachRefused, Rule, chain, error_text,
-    install_crypto_provider, read_bounded,
+    self, CONNECT_TIMEOUT, PlainHttp, Reach, Rule, chain, error_text, install_crypto_provider,
+    read_bounded, refused_by_rule,
 };
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
 use crate::config::{FetchLimits, OciSourceSpec};
+use crate::metrics::{SourceRefusal, count_source_refusal};
 use crate::runtime::digest;
 
 /// The most bytes of a registry's token endpoint answer read.
@@ -440,6 +441,12 @@ impl Registry {
                 message,
             })
         };
+        let not_allowed = |message: String| {
+            Failure::refused(SourceError::NotAllowed {
+                origin: origin.to_string(),
+                message,
+            })
+        };
         let rule = Rule {
             http: if options.insecure {
                 PlainHttp::Any
@@ -452,7 +459,7 @@ impl Registry {
         let base = format!("{scheme}://{}", reference.resolve_registry());
         let url = reqwest::Url::parse(&format!("{base}/v2/"))
             .map_err(|e| refused(format!("{base:?} is not a registry address: {e}")))?;
-        rule.check(&url).map_err(refused)?;
+        rule.check(&url).map_err(not_allowed)?;
         let client = http::client(options.limits.timeout, rule.clone()).map_err(refused)?;
         let credentials = match &options.credentials {
             Some(provider) => provider.credentials(reference.resolve_registry()).await,
@@ -519,9 +526,12 @@ impl Registry {
                 "the registry's token realm {realm:?} is not a URL: {e}"
             ))
         })?;
-        self.rule
-            .check(&realm)
-            .map_err(|why| self.refused(format!("the registry's token realm: {why}")))?;
+        self.rule.check(&realm).map_err(|why| {
+            Failure::refused(SourceError::NotAllowed {
+                origin: self.origin.clone(),
+                message: format!("the registry's token realm: {why}"),
+            })
+        })?;
         let mut query = vec![("scope", format!("repository:{repository}:pull"))];
         if let Some(service) = service {
             query.push(("service", service));
@@ -540,7 +550,12 @@ impl Registry {
             ));
         }
         let body = self
-            .read_capped(response, MAX_TOKEN_ANSWER, "the registry's token answer")
+            .read_capped(
+                response,
+                MAX_TOKEN_ANSWER,
+                "the registry's token answer",
+                SourceRefusal::TokenAnswer,
+            )
             .await?;
         #[derive(serde::Deserialize)]
         struct Token {
@@ -603,7 +618,12 @@ impl Registry {
                 }
                 digest(
                     &self
-                        .read_capped(response, MAX_MANIFEST_SIZE, "the manifest")
+                        .read_capped(
+                            response,
+                            MAX_MANIFEST_SIZE,
+                            "the manifest",
+                            SourceRefusal::Manifest,
+                        )
                         .await?,
                 )
             }
@@ -629,7 +649,12 @@ impl Registry {
             return Err(self.answer_failure(response).await);
         }
         let raw = self
-            .read_capped(response, MAX_MANIFEST_SIZE, "the manifest")
+            .read_capped(
+                response,
+                MAX_MANIFEST_SIZE,
+                "the manifest",
+                SourceRefusal::Manifest,
+            )
             .await?;
         // Everything below trusts it.
         let got = digest(&raw);
@@ -691,8 +716,12 @@ impl Registry {
         mut response: reqwest::Response,
         limit: usize,
         what: &str,
+        counted_as: SourceRefusal,
     ) -> Result<Vec<u8>, Failure> {
-        let too_large = || self.refused(format!("{what} exceeds {}; refusing it", size(limit)));
+        let too_large = || {
+            count_source_refusal(counted_as);
+            self.refused(format!("{what} exceeds {}; refusing it", size(limit)))
+        };
         if response.content_length().is_some_and(|n| n > limit as u64) {
             return Err(too_large());
         }
@@ -729,7 +758,10 @@ impl Registry {
     fn send_failure(&self, e: reqwest::Error) -> Failure {
         let message = chain(&e);
         if refused_by_rule(&e) {
-            return self.refused(message);
+            return Failure::refused(SourceError::NotAllowed {
+                origin: self.origin.clone(),
+                message,
+            });
         }
         let mut message = message;
         if message.contains("InvalidContentType") {
@@ -791,19 +823,6 @@ impl Registry {
             self.refused(message)
         }
     }
-}
-
-/// Whether the source's [`Rule`] stopped the request (rather than the
-/// network).
-fn refused_by_rule(e: &reqwest::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if s.is::<ReachRefused>() {
-            return true;
-        }
-        source = s.source();
-    }
-    false
 }
 
 /// `n` bytes as "64 KiB", "4 MiB".

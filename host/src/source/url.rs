@@ -6,7 +6,7 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use super::http::{self, PlainHttp, Reach, Rule, chain, read_bounded};
+use super::http::{self, PlainHttp, Reach, Rule, chain, read_bounded, refused_by_rule};
 use super::{Artifact, DiskCache, PluginSource, SourceError};
 use crate::config::UrlSourceSpec;
 use crate::runtime::digest;
@@ -75,16 +75,23 @@ impl UrlSource {
             origin: origin.clone(),
             message,
         };
+        let not_allowed = |message: String| SourceError::NotAllowed {
+            origin: origin.clone(),
+            message,
+        };
         let rule = self.rule();
         let url =
             ::url::Url::parse(&self.spec.url).map_err(|e| failed(format!("not a URL: {e}")))?;
-        rule.check(&url).map_err(&failed)?;
+        rule.check(&url).map_err(not_allowed)?;
         let client = http::client(self.spec.limits.timeout, rule).map_err(&failed)?;
-        let response = client
-            .get(url)
-            .send()
-            .await
-            .map_err(|e| failed(format!("cannot download: {}", chain(&e))))?;
+        let response = client.get(url).send().await.map_err(|e| {
+            let message = format!("cannot download: {}", chain(&e));
+            if refused_by_rule(&e) {
+                not_allowed(message)
+            } else {
+                failed(message)
+            }
+        })?;
         let status = response.status();
         if !status.is_success() {
             return Err(failed(format!(
@@ -188,18 +195,37 @@ mod tests {
         (source, dir)
     }
 
+    /// `wasmctrl_source_refusals_total{reason}` as a fresh registry shows
+    /// it (the counters are process-wide).
+    fn refusals(reason: &str) -> u64 {
+        let text = crate::metrics::Metrics::new().encode();
+        let series = format!("wasmctrl_source_refusals_total{{reason=\"{reason}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series}in {text}"))
+            .parse()
+            .unwrap()
+    }
+
     #[tokio::test]
     async fn an_objects_url_on_loopback_is_refused_before_connecting() {
         let (addr, hits) = serve(None).await;
+        let before = refusals("internalAddress");
         for url in [
             format!("http://{addr}/c"),
             format!("http://localhost:{}/c", addr.port()),
         ] {
             let (s, _dir) = source(url.clone(), Reach::public([]));
-            let e = s.fetch().await.unwrap_err().to_string();
+            let e = s.fetch().await.unwrap_err();
+            assert!(matches!(e, SourceError::NotAllowed { .. }), "{url}: {e}");
+            let e = e.to_string();
             assert!(e.contains("refusing to connect to"), "{url}: {e}");
         }
         assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing reached the server");
+        assert!(refusals("internalAddress") >= before + 2);
+        for reason in ["redirect", "tokenAnswer", "manifest", "component"] {
+            refusals(reason);
+        }
         let (s, _dir) = source(
             format!("http://{addr}/c"),
             Reach::public([addr.to_string()]),
@@ -245,7 +271,9 @@ mod tests {
             format!("http://{addr}/r"),
             Reach::public([addr.to_string()]),
         );
-        let e = s.fetch().await.unwrap_err().to_string();
+        let e = s.fetch().await.unwrap_err();
+        assert!(matches!(e, SourceError::NotAllowed { .. }), "{e}");
+        let e = e.to_string();
         assert!(
             e.contains("a redirect: refusing to connect to 127.0.0.1"),
             "{e}"
