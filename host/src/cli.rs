@@ -59,6 +59,12 @@ enum Command {
         /// Serve the admin endpoints here instead of the config's admin.bind.
         #[arg(long)]
         admin: Option<SocketAddr>,
+        /// How the embedded API server authorizes requests: `always-allow`,
+        /// or `rbac`, which also runs the host as the ServiceAccount
+        /// wasmctrl-system/wasmctrl bound to the RBAC `wasmctrl rbac` prints
+        /// for the config (the kubeconfig written stays the admin's).
+        #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
+        authorization: wasmctrl_apiserver::Authorization,
     },
     /// Print the least-privilege RBAC the host of a config needs (every
     /// plugin's grant, events, the leader-election and shard Leases) as YAML
@@ -224,7 +230,17 @@ pub fn main() -> ExitCode {
                 addr,
                 kubeconfig_out,
                 admin,
-            } => dev(config, apply, addr, kubeconfig_out, admin).await,
+                authorization,
+            } => {
+                let options = DevOptions {
+                    apply,
+                    addr,
+                    kubeconfig_out,
+                    admin,
+                    authorization,
+                };
+                dev(config, options).await
+            }
             Command::Apiserver {
                 addr,
                 kubeconfig_out,
@@ -496,22 +512,37 @@ async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn dev(
-    config_path: PathBuf,
+/// The flags of `wasmctrl dev` besides the config.
+struct DevOptions {
     apply: Option<PathBuf>,
     addr: SocketAddr,
     kubeconfig_out: PathBuf,
     admin: Option<SocketAddr>,
-) -> anyhow::Result<()> {
+    authorization: wasmctrl_apiserver::Authorization,
+}
+
+async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result<()> {
+    let DevOptions {
+        apply,
+        addr,
+        kubeconfig_out,
+        admin,
+        authorization,
+    } = dev;
     let config = load_with_admin_bind(&config_path, admin)?;
     build_missing_plugins(&config)?;
     let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
         addr,
+        authorization,
         ..wasmctrl_apiserver::Config::default()
     })
     .await?;
     server.write_kubeconfig(&kubeconfig_out)?;
-    println!("embedded API server: {}", server.url());
+    println!(
+        "embedded API server: {} (authorization: {})",
+        server.url(),
+        server.authorization()
+    );
     println!(
         "kubeconfig: {} (export KUBECONFIG={})",
         kubeconfig_out.display(),
@@ -532,6 +563,24 @@ async fn dev(
         let n = wasmctrl::apply::apply_dir(&client, &dir).await?;
         println!("applied {n} objects from {}", dir.display());
     }
+    let (client, kube_config) = match authorization {
+        wasmctrl_apiserver::Authorization::AlwaysAllow => (client, kube_config),
+        wasmctrl_apiserver::Authorization::Rbac => {
+            let options = wasmctrl::rbac::RbacOptions {
+                namespace: "wasmctrl-system".into(),
+                service_account: "wasmctrl".into(),
+            };
+            let host = as_service_account(&client, &kube_config, &config, &options)
+                .await
+                .context("--authorization rbac")?;
+            println!(
+                "the host runs as {} with the RBAC of `wasmctrl rbac --config {}`",
+                service_account_user(&options),
+                config_path.display()
+            );
+            (kube::Client::try_from(host.clone())?, host)
+        }
+    };
     let options = ManagerOptions {
         admin_bind: admin,
         config_path: Some(config_path.clone()),
@@ -544,6 +593,101 @@ async fn dev(
     server.shutdown().await;
     result?;
     Ok(())
+}
+
+/// `system:serviceaccount:NAMESPACE:NAME`: the user a ServiceAccount's
+/// tokens authenticate as.
+fn service_account_user(options: &wasmctrl::rbac::RbacOptions) -> String {
+    format!(
+        "system:serviceaccount:{}:{}",
+        options.namespace, options.service_account
+    )
+}
+
+/// Makes the ServiceAccount of `options` (and every namespace it and the
+/// Roles need), applies the RBAC `wasmctrl rbac` prints for `config` bound
+/// to it, and returns `admin` with the admin's credentials replaced by a
+/// token of that account. The admin client does the setup. The account's
+/// identity is checked with the server before the host uses it, so a token
+/// that authenticated as someone else would stop `dev` rather than make it
+/// prove nothing.
+async fn as_service_account(
+    admin_client: &kube::Client,
+    admin: &kube::Config,
+    config: &HostConfig,
+    options: &wasmctrl::rbac::RbacOptions,
+) -> anyhow::Result<kube::Config> {
+    use k8s_openapi::api::authentication::v1::{SelfSubjectReview, TokenRequest, TokenRequestSpec};
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use kube::api::{Api, PostParams};
+
+    let rbac = wasmctrl::rbac::generate(config);
+    let account = format!("{}/{}", options.namespace, options.service_account);
+    let namespaces: std::collections::BTreeSet<&str> = std::iter::once(options.namespace.as_str())
+        .chain(rbac.namespaced.keys().map(String::as_str))
+        .collect();
+    let mut setup = String::new();
+    for ns in &namespaces {
+        setup.push_str(&format!(
+            "---\napiVersion: v1\nkind: Namespace\nmetadata: {{ name: {ns} }}\n"
+        ));
+    }
+    setup.push_str(&format!(
+        "---\napiVersion: v1\nkind: ServiceAccount\nmetadata: {{ name: {}, namespace: {} }}\n",
+        options.service_account, options.namespace
+    ));
+    wasmctrl::apply::apply_text(admin_client, Path::new("the ServiceAccount"), &setup)
+        .await
+        .with_context(|| format!("creating the ServiceAccount {account} and its namespaces"))?;
+    let yaml = rbac
+        .to_yaml(options)
+        .context("generating the RBAC of `wasmctrl rbac`")?;
+    if !yaml.is_empty() {
+        wasmctrl::apply::apply_text(admin_client, Path::new("wasmctrl rbac"), &yaml)
+            .await
+            .context("applying the RBAC of `wasmctrl rbac`")?;
+    }
+    // The API server lives only as long as this process, so the token may
+    // as well outlive any dev session rather than expire under the host.
+    let request = TokenRequest {
+        spec: Some(TokenRequestSpec {
+            expiration_seconds: Some(1 << 32),
+            ..TokenRequestSpec::default()
+        }),
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(admin_client.clone(), &options.namespace)
+        .create_token_request(&options.service_account, &PostParams::default(), &request)
+        .await
+        .with_context(|| format!("requesting a token for the ServiceAccount {account}"))?
+        .status
+        .and_then(|s| s.token)
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else {
+        anyhow::bail!("requesting a token for the ServiceAccount {account}: none was issued");
+    };
+    let mut host = admin.clone();
+    host.auth_info = kube::config::AuthInfo {
+        token: Some(token.into()),
+        ..kube::config::AuthInfo::default()
+    };
+    let client = kube::Client::try_from(host.clone())
+        .with_context(|| format!("a client for the ServiceAccount {account}"))?;
+    let review = Api::<SelfSubjectReview>::all(client)
+        .create(&PostParams::default(), &SelfSubjectReview::default())
+        .await
+        .with_context(|| format!("checking the token of the ServiceAccount {account}"))?;
+    let user = review
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .unwrap_or_default();
+    let expected = service_account_user(options);
+    anyhow::ensure!(
+        user == expected,
+        "checking the token of the ServiceAccount {account}: the server says it is {user:?}, not {expected}"
+    );
+    Ok(host)
 }
 
 /// The config at `path`, with `admin` (`--admin`) as its `admin.bind`.

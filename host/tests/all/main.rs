@@ -4,6 +4,7 @@
 mod apiserver_cli;
 mod controller;
 mod cpu_share;
+mod dev_cli;
 mod instances;
 mod load;
 mod polyglot;
