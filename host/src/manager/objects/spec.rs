@@ -545,3 +545,5 @@ mod tests {
         assert!(long.len() <= MAX_MESSAGE && long.ends_with('…'));
     }
 }
+
+#[cfg(test)] #[path = "spec_fuzz.rs"] mod spec_fuzz;
