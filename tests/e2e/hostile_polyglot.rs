@@ -66,18 +66,24 @@ fn flood_bytes() -> f64 {
 /// Waits until the guest's deep create and both deep patches came back
 /// `invalid` (only `deep-json` makes calls that can).
 async fn deep_json_refused(plugin: &str, admin: std::net::SocketAddr) {
+    // Refused before the kind is resolved: under the `nesting` limit, and
+    // as invalid calls of no resource.
+    let nesting = format!(
+        r#"wasmctrl_plugin_limit_exceeded_total{{plugin="{plugin}",limit="nesting",version="stable"}}"#
+    );
     let refused = |verb: &str| {
         format!(
-            r#"wasmctrl_hostapi_calls_total{{plugin="{plugin}",verb="{verb}",resource="configmaps",code="invalid"}}"#
+            r#"wasmctrl_hostapi_calls_total{{plugin="{plugin}",verb="{verb}",resource="<unresolved>",code="invalid"}}"#
         )
     };
     eventually(
         "the deep create and patches refused",
         Duration::from_secs(120),
         || async {
+            let counted = metric_value(admin, &nesting).await?;
             let creates = metric_value(admin, &refused("create")).await?;
             let patches = metric_value(admin, &refused("patch")).await?;
-            (creates >= 1.0 && patches >= 2.0).then_some(())
+            (counted >= 3.0 && creates >= 1.0 && patches >= 2.0).then_some(())
         },
     )
     .await;
@@ -136,7 +142,7 @@ async fn contained(plugin: &str, component: &str) {
     })
     .await;
 
-    // Where the refusal is made is the ignored test's subject below.
+    // Where the refusal is made is the next test's subject.
     deep_json_refused(plugin, host.admin).await;
 
     // The host is healthy and the plugin keeps serving.
@@ -157,12 +163,9 @@ async fn a_typescript_guest_s_floods_huge_error_and_deep_json_are_contained() {
 }
 
 /// Deep JSON is refused in the host, so that the API server never spends a
-/// parse on it. The host's checks of a body skip its values with
-/// serde_json's iterative `ignore_value`, which has no depth limit: the
-/// body goes out and the API server's 400 is what the guest sees as
-/// `invalid`.
+/// parse on it: the host measures a body's nesting in one pass before
+/// anything else reads it, and counts the refusal as limit `nesting`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the host forwards JSON nested past any parser's limit; the API server refuses it"]
 async fn deep_json_from_an_interpreted_guest_never_reaches_the_api_server() {
     for (plugin, component) in [
         ("hostile-py", artifacts::HOSTILE_PY),

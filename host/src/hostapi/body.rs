@@ -37,8 +37,7 @@ pub(crate) struct Identity {
 /// A guest's object for a write, read without building it: one JSON
 /// object whose `apiVersion`, `kind` and `metadata.namespace` (each named
 /// at most once) are returned, and the text to send — the guest's own, or
-/// with `apiVersion` and `kind` put first when it names neither. Building
-
+/// with `apiVersion` and `kind` put first when it names neither.
 pub(crate) fn write_body(
     text: &str,
     api_version: &str,
@@ -90,6 +89,47 @@ pub(crate) fn write_body(
         (None, Some(_)) => return Err(BadBody::Half("kind", "apiVersion")),
     };
     Ok((id, body))
+}
+
+/// Deepest nesting of arrays and objects a body may have: what the API
+/// server parses (serde_json's recursion limit). Skipping a value the way
+/// the checks here do has no depth limit of its own, so a deeper body
+/// would be sent only to be refused there.
+pub const MAX_NESTING: usize = 128;
+
+/// Why a body is refused for its nesting.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("the body nests arrays and objects more than {MAX_NESTING} levels deep")]
+pub(crate) struct TooDeep;
+
+/// Refuses `text` if its arrays and objects nest deeper than
+/// [`MAX_NESTING`]: one pass over the bytes, brackets inside strings not
+/// counted. Whether it is JSON at all is the other checks' business.
+pub(crate) fn check_nesting(text: &str) -> Result<(), TooDeep> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text.as_bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    return Err(TooDeep);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Most operations of one JSON patch: the API server's own bound
@@ -277,6 +317,22 @@ mod tests {
         );
         let (_, body) = write_body(&text, "v1", "ConfigMap").unwrap();
         assert_eq!(body.len(), text.len());
+    }
+
+    #[test]
+    fn nesting_past_the_bound_is_refused_and_brackets_in_strings_do_not_count() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        check_nesting(&nested(MAX_NESTING)).unwrap();
+        assert_eq!(check_nesting(&nested(MAX_NESTING + 1)), Err(TooDeep));
+        let objects = format!(
+            "{}1{}",
+            r#"{"a":"#.repeat(MAX_NESTING + 1),
+            "}".repeat(MAX_NESTING + 1)
+        );
+        assert_eq!(check_nesting(&objects), Err(TooDeep));
+        let quoted = format!(r#"{{"a":"{}\"{}"}}"#, "[".repeat(1000), "{".repeat(1000));
+        check_nesting(&quoted).unwrap();
+        check_nesting(&format!("[{}]", nested(10).repeat(1000))).unwrap();
     }
 
     #[test]

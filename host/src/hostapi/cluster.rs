@@ -322,6 +322,10 @@ impl ClusterApi {
             count(UNRESOLVED, "invalid");
             self.limit_exceeded("payload");
         })?;
+        request.check_nesting().inspect_err(|_| {
+            count(UNRESOLVED, "invalid");
+            self.limit_exceeded("nesting");
+        })?;
         let target = Target::of(request);
         target.validate().map_err(|e| {
             count(UNRESOLVED, "invalid");

@@ -11,6 +11,7 @@ use std::time::Instant;
 use futures::future::BoxFuture;
 
 pub use crate::selector::LabelSelector;
+pub use body::MAX_NESTING;
 pub use cluster::{ApiLimits, ClusterApi, ClusterContext, MAX_PAYLOAD, map_error};
 pub use grant::{Access, Grant};
 
@@ -163,6 +164,15 @@ impl KubeRequest {
         self.payload().map_or(Ok(()), check_size)
     }
 
+    /// Refuses a call whose body nests arrays and objects deeper than
+    /// the API server parses ([`MAX_NESTING`]), before anything
+    /// else reads it.
+    pub fn check_nesting(&self) -> Result<(), ApiError> {
+        self.payload()
+            .map_or(Ok(()), body::check_nesting)
+            .map_err(|e| ApiError::Invalid(e.to_string()))
+    }
+
     /// The object or patch body the guest sends, if the call has one.
     pub fn payload(&self) -> Option<&str> {
         match self {
@@ -227,9 +237,12 @@ pub trait KubeApi: Send + Sync + 'static {
     /// strings' syntax, the kind's resolution, the grant), counted as the
     /// plugin's call when refused, and nothing sent. Shadow runs answer
     /// their writes in the host and must refuse exactly what a real call
-    /// would. The default checks the body's size only.
+    /// would. The default checks the body's size and nesting only.
     fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
-        Box::pin(async move { request.check_payload() })
+        Box::pin(async move {
+            request.check_payload()?;
+            request.check_nesting()
+        })
     }
 }
 

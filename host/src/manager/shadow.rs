@@ -352,7 +352,7 @@ impl KubeApi for Recording {
             let id = read_id(&request);
             // A body past the payload limit is refused by the call below;
             // it is not parsed here first.
-            let write = match request.check_payload() {
+            let write = match request.check_payload().and(request.check_nesting()) {
                 Ok(()) => Write::of(&request),
                 Err(_) => None,
             };
