@@ -306,6 +306,10 @@ pub struct Metrics {
     pub record_transcripts: Family<PluginLabel, Counter>,
     /// Transcripts not written, per reason (`too-large`, `backlog`, `io`).
     pub record_dropped: Family<PluginReasonLabels, Counter>,
+    /// WasmReconciler objects refused, per status reason
+    /// (`GrantExceedsMaxGrant`, `LimitsExceedMaxApiQps`, `SourceNotAllowed`,
+    /// …: the host's fixed set, never an object's string).
+    pub object_refusals: Family<ReasonLabel, Counter>,
     /// Reconciles per version while a canary runs.
     pub versioned_reconciles: Family<PluginVersionResultLabels, Counter>,
     /// Reconcile time per version while a canary runs.
@@ -369,6 +373,7 @@ impl Metrics {
             pool_unused_resident: Family::default(),
             record_transcripts: Family::default(),
             record_dropped: Family::default(),
+            object_refusals: Family::default(),
             versioned_reconciles: Family::default(),
             versioned_reconcile_time: Family::new_with_constructor(seconds_histogram),
             canary_rollbacks: Family::default(),
@@ -599,6 +604,11 @@ impl Metrics {
                 "wasmctrl_plugin_limit_exceeded",
                 "Calls that ran into one of the plugin's ceilings, per limit",
                 m.limit_exceeded.clone(),
+            );
+            r.register(
+                "wasmctrl_object_refusals",
+                "WasmReconciler objects refused (their plugin not run as specified), per reason",
+                m.object_refusals.clone(),
             );
             r.register(
                 "wasmctrl_source_refusals",

@@ -322,6 +322,12 @@ async fn a_grant_beyond_max_grant_is_refused_naming_what_exceeds_it() {
         host.plugin("greedy").await.is_none(),
         "a refused object runs nothing"
     );
+    let refusals = wasmctrl_e2e::metric_value(
+        host.admin,
+        r#"wasmctrl_object_refusals_total{reason="GrantExceedsMaxGrant"}"#,
+    )
+    .await;
+    assert!(refusals.is_some_and(|n| n >= 1.0), "{refusals:?}");
 
     // Within the ceiling, the same object runs.
     let file = cluster.file("greedy.yaml", &object("greedy", &source, ""));

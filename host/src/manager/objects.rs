@@ -425,6 +425,12 @@ impl Host {
                     "{KIND} refused: {}",
                     r.message
                 );
+                self.metrics
+                    .object_refusals
+                    .get_or_create(&crate::metrics::ReasonLabel {
+                        reason: r.reason.into(),
+                    })
+                    .inc();
                 r.transient.then(|| r.to_string())
             }
             Ok(()) => None,
