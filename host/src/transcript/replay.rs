@@ -19,7 +19,7 @@
 //! cancellation, log levels: see [`ContextTape`]), so the same build replays
 //! to the same calls.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -228,6 +228,10 @@ pub async fn replay_one(plugin: &Plugin, at: &str, t: &Transcript) -> ReconcileR
 /// [module docs](self)).
 pub struct Replayer {
     recorded: Vec<HostCall>,
+    /// Where each target is in the recording (ascending): a recording may
+    /// hold a million calls and a replay make ten thousand, too many to
+    /// scan the recording for each.
+    positions: HashMap<String, Vec<usize>>,
     state: Mutex<Walk>,
 }
 
@@ -242,8 +246,13 @@ struct Walk {
 
 impl Replayer {
     pub fn new(recorded: Vec<HostCall>) -> Self {
+        let mut positions: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, c) in recorded.iter().enumerate() {
+            positions.entry(c.request.target()).or_default().push(i);
+        }
         Self {
             recorded,
+            positions,
             state: Mutex::new(Walk::default()),
         }
     }
@@ -256,24 +265,21 @@ impl Replayer {
         walk.made += 1;
         let n = walk.made;
         let cursor = walk.cursor;
-        let rest = &self.recorded[cursor..];
-        let found = rest.iter().position(|c| c.request.target() == target);
+        let at = self.positions.get(&target).map_or(&[][..], Vec::as_slice);
+        let ahead = at.partition_point(|&i| i < cursor);
+        let found = at.get(ahead).map(|&i| i - cursor);
         if found != Some(0) {
             walk.divergences.push(Divergence {
                 kind: DivergenceKind::DifferentCall,
                 call: Some(n),
-                expected: rest.first().map(|c| c.request.target()),
+                expected: self.recorded.get(cursor).map(|c| c.request.target()),
                 actual: Some(target.clone()),
                 differences: Vec::new(),
             });
         }
         let Some(k) = found else {
             // Not ahead in the recording: a call repeated, or new.
-            return match self.recorded[..cursor]
-                .iter()
-                .rev()
-                .find(|c| c.request.target() == target)
-            {
+            return match ahead.checked_sub(1).map(|j| &self.recorded[at[j]]) {
                 Some(c) => c.response.to_result(),
                 None => Err(ApiError::Unavailable(format!(
                     "replay: the recorded reconcile made no `{target}` call, so there is no answer to replay"
