@@ -50,6 +50,11 @@ pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// first by the caller).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
+/// How long a client may take to send a body once its headers arrived
+/// (kube-apiserver's default request timeout); slower uploads get 504.
+/// The default of [`Timeouts::request_body`].
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// The connection timeouts of one server (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
@@ -72,7 +77,7 @@ impl Default for Timeouts {
             tls_handshake: TLS_HANDSHAKE_TIMEOUT,
             request_head: HEADER_READ_TIMEOUT,
             idle: IDLE_TIMEOUT,
-            request_body: crate::routes::BODY_READ_TIMEOUT,
+            request_body: BODY_READ_TIMEOUT,
         }
     }
 }

@@ -76,11 +76,6 @@ fn authenticate(shared: &ServerState, headers: &HeaderMap) -> Option<UserInfo> {
 /// (`MaxRequestBodyBytes`, 3 MiB); bigger bodies get 413.
 pub(crate) const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// How long a client may take to send a body once its headers arrived
-/// (kube-apiserver's default request timeout); slower uploads get 504.
-/// The default of [`crate::Timeouts::request_body`].
-pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Per-request state the synchronous handlers leave for the async layer.
 #[derive(Default)]
 struct RequestScope {
@@ -223,7 +218,7 @@ async fn serve(
 }
 
 /// The whole body, bounded in size ([`MAX_BODY_BYTES`]) and time (the
-/// server's body timeout, [`BODY_READ_TIMEOUT`] by default).
+/// server's body timeout, [`crate::conn::BODY_READ_TIMEOUT`] by default).
 async fn read_body(shared: &ServerState, body: Body) -> Result<bytes::Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
     let timeout = shared.body_timeout;
