@@ -28,7 +28,9 @@ use serde::{Deserialize, Deserializer};
 
 use crate::syntax;
 
+pub(crate) mod reach;
 mod source;
+pub use reach::{Reach, is_internal, is_loopback_url};
 pub use source::{
     DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_SIZE, FetchLimits, OciSourceSpec, SourceConfig,
     SourceProblem, SourceSpec, UrlSourceSpec, oci_reference, sha256_digest,
@@ -435,8 +437,8 @@ impl PluginsFrom {
 
     /// Where an object's sources may connect: public addresses, and the
     /// `allowHosts`.
-    pub fn reach(&self) -> crate::source::Reach {
-        crate::source::Reach::public(self.allow_hosts.iter().cloned())
+    pub fn reach(&self) -> Reach {
+        Reach::public(self.allow_hosts.iter().cloned())
     }
 }
 

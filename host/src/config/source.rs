@@ -268,7 +268,7 @@ fn check_url(url: &str, insecure: bool) -> Result<(), SourceProblem> {
             "insecure",
             "only applies to http:// URLs on a loopback address; remove it for https",
         )),
-        ("http", true) if crate::source::is_loopback_url(&parsed) => Ok(()),
+        ("http", true) if super::is_loopback_url(&parsed) => Ok(()),
         ("http", true) => Err(problem(
             "url",
             format!(
@@ -289,9 +289,9 @@ impl SourceConfig {
     /// literally (`127.0.0.1`, `[::1]`, `localhost`, `10.…`, `169.254.…`)
     /// where `reach` allows only public ones: the check a WasmReconciler
     /// object's source gets when it is read. A host name is checked again
-    /// when the source connects (see [`crate::source::Reach`]), since only
+    /// when the source connects (see [`super::Reach`]), since only
     /// then is it resolved.
-    pub fn check_reach(&self, reach: &crate::source::Reach) -> Result<(), SourceProblem> {
+    pub fn check_reach(&self, reach: &super::Reach) -> Result<(), SourceProblem> {
         if let Some(url) = &self.url
             && let Ok(parsed) = reqwest::Url::parse(url)
         {
@@ -619,7 +619,7 @@ mod tests {
 
     #[test]
     fn an_objects_source_naming_an_internal_address_is_refused() {
-        use crate::source::Reach;
+        use crate::config::Reach;
         let source = |yaml: &str| -> SourceConfig { serde_yaml::from_str(yaml).unwrap() };
         let objects = Reach::public([]);
         for (yaml, field) in [

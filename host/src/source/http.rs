@@ -5,12 +5,13 @@
 //! [`error_text`]: a server cannot make the host hold more than the bound
 //! of what it asked for.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Once};
 
 use futures::{Stream, StreamExt};
 
 use super::SourceError;
+use crate::config::{Reach, is_internal, is_loopback_url, reach::internal};
 use crate::metrics::{SourceRefusal, count_source_refusal};
 
 /// reqwest (under oci-client too) is built without a built-in crypto
@@ -25,74 +26,6 @@ pub(crate) fn install_crypto_provider() {
 
 /// The longest a connection may take to open (within a fetch's timeout).
 pub(crate) const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Where a source may connect. A source the host's own config names may
-/// reach any address its URL or registry names (the operator wrote it). A
-/// source a WasmReconciler object names is written by whoever may create
-/// such objects, and the host fetches it with the host's network position:
-/// it reaches only public addresses, so it cannot probe the admin endpoint,
-/// the cloud metadata service or the cluster's internal services, except
-/// for the hosts the host config allows by name.
-#[derive(Debug, Clone, Default)]
-pub enum Reach {
-    #[default]
-    Anywhere,
-    /// Only public addresses; `allowed` hosts (`host` or `host:port`, as
-    /// in the URL or reference) may be internal.
-    Public { allowed: Arc<[String]> },
-}
-
-impl Reach {
-    /// Only public addresses, besides the `allowed` hosts.
-    pub fn public(allowed: impl IntoIterator<Item = String>) -> Self {
-        Reach::Public {
-            allowed: allowed.into_iter().collect(),
-        }
-    }
-
-    /// Whether `url`'s host may be connected to without an address check.
-    fn allows(&self, url: &reqwest::Url) -> bool {
-        match self {
-            Reach::Anywhere => true,
-            Reach::Public { allowed } => {
-                let host = url.host_str().unwrap_or_default();
-                // `host:443` names an https URL that leaves its port out.
-                let with_port = url
-                    .port_or_known_default()
-                    .map(|p| format!("{host}:{p}"))
-                    .unwrap_or_default();
-                allowed
-                    .iter()
-                    .any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(&with_port))
-            }
-        }
-    }
-
-    /// Refuses `url` when it names an internal address literally (a name is
-    /// checked when it resolves, by [`CheckedResolver`]).
-    pub(crate) fn check(&self, url: &reqwest::Url) -> Result<(), String> {
-        if self.allows(url) {
-            return Ok(());
-        }
-        let host = url.host_str().unwrap_or_default();
-        let allow = match url.port_or_known_default() {
-            Some(port) => format!("{host}:{port}"),
-            None => host.to_string(),
-        };
-        let ip = match url.host() {
-            Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
-            Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
-            Some(url::Host::Domain(d)) if d.eq_ignore_ascii_case("localhost") => {
-                return Err(internal(d, None, &allow));
-            }
-            _ => return Ok(()),
-        };
-        if is_internal(ip) {
-            return Err(internal(host, Some(ip), &allow));
-        }
-        Ok(())
-    }
-}
 
 /// A connection or redirect the source's [`Rule`] refused (told apart
 /// from the network's failures by its type).
@@ -111,60 +44,6 @@ pub(crate) fn refused_by_rule(e: &reqwest::Error) -> bool {
         source = s.source();
     }
     false
-}
-
-/// The refusal of `host` (at `ip`), saying how the host config allows it:
-/// `allow`, the entry `pluginsFrom.allowHosts` would need.
-fn internal(host: &str, ip: Option<IpAddr>, allow: &str) -> String {
-    let at = match ip {
-        Some(ip) if ip.to_string() != host.trim_matches(['[', ']']) => format!(" ({ip})"),
-        _ => String::new(),
-    };
-    format!(
-        "refusing to connect to {host}{at}: a WasmReconciler object's source may reach only public addresses (not loopback, link-local, private or shared ones); the host config allows an internal host by naming it in pluginsFrom.allowHosts (here {allow:?})"
-    )
-}
-
-/// Whether a source of a WasmReconciler object must not reach `ip`:
-/// loopback, unspecified, private (RFC 1918, IPv6 unique local), shared
-/// (RFC 6598), link-local (where cloud metadata services answer),
-/// multicast and broadcast addresses, and IPv4 ones in IPv6 clothing.
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_unspecified()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b))
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || (first & 0xffc0) == 0xfec0
-        }
-    }
-}
-
-/// Whether `url` names a loopback host (`localhost`, 127.0.0.0/8, ::1).
-pub fn is_loopback_url(url: &reqwest::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-        None => false,
-    }
 }
 
 /// The rule every URL a source connects to meets, the first and each
@@ -380,30 +259,6 @@ mod tests {
 
     fn url(s: &str) -> reqwest::Url {
         s.parse().unwrap()
-    }
-
-    #[test]
-    fn internal_addresses() {
-        for ip in [
-            "127.0.0.1",
-            "10.1.2.3",
-            "172.16.0.1",
-            "192.168.1.1",
-            "169.254.169.254",
-            "100.64.0.1",
-            "0.0.0.0",
-            "::1",
-            "::",
-            "fd00::1",
-            "fe80::1",
-            "::ffff:127.0.0.1",
-            "::ffff:10.0.0.1",
-        ] {
-            assert!(is_internal(ip.parse().unwrap()), "{ip}");
-        }
-        for ip in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "172.32.0.1"] {
-            assert!(!is_internal(ip.parse().unwrap()), "{ip}");
-        }
     }
 
     #[test]

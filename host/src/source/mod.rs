@@ -31,12 +31,12 @@ use std::path::Path;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+pub use crate::config::{Reach, is_internal, is_loopback_url};
 pub use cache::{DiskCache, Pruned, Resolution};
 pub use credentials::{
     Credentials, CredentialsError, RegistryCredentials, credentials_from_dockerconfigjson,
 };
 pub use file::{FileSource, FileWatcher};
-pub use http::{Reach, is_internal, is_loopback_url};
 pub use oci::OciSource;
 pub use pull_secret::PullSecret;
 pub use url::UrlSource;

@@ -46,11 +46,11 @@ use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::cache::now_rfc3339;
 use super::credentials::RegistryCredentials;
 use super::http::{
-    self, CONNECT_TIMEOUT, PlainHttp, Reach, Rule, chain, error_text, install_crypto_provider,
+    self, CONNECT_TIMEOUT, PlainHttp, Rule, chain, error_text, install_crypto_provider,
     read_bounded, refused_by_rule,
 };
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
-use crate::config::{FetchLimits, OciSourceSpec};
+use crate::config::{FetchLimits, OciSourceSpec, Reach};
 use crate::metrics::{SourceRefusal, count_source_refusal};
 use crate::runtime::digest;
 
@@ -1325,7 +1325,8 @@ mod tests {
             credentials: None,
             limits: FetchLimits::default(),
         };
-        let layer = serde_json::json!({"mediaType": "application/wasm", "digest": digest(b"c"), "size": 1});
+        let layer =
+            serde_json::json!({"mediaType": "application/wasm", "digest": digest(b"c"), "size": 1});
         let manifest = |config_digest: serde_json::Value, layers: serde_json::Value| {
             serde_json::to_vec(&serde_json::json!({
                 "schemaVersion": 2,
@@ -1337,14 +1338,14 @@ mod tests {
         let cases = [
             // A config digest that is a path on the registry.
             (
-                manifest("../../../v2/_catalog?n=1".into(), serde_json::json!([layer])),
+                manifest(
+                    "../../../v2/_catalog?n=1".into(),
+                    serde_json::json!([layer]),
+                ),
                 "its config digest \"../../../v2/_catalog?n=1\" is not sha256",
             ),
             // Nested past the parser's depth, within the 4 MiB bound.
-            (
-                "[".repeat(3 << 20).into_bytes(),
-                "recursion limit exceeded",
-            ),
+            ("[".repeat(3 << 20).into_bytes(), "recursion limit exceeded"),
             // A media type of 1.5 MiB of newlines (3 MiB as JSON).
             (
                 manifest(

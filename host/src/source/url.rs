@@ -6,8 +6,9 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-use super::http::{self, PlainHttp, Reach, Rule, chain, read_bounded, refused_by_rule};
+use super::http::{self, PlainHttp, Rule, chain, read_bounded, refused_by_rule};
 use super::{Artifact, DiskCache, PluginSource, SourceError};
+use crate::config::Reach;
 use crate::config::UrlSourceSpec;
 use crate::runtime::digest;
 
