@@ -114,16 +114,23 @@ async fn an_event_carries_the_cached_object_itself() {
         .expect("the informer syncs");
     // The first list may have been announced before `subscribe` (the
     // informer starts at once): a relist announces every object again, now
-    // to this subscriber.
+    // to this subscriber. Expiring the watches forces one only once the
+    // informer's watch is open, so it is repeated until `listed` comes.
     cluster.server().expire_watches();
     api.create(&PostParams::default(), &configmap("watched"))
         .await
         .unwrap();
     let mut shared = HashSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while shared.len() < 2 {
-        let next = tokio::time::timeout(Duration::from_secs(30), events.next())
-            .await
-            .expect("an event");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events within 30 s for {shared:?} only, not both listed and watched"
+        );
+        let Ok(next) = tokio::time::timeout(Duration::from_secs(1), events.next()).await else {
+            cluster.server().expire_watches();
+            continue;
+        };
         let Some(Notification::Object(e)) = next else {
             continue;
         };
