@@ -194,6 +194,9 @@ fn main() {
     let many = wasm_target.join("many_memories.wasm");
     fs::write(&many, many_memories(&root.join("wit"))).unwrap();
     emit("MANY_MEMORIES", "many-memories", &many);
+    let tables = wasm_target.join("many_tables.wasm");
+    fs::write(&tables, many_tables(&root.join("wit"))).unwrap();
+    emit("MANY_TABLES", "many-tables", &tables);
     println!("cargo:rerun-if-env-changed=WASMCTRL_TOOLCHAINS");
     for input in POLYGLOT_INPUTS {
         println!("cargo:rerun-if-changed={}", root.join(input).display());
@@ -254,7 +257,8 @@ fn cargo_build(root: &Path, target_dir: &Path, packages: &[&str], features: Opti
 /// sum far beyond it. Its functions trap; it exists to be refused at
 /// instantiation. No Rust guest can define several memories, hence WAT.
 fn many_memories(wit: &Path) -> Vec<u8> {
-    let mut module = wat::parse_str(
+    component_of(
+        wit,
         r#"(module
             (memory (export "memory") 480)
             (memory 480)
@@ -264,7 +268,28 @@ fn many_memories(wit: &Path) -> Vec<u8> {
             (func (export "metadata") (result i32) unreachable)
             (func (export "reconcile") (param i32 i32 i32 i32 i32) (result i32) unreachable))"#,
     )
-    .expect("the many-memories module parses");
+}
+
+/// A component whose core module declares 33 tables, one past the
+/// default `tables` ceiling.
+fn many_tables(wit: &Path) -> Vec<u8> {
+    let tables = "(table 1 funcref)\n".repeat(33);
+    component_of(
+        wit,
+        &format!(
+            r#"(module
+            (memory (export "memory") 1)
+            {tables}
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) unreachable)
+            (func (export "metadata") (result i32) unreachable)
+            (func (export "reconcile") (param i32 i32 i32 i32 i32) (result i32) unreachable))"#
+        ),
+    )
+}
+
+/// The reconciler-world component of the core module `wat`.
+fn component_of(wit: &Path, wat: &str) -> Vec<u8> {
+    let mut module = wat::parse_str(wat).expect("the core module parses");
     let mut resolve = wit_parser::Resolve::default();
     let (package, _) = resolve.push_dir(wit).expect("the WIT package parses");
     let world = resolve
@@ -282,7 +307,7 @@ fn many_memories(wit: &Path) -> Vec<u8> {
         .expect("the module is a component's core module")
         .validate(true)
         .encode()
-        .expect("the many-memories component encodes")
+        .expect("the component encodes")
 }
 
 fn wasm_file(target: &Path, package: &str) -> PathBuf {

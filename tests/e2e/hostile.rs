@@ -231,6 +231,28 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_with_more_tables_than_its_ceiling_is_refused() {
+    let cluster = Cluster::start().await;
+    let err = Manager::start(
+        host_config(&config(artifacts::MANY_TABLES), cluster.dir.path()),
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            watch_sources: false,
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .err()
+    .expect("33 tables exceed the default ceiling of 32");
+    let message = err.to_string();
+    assert!(
+        message.contains("33 tables") && message.contains("limits.tables"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_with_many_memories_is_held_to_one_memory_limit() {
     let cluster = Cluster::start().await;
     let err = Manager::start(

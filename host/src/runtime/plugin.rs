@@ -270,8 +270,9 @@ impl Runtime {
         let pre_digest = digest.clone();
         let compile_path = path.clone();
         let limits = spec.limits.clone();
+        let plugin = spec.name.clone();
         let (pre, component, cache_hit, initial_pages) = tokio::task::spawn_blocking(move || {
-            runtime.prepare(&compile_path, &pre_digest, &bytes, &limits)
+            runtime.prepare(&plugin, &compile_path, &pre_digest, &bytes, &limits)
         })
         .await
         .expect("plugin compilation panicked")?;
@@ -344,6 +345,7 @@ impl Runtime {
 
     fn prepare(
         &self,
+        plugin: &str,
         path: &str,
         digest: &str,
         bytes: &[u8],
@@ -368,6 +370,14 @@ impl Runtime {
             && (needs.num_memories as usize > limits.memories
                 || needs.num_tables as usize > limits.tables)
         {
+            for (over, limit) in [
+                (needs.num_memories as usize > limits.memories, "memories"),
+                (needs.num_tables as usize > limits.tables, "tables"),
+            ] {
+                if over {
+                    self.inner.metrics.count_limit(plugin, limit);
+                }
+            }
             return Err(LoadError::ExceedsLimits {
                 origin: path.to_string(),
                 message: format!(

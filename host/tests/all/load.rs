@@ -248,3 +248,25 @@ async fn metadata_past_a_bound_is_refused_naming_it_and_counted() {
         "{line} not in\n{exposition}"
     );
 }
+
+#[tokio::test]
+async fn a_component_past_its_tables_is_refused_at_load_naming_it_and_counted() {
+    let metrics = std::sync::Arc::new(wasmctrl::metrics::Metrics::new());
+    let runtime = wasmctrl::runtime::Runtime::new(crate::test_runtime_config(), metrics.clone())
+        .expect("runtime starts");
+    let err = runtime
+        .load_file(artifacts::MANY_TABLES, spec("tables"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LoadError::ExceedsLimits { message, .. }
+            if message.contains("33 tables") && message.contains("limits.tables")),
+        "{err}"
+    );
+    let line = r#"wasmctrl_plugin_limit_exceeded_total{plugin="tables",limit="tables",version="stable"} 1"#;
+    let exposition = metrics.encode();
+    assert!(
+        exposition.lines().any(|l| l == line),
+        "{line} not in\n{exposition}"
+    );
+}
