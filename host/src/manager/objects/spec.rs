@@ -546,4 +546,6 @@ mod tests {
     }
 }
 
-#[cfg(test)] #[path = "spec_fuzz.rs"] mod spec_fuzz;
+#[cfg(test)]
+#[path = "spec_fuzz.rs"]
+mod spec_fuzz;
