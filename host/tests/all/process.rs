@@ -430,6 +430,102 @@ plugins:
     server.shutdown().await;
 }
 
+/// The Python and TypeScript hostile guests in one host, each key run by
+/// both: output floods, an 8 MiB error message, bodies nested 100 000
+/// levels deep and host-call floods leave the host within its bound (the
+/// instances' memory plus 32 MiB).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interpreted_hostile_guests_leave_the_host_within_its_memory_bound() {
+    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    let config = dir.path().join("wasmctrl.yaml");
+    let (memory_limit, concurrency) = (256u64 << 20, 2u64);
+    let plugin = |name: &str, path: &str| {
+        format!(
+            r#"  - name: {name}
+    path: {path}
+    maxConcurrentReconciles: {concurrency}
+    memoryLimit: {memory_limit}
+    reconcileTimeout: 60s
+    maxRetries: 0
+    permissions: [ {{ resources: [configmaps], verbs: [get, list, watch, patch, create] }} ]
+"#
+        )
+    };
+    std::fs::write(
+        &config,
+        format!(
+            "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nadmin: {{ bind: \"127.0.0.1:0\" }}\nplugins:\n{}{}",
+            plugin("hostile-py", artifacts::HOSTILE_PY),
+            plugin("hostile-ts", artifacts::HOSTILE_TS)
+        ),
+    )
+    .unwrap();
+    let (c, k) = (config.clone(), kubeconfig.clone());
+    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+        .await
+        .unwrap();
+    eventually("readiness", Duration::from_secs(120), || async {
+        (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    let pid = host.child.id();
+    let idle = memory_of(pid, "VmRSS");
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+
+    let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client, "default");
+    let names = ["output-flood", "huge-error", "deep-json", "host-call-flood"];
+    for name in names {
+        let cm = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        api.create(&Default::default(), &cm).await.unwrap();
+    }
+    for plugin in ["hostile-py", "hostile-ts"] {
+        let success = format!(
+            r#"controller_runtime_reconcile_total{{controller="{plugin}",result="success",version="stable"}}"#
+        );
+        let errors = format!(
+            r#"controller_runtime_reconcile_errors_total{{controller="{plugin}",version="stable"}}"#
+        );
+        eventually(
+            &format!("{plugin} handled every key"),
+            Duration::from_secs(300),
+            || async {
+                let done = metric(host.admin, &success).await + metric(host.admin, &errors).await;
+                (done >= names.len() as f64).then_some(())
+            },
+        )
+        .await;
+    }
+    let peak = memory_of(pid, "VmHWM");
+    let bound = memory_limit * concurrency * 2 + (32 << 20);
+    let grew = peak.saturating_sub(idle);
+    eprintln!(
+        "idle {} MiB, peak {} MiB (+{} MiB, bound +{} MiB)",
+        idle >> 20,
+        peak >> 20,
+        grew >> 20,
+        bound >> 20
+    );
+    assert!(
+        grew <= bound,
+        "peak RSS {} MiB is {} MiB over idle {} MiB; the bound is {} MiB",
+        peak >> 20,
+        grew >> 20,
+        idle >> 20,
+        bound >> 20
+    );
+    assert_eq!(http_get(host.admin, "/healthz").await.0, 200);
+    host.child.kill().unwrap();
+    host.child.wait().unwrap();
+    server.shutdown().await;
+}
+
 /// An API server, a directory with a kubeconfig per host identity, and the
 /// mirror plugin's objects.
 struct Fixture {
