@@ -48,6 +48,18 @@ impl Reach {
         }
     }
 
+    /// Whether an allowed entry names `host` with a port (the URL's port,
+    /// checked by [`Reach::allows`], is then another one).
+    fn names_with_another_port(&self, host: &str) -> bool {
+        match self {
+            Reach::Anywhere => false,
+            Reach::Public { allowed } => allowed.iter().any(|a| {
+                a.rsplit_once(':')
+                    .is_some_and(|(h, _)| h.eq_ignore_ascii_case(host))
+            }),
+        }
+    }
+
     /// Refuses `url` when it names an internal address literally (a name is
     /// checked when it resolves, by the source's resolver).
     pub(crate) fn check(&self, url: &reqwest::Url) -> Result<(), String> {
@@ -63,6 +75,12 @@ impl Reach {
             Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip),
             Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip),
             Some(url::Host::Domain(d)) if d.eq_ignore_ascii_case("localhost") => {
+                return Err(internal(d, None, &allow));
+            }
+            // The resolver sees names, not ports: an entry `name:port`
+            // lets `name` resolve to an internal address, so another port
+            // of that name is refused here.
+            Some(url::Host::Domain(d)) if self.names_with_another_port(d) => {
                 return Err(internal(d, None, &allow));
             }
             _ => return Ok(()),
@@ -154,5 +172,23 @@ mod tests {
         for ip in ["1.1.1.1", "8.8.8.8", "2606:4700::1111", "172.32.0.1"] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
+    }
+
+    #[test]
+    fn an_allowed_name_with_a_port_is_allowed_on_that_port_only() {
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let reach = Reach::public(["registry.internal:5000".to_string()]);
+        reach
+            .check(&url("https://registry.internal:5000/v2/"))
+            .unwrap();
+        let e = reach
+            .check(&url("https://registry.internal:6000/v2/"))
+            .unwrap_err();
+        assert!(e.contains("registry.internal:6000"), "{e}");
+        reach.check(&url("https://ghcr.io/v2/")).unwrap();
+        let any_port = Reach::public(["registry.internal".to_string()]);
+        any_port
+            .check(&url("https://registry.internal:6000/v2/"))
+            .unwrap();
     }
 }
