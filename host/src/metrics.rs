@@ -262,6 +262,76 @@ pub fn count_source_refusal(reason: SourceRefusal) {
         .inc();
 }
 
+/// What the host refused to believe when it read it back from its own
+/// disk: the `what` of `wasmctrl_disk_refusals_total`, from this fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DiskRefusal {
+    /// A precompiled artifact whose MAC, engine or shape did not check out
+    /// (recompiled instead).
+    CompiledArtifact,
+    /// A cached component over its `maxSize` or not matching its digest.
+    CachedComponent,
+    /// A cached reference record over 64 KiB or not well-formed.
+    CachedRecord,
+    /// A docker `config.json` over 1 MiB.
+    DockerConfig,
+}
+
+impl DiskRefusal {
+    const ALL: [DiskRefusal; 4] = [
+        DiskRefusal::CompiledArtifact,
+        DiskRefusal::CachedComponent,
+        DiskRefusal::CachedRecord,
+        DiskRefusal::DockerConfig,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskRefusal::CompiledArtifact => "compiledArtifact",
+            DiskRefusal::CachedComponent => "cachedComponent",
+            DiskRefusal::CachedRecord => "cachedRecord",
+            DiskRefusal::DockerConfig => "dockerConfig",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WhatLabel {
+    pub what: String,
+}
+
+/// `wasmctrl_disk_refusals_total`: process-wide for the reason
+/// [`SOURCE_REFUSALS`] is (the caches and credential files are read far
+/// from the host's [`Metrics`]).
+static DISK_REFUSALS: std::sync::LazyLock<Family<WhatLabel, Counter>> =
+    std::sync::LazyLock::new(|| {
+        let family = Family::<WhatLabel, Counter>::default();
+        for what in DiskRefusal::ALL {
+            let _ = family.get_or_create(&WhatLabel {
+                what: what.as_str().into(),
+            });
+        }
+        family
+    });
+
+/// Counts what the host refused to read back from its disk.
+pub fn count_disk_refusal(what: DiskRefusal) {
+    DISK_REFUSALS
+        .get_or_create(&WhatLabel {
+            what: what.as_str().into(),
+        })
+        .inc();
+}
+
+/// How many times `what` was refused in this process (for tests).
+pub fn disk_refusals(what: DiskRefusal) -> u64 {
+    DISK_REFUSALS
+        .get_or_create(&WhatLabel {
+            what: what.as_str().into(),
+        })
+        .get()
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HostApiLabels {
     pub plugin: String,
@@ -609,6 +679,11 @@ impl Metrics {
                 "wasmctrl_object_refusals",
                 "WasmReconciler objects refused (their plugin not run as specified), per reason",
                 m.object_refusals.clone(),
+            );
+            r.register(
+                "wasmctrl_disk_refusals",
+                "What the host refused to read back from its own disk, per what (process-wide)",
+                DISK_REFUSALS.clone(),
             );
             r.register(
                 "wasmctrl_source_refusals",

@@ -17,6 +17,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 
 use hmac::{Hmac, Mac};
+
+use crate::metrics::DiskRefusal;
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -202,10 +204,12 @@ impl ComponentCache {
             Ok(bytes) => match self.load_verified(digest, &file, &bytes) {
                 Ok(c) => return Some((self.remember(digest, c), CacheHit::Disk)),
                 Err(e) => {
+                    crate::metrics::count_disk_refusal(DiskRefusal::CompiledArtifact);
                     tracing::warn!(file = %file.display(), "ignoring unusable compiled artifact: {e:#}")
                 }
             },
             Err(reason) => {
+                crate::metrics::count_disk_refusal(DiskRefusal::CompiledArtifact);
                 tracing::warn!(file = %file.display(), "not loading compiled artifact ({reason}); recompiling")
             }
         }

@@ -25,6 +25,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use crate::metrics::{DiskRefusal, count_disk_refusal};
 use crate::runtime::digest;
 
 /// The largest reference record read back.
@@ -82,11 +83,13 @@ impl DiskCache {
         let path = self.blob_path(digest_)?;
         let len = tokio::fs::metadata(&path).await.ok()?.len();
         if len > max_size {
+            count_disk_refusal(DiskRefusal::CachedComponent);
             tracing::warn!(file = %path.display(), "cached component is larger than maxSize; ignoring it");
             return None;
         }
         let bytes = tokio::fs::read(&path).await.ok()?;
         if digest(&bytes) != digest_ {
+            count_disk_refusal(DiskRefusal::CachedComponent);
             tracing::warn!(file = %path.display(), "cached component does not match its digest; removing it");
             let _ = tokio::fs::remove_file(&path).await;
             return None;
@@ -109,14 +112,24 @@ impl DiskCache {
     pub async fn resolution(&self, reference: &str) -> Option<Resolution> {
         let path = self.record_path(reference);
         let len = tokio::fs::metadata(&path).await.ok()?.len();
+        let refused = || {
+            count_disk_refusal(DiskRefusal::CachedRecord);
+            None
+        };
         if len > MAX_RECORD {
-            return None;
+            return refused();
         }
         let bytes = tokio::fs::read(&path).await.ok()?;
-        let record: Resolution = serde_json::from_slice(&bytes).ok()?;
+        let Ok(record) = serde_json::from_slice::<Resolution>(&bytes) else {
+            return refused();
+        };
         // Digests name files: only well-formed ones are believed.
-        (record.reference == reference && is_sha256(&record.manifest) && is_sha256(&record.layer))
-            .then_some(record)
+        if record.reference == reference && is_sha256(&record.manifest) && is_sha256(&record.layer)
+        {
+            Some(record)
+        } else {
+            refused()
+        }
     }
 
     /// Records what `resolution.reference` resolved to.
@@ -315,11 +328,13 @@ mod tests {
         );
         // Too large for the caller's bound: not returned.
         assert_eq!(cache.read(&d, 4).await, None);
-        // Corrupted on disk: detected, removed.
+        // Corrupted on disk: detected, removed, counted.
         let path = cache.blob_path(&d).unwrap();
         std::fs::write(&path, b"tampered").unwrap();
+        let before = crate::metrics::disk_refusals(DiskRefusal::CachedComponent);
         assert_eq!(cache.read(&d, 1 << 20).await, None);
         assert!(!path.exists());
+        assert!(crate::metrics::disk_refusals(DiskRefusal::CachedComponent) > before);
         // A malformed digest never names a file.
         assert_eq!(cache.read("sha256:../../etc/passwd", 1 << 20).await, None);
         // Nothing but the blob and no temporary file is left behind.
@@ -429,5 +444,18 @@ mod tests {
         cache.remember(&r).await.unwrap();
         assert_eq!(cache.resolution(&r.reference).await, Some(r.clone()));
         assert_eq!(cache.resolution("127.0.0.1:5000/p/stamp:v2").await, None);
+        // A record over its bound, or one naming a malformed digest, is
+        // not believed, and counted.
+        let path = cache.record_path(&r.reference);
+        let before = crate::metrics::disk_refusals(DiskRefusal::CachedRecord);
+        std::fs::write(&path, vec![b' '; (MAX_RECORD + 1) as usize]).unwrap();
+        assert_eq!(cache.resolution(&r.reference).await, None);
+        let forged = serde_json::json!({
+            "reference": r.reference, "manifest": "sha256:../../x", "layer": r.layer,
+            "resolvedAt": r.resolved_at,
+        });
+        std::fs::write(&path, forged.to_string()).unwrap();
+        assert_eq!(cache.resolution(&r.reference).await, None);
+        assert!(crate::metrics::disk_refusals(DiskRefusal::CachedRecord) >= before + 2);
     }
 }

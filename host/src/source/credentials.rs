@@ -233,6 +233,7 @@ pub async fn credentials_for(
         Err(source) => return Err(CredentialsError::Read { path, source }),
     };
     if len > MAX_CONFIG {
+        crate::metrics::count_disk_refusal(crate::metrics::DiskRefusal::DockerConfig);
         return Err(CredentialsError::TooLarge { path });
     }
     let bytes = tokio::fs::read(&path)
@@ -339,5 +340,22 @@ mod tests {
             err.to_string().contains("/nonexistent/config.json"),
             "{err}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_config_past_its_bound_is_refused_unread_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.json");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_CONFIG + 1).unwrap();
+        let what = crate::metrics::DiskRefusal::DockerConfig;
+        let before = crate::metrics::disk_refusals(what);
+        let err = credentials_for(Some(&path), "r.example").await.unwrap_err();
+        assert!(matches!(err, CredentialsError::TooLarge { .. }), "{err}");
+        assert!(
+            err.to_string().contains("larger than 1048576 bytes"),
+            "{err}"
+        );
+        assert!(crate::metrics::disk_refusals(what) > before);
     }
 }

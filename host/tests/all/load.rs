@@ -2,6 +2,7 @@
 //! file and what is wrong, and nothing is loaded.
 
 use std::path::PathBuf;
+use wasmctrl::metrics::DiskRefusal;
 
 use wasmctrl::runtime::{CacheHit, Limits, LoadError, RuntimeConfig};
 use wasmctrl_plugin_artifacts as artifacts;
@@ -188,6 +189,8 @@ async fn a_tampered_compiled_artifact_is_recompiled_not_loaded() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&artifact, &bytes).unwrap();
+    let refused = || wasmctrl::metrics::disk_refusals(DiskRefusal::CompiledArtifact);
+    let before = refused();
     let b = load(
         &runtime_with(config.clone()),
         "noop",
@@ -200,6 +203,7 @@ async fn a_tampered_compiled_artifact_is_recompiled_not_loaded() {
         CacheHit::Compiled,
         "a tampered artifact was loaded"
     );
+    assert!(refused() > before, "the refusal is counted");
     // A new key (another host's cache) also refuses the rewritten artifact.
     std::fs::write(dir.join(".key"), [7u8; 32]).unwrap();
     let c = load(
