@@ -208,92 +208,144 @@ async fn metric(admin: SocketAddr, needle: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn floods_leave_the_host_within_its_memory_bound() {
-    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
-        .await
+/// A `wasmctrl run` process against an in-process API server, its memory
+/// measured from the moment it is ready (the peak of start-up, compiling
+/// components, forgotten).
+struct Measured {
+    server: wasmctrl_apiserver::ApiServer,
+    _dir: tempfile::TempDir,
+    host: Host,
+    idle: u64,
+    configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+}
+
+impl Measured {
+    /// Starts the host with `plugins` (the config's `plugins:` entries).
+    async fn start(plugins: &str) -> Self {
+        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+            .await
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        server.write_kubeconfig(&kubeconfig).unwrap();
+        let config = dir.path().join("wasmctrl.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nadmin: {{ bind: \"127.0.0.1:0\" }}\nplugins:\n{plugins}"
+            ),
+        )
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let config = dir.path().join("wasmctrl.yaml");
-    let (memory_limit, concurrency) = (64u64 << 20, 2u64);
-    std::fs::write(
-        &config,
-        format!(
-            r#"apiVersion: wasmctrl.dev/v1alpha1
-kind: HostConfig
-admin: {{ bind: "127.0.0.1:0" }}
-plugins:
-  - name: hostile
-    path: {}
+        let (c, k) = (config.clone(), kubeconfig.clone());
+        let host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
+            .await
+            .unwrap();
+        eventually("readiness", Duration::from_secs(120), || async {
+            (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
+        })
+        .await;
+        let pid = host.child.id();
+        let idle = memory_of(pid, "VmRSS");
+        std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+        let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
+        Measured {
+            server,
+            _dir: dir,
+            host,
+            idle,
+            configmaps: kube::Api::namespaced(client, "default"),
+        }
+    }
+
+    async fn create(&self, names: &[&str]) {
+        for name in names {
+            let cm =
+                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+            self.configmaps
+                .create(&Default::default(), &cm)
+                .await
+                .unwrap();
+        }
+    }
+
+    /// Waits until `plugin`'s stable version finished `keys` reconciles,
+    /// whatever their result.
+    async fn handled(&self, plugin: &str, keys: usize) {
+        let success = format!(
+            r#"controller_runtime_reconcile_total{{controller="{plugin}",result="success",version="stable"}}"#
+        );
+        let errors = format!(
+            r#"controller_runtime_reconcile_errors_total{{controller="{plugin}",version="stable"}}"#
+        );
+        eventually(
+            &format!("{plugin} handled {keys} keys"),
+            Duration::from_secs(300),
+            || async {
+                let done = metric(self.host.admin, &success).await
+                    + metric(self.host.admin, &errors).await;
+                (done >= keys as f64).then_some(())
+            },
+        )
+        .await;
+    }
+
+    /// Asserts the peak since ready grew by at most `bound` and the host is
+    /// healthy, then stops both.
+    async fn assert_within(mut self, bound: u64) {
+        let peak = memory_of(self.host.child.id(), "VmHWM");
+        let grew = peak.saturating_sub(self.idle);
+        eprintln!(
+            "idle {} MiB, peak {} MiB (+{} MiB, bound +{} MiB)",
+            self.idle >> 20,
+            peak >> 20,
+            grew >> 20,
+            bound >> 20
+        );
+        assert!(
+            grew <= bound,
+            "peak RSS {} MiB is {} MiB over idle {} MiB; the bound is {} MiB",
+            peak >> 20,
+            grew >> 20,
+            self.idle >> 20,
+            bound >> 20
+        );
+        assert_eq!(http_get(self.host.admin, "/healthz").await.0, 200);
+        self.host.child.kill().unwrap();
+        self.host.child.wait().unwrap();
+        self.server.shutdown().await;
+    }
+}
+
+/// A `plugins:` entry of the hostile plugin `name` at `path`, its
+/// ConfigMap grant and `extra` settings.
+fn hostile(name: &str, path: &str, concurrency: u64, memory_limit: u64, extra: &str) -> String {
+    format!(
+        r#"  - name: {name}
+    path: {path}
     maxConcurrentReconciles: {concurrency}
     memoryLimit: {memory_limit}
-    reconcileTimeout: 5s
     maxRetries: 0
     permissions: [ {{ resources: [configmaps], verbs: [get, list, watch, patch, create] }} ]
-"#,
-            artifacts::HOSTILE
-        ),
+{extra}"#
     )
-    .unwrap();
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
-    eventually("readiness", Duration::from_secs(60), || async {
-        (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
-    })
-    .await;
-    let pid = host.child.id();
-    let idle = memory_of(pid, "VmRSS");
-    // Forget the peak of start-up (compiling the component): from here on
-    // VmHWM is the peak of the floods.
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+}
 
-    let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
-    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client, "default");
-    for name in ["output-flood", "log-flood", "host-call-flood"] {
-        let cm = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-        api.create(&Default::default(), &cm).await.unwrap();
-    }
-    eventually("every flood handled", Duration::from_secs(120), || async {
-        let done = metric(
-            host.admin,
-            r#"controller_runtime_reconcile_total{controller="hostile",result="success",version="stable"}"#,
-        )
-        .await
-            + metric(
-                host.admin,
-                r#"controller_runtime_reconcile_errors_total{controller="hostile",version="stable"}"#,
-            )
-            .await;
-        (done >= 3.0).then_some(())
-    })
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn floods_leave_the_host_within_its_memory_bound() {
+    let (memory_limit, concurrency) = (64u64 << 20, 2u64);
+    let host = Measured::start(&hostile(
+        "hostile",
+        artifacts::HOSTILE,
+        concurrency,
+        memory_limit,
+        "    reconcileTimeout: 5s\n",
+    ))
     .await;
-    let peak = memory_of(pid, "VmHWM");
-    let bound = memory_limit * concurrency + (32 << 20);
-    let grew = peak.saturating_sub(idle);
-    assert!(
-        grew <= bound,
-        "peak RSS {} MiB is {} MiB over idle {} MiB; the bound is {} MiB",
-        peak >> 20,
-        grew >> 20,
-        idle >> 20,
-        bound >> 20
-    );
-    eprintln!(
-        "idle {} MiB, peak during floods {} MiB (+{} MiB, bound +{} MiB)",
-        idle >> 20,
-        peak >> 20,
-        grew >> 20,
-        bound >> 20
-    );
-    assert_eq!(http_get(host.admin, "/healthz").await.0, 200);
-    host.child.kill().unwrap();
-    host.child.wait().unwrap();
-    server.shutdown().await;
+    host.create(&["output-flood", "log-flood", "host-call-flood"])
+        .await;
+    host.handled("hostile", 3).await;
+    host.assert_within(memory_limit * concurrency + (32 << 20))
+        .await;
 }
 
 /// What a guest sends to and returns from the host, at its worst: bodies
@@ -304,71 +356,28 @@ plugins:
 /// instances' memory (reconciles and shadow runs) plus 32 MiB.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_payloads_leave_the_host_within_its_memory_bound() {
-    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let config = dir.path().join("wasmctrl.yaml");
     let (memory_limit, concurrency, shadows) = (32u64 << 20, 4u64, 2u64);
-    std::fs::write(
-        &config,
-        format!(
-            r#"apiVersion: wasmctrl.dev/v1alpha1
-kind: HostConfig
-admin: {{ bind: "127.0.0.1:0" }}
-plugins:
-  - name: hostile
-    path: {path}
-    maxConcurrentReconciles: {concurrency}
-    memoryLimit: {memory_limit}
-    reconcileTimeout: 20s
-    maxRetries: 0
-    permissions: [ {{ resources: [configmaps], verbs: [get, list, watch, patch, create] }} ]
-    candidate:
-      path: {path}
-      mode: shadow
-      maxConcurrentShadows: {shadows}
-      settings: {{ attack: true }}
-"#,
-            path = artifacts::HOSTILE
-        ),
-    )
-    .unwrap();
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
-    eventually("readiness", Duration::from_secs(60), || async {
-        (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
-    })
+    let candidate = format!(
+        "    reconcileTimeout: 20s\n    candidate:\n      path: {}\n      mode: shadow\n      maxConcurrentShadows: {shadows}\n      settings: {{ attack: true }}\n",
+        artifacts::HOSTILE
+    );
+    let host = Measured::start(&hostile(
+        "hostile",
+        artifacts::HOSTILE,
+        concurrency,
+        memory_limit,
+        &candidate,
+    ))
     .await;
-    let pid = host.child.id();
-    let idle = memory_of(pid, "VmRSS");
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
-
-    let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
-    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client, "default");
-    let create = |name: &'static str| {
-        let api = api.clone();
-        async move {
-            let cm =
-                serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-            api.create(&Default::default(), &cm).await.unwrap();
-        }
-    };
     // The patch bombs first: a shadow run finished while both permits are
     // busy is skipped, and the tiny values keep them busy.
-    for name in ["patch-depth", "patch-copies", "huge-error"] {
-        create(name).await;
-    }
+    host.create(&["patch-depth", "patch-copies", "huge-error"])
+        .await;
     eventually(
         "the shadow runs compared",
         Duration::from_secs(120),
         || async {
-            let (_, body) = http_get(host.admin, "/plugins/hostile/shadow").await;
+            let (_, body) = http_get(host.host.admin, "/plugins/hostile/shadow").await;
             let report: serde_json::Value = serde_json::from_str(&body).ok()?;
             let refused = |key: &str| {
                 report["divergences"].as_array().is_some_and(|d| {
@@ -384,50 +393,16 @@ plugins:
         },
     )
     .await;
-    for name in [
+    host.create(&[
         "tiny-values-0",
         "tiny-values-1",
         "tiny-values-2",
         "tiny-values-3",
-    ] {
-        create(name).await;
-    }
-    eventually("every key reconciled", Duration::from_secs(300), || async {
-        let done = metric(
-            host.admin,
-            r#"controller_runtime_reconcile_total{controller="hostile",result="success",version="stable"}"#,
-        )
-        .await
-            + metric(
-                host.admin,
-                r#"controller_runtime_reconcile_errors_total{controller="hostile",version="stable"}"#,
-            )
-            .await;
-        (done >= 7.0).then_some(())
-    })
+    ])
     .await;
-    let peak = memory_of(pid, "VmHWM");
-    let bound = memory_limit * (concurrency + shadows) + (32 << 20);
-    let grew = peak.saturating_sub(idle);
-    eprintln!(
-        "idle {} MiB, peak {} MiB (+{} MiB, bound +{} MiB)",
-        idle >> 20,
-        peak >> 20,
-        grew >> 20,
-        bound >> 20
-    );
-    assert!(
-        grew <= bound,
-        "peak RSS {} MiB is {} MiB over idle {} MiB; the bound is {} MiB",
-        peak >> 20,
-        grew >> 20,
-        idle >> 20,
-        bound >> 20
-    );
-    assert_eq!(http_get(host.admin, "/healthz").await.0, 200);
-    host.child.kill().unwrap();
-    host.child.wait().unwrap();
-    server.shutdown().await;
+    host.handled("hostile", 7).await;
+    host.assert_within(memory_limit * (concurrency + shadows) + (32 << 20))
+        .await;
 }
 
 /// The Python and TypeScript hostile guests in one host, each key run by
@@ -436,94 +411,33 @@ plugins:
 /// instances' memory plus 32 MiB).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn interpreted_hostile_guests_leave_the_host_within_its_memory_bound() {
-    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let config = dir.path().join("wasmctrl.yaml");
     let (memory_limit, concurrency) = (256u64 << 20, 2u64);
-    let plugin = |name: &str, path: &str| {
-        format!(
-            r#"  - name: {name}
-    path: {path}
-    maxConcurrentReconciles: {concurrency}
-    memoryLimit: {memory_limit}
-    reconcileTimeout: 60s
-    maxRetries: 0
-    permissions: [ {{ resources: [configmaps], verbs: [get, list, watch, patch, create] }} ]
-"#
-        )
-    };
-    std::fs::write(
-        &config,
-        format!(
-            "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nadmin: {{ bind: \"127.0.0.1:0\" }}\nplugins:\n{}{}",
-            plugin("hostile-py", artifacts::HOSTILE_PY),
-            plugin("hostile-ts", artifacts::HOSTILE_TS)
+    let timeout = "    reconcileTimeout: 60s\n";
+    let host = Measured::start(&format!(
+        "{}{}",
+        hostile(
+            "hostile-py",
+            artifacts::HOSTILE_PY,
+            concurrency,
+            memory_limit,
+            timeout
         ),
-    )
-    .unwrap();
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
-    eventually("readiness", Duration::from_secs(120), || async {
-        (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
-    })
+        hostile(
+            "hostile-ts",
+            artifacts::HOSTILE_TS,
+            concurrency,
+            memory_limit,
+            timeout
+        ),
+    ))
     .await;
-    let pid = host.child.id();
-    let idle = memory_of(pid, "VmRSS");
-    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
-
-    let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
-    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(client, "default");
     let names = ["output-flood", "huge-error", "deep-json", "host-call-flood"];
-    for name in names {
-        let cm = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
-        api.create(&Default::default(), &cm).await.unwrap();
-    }
+    host.create(&names).await;
     for plugin in ["hostile-py", "hostile-ts"] {
-        let success = format!(
-            r#"controller_runtime_reconcile_total{{controller="{plugin}",result="success",version="stable"}}"#
-        );
-        let errors = format!(
-            r#"controller_runtime_reconcile_errors_total{{controller="{plugin}",version="stable"}}"#
-        );
-        eventually(
-            &format!("{plugin} handled every key"),
-            Duration::from_secs(300),
-            || async {
-                let done = metric(host.admin, &success).await + metric(host.admin, &errors).await;
-                (done >= names.len() as f64).then_some(())
-            },
-        )
-        .await;
+        host.handled(plugin, names.len()).await;
     }
-    let peak = memory_of(pid, "VmHWM");
-    let bound = memory_limit * concurrency * 2 + (32 << 20);
-    let grew = peak.saturating_sub(idle);
-    eprintln!(
-        "idle {} MiB, peak {} MiB (+{} MiB, bound +{} MiB)",
-        idle >> 20,
-        peak >> 20,
-        grew >> 20,
-        bound >> 20
-    );
-    assert!(
-        grew <= bound,
-        "peak RSS {} MiB is {} MiB over idle {} MiB; the bound is {} MiB",
-        peak >> 20,
-        grew >> 20,
-        idle >> 20,
-        bound >> 20
-    );
-    assert_eq!(http_get(host.admin, "/healthz").await.0, 200);
-    host.child.kill().unwrap();
-    host.child.wait().unwrap();
-    server.shutdown().await;
+    host.assert_within(memory_limit * concurrency * 2 + (32 << 20))
+        .await;
 }
 
 /// An API server, a directory with a kubeconfig per host identity, and the
