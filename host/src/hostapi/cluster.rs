@@ -285,18 +285,12 @@ impl ClusterApi {
             return self.record_event(event, deadline).await;
         }
         let verb = request.verb();
-        let status = Target::of(&request).status;
-        let (resolved, namespace) = self.check_call(&request, counted).await?;
+        let call = self.check_call(&request, counted).await?;
         let result = self
-            .execute(request, &resolved, namespace.as_deref(), deadline)
+            .execute(request, &call.resolved, call.namespace.as_deref(), deadline)
             .await;
         if counted {
-            let plural = &resolved.resource.plural;
-            if status {
-                self.count(verb, &format!("{plural}/status"), code(&result));
-            } else {
-                self.count(verb, plural, code(&result));
-            }
+            self.count(verb, call.resource(), code(&result));
         }
         result
     }
@@ -309,7 +303,7 @@ impl ClusterApi {
         &self,
         request: &KubeRequest,
         counted: bool,
-    ) -> Result<(Arc<Resolved>, Option<String>), ApiError> {
+    ) -> Result<CheckedCall, ApiError> {
         let verb = request.verb();
         let count = |resource: &str, code: &'static str| {
             if counted {
@@ -350,26 +344,27 @@ impl ClusterApi {
                 ar.plural
             )));
         }
-        let resource: Cow<'_, str> = if target.status {
-            Cow::Owned(format!("{}/status", ar.plural))
-        } else {
-            Cow::Borrowed(&ar.plural)
+        let status_resource = target.status.then(|| format!("{}/status", ar.plural));
+        let call = CheckedCall {
+            resolved,
+            namespace,
+            status_resource,
         };
         let access = Access {
             verb,
-            group: &ar.group,
-            resource: &resource,
-            namespace: namespace.as_deref(),
+            group: &call.resolved.resource.group,
+            resource: call.resource(),
+            namespace: call.namespace.as_deref(),
         };
         if !self.grant.allows(&access) {
-            count(&resource, "forbidden");
+            count(call.resource(), "forbidden");
             tracing::warn!(plugin = %self.plugin, %access, "host API call denied by the plugin's grant");
             return Err(ApiError::Forbidden(format!(
                 "plugin {:?} is not granted {access}",
                 self.plugin
             )));
         }
-        Ok((resolved, namespace))
+        Ok(call)
     }
 
     async fn execute(
@@ -713,6 +708,23 @@ impl KubeApi for ClusterApi {
             }
             self.check_call(request, true).await.map(|_| ())
         })
+    }
+}
+
+/// A call that passed [`ClusterApi::check_call`]: its kind resolved, the
+/// namespace it is in, and for a status write its `<plural>/status`.
+struct CheckedCall {
+    resolved: Arc<Resolved>,
+    namespace: Option<String>,
+    status_resource: Option<String>,
+}
+
+impl CheckedCall {
+    /// The resource the grant was checked for and the call is counted as.
+    fn resource(&self) -> &str {
+        self.status_resource
+            .as_deref()
+            .unwrap_or(&self.resolved.resource.plural)
     }
 }
 
