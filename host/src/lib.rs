@@ -12,6 +12,8 @@ pub mod client;
 pub mod config;
 pub mod controller;
 pub mod discovery;
+#[cfg(test)]
+mod fuzz;
 pub mod hostapi;
 pub mod kind;
 pub mod leader;

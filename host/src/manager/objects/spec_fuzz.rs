@@ -87,7 +87,7 @@ fn the_sample_is_accepted() {
 
 /// Arbitrary JSON, its keys and strings biased to a plugin entry's.
 fn json() -> impl Strategy<Value = Value> {
-    let word = prop::sample::select(vec![
+    let words = vec![
         "source",
         "oci",
         "url",
@@ -148,40 +148,12 @@ fn json() -> impl Strategy<Value = Value> {
         "*",
         "default",
         "",
-    ]);
-    let leaf = prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::from),
-        any::<i64>().prop_map(Value::from),
-        any::<u64>().prop_map(Value::from),
-        any::<f64>().prop_map(Value::from),
-        ".{0,24}".prop_map(Value::from),
-        word.clone().prop_map(Value::from),
+    ];
+    let extra = prop_oneof![
         "[0-9]{1,25}(\\.[0-9]{1,3})?(ns|ms|s|m|h|Ki|Mi|Gi|Ei|)".prop_map(Value::from),
         (1usize..100_000).prop_map(|n| Value::from("a".repeat(n))),
     ];
-    let key = prop_oneof![3 => word.prop_map(String::from), 1 => ".{0,8}"];
-    leaf.prop_recursive(6, 64, 8, move |inner| {
-        prop_oneof![
-            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
-            prop::collection::btree_map(key.clone(), inner, 0..6)
-                .prop_map(|m| Value::Object(m.into_iter().collect())),
-        ]
-    })
-}
-
-fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
-    match v {
-        Value::Object(m) => m
-            .iter()
-            .for_each(|(k, c)| pointers(c, format!("{at}/{k}"), out)),
-        Value::Array(a) => a
-            .iter()
-            .enumerate()
-            .for_each(|(i, c)| pointers(c, format!("{at}/{i}"), out)),
-        _ => {}
-    }
-    out.push(at);
+    crate::fuzz::json(words, 3, extra.boxed(), 6)
 }
 
 /// Values no field should meet.
@@ -217,7 +189,7 @@ fn hostile() -> impl Strategy<Value = Value> {
 /// The sample, with one field replaced or one key added.
 fn mutated() -> impl Strategy<Value = Value> {
     let mut at = Vec::new();
-    pointers(&sample(), String::new(), &mut at);
+    crate::fuzz::pointers(&sample(), String::new(), &mut at);
     at.retain(|p| !p.is_empty());
     prop_oneof![
         (prop::sample::select(at), hostile()).prop_map(|(at, new)| {
