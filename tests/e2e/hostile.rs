@@ -29,7 +29,7 @@ plugins:
     )
 }
 
-async fn create(api: &Api<ConfigMap>, name: &str) {
+pub(crate) async fn create(api: &Api<ConfigMap>, name: &str) {
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
@@ -43,15 +43,35 @@ async fn create(api: &Api<ConfigMap>, name: &str) {
 /// Waits until the ConfigMap `name` carries the label the plugin's normal
 /// path sets.
 async fn reconciled(api: &Api<ConfigMap>, name: &str) {
-    eventually(
-        &format!("{name} reconciled"),
-        Duration::from_secs(60),
-        || async {
-            let cm = api.get(name).await.ok()?;
-            (cm.metadata.labels?.get("wasmctrl.dev/hostile")? == "reconciled").then_some(())
+    reconciled_within(api, name, Duration::from_secs(60)).await;
+}
+
+/// [`reconciled`], waiting at most `limit` (interpreted guests start
+/// slower).
+pub(crate) async fn reconciled_within(api: &Api<ConfigMap>, name: &str, limit: Duration) {
+    eventually(&format!("{name} reconciled"), limit, || async {
+        let cm = api.get(name).await.ok()?;
+        (cm.metadata.labels?.get("wasmctrl.dev/hostile")? == "reconciled").then_some(())
+    })
+    .await;
+}
+
+/// Why the host refused to start with `component` as its plugin.
+async fn refused_at_load(component: &str, why: &str) -> String {
+    let cluster = Cluster::start().await;
+    Manager::start(
+        host_config(&config(component), cluster.dir.path()),
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            watch_sources: false,
+            ..ManagerOptions::default()
         },
     )
-    .await;
+    .await
+    .err()
+    .expect(why)
+    .to_string()
 }
 
 /// Waits until the plugin ran into `limit`, counted as such and as a
@@ -170,20 +190,11 @@ async fn hoarding_wasi_resources_is_stopped_at_the_bound_and_counted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watching_an_ungranted_kind_refuses_the_load_and_starts_no_informer() {
-    let cluster = Cluster::start().await;
-    let err = Manager::start(
-        host_config(&config(artifacts::HOSTILE_WATCH_SECRET), cluster.dir.path()),
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            watch_sources: false,
-            ..ManagerOptions::default()
-        },
+    let message = refused_at_load(
+        artifacts::HOSTILE_WATCH_SECRET,
+        "a plugin watching Secrets with a ConfigMap grant is refused",
     )
-    .await
-    .err()
-    .expect("a plugin watching Secrets with a ConfigMap grant is refused");
-    let message = err.to_string();
+    .await;
     assert!(
         message.contains("does not grant list and watch")
             && message.contains("list core/secrets cluster-wide")
@@ -232,20 +243,11 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_with_more_tables_than_its_ceiling_is_refused() {
-    let cluster = Cluster::start().await;
-    let err = Manager::start(
-        host_config(&config(artifacts::MANY_TABLES), cluster.dir.path()),
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            watch_sources: false,
-            ..ManagerOptions::default()
-        },
+    let message = refused_at_load(
+        artifacts::MANY_TABLES,
+        "33 tables exceed the default ceiling of 32",
     )
-    .await
-    .err()
-    .expect("33 tables exceed the default ceiling of 32");
-    let message = err.to_string();
+    .await;
     assert!(
         message.contains("33 tables") && message.contains("limits.tables"),
         "{message}"
@@ -254,20 +256,11 @@ async fn a_component_with_more_tables_than_its_ceiling_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_with_many_memories_is_held_to_one_memory_limit() {
-    let cluster = Cluster::start().await;
-    let err = Manager::start(
-        host_config(&config(artifacts::MANY_MEMORIES), cluster.dir.path()),
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            watch_sources: false,
-            ..ManagerOptions::default()
-        },
+    let message = refused_at_load(
+        artifacts::MANY_MEMORIES,
+        "four memories of 30 MiB exceed a 64 MiB memoryLimit together",
     )
-    .await
-    .err()
-    .expect("four memories of 30 MiB exceed a 64 MiB memoryLimit together");
-    let message = err.to_string();
+    .await;
     assert!(message.contains("(memory)"), "{message}");
 }
 

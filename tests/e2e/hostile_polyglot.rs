@@ -6,9 +6,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::Api;
 use wasmctrl_e2e::{Cluster, eventually, metric_line, metric_value};
 use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::hostile::{create, reconciled_within};
 
 /// The interpreters start slower and hold more memory than a Rust guest:
 /// room for both, so that only the attacks run into a ceiling.
@@ -31,29 +33,8 @@ plugins:
     )
 }
 
-async fn create(api: &Api<ConfigMap>, name: &str) {
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    };
-    api.create(&PostParams::default(), &cm).await.unwrap();
-}
-
-/// Waits until the ConfigMap `name` carries the label the plugin's honest
-/// path sets.
 async fn reconciled(api: &Api<ConfigMap>, name: &str) {
-    eventually(
-        &format!("{name} reconciled"),
-        Duration::from_secs(120),
-        || async {
-            let cm = api.get(name).await.ok()?;
-            (cm.metadata.labels?.get("wasmctrl.dev/hostile")? == "reconciled").then_some(())
-        },
-    )
-    .await;
+    reconciled_within(api, name, Duration::from_secs(120)).await;
 }
 
 /// What the output flood writes at least: 64 MiB, then the lines
