@@ -35,14 +35,10 @@ pub(crate) struct Identity {
 }
 
 /// A guest's object for a write, read without building it: one JSON
-/// object whose `apiVersion`, `kind` and `metadata.namespace` (each named
-/// at most once) are returned, and the text to send — the guest's own, or
-/// with `apiVersion` and `kind` put first when it names neither.
-pub(crate) fn write_body(
-    text: &str,
-    api_version: &str,
-    kind: &str,
-) -> Result<(Identity, String), BadBody> {
+/// object whose `apiVersion`, `kind` and `metadata.namespace` are each
+/// named at most once, as strings, and `apiVersion` and `kind` both or
+/// neither.
+pub(crate) fn identity(text: &str) -> Result<Identity, BadBody> {
     let top = members_of(text).ok_or(BadBody::NotAnObject)?;
     let mut id = Identity::default();
     let string = |raw: &RawValue, name: &'static str| -> Result<String, BadBody> {
@@ -70,25 +66,31 @@ pub(crate) fn write_body(
             _ => {}
         }
     }
-    let body = match (&id.api_version, &id.kind) {
-        (Some(_), Some(_)) => text.to_owned(),
-        (None, None) => {
-            let mut out = String::with_capacity(text.len() + 64);
-            out.push_str(r#"{"apiVersion":"#);
-            out.push_str(&serde_json::to_string(api_version).unwrap_or_default());
-            out.push_str(r#","kind":"#);
-            out.push_str(&serde_json::to_string(kind).unwrap_or_default());
-            let rest = text.trim_start()[1..].trim_start();
-            if !rest.starts_with('}') {
-                out.push(',');
-            }
-            out.push_str(rest);
-            out
-        }
-        (Some(_), None) => return Err(BadBody::Half("apiVersion", "kind")),
-        (None, Some(_)) => return Err(BadBody::Half("kind", "apiVersion")),
-    };
-    Ok((id, body))
+    match (&id.api_version, &id.kind) {
+        (Some(_), None) => Err(BadBody::Half("apiVersion", "kind")),
+        (None, Some(_)) => Err(BadBody::Half("kind", "apiVersion")),
+        _ => Ok(id),
+    }
+}
+
+/// The text to send for `text`, an object [`identity`] read as `id`: the
+/// guest's own, moved, or with `apiVersion` and `kind` put first when it
+/// names neither.
+pub(crate) fn with_kind(text: String, id: &Identity, api_version: &str, kind: &str) -> String {
+    if id.kind.is_some() {
+        return text;
+    }
+    let mut out = String::with_capacity(text.len() + 64);
+    out.push_str(r#"{"apiVersion":"#);
+    out.push_str(&serde_json::to_string(api_version).unwrap_or_default());
+    out.push_str(r#","kind":"#);
+    out.push_str(&serde_json::to_string(kind).unwrap_or_default());
+    let rest = text.trim_start()[1..].trim_start();
+    if !rest.starts_with('}') {
+        out.push(',');
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Deepest nesting of arrays and objects a body may have: what the API
@@ -256,6 +258,16 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    fn write_body(
+        text: &str,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<(Identity, String), BadBody> {
+        let id = identity(text)?;
+        let body = with_kind(text.to_owned(), &id, api_version, kind);
+        Ok((id, body))
+    }
 
     #[test]
     fn a_write_body_is_the_guest_s_text_with_the_kind_put_in_when_it_names_none() {

@@ -438,19 +438,19 @@ impl ClusterApi {
                 Ok(KubeResponse::Objects(list.objects))
             }
             KubeRequest::Create { object, .. } => {
-                let body = write_body(&object, ar, namespace)?;
+                let body = write_body(object, ar, namespace)?;
                 self.throttle(deadline).await?;
                 let req = request_of(ar, namespace).create(&PostParams::default(), body);
                 self.object_text(req, "create").await
             }
             KubeRequest::Replace { name, object, .. } => {
-                let body = write_body(&object, ar, namespace)?;
+                let body = write_body(object, ar, namespace)?;
                 self.throttle(deadline).await?;
                 let req = request_of(ar, namespace).replace(&name, &PostParams::default(), body);
                 self.object_text(req, "replace").await
             }
             KubeRequest::ReplaceStatus { name, object, .. } => {
-                let body = write_body(&object, ar, namespace)?;
+                let body = write_body(object, ar, namespace)?;
                 self.throttle(deadline).await?;
                 let req = request_of(ar, namespace).replace_subresource(
                     "status",
@@ -901,16 +901,16 @@ fn within_response_limit(json: &str) -> Result<(), ApiError> {
 /// The guest's object for a write, as sent: valid JSON within the size
 /// limit, of the kind the call resolved (apiVersion and kind are put in
 /// when it names neither), in the call's namespace. Checked without
-/// building a tree of it (`body::write_body`).
+/// building a tree of it (`body::identity`), and sent without a copy.
 fn write_body(
-    json: &str,
+    json: String,
     ar: &kube::api::ApiResource,
     namespace: Option<&str>,
 ) -> Result<Vec<u8>, ApiError> {
-    check_size(json)?;
-    let (id, body) = body::write_body(json, &ar.api_version, &ar.kind).map_err(|e| {
+    check_size(&json)?;
+    let id = body::identity(&json).map_err(|e| {
         let detail = match e {
-            body::BadBody::NotAnObject => serde_json::from_str::<serde::de::IgnoredAny>(json)
+            body::BadBody::NotAnObject => serde_json::from_str::<serde::de::IgnoredAny>(&json)
                 .err()
                 .map(|e| format!(": {}", truncate(&e.to_string(), 4 * ECHO)))
                 .unwrap_or_default(),
@@ -937,7 +937,7 @@ fn write_body(
             truncate(own, ECHO)
         )));
     }
-    Ok(body.into_bytes())
+    Ok(body::with_kind(json, &id, &ar.api_version, &ar.kind).into_bytes())
 }
 
 /// A patch body as the guest wrote it, checked to be one JSON value but not
@@ -1151,7 +1151,7 @@ mod fuzz {
         #[test]
         fn objects_are_refused_or_of_the_calls_kind(json in text(), namespaced in any::<bool>()) {
             let ar = config_map();
-            let result = write_body(&json, &ar, namespaced.then_some("default"));
+            let result = write_body(json.clone(), &ar, namespaced.then_some("default"));
             if let Ok(body) = &result {
                 let obj: serde_json::Value = serde_json::from_slice(body).expect("checked JSON");
                 prop_assert_eq!(obj["kind"].as_str(), Some("ConfigMap"));
@@ -1279,7 +1279,7 @@ mod fuzz {
     fn a_huge_kind_is_quoted_back_cut() {
         let kind = "K".repeat(1 << 20);
         let json = format!(r#"{{"apiVersion":"v1","kind":"{kind}"}}"#);
-        let e = write_body(&json, &config_map(), None).unwrap_err();
+        let e = write_body(json, &config_map(), None).unwrap_err();
         assert!(e.to_string().len() < 400, "{} bytes", e.to_string().len());
     }
 
