@@ -2,11 +2,8 @@
 //! start: the host reconciles as the ServiceAccount bound to what
 //! `wasmctrl rbac` prints, and only as far as that RBAC allows.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -15,6 +12,8 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde::Deserialize;
 use wasmctrl::test_util::eventually;
+
+use crate::dev_process::Dev;
 use wasmctrl_plugin_artifacts as artifacts;
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -23,93 +22,20 @@ const HOST_USER: &str = "system:serviceaccount:wasmctrl-system:wasmctrl";
 /// What `wasmctrl rbac` names its objects for that account.
 const RBAC_NAME: &str = "wasmctrl:wasmctrl-system:wasmctrl";
 
-/// A `wasmctrl dev` process; killed when dropped.
-struct Dev {
-    child: Child,
-    admin: SocketAddr,
-    kubeconfig: PathBuf,
-    /// What it printed before its admin address.
-    printed: Vec<String>,
-    /// Its log (stderr), for failure messages.
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 impl Dev {
-    async fn start(config: &Path, kubeconfig: PathBuf) -> Dev {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
-            .args(["dev", "--authorization", "rbac", "--admin", "127.0.0.1:0"])
-            .args(["--addr", "127.0.0.1:0", "--config"])
-            .arg(config)
-            .arg("--apply")
-            .arg(QUICKSTART)
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .env("RUST_LOG", "wasmctrl=info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("wasmctrl dev starts");
-        let log = Arc::new(Mutex::new(Vec::<String>::new()));
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let mut kept = kept.lock().unwrap();
-                if kept.len() < 20_000 {
-                    kept.push(line);
-                }
-            }
-        });
-        let stdout = child.stdout.take().unwrap();
-        // The admin address is printed once the host runs (a failed start
-        // ends the output instead).
-        let read = tokio::task::spawn_blocking(move || {
-            let mut lines = BufReader::new(stdout).lines();
-            let mut printed = Vec::new();
-            let admin = loop {
-                let Some(Ok(line)) = lines.next() else {
-                    break None;
-                };
-                if let Some(rest) = line.strip_prefix("admin: http://") {
-                    break Some(rest.trim_end_matches("/plugins").parse().unwrap());
-                }
-                printed.push(line);
-            };
-            std::thread::spawn(move || for _ in lines {});
-            (admin, printed)
-        });
-        let mut dev = Dev {
-            child,
-            admin: "127.0.0.1:0".parse().unwrap(),
-            kubeconfig,
-            printed: Vec::new(),
-            log,
-        };
-        let (admin, printed) = tokio::time::timeout(Duration::from_secs(60), read)
-            .await
-            .expect("wasmctrl dev starts within a minute")
-            .unwrap();
-        let Some(admin) = admin else {
-            panic!(
-                "wasmctrl dev exited before printing its admin address:\n{}\n{}",
-                printed.join("\n"),
-                dev.log()
-            );
-        };
-        dev.admin = admin;
-        dev.printed = printed;
-        dev
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+    /// `dev --authorization rbac` on `config`, applying the quick start.
+    async fn rbac(config: &Path, kubeconfig: PathBuf) -> Dev {
+        let args = [
+            "--authorization".as_ref(),
+            "rbac".as_ref(),
+            "--addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--apply".as_ref(),
+            QUICKSTART.as_ref(),
+        ];
+        Dev::start::<&std::ffi::OsStr>(&args, kubeconfig).await
     }
 
     /// `kubectl auth can-i VERB RESOURCE` as the host's account: its answer.
@@ -188,7 +114,7 @@ async fn dev_with_rbac_runs_the_host_as_a_service_account_with_the_rbac_of_wasmc
     );
     let config = dir.path().join("wasmctrl.yaml");
     std::fs::write(&config, text).unwrap();
-    let dev = Dev::start(&config, dir.path().join("kc")).await;
+    let dev = Dev::rbac(&config, dir.path().join("kc")).await;
     let says = format!("the host runs as {HOST_USER} with the RBAC of `wasmctrl rbac");
     assert!(
         dev.printed.iter().any(|l| l.starts_with(&says)),

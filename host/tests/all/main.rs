@@ -5,6 +5,7 @@ mod apiserver_cli;
 mod controller;
 mod cpu_share;
 mod dev_cli;
+mod dev_process;
 mod instances;
 mod load;
 mod polyglot;

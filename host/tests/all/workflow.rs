@@ -4,81 +4,18 @@
 //! WasmReconciler, `kubectl get wasmreconcilers`, then an edit and a
 //! delete with kubectl.
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use wasmctrl::runtime::digest;
 use wasmctrl::test_util::{Registry, empty_docker_config, eventually, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
 
+use crate::dev_process::Dev;
+
 const LIMIT: Duration = Duration::from_secs(60);
 
-/// A `wasmctrl dev` process; killed when dropped.
-struct Dev {
-    child: Child,
-    admin: std::net::SocketAddr,
-    kubeconfig: PathBuf,
-    /// Its log (stderr), shown when something does not converge.
-    log: Arc<Mutex<Vec<String>>>,
-}
-
 impl Dev {
-    fn start(config: &Path, kubeconfig: PathBuf) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
-            .args(["dev", "--admin", "127.0.0.1:0", "--config"])
-            .arg(config)
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .env("RUST_LOG", "wasmctrl=info")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("wasmctrl dev starts");
-        let log = Arc::new(Mutex::new(Vec::<String>::new()));
-        let stderr = BufReader::new(child.stderr.take().unwrap());
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                let mut kept = kept.lock().unwrap();
-                if kept.len() < 20_000 {
-                    kept.push(line);
-                }
-            }
-        });
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut printed = Vec::new();
-        let admin = loop {
-            let Some(Ok(line)) = lines.next() else {
-                let _ = child.wait();
-                panic!(
-                    "wasmctrl dev exited before printing its admin address:\n{}\n{}",
-                    printed.join("\n"),
-                    log.lock().unwrap().join("\n")
-                );
-            };
-            if let Some(rest) = line.strip_prefix("admin: http://") {
-                break rest.trim_end_matches("/plugins").parse().unwrap();
-            }
-            printed.push(line);
-        };
-        assert!(
-            printed
-                .iter()
-                .any(|l| l.contains("applied the WasmReconciler CRD")),
-            "dev says it serves the CRD: {printed:?}"
-        );
-        std::thread::spawn(move || for _ in lines {});
-        Self {
-            child,
-            admin,
-            kubeconfig,
-            log,
-        }
-    }
-
     fn kubectl(&self, args: &[&str]) -> Output {
         Command::new("kubectl")
             .arg("--kubeconfig")
@@ -114,7 +51,7 @@ impl Dev {
             assert!(
                 Instant::now() < deadline,
                 "timed out waiting for {what}; last table:\n{table}\nlog:\n{}",
-                self.log.lock().unwrap().join("\n")
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -129,13 +66,6 @@ impl Dev {
             .flatten()
             .filter_map(|p| p["name"].as_str().map(str::to_string))
             .collect()
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -206,7 +136,18 @@ maxGrant:
 "#,
     )
     .unwrap();
-    let dev = Dev::start(&config, dir.path().join("kubeconfig"));
+    let dev = Dev::start(
+        &["--config".as_ref(), config.as_os_str()],
+        dir.path().join("kubeconfig"),
+    )
+    .await;
+    assert!(
+        dev.printed
+            .iter()
+            .any(|l| l.contains("applied the WasmReconciler CRD")),
+        "dev says it serves the CRD: {:?}",
+        dev.printed
+    );
     dev.kubectl_ok(&["create", "configmap", "demo"]);
 
     let manifest = dir.path().join("stamp.yaml");
