@@ -2,8 +2,6 @@
 //! clients understand (kube-rs maps `reason`/`code`, kubectl prints `message`,
 //! the Python client raises `ApiException(status=code)`).
 
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::values::go_quote;
@@ -299,13 +297,6 @@ pub(crate) fn qualified(group: &str, plural: &str) -> String {
         plural.to_string()
     } else {
         format!("{plural}.{group}")
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let code = StatusCode::from_u16(self.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        crate::response::json(code, &self.to_status())
     }
 }
 

@@ -15,6 +15,12 @@
 //! and an audit of writes) for tests of clients against a misbehaving
 //! server.
 //!
+//! Inside, the layers are folders, each importing only those below it:
+//! `http` (serving) → `auth` (who may) → `registry` (the objects and their
+//! semantics) → `patch` (pure patch functions) → the leaf modules `error`,
+//! `metrics`, `values` and `yaml`; `persist` (the data directory) and
+//! `testing` sit beside `http`.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), wasmctrl_apiserver::Error> {
 //! let server = wasmctrl_apiserver::ApiServer::start(Default::default()).await?;
@@ -24,49 +30,20 @@
 //! # Ok(()) }
 //! ```
 
-mod audit;
-mod authn;
-mod authorization;
-mod authz;
-mod conn;
-mod crd;
-mod delete;
-mod discovery;
+mod auth;
 mod error;
-mod events;
-mod faults;
-mod files;
-mod gc;
-mod identity;
-mod kubeconfig;
+mod http;
 mod metrics;
 mod patch;
 mod persist;
-mod protobuf;
-mod rbac;
-mod request_info;
-mod resources;
-mod response;
-mod reviews;
-mod routes;
-mod sa_token;
-mod scale;
-mod schema;
-mod selectors;
-mod server;
-mod storage;
-mod table;
-mod tls;
-mod validation;
+mod registry;
 mod values;
-mod watch;
-mod writes;
 mod yaml;
 
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use authorization::{Authorization, UnknownAuthorization};
+pub use auth::mode::{Authorization, UnknownAuthorization};
 
 /// JSON patch (RFC 6902) and JSON merge patch (RFC 7386) as this server
 /// applies them, with its bounds: a host that answers a patch without
@@ -76,10 +53,10 @@ pub mod patches {
         MAX_COPY_BYTES, MAX_DEPTH, MAX_OPERATIONS, PatchError, json_patch, merge_patch,
     };
 }
-pub use conn::Timeouts;
-pub use kubeconfig::KubeconfigError;
+pub use http::conn::Timeouts;
+pub use http::tls::TlsError;
 pub use persist::PersistError;
-pub use tls::TlsError;
+pub use persist::kubeconfig::KubeconfigError;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -89,8 +66,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use crate::server::ServerState;
-use crate::writes::WriteCtx;
+use crate::http::state::ServerState;
+use crate::registry::writes::WriteCtx;
 
 /// Namespaces every cluster starts with.
 pub const DEFAULT_NAMESPACES: &[&str] =
@@ -99,7 +76,7 @@ pub const DEFAULT_NAMESPACES: &[&str] =
 /// How many watch events the server keeps for resumption: a watch from a
 /// resourceVersion more than this many events old gets 410 Expired and the
 /// client relists, as past the real server's watch cache.
-pub const WATCH_HISTORY_LEN: usize = storage::HISTORY_LEN;
+pub const WATCH_HISTORY_LEN: usize = registry::storage::HISTORY_LEN;
 
 /// A certificate authority: its certificate and private key, PEM encoded.
 #[derive(Clone, PartialEq, Eq)]
@@ -187,10 +164,10 @@ pub enum Error {
     Persist(#[from] persist::PersistError),
     /// The kubeconfig could not be written.
     #[error(transparent)]
-    Kubeconfig(#[from] kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] persist::kubeconfig::KubeconfigError),
     /// Certificates could not be created or loaded.
     #[error(transparent)]
-    Tls(#[from] tls::TlsError),
+    Tls(#[from] http::tls::TlsError),
     /// A default namespace (or, with RBAC, a bootstrap ClusterRole or
     /// ClusterRoleBinding) could not be created.
     #[error("creating {name}: {source}")]
@@ -252,9 +229,9 @@ impl ApiServer {
             None => None,
         };
         let ca = match (&config.ca, &creds) {
-            (Some(ca), _) => tls::Ca::from_pem(&ca.cert_pem, &ca.key_pem)?,
-            (None, Some(c)) => tls::Ca::from_pem(&c.ca_cert, &c.ca_key)?,
-            (None, None) => tls::Ca::generate()?,
+            (Some(ca), _) => http::tls::Ca::from_pem(&ca.cert_pem, &ca.key_pem)?,
+            (None, Some(c)) => http::tls::Ca::from_pem(&c.ca_cert, &c.ca_key)?,
+            (None, None) => http::tls::Ca::generate()?,
         };
         let tls = ca.server(addr.ip())?;
         // Service-account tokens outlive a restart only with a data
@@ -262,7 +239,7 @@ impl ApiServer {
         let sa_key = creds
             .as_ref()
             .and_then(persist::Credentials::service_account_key)
-            .unwrap_or_else(sa_token::generate_key);
+            .unwrap_or_else(auth::sa_token::generate_key);
         let token = config
             .token
             .or_else(|| creds.map(|c| c.token))
@@ -275,10 +252,10 @@ impl ApiServer {
             config.timeouts.request_body,
         ));
         // Derived state (the CRD registry) follows every visible change.
-        let weak = Arc::downgrade(&shared);
-        shared.store.set_apply_hook(move |ev| {
-            if let Some(shared) = weak.upgrade() {
-                shared.after_apply(ev);
+        let weak = Arc::downgrade(&shared.objects);
+        shared.objects.store.set_apply_hook(move |ev| {
+            if let Some(objects) = weak.upgrade() {
+                objects.after_apply(ev);
             }
         });
 
@@ -292,7 +269,7 @@ impl ApiServer {
             let micros = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_micros() as u64);
-            shared.store.load(micros, Vec::new());
+            shared.objects.store.load(micros, Vec::new());
         }
         if let Some(dir) = &config.data_dir {
             let (db, loaded) = persist::open(dir)?;
@@ -304,22 +281,22 @@ impl ApiServer {
                 })
                 .map(|(.., obj)| obj.clone())
                 .collect();
-            shared.store.load(loaded.rv, loaded.objects);
+            shared.objects.store.load(loaded.rv, loaded.objects);
             for crd in crds {
-                let (storage, infos) = crd::infos_for(&crd);
-                shared.registry_mut().set_custom(&storage, infos);
+                let (storage, infos) = registry::crd::infos_for(&crd);
+                shared.objects.registry_mut().set_custom(&storage, infos);
             }
             let (tx, rx) = mpsc::unbounded_channel();
-            shared.store.set_persist(tx);
+            shared.objects.store.set_persist(tx);
             persister = Some(persist::Persister::start(db, rx, shared.clone())?);
         }
 
         let (gc_tx, gc_rx) = mpsc::unbounded_channel();
-        for ev in shared.store.deleting_events() {
+        for ev in shared.objects.store.deleting_events() {
             let _ = gc_tx.send(ev);
         }
-        shared.store.set_gc(gc_tx);
-        let gc = tokio::spawn(gc::run(shared.clone(), gc_rx));
+        shared.objects.store.set_gc(gc_tx);
+        let gc = tokio::spawn(registry::gc::run(shared.objects.clone(), gc_rx));
 
         let mut server = ApiServer {
             shared: shared.clone(),
@@ -339,8 +316,8 @@ impl ApiServer {
 
         let (stop, stopped) = oneshot::channel::<()>();
         let metrics = shared.metrics.clone();
-        let app = routes::router(shared);
-        server.task = Some(tokio::spawn(conn::serve(
+        let app = http::routes::router(shared);
+        server.task = Some(tokio::spawn(http::conn::serve(
             listener,
             tls.server_config.clone(),
             app,
@@ -366,19 +343,26 @@ impl ApiServer {
             .collect();
         if self.authorization == Authorization::Rbac {
             objects.extend(
-                rbac::bootstrap_policy()
+                auth::rbac::bootstrap_policy()
                     .into_iter()
-                    .map(|(plural, obj)| (rbac::GROUP, plural, obj)),
+                    .map(|(plural, obj)| (auth::rbac::GROUP, plural, obj)),
             );
         }
         for (group, plural, body) in objects {
             let info = self
                 .shared
+                .objects
                 .registry()
                 .find(group, "v1", plural)
                 .expect("seeded kinds are built in");
             let name = values::meta_str(&body, "name").unwrap_or("").to_string();
-            if self.shared.store.latest(&info.storage, "", &name).is_some() {
+            if self
+                .shared
+                .objects
+                .store
+                .latest(&info.storage, "", &name)
+                .is_some()
+            {
                 continue;
             }
             let ctx = WriteCtx::system("wasmctrl-apiserver");
@@ -387,6 +371,7 @@ impl ApiServer {
                 source,
             };
             self.shared
+                .objects
                 .create_object(&info, "", body, &ctx)
                 .map_err(|e| seed_err(Box::new(e)))?;
             let pending =
@@ -419,7 +404,7 @@ impl ApiServer {
 
     /// The bearer token every request must carry.
     pub fn token(&self) -> &str {
-        &self.shared.token
+        &self.shared.auth.token
     }
 
     /// The configuration that serves the same clients again: this address,
@@ -430,7 +415,7 @@ impl ApiServer {
         Config {
             addr: self.shared.addr,
             data_dir: self.data_dir.clone(),
-            token: Some(self.shared.token.clone()),
+            token: Some(self.shared.auth.token.clone()),
             ca: Some(self.ca.clone()),
             timeouts: self.timeouts,
             authorization: self.authorization,
@@ -455,33 +440,38 @@ impl ApiServer {
         expiration: Duration,
     ) -> Result<String, Error> {
         let secs = i64::try_from(expiration.as_secs()).unwrap_or(i64::MAX);
-        let audiences = sa_token::API_AUDIENCES
+        let audiences = auth::sa_token::API_AUDIENCES
             .iter()
             .map(|a| a.to_string())
             .collect();
-        let (token, _) = reviews::issue_token(&self.shared, namespace, name, audiences, secs, None)
-            .map_err(|e| Error::ServiceAccountToken {
+        let (token, _) =
+            auth::reviews::issue_token(&self.shared.auth, namespace, name, audiences, secs, None)
+                .map_err(|e| Error::ServiceAccountToken {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
                 message: e.to_string(),
             })?;
-        Ok(kubeconfig::render(&self.url(), &token, &self.ca.cert_pem))
+        Ok(persist::kubeconfig::render(
+            &self.url(),
+            &token,
+            &self.ca.cert_pem,
+        ))
     }
 
     /// Kubeconfig YAML (cluster, user and context named `wasmctrl`).
     pub fn kubeconfig(&self) -> String {
-        kubeconfig::render(&self.url(), self.token(), &self.ca.cert_pem)
+        persist::kubeconfig::render(&self.url(), self.token(), &self.ca.cert_pem)
     }
 
     /// Writes [`ApiServer::kubeconfig`] to `path` atomically with mode
     /// 0600, creating parent directories.
     pub fn write_kubeconfig(&self, path: &Path) -> Result<(), Error> {
-        Ok(kubeconfig::write(path, &self.kubeconfig())?)
+        Ok(persist::kubeconfig::write(path, &self.kubeconfig())?)
     }
 
     /// The current global resourceVersion.
     pub fn resource_version(&self) -> u64 {
-        self.shared.store.current_rv()
+        self.shared.objects.store.current_rv()
     }
 
     /// Makes every resourceVersion clients hold too old to watch from and
@@ -520,7 +510,11 @@ impl ApiServer {
     /// is issued on first use and lives as long as this server.
     #[cfg(feature = "testing")]
     pub fn kubeconfig_for_user(&self, user: &str) -> String {
-        kubeconfig::render(&self.url(), &self.shared.token_for(user), &self.ca.cert_pem)
+        persist::kubeconfig::render(
+            &self.url(),
+            &self.shared.auth.token_for(user),
+            &self.ca.cert_pem,
+        )
     }
 
     /// Stops accepting requests, closes watches, waits for in-flight requests
@@ -536,7 +530,7 @@ impl ApiServer {
                 abort.abort();
             }
         }
-        self.shared.store.detach();
+        self.shared.objects.store.detach();
         if let Some(gc) = self.gc.take() {
             let _ = gc.await;
         }
@@ -556,6 +550,6 @@ impl ApiServer {
 impl Drop for ApiServer {
     fn drop(&mut self) {
         self.stop_serving();
-        self.shared.store.detach();
+        self.shared.objects.store.detach();
     }
 }

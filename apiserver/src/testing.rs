@@ -25,10 +25,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::server::ServerState;
+use crate::http::state::ServerState;
 
-pub use crate::audit::AuditRecord;
-pub use crate::faults::Scope;
+pub use crate::http::audit::AuditRecord;
+pub use crate::http::faults::Scope;
 
 /// Switches faults of one server on and off. Cheap to clone; every clone
 /// controls the same server.

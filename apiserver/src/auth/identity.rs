@@ -113,8 +113,8 @@ pub(crate) fn split_service_account(username: &str) -> Option<(&str, &str)> {
     let mut parts = rest.split(':');
     let (namespace, name) = (parts.next()?, parts.next()?);
     if parts.next().is_some()
-        || !crate::validation::validate_namespace(namespace).is_empty()
-        || !crate::validation::is_subdomain(name)
+        || !crate::registry::validation::validate_namespace(namespace).is_empty()
+        || !crate::registry::validation::is_subdomain(name)
     {
         return None;
     }

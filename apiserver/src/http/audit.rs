@@ -32,7 +32,7 @@ mod enabled {
     use std::time::SystemTime;
 
     use super::Caller;
-    use crate::request_info::RequestInfo;
+    use crate::http::request_info::RequestInfo;
 
     /// Records kept; older ones are dropped (and counted).
     pub(crate) const CAPACITY: usize = 100_000;
@@ -140,7 +140,7 @@ mod disabled {
     use std::time::SystemTime;
 
     use super::Caller;
-    use crate::request_info::RequestInfo;
+    use crate::http::request_info::RequestInfo;
 
     /// Nothing is recorded without the `testing` feature.
     #[derive(Debug)]

@@ -1,11 +1,22 @@
-//! `--data-dir` persistence in a redb database: every staged write is
+//! What the server keeps on disk, and the files it writes for clients.
+//!
+//! | File | Job |
+//! |---|---|
+//! | this one | `--data-dir`: the object database and `credentials.json` |
+//! | [`kubeconfig`] | the kubeconfig clients load |
+//! | [`files`] | private (0600), atomically replaced files |
+//!
+//! `--data-dir` persistence is a redb database: every staged write is
 //! queued to a blocking writer thread that batches them into one durable
 //! transaction, so a burst of writes costs one fsync, not one each. Only a
 //! committed transaction makes its writes visible (and answers their
 //! requests); a failed one discards every staged write, so memory always
-//! equals disk (see [`crate::storage`]). On start the objects and the
+//! equals disk (see [`crate::registry::storage`]). On start the objects and the
 //! resourceVersion counter are loaded back, so resourceVersions keep
 //! increasing across restarts.
+//!
+//! May import everything but [`crate::testing`]; only the crate root
+//! imports it.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,9 +26,12 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::resources::GroupResource;
-use crate::server::ServerState;
-use crate::storage::{EventType, ObjKey, PersistOp};
+use crate::http::state::ServerState;
+use crate::registry::resources::GroupResource;
+use crate::registry::storage::{EventType, ObjKey, PersistOp};
+
+pub(crate) mod files;
+pub(crate) mod kubeconfig;
 
 /// Objects, keyed `group \0 resource \0 namespace \0 name`, JSON values.
 const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
@@ -89,7 +103,7 @@ impl Credentials {
         let key = base64::engine::general_purpose::STANDARD
             .decode(self.service_account_key.as_deref()?)
             .ok()?;
-        (key.len() == crate::sa_token::KEY_BYTES).then_some(key)
+        (key.len() == crate::auth::sa_token::KEY_BYTES).then_some(key)
     }
 }
 
@@ -98,7 +112,7 @@ fn write_credentials(path: &Path, creds: &Credentials) -> Result<(), PersistErro
         key: path.display().to_string(),
         message: e.to_string(),
     })?;
-    crate::files::write_private(path, json.as_bytes()).map_err(|source| PersistError::Io {
+    crate::persist::files::write_private(path, json.as_bytes()).map_err(|source| PersistError::Io {
         what: format!("writing {}", path.display()),
         source,
     })
@@ -112,7 +126,7 @@ fn encoded_key(key: &[u8]) -> String {
 /// Reads `dir/credentials.json`, creating it (mode 0600) on first use and
 /// adding a service-account signing key to one written without.
 pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
-    crate::files::create_private_dir(dir).map_err(|source| PersistError::Io {
+    crate::persist::files::create_private_dir(dir).map_err(|source| PersistError::Io {
         what: format!("creating data directory {}", dir.display()),
         source,
     })?;
@@ -127,7 +141,8 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
             match (&creds.service_account_key, creds.service_account_key()) {
                 (_, Some(_)) => {}
                 (None, None) => {
-                    creds.service_account_key = Some(encoded_key(&crate::sa_token::generate_key()));
+                    creds.service_account_key =
+                        Some(encoded_key(&crate::auth::sa_token::generate_key()));
                     write_credentials(&path, &creds)?;
                 }
                 // Never replace a key that is there but unreadable: tokens
@@ -137,7 +152,7 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
                         key: path.display().to_string(),
                         message: format!(
                             "serviceAccountKey is not the base64 of {} bytes",
-                            crate::sa_token::KEY_BYTES
+                            crate::auth::sa_token::KEY_BYTES
                         ),
                     });
                 }
@@ -154,7 +169,7 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
             });
         }
     }
-    let ca = crate::tls::Ca::generate().map_err(|e| PersistError::Corrupt {
+    let ca = crate::http::tls::Ca::generate().map_err(|e| PersistError::Corrupt {
         key: "ca".into(),
         message: e.to_string(),
     })?;
@@ -162,7 +177,7 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
         token: crate::values::random_token(),
         ca_cert: ca.cert_pem.clone(),
         ca_key: ca.key_pem(),
-        service_account_key: Some(encoded_key(&crate::sa_token::generate_key())),
+        service_account_key: Some(encoded_key(&crate::auth::sa_token::generate_key())),
     };
     write_credentials(&path, &creds)?;
     Ok(creds)
@@ -181,7 +196,7 @@ pub(crate) struct Persister {
 
 /// Opens (or creates) `dir/state.redb` and loads its contents.
 pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
-    crate::files::create_private_dir(dir).map_err(|source| PersistError::Io {
+    crate::persist::files::create_private_dir(dir).map_err(|source| PersistError::Io {
         what: format!("creating data directory {}", dir.display()),
         source,
     })?;
@@ -286,7 +301,7 @@ fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared:
             }
         }
         // Only this thread changes the epoch, so it cannot move meanwhile.
-        let epoch = shared.store.epoch();
+        let epoch = shared.objects.store.epoch();
         let (live, stale): (Vec<PersistOp>, Vec<PersistOp>) =
             batch.into_iter().partition(|op| op.epoch() == epoch);
         for op in stale {
@@ -308,12 +323,12 @@ fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared:
         }
         let outcome: Result<(), Arc<str>> = match result {
             Ok(()) => {
-                shared.store.apply_durable(events);
+                shared.objects.store.apply_durable(events);
                 Ok(())
             }
             Err(e) => {
                 tracing::error!(error = %e, writes = dones.len(), "persisting writes failed; discarding them");
-                shared.store.abort_staged();
+                shared.objects.store.abort_staged();
                 Err(format!("persisting the write failed: {e}").into())
             }
         };

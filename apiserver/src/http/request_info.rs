@@ -109,14 +109,14 @@ impl RequestInfo {
         }
         .to_string();
         if matches!(info.verb.as_str(), "list" | "watch") {
-            info.name = field_selector.and_then(crate::selectors::exact_name_of);
+            info.name = field_selector.and_then(crate::registry::selectors::exact_name_of);
         }
         info
     }
 
     /// The attributes authorization decides on.
-    pub(crate) fn attributes(&self) -> crate::rbac::Attributes {
-        crate::rbac::Attributes {
+    pub(crate) fn attributes(&self) -> crate::auth::rbac::Attributes {
+        crate::auth::rbac::Attributes {
             verb: self.verb.clone(),
             resource_request: self.is_resource,
             group: self.group.clone(),

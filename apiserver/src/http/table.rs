@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::resources::ResourceInfo;
+use crate::registry::resources::ResourceInfo;
 use crate::values::get_path;
 
 /// Whether `accept` prefers a Table (kubectl's human-readable `get`), and in

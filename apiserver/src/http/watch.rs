@@ -13,13 +13,14 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
+use super::faults::{WatchFault, WatchFaults};
+use super::state::ServerState;
 use crate::error::{ApiError, Cause};
-use crate::faults::{WatchFault, WatchFaults};
 use crate::metrics::{Limit, Metrics};
-use crate::resources::ResourceInfo;
-use crate::selectors::{FieldSelector, LabelSelector};
-use crate::server::{ServerState, to_view, view_is_identity};
-use crate::storage::{Event, EventType, StoreError, WatchFrom};
+use crate::registry::resources::ResourceInfo;
+use crate::registry::selectors::{FieldSelector, LabelSelector};
+use crate::registry::storage::{Event, EventType, StoreError, WatchFrom};
+use crate::registry::views::{to_view, view_is_identity};
 
 /// How often an idle watch that asked for bookmarks gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
@@ -42,7 +43,7 @@ pub(crate) struct WatchParams {
     pub(crate) labels: LabelSelector,
     pub(crate) fields: FieldSelector,
     /// kubectl's human-readable watch: each event object is a one-row Table.
-    pub(crate) table: Option<(&'static str, crate::table::Include)>,
+    pub(crate) table: Option<(&'static str, super::table::Include)>,
 }
 
 impl WatchParams {
@@ -70,7 +71,7 @@ fn render(info: &ResourceInfo, p: &WatchParams, obj: &Value) -> Vec<u8> {
     let view = to_view(info, obj);
     match p.table {
         Some((version, include)) => {
-            let t = crate::table::table(
+            let t = super::table::table(
                 info,
                 version,
                 std::slice::from_ref(&view),
@@ -191,7 +192,7 @@ pub(crate) fn serve(
     }
     let from = match (&rv_param, p.send_initial_events) {
         (_, Some(true)) => WatchFrom::Snapshot,
-        (None, Some(false)) => WatchFrom::Rv(shared.store.current_rv()),
+        (None, Some(false)) => WatchFrom::Rv(shared.objects.store.current_rv()),
         (None, None) => WatchFrom::Snapshot,
         (Some(rv), _) if rv == "0" => WatchFrom::Snapshot,
         (Some(rv), _) => WatchFrom::Rv(
@@ -199,7 +200,7 @@ pub(crate) fn serve(
                 .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}")))?,
         ),
     };
-    let start = match shared.store.watch(&info.storage, from) {
+    let start = match shared.objects.store.watch(&info.storage, from) {
         // The real server answers 200 and an ERROR event, which is what
         // client-go, kube-rs and the Python client expect.
         Err(StoreError::Expired { requested, oldest }) => {
@@ -413,8 +414,8 @@ impl Pump {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::faults::FaultState;
-    use crate::resources::Registry;
+    use crate::http::faults::FaultState;
+    use crate::registry::resources::Registry;
 
     fn params() -> WatchParams {
         WatchParams {

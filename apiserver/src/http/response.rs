@@ -1,10 +1,12 @@
-//! Building HTTP responses. A leaf module: errors and handlers both render
-//! through it, so neither has to know about the other.
+//! Building HTTP responses, errors included: an [`ApiError`] answers as
+//! its `metav1.Status`.
 
 use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
+
+use crate::error::ApiError;
 
 /// A JSON response with the given status.
 pub(crate) fn json(code: StatusCode, body: &Value) -> Response {
@@ -28,4 +30,11 @@ pub(crate) fn bytes_with_type(code: StatusCode, content_type: &str, body: Vec<u8
         .header(header::CONTENT_TYPE, content_type)
         .body(Body::from(body))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.code()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json(code, &self.to_status())
+    }
 }

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::resources::GroupResource;
+use super::resources::GroupResource;
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
 pub(crate) type ObjKey = (String, String);

@@ -15,12 +15,12 @@
 
 use axum::http::HeaderMap;
 
+use super::identity::{self, UserInfo};
+use super::rbac::Attributes;
+use super::sa_token::{self, Claims};
+use super::{ADMIN_USER, Auth};
 use crate::error::ApiError;
-use crate::identity::{self, UserInfo};
 use crate::metrics::{Limit, Metrics};
-use crate::rbac::Attributes;
-use crate::sa_token::{self, Claims};
-use crate::server::{ADMIN_USER, ServerState};
 
 /// Most impersonation headers honoured in one request (groups and extras
 /// together); more is refused.
@@ -37,7 +37,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-impl ServerState {
+impl Auth {
     /// The identity of a bearer token, if it is valid.
     pub(crate) fn authenticate(&self, token: &str) -> Option<UserInfo> {
         self.authenticate_static(token).or_else(|| {
@@ -75,7 +75,7 @@ impl ServerState {
     ) -> Result<(UserInfo, Vec<String>), String> {
         let claims = self.signer.verify(token, now_secs()).map_err(|e| {
             if e == sa_token::TokenError::TooLarge {
-                self.metrics.exceeded(Limit::TokenSize);
+                self.objects.metrics.exceeded(Limit::TokenSize);
             }
             e.to_string()
         })?;
@@ -114,9 +114,10 @@ impl ServerState {
     /// A token is only as alive as the objects it names: its service
     /// account (not being deleted) and the object it is bound to.
     fn check_token_objects(&self, claims: &Claims) -> Result<(), String> {
-        let core = |plural: &str| crate::resources::GroupResource::new("", plural);
+        let core = |plural: &str| crate::registry::resources::GroupResource::new("", plural);
         let alive = |plural: &str, name: &str, uid: &str| {
-            self.store
+            self.objects
+                .store
                 .get(&core(plural), &claims.namespace, name)
                 .filter(|s| crate::values::meta_str(&s.obj, "uid") == Some(uid))
                 .filter(|s| s.obj["metadata"].get("deletionTimestamp").is_none())
@@ -270,11 +271,11 @@ fn impersonation_requests(
 /// impersonation headers name if `requestor` may impersonate each of them
 /// (else the 403 upstream answers).
 pub(crate) fn impersonate(
-    shared: &ServerState,
+    auth: &Auth,
     requestor: UserInfo,
     headers: &HeaderMap,
 ) -> Result<UserInfo, ApiError> {
-    let requests = impersonation_requests(headers, &shared.metrics)?;
+    let requests = impersonation_requests(headers, &auth.objects.metrics)?;
     if requests.is_empty() {
         return Ok(requestor);
     }
@@ -283,7 +284,7 @@ pub(crate) fn impersonate(
         .any(|r| matches!(r.change, Change::Group(_)));
     let mut user = UserInfo::default();
     for r in requests {
-        shared.check(&requestor, &r.attrs)?;
+        auth.check(&requestor, &r.attrs)?;
         match r.change {
             Change::ServiceAccount { namespace, name } => {
                 user.name = identity::service_account_username(&namespace, &name);

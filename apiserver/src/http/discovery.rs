@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::resources::{Registry, ResourceInfo};
+use crate::registry::resources::{Registry, ResourceInfo};
 
 /// Content type of aggregated discovery v2.
 pub(crate) const AGGREGATED_V2: &str =
@@ -66,7 +66,7 @@ fn gv(group: &str, version: &str) -> Value {
     json!({"groupVersion": format!("{group}/{version}"), "version": version})
 }
 
-fn api_group(g: &crate::resources::GroupEntry) -> Value {
+fn api_group(g: &crate::registry::resources::GroupEntry) -> Value {
     let versions: Vec<Value> = g.versions.iter().map(|(v, _)| gv(&g.name, v)).collect();
     json!({
         "name": g.name,

@@ -4,14 +4,14 @@
 //! real cluster. Everyone else is decided by the configured
 //! [`Authorization`] mode: [`Authorization::AlwaysAllow`] allows every
 //! request; [`Authorization::Rbac`] evaluates the RBAC objects in the store
-//! ([`crate::rbac`]). A refused request gets 403 with upstream's
+//! ([`super::rbac`]). A refused request gets 403 with upstream's
 //! `metav1.Status` and message.
 
-use crate::authorization::Authorization;
+use super::Auth;
+use super::identity::UserInfo;
+use super::mode::Authorization;
+use super::rbac::{Attributes, Resolver};
 use crate::error::ApiError;
-use crate::identity::UserInfo;
-use crate::rbac::{Attributes, Resolver};
-use crate::server::ServerState;
 use crate::values::go_quote;
 
 /// An authorizer's answer: allowed or not, and why (upstream's reason
@@ -22,7 +22,7 @@ pub(crate) struct Decision {
     pub(crate) reason: String,
 }
 
-impl ServerState {
+impl Auth {
     /// Whether `user` may do what `a` describes, as the whole authorizer
     /// chain of this server decides: `system:masters`, then the mode.
     pub(crate) fn authorize(&self, user: &UserInfo, a: &Attributes) -> Decision {
@@ -38,7 +38,7 @@ impl ServerState {
                 reason: String::new(),
             },
             Authorization::Rbac => {
-                let (allowed, reason) = Resolver::new(&self.store).authorize(user, a);
+                let (allowed, reason) = Resolver::new(&self.objects.store).authorize(user, a);
                 Decision { allowed, reason }
             }
         }

@@ -1,8 +1,54 @@
-//! Core v1 Events and `events.k8s.io/v1` Events are one store: objects are
-//! kept in core form (what `kubectl describe` and field selectors read) and
-//! converted for the events.k8s.io API (what kube-runtime's Recorder writes).
+//! How a stored object is presented in each served version, and back.
+//!
+//! Most resources are stored as served, with only `apiVersion` and `kind`
+//! rewritten. Core v1 Events and `events.k8s.io/v1` Events are one store:
+//! objects are kept in core form (what `kubectl describe` and field
+//! selectors read) and converted for the events.k8s.io API (what
+//! kube-runtime's Recorder writes).
 
 use serde_json::{Map, Value};
+
+use super::resources::{ResourceInfo, View};
+
+/// A stored object as the served version presents it.
+pub(crate) fn to_view(info: &ResourceInfo, obj: &Value) -> Value {
+    match info.view {
+        View::Plain => {
+            let mut o = obj.clone();
+            if let Some(m) = o.as_object_mut() {
+                m.insert("apiVersion".into(), Value::String(info.api_version()));
+                m.insert("kind".into(), Value::String(info.kind.clone()));
+            }
+            o
+        }
+        View::EventsV1 => core_to_events_v1(obj),
+    }
+}
+
+/// A served-version object in stored form.
+pub(crate) fn from_view(info: &ResourceInfo, obj: Value) -> Value {
+    match info.view {
+        View::Plain => {
+            let mut o = obj;
+            if let Some(m) = o.as_object_mut() {
+                m.insert(
+                    "apiVersion".into(),
+                    Value::String(info.storage_api_version.clone()),
+                );
+                m.insert("kind".into(), Value::String(info.kind.clone()));
+            }
+            o
+        }
+        View::EventsV1 => events_v1_to_core(&obj),
+    }
+}
+
+/// Whether the stored form already equals the served form (no conversion
+/// needed, so cached serializations can be reused).
+pub(crate) fn view_is_identity(info: &ResourceInfo, obj: &Value) -> bool {
+    info.view == View::Plain
+        && obj.get("apiVersion").and_then(Value::as_str) == Some(info.api_version().as_str())
+}
 
 /// Field renames between the two APIs: (core v1, events.k8s.io/v1).
 const RENAMES: &[(&str, &str)] = &[
@@ -49,12 +95,12 @@ fn convert(obj: &Value, to_v1: bool, api_version: &str) -> Value {
 }
 
 /// A stored core v1 Event as `events.k8s.io/v1`.
-pub(crate) fn core_to_events_v1(obj: &Value) -> Value {
+fn core_to_events_v1(obj: &Value) -> Value {
     convert(obj, true, "events.k8s.io/v1")
 }
 
 /// An `events.k8s.io/v1` Event in stored core v1 form.
-pub(crate) fn events_v1_to_core(obj: &Value) -> Value {
+fn events_v1_to_core(obj: &Value) -> Value {
     let mut core = convert(obj, false, "v1");
     // Core consumers (kubectl describe, field selectors) key on source and
     // lastTimestamp; derive them from the v1 fields when the writer set only

@@ -24,9 +24,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use crate::identity::{self, UserInfo};
-use crate::resources::GroupResource;
-use crate::storage::Store;
+use super::identity::{self, UserInfo};
+use crate::registry::resources::GroupResource;
+use crate::registry::storage::Store;
 use crate::values::go_quote;
 
 /// The RBAC API group.

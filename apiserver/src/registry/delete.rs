@@ -1,16 +1,17 @@
 //! Deletion: preconditions, finalizers and deletionTimestamp, propagation
-//! policies (which the garbage collector in [`crate::gc`] completes),
+//! policies (which the garbage collector in [`super::gc`] completes),
 //! namespace termination, and the small internal writes the in-process
 //! controllers make.
 
 use serde_json::{Value, json};
 
+use super::Objects;
+use super::resources::ResourceInfo;
+use super::storage::{Change, Expect, StoreError};
+use super::views::to_view;
+use super::writes::{MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace};
 use crate::error::ApiError;
-use crate::resources::ResourceInfo;
-use crate::server::{ServerState, to_view};
-use crate::storage::{Change, Expect, StoreError};
 use crate::values::{meta_str, metadata_mut, now_rfc3339};
-use crate::writes::{MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace};
 
 /// The finalizer that holds an owner until its dependents are gone.
 pub(crate) const FOREGROUND: &str = "foregroundDeletion";
@@ -29,7 +30,7 @@ pub(crate) struct DeleteOptions {
     pub(crate) precondition_rv: Option<String>,
 }
 
-impl ServerState {
+impl Objects {
     /// DELETE of one object. Returns the response body: the object while
     /// finalizers hold it (or for kinds that return it), else a Success
     /// status.

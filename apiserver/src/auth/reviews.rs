@@ -12,14 +12,14 @@
 
 use serde_json::{Value, json};
 
-use crate::authorization::Authorization;
+use super::Auth;
+use super::identity::UserInfo;
+use super::mode::Authorization;
+use super::rbac::{Attributes, PolicyRule, Resolver};
+use super::sa_token::{self, BoundObject, Claims};
 use crate::error::{ApiError, Cause};
-use crate::identity::UserInfo;
 use crate::metrics::{Limit, Metrics};
-use crate::rbac::{Attributes, PolicyRule, Resolver};
-use crate::resources::{GroupResource, ResourceInfo};
-use crate::sa_token::{self, BoundObject, Claims};
-use crate::server::ServerState;
+use crate::registry::resources::{GroupResource, ResourceInfo};
 use crate::values::go_quote;
 
 /// Most audiences a TokenRequest or TokenReview may name.
@@ -80,7 +80,7 @@ fn string_list(
 
 /// Answers a review resource (`info.review`); `namespace` is the URL's.
 pub(crate) fn answer(
-    shared: &ServerState,
+    auth: &Auth,
     info: &ResourceInfo,
     user: &UserInfo,
     namespace: Option<&str>,
@@ -89,7 +89,7 @@ pub(crate) fn answer(
     let status = match info.kind.as_str() {
         "SelfSubjectAccessReview" => {
             let attrs = access_attributes(info, &body["spec"])?;
-            access_status(shared, user, &attrs)
+            access_status(auth, user, &attrs)
         }
         "SubjectAccessReview" | "LocalSubjectAccessReview" => {
             let local = info.kind == "LocalSubjectAccessReview";
@@ -125,9 +125,9 @@ pub(crate) fn answer(
                     spec,
                     "groups",
                     MAX_REVIEW_GROUPS,
-                    (&shared.metrics, Limit::ReviewLists),
+                    (&auth.objects.metrics, Limit::ReviewLists),
                 )?,
-                extra: extra(spec, &shared.metrics)?,
+                extra: extra(spec, &auth.objects.metrics)?,
             };
             match access_attributes(info, spec) {
                 Err(ApiError::Invalid { causes: c, .. }) => causes.extend(c),
@@ -148,14 +148,14 @@ pub(crate) fn answer(
                 return Err(ApiError::invalid(&info.group, &info.kind, "", causes));
             }
             let attrs = access_attributes(info, spec)?;
-            access_status(shared, &subject, &attrs)
+            access_status(auth, &subject, &attrs)
         }
         "SelfSubjectRulesReview" => {
             let ns = str_field(&body["spec"], "namespace");
             if ns.is_empty() {
                 return Err(ApiError::BadRequest("no namespace on request".into()));
             }
-            let status = rules_status(shared, user, ns);
+            let status = rules_status(auth, user, ns);
             // Upstream answers with a new object: the status alone.
             body = json!({"metadata": {"creationTimestamp": null}, "spec": {}});
             status
@@ -164,7 +164,7 @@ pub(crate) fn answer(
             body["metadata"] = json!({"creationTimestamp": crate::values::now_rfc3339()});
             json!({"userInfo": user.to_json()})
         }
-        "TokenReview" => token_review(shared, &body["spec"])?,
+        "TokenReview" => token_review(auth, &body["spec"])?,
         other => return Err(ApiError::Internal(format!("no review answers {other}"))),
     };
     body["apiVersion"] = json!(info.api_version());
@@ -274,8 +274,8 @@ fn access_attributes(info: &ResourceInfo, spec: &Value) -> Result<Attributes, Ap
 }
 
 /// `SubjectAccessReviewStatus` for `user` doing `attrs`.
-fn access_status(shared: &ServerState, user: &UserInfo, attrs: &Attributes) -> Value {
-    let d = shared.authorize(user, attrs);
+fn access_status(auth: &Auth, user: &UserInfo, attrs: &Attributes) -> Value {
+    let d = auth.authorize(user, attrs);
     let mut status = json!({"allowed": d.allowed});
     if !d.reason.is_empty() {
         status["reason"] = json!(d.reason);
@@ -284,12 +284,12 @@ fn access_status(shared: &ServerState, user: &UserInfo, attrs: &Attributes) -> V
 }
 
 /// `SubjectRulesReviewStatus` of `user` in `namespace`.
-fn rules_status(shared: &ServerState, user: &UserInfo, namespace: &str) -> Value {
-    match shared.authorization {
+fn rules_status(auth: &Auth, user: &UserInfo, namespace: &str) -> Value {
+    match auth.authorization {
         // AlwaysAllow lists everything for everyone, as upstream's does.
         Authorization::AlwaysAllow => {
             let all = |v: &str| vec![v.to_string()];
-            crate::rbac::rules_review_status(
+            super::rbac::rules_review_status(
                 &[
                     PolicyRule {
                         verbs: all("*"),
@@ -307,15 +307,15 @@ fn rules_status(shared: &ServerState, user: &UserInfo, namespace: &str) -> Value
             )
         }
         Authorization::Rbac => {
-            let (rules, errors) = Resolver::new(&shared.store).rules_for(user, namespace);
-            crate::rbac::rules_review_status(&rules, &errors)
+            let (rules, errors) = Resolver::new(&auth.objects.store).rules_for(user, namespace);
+            super::rbac::rules_review_status(&rules, &errors)
         }
     }
 }
 
 /// `TokenReviewStatus`: who `spec.token` authenticates as, for the
 /// audiences asked about (this server's by default).
-fn token_review(shared: &ServerState, spec: &Value) -> Result<Value, ApiError> {
+fn token_review(auth: &Auth, spec: &Value) -> Result<Value, ApiError> {
     let token = str_field(spec, "token");
     if token.is_empty() {
         return Err(ApiError::BadRequest(
@@ -326,7 +326,7 @@ fn token_review(shared: &ServerState, spec: &Value) -> Result<Value, ApiError> {
         spec,
         "audiences",
         MAX_AUDIENCES,
-        (&shared.metrics, Limit::TokenAudiences),
+        (&auth.objects.metrics, Limit::TokenAudiences),
     )?;
     let audiences: Vec<&str> = if asked.is_empty() {
         sa_token::API_AUDIENCES.to_vec()
@@ -334,22 +334,20 @@ fn token_review(shared: &ServerState, spec: &Value) -> Result<Value, ApiError> {
         asked.iter().map(String::as_str).collect()
     };
     // The server's own tokens are not audience-bound.
-    if let Some(user) = shared.authenticate_static(token) {
+    if let Some(user) = auth.authenticate_static(token) {
         return Ok(json!({"authenticated": true, "user": user.to_json(), "audiences": audiences}));
     }
-    Ok(
-        match shared.authenticate_service_account(token, &audiences) {
-            Ok((user, matching)) => {
-                json!({"authenticated": true, "user": user.to_json(), "audiences": matching})
-            }
-            Err(e) => json!({"user": {}, "error": format!("[invalid bearer token, {e}]")}),
-        },
-    )
+    Ok(match auth.authenticate_service_account(token, &audiences) {
+        Ok((user, matching)) => {
+            json!({"authenticated": true, "user": user.to_json(), "audiences": matching})
+        }
+        Err(e) => json!({"user": {}, "error": format!("[invalid bearer token, {e}]")}),
+    })
 }
 
 /// A TokenRequest's `spec.boundObjectRef`, resolved to the object's uid.
 fn bound_object(
-    shared: &ServerState,
+    auth: &Auth,
     namespace: &str,
     service_account: &str,
     spec: &Value,
@@ -372,7 +370,8 @@ fn bound_object(
             )));
         }
     };
-    let stored = shared
+    let stored = auth
+        .objects
         .store
         .get(&GroupResource::new("", plural), namespace, name)
         .ok_or_else(|| ApiError::not_found("", plural, name))?;
@@ -434,7 +433,7 @@ fn expiration_causes(secs: i64) -> Vec<Cause> {
 /// `expiration_secs` and `audiences`, bound to `bound` if given: the token
 /// and its expiry (Unix seconds).
 pub(crate) fn issue_token(
-    shared: &ServerState,
+    auth: &Auth,
     namespace: &str,
     name: &str,
     audiences: Vec<String>,
@@ -450,14 +449,15 @@ pub(crate) fn issue_token(
             causes,
         ));
     }
-    let sa = shared
+    let sa = auth
+        .objects
         .store
         .get(&GroupResource::new("", "serviceaccounts"), namespace, name)
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", name))?;
     let uid = crate::values::meta_str(&sa.obj, "uid")
         .unwrap_or("")
         .to_string();
-    let now = crate::authn::now_secs();
+    let now = super::authenticate::now_secs();
     let claims = Claims {
         namespace: namespace.to_string(),
         service_account: name.to_string(),
@@ -467,13 +467,13 @@ pub(crate) fn issue_token(
         id: uuid::Uuid::new_v4().to_string(),
         bound,
     };
-    Ok((shared.signer.issue(&claims, now), claims.expires))
+    Ok((auth.signer.issue(&claims, now), claims.expires))
 }
 
 /// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`: a TokenRequest
 /// answered with a fresh token in `status.token`.
 pub(crate) fn token_request(
-    shared: &ServerState,
+    auth: &Auth,
     namespace: &str,
     name: &str,
     mut body: Value,
@@ -513,10 +513,10 @@ pub(crate) fn token_request(
         &spec,
         "audiences",
         MAX_AUDIENCES,
-        (&shared.metrics, Limit::TokenAudiences),
+        (&auth.objects.metrics, Limit::TokenAudiences),
     )?;
     if let Some(long) = audiences.iter().find(|a| a.len() > MAX_AUDIENCE_BYTES) {
-        shared.metrics.exceeded(Limit::TokenAudiences);
+        auth.objects.metrics.exceeded(Limit::TokenAudiences);
         return Err(ApiError::BadRequest(format!(
             "an audience of {} bytes exceeds the limit of {MAX_AUDIENCE_BYTES}",
             long.len()
@@ -537,15 +537,9 @@ pub(crate) fn token_request(
             causes,
         ));
     }
-    let bound = bound_object(shared, namespace, name, &spec)?;
-    let (token, expires) = issue_token(
-        shared,
-        namespace,
-        name,
-        audiences.clone(),
-        expiration,
-        bound,
-    )?;
+    let bound = bound_object(auth, namespace, name, &spec)?;
+    let (token, expires) =
+        issue_token(auth, namespace, name, audiences.clone(), expiration, bound)?;
     body["apiVersion"] = json!(API_VERSION);
     body["kind"] = json!("TokenRequest");
     if !body["metadata"].is_object() {

@@ -14,21 +14,22 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use serde_json::{Value, json};
 
-use crate::audit::Caller;
-use crate::conn::Peer;
-use crate::delete::DeleteOptions;
-use crate::discovery;
+use super::audit::Caller;
+use super::conn::Peer;
+use super::discovery;
+use super::request_info::RequestInfo;
+use super::response;
+use super::state::ServerState;
+use super::watch::{self, WatchParams};
+use crate::auth::identity::UserInfo;
 use crate::error::ApiError;
-use crate::identity::UserInfo;
 use crate::metrics::{Limit, json_limit};
-use crate::request_info::RequestInfo;
-use crate::resources::{Registry, ResourceInfo};
-use crate::response;
-use crate::selectors::{FieldSelector, LabelSelector, SelectorError};
-use crate::server::{ServerState, to_view};
-use crate::storage::Durable;
-use crate::watch::{self, WatchParams};
-use crate::writes::{PatchKind, Subresource, WriteCtx, is_namespace};
+use crate::registry::delete::DeleteOptions;
+use crate::registry::resources::{Registry, ResourceInfo};
+use crate::registry::selectors::{FieldSelector, LabelSelector, SelectorError};
+use crate::registry::storage::Durable;
+use crate::registry::views::to_view;
+use crate::registry::writes::{PatchKind, Subresource, WriteCtx, is_namespace};
 
 /// The axum router serving everything through one fallback handler, because
 /// the Kubernetes URL grammar does not fit a static route table.
@@ -69,7 +70,9 @@ fn header_str(h: &HeaderMap, name: header::HeaderName) -> &str {
 /// The user of the request's bearer token, if it carries a valid one.
 fn authenticate(shared: &ServerState, headers: &HeaderMap) -> Option<UserInfo> {
     let auth = header_str(headers, header::AUTHORIZATION);
-    shared.authenticate(auth.strip_prefix("Bearer ")?.trim())
+    shared
+        .auth
+        .authenticate(auth.strip_prefix("Bearer ")?.trim())
 }
 
 /// Largest request body accepted: kube-apiserver's default
@@ -139,8 +142,9 @@ async fn handle(State(shared): State<Arc<ServerState>>, req: Request) -> Respons
     let scope = RequestScope::default();
     // Impersonation, then authorization, before anything else looks at the
     // request (so a refused request learns nothing, not even a 404).
-    let allowed = crate::authn::impersonate(&shared, authenticated.clone(), &parts.headers)
-        .and_then(|user| shared.check(&user, &info.attributes()).map(|()| user));
+    let allowed =
+        crate::auth::authenticate::impersonate(&shared.auth, authenticated.clone(), &parts.headers)
+            .and_then(|user| shared.auth.check(&user, &info.attributes()).map(|()| user));
     let response = match allowed {
         Ok(user) => serve(&shared, &parts, body, &query, &s, &info, &scope, &user).await,
         Err(e) => {
@@ -218,7 +222,7 @@ async fn serve(
 }
 
 /// The whole body, bounded in size ([`MAX_BODY_BYTES`]) and time (the
-/// server's body timeout, [`crate::conn::BODY_READ_TIMEOUT`] by default).
+/// server's body timeout, [`super::conn::BODY_READ_TIMEOUT`] by default).
 async fn read_body(shared: &ServerState, body: Body) -> Result<bytes::Bytes, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_BODY_BYTES);
     let timeout = shared.body_timeout;
@@ -310,7 +314,7 @@ fn dispatch(
         ["api"] | ["apis"] => {
             let core = s[0] == "api";
             if let Some(flavour) = discovery::aggregated_flavour(accept) {
-                let doc = discovery::aggregated(&shared.registry(), core, flavour);
+                let doc = discovery::aggregated(&shared.objects.registry(), core, flavour);
                 let ct = if flavour == "v2" {
                     discovery::AGGREGATED_V2
                 } else {
@@ -321,28 +325,32 @@ fn dispatch(
             if core {
                 get_only(discovery::api_versions(&shared.addr.to_string()))
             } else {
-                get_only(discovery::api_group_list(&shared.registry()))
+                get_only(discovery::api_group_list(&shared.objects.registry()))
             }
         }
         ["api", "v1"] => get_only(
-            discovery::resource_list(&shared.registry(), "", "v1")
+            discovery::resource_list(&shared.objects.registry(), "", "v1")
                 .ok_or_else(ApiError::no_route)?,
         ),
         ["apis", g] => get_only(
-            discovery::api_group_doc(&shared.registry(), g).ok_or_else(ApiError::no_route)?,
+            discovery::api_group_doc(&shared.objects.registry(), g)
+                .ok_or_else(ApiError::no_route)?,
         ),
         ["apis", g, v] => get_only(
-            discovery::resource_list(&shared.registry(), g, v).ok_or_else(ApiError::no_route)?,
+            discovery::resource_list(&shared.objects.registry(), g, v)
+                .ok_or_else(ApiError::no_route)?,
         ),
         ["openapi", "v3"] => get_only(discovery::openapi_root(
-            &shared.registry(),
-            shared.registry_generation(),
+            &shared.objects.registry(),
+            shared.objects.registry_generation(),
         )),
         ["openapi", "v3", "api", v] => get_only(
-            discovery::openapi_gv(&shared.registry(), "", v).ok_or_else(ApiError::no_route)?,
+            discovery::openapi_gv(&shared.objects.registry(), "", v)
+                .ok_or_else(ApiError::no_route)?,
         ),
         ["openapi", "v3", "apis", g, v] => get_only(
-            discovery::openapi_gv(&shared.registry(), g, v).ok_or_else(ApiError::no_route)?,
+            discovery::openapi_gv(&shared.objects.registry(), g, v)
+                .ok_or_else(ApiError::no_route)?,
         ),
         _ => Err(ApiError::no_route()),
     }
@@ -444,8 +452,8 @@ fn parse_body(shared: &ServerState, headers: &HeaderMap, body: &[u8]) -> Result<
                 ApiError::BadRequest(format!("error decoding YAML: {e}"))
             })
         }
-        "application/vnd.kubernetes.protobuf" => crate::protobuf::decode(body).map_err(|e| match e {
-            crate::protobuf::ProtobufError::Malformed | crate::protobuf::ProtobufError::NoEnvelope => {
+        "application/vnd.kubernetes.protobuf" => super::protobuf::decode(body).map_err(|e| match e {
+            super::protobuf::ProtobufError::Malformed | super::protobuf::ProtobufError::NoEnvelope => {
                 ApiError::BadRequest(e.to_string())
             }
             _ => ApiError::UnsupportedMediaType(e.to_string()),
@@ -467,7 +475,9 @@ fn patch_kind(headers: &HeaderMap, q: &Query, info: &ResourceInfo) -> Result<Pat
         "application/merge-patch+json" => PatchKind::Merge,
         "application/json-patch+json" => PatchKind::Json,
         "application/strategic-merge-patch+json" if info.builtin => PatchKind::Strategic,
-        "application/strategic-merge-patch+json" => return Err(crate::writes::smp_unsupported()),
+        "application/strategic-merge-patch+json" => {
+            return Err(crate::registry::writes::smp_unsupported());
+        }
         "application/apply-patch+yaml" => PatchKind::Apply {
             force: q.flag("force").unwrap_or(false),
         },
@@ -581,11 +591,11 @@ fn list(
     let rv_param = q.get("resourceVersion").filter(|s| !s.is_empty());
     if q.get("resourceVersionMatch") == Some("Exact")
         && let Some(rv) = rv_param
-        && rv != shared.store.current_rv().to_string()
+        && rv != shared.objects.store.current_rv().to_string()
     {
         return Err(ApiError::Expired(format!(
             "too old resource version: {rv} ({})",
-            shared.store.current_rv()
+            shared.objects.store.current_rv()
         )));
     }
     let limit = q
@@ -604,7 +614,7 @@ fn list(
             && labels.matches(o)
             && fields.matches(o)
     };
-    let (rv, items, next) = shared.store.list(
+    let (rv, items, next) = shared.objects.store.list(
         &info.storage,
         t.namespace,
         cont.as_ref().map(|(_, k)| k),
@@ -620,10 +630,10 @@ fn list(
     }
     if let Some(version) = table {
         let objects: Vec<Value> = items.iter().map(|o| to_view(info, o)).collect();
-        let include = crate::table::Include::parse(q.get("includeObject"));
+        let include = super::table::Include::parse(q.get("includeObject"));
         return Ok(response::json(
             StatusCode::OK,
-            &crate::table::table(info, version, &objects, metadata, include, true),
+            &super::table::table(info, version, &objects, metadata, include, true),
         ));
     }
     // Serialize items straight into the body: a 100k-object list should not
@@ -642,7 +652,7 @@ fn list(
         if i > 0 {
             out.push(b',');
         }
-        if crate::server::view_is_identity(info, obj) {
+        if crate::registry::views::view_is_identity(info, obj) {
             serde_json::to_writer(&mut out, &**obj)
         } else {
             serde_json::to_writer(&mut out, &to_view(info, obj))
@@ -675,7 +685,7 @@ fn watch_params(
             .map(Duration::from_secs),
         labels,
         fields,
-        table: table.map(|v| (v, crate::table::Include::parse(q.get("includeObject")))),
+        table: table.map(|v| (v, super::table::Include::parse(q.get("includeObject")))),
     })
 }
 
@@ -696,6 +706,7 @@ fn delete_collection(
     let ctx = write_ctx(q, headers, scope)?;
     let opts = delete_options(shared, q, headers, body)?;
     let (_, items, _) = shared
+        .objects
         .store
         .list(&info.storage, t.namespace, None, None, &|o| {
             labels.matches(o) && fields.matches(o)
@@ -708,7 +719,7 @@ fn delete_collection(
         let name = crate::values::meta_str(&obj, "name")
             .unwrap_or("")
             .to_string();
-        match shared.delete_object(info, &ns, &name, &opts, &ctx) {
+        match shared.objects.delete_object(info, &ns, &name, &opts, &ctx) {
             Ok(_) => deleted.push(to_view(info, &obj)),
             // Someone else deleted it first: that is fine for a collection.
             Err(ApiError::NotFound { .. }) => {}
@@ -720,7 +731,7 @@ fn delete_collection(
         &json!({
             "kind": info.list_kind(),
             "apiVersion": info.api_version(),
-            "metadata": {"resourceVersion": shared.store.current_rv().to_string()},
+            "metadata": {"resourceVersion": shared.objects.store.current_rv().to_string()},
             "items": deleted,
         }),
     ))
@@ -750,9 +761,9 @@ fn resource(
         scope,
         user,
     } = req;
-    let t = target(&shared.registry(), request)?;
+    let t = target(&shared.objects.registry(), request)?;
     let info = t.info.clone();
-    let table = crate::table::wants_table(header_str(headers, header::ACCEPT));
+    let table = super::table::wants_table(header_str(headers, header::ACCEPT));
     let ns = t.namespace.unwrap_or("");
     let not_allowed = || {
         ApiError::MethodNotAllowed(format!(
@@ -763,8 +774,9 @@ fn resource(
         return match (t.name, method) {
             (None, &Method::POST) => {
                 let body = parse_body(shared, headers, body)?;
-                shared.check_type(&info, &body)?;
-                let answer = crate::reviews::answer(shared, &info, user, t.namespace, body)?;
+                shared.objects.check_type(&info, &body)?;
+                let answer =
+                    crate::auth::reviews::answer(&shared.auth, &info, user, t.namespace, body)?;
                 Ok(response::json(StatusCode::CREATED, &answer))
             }
             _ => Err(not_allowed()),
@@ -790,7 +802,7 @@ fn resource(
                 }
                 let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(shared, headers, body)?;
-                let created = shared.create_object(&info, ns, obj, &ctx)?;
+                let created = shared.objects.create_object(&info, ns, obj, &ctx)?;
                 scope.set_created(&created);
                 Ok(with_warnings(
                     response::json(StatusCode::CREATED, &created),
@@ -802,14 +814,14 @@ fn resource(
         },
         (Some(name), None) => match *method {
             Method::GET => {
-                let obj = shared.get_object(&info, ns, name)?;
+                let obj = shared.objects.get_object(&info, ns, name)?;
                 let body = match table {
-                    Some(version) => crate::table::table(
+                    Some(version) => super::table::table(
                         &info,
                         version,
                         std::slice::from_ref(&obj),
                         json!({"resourceVersion": obj["metadata"]["resourceVersion"]}),
-                        crate::table::Include::parse(q.get("includeObject")),
+                        super::table::Include::parse(q.get("includeObject")),
                         true,
                     ),
                     None => obj,
@@ -819,7 +831,10 @@ fn resource(
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(shared, headers, body)?;
-                let v = shared.update_object(&info, ns, name, obj, Subresource::Main, &ctx)?;
+                let v =
+                    shared
+                        .objects
+                        .update_object(&info, ns, name, obj, Subresource::Main, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
@@ -828,8 +843,15 @@ fn resource(
                 if let PatchKind::Apply { .. } = kind {
                     ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
                 }
-                let (v, created) =
-                    shared.patch_object(&info, ns, name, kind, body, Subresource::Main, &ctx)?;
+                let (v, created) = shared.objects.patch_object(
+                    &info,
+                    ns,
+                    name,
+                    kind,
+                    body,
+                    Subresource::Main,
+                    &ctx,
+                )?;
                 let code = if created {
                     StatusCode::CREATED
                 } else {
@@ -840,7 +862,7 @@ fn resource(
             Method::DELETE => {
                 let ctx = write_ctx(q, headers, scope)?;
                 let opts = delete_options(shared, q, headers, body)?;
-                let v = shared.delete_object(&info, ns, name, &opts, &ctx)?;
+                let v = shared.objects.delete_object(&info, ns, name, &opts, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),
@@ -862,12 +884,19 @@ fn resource(
         (Some(name), Some("status")) if info.status => match *method {
             Method::GET => Ok(response::json(
                 StatusCode::OK,
-                &shared.get_object(&info, ns, name)?,
+                &shared.objects.get_object(&info, ns, name)?,
             )),
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
                 let obj = parse_body(shared, headers, body)?;
-                let v = shared.update_object(&info, ns, name, obj, Subresource::Status, &ctx)?;
+                let v = shared.objects.update_object(
+                    &info,
+                    ns,
+                    name,
+                    obj,
+                    Subresource::Status,
+                    &ctx,
+                )?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
@@ -876,8 +905,15 @@ fn resource(
                 if let PatchKind::Apply { .. } = kind {
                     ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
                 }
-                let (v, _) =
-                    shared.patch_object(&info, ns, name, kind, body, Subresource::Status, &ctx)?;
+                let (v, _) = shared.objects.patch_object(
+                    &info,
+                    ns,
+                    name,
+                    kind,
+                    body,
+                    Subresource::Status,
+                    &ctx,
+                )?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),
@@ -885,7 +921,7 @@ fn resource(
         (Some(name), Some("token")) if info.token_request => match *method {
             Method::POST => {
                 let body = parse_body(shared, headers, body)?;
-                let answer = crate::reviews::token_request(shared, ns, name, body)?;
+                let answer = crate::auth::reviews::token_request(&shared.auth, ns, name, body)?;
                 Ok(response::json(StatusCode::CREATED, &answer))
             }
             _ => Err(not_allowed()),
@@ -894,23 +930,28 @@ fn resource(
             Method::GET => {
                 let ns_key = if info.namespaced { ns } else { "" };
                 let stored = shared
+                    .objects
                     .store
                     .get(&info.storage, ns_key, name)
                     .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
                 Ok(response::json(
                     StatusCode::OK,
-                    &shared.scale_of(&info, &stored.obj)?,
+                    &shared.objects.scale_of(&info, &stored.obj)?,
                 ))
             }
             Method::PUT => {
                 let ctx = write_ctx(q, headers, scope)?;
-                let v = shared.write_scale(&info, ns, name, None, body, &ctx)?;
+                let v = shared
+                    .objects
+                    .write_scale(&info, ns, name, None, body, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             Method::PATCH => {
                 let kind = patch_kind(headers, q, &info)?;
                 let ctx = write_ctx(q, headers, scope)?;
-                let v = shared.write_scale(&info, ns, name, Some(kind), body, &ctx)?;
+                let v = shared
+                    .objects
+                    .write_scale(&info, ns, name, Some(kind), body, &ctx)?;
                 Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
             }
             _ => Err(not_allowed()),
@@ -962,7 +1003,7 @@ mod tests {
             ("finalize", "Namespaced"),
             ("namespaces", "Cluster"),
         ] {
-            let (storage, infos) = crate::crd::infos_for(&crd(plural, scope));
+            let (storage, infos) = crate::registry::crd::infos_for(&crd(plural, scope));
             registry.set_custom(&storage, infos);
         }
         // A namespace's subresource, never an object of `status` or

@@ -37,7 +37,7 @@ pub(crate) fn render(server: &str, token: &str, ca_pem: &str) -> String {
 /// token), creating parent directories: a reader (a process waiting for the
 /// file to appear) never sees a partial kubeconfig.
 pub(crate) fn write(path: &Path, contents: &str) -> Result<(), KubeconfigError> {
-    crate::files::write_private(path, contents.as_bytes()).map_err(|source| KubeconfigError::Io {
+    super::files::write_private(path, contents.as_bytes()).map_err(|source| KubeconfigError::Io {
         path: path.display().to_string(),
         source,
     })

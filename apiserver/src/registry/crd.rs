@@ -4,9 +4,9 @@
 
 use serde_json::{Value, json};
 
+use super::resources::{GroupResource, ResourceInfo, ScalePaths, View};
+use super::validation::{is_subdomain, validate_name};
 use crate::error::Cause;
-use crate::resources::{GroupResource, ResourceInfo, ScalePaths, View};
-use crate::validation::{is_subdomain, validate_name};
 
 fn cause(field: &str, message: String) -> Cause {
     Cause {
@@ -25,7 +25,7 @@ fn required(field: &str) -> Cause {
 }
 
 fn is_lower_label(s: &str) -> bool {
-    validate_name(s, crate::validation::NameRule::Label, "x").is_empty()
+    validate_name(s, super::validation::NameRule::Label, "x").is_empty()
 }
 
 /// Validates a CRD and sets its status. `old` is the stored CRD on update,

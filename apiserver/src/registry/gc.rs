@@ -8,19 +8,19 @@ use std::sync::Arc;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::delete::{DeleteOptions, FOREGROUND, ORPHAN};
-use crate::resources::GroupResource;
-use crate::server::ServerState;
-use crate::storage::{Event, EventType};
+use super::Objects;
+use super::delete::{DeleteOptions, FOREGROUND, ORPHAN};
+use super::resources::GroupResource;
+use super::storage::{Event, EventType};
+use super::writes::{CRD_CLEANUP_FINALIZER, WriteCtx};
 use crate::values::meta_str;
-use crate::writes::{CRD_CLEANUP_FINALIZER, WriteCtx};
 
 const MANAGER: &str = "garbage-collector";
 
 /// Runs until the channel closes (server shutdown).
-pub(crate) async fn run(shared: Arc<ServerState>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
+pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
     while let Some(ev) = rx.recv().await {
-        handle(&shared, &ev);
+        handle(&objects, &ev);
     }
 }
 
@@ -43,13 +43,13 @@ fn namespace_key() -> GroupResource {
 }
 
 /// Reacts to one event.
-pub(crate) fn handle(shared: &ServerState, ev: &Event) {
+pub(crate) fn handle(objects: &Objects, ev: &Event) {
     let obj = &ev.object;
     let uid = meta_str(obj, "uid").unwrap_or("").to_string();
     match ev.etype {
         EventType::Deleted => {
             if !uid.is_empty() {
-                collect_dependents(shared, &uid);
+                collect_dependents(objects, &uid);
             }
             // Owners waiting in foreground deletion may now be free.
             for owner in obj["metadata"]["ownerReferences"]
@@ -58,21 +58,21 @@ pub(crate) fn handle(shared: &ServerState, ev: &Event) {
                 .flatten()
             {
                 if let Some(ouid) = owner["uid"].as_str() {
-                    check_foreground_by_uid(shared, ouid);
+                    check_foreground_by_uid(objects, ouid);
                 }
             }
             if !ev.namespace.is_empty() {
-                check_namespace(shared, &ev.namespace);
+                check_namespace(objects, &ev.namespace);
             }
             // A custom resource gone may free its terminating CRD.
             let crd_name = format!("{}.{}", ev.resource.resource, ev.resource.group);
             if !ev.resource.group.is_empty()
-                && !shared.store.has_any(&ev.resource)
-                && let Some(crd) = shared.store.get(&crd_key(), "", &crd_name)
+                && !objects.store.has_any(&ev.resource)
+                && let Some(crd) = objects.store.get(&crd_key(), "", &crd_name)
                 && deleting(&crd.obj)
-                && let Some(info) = shared.info_for(&crd_key())
+                && let Some(info) = objects.info_for(&crd_key())
             {
-                shared.remove_finalizer(&info, "", &crd_name, CRD_CLEANUP_FINALIZER);
+                objects.remove_finalizer(&info, "", &crd_name, CRD_CLEANUP_FINALIZER);
             }
         }
         EventType::Added | EventType::Modified => {
@@ -80,45 +80,45 @@ pub(crate) fn handle(shared: &ServerState, ev: &Event) {
                 return;
             }
             if has_finalizer(obj, ORPHAN) {
-                orphan(shared, ev, &uid);
+                orphan(objects, ev, &uid);
             }
             if has_finalizer(obj, FOREGROUND) {
-                foreground(shared, ev, &uid);
+                foreground(objects, ev, &uid);
             }
             if ev.resource == namespace_key() {
-                terminate_namespace(shared, &ev.name);
+                terminate_namespace(objects, &ev.name);
             }
             if ev.resource == crd_key() && has_finalizer(obj, CRD_CLEANUP_FINALIZER) {
-                cleanup_crd(shared, obj);
+                cleanup_crd(objects, obj);
             }
         }
     }
 }
 
-fn delete(shared: &ServerState, gr: &GroupResource, ns: &str, name: &str, policy: &str) {
-    let Some(info) = shared.info_for(gr) else {
+fn delete(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, policy: &str) {
+    let Some(info) = objects.info_for(gr) else {
         return;
     };
     let opts = DeleteOptions {
         propagation: Some(policy.to_string()),
         ..Default::default()
     };
-    if let Err(e) = shared.delete_object(&info, ns, name, &opts, &WriteCtx::system(MANAGER))
+    if let Err(e) = objects.delete_object(&info, ns, name, &opts, &WriteCtx::system(MANAGER))
         && e.code() != 404
     {
         tracing::warn!(error = %e, resource = ?gr, ns, name, "garbage collection delete");
     }
 }
 
-fn live_owner(shared: &ServerState, uid: &str) -> bool {
-    shared.store.locate_uid(uid).is_some()
+fn live_owner(objects: &Objects, uid: &str) -> bool {
+    objects.store.locate_uid(uid).is_some()
 }
 
 /// Background collection after an owner is gone: dependents with no other
 /// live owner are deleted; the others just lose the reference.
-fn collect_dependents(shared: &ServerState, owner_uid: &str) {
-    for (gr, (ns, name)) in shared.store.dependents(owner_uid) {
-        let Some(dep) = shared.store.get(&gr, &ns, &name) else {
+fn collect_dependents(objects: &Objects, owner_uid: &str) {
+    for (gr, (ns, name)) in objects.store.dependents(owner_uid) {
+        let Some(dep) = objects.store.get(&gr, &ns, &name) else {
             continue;
         };
         let other_live = dep.obj["metadata"]["ownerReferences"]
@@ -126,20 +126,20 @@ fn collect_dependents(shared: &ServerState, owner_uid: &str) {
             .into_iter()
             .flatten()
             .filter_map(|r| r["uid"].as_str())
-            .any(|u| u != owner_uid && live_owner(shared, u));
+            .any(|u| u != owner_uid && live_owner(objects, u));
         if other_live {
-            strip_owner(shared, &gr, &ns, &name, owner_uid);
+            strip_owner(objects, &gr, &ns, &name, owner_uid);
         } else {
-            delete(shared, &gr, &ns, &name, "Background");
+            delete(objects, &gr, &ns, &name, "Background");
         }
     }
 }
 
-fn strip_owner(shared: &ServerState, gr: &GroupResource, ns: &str, name: &str, owner_uid: &str) {
-    let Some(info) = shared.info_for(gr) else {
+fn strip_owner(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, owner_uid: &str) {
+    let Some(info) = objects.info_for(gr) else {
         return;
     };
-    shared.mutate_object(&info, ns, name, MANAGER, |cur| {
+    objects.mutate_object(&info, ns, name, MANAGER, |cur| {
         let refs = cur["metadata"]["ownerReferences"].as_array()?;
         let kept: Vec<Value> = refs
             .iter()
@@ -160,83 +160,83 @@ fn strip_owner(shared: &ServerState, gr: &GroupResource, ns: &str, name: &str, o
     });
 }
 
-fn orphan(shared: &ServerState, ev: &Event, uid: &str) {
-    for (gr, (ns, name)) in shared.store.dependents(uid) {
-        strip_owner(shared, &gr, &ns, &name, uid);
+fn orphan(objects: &Objects, ev: &Event, uid: &str) {
+    for (gr, (ns, name)) in objects.store.dependents(uid) {
+        strip_owner(objects, &gr, &ns, &name, uid);
     }
-    if let Some(info) = shared.info_for(&ev.resource) {
-        shared.remove_finalizer(&info, &ev.namespace, &ev.name, ORPHAN);
+    if let Some(info) = objects.info_for(&ev.resource) {
+        objects.remove_finalizer(&info, &ev.namespace, &ev.name, ORPHAN);
     }
 }
 
-fn foreground(shared: &ServerState, ev: &Event, uid: &str) {
-    let deps = shared.store.dependents(uid);
+fn foreground(objects: &Objects, ev: &Event, uid: &str) {
+    let deps = objects.store.dependents(uid);
     if deps.is_empty() {
-        if let Some(info) = shared.info_for(&ev.resource) {
-            shared.remove_finalizer(&info, &ev.namespace, &ev.name, FOREGROUND);
+        if let Some(info) = objects.info_for(&ev.resource) {
+            objects.remove_finalizer(&info, &ev.namespace, &ev.name, FOREGROUND);
         }
         return;
     }
     for (gr, (ns, name)) in deps {
-        if let Some(dep) = shared.store.get(&gr, &ns, &name)
+        if let Some(dep) = objects.store.get(&gr, &ns, &name)
             && !deleting(&dep.obj)
         {
-            delete(shared, &gr, &ns, &name, "Foreground");
+            delete(objects, &gr, &ns, &name, "Foreground");
         }
     }
 }
 
-fn check_foreground_by_uid(shared: &ServerState, uid: &str) {
-    let Some((gr, (ns, name))) = shared.store.locate_uid(uid) else {
+fn check_foreground_by_uid(objects: &Objects, uid: &str) {
+    let Some((gr, (ns, name))) = objects.store.locate_uid(uid) else {
         return;
     };
-    let Some(owner) = shared.store.get(&gr, &ns, &name) else {
+    let Some(owner) = objects.store.get(&gr, &ns, &name) else {
         return;
     };
     if deleting(&owner.obj)
         && has_finalizer(&owner.obj, FOREGROUND)
-        && shared.store.dependents(uid).is_empty()
-        && let Some(info) = shared.info_for(&gr)
+        && objects.store.dependents(uid).is_empty()
+        && let Some(info) = objects.info_for(&gr)
     {
-        shared.remove_finalizer(&info, &ns, &name, FOREGROUND);
+        objects.remove_finalizer(&info, &ns, &name, FOREGROUND);
     }
 }
 
-fn terminate_namespace(shared: &ServerState, ns: &str) {
-    for (gr, name) in shared.store.namespace_contents(ns) {
-        if let Some(obj) = shared.store.get(&gr, ns, &name)
+fn terminate_namespace(objects: &Objects, ns: &str) {
+    for (gr, name) in objects.store.namespace_contents(ns) {
+        if let Some(obj) = objects.store.get(&gr, ns, &name)
             && !deleting(&obj.obj)
         {
-            delete(shared, &gr, ns, &name, "Background");
+            delete(objects, &gr, ns, &name, "Background");
         }
     }
-    check_namespace(shared, ns);
+    check_namespace(objects, ns);
 }
 
-fn check_namespace(shared: &ServerState, ns: &str) {
-    let Some(n) = shared.store.get(&namespace_key(), "", ns) else {
+fn check_namespace(objects: &Objects, ns: &str) {
+    let Some(n) = objects.store.get(&namespace_key(), "", ns) else {
         return;
     };
-    if deleting(&n.obj) && shared.store.namespace_is_empty(ns) {
-        shared.finalize_namespace(ns);
+    if deleting(&n.obj) && objects.store.namespace_is_empty(ns) {
+        objects.finalize_namespace(ns);
     }
 }
 
-fn cleanup_crd(shared: &ServerState, crd: &Value) {
-    let (storage, _) = crate::crd::infos_for(crd);
-    let keys = shared.store.keys(&storage);
+fn cleanup_crd(objects: &Objects, crd: &Value) {
+    let (storage, _) = super::crd::infos_for(crd);
+    let keys = objects.store.keys(&storage);
     if keys.is_empty() {
-        if let Some(info) = shared.info_for(&crd_key()) {
+        if let Some(info) = objects.info_for(&crd_key()) {
             let name = meta_str(crd, "name").unwrap_or("");
-            shared.remove_finalizer(&info, "", name, CRD_CLEANUP_FINALIZER);
+            objects.remove_finalizer(&info, "", name, CRD_CLEANUP_FINALIZER);
         }
         return;
     }
     for (ns, name) in keys {
-        if let Some(obj) = shared.store.get(&storage, &ns, &name)
+        if let Some(obj) = objects.store.get(&storage, &ns, &name)
             && !deleting(&obj.obj)
         {
-            delete(shared, &storage, &ns, &name, "Background");
+            delete(objects, &storage, &ns, &name, "Background");
         }
     }
 }

@@ -4,14 +4,15 @@
 
 use serde_json::{Map, Value, json};
 
+use super::Objects;
+use super::resources::ResourceInfo;
+use super::views::from_view;
+use super::writes::{MAX_RETRIES, PatchKind, Subresource, WriteCtx, patch_error};
 use crate::error::{ApiError, Cause};
 use crate::patch;
-use crate::resources::ResourceInfo;
-use crate::server::{ServerState, from_view};
 use crate::values::meta_str;
-use crate::writes::{MAX_RETRIES, PatchKind, Subresource, WriteCtx, patch_error};
 
-impl ServerState {
+impl Objects {
     /// Scale subresource view of an object.
     pub(crate) fn scale_of(&self, info: &ResourceInfo, obj: &Value) -> Result<Value, ApiError> {
         let Some(paths) = &info.scale else {
@@ -32,7 +33,7 @@ impl ServerState {
             }
             None => {
                 if let Some(sel) = obj.get("spec").and_then(|s| s.get("selector")) {
-                    let s = crate::selectors::LabelSelector::from_object(sel).to_selector_string();
+                    let s = super::selectors::LabelSelector::from_object(sel).to_selector_string();
                     status.insert("selector".into(), json!(s));
                 }
             }

@@ -116,7 +116,7 @@ impl Signer {
         }
         let payload = json!({
             "iss": ISSUER,
-            "sub": crate::identity::service_account_username(&claims.namespace, &claims.service_account),
+            "sub": super::identity::service_account_username(&claims.namespace, &claims.service_account),
             "aud": claims.audiences,
             "exp": claims.expires,
             "iat": now,

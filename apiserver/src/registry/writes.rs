@@ -1,7 +1,7 @@
 //! Object semantics between HTTP and the store: system metadata, generation,
 //! status-subresource rules, no-op detection, finalizer rules, patches
 //! (through [`crate::patch`]) and the CRD hooks. Deletion is in
-//! [`crate::delete`], the scale subresource in [`crate::scale`]. Writes follow the
+//! [`super::delete`], the scale subresource in [`super::scale`]. Writes follow the
 //! real server's GuaranteedUpdate: read, compute outside the store lock,
 //! commit at the read resourceVersion, retry if someone else got there first.
 
@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 
+use super::Objects;
+use super::resources::ResourceInfo;
+use super::storage::{Change, Committed, Durable, EventType, Expect, StoreError, Stored};
+use super::validation;
+use super::views::{from_view, to_view};
 use crate::error::{ApiError, Cause};
 use crate::metrics::Limit;
 use crate::patch::{self, ApplyRequest, PatchError};
-use crate::resources::ResourceInfo;
-use crate::server::{ServerState, from_view, to_view};
-use crate::storage::{Change, Committed, Durable, EventType, Expect, StoreError, Stored};
-use crate::validation;
 use crate::values::{meta_str, metadata_mut, now_rfc3339, random_suffix};
 
 /// How many times a write is recomputed when another writer commits first.
@@ -35,7 +36,7 @@ pub(crate) struct WriteCtx {
     /// default `fieldValidation=Warn`).
     pub(crate) warnings: std::cell::RefCell<Vec<String>>,
     /// With persistence: the staged writes the response must wait for.
-    /// ServerState with the HTTP layer, which waits after the (synchronous)
+    /// Shared with the HTTP layer, which waits after the (synchronous)
     /// handler returns.
     pub(crate) pending: Arc<Mutex<Vec<Durable>>>,
 }
@@ -231,7 +232,7 @@ fn apply_schema(
     let Some(schema) = &info.schema else {
         return Ok(());
     };
-    let out = crate::schema::apply(obj, schema);
+    let out = super::schema::apply(obj, schema);
     if ctx.strict && !out.pruned.is_empty() {
         let fields = out
             .pruned
@@ -335,7 +336,7 @@ pub(crate) fn is_namespace(info: &ResourceInfo) -> bool {
     info.group.is_empty() && info.plural == "namespaces"
 }
 
-impl ServerState {
+impl Objects {
     pub(crate) fn store_error(&self, info: &ResourceInfo, name: &str, e: StoreError) -> ApiError {
         match e {
             StoreError::NamespaceMissing(ns) => ApiError::not_found("", "namespaces", &ns),
@@ -496,7 +497,7 @@ impl ServerState {
             obj["status"] = json!({"phase": "Active"});
         }
         if is_crd(info) {
-            causes.extend(crate::crd::prepare(&mut obj, None, &now));
+            causes.extend(super::crd::prepare(&mut obj, None, &now));
             let md = metadata_mut(&mut obj);
             let mut fins: Vec<Value> = md
                 .get("finalizers")
@@ -660,7 +661,7 @@ impl ServerState {
             }
         }
         if is_crd(info) {
-            causes.extend(crate::crd::prepare(&mut new, Some(old), &now));
+            causes.extend(super::crd::prepare(&mut new, Some(old), &now));
         }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
@@ -693,13 +694,13 @@ impl ServerState {
 
     /// Keeps the registry in step with CRDs as their changes become visible
     /// (the store's apply hook; runs under the store lock).
-    pub(crate) fn after_apply(&self, ev: &crate::storage::Event) {
+    pub(crate) fn after_apply(&self, ev: &super::storage::Event) {
         if !(ev.resource.group == "apiextensions.k8s.io"
             && ev.resource.resource == "customresourcedefinitions")
         {
             return;
         }
-        let (storage, infos) = crate::crd::infos_for(&ev.object);
+        let (storage, infos) = super::crd::infos_for(&ev.object);
         let infos = if ev.etype == EventType::Deleted {
             Vec::new()
         } else {
@@ -985,7 +986,7 @@ impl ServerState {
     /// The info of the resource stored under `storage`.
     pub(crate) fn info_for(
         &self,
-        storage: &crate::resources::GroupResource,
+        storage: &super::resources::GroupResource,
     ) -> Option<Arc<ResourceInfo>> {
         self.registry().by_storage(storage)
     }

@@ -1,0 +1,82 @@
+//! The registry: the cluster's objects and what they mean, below HTTP and
+//! authentication.
+//!
+//! [`Objects`] holds the store and the served resources (built-ins plus
+//! the versions CRDs add) and carries every write: create, update, patch
+//! and delete with the real server's metadata, generation, status,
+//! finalizer and CRD rules ([`writes`], [`delete`], [`scale`]), the
+//! garbage collector that completes deletions ([`gc`]), and the checks
+//! written objects pass ([`validation`], [`schema`], [`crd`]).
+//!
+//! | File | Job |
+//! |---|---|
+//! | [`storage`] | versioned in-memory store, watch history, durable commits |
+//! | [`resources`] | the served resources and their names, scopes and subresources |
+//! | [`views`] | stored form ⇄ served version (events.k8s.io ⇄ core Events) |
+//! | [`selectors`] | label and field selectors |
+//! | [`validation`], [`schema`], [`crd`] | metadata rules, CRD structural schemas, CRD status and registry entries |
+//! | [`writes`], [`delete`], [`scale`] | object semantics of every write |
+//! | [`gc`] | owner references, propagation, namespace and CRD cleanup |
+//!
+//! May import: [`crate::error`], [`crate::metrics`], [`crate::values`],
+//! [`crate::yaml`] and [`crate::patch`]; never `auth`, `http` or `persist`,
+//! which build on it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use crate::metrics::Metrics;
+
+pub(crate) mod crd;
+pub(crate) mod delete;
+pub(crate) mod gc;
+pub(crate) mod resources;
+pub(crate) mod scale;
+pub(crate) mod schema;
+pub(crate) mod selectors;
+pub(crate) mod storage;
+pub(crate) mod validation;
+pub(crate) mod views;
+pub(crate) mod writes;
+
+use resources::Registry;
+use storage::Store;
+
+/// The cluster's objects with the resources served for them: what every
+/// read and write of an object goes through.
+pub(crate) struct Objects {
+    pub(crate) store: Store,
+    registry: RwLock<Registry>,
+    /// Bumped whenever the registry changes (CRDs), to change OpenAPI hashes.
+    registry_generation: AtomicU64,
+    /// Where refused writes (limits) are counted; shared with the rest of
+    /// the server.
+    pub(crate) metrics: Arc<Metrics>,
+}
+
+impl Objects {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+        Objects {
+            store: Store::new(),
+            registry: RwLock::new(Registry::new()),
+            registry_generation: AtomicU64::new(1),
+            metrics,
+        }
+    }
+
+    /// Read access to the registry (never held across an await).
+    pub(crate) fn registry(&self) -> RwLockReadGuard<'_, Registry> {
+        self.registry.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Write access to the registry; bumps the OpenAPI generation.
+    pub(crate) fn registry_mut(&self) -> RwLockWriteGuard<'_, Registry> {
+        self.registry_generation.fetch_add(1, Ordering::SeqCst);
+        self.registry.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes whenever the set of served resources changes.
+    pub(crate) fn registry_generation(&self) -> u64 {
+        self.registry_generation.load(Ordering::SeqCst)
+    }
+}
