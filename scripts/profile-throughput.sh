@@ -11,8 +11,8 @@
 # Needs perf (Debian: linux-perf) and permission to use it system-wide
 # (root, or kernel.perf_event_paranoid <= -1). Figures go to $OUT (default
 # target/profile/<timestamp>/): perf.data, perf.txt, buckets.txt.
-# RECONCILES (default 12,200: what one 10,000-object round's controller
-# runs over its life, counted in docs/benchmarks-journal.md) turns samples into µs.
+# RECONCILES (default 12,200: about what one 10,000-object round's controller
+# runs over its life, docs/BENCHMARKS.md, `throughput`) turns samples into µs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

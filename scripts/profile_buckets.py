@@ -13,7 +13,8 @@ processes (kernel threads, perf) are left out. Each controller's samples are put
 patterns all occur in the stack (see BUCKETS); the rest are listed by
 their leaf frame. With --reconciles (the reconciles the process ran over
 its life) and --hz (perf's -F), each bucket is also given in µs per
-reconcile. Used for docs/benchmarks-journal.md (`throughput`, "stop 24").
+reconcile. docs/BENCHMARKS.md (`throughput`, where a fresh wasm reconcile's
+CPU goes) has its latest figures.
 """
 
 import argparse
