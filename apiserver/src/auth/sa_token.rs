@@ -2,6 +2,11 @@
 //! HMAC-SHA256 under a per-server 256-bit key, carrying upstream's claims
 //! (`iss`, `sub`, `aud`, `exp`, `iat`, `nbf`, `jti` and the `kubernetes.io`
 //! claim naming the service account and the object the token is bound to).
+//! Encoding, signing and signature checks are the `jsonwebtoken` crate's;
+//! this module sets the claims and the checks: the token size is bounded
+//! before anything is decoded, and expiry is judged here against the
+//! caller's clock with no leeway (the crate's own time, audience and
+//! required-claim checks are off; audiences are matched by the caller).
 //!
 //! Nothing is stored per token: a token is valid while its signature
 //! verifies, it has not expired, it is meant for this server's audience,
@@ -11,10 +16,9 @@
 //! survive a restart as long as their service account does. Issuing is
 //! unbounded in count but costs the server no memory.
 
-use base64::Engine;
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use ring::hmac;
-use serde_json::{Value, json};
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
 
 /// The issuer and default audience of tokens, as kubeadm and kind
 /// configure real clusters.
@@ -77,7 +81,11 @@ pub(crate) enum TokenError {
 
 /// Signs and verifies tokens with one key.
 pub(crate) struct Signer {
-    key: hmac::Key,
+    encoding: EncodingKey,
+    decoding: DecodingKey,
+    /// HS256 only; no time, audience or required-claim checks (see the
+    /// module documentation).
+    validation: Validation,
 }
 
 impl std::fmt::Debug for Signer {
@@ -85,6 +93,38 @@ impl std::fmt::Debug for Signer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Signer(<redacted>)")
     }
+}
+
+/// The payload of a token as it is signed. Fields are in alphabetical
+/// order, as upstream's encoder writes them.
+#[derive(Serialize, Deserialize)]
+struct Payload {
+    aud: Vec<String>,
+    exp: i64,
+    iat: i64,
+    iss: String,
+    jti: String,
+    #[serde(rename = "kubernetes.io")]
+    kubernetes: KubernetesClaim,
+    nbf: i64,
+    sub: String,
+}
+
+/// The private `kubernetes.io` claim.
+#[derive(Serialize, Deserialize)]
+struct KubernetesClaim {
+    namespace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pod: Option<Reference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    secret: Option<Reference>,
+    serviceaccount: Reference,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Reference {
+    name: String,
+    uid: String,
 }
 
 /// A fresh random signing key from the operating system's generator
@@ -99,39 +139,59 @@ pub(crate) fn generate_key() -> Vec<u8> {
 }
 
 impl Signer {
+    /// A signer with `key`, which must not be empty ([`generate_key`] and
+    /// the data directory hold [`KEY_BYTES`]).
     pub(crate) fn new(key: &[u8]) -> Signer {
+        let mut validation = Validation::new(Algorithm::HS256);
+        validation.required_spec_claims.clear();
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.validate_aud = false;
         Signer {
-            key: hmac::Key::new(hmac::HMAC_SHA256, key),
+            encoding: EncodingKey::from_secret(key).expect("the signing key is not empty"),
+            decoding: DecodingKey::from_secret(key).expect("the signing key is not empty"),
+            validation,
         }
     }
 
     /// A signed token with these claims, issued at `now` (Unix seconds).
     pub(crate) fn issue(&self, claims: &Claims, now: i64) -> String {
-        let mut k8s = json!({
-            "namespace": claims.namespace,
-            "serviceaccount": {"name": claims.service_account, "uid": claims.service_account_uid},
-        });
-        if let Some(b) = &claims.bound {
-            k8s[b.kind.to_ascii_lowercase()] = json!({"name": b.name, "uid": b.uid});
-        }
-        let payload = json!({
-            "iss": ISSUER,
-            "sub": super::identity::service_account_username(&claims.namespace, &claims.service_account),
-            "aud": claims.audiences,
-            "exp": claims.expires,
-            "iat": now,
-            "nbf": now,
-            "jti": claims.id,
-            "kubernetes.io": k8s,
-        });
-        let header = json!({"alg": "HS256", "typ": "JWT", "kid": "wasmctrl"});
-        let signing_input = format!(
-            "{}.{}",
-            URL_SAFE_NO_PAD.encode(header.to_string()),
-            URL_SAFE_NO_PAD.encode(payload.to_string())
-        );
-        let tag = hmac::sign(&self.key, signing_input.as_bytes());
-        format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(tag.as_ref()))
+        let reference = |b: &BoundObject| Reference {
+            name: b.name.clone(),
+            uid: b.uid.clone(),
+        };
+        let bound = |kind: &str| {
+            claims
+                .bound
+                .as_ref()
+                .filter(|b| b.kind.eq_ignore_ascii_case(kind))
+                .map(reference)
+        };
+        let payload = Payload {
+            aud: claims.audiences.clone(),
+            exp: claims.expires,
+            iat: now,
+            iss: ISSUER.to_string(),
+            jti: claims.id.clone(),
+            kubernetes: KubernetesClaim {
+                namespace: claims.namespace.clone(),
+                pod: bound("pod"),
+                secret: bound("secret"),
+                serviceaccount: Reference {
+                    name: claims.service_account.clone(),
+                    uid: claims.service_account_uid.clone(),
+                },
+            },
+            nbf: now,
+            sub: super::identity::service_account_username(
+                &claims.namespace,
+                &claims.service_account,
+            ),
+        };
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some("wasmctrl".to_string());
+        jsonwebtoken::encode(&header, &payload, &self.encoding)
+            .expect("an HS256 token of plain claims always encodes")
     }
 
     /// The claims of a token this signer issued that has not expired at
@@ -141,47 +201,35 @@ impl Signer {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(TokenError::TooLarge);
         }
-        let (signing_input, signature) = token.rsplit_once('.').ok_or(TokenError::Malformed)?;
-        let signature = URL_SAFE_NO_PAD
-            .decode(signature)
-            .map_err(|_| TokenError::Malformed)?;
-        // Constant time: a forger learns nothing from how long this takes.
-        hmac::verify(&self.key, signing_input.as_bytes(), &signature)
-            .map_err(|_| TokenError::Signature)?;
-        let (_, payload) = signing_input.split_once('.').ok_or(TokenError::Malformed)?;
-        let payload: Value = serde_json::from_slice(
-            &URL_SAFE_NO_PAD
-                .decode(payload)
-                .map_err(|_| TokenError::Malformed)?,
-        )
-        .map_err(|_| TokenError::Malformed)?;
-        let s = |v: &Value| v.as_str().map(str::to_string).ok_or(TokenError::Malformed);
-        let k8s = &payload["kubernetes.io"];
-        let expires = payload["exp"].as_i64().ok_or(TokenError::Malformed)?;
-        if expires <= now {
+        let payload = jsonwebtoken::decode::<Payload>(token, &self.decoding, &self.validation)
+            .map_err(|e| match e.kind() {
+                // Not signed with this key as HS256: someone else's token
+                // or a forgery.
+                ErrorKind::InvalidSignature | ErrorKind::InvalidAlgorithm => TokenError::Signature,
+                _ => TokenError::Malformed,
+            })?
+            .claims;
+        if payload.exp <= now {
             return Err(TokenError::Expired);
         }
-        let bound = ["pod", "secret"].iter().find_map(|kind| {
-            let b = k8s.get(*kind)?;
-            Some(BoundObject {
-                kind: if *kind == "pod" { "Pod" } else { "Secret" }.to_string(),
-                name: b["name"].as_str()?.to_string(),
-                uid: b["uid"].as_str()?.to_string(),
-            })
-        });
+        let k8s = payload.kubernetes;
+        let bound = match (k8s.pod, k8s.secret) {
+            (Some(r), _) => Some(("Pod", r)),
+            (None, Some(r)) => Some(("Secret", r)),
+            (None, None) => None,
+        };
         Ok(Claims {
-            namespace: s(&k8s["namespace"])?,
-            service_account: s(&k8s["serviceaccount"]["name"])?,
-            service_account_uid: s(&k8s["serviceaccount"]["uid"])?,
-            audiences: payload["aud"]
-                .as_array()
-                .ok_or(TokenError::Malformed)?
-                .iter()
-                .filter_map(|a| a.as_str().map(str::to_string))
-                .collect(),
-            expires,
-            id: s(&payload["jti"])?,
-            bound,
+            namespace: k8s.namespace,
+            service_account: k8s.serviceaccount.name,
+            service_account_uid: k8s.serviceaccount.uid,
+            audiences: payload.aud,
+            expires: payload.exp,
+            id: payload.jti,
+            bound: bound.map(|(kind, r)| BoundObject {
+                kind: kind.to_string(),
+                name: r.name,
+                uid: r.uid,
+            }),
         })
     }
 }
@@ -239,5 +287,47 @@ mod tests {
             signer.verify(&"a.".repeat(10_000), 1_000),
             Err(TokenError::TooLarge)
         );
+    }
+
+    /// A token signed before signing moved to `jsonwebtoken` (its header
+    /// fields in another order), with key `[7; 32]`: tokens kubeconfigs
+    /// and clients already hold stay valid, and the claims are signed in
+    /// the same bytes.
+    const EARLIER_TOKEN: &str = concat!(
+        "eyJhbGciOiJIUzI1NiIsImtpZCI6Indhc21jdHJsIiwidHlwIjoiSldUIn0.eyJhdWQiOlsiaHR0cHM6",
+        "Ly9rdWJlcm5ldGVzLmRlZmF1bHQuc3ZjLmNsdXN0ZXIubG9jYWwiXSwiZXhwIjoyMDAwLCJpYXQiOjEw",
+        "MDAsImlzcyI6Imh0dHBzOi8va3ViZXJuZXRlcy5kZWZhdWx0LnN2Yy5jbHVzdGVyLmxvY2FsIiwianRp",
+        "IjoianRpLTEiLCJrdWJlcm5ldGVzLmlvIjp7Im5hbWVzcGFjZSI6Im5zIiwicG9kIjp7Im5hbWUiOiJw",
+        "IiwidWlkIjoidWlkLXAifSwic2VydmljZWFjY291bnQiOnsibmFtZSI6InNhIiwidWlkIjoidWlkLTEi",
+        "fX0sIm5iZiI6MTAwMCwic3ViIjoic3lzdGVtOnNlcnZpY2VhY2NvdW50Om5zOnNhIn0.-fZow8M8QsMh",
+        "WGP5J5UOro-up_V1lA96AhA_NtSrhNE",
+    );
+
+    #[test]
+    fn tokens_issued_earlier_stay_valid() {
+        let signer = Signer::new(&[7; 32]);
+        assert_eq!(signer.verify(EARLIER_TOKEN, 1_000), Ok(claims()));
+        assert_eq!(
+            signer.verify(EARLIER_TOKEN, 2_000),
+            Err(TokenError::Expired)
+        );
+        let payload = |t: &str| t.split('.').nth(1).unwrap().to_string();
+        assert_eq!(
+            payload(&signer.issue(&claims(), 1_000)),
+            payload(EARLIER_TOKEN)
+        );
+    }
+
+    #[test]
+    fn refuses_other_algorithms() {
+        let signer = Signer::new(&generate_key());
+        let token = signer.issue(&claims(), 1_000);
+        let (_, rest) = token.split_once('.').unwrap();
+        // `{"alg":"HS512","typ":"JWT"}`: signed some other way.
+        let hs512 = format!("eyJhbGciOiJIUzUxMiIsInR5cCI6IkpXVCJ9.{rest}");
+        assert_eq!(signer.verify(&hs512, 1_000), Err(TokenError::Signature));
+        // `{"alg":"none"}`: unsigned, not even a JWS this server reads.
+        let unsigned = format!("eyJhbGciOiJub25lIn0.{rest}");
+        assert_eq!(signer.verify(&unsigned, 1_000), Err(TokenError::Malformed));
     }
 }
