@@ -1,13 +1,27 @@
-//! JSON patch, RFC 6902 (`application/json-patch+json`), bounded the way
+//! JSON patch, RFC 6902 (`application/json-patch+json`), applied by the
+//! `json-patch` crate one operation at a time and bounded the way
 //! kube-apiserver bounds it: at most [`MAX_OPERATIONS`] operations, and at
 //! most [`MAX_COPY_BYTES`] added by `copy` operations, checked before each
 //! copy is made so a patch that copies a value into itself over and over
 //! (doubling it each time) is refused long before it costs memory. Values
 //! from `add` and `replace` come from the request body, whose size is
-//! bounded already; `copy` is the only operation that amplifies.
+//! bounded already; `copy` is the only operation that amplifies. No
+//! operation may nest the result deeper than [`MAX_DEPTH`].
+//!
+//! Kept by hand, because the crate cannot express them:
+//!
+//! - the bounds, checked before each operation reaches the crate;
+//! - `test`, which follows the JSON patch library Kubernetes uses rather
+//!   than the crate: numbers compare by value (`1` equals `1.0`), and an
+//!   absent member of an existing object or array reads as `null`;
+//! - a `move` onto its own `from` is a no-op even where that path is
+//!   absent, as upstream answers it;
+//! - error messages that name the operation's index, `op` and path.
 
-use std::cell::Cell;
-
+use json_patch::jsonptr::Pointer;
+use json_patch::{
+    AddOperation, CopyOperation, MoveOperation, PatchOperation, RemoveOperation, ReplaceOperation,
+};
 use serde_json::{Map, Value};
 
 use super::PatchError;
@@ -51,13 +65,13 @@ pub fn json_patch(target: &Value, patch: &Value) -> Result<Value, PatchError> {
     json_patch_bounded(target, patch).map_err(|(e, _)| e)
 }
 
+/// A refusal, with the limit it ran into if it was one.
+type Refusal = (PatchError, Option<Limit>);
+
 /// [`json_patch`], also naming the limit a refused patch ran into (for the
 /// server's metrics; the error alone does not tell, its variants being
 /// shared with other failures).
-pub(crate) fn json_patch_bounded(
-    target: &Value,
-    patch: &Value,
-) -> Result<Value, (PatchError, Option<Limit>)> {
+pub(crate) fn json_patch_bounded(target: &Value, patch: &Value) -> Result<Value, Refusal> {
     let Value::Array(ops) = patch else {
         return Err((
             PatchError::Invalid("json patch must be a JSON array of operations".to_owned()),
@@ -73,24 +87,24 @@ pub(crate) fn json_patch_bounded(
             Some(Limit::JsonPatchOperations),
         ));
     }
+    // Operations apply to a copy: on any failure the target is untouched.
     let mut doc = target.clone();
     let mut copied = 0;
-    let hit = Cell::new(None);
     for (index, op) in ops.iter().enumerate() {
-        apply_op(&mut doc, index, op, &mut copied, &hit).map_err(|e| (e, hit.get()))?;
+        apply_op(&mut doc, index, op, &mut copied)?;
     }
     Ok(doc)
 }
 
-/// Applies one operation; when it refuses for a limit, `hit` names it.
-fn apply_op(
-    doc: &mut Value,
-    index: usize,
-    op: &Value,
-    copied: &mut usize,
-    hit: &Cell<Option<Limit>>,
-) -> Result<(), PatchError> {
-    let invalid = |msg: String| PatchError::Invalid(format!("json patch operation {index}: {msg}"));
+/// Checks one operation against the bounds, then applies it (`test`
+/// here, every other operation through the crate).
+fn apply_op(doc: &mut Value, index: usize, op: &Value, copied: &mut usize) -> Result<(), Refusal> {
+    let invalid = |msg: String| {
+        (
+            PatchError::Invalid(format!("json patch operation {index}: {msg}")),
+            None,
+        )
+    };
     let Value::Object(op) = op else {
         return Err(invalid("operation must be an object".to_owned()));
     };
@@ -108,95 +122,115 @@ fn apply_op(
             "json patch operation {index} ({name}) failed at path \"{path}\": {msg}"
         ))
     };
-    let tokens = parse_pointer(path).map_err(|e| fail(&e))?;
-    // Where a value lands is `tokens.len()` containers deep.
+    let refuse = |msg: &str| (fail(msg), None);
+    let pointer = Pointer::parse(path)
+        .map_err(|e| refuse(&format!("invalid JSON pointer \"{path}\": {e}")))?;
+    // Where a value lands is as many containers deep as the path has tokens.
     let check_depth = |value: &Value| {
-        let depth = tokens.len() + nesting(value);
+        let depth = pointer.count() + nesting(value);
         if depth > MAX_DEPTH {
-            hit.set(Some(Limit::JsonPatchDepth));
-            Err(fail(&format!(
-                "the result would nest {depth} levels deep, exceeding the limit {MAX_DEPTH}"
-            )))
+            Err((
+                fail(&format!(
+                    "the result would nest {depth} levels deep, exceeding the limit {MAX_DEPTH}"
+                )),
+                Some(Limit::JsonPatchDepth),
+            ))
         } else {
             Ok(())
         }
     };
-    let value = || {
+    let value = || -> Result<&Value, Refusal> {
         let v = op
             .get("value")
-            .ok_or_else(|| fail("missing member \"value\""))?;
+            .ok_or_else(|| refuse("missing member \"value\""))?;
         check_depth(v)?;
-        Ok(v.clone())
+        Ok(v)
     };
-    let from = || -> Result<Vec<String>, PatchError> {
+    let from = || -> Result<&Pointer, Refusal> {
         let from = op
             .get("from")
             .and_then(Value::as_str)
-            .ok_or_else(|| fail("missing string member \"from\""))?;
-        parse_pointer(from).map_err(|e| fail(&format!("from: {e}")))
+            .ok_or_else(|| refuse("missing string member \"from\""))?;
+        Pointer::parse(from)
+            .map_err(|e| refuse(&format!("from: invalid JSON pointer \"{from}\": {e}")))
     };
-    match name {
-        "add" => add(doc, &tokens, value()?).map_err(|e| fail(&e)),
-        "remove" => remove(doc, &tokens).map(drop).map_err(|e| fail(&e)),
-        "replace" => {
-            let slot = get_mut(doc, &tokens).ok_or_else(|| fail("path not found"))?;
-            *slot = value()?;
-            Ok(())
-        }
+    let operation = match name {
+        "add" => PatchOperation::Add(AddOperation {
+            path: pointer.to_buf(),
+            value: value()?.clone(),
+        }),
+        "remove" => PatchOperation::Remove(RemoveOperation {
+            path: pointer.to_buf(),
+        }),
+        "replace" => PatchOperation::Replace(ReplaceOperation {
+            path: pointer.to_buf(),
+            value: value()?.clone(),
+        }),
         "move" => {
             let from = from()?;
-            if from == tokens {
+            if from == pointer {
                 return Ok(());
             }
-            if tokens.len() > from.len() && tokens[..from.len()] == from[..] {
-                return Err(fail("cannot move a value into one of its own children"));
-            }
-            if let Some(v) = get(doc, &from) {
+            if let Some(v) = doc.pointer(from.as_str()) {
                 check_depth(v)?;
             }
-            let moved = remove(doc, &from).map_err(|e| fail(&format!("from: {e}")))?;
-            add(doc, &tokens, moved).map_err(|e| fail(&e))
+            PatchOperation::Move(MoveOperation {
+                from: from.to_buf(),
+                path: pointer.to_buf(),
+            })
         }
         "copy" => {
             let from = from()?;
-            let source = get(doc, &from).ok_or_else(|| fail("from: path not found"))?;
+            let source = doc
+                .pointer(from.as_str())
+                .ok_or_else(|| refuse("from: path not found"))?;
             // Measured before the copy exists, and only up to the budget:
             // the check itself costs no more than the limit allows.
             let budget = MAX_COPY_BYTES - *copied;
             match json_size(source, budget) {
                 Some(size) => *copied += size,
                 None => {
-                    hit.set(Some(Limit::JsonPatchCopyBytes));
-                    return Err(fail(&format!(
-                        "Unable to complete the copy, the accumulated size increase of copy exceeds the limit {MAX_COPY_BYTES} bytes ({copied} bytes copied by earlier operations)"
-                    )));
+                    return Err((
+                        fail(&format!(
+                            "Unable to complete the copy, the accumulated size increase of copy exceeds the limit {MAX_COPY_BYTES} bytes ({copied} bytes copied by earlier operations)"
+                        )),
+                        Some(Limit::JsonPatchCopyBytes),
+                    ));
                 }
             }
             check_depth(source)?;
-            let value = source.clone();
-            add(doc, &tokens, value).map_err(|e| fail(&e))
+            PatchOperation::Copy(CopyOperation {
+                from: from.to_buf(),
+                path: pointer.to_buf(),
+            })
         }
         "test" => {
             let expected = value()?;
-            let actual = match (tokens.split_last(), get(doc, &tokens)) {
-                (_, Some(actual)) => actual.clone(),
+            let actual = match (doc.pointer(pointer.as_str()), pointer.parent()) {
+                (Some(actual), _) => actual,
                 // An absent child of an existing container reads as null.
-                (Some((_, parent)), None) if get(doc, parent).is_some_and(is_container) => {
-                    Value::Null
+                (None, Some(parent)) if doc.pointer(parent.as_str()).is_some_and(is_container) => {
+                    &Value::Null
                 }
-                _ => return Err(fail("path not found")),
+                _ => return Err(refuse("path not found")),
             };
-            if json_equal(&actual, &expected) {
+            return if json_equal(actual, expected) {
                 Ok(())
             } else {
-                Err(PatchError::TestFailed(format!(
-                    "json patch operation {index} (test) failed at path \"{path}\": \
-                     expected {expected}, found {actual}"
-                )))
-            }
+                Err((
+                    PatchError::TestFailed(format!(
+                        "json patch operation {index} (test) failed at path \"{path}\": \
+                         expected {expected}, found {actual}"
+                    )),
+                    None,
+                ))
+            };
         }
-        other => Err(invalid(format!("unknown op \"{other}\""))),
-    }
+        other => return Err(invalid(format!("unknown op \"{other}\""))),
+    };
+    // One operation on a copy the caller drops on failure: no undo needed.
+    json_patch::patch_unsafe(doc, std::slice::from_ref(&operation))
+        .map_err(|e| refuse(&e.kind.to_string()))
 }
 
 /// Nesting depth: 0 for a scalar, 1 for `[]`, 2 for `[[]]`. Iterative, so
@@ -270,98 +304,6 @@ fn string_len(s: &str) -> usize {
 
 fn is_container(value: &Value) -> bool {
     value.is_object() || value.is_array()
-}
-
-/// Splits an RFC 6901 JSON pointer into unescaped reference tokens.
-fn parse_pointer(pointer: &str) -> Result<Vec<String>, String> {
-    if pointer.is_empty() {
-        return Ok(Vec::new());
-    }
-    let Some(rest) = pointer.strip_prefix('/') else {
-        return Err(format!(
-            "invalid JSON pointer \"{pointer}\": must start with '/'"
-        ));
-    };
-    rest.split('/')
-        .map(|token| {
-            if token.replace("~0", "").replace("~1", "").contains('~') {
-                Err(format!("invalid escape in JSON pointer \"{pointer}\""))
-            } else {
-                Ok(token.replace("~1", "/").replace("~0", "~"))
-            }
-        })
-        .collect()
-}
-
-/// Parses an array index token: decimal without leading zeros (RFC 6901).
-fn array_index(token: &str) -> Option<usize> {
-    if token.is_empty() || (token.len() > 1 && token.starts_with('0')) {
-        return None;
-    }
-    if !token.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    token.parse().ok()
-}
-
-fn get<'a>(doc: &'a Value, tokens: &[String]) -> Option<&'a Value> {
-    tokens.iter().try_fold(doc, |value, token| match value {
-        Value::Object(map) => map.get(token),
-        Value::Array(items) => items.get(array_index(token)?),
-        _ => None,
-    })
-}
-
-fn get_mut<'a>(doc: &'a mut Value, tokens: &[String]) -> Option<&'a mut Value> {
-    tokens.iter().try_fold(doc, |value, token| match value {
-        Value::Object(map) => map.get_mut(token),
-        Value::Array(items) => items.get_mut(array_index(token)?),
-        _ => None,
-    })
-}
-
-fn add(doc: &mut Value, tokens: &[String], value: Value) -> Result<(), String> {
-    let Some((last, parent)) = tokens.split_last() else {
-        *doc = value;
-        return Ok(());
-    };
-    match get_mut(doc, parent) {
-        Some(Value::Object(map)) => {
-            map.insert(last.clone(), value);
-            Ok(())
-        }
-        Some(Value::Array(items)) => {
-            let at = if last == "-" {
-                items.len()
-            } else {
-                array_index(last).ok_or_else(|| format!("invalid array index \"{last}\""))?
-            };
-            if at > items.len() {
-                return Err(format!(
-                    "array index {at} out of bounds (length {})",
-                    items.len()
-                ));
-            }
-            items.insert(at, value);
-            Ok(())
-        }
-        Some(_) => Err("parent is not an object or array".to_owned()),
-        None => Err("parent path not found".to_owned()),
-    }
-}
-
-fn remove(doc: &mut Value, tokens: &[String]) -> Result<Value, String> {
-    let Some((last, parent)) = tokens.split_last() else {
-        return Err("cannot remove the whole document".to_owned());
-    };
-    match get_mut(doc, parent) {
-        Some(Value::Object(map)) => map.remove(last).ok_or_else(|| "path not found".to_owned()),
-        Some(Value::Array(items)) => match array_index(last) {
-            Some(at) if at < items.len() => Ok(items.remove(at)),
-            _ => Err(format!("array index \"{last}\" out of bounds")),
-        },
-        _ => Err("path not found".to_owned()),
-    }
 }
 
 /// Structural equality where numbers compare by value.
