@@ -100,6 +100,10 @@ pub use resource::{NoStatus, Resource};
 pub use k8s_openapi;
 /// For patches: `wasmctrl_sdk::serde_json::json!({"data": {"key": null}})`.
 pub use serde_json;
+/// Kubernetes' conventions as the host checks them: name syntax
+/// (`apimachinery::names::dns1123_label`), label selectors, API timestamps
+/// (`apimachinery::time::format_seconds`) and JSON patches.
+pub use wasmctrl_apimachinery as apimachinery;
 
 /// The one trait a plugin implements.
 pub trait Reconciler {
