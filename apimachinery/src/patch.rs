@@ -9,7 +9,12 @@
 //! before the work they bound, so a refused patch costs no more than the
 //! bound allows.
 
-use serde_json::{Map, Value};
+use json_patch::jsonptr::{Pointer, PointerBuf};
+use json_patch::{
+    AddOperation, CopyOperation, MoveOperation, PatchOperation, RemoveOperation, ReplaceOperation,
+    TestOperation,
+};
+use serde_json::Value;
 
 /// Applies an RFC 7386 merge patch to `target`: objects merge key by key,
 /// a `null` member removes the key, and any other value (arrays included)
@@ -152,7 +157,8 @@ pub enum PatchError {
 /// object or array succeeds when the expected value is `null` (clients such
 /// as kube-runtime's finalizer helper send `test /metadata/finalizers ==
 /// null` before the first `add`), and numbers compare by value (`1` tests
-/// equal to `1.0`). Members an operation does not use are ignored.
+/// equal to `1.0`), and a `move` onto its own `from` does nothing, even
+/// where nothing is. Members an operation does not use are ignored.
 ///
 /// Before anything is applied, the operation count and the depth each
 /// operation's `value` would reach are checked against `bounds`; a `move`
@@ -193,14 +199,15 @@ struct Op<'a> {
     index: usize,
     name: &'a str,
     path: &'a str,
-    operation: json_patch::PatchOperation,
+    /// `None` for a `move` onto its own `from`, which does nothing.
+    operation: Option<PatchOperation>,
 }
 
 impl<'a> Op<'a> {
     fn read(index: usize, op: &'a Value, bounds: PatchBounds) -> Result<Self, PatchError> {
         let malformed = |message: String| PatchError::Malformed { index, message };
         let Value::Object(members) = op else {
-            return Err(malformed("an operation must be an object".into()));
+            return Err(malformed("operation must be an object".into()));
         };
         let name = members
             .get("op")
@@ -213,34 +220,63 @@ impl<'a> Op<'a> {
             .get("path")
             .and_then(Value::as_str)
             .ok_or_else(|| malformed(format!("{name}: missing string member \"path\"")))?;
-        let read = Self {
+        let mut read = Self {
             index,
             name,
             path,
-            operation: json_patch::PatchOperation::Test(json_patch::TestOperation::default()),
+            operation: None,
         };
-        // Only the members the operation uses are read, the value checked
-        // for depth before it is copied.
-        let mut used = Map::new();
-        used.insert("op".into(), name.into());
-        used.insert("path".into(), path.into());
-        if matches!(name, "move" | "copy") {
+        let pointer = |at: &str, text: &'a str| {
+            Pointer::parse(text)
+                .map(Pointer::to_buf)
+                .map_err(|e| read.failed(format!("{at}invalid JSON pointer \"{text}\": {e}")))
+        };
+        let path_buf = pointer("", path)?;
+        let from = || -> Result<PointerBuf, PatchError> {
             let from = members
                 .get("from")
                 .and_then(Value::as_str)
                 .ok_or_else(|| read.failed("missing string member \"from\""))?;
-            used.insert("from".into(), from.into());
-        }
-        if matches!(name, "add" | "replace" | "test") {
+            pointer("from: ", from)
+        };
+        // The value is checked for depth before it is copied.
+        let value = || -> Result<Value, PatchError> {
             let value = members
                 .get("value")
                 .ok_or_else(|| read.failed("missing member \"value\""))?;
             read.check_depth(value, bounds)?;
-            used.insert("value".into(), value.clone());
-        }
-        let operation =
-            serde_json::from_value(Value::Object(used)).map_err(|e| read.failed(e.to_string()))?;
-        Ok(Self { operation, ..read })
+            Ok(value.clone())
+        };
+        let operation = match name {
+            "add" => PatchOperation::Add(AddOperation {
+                path: path_buf,
+                value: value()?,
+            }),
+            "remove" => PatchOperation::Remove(RemoveOperation { path: path_buf }),
+            "replace" => PatchOperation::Replace(ReplaceOperation {
+                path: path_buf,
+                value: value()?,
+            }),
+            // As upstream, a move onto itself does nothing, even where
+            // nothing is.
+            "move" => match from()? {
+                from if from == path_buf => return Ok(read),
+                from => PatchOperation::Move(MoveOperation {
+                    from,
+                    path: path_buf,
+                }),
+            },
+            "copy" => PatchOperation::Copy(CopyOperation {
+                from: from()?,
+                path: path_buf,
+            }),
+            _ => PatchOperation::Test(TestOperation {
+                path: path_buf,
+                value: value()?,
+            }),
+        };
+        read.operation = Some(operation);
+        Ok(read)
     }
 
     fn failed(&self, message: impl Into<String>) -> PatchError {
@@ -274,8 +310,11 @@ impl<'a> Op<'a> {
         copied: &mut usize,
         bounds: PatchBounds,
     ) -> Result<(), PatchError> {
-        use json_patch::PatchOperation as P;
-        match &self.operation {
+        use PatchOperation as P;
+        let Some(operation) = &self.operation else {
+            return Ok(());
+        };
+        match operation {
             P::Test(test) => return self.test(doc, test.path.as_str(), &test.value),
             P::Copy(copy) => {
                 let source = doc
@@ -300,7 +339,7 @@ impl<'a> Op<'a> {
             }
             P::Add(_) | P::Remove(_) | P::Replace(_) => {}
         }
-        json_patch::patch_unsafe(doc, std::slice::from_ref(&self.operation)).map_err(|e| {
+        json_patch::patch_unsafe(doc, std::slice::from_ref(operation)).map_err(|e| {
             use json_patch::PatchErrorKind as K;
             self.failed(match e.kind {
                 K::InvalidPointer => {

@@ -328,6 +328,17 @@ fn root_operations_replace_the_document() {
 }
 
 #[test]
+fn a_move_onto_itself_does_nothing_even_where_nothing_is() {
+    assert_eq!(
+        ok(
+            json!({"a": 1}),
+            json!([{"op": "move", "from": "/x", "path": "/x"}, {"op": "move", "from": "/a", "path": "/a"}])
+        ),
+        json!({"a": 1})
+    );
+}
+
+#[test]
 fn malformed_operations_say_which_and_why() {
     let e = |ops: Value| err(json!({"a": 1}), ops).to_string();
     assert_eq!(
@@ -336,7 +347,7 @@ fn malformed_operations_say_which_and_why() {
     );
     assert_eq!(
         e(json!([{"op": "add", "path": "/b", "value": 1}, 7])),
-        "json patch operation 1: an operation must be an object"
+        "json patch operation 1: operation must be an object"
     );
     assert_eq!(
         e(json!([{"path": "/a"}])),
@@ -359,8 +370,13 @@ fn malformed_operations_say_which_and_why() {
         "json patch operation 0 (copy) failed at path \"/b\": missing string member \"from\""
     );
     assert!(
-        e(json!([{"op": "add", "path": "a", "value": 1}]))
-            .starts_with("json patch operation 0 (add) failed at path \"a\": "),
+        e(json!([{"op": "add", "path": "a", "value": 1}])).starts_with(
+            "json patch operation 0 (add) failed at path \"a\": invalid JSON pointer \"a\": "
+        ),
+    );
+    assert!(
+        e(json!([{"op": "copy", "from": "x~2", "path": "/b"}]))
+            .starts_with("json patch operation 0 (copy) failed at path \"/b\": from: invalid JSON pointer \"x~2\": "),
     );
     assert_eq!(
         e(json!([{"op": "remove", "path": "/nope"}])),
