@@ -11,6 +11,17 @@
 //! of the tables below are decoded; an unmodelled field is accepted only at
 //! its zero value (gogo-protobuf sends every non-pointer field) and rejected
 //! otherwise, rather than silently dropped.
+//!
+//! Why the tables, and not prost with kube-rs's generated `k8s-pb` types:
+//! those decode every kind served here into Rust structs, but the server
+//! stores and answers JSON, and `k8s-pb` has no JSON form (no serde). Each
+//! table row says what a struct field would not: the field's JSON name and
+//! whether Go omits its zero value (`omitempty`) or keeps it (a pointer),
+//! and `metav1.Time`, `IntOrString`, `Quantity` and `[]byte` have JSON
+//! forms of their own. Converting the structs would take that per-field
+//! knowledge written out again for each message, and a decoded field the
+//! conversion does not carry over would be lost silently, where these
+//! tables refuse it.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
