@@ -37,12 +37,12 @@ use kube::runtime::controller::Action as KubeAction;
 use kube::runtime::watcher;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
-use wasmctrl::cache::{CachedObject, InformerKey, Notification, SharedCache};
 use wasmctrl::config::HostConfig;
-use wasmctrl::controller::{Controller, ControllerOptions, TracingTerminalErrors};
-use wasmctrl::manager::{Manager, ManagerOptions};
-use wasmctrl::metrics::Metrics;
-use wasmctrl::workqueue::{Priority, WorkQueue};
+use wasmctrl::control::controller::{Controller, ControllerOptions, TracingTerminalErrors};
+use wasmctrl::control::informer::{CachedObject, InformerKey, Notification, SharedCache};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::control::workqueue::{Priority, WorkQueue};
+use wasmctrl::ops::manager::{Manager, ManagerOptions};
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use crate::cluster::{self, NAMESPACE};
@@ -188,7 +188,7 @@ pub fn run(args: ControllerArgs) -> anyhow::Result<()> {
     // The wasmctrl hosts as `wasmctrl` runs them; the kube-rs baseline as
     // kube-rs users run theirs.
     if args.variant != Variant::KubeRs {
-        wasmctrl::malloc::limit_arenas();
+        wasmctrl::ops::malloc::limit_arenas();
     }
     if args.count_heap {
         crate::heap::start();
@@ -310,7 +310,7 @@ async fn drained(queues: &[WorkQueue<ObjectKey>]) -> (u64, u64) {
 // native: the same logic in Rust, on wasmctrl's controller loop and cache.
 
 struct NativeStatus {
-    informer: Arc<wasmctrl::cache::Informer>,
+    informer: Arc<wasmctrl::control::informer::Informer>,
     api: Api<DynamicObject>,
 }
 
@@ -365,7 +365,7 @@ fn object_key(o: &CachedObject) -> ObjectKey {
     }
 }
 
-fn enqueue_all(queue: &WorkQueue<ObjectKey>, informer: &wasmctrl::cache::Informer) {
+fn enqueue_all(queue: &WorkQueue<ObjectKey>, informer: &wasmctrl::control::informer::Informer) {
     for o in informer.objects() {
         queue.add_with_priority(object_key(&o), Priority::LOW);
     }
@@ -381,7 +381,7 @@ async fn run_native(args: &ControllerArgs, client: kube::Client) -> anyhow::Resu
     let metrics = Arc::new(Metrics::new());
     let queue = WorkQueue::new(
         "native",
-        Box::new(wasmctrl::workqueue::ratelimit::default_controller_rate_limiter()),
+        Box::new(wasmctrl::control::workqueue::ratelimit::default_controller_rate_limiter()),
         metrics.queue("native"),
     );
     let controller = Controller::new(

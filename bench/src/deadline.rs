@@ -11,8 +11,8 @@ use anyhow::{Context as _, ensure};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use wasmctrl::TrapKind;
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::{PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{ObjectKey, ReconcileError, ReconcileRequest};
 
 use crate::stats::{Samples, load_average, round};

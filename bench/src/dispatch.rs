@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail, ensure};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Plugin, PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::{Plugin, PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use crate::floor::{self, Floor};

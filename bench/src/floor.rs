@@ -239,7 +239,7 @@ impl kube::Host for FloorState {
 }
 
 /// The engine settings the benchmarks vary; [`EngineKnobs::FLOOR`] is the
-/// fastest found, [`EngineKnobs::WASMCTRL`] what `wasmctrl::runtime` uses.
+/// fastest found, [`EngineKnobs::WASMCTRL`] what `wasmctrl::sandbox` uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineKnobs {
     /// Epoch interruption compiled into the guest.
@@ -288,8 +288,8 @@ impl EngineKnobs {
         }
     }
 
-    /// `wasmctrl::runtime::Runtime::new` with `RuntimeConfig::default()`
-    /// (host/src/runtime/mod.rs): `pagemap_scan(Auto)`, on wherever the
+    /// `wasmctrl::sandbox::Runtime::new` with `RuntimeConfig::default()`
+    /// (host/src/sandbox/mod.rs): `pagemap_scan(Auto)`, on wherever the
     /// kernel has it (Linux ≥ 6.7, as here).
     pub const WASMCTRL: Self = Self {
         epoch: true,

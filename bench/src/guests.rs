@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{InstanceMode, Plugin, PluginSpec, ReuseLimits, Runtime, RuntimeConfig};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::{InstanceMode, Plugin, PluginSpec, ReuseLimits, Runtime, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 

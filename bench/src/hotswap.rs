@@ -59,7 +59,7 @@ use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, filter};
 use wasmctrl::config::HostConfig;
-use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl::ops::manager::{Manager, ManagerOptions};
 use wasmctrl_apiserver::ApiServer;
 use wasmctrl_plugin_artifacts as artifacts;
 
@@ -130,7 +130,7 @@ impl Version {
 
     fn from_bytes(bytes: Vec<u8>, stamp: &'static str) -> Self {
         Self {
-            digest: wasmctrl::runtime::digest(&bytes),
+            digest: wasmctrl::sandbox::digest(&bytes),
             bytes: Arc::new(bytes),
             stamp,
         }
@@ -345,7 +345,7 @@ fn install_probe() -> anyhow::Result<Probe> {
     // The controller's `reconcile` span and the events inside it; nothing
     // else reaches the probe.
     let only_controller = filter::filter_fn(|m| {
-        m.target() == "wasmctrl::controller" && (m.is_event() || m.name() == "reconcile")
+        m.target() == "wasmctrl::control::controller" && (m.is_event() || m.name() == "reconcile")
     });
     let log = std::env::var_os("RUST_LOG").map(|_| {
         tracing_subscriber::fmt::layer()
@@ -897,7 +897,8 @@ mod tests {
     fn probed(f: impl FnOnce()) -> Probe {
         let probe = Probe::default();
         let only_controller = filter::filter_fn(|m| {
-            m.target() == "wasmctrl::controller" && (m.is_event() || m.name() == "reconcile")
+            m.target() == "wasmctrl::control::controller"
+                && (m.is_event() || m.name() == "reconcile")
         });
         let subscriber =
             tracing_subscriber::registry().with(probe.clone().with_filter(only_controller));
@@ -906,12 +907,12 @@ mod tests {
     }
 
     fn reconcile(key: &str) -> tracing::Span {
-        tracing::info_span!(target: "wasmctrl::controller", "reconcile", key = %key, digest = tracing::field::Empty)
+        tracing::info_span!(target: "wasmctrl::control::controller", "reconcile", key = %key, digest = tracing::field::Empty)
     }
 
     fn done(span: &tracing::Span) {
         let _e = span.enter();
-        tracing::debug!(target: "wasmctrl::controller", "reconciled");
+        tracing::debug!(target: "wasmctrl::control::controller", "reconciled");
     }
 
     #[test]
@@ -962,7 +963,7 @@ mod tests {
         let probe = Probe::default();
         probe.arm("sha256:2");
         let p = probe.clone();
-        let only_controller = filter::filter_fn(|m| m.target() == "wasmctrl::controller");
+        let only_controller = filter::filter_fn(|m| m.target() == "wasmctrl::control::controller");
         let subscriber = tracing_subscriber::registry().with(p.with_filter(only_controller));
         tracing::subscriber::with_default(subscriber, || {
             let old = reconcile("default/a");

@@ -19,9 +19,9 @@ use anyhow::{Context as _, ensure};
 use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use wasmctrl::hostapi::{ApiError, KubeApi, KubeRequest, KubeResponse};
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{InstanceMode, Plugin, PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::hostapi::{ApiError, KubeApi, KubeRequest, KubeResponse};
+use wasmctrl::sandbox::{InstanceMode, Plugin, PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, ReconcileRequest};
 
 use crate::stats::{Samples, load_average, round};

@@ -3,38 +3,32 @@
 //!
 //! The host owns the machinery of a controller — workqueue, rate limiters,
 //! controller loop, deadlines — and calls a plugin only for `reconcile(key)`.
+//!
+//! Its modules are layers, each importing only the ones listed before it:
+//! - [`meta`]: the Kubernetes vocabulary (kinds, names, selectors);
+//! - [`control`]: the controller machinery (workqueue, controller, informer
+//!   cache, metrics, leader election, sharding);
+//! - [`config`]: the host config file;
+//! - [`sandbox`]: plugins compiled and run in wasm sandboxes, and the host
+//!   API they call;
+//! - [`ops`]: running plugins in a process (manager, sources, admin server,
+//!   RBAC, transcripts);
+//! - [`tools`]: the command-line tools.
 
-pub mod admin;
-pub mod apply;
-pub mod build;
-pub mod cache;
-pub mod client;
 pub mod config;
-pub mod controller;
-pub mod discovery;
+pub mod control;
 #[cfg(test)]
 mod fuzz;
-pub mod hostapi;
-pub mod kind;
-pub mod leader;
-pub mod malloc;
-pub mod manager;
-pub mod metrics;
-pub mod normalized;
-pub mod rbac;
-pub mod reconcile;
+pub mod meta;
+pub mod ops;
 #[cfg(any(test, feature = "test-util"))]
 pub mod residency;
-pub mod runtime;
-pub mod selector;
-pub mod shard;
-pub mod source;
-pub mod syntax;
+pub mod sandbox;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_util;
-pub mod transcript;
-mod wit;
-pub mod workqueue;
+pub mod tools;
 
-pub use kind::Gvk;
-pub use reconcile::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest, TrapKind};
+pub use control::reconcile::{
+    Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest, TrapKind,
+};
+pub use meta::kind::Gvk;

@@ -1,7 +1,5 @@
 //! The `wasmctrl` command line.
 
-mod cli;
-
 fn main() -> std::process::ExitCode {
-    cli::main()
+    wasmctrl::tools::cli::main()
 }

@@ -18,9 +18,9 @@ pub use registry::{
 
 use crate::ObjectKey;
 use crate::config::HostConfig;
-use crate::manager::{Manager, ManagerError, ManagerOptions};
-use crate::metrics::Metrics;
-use crate::workqueue::WorkQueue;
+use crate::control::metrics::Metrics;
+use crate::control::workqueue::WorkQueue;
+use crate::ops::manager::{Manager, ManagerError, ManagerOptions};
 
 /// Polls `check` every 20 ms until it returns Some, for at most `limit`;
 /// panics naming `what` past it. Convergence in tests is always bounded
@@ -349,4 +349,43 @@ fn crate_references(text: &str) -> Vec<String> {
         rest = after;
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::module_cycles;
+
+    fn write(dir: &std::path::Path, file: &str, text: &str) {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn an_import_from_a_nested_file_closes_a_cycle() {
+        let src = tempfile::tempdir().unwrap();
+        write(src.path(), "lib.rs", "pub mod a;\npub mod b;\npub mod c;\n");
+        write(src.path(), "a.rs", "use crate::b::inner::Thing;\n");
+        write(src.path(), "b/mod.rs", "pub mod inner;\n");
+        write(
+            src.path(),
+            "b/inner/deep.rs",
+            "use crate::{c, a::x};\n// crate::zzz in a comment is no edge\n",
+        );
+        write(src.path(), "c.rs", "use crate::b;\n");
+        assert_eq!(
+            module_cycles(src.path()),
+            [["a", "b"], ["b", "c"]].map(|c| c.map(String::from).to_vec())
+        );
+    }
+
+    #[test]
+    fn layers_that_import_only_downwards_form_no_cycle() {
+        let src = tempfile::tempdir().unwrap();
+        write(src.path(), "low/mod.rs", "pub mod x;\n");
+        write(src.path(), "low/x.rs", "use crate::low;\n");
+        write(src.path(), "high/mod.rs", "use crate::low::x;\n");
+        write(src.path(), "high/deep/y.rs", "use crate::{high, low::x};\n");
+        assert!(module_cycles(src.path()).is_empty());
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, ObjectMeta, PostParams};
-use wasmctrl::cache::{CacheOptions, InformerKey, Notification, SharedCache};
+use wasmctrl::control::informer::{CacheOptions, InformerKey, Notification, SharedCache};
 
 use wasmctrl_e2e::{Cluster, eventually};
 
@@ -215,13 +215,13 @@ async fn a_guest_reads_no_managed_fields_from_the_api_server_either_unless_kept(
     use std::time::Instant;
 
     use wasmctrl::config::PermissionRule;
-    use wasmctrl::discovery::Resolver;
-    use wasmctrl::hostapi::{
+    use wasmctrl::control::discovery::Resolver;
+    use wasmctrl::control::leader::Fence;
+    use wasmctrl::control::metrics::Metrics;
+    use wasmctrl::sandbox::hostapi::{
         ApiLimits, ClusterApi, ClusterContext, Grant, Gvk, KubeApi, KubeRequest, KubeResponse,
         ObjectPatch,
     };
-    use wasmctrl::leader::Fence;
-    use wasmctrl::metrics::Metrics;
 
     let cluster = Cluster::start().await;
     let configmaps = Gvk {

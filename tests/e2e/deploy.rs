@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use wasmctrl::rbac::RbacOptions;
+use wasmctrl::ops::rbac::RbacOptions;
 use wasmctrl_e2e::Cluster;
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
@@ -21,7 +21,7 @@ fn objects(yaml: &str) -> Vec<serde_json::Value> {
 fn the_rbac_of_deploy_is_what_wasmctrl_rbac_generates_for_its_config() {
     let config = wasmctrl::config::HostConfig::load(&Path::new(DEPLOY).join("wasmctrl.yaml"))
         .expect("deploy/wasmctrl.yaml is a valid config");
-    let generated = wasmctrl::rbac::generate(&config)
+    let generated = wasmctrl::ops::rbac::generate(&config)
         .to_yaml(&RbacOptions {
             namespace: "wasmctrl-system".into(),
             service_account: "wasmctrl".into(),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
-use wasmctrl::manager::{Manager, ManagerOptions};
+use wasmctrl::ops::manager::{Manager, ManagerOptions};
 use wasmctrl_e2e::{Cluster, eventually, host_config, metric_line, metric_value};
 use wasmctrl_plugin_artifacts as artifacts;
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
 use wasmctrl::config::{HostConfig, PermissionRule};
-use wasmctrl::rbac::{Rbac, RbacOptions};
+use wasmctrl::ops::rbac::{Rbac, RbacOptions};
 use wasmctrl_apiserver::{Authorization, Config};
 use wasmctrl_e2e::{Cluster, Host, client_for, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
@@ -37,7 +37,7 @@ async fn cluster_with_generated_rbac(config: &HostConfig) -> (Cluster, Rbac) {
     apply_crd(&cluster);
     cluster.kubectl(&["create", "namespace", NAMESPACE]);
     cluster.kubectl(&["create", "serviceaccount", SERVICE_ACCOUNT, "-n", NAMESPACE]);
-    let rbac = wasmctrl::rbac::generate(config);
+    let rbac = wasmctrl::ops::rbac::generate(config);
     let yaml = rbac
         .to_yaml(&RbacOptions {
             namespace: NAMESPACE.into(),

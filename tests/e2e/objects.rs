@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use wasmctrl::runtime::digest;
-use wasmctrl::source::oci::RegistryOptions;
+use wasmctrl::ops::source::oci::RegistryOptions;
+use wasmctrl::sandbox::digest;
 use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
 use wasmctrl_e2e::{Cluster, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
@@ -697,7 +697,7 @@ async fn a_name_the_config_frees_goes_to_the_waiting_object_and_the_config_canno
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_following_objects_without_the_crd_refuses_to_start_saying_how_to_install_it() {
-    use wasmctrl::manager::{Manager, ManagerOptions};
+    use wasmctrl::ops::manager::{Manager, ManagerOptions};
     let cluster = Cluster::start().await;
     let config = wasmctrl_e2e::host_config(&host_config(""), cluster.dir.path());
     let options = ManagerOptions {

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use wasmctrl::config::RecordConfig;
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Runtime, RuntimeConfig};
-use wasmctrl::transcript::replay::{DivergenceKind, replay};
-use wasmctrl::transcript::{CallRequest, Transcript};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::ops::transcript::replay::{DivergenceKind, replay};
+use wasmctrl::ops::transcript::{CallRequest, Transcript};
+use wasmctrl::sandbox::{Runtime, RuntimeConfig};
 use wasmctrl_e2e::{Cluster, Host, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
 
@@ -53,7 +53,7 @@ async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_i
         || {
             let file = file.clone();
             async move {
-                let read = wasmctrl::transcript::read_file(&file).ok()?;
+                let read = wasmctrl::ops::transcript::read_file(&file).ok()?;
                 (read.iter().filter(|(_, t)| applies_a_deployment(t)).count() >= 2).then_some(read)
             }
         },
@@ -159,7 +159,7 @@ async fn only_the_keys_the_selector_picks_are_recorded() {
     .await;
     host.stop().await.unwrap();
     let file = dir.path().join("webapp.jsonl");
-    let transcripts = wasmctrl::transcript::read_file(&file).unwrap();
+    let transcripts = wasmctrl::ops::transcript::read_file(&file).unwrap();
     assert!(
         transcripts.len() as f64 >= written,
         "{} < {written}",

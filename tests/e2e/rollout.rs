@@ -497,7 +497,7 @@ async fn a_canary_failing_half_its_keys_is_rolled_back_and_stable_reconciles_eve
     let candidate_keys: Vec<String> = (0..KEYS)
         .map(|i| format!("cm-{i}"))
         .filter(|n| {
-            wasmctrl::manager::in_canary(&wasmctrl::ObjectKey::namespaced("default", n), 50)
+            wasmctrl::ops::manager::in_canary(&wasmctrl::ObjectKey::namespaced("default", n), 50)
         })
         .collect();
     assert!(!candidate_keys.is_empty());
@@ -655,7 +655,7 @@ async fn every_reconcile_metric_carries_the_version_while_a_canary_runs() {
     let candidate_keys: Vec<String> = keys
         .iter()
         .filter(|n| {
-            wasmctrl::manager::in_canary(&wasmctrl::ObjectKey::namespaced("default", *n), 50)
+            wasmctrl::ops::manager::in_canary(&wasmctrl::ObjectKey::namespaced("default", *n), 50)
         })
         .cloned()
         .collect();

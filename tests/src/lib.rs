@@ -119,7 +119,7 @@ impl Cluster {
 
 /// A kube client for the cluster of the kubeconfig at `path`.
 pub async fn client_for(kubeconfig: &Path) -> kube::Client {
-    wasmctrl::client::client_for(kubeconfig)
+    wasmctrl::control::client::client_for(kubeconfig)
         .await
         .expect("a client for the test's kubeconfig")
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-use crate::syntax;
+use crate::meta::syntax;
 
 pub(crate) mod reach;
 mod source;
@@ -149,8 +149,9 @@ pub struct HostConfig {
     pub cache: CacheSection,
     #[serde(default)]
     pub leader_election: LeaderElectionConfig,
-    /// Spread the keys over the replicas (see [`crate::shard`]); None: one
-    /// leader (with leader election) or every host reconciles every key.
+    /// Spread the keys over the replicas (see [`crate::control::shard`]);
+    /// None: one leader (with leader election) or every host reconciles
+    /// every key.
     #[serde(default)]
     pub sharding: Option<ShardingConfig>,
     #[serde(default)]
@@ -281,8 +282,8 @@ impl Default for CacheSection {
 
 impl CacheSection {
     /// The informer cache's options.
-    pub fn options(&self) -> crate::cache::CacheOptions {
-        crate::cache::CacheOptions {
+    pub fn options(&self) -> crate::control::informer::CacheOptions {
+        crate::control::informer::CacheOptions {
             strip_managed_fields: self.strip_managed_fields,
         }
     }
@@ -603,7 +604,7 @@ pub struct PluginConfig {
     pub max_instance_memory: Option<u64>,
     /// Skip a resync or duplicate event of a key when nothing its last
     /// done reconcile read or wrote changed, and neither did the plugin's
-    /// digest or settings (see `manager::skip`).
+    /// digest or settings (see `ops::manager::skip`).
     #[serde(default)]
     pub skip_unchanged: bool,
     /// A second version run beside this one: in shadow (its writes
@@ -618,7 +619,7 @@ pub struct PluginConfig {
 }
 
 /// `record:` of a plugin: its reconciles' transcripts, one JSON line each,
-/// in `<dir>/<plugin>.jsonl`, rotated (see `transcript::record`).
+/// in `<dir>/<plugin>.jsonl`, rotated (see `ops::transcript::record`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct RecordConfig {
@@ -662,11 +663,11 @@ fn default_record_files() -> u32 {
 
 impl RecordConfig {
     /// The keys' label selector; None for `all`.
-    pub fn selector(&self) -> Result<Option<crate::selector::LabelSelector>, String> {
+    pub fn selector(&self) -> Result<Option<crate::meta::selector::LabelSelector>, String> {
         match self.keys.trim() {
             "all" => Ok(None),
             "" => Err("must be `all` or a label selector".into()),
-            s => crate::selector::LabelSelector::parse(s).map(Some),
+            s => crate::meta::selector::LabelSelector::parse(s).map(Some),
         }
     }
 

@@ -1,6 +1,6 @@
 //! Where a plugin's source may connect: [`Reach`], from the host config
 //! (`pluginsFrom.allowHosts` for WasmReconciler objects). The sources
-//! apply it to every address they connect to (`source/http.rs`); the
+//! apply it to every address they connect to (`ops/source/http.rs`); the
 //! config checks what can be checked before connecting.
 
 use std::net::IpAddr;

@@ -213,7 +213,7 @@ impl SourceConfig {
                     "give either dockerConfig or imagePullSecret, not both",
                 ));
             }
-            crate::syntax::dns_subdomain("imagePullSecret", secret)
+            crate::meta::syntax::dns_subdomain("imagePullSecret", secret)
                 .map_err(|e| problem("imagePullSecret", e.message))?;
         }
         Ok(SourceSpec::Oci(OciSourceSpec {

@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::config::FetchLimits;
-use crate::source::oci::{self, RegistryOptions};
+use crate::ops::source::oci::{self, RegistryOptions};
 
 /// Where Debian's `docker-registry` package installs the registry.
 const REGISTRY_BIN: &str = "/usr/bin/docker-registry";

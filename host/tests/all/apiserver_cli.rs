@@ -56,7 +56,9 @@ async fn a_service_accounts_view(mode: &str) -> (Killed, kube::Config, kube::Cli
         lines[0].contains(&format!("(authorization: {mode})")),
         "{lines:?}"
     );
-    let admin = wasmctrl::client::config_for(&kubeconfig).await.unwrap();
+    let admin = wasmctrl::control::client::config_for(&kubeconfig)
+        .await
+        .unwrap();
     let client = kube::Client::try_from(admin.clone()).unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
     let account: ServiceAccount = serde_json::from_value(serde_json::json!({

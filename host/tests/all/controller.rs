@@ -5,12 +5,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wasmctrl::TrapKind;
-use wasmctrl::controller::{Controller, ControllerOptions, TracingTerminalErrors};
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
+use wasmctrl::control::controller::{Controller, ControllerOptions, TracingTerminalErrors};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::control::workqueue::WorkQueue;
+use wasmctrl::control::workqueue::ratelimit::default_controller_rate_limiter;
+use wasmctrl::sandbox::{Limits, Plugin, RuntimeConfig};
 use wasmctrl::test_util::eventually;
-use wasmctrl::workqueue::WorkQueue;
-use wasmctrl::workqueue::ratelimit::default_controller_rate_limiter;
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 use wasmctrl::TrapKind;
-use wasmctrl::runtime::{GuestCpu, Limits, Plugin, RuntimeConfig, Through};
+use wasmctrl::sandbox::{GuestCpu, Limits, Plugin, RuntimeConfig, Through};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::{load, request, runtime_with, test_runtime_config, trap_kind};
@@ -17,7 +17,7 @@ use crate::{load, request, runtime_with, test_runtime_config, trap_kind};
 const SPIN: Duration = Duration::from_secs(2);
 
 /// A runtime sharing at 50m past a 20 ms burst.
-fn sharing_runtime() -> wasmctrl::runtime::Runtime {
+fn sharing_runtime() -> wasmctrl::sandbox::Runtime {
     runtime_with(RuntimeConfig {
         guest_cpu: GuestCpu {
             burst: Duration::from_millis(20),
@@ -27,7 +27,7 @@ fn sharing_runtime() -> wasmctrl::runtime::Runtime {
     })
 }
 
-async fn misbehave(runtime: &wasmctrl::runtime::Runtime, name: &str) -> Arc<Plugin> {
+async fn misbehave(runtime: &wasmctrl::sandbox::Runtime, name: &str) -> Arc<Plugin> {
     load(runtime, name, artifacts::MISBEHAVE, Limits::default()).await
 }
 

@@ -129,7 +129,9 @@ async fn dev_with_rbac_runs_the_host_as_a_service_account_with_the_rbac_of_wasmc
         dev.printed
     );
     // The kubeconfig written for kubectl stays the admin's.
-    let admin = wasmctrl::client::client_for(&dev.kubeconfig).await.unwrap();
+    let admin = wasmctrl::control::client::client_for(&dev.kubeconfig)
+        .await
+        .unwrap();
 
     // The quick start's WebApp gets its Deployment.
     eventually("the Deployment of WebApp hello", LIMIT, || {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use wasmctrl::runtime::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, Runtime};
+use wasmctrl::sandbox::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, Runtime};
 use wasmctrl::{Action, ObjectKey, ReconcileError, ReconcileRequest, TrapKind};
 use wasmctrl_plugin_artifacts as artifacts;
 

@@ -2,9 +2,9 @@
 //! file and what is wrong, and nothing is loaded.
 
 use std::path::PathBuf;
-use wasmctrl::metrics::DiskRefusal;
+use wasmctrl::control::metrics::DiskRefusal;
 
-use wasmctrl::runtime::{CacheHit, Limits, LoadError, RuntimeConfig};
+use wasmctrl::sandbox::{CacheHit, Limits, LoadError, RuntimeConfig};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::{load, runtime, runtime_with, spec};
@@ -88,7 +88,7 @@ async fn a_component_of_the_wrong_world_is_refused_naming_the_mismatch() {
     let msg = err.to_string();
     assert!(msg.contains("wrong_world.wasm"), "{msg}");
     assert!(
-        msg.contains(wasmctrl::source::artifact::RECONCILER_WORLD),
+        msg.contains(wasmctrl::ops::source::artifact::RECONCILER_WORLD),
         "{msg}"
     );
     assert!(
@@ -189,7 +189,7 @@ async fn a_tampered_compiled_artifact_is_recompiled_not_loaded() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&artifact, &bytes).unwrap();
-    let refused = || wasmctrl::metrics::disk_refusals(DiskRefusal::CompiledArtifact);
+    let refused = || wasmctrl::control::metrics::disk_refusals(DiskRefusal::CompiledArtifact);
     let before = refused();
     let b = load(
         &runtime_with(config.clone()),
@@ -233,8 +233,8 @@ async fn a_version_no_plugin_holds_is_evicted_from_memory() {
 
 #[tokio::test]
 async fn metadata_past_a_bound_is_refused_naming_it_and_counted() {
-    let metrics = std::sync::Arc::new(wasmctrl::metrics::Metrics::new());
-    let runtime = wasmctrl::runtime::Runtime::new(crate::test_runtime_config(), metrics.clone())
+    let metrics = std::sync::Arc::new(wasmctrl::control::metrics::Metrics::new());
+    let runtime = wasmctrl::sandbox::Runtime::new(crate::test_runtime_config(), metrics.clone())
         .expect("runtime starts");
     let err = runtime
         .load_file(artifacts::HOSTILE_HUGE_METADATA, spec("huge"))
@@ -255,8 +255,8 @@ async fn metadata_past_a_bound_is_refused_naming_it_and_counted() {
 
 #[tokio::test]
 async fn a_component_past_its_tables_is_refused_at_load_naming_it_and_counted() {
-    let metrics = std::sync::Arc::new(wasmctrl::metrics::Metrics::new());
-    let runtime = wasmctrl::runtime::Runtime::new(crate::test_runtime_config(), metrics.clone())
+    let metrics = std::sync::Arc::new(wasmctrl::control::metrics::Metrics::new());
+    let runtime = wasmctrl::sandbox::Runtime::new(crate::test_runtime_config(), metrics.clone())
         .expect("runtime starts");
     let err = runtime
         .load_file(artifacts::MANY_TABLES, spec("tables"))

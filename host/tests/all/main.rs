@@ -22,8 +22,8 @@ mod workflow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{Limits, Plugin, PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::{Limits, Plugin, PluginSpec, Runtime, RuntimeConfig};
 
 /// A runtime sized for tests (many run at once in this process).
 pub fn runtime() -> Runtime {

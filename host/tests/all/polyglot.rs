@@ -1,12 +1,12 @@
 //! Plugins written in Python and TypeScript (`plugins/webapp-py`,
 //! `plugins/webapp-ts`, built by `plugins/artifacts` through the host's
-//! `build` module) load through the real host like the Rust webapp: they
+//! `tools::build` module) load through the real host like the Rust webapp: they
 //! implement the same world, declare the same metadata, and a reconcile
 //! without an API server comes back as the same transient `unavailable`
 //! error — an error value crossing the boundary, not a trap.
 
 use tokio_util::sync::CancellationToken;
-use wasmctrl::runtime::Limits;
+use wasmctrl::sandbox::Limits;
 use wasmctrl::{ObjectKey, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 

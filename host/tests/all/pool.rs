@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
-use wasmctrl::metrics::Metrics;
-use wasmctrl::runtime::{PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::{PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{ObjectKey, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
 

@@ -247,7 +247,9 @@ impl Measured {
         let pid = host.child.id();
         let idle = memory_of(pid, "VmRSS");
         std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
-        let client = wasmctrl::client::client_for(&kubeconfig).await.unwrap();
+        let client = wasmctrl::control::client::client_for(&kubeconfig)
+            .await
+            .unwrap();
         Measured {
             server,
             _dir: dir,
@@ -456,7 +458,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let admin = dir.path().join("kubeconfig");
         server.write_kubeconfig(&admin).unwrap();
-        let client = wasmctrl::client::client_for(&admin).await.unwrap();
+        let client = wasmctrl::control::client::client_for(&admin).await.unwrap();
         Self {
             server,
             api: kube::Api::namespaced(client, "default"),
@@ -769,7 +771,7 @@ async fn a_standby_loads_an_object_plugin_with_its_pull_secret_and_writes_its_st
             registry.addr
         ),
     );
-    let pusher = wasmctrl::source::oci::RegistryOptions {
+    let pusher = wasmctrl::ops::source::oci::RegistryOptions {
         docker_config: Some(docker),
         ..insecure_registry()
     };
@@ -855,7 +857,7 @@ maxGrant:
             ],
         )
     };
-    let digest_of = |path: &str| wasmctrl::runtime::digest(&std::fs::read(path).unwrap());
+    let digest_of = |path: &str| wasmctrl::sandbox::digest(&std::fs::read(path).unwrap());
 
     let (c, k) = (config.clone(), kubeconfig.clone());
     let mut leader = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
@@ -1000,7 +1002,7 @@ fn spans(
 async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap() {
     use futures::StreamExt;
     use wasmctrl::ObjectKey;
-    use wasmctrl::shard::shard_of;
+    use wasmctrl::control::shard::shard_of;
 
     const N: usize = 3000;
     const SHARDS: u32 = 12;
@@ -1031,7 +1033,12 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     let spawn = |user: &'static str| {
         let (c, k) = (config.clone(), f.kubeconfig_for(user));
         tokio::task::spawn_blocking(move || {
-            spawn_host_logging(&c, &k, "wasmctrl=info,wasmctrl::shard::log=debug", true)
+            spawn_host_logging(
+                &c,
+                &k,
+                "wasmctrl=info,wasmctrl::shard::log=debug",
+                true,
+            )
         })
     };
     let mut a = spawn("host-a").await.unwrap();

@@ -1,7 +1,7 @@
 //! `wasmctrl replay` on a transcript file it should not trust: refused
 //! with status 2 and one line naming the file, the line and the problem,
 //! having read no more than the reader's bounds. The reader's properties
-//! over any input are `transcript::fuzz` in the library.
+//! over any input are `ops::transcript::fuzz` in the library.
 
 use std::path::Path;
 use std::process::Command;

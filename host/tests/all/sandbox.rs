@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use wasmctrl::TrapKind;
-use wasmctrl::runtime::{Limits, Plugin, RuntimeConfig};
+use wasmctrl::sandbox::{Limits, Plugin, RuntimeConfig};
 use wasmctrl::{Action, ReconcileError};
 use wasmctrl_plugin_artifacts as artifacts;
 
@@ -57,7 +57,7 @@ async fn the_context_reaches_the_guest() {
         (serde_json::json!({"ok": true}), true),
         (serde_json::json!({"ok": false}), false),
     ] {
-        let spec = wasmctrl::runtime::PluginSpec {
+        let spec = wasmctrl::sandbox::PluginSpec {
             settings,
             ..crate::spec("misbehave")
         };

@@ -13,9 +13,9 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, PostParams};
 use wasmctrl::config::{FetchLimits, OciSourceSpec, UrlSourceSpec};
-use wasmctrl::runtime::digest;
-use wasmctrl::source::oci::{self, RegistryOptions};
-use wasmctrl::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
+use wasmctrl::ops::source::oci::{self, RegistryOptions};
+use wasmctrl::ops::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
+use wasmctrl::sandbox::digest;
 use wasmctrl::test_util::{
     PASSWORD, Registry, RunningHost, USER, empty_docker_config, eventually, host_config,
     http_request, insecure_registry, push_component,

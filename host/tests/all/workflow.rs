@@ -7,7 +7,7 @@
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use wasmctrl::runtime::digest;
+use wasmctrl::sandbox::digest;
 use wasmctrl::test_util::{Registry, empty_docker_config, eventually, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
 

@@ -1,0 +1,387 @@
+//! The shared informer cache: one watcher + reflector per kind (and
+//! namespace scope), shared by every plugin that needs it, fanning object
+//! events out to the controllers subscribed to it.
+//!
+//! # A reconcile never reads older state than the event that woke it
+//! An event is announced only after the store holds it. During a relist the
+//! store keeps its previous contents (reads stay consistent) and the
+//! relist's objects are announced only once it is complete and swapped in,
+//! so a key enqueued by the relist reads the relisted object, never the old
+//! one or a NotFound for an object created while the watch was down.
+//!
+//! # Nothing is missed across a relist
+//! When a watch expires (410 Gone) the watcher lists again. Objects deleted
+//! while the watch was down never produce a delete event, so on the end of
+//! every relist the informer compares the new list with what it held before
+//! and emits a delete for each object that is gone. A subscriber that falls
+//! behind the event channel is told to resync (every key of the informer is
+//! enqueued) instead of silently losing events.
+//!
+//! # managedFields are not cached (by default)
+//! `metadata.managedFields` is the API server's bookkeeping for server-side
+//! apply: no reconciler needs it to read the state it acts on, yet it is a
+//! third to half of a typical object's JSON, and every guest that reads an
+//! object from the cache parses all of it (with two managedFields entries,
+//! 11 µs of a 17 µs reconcile: `wasmctrl-bench instance-cost`). The cache
+//! drops it, as controller-runtime's `TransformStripManagedFields` does;
+//! [`CacheOptions::strip_managed_fields`] keeps it. The host API drops it
+//! from live reads and the answers to writes too
+//! (`sandbox/hostapi/answer.rs`), so a guest never sees it unless the host
+//! keeps it.
+
+mod key;
+mod object;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+pub use key::InformerKey;
+
+pub use object::{CacheObjectError, CachedObject, Owner};
+
+/// Events buffered per informer before a slow subscriber must resync. The
+/// buffer is allocated whole when the informer starts (~36 B a slot): at
+/// 4096 slots, 144 KiB per informer was the largest single cost of an idle
+/// plugin (docs/benchmarks-journal.md, `density`). A subscriber only maps events to
+/// keys, so it falls this far behind only in a burst, such as a relist's
+/// announcements, where a resync (every key enqueued) is the same work.
+const EVENT_BUFFER: usize = 1024;
+
+/// An object changed (or is gone).
+#[derive(Debug, Clone)]
+pub struct ObjectEvent {
+    pub object: Arc<CachedObject>,
+    pub deleted: bool,
+}
+
+/// What a subscriber receives.
+#[derive(Debug, Clone)]
+pub enum Notification {
+    Object(ObjectEvent),
+    /// Events were dropped for this subscriber: re-read the whole store.
+    Resync,
+}
+
+/// One watcher + reflector.
+pub struct Informer {
+    pub key: InformerKey,
+    pub resource: ApiResource,
+    store: Arc<RwLock<Objects>>,
+    events: broadcast::Sender<ObjectEvent>,
+    synced: watch::Receiver<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Informer {
+    /// The objects currently known (a snapshot, in no particular order).
+    pub fn objects(&self) -> Vec<Arc<CachedObject>> {
+        self.store.read().unwrap().iter().cloned().collect()
+    }
+
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Waits until the first list has been received.
+    pub async fn wait_synced(&self) {
+        let mut synced = self.synced.clone();
+        let _ = synced.wait_for(|s| *s).await;
+    }
+
+    /// A stream of notifications for a new subscriber.
+    pub fn subscribe(&self) -> Subscription {
+        Subscription {
+            events: self.events.subscribe(),
+        }
+    }
+
+    /// The object `namespace/name`, if cached.
+    pub fn get(&self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        self.store.read().unwrap().get(namespace, name).cloned()
+    }
+}
+
+impl Drop for Informer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A subscriber's view of an informer's events.
+pub struct Subscription {
+    events: broadcast::Receiver<ObjectEvent>,
+}
+
+impl Subscription {
+    /// The next notification, or None once the informer stopped.
+    pub async fn next(&mut self) -> Option<Notification> {
+        match self.events.recv().await {
+            Ok(e) => Some(Notification::Object(e)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some(Notification::Resync),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+}
+
+/// What the cache keeps of each object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheOptions {
+    /// Drop `metadata.managedFields` before an object is cached (default:
+    /// true; see the module's documentation).
+    pub strip_managed_fields: bool,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        Self {
+            strip_managed_fields: true,
+        }
+    }
+}
+
+impl CacheOptions {
+    /// Drops from `object` what the host does not keep (the same rule for
+    /// the cache and for objects the host API lists live; single-object
+    /// answers are cut as text in `sandbox/hostapi/answer.rs`).
+    pub fn trim(&self, object: &mut DynamicObject) {
+        if self.strip_managed_fields {
+            object.metadata.managed_fields = None;
+        }
+    }
+}
+
+/// The informers of the host, created on demand and shared.
+pub struct SharedCache {
+    client: Client,
+    options: CacheOptions,
+    informers: Mutex<HashMap<InformerKey, std::sync::Weak<Informer>>>,
+}
+
+impl SharedCache {
+    /// A cache with the default [`CacheOptions`].
+    pub fn new(client: Client) -> Self {
+        Self::with_options(client, CacheOptions::default())
+    }
+
+    /// A cache whose informers keep objects as `options` say.
+    pub fn with_options(client: Client, options: CacheOptions) -> Self {
+        Self {
+            client,
+            options,
+            informers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// What the cache keeps of each object.
+    pub fn options(&self) -> CacheOptions {
+        self.options
+    }
+
+    /// The informer for `key`, started if no one holds it yet. It stops when
+    /// the last holder drops it (watches are re-pointed by dropping).
+    pub fn informer(&self, key: InformerKey, resource: ApiResource) -> Arc<Informer> {
+        let mut informers = self.informers.lock().unwrap();
+        if let Some(i) = informers.get(&key).and_then(std::sync::Weak::upgrade) {
+            return i;
+        }
+        let informer = Arc::new(start(
+            self.client.clone(),
+            key.clone(),
+            resource,
+            self.options,
+        ));
+        informers.insert(key, Arc::downgrade(&informer));
+        informers.retain(|_, w| w.strong_count() > 0);
+        informer
+    }
+
+    /// The running informer for `key`, if any.
+    pub fn existing(&self, key: &InformerKey) -> Option<Arc<Informer>> {
+        self.running_by(key)
+    }
+
+    /// The running informer of `resource` in `namespace` (None: the
+    /// cluster-wide one), looked up without building its key: the host API
+    /// asks this for every cached read.
+    pub fn existing_of(
+        &self,
+        resource: &ApiResource,
+        namespace: Option<&str>,
+    ) -> Option<Arc<Informer>> {
+        self.running_by(&key::KeyParts::of(resource, namespace))
+    }
+
+    fn running_by(&self, key: &dyn key::AsParts) -> Option<Arc<Informer>> {
+        self.informers
+            .lock()
+            .unwrap()
+            .get(key)
+            .and_then(std::sync::Weak::upgrade)
+    }
+
+    /// Keys of the informers running now.
+    pub fn running(&self) -> Vec<InformerKey> {
+        self.informers
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+}
+
+/// The objects of one informer, by namespace ("" for cluster-scoped ones,
+/// a name no namespace can have) and name, so a lookup by `&str` needs no
+/// allocation.
+#[derive(Default)]
+struct Objects {
+    by_namespace: HashMap<Box<str>, HashMap<Box<str>, Arc<CachedObject>>>,
+}
+
+impl Objects {
+    fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<CachedObject>> {
+        self.by_namespace.get(namespace.unwrap_or(""))?.get(name)
+    }
+
+    fn insert(&mut self, object: Arc<CachedObject>) {
+        self.by_namespace
+            .entry(object.namespace().unwrap_or("").into())
+            .or_default()
+            .insert(object.name().into(), object);
+    }
+
+    fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
+        let ns = namespace.unwrap_or("");
+        let names = self.by_namespace.get_mut(ns)?;
+        let removed = names.remove(name);
+        if names.is_empty() {
+            self.by_namespace.remove(ns);
+        }
+        removed
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
+        self.by_namespace.values().flat_map(HashMap::values)
+    }
+}
+
+fn start(
+    client: Client,
+    key: InformerKey,
+    resource: ApiResource,
+    options: CacheOptions,
+) -> Informer {
+    let api: Api<DynamicObject> = match &key.namespace {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
+    let store = Arc::new(RwLock::new(Objects::default()));
+    let (events, _) = broadcast::channel(EVENT_BUFFER);
+    let (synced_tx, synced) = watch::channel(false);
+    let tx = events.clone();
+    let label = key.to_string();
+    let task = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let config = watcher::Config::default().any_semantic();
+            let mut stream = watcher::watcher(api, config).default_backoff().boxed();
+            // A relist's objects, swapped in whole at its end (until then
+            // reads see the previous state).
+            let mut relist: Option<Objects> = None;
+            let cache_form = |mut o: DynamicObject| {
+                options.trim(&mut o);
+                match CachedObject::new(o) {
+                    Ok(c) => Some(Arc::new(c)),
+                    Err(e) => {
+                        tracing::warn!(informer = %label, "object not cached: {e}");
+                        None
+                    }
+                }
+            };
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(e) => e,
+                    Err(e) => {
+                        tracing::warn!(informer = %label, "watch error (retrying with backoff): {e}");
+                        continue;
+                    }
+                };
+                // The store first, then the news: a subscriber that reacts
+                // to an event reads at least that event's state. An event
+                // carries the store's own Arc, never a copy.
+                match event {
+                    Event::Init => relist = Some(Objects::default()),
+                    Event::InitApply(o) => {
+                        if let Some(o) = cache_form(o) {
+                            relist.get_or_insert_default().insert(o);
+                        }
+                    }
+                    Event::InitDone => {
+                        let listed = relist.take().unwrap_or_default();
+                        let before = std::mem::replace(&mut *store.write().unwrap(), listed);
+                        let now = store.read().unwrap();
+                        for object in now.iter() {
+                            let _ = tx.send(ObjectEvent {
+                                object: object.clone(),
+                                deleted: false,
+                            });
+                        }
+                        // Deleted while the watch was down: no event told us.
+                        for object in before.iter() {
+                            if now.get(object.namespace(), object.name()).is_none() {
+                                let _ = tx.send(ObjectEvent {
+                                    object: object.clone(),
+                                    deleted: true,
+                                });
+                            }
+                        }
+                        drop(now);
+                        let _ = synced_tx.send(true);
+                    }
+                    Event::Apply(o) => {
+                        if let Some(object) = cache_form(o) {
+                            store.write().unwrap().insert(object.clone());
+                            let _ = tx.send(ObjectEvent {
+                                object,
+                                deleted: false,
+                            });
+                        }
+                    }
+                    Event::Delete(o) => {
+                        if let Some(object) = cache_form(o) {
+                            store
+                                .write()
+                                .unwrap()
+                                .remove(object.namespace(), object.name());
+                            let _ = tx.send(ObjectEvent {
+                                object,
+                                deleted: true,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    });
+    Informer {
+        key,
+        resource,
+        store,
+        events,
+        synced,
+        task,
+    }
+}
+
+/// How long to wait between readiness checks of a cache sync.
+pub const SYNC_POLL: Duration = Duration::from_millis(50);

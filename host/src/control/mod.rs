@@ -1,0 +1,14 @@
+//! The controller machinery (controller-runtime's part): the workqueue, the
+//! controller loop and its reconcile contract, the shared informer cache,
+//! metrics, leader election, sharding, clients and discovery. It knows
+//! nothing of wasm. control imports only meta.
+
+pub mod client;
+pub mod controller;
+pub mod discovery;
+pub mod informer;
+pub mod leader;
+pub mod metrics;
+pub mod reconcile;
+pub mod shard;
+pub mod workqueue;

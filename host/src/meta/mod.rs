@@ -1,0 +1,8 @@
+//! The Kubernetes vocabulary every layer speaks: kinds, the syntax of names
+//! and selectors, and normalized JSON. A leaf: meta imports no other module
+//! of the crate.
+
+pub mod kind;
+pub mod normalized;
+pub mod selector;
+pub mod syntax;

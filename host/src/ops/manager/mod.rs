@@ -1,0 +1,487 @@
+//! The manager: builds a controller per plugin from the host config, feeds
+//! it from the shared cache, runs workers (only while leader, with leader
+//! election on), serves the admin endpoints, and shuts down gracefully.
+//!
+//! # Layout
+//! - `lifecycle`: a plugin's [`PluginEntry`] and its state machine;
+//! - `wiring`: loading a plugin from its source and wiring its controller
+//!   (grant checks, watches → informers → queue);
+//! - `reload`: every way a plugin or the config is reloaded (source change,
+//!   admin API, SIGHUP, config file);
+//! - `status`: the typed [`PluginStatus`] of `/plugins`, `/readyz`, logs;
+//! - `engine`: engine settings fixed at start, and the check a plugin loaded
+//!   later must pass against them;
+//! - `objects`: plugins defined as WasmReconciler objects (`pluginsFrom`);
+//! - `pruning`: pruning what URL and registry sources downloaded.
+
+mod canary;
+mod engine;
+mod lifecycle;
+mod objects;
+mod pruning;
+mod reload;
+mod shadow;
+mod sharding;
+mod skip;
+mod status;
+mod wiring;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kube::Client;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::ObjectKey;
+use crate::config::HostConfig;
+use crate::control::discovery::{self, Resolver};
+use crate::control::informer::SharedCache;
+use crate::control::leader::{Fence, LeaderElection};
+use crate::control::metrics::{Metrics, ReloadLabels};
+use crate::control::shard::Shards;
+use crate::control::workqueue::WorkQueue;
+use crate::ops::admin;
+use crate::ops::source::{FileWatcher, SourceError};
+use crate::sandbox::{LoadError, Runtime, RuntimeError};
+
+pub use canary::{CanaryStatus, PromoteError, WindowStatus, in_canary};
+pub use engine::EngineLimits;
+pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState, SlotPromoteError};
+pub use objects::CRD as WASMRECONCILER_CRD;
+pub use shadow::{Diff, Divergence, ShadowReport, Side, Write};
+pub use status::{CandidateStatus, PluginStatus};
+
+use lifecycle::PluginEntry;
+
+/// Why the manager could not start a plugin or itself.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    #[error(
+        "plugin {plugin:?} ({origin}): its metadata asks for permissions the config does not grant: {missing}"
+    )]
+    PermissionsExceedGrant {
+        plugin: String,
+        origin: String,
+        missing: String,
+    },
+    #[error(
+        "plugin {plugin:?} ({origin}): it watches kinds the config does not grant list and watch on: {missing}"
+    )]
+    WatchesExceedGrant {
+        plugin: String,
+        origin: String,
+        missing: String,
+    },
+    #[error("plugin {plugin:?}: {message}")]
+    Engine { plugin: String, message: String },
+    #[error("plugin {plugin:?}: {source}")]
+    Kind {
+        plugin: String,
+        source: discovery::ResolveError,
+    },
+    #[error("cannot build the plugins' client: {0}")]
+    Client(#[from] crate::control::client::ClientError),
+    #[error("admin token file {path}: {source}")]
+    AdminToken {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+    #[error("leader election lost")]
+    LeadershipLost,
+    #[error("pluginsFrom: {message}")]
+    PluginsFrom { message: String },
+    #[error("plugin {plugin:?}: the name is taken by another plugin")]
+    NameTaken { plugin: String },
+}
+
+/// Per-process settings that are not in the config file.
+#[derive(Debug, Clone)]
+pub struct ManagerOptions {
+    /// This host's identity for leader election.
+    pub identity: String,
+    /// Overrides the config's admin address (tests bind port 0).
+    pub admin_bind: Option<SocketAddr>,
+    /// The config file: when set, its changes (and SIGHUP) reload it.
+    pub config_path: Option<PathBuf>,
+    /// Reload a plugin when its source changes (a file written, …).
+    pub watch_sources: bool,
+    /// The client config the host's client was made from. With leader
+    /// election, plugins' requests then go through a client whose socket
+    /// writes check the leader's fence (`control::client::fenced_client`);
+    /// without it, the fence is checked before each request only.
+    pub kube_config: Option<kube::Config>,
+}
+
+impl Default for ManagerOptions {
+    fn default() -> Self {
+        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "wasmctrl".into());
+        Self {
+            identity: format!("{host}-{}", std::process::id()),
+            admin_bind: None,
+            config_path: None,
+            watch_sources: true,
+            kube_config: None,
+        }
+    }
+}
+
+/// What the manager's tasks share: the config it started with, the API
+/// client, the wasm runtime, the shared cache and discovery, and the plugins.
+pub(crate) struct Host {
+    config: HostConfig,
+    client: Client,
+    /// What plugins' requests go through (fenced with leader election).
+    plugin_client: Client,
+    runtime: Runtime,
+    engine: EngineLimits,
+    metrics: Arc<Metrics>,
+    cache: Arc<SharedCache>,
+    resolver: Arc<Resolver>,
+    plugins: Mutex<BTreeMap<String, PluginEntry>>,
+    /// Whether this host leads (always true without leader election).
+    leader: watch::Receiver<bool>,
+    /// Open while this host surely holds the lease; guards plugins' requests.
+    fence: Fence,
+    /// With sharding: the shards this replica holds (it never leads alone).
+    shards: Option<Arc<Shards>>,
+    /// Per plugin: the accesses of its grant the API server's authorization
+    /// refused this host at start (see [`crate::ops::rbac::denied`]).
+    rbac_denied: Mutex<BTreeMap<String, Vec<String>>>,
+    /// Reports source and config file changes (None: not watching).
+    watcher: Option<FileWatcher>,
+    /// The WasmReconciler objects followed (None: no `pluginsFrom`).
+    objects: Option<objects::ObjectPlugins>,
+    stop: CancellationToken,
+}
+
+/// A running host.
+pub struct Manager {
+    host: Arc<Host>,
+    admin_addr: SocketAddr,
+    leader_tx: Option<watch::Sender<bool>>,
+    options: ManagerOptions,
+}
+
+impl Manager {
+    /// Loads every plugin of `config` (any failure is an error: at start-up
+    /// a bad plugin stops the host), starts their informers and the admin
+    /// server. Workers start in [`Manager::run`].
+    pub async fn start(
+        config: HostConfig,
+        client: Client,
+        options: ManagerOptions,
+    ) -> Result<Self, ManagerError> {
+        let metrics = Arc::new(Metrics::new());
+        let engine = EngineLimits::for_config(&config);
+        let runtime = Runtime::new(engine.runtime_config(&config), metrics.clone())?;
+        let admin_token = match &config.admin.token_file {
+            Some(file) => {
+                let path = config.base_dir.join(file);
+                let token = std::fs::read_to_string(&path)
+                    .map_err(|source| ManagerError::AdminToken { path, source })?;
+                Some(token.trim().to_string())
+            }
+            None => None,
+        };
+        // With sharding every replica runs workers, for its shards' keys.
+        let elects_leader = config.leader_election.enabled && config.sharding.is_none();
+        let (leader_tx, leader) = watch::channel(!elects_leader);
+        let fence = if elects_leader {
+            Fence::closed()
+        } else {
+            Fence::open()
+        };
+        let shards = config
+            .sharding
+            .as_ref()
+            .map(|s| Arc::new(Shards::new(s.shards)));
+        let plugin_client = match (&options.kube_config, elects_leader) {
+            (Some(kube_config), true) => {
+                crate::control::client::fenced_client(kube_config.clone(), fence.clone())?
+            }
+            _ => client.clone(),
+        };
+        let cache = Arc::new(SharedCache::with_options(
+            client.clone(),
+            config.cache.options(),
+        ));
+        let resolver = Arc::new(Resolver::new(client.clone()));
+        // Status writes go through the fenced client: a host that lost the
+        // lease cannot overwrite the new leader's status.
+        let objects = objects::ObjectPlugins::start(
+            &config,
+            &client,
+            &plugin_client,
+            &resolver,
+            &cache,
+            &metrics,
+        )
+        .await?;
+        let host = Arc::new(Host {
+            cache,
+            resolver,
+            objects,
+            client,
+            plugin_client,
+            runtime,
+            engine,
+            metrics,
+            plugins: Mutex::new(BTreeMap::new()),
+            leader,
+            fence,
+            shards,
+            rbac_denied: Mutex::new(BTreeMap::new()),
+            watcher: options.watch_sources.then(FileWatcher::new),
+            stop: CancellationToken::new(),
+            config,
+        });
+        for plugin in &host.config.plugins {
+            host.check_rbac(plugin).await;
+        }
+        for plugin in host.config.plugins.clone() {
+            let entry = host.build(plugin, 1, None).await.inspect_err(|e| {
+                tracing::error!("{e}");
+            })?;
+            let name = entry.config().name.clone();
+            host.plugins.lock().unwrap().insert(name, entry);
+        }
+        let bind = options.admin_bind.unwrap_or(host.config.admin.bind);
+        let admin_addr = admin::serve(bind, host.clone(), admin_token, host.stop.clone()).await?;
+        tracing::info!(admin = %admin_addr, plugins = host.config.plugins.len(), "wasmctrl started");
+        Ok(Self {
+            host,
+            admin_addr,
+            leader_tx: Some(leader_tx),
+            options,
+        })
+    }
+
+    /// Where the admin endpoints are served.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.host.metrics
+    }
+
+    /// The queue of plugin `name` (for inspection).
+    pub fn queue(&self, name: &str) -> Option<WorkQueue<ObjectKey>> {
+        let plugins = self.host.plugins.lock().unwrap();
+        plugins.get(name).map(|e| e.controller().queue().clone())
+    }
+
+    /// The status of every plugin, as `/plugins` serves it.
+    pub fn status(&self) -> Vec<PluginStatus> {
+        self.host.statuses()
+    }
+
+    /// Runs until `shutdown` resolves (or leadership is lost), then stops
+    /// watches, drains every queue for up to `shutdownTimeout` and cancels
+    /// what still runs.
+    pub async fn run(
+        mut self,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> Result<(), ManagerError> {
+        let host = self.host.clone();
+        let election_stop = CancellationToken::new();
+        let election = if host.config.leader_election.enabled && host.shards.is_none() {
+            let le = &host.config.leader_election;
+            let election = LeaderElection {
+                namespace: le.namespace.clone(),
+                lease_name: le.lease_name.clone(),
+                identity: self.options.identity.clone(),
+                lease_duration: le.lease_duration,
+                renew_deadline: le.renew_deadline,
+                retry_period: le.retry_period,
+            };
+            let tx = self.leader_tx.take().expect("run is called once");
+            Some(tokio::spawn(election.run(
+                host.client.clone(),
+                tx,
+                host.fence.clone(),
+                election_stop.clone(),
+            )))
+        } else {
+            None
+        };
+        let coordinator = host.start_sharding(&self.options.identity, election_stop.clone());
+
+        let names: Vec<String> = host.plugins.lock().unwrap().keys().cloned().collect();
+        for name in names {
+            let host = host.clone();
+            tokio::spawn(async move { host.sync_and_start(&name).await });
+        }
+
+        let objects = host.run_objects();
+        let pruning = pruning::prune_periodically(&host);
+        let config_changes = match (&host.watcher, &self.options.config_path) {
+            (Some(w), Some(path)) => Some(reload::watch_config(host.clone(), w, path.clone())),
+            _ => None,
+        };
+        let mut hangup =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let mut leader = host.leader.clone();
+        let mut was_leader = false;
+        tokio::pin!(shutdown);
+        let outcome = loop {
+            let is_leader = *leader.borrow_and_update();
+            if is_leader && !was_leader {
+                host.lead_all();
+            } else if !is_leader && was_leader {
+                break Err(ManagerError::LeadershipLost);
+            }
+            was_leader = is_leader;
+            tokio::select! {
+                _ = &mut shutdown => break Ok(()),
+                changed = leader.changed() => if changed.is_err() { break Ok(()) },
+                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
+                    tracing::info!("SIGHUP: reloading");
+                    host.reload_everything(self.options.config_path.as_deref()).await;
+                }
+            }
+        };
+        if let Some(w) = config_changes {
+            w.abort();
+        }
+        pruning.abort();
+        if let Some(o) = objects {
+            o.stop().await;
+        }
+        if let Err(ManagerError::LeadershipLost) = &outcome {
+            // Another host may lead soon: stop at once, cancelling what runs.
+            tracing::error!("leadership lost: stopping every worker now");
+            host.shutdown(std::time::Duration::ZERO).await;
+        } else {
+            tracing::info!("shutting down: draining queues");
+            host.shutdown(host.config.shutdown_timeout).await;
+        }
+        election_stop.cancel();
+        if let Some(e) = election {
+            let _ = e.await;
+        }
+        if let Some(c) = coordinator {
+            let _ = c.await;
+        }
+        host.stop.cancel();
+        tracing::info!("shutdown complete");
+        outcome
+    }
+}
+
+impl Host {
+    /// Asks the API server, one SelfSubjectAccessReview per access, whether
+    /// RBAC allows this host all of `plugin`'s grant, and reports what it
+    /// refuses (logged, and shown by `/plugins` as `rbac_denied`) before the
+    /// first request fails with a 403. The plugin still starts: what RBAC
+    /// allows keeps working.
+    async fn check_rbac(&self, plugin: &crate::config::PluginConfig) {
+        match crate::ops::rbac::denied(&self.client, plugin).await {
+            Ok(denied) if denied.is_empty() => {
+                tracing::debug!(plugin = %plugin.name, "RBAC allows the whole grant");
+            }
+            Ok(denied) => {
+                tracing::error!(
+                    plugin = %plugin.name,
+                    denied = ?denied,
+                    "RBAC does not allow this host all of the plugin's grant (add these rules, e.g. from `wasmctrl rbac`): {}",
+                    denied.join("; ")
+                );
+                self.rbac_denied
+                    .lock()
+                    .unwrap()
+                    .insert(plugin.name.clone(), denied);
+            }
+            Err(e) => {
+                tracing::warn!(plugin = %plugin.name, "cannot check the grant against RBAC (SelfSubjectAccessReview failed): {e}");
+            }
+        }
+    }
+
+    /// Waits for a plugin's informers (reporting Failed past
+    /// `cacheSyncTimeout`, and still waiting), then enqueues every key they
+    /// imply and starts workers if leading.
+    async fn sync_and_start(&self, name: &str) {
+        let informers = match self.plugins.lock().unwrap().get(name) {
+            Some(e) => e.informers().to_vec(),
+            None => return,
+        };
+        let wait_all = async {
+            for i in &informers {
+                i.wait_synced().await;
+            }
+        };
+        tokio::pin!(wait_all);
+        if tokio::time::timeout(self.config.cache_sync_timeout, &mut wait_all)
+            .await
+            .is_err()
+        {
+            let pending: Vec<String> = informers
+                .iter()
+                .filter(|i| !i.is_synced())
+                .map(|i| i.key.to_string())
+                .collect();
+            let message = format!(
+                "informers did not sync within {:?} (still retrying): {}",
+                self.config.cache_sync_timeout,
+                pending.join(", ")
+            );
+            tracing::error!(plugin = name, "{message}");
+            if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
+                let _ = entry.fail(message);
+            }
+            self.plugin_changed(name);
+            wait_all.await;
+            tracing::info!(plugin = name, "informers synced after all");
+        }
+        let mut plugins = self.plugins.lock().unwrap();
+        let Some(entry) = plugins.get_mut(name) else {
+            return;
+        };
+        let leader = *self.leader.borrow();
+        if entry.start(leader).is_ok() {
+            wiring::enqueue_all(entry);
+        }
+        drop(plugins);
+        self.plugin_changed(name);
+    }
+
+    fn lead_all(&self) {
+        for entry in self.plugins.lock().unwrap().values_mut() {
+            entry.lead();
+        }
+    }
+
+    /// Drains every plugin: workers finish their keys for up to `timeout`,
+    /// then what still runs is cancelled.
+    async fn shutdown(&self, timeout: std::time::Duration) {
+        let mut draining = Vec::new();
+        for entry in self.plugins.lock().unwrap().values_mut() {
+            if let Ok(Some(workers)) = entry.begin_drain() {
+                draining.push(workers.shutdown(timeout));
+            }
+        }
+        futures::future::join_all(draining).await;
+    }
+
+    fn count_reload(&self, plugin: &str, result: &str) {
+        self.metrics
+            .plugin_reloads
+            .get_or_create(&ReloadLabels {
+                plugin: plugin.into(),
+                result: result.into(),
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,317 @@
+//! Every way a running host changes: a plugin's source changed, the admin
+//! API or SIGHUP asked for a reload, or the config file changed.
+//!
+//! # A failed reload changes nothing
+//! A new version is fetched, compiled, type-checked, asked for its metadata
+//! and checked against the grant off the hot path; only then is it swapped
+//! in. Anything that fails on the way is logged, counted
+//! (`wasmctrl_plugin_reloads_total{result="error"}`) and shown in
+//! `/plugins`, and the running version keeps running. A config that does
+//! not parse or validate is refused whole
+//! (`wasmctrl_config_reloads_total{result="error"}`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use futures::StreamExt;
+
+use super::status::PluginStatus;
+use super::wiring::{enqueue_all, rate_limiter};
+use super::{Host, ManagerError};
+use crate::config::{HostConfig, PluginConfig};
+use crate::control::metrics::{ResultLabel, Version};
+use crate::ops::source::FileWatcher;
+
+/// Why a reload did not swap.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error("no plugin named {0:?}")]
+    Unknown(String),
+    #[error("plugin {0:?} is being removed")]
+    Removing(String),
+    #[error(transparent)]
+    Failed(#[from] ManagerError),
+}
+
+impl Host {
+    /// The source reported a change: reloads if the content differs from
+    /// the running version (a touch without change is no swap).
+    pub(super) async fn reload_plugin_if_changed(&self, name: &str) {
+        let Some(source) = self
+            .plugins
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|e| e.source().clone())
+        else {
+            return;
+        };
+        let running = self
+            .plugins
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|e| e.slot().current());
+        match source.fetch().await {
+            Ok(a) if running.is_some_and(|p| p.digest() == a.digest) => {}
+            Ok(_) => {
+                tracing::info!(plugin = name, origin = %source.origin(), "plugin source changed: reloading");
+                let _ = self.reload_plugin(name).await;
+            }
+            // A half-written file: the next change event tries again.
+            Err(e) => tracing::debug!(plugin = name, "source changed but cannot be read yet: {e}"),
+        }
+    }
+
+    /// Hot swap: loads the plugin's source again, validates it (world,
+    /// metadata, permissions, watched kinds) off the hot path, and only then
+    /// swaps the controller's plugin atomically. In-flight reconciles finish
+    /// on the old version; the queue, its delays and backoff counters are
+    /// kept; watches are re-pointed if the metadata changed; every key of
+    /// the plugin is enqueued once.
+    pub(super) async fn reload_plugin(&self, name: &str) -> Result<PluginStatus, ReloadError> {
+        let (config, source, old_meta) = {
+            let plugins = self.plugins.lock().unwrap();
+            let entry = plugins
+                .get(name)
+                .ok_or_else(|| ReloadError::Unknown(name.to_string()))?;
+            (
+                entry.config().clone(),
+                entry.source().clone(),
+                entry.slot().current().metadata().clone(),
+            )
+        };
+        let fail = |e: ManagerError| {
+            self.count_reload(name, "error");
+            let message = e.to_string();
+            tracing::error!(
+                plugin = name,
+                "reload failed, the old version keeps running: {message}"
+            );
+            if let Some(entry) = self.plugins.lock().unwrap().get_mut(name) {
+                entry.record_error(message);
+            }
+            self.plugin_changed(name);
+            ReloadError::Failed(e)
+        };
+        let api = self.plugin_api(&config);
+        let plugin = self
+            .load(&config, &*source, api.clone(), Version::Stable)
+            .await
+            .map_err(fail)?;
+        let new_meta = plugin.metadata().clone();
+        let watches_changed = new_meta.for_ != old_meta.for_
+            || new_meta.owns != old_meta.owns
+            || new_meta.watches != old_meta.watches;
+        let watches = if watches_changed {
+            Some(
+                self.resolve_watches(&config, &plugin, api.grant(), &source.origin())
+                    .await
+                    .map_err(fail)?,
+            )
+        } else {
+            None
+        };
+        let status = {
+            let mut plugins = self.plugins.lock().unwrap();
+            let entry = plugins
+                .get_mut(name)
+                .ok_or_else(|| ReloadError::Unknown(name.to_string()))?;
+            let feeds =
+                watches.map(|w| self.feeds(&config, entry.controller(), &new_meta.for_, &w));
+            let previous = entry
+                .swap(plugin.clone(), feeds)
+                .map_err(|_| ReloadError::Removing(name.to_string()))?;
+            enqueue_all(entry);
+            let status = self.status_of(name, entry);
+            tracing::info!(
+                plugin = name,
+                from = previous.digest(),
+                to = plugin.digest(),
+                version = %new_meta.version,
+                generation = status.generation,
+                watches_changed,
+                "plugin swapped"
+            );
+            status
+        };
+        self.count_reload(name, "success");
+        self.plugin_changed(name);
+        Ok(status)
+    }
+
+    /// SIGHUP: the config file again if known, else every plugin's source.
+    pub(super) async fn reload_everything(self: &Arc<Self>, config_path: Option<&Path>) {
+        match config_path {
+            Some(path) => self.reload_config(path).await,
+            None => {
+                let names: Vec<String> = self.plugins.lock().unwrap().keys().cloned().collect();
+                for name in names {
+                    let _ = self.reload_plugin(&name).await;
+                }
+            }
+        }
+    }
+
+    /// Applies a changed config file: added plugins start, removed ones are
+    /// drained and stopped, changed ones are rebuilt on the same queue (keys,
+    /// delays and backoff are kept). A config that does not parse or
+    /// validate changes nothing. Settings outside `plugins` take effect at
+    /// the next start. Plugins of WasmReconciler objects are not the
+    /// config's: a config plugin whose name one holds is refused.
+    pub(super) async fn reload_config(self: &Arc<Self>, path: &Path) {
+        let new = match HostConfig::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                self.count_config_reload("error");
+                tracing::error!("config reload refused, the running config stays: {e}");
+                return;
+            }
+        };
+        self.count_config_reload("success");
+        let current: BTreeMap<String, PluginConfig> = self
+            .plugins
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(n, _)| !self.owned_by_object(n))
+            .map(|(n, e)| (n.clone(), e.config().clone()))
+            .collect();
+        for name in current.keys() {
+            if !new.plugins.iter().any(|p| &p.name == name) {
+                self.remove_plugin(name).await;
+            }
+        }
+        for plugin in new.plugins {
+            let name = plugin.name.clone();
+            // Errors are logged where they happen.
+            let _ = match current.get(&name) {
+                None => self.add_plugin(plugin).await,
+                Some(old) if *old != plugin => self.rebuild_plugin(old, plugin).await,
+                Some(_) => Ok(()),
+            };
+        }
+        // A name an object could not have may be free now.
+        self.resync_objects();
+    }
+
+    /// Starts a new plugin (from the config or an object); its informers
+    /// sync and its workers start in the background. A name already taken
+    /// is refused.
+    pub(super) async fn add_plugin(
+        self: &Arc<Self>,
+        plugin: PluginConfig,
+    ) -> Result<(), ManagerError> {
+        let name = plugin.name.clone();
+        let taken = || ManagerError::NameTaken {
+            plugin: name.clone(),
+        };
+        if self.plugins.lock().unwrap().contains_key(&name) {
+            tracing::error!(plugin = %name, "cannot start the added plugin: {}", taken());
+            return Err(taken());
+        }
+        tracing::info!(plugin = %name, "plugin added: starting");
+        let entry = self.build(plugin, 1, None).await.inspect_err(|e| {
+            tracing::error!(plugin = %name, "cannot start the added plugin: {e}");
+        })?;
+        match self.plugins.lock().unwrap().entry(name.clone()) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(entry);
+            }
+            std::collections::btree_map::Entry::Occupied(_) => return Err(taken()),
+        }
+        let host = self.clone();
+        tokio::spawn(async move { host.sync_and_start(&name).await });
+        Ok(())
+    }
+
+    /// Drains and stops a plugin (removed from the config, or its object
+    /// deleted).
+    pub(super) async fn remove_plugin(&self, name: &str) {
+        let entry = self.plugins.lock().unwrap().remove(name);
+        if let Some(mut entry) = entry {
+            tracing::info!(plugin = %name, "plugin removed: draining");
+            let _ = entry.drain(self.config.shutdown_timeout).await;
+        }
+    }
+
+    /// Changed settings: a new controller on the same queue takes over. A
+    /// refused change leaves the old one running (Err says why).
+    pub(super) async fn rebuild_plugin(
+        self: &Arc<Self>,
+        old: &PluginConfig,
+        plugin: PluginConfig,
+    ) -> Result<(), ManagerError> {
+        let name = plugin.name.clone();
+        tracing::info!(plugin = %name, "plugin settings changed: rebuilding on the same queue");
+        let Some(queue) = self
+            .plugins
+            .lock()
+            .unwrap()
+            .get(&name)
+            .map(|e| e.controller().queue().clone())
+        else {
+            return Ok(());
+        };
+        if old.rate_limiter != plugin.rate_limiter {
+            queue.set_rate_limiter(Box::new(rate_limiter(&plugin.rate_limiter)));
+        }
+        let next = match self.build(plugin, 1, Some(queue)).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(plugin = %name, "changed plugin refused, the old one keeps running: {e}");
+                if let Some(entry) = self.plugins.lock().unwrap().get_mut(&name) {
+                    entry.record_error(e.to_string());
+                }
+                return Err(e);
+            }
+        };
+        let (old_workers, synced) = {
+            let mut plugins = self.plugins.lock().unwrap();
+            let Some(mut current) = plugins.remove(&name) else {
+                return Ok(());
+            };
+            let (next, workers) = current.succeed(next);
+            let synced = next.lifecycle().synced();
+            plugins.insert(name.clone(), next);
+            (workers, synced)
+        };
+        if let Some(w) = old_workers {
+            w.detach(self.config.shutdown_timeout).await;
+        }
+        if synced {
+            if let Some(e) = self.plugins.lock().unwrap().get(&name) {
+                enqueue_all(e);
+            }
+        } else {
+            let host = self.clone();
+            tokio::spawn(async move { host.sync_and_start(&name).await });
+        }
+        Ok(())
+    }
+
+    fn count_config_reload(&self, result: &str) {
+        self.metrics
+            .config_reloads
+            .get_or_create(&ResultLabel {
+                result: result.into(),
+            })
+            .inc();
+    }
+}
+
+/// Reloads the config whenever its file changes.
+pub(super) fn watch_config(
+    host: Arc<Host>,
+    watcher: &FileWatcher,
+    path: PathBuf,
+) -> tokio::task::JoinHandle<()> {
+    let mut changes = watcher.subscribe(&path);
+    tokio::spawn(async move {
+        while changes.next().await.is_some() {
+            tracing::info!("config file changed: reloading");
+            host.reload_config(&path).await;
+        }
+    })
+}

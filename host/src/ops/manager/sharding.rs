@@ -1,0 +1,74 @@
+//! Sharding in the manager: the coordinator keeping this replica's shards,
+//! and the keys of newly taken shards enqueued (the gate and the feeds
+//! filter the rest through [`super::PluginSlot::admits`]).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::Host;
+use crate::control::controller::watches::{KeyMapping, keys};
+use crate::control::shard::{AcquiredShards, ShardCoordinator};
+
+impl Host {
+    /// Starts the shard coordinator when sharding is on; it stops (releasing
+    /// its Leases) when `stop` is cancelled, after the workers drained.
+    pub(super) fn start_sharding(
+        self: &Arc<Self>,
+        identity: &str,
+        stop: CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        let shards = self.shards.clone()?;
+        let le = &self.config.leader_election;
+        let coordinator = ShardCoordinator {
+            namespace: le.namespace.clone(),
+            lease_name: le.lease_name.clone(),
+            identity: identity.to_string(),
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+        };
+        let host = Arc::downgrade(self);
+        let acquired: AcquiredShards = Arc::new(move |taken: &[u32]| {
+            if let Some(host) = host.upgrade() {
+                host.enqueue_shards(taken);
+            }
+        });
+        Some(tokio::spawn(coordinator.run(
+            self.client.clone(),
+            shards,
+            acquired,
+            stop,
+        )))
+    }
+
+    /// Enqueues, for every plugin, the keys of the objects of its reconciled
+    /// kind that fall in `taken` (a plugin still syncing enqueues all its
+    /// admitted keys once synced).
+    fn enqueue_shards(&self, taken: &[u32]) {
+        let Some(shards) = &self.shards else {
+            return;
+        };
+        let taken: BTreeSet<u32> = taken.iter().copied().collect();
+        for entry in self.plugins.lock().unwrap().values() {
+            let for_kind = entry.slot().current().metadata().for_.clone();
+            let queue = entry.controller().queue();
+            for informer in entry.informers() {
+                if informer.resource.group != for_kind.group
+                    || informer.resource.kind != for_kind.kind
+                {
+                    continue;
+                }
+                for object in informer.objects() {
+                    for key in keys(&KeyMapping::Itself, &for_kind, &object) {
+                        if taken.contains(&shards.shard_of(&key)) {
+                            queue.add(key);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,593 @@
+//! `skipUnchanged`: a resync or a duplicate event does not re-run a
+//! reconcile whose inputs are all unchanged (metacontroller's ETag idea
+//! applied to reconcilers).
+//!
+//! # What a record holds
+//! After a reconcile of a key returns done (no requeue, no requeue-after),
+//! the host keeps, for that key, the plugin's digest and settings and what
+//! the reconcile depended on:
+//! - the resourceVersion of every object it read (`get`), or that it was
+//!   absent;
+//! - the names and resourceVersions of every `list` it made;
+//! - the resourceVersion every write of it returned (an object it wrote is
+//!   an input too: someone else changing it must re-run the reconcile);
+//! - the key's own object, as the host saw it before the reconcile when the
+//!   guest did not read it.
+//!
+//! # When a reconcile is skipped
+//! Before each reconcile the host re-reads every dependency through the
+//! plugin's API (from the informer cache for watched kinds, else from the
+//! API server; these reads are not counted as the plugin's calls) and skips
+//! only if each is exactly as recorded and the digest and settings match.
+//! Anything else — an error, a failed or non-done reconcile, a read that
+//! failed during the reconcile, more than [`MAX_DEPENDENCIES`] reads, the
+//! key's object gone — runs the reconcile and drops the record.
+//!
+//! Versions the guest saw are never newer than the truth at the time, so a
+//! change that raced a reconcile always makes the next check re-run it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use serde::Deserialize;
+
+use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
+use crate::sandbox::hostapi::{ApiError, Gvk, KubeApi, KubeRequest, KubeResponse};
+use crate::sandbox::{Plugin, Through};
+
+/// A reconcile that read more objects (or lists) than this is never
+/// skipped: re-checking would cost about as much as running it.
+pub const MAX_DEPENDENCIES: usize = 256;
+
+/// What a reconcile read: the request to repeat to see whether it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Read {
+    Object {
+        kind: Gvk,
+        namespace: Option<String>,
+        name: String,
+    },
+    List {
+        kind: Gvk,
+        namespace: Option<String>,
+        selector: Option<String>,
+    },
+}
+
+impl Read {
+    fn request(&self) -> KubeRequest {
+        match self.clone() {
+            Read::Object {
+                kind,
+                namespace,
+                name,
+            } => KubeRequest::Get {
+                kind,
+                namespace,
+                name,
+            },
+            Read::List {
+                kind,
+                namespace,
+                selector,
+            } => KubeRequest::List {
+                kind,
+                namespace,
+                label_selector: selector,
+            },
+        }
+    }
+
+    fn same_kind(&self, other: &Gvk) -> bool {
+        let kind = match self {
+            Read::Object { kind, .. } | Read::List { kind, .. } => kind,
+        };
+        kind.group == other.group && kind.kind == other.kind
+    }
+}
+
+/// An object's namespace and name.
+type Name = (Option<String>, String);
+
+/// What a read returned, reduced to what identifies its version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    /// The object's resourceVersion; None: it did not exist.
+    Object(Option<String>),
+    /// An object the reconcile wrote: the version its write left (None:
+    /// deleted), and the version it read before writing, if it did. The
+    /// informer cache may still show the latter for a moment after the
+    /// write; it changes nothing the reconcile did not see.
+    Written {
+        after: Option<String>,
+        before: Option<String>,
+    },
+    /// Every listed object's resourceVersion.
+    List(BTreeMap<Name, String>),
+}
+
+/// The metadata a fingerprint needs, parsed without the rest.
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default)]
+    metadata: HeadMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct HeadMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    resource_version: Option<String>,
+}
+
+fn head(json: &str) -> Option<HeadMeta> {
+    serde_json::from_str::<Head>(json).ok().map(|h| h.metadata)
+}
+
+impl Seen {
+    /// Whether `now` (a fresh read) shows what this saw.
+    fn matches(&self, now: &Seen) -> bool {
+        match (self, now) {
+            (Seen::Written { after, before }, Seen::Object(v)) => {
+                v == after || (v.is_some() && v == before)
+            }
+            (recorded, now) => recorded == now,
+        }
+    }
+
+    /// The fingerprint of a read's outcome; None when it cannot be
+    /// compared (an error other than not-found, an object without a
+    /// resourceVersion).
+    fn of(read: &Read, result: &Result<KubeResponse, ApiError>) -> Option<Seen> {
+        match (read, result) {
+            (Read::Object { .. }, Ok(KubeResponse::Object(json))) => {
+                Some(Seen::Object(Some(head(json)?.resource_version?)))
+            }
+            (Read::Object { .. }, Err(ApiError::NotFound(_))) => Some(Seen::Object(None)),
+            (Read::List { .. }, Ok(KubeResponse::Objects(items))) => {
+                let mut seen = BTreeMap::new();
+                for json in items {
+                    let m = head(json)?;
+                    seen.insert((m.namespace, m.name?), m.resource_version?);
+                }
+                Some(Seen::List(seen))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What one reconcile depended on so far.
+#[derive(Debug, Default)]
+struct Dependencies {
+    reads: Vec<(Read, Seen)>,
+    /// A read or write failed, or there were too many: never skip.
+    unusable: bool,
+}
+
+impl Dependencies {
+    fn set(&mut self, read: Read, seen: Seen) {
+        if let Some(slot) = self.reads.iter_mut().find(|(r, _)| *r == read) {
+            slot.1 = seen;
+        } else if self.reads.len() >= MAX_DEPENDENCIES {
+            self.unusable = true;
+        } else {
+            self.reads.push((read, seen));
+        }
+    }
+
+    /// A write of object `name` of `kind` left it at `version` (None:
+    /// deleted): it is an input of the reconcile from now on, and lists
+    /// that held it hold the new version.
+    fn wrote(&mut self, kind: &Gvk, name: Name, version: Option<String>) {
+        for (read, seen) in &mut self.reads {
+            if let (true, Seen::List(items)) = (read.same_kind(kind), seen) {
+                match &version {
+                    Some(v) => {
+                        if let Some(rv) = items.get_mut(&name) {
+                            *rv = v.clone();
+                        }
+                    }
+                    None => {
+                        items.remove(&name);
+                    }
+                }
+            }
+        }
+        let read = Read::Object {
+            kind: kind.clone(),
+            namespace: name.0,
+            name: name.1,
+        };
+        let before = self
+            .reads
+            .iter()
+            .find(|(r, _)| *r == read)
+            .and_then(|(_, s)| match s {
+                Seen::Object(v) => v.clone(),
+                Seen::Written { before, .. } => before.clone(),
+                Seen::List(_) => None,
+            });
+        self.set(
+            read,
+            Seen::Written {
+                after: version,
+                before,
+            },
+        );
+    }
+
+    /// Notes a call the guest made and what it returned.
+    fn note(&mut self, call: Call, result: &Result<KubeResponse, ApiError>) {
+        match call {
+            Call::Read(read) => match Seen::of(&read, result) {
+                Some(seen) => self.set(read, seen),
+                None => self.unusable = true,
+            },
+            Call::Write {
+                kind,
+                namespace,
+                name,
+            } => match result {
+                Ok(KubeResponse::Object(json)) => match head(json) {
+                    Some(HeadMeta {
+                        name: Some(written),
+                        namespace: own,
+                        resource_version: Some(rv),
+                    }) => self.wrote(&kind, (own.or(namespace), written), Some(rv)),
+                    _ => self.unusable = true,
+                },
+                Ok(_) => match name {
+                    Some(name) => self.wrote(&kind, (namespace, name), None),
+                    None => self.unusable = true,
+                },
+                Err(_) => self.unusable = true,
+            },
+            Call::Event => {}
+        }
+    }
+}
+
+/// A guest call as far as dependencies go.
+enum Call {
+    Read(Read),
+    Write {
+        kind: Gvk,
+        namespace: Option<String>,
+        /// None for a create (the name comes from the response).
+        name: Option<String>,
+    },
+    Event,
+}
+
+impl Call {
+    fn of(request: &KubeRequest) -> Call {
+        match request {
+            KubeRequest::Get {
+                kind,
+                namespace,
+                name,
+            } => Call::Read(Read::Object {
+                kind: kind.clone(),
+                namespace: namespace.clone(),
+                name: name.clone(),
+            }),
+            KubeRequest::List {
+                kind,
+                namespace,
+                label_selector,
+            } => Call::Read(Read::List {
+                kind: kind.clone(),
+                namespace: namespace.clone(),
+                selector: label_selector.clone(),
+            }),
+            KubeRequest::Create {
+                kind, namespace, ..
+            } => Call::Write {
+                kind: kind.clone(),
+                namespace: namespace.clone(),
+                name: None,
+            },
+            KubeRequest::Replace {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::Patch {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                ..
+            }
+            | KubeRequest::Delete {
+                kind,
+                namespace,
+                name,
+            } => Call::Write {
+                kind: kind.clone(),
+                namespace: namespace.clone(),
+                name: Some(name.clone()),
+            },
+            KubeRequest::RecordEvent(_) => Call::Event,
+        }
+    }
+}
+
+/// Serves a reconcile's `kube` calls through the plugin's API and notes
+/// what they read and wrote.
+struct Tracker {
+    api: Arc<dyn KubeApi>,
+    dependencies: Mutex<Dependencies>,
+}
+
+impl KubeApi for Tracker {
+    fn call(
+        &self,
+        request: KubeRequest,
+        deadline: Instant,
+    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
+        Box::pin(async move {
+            let call = Call::of(&request);
+            let result = self.api.call(request, deadline).await;
+            self.dependencies.lock().unwrap().note(call, &result);
+            result
+        })
+    }
+
+    fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
+        self.api.admit(request)
+    }
+}
+
+/// What the last done reconcile of a key depended on.
+#[derive(Debug)]
+struct Record {
+    digest: String,
+    settings: u64,
+    reads: Vec<(Read, Seen)>,
+}
+
+/// The records of one plugin's keys (one per key whose object exists and
+/// whose last reconcile was done).
+#[derive(Debug)]
+pub(crate) struct SkipRecords {
+    /// The kind the plugin reconciles: a key's own object.
+    for_kind: Gvk,
+    records: Mutex<HashMap<ObjectKey, Arc<Record>>>,
+}
+
+fn settings_hash(plugin: &Plugin) -> u64 {
+    let mut h = DefaultHasher::new();
+    plugin.settings().hash(&mut h);
+    h.finish()
+}
+
+fn is_done(action: &Action) -> bool {
+    !action.requeue && action.requeue_after.is_none_or(|d| d.is_zero())
+}
+
+impl SkipRecords {
+    pub(crate) fn new(for_kind: Gvk) -> Self {
+        Self {
+            for_kind,
+            records: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Keys with a record.
+    pub(crate) fn len(&self) -> usize {
+        self.records.lock().unwrap().len()
+    }
+
+    fn own_object(&self, key: &ObjectKey) -> Read {
+        Read::Object {
+            kind: self.for_kind.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        }
+    }
+
+    /// Whether `plugin` may skip `key`: its last reconcile was done with
+    /// this digest and these settings, and everything it depended on reads
+    /// the same now.
+    pub(crate) async fn unchanged(
+        &self,
+        plugin: &Plugin,
+        key: &ObjectKey,
+        timeout: Duration,
+    ) -> bool {
+        let Some(record) = self.records.lock().unwrap().get(key).cloned() else {
+            return false;
+        };
+        if record.digest != plugin.digest() || record.settings != settings_hash(plugin) {
+            return false;
+        }
+        let deadline = Instant::now() + timeout;
+        for (read, seen) in &record.reads {
+            let now = plugin.kube().peek(read.request(), deadline).await;
+            if !Seen::of(read, &now).is_some_and(|now| seen.matches(&now)) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs one reconcile of `plugin`, noting what it depends on, and keeps
+    /// the record if it returned done.
+    /// `through` serves the guest's imports (default: the plugin's API).
+    pub(crate) async fn reconcile(
+        &self,
+        plugin: &Plugin,
+        request: ReconcileRequest,
+        through: Through,
+    ) -> Result<Action, ReconcileError> {
+        let key = request.key.clone();
+        let own = self.own_object(&key);
+        // Before the guest runs: a change during the reconcile then shows
+        // up as a different version at the next check.
+        let before = plugin
+            .kube()
+            .peek(own.request(), Instant::now() + request.timeout)
+            .await;
+        let tracker = Arc::new(Tracker {
+            api: through.kube.unwrap_or_else(|| plugin.kube().clone()),
+            dependencies: Mutex::new(Dependencies::default()),
+        });
+        let result = plugin
+            .reconcile_through(
+                request,
+                Through {
+                    kube: Some(tracker.clone() as Arc<dyn KubeApi>),
+                    tape: through.tape,
+                },
+            )
+            .await;
+        let mut deps = std::mem::take(&mut *tracker.dependencies.lock().unwrap());
+        let keep = match (&result, Seen::of(&own, &before)) {
+            (Ok(action), Some(Seen::Object(Some(rv)))) if is_done(action) && !deps.unusable => {
+                // The guest's own reads, when it made them, say what it saw.
+                if !deps.reads.iter().any(|(r, _)| *r == own) {
+                    deps.set(own, Seen::Object(Some(rv)));
+                }
+                !deps.unusable
+            }
+            _ => false,
+        };
+        let mut records = self.records.lock().unwrap();
+        if keep {
+            records.insert(
+                key,
+                Arc::new(Record {
+                    digest: plugin.digest().to_string(),
+                    settings: settings_hash(plugin),
+                    reads: deps.reads,
+                }),
+            );
+        } else {
+            records.remove(&key);
+        }
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cm() -> Gvk {
+        Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+        }
+    }
+
+    fn object(name: &str, rv: &str) -> String {
+        serde_json::json!({"metadata": {"name": name, "namespace": "default", "resourceVersion": rv}})
+            .to_string()
+    }
+
+    fn get(name: &str) -> Call {
+        Call::of(&KubeRequest::Get {
+            kind: cm(),
+            namespace: Some("default".into()),
+            name: name.into(),
+        })
+    }
+
+    #[test]
+    fn reads_are_recorded_by_version_and_a_write_updates_them() {
+        let mut d = Dependencies::default();
+        d.note(get("a"), &Ok(KubeResponse::Object(object("a", "1"))));
+        d.note(get("gone"), &Err(ApiError::NotFound("gone".into())));
+        let list = Call::of(&KubeRequest::List {
+            kind: cm(),
+            namespace: Some("default".into()),
+            label_selector: Some("x=y".into()),
+        });
+        d.note(
+            list,
+            &Ok(KubeResponse::Objects(vec![
+                object("a", "1"),
+                object("b", "7"),
+            ])),
+        );
+        let patch = Call::of(&KubeRequest::Patch {
+            kind: cm(),
+            namespace: Some("default".into()),
+            name: "a".into(),
+            patch: crate::sandbox::hostapi::ObjectPatch::Merge("{}".into()),
+        });
+        d.note(patch, &Ok(KubeResponse::Object(object("a", "2"))));
+        assert!(!d.unusable);
+        assert_eq!(d.reads.len(), 3);
+        assert_eq!(
+            d.reads[0].1,
+            Seen::Written {
+                after: Some("2".into()),
+                before: Some("1".into())
+            }
+        );
+        assert!(d.reads[0].1.matches(&Seen::Object(Some("1".into()))));
+        assert!(d.reads[0].1.matches(&Seen::Object(Some("2".into()))));
+        assert!(!d.reads[0].1.matches(&Seen::Object(Some("3".into()))));
+        assert!(!d.reads[0].1.matches(&Seen::Object(None)));
+        assert_eq!(d.reads[1].1, Seen::Object(None));
+        let Seen::List(items) = &d.reads[2].1 else {
+            panic!("a list")
+        };
+        assert_eq!(items[&(Some("default".into()), "a".into())], "2");
+        let delete = Call::of(&KubeRequest::Delete {
+            kind: cm(),
+            namespace: Some("default".into()),
+            name: "b".into(),
+        });
+        d.note(delete, &Ok(KubeResponse::Empty));
+        let Seen::List(items) = &d.reads[2].1 else {
+            panic!("a list")
+        };
+        assert_eq!(items.len(), 1);
+        assert_eq!(
+            d.reads[3].1,
+            Seen::Written {
+                after: None,
+                before: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_call_or_too_many_reads_make_a_reconcile_unskippable() {
+        let mut d = Dependencies::default();
+        d.note(get("a"), &Err(ApiError::Unavailable("down".into())));
+        assert!(d.unusable);
+        let mut many = Dependencies::default();
+        for i in 0..=MAX_DEPENDENCIES {
+            let name = format!("o{i}");
+            many.note(get(&name), &Ok(KubeResponse::Object(object(&name, "1"))));
+        }
+        assert!(many.unusable);
+        let mut same = Dependencies::default();
+        for _ in 0..=MAX_DEPENDENCIES {
+            same.note(get("a"), &Ok(KubeResponse::Object(object("a", "1"))));
+        }
+        assert!(!same.unusable, "one object read again is one dependency");
+    }
+}

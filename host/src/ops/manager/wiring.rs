@@ -1,0 +1,602 @@
+//! Loading a plugin from its source and wiring its controller: the grant
+//! checks a plugin must pass to load, and the feeds (informers → keys) of
+//! its queue.
+
+use crate::ops::transcript::record::{RecordOptions, Recorder};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::ApiResource;
+
+use super::canary::Canary;
+use super::lifecycle::{Feeds, PluginController, PluginEntry, PluginSlot};
+use super::shadow::Shadow;
+use super::{Host, ManagerError};
+use crate::config::{CandidateMode, InstanceModeConfig, PluginConfig, RateLimiterConfig};
+use crate::control::controller::watches::{KeyMapping, keys};
+use crate::control::controller::{Controller, ControllerOptions, TerminalErrors};
+use crate::control::informer::{Informer, InformerKey, Notification};
+use crate::control::metrics::Version;
+use crate::control::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
+use crate::control::workqueue::{Priority, WorkQueue};
+use crate::ops::source::PluginSource;
+use crate::sandbox::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
+use crate::sandbox::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
+use crate::{ObjectKey, ReconcileError};
+
+/// A watched kind, resolved, with how its objects map to keys.
+pub(super) struct ResolvedWatch {
+    pub(super) mapping: KeyMapping,
+    pub(super) resource: ApiResource,
+}
+
+/// Terminal errors become Warning events on the object.
+struct EventTerminalErrors {
+    api: Arc<ClusterApi>,
+    kind: Gvk,
+}
+
+impl TerminalErrors for EventTerminalErrors {
+    fn record(&self, controller: &str, key: &ObjectKey, error: &ReconcileError) {
+        tracing::error!(controller, %key, %error, "terminal reconcile error");
+        let (api, kind, key, message) = (
+            self.api.clone(),
+            self.kind.clone(),
+            key.clone(),
+            error.to_string(),
+        );
+        tokio::spawn(async move { api.record_terminal_error(&kind, &key, &message).await });
+    }
+}
+
+impl Host {
+    /// Loads a plugin and wires its controller (informers subscribed, no
+    /// workers yet), on `queue` when given (a rebuild keeps its keys,
+    /// delays and backoff).
+    pub(super) async fn build(
+        self: &Arc<Self>,
+        config: PluginConfig,
+        generation: u64,
+        queue: Option<WorkQueue<ObjectKey>>,
+    ) -> Result<PluginEntry, ManagerError> {
+        let source = self.source_for(&config);
+        let api = self.plugin_api(&config);
+        let plugin = self
+            .load(&config, &*source, api.clone(), Version::Stable)
+            .await
+            .inspect_err(|_| self.count_reload(&config.name, "error"))?;
+        let watches = self
+            .resolve_watches(&config, &plugin, api.grant(), &source.origin())
+            .await
+            .inspect_err(|_| self.count_reload(&config.name, "error"))?;
+        let candidate_plugin = match config.candidate_plugin() {
+            Some(candidate_config) => Some(
+                self.load_candidate(&candidate_config, api.clone())
+                    .await
+                    .inspect_err(|_| self.count_reload(&config.name, "error"))?,
+            ),
+            None => None,
+        };
+        let recorder = match &config.record {
+            Some(record) => {
+                let options = RecordOptions {
+                    dir: self.config.base_dir.join(&record.dir),
+                    keys: record.selector().expect("validated: record.keys parses"),
+                    max: record.max,
+                    max_bytes: record.max_bytes,
+                    files: record.files,
+                };
+                let recorder = Recorder::start(&config.name, options, self.metrics.clone())
+                    .map_err(|e| ManagerError::Engine {
+                        plugin: config.name.clone(),
+                        message: e.to_string(),
+                    })
+                    .inspect_err(|_| self.count_reload(&config.name, "error"))?;
+                Some(Arc::new(recorder))
+            }
+            None => None,
+        };
+        self.count_reload(&config.name, "success");
+
+        let queue = queue.unwrap_or_else(|| {
+            WorkQueue::new(
+                config.name.clone(),
+                Box::new(rate_limiter(&config.rate_limiter)),
+                self.metrics.queue(&config.name),
+            )
+        });
+        let for_kind = plugin.metadata().for_.clone();
+        let mut slot = PluginSlot::new(plugin);
+        if config.skip_unchanged {
+            slot = slot.skipping_unchanged();
+        }
+        if let (Some(candidate), Some(candidate_plugin)) = (&config.candidate, candidate_plugin) {
+            match candidate.mode {
+                CandidateMode::Shadow => {
+                    slot = slot.shadowed_by(Arc::new(Shadow::new(
+                        &config.name,
+                        candidate_plugin,
+                        candidate.max_concurrent_shadows,
+                        candidate.keep_divergences,
+                        self.metrics.clone(),
+                    )));
+                }
+                CandidateMode::Canary => {
+                    let canary = candidate
+                        .canary
+                        .clone()
+                        .expect("validated: mode canary has a canary section");
+                    // A rollback or promotion changes what the plugin's
+                    // object (if it is one's) shows.
+                    let host = Arc::downgrade(self);
+                    let name = config.name.clone();
+                    let decided = move || {
+                        if let Some(host) = host.upgrade() {
+                            host.plugin_changed(&name);
+                        }
+                    };
+                    slot = slot.with_canary(Arc::new(Canary::new(
+                        &config.name,
+                        candidate_plugin,
+                        canary,
+                        queue.clone(),
+                        self.metrics.clone(),
+                        Box::new(decided),
+                    )));
+                }
+            }
+        }
+        if let Some(recorder) = recorder {
+            slot = slot.recorded_by(recorder);
+        }
+        let slot = Arc::new(slot.with_shards(self.shards.clone()));
+        let controller = Controller::new(
+            ControllerOptions {
+                name: config.name.clone(),
+                max_concurrent_reconciles: config.max_concurrent_reconciles,
+                reconcile_timeout: config.reconcile_timeout,
+                max_retries: config.max_retries,
+            },
+            queue,
+            slot.clone(),
+            self.metrics.clone(),
+            Arc::new(EventTerminalErrors {
+                api,
+                kind: for_kind.clone(),
+            }),
+        );
+        let feeds = self.feeds(&config, &controller, &for_kind, &watches);
+        let follower = self.follow_source(&config.name, source.clone());
+        let idler = config
+            .idle_unload
+            .map(|idle| unload_when_idle(&config.name, slot.clone(), idle));
+        let mut entry = PluginEntry::new(config, source, slot, controller, feeds, generation);
+        entry.follow(follower);
+        if let Some(idler) = idler {
+            entry.unload_when_idle(idler);
+        }
+        Ok(entry)
+    }
+
+    /// Loads a plugin's candidate version (`candidate_config` is the
+    /// plugin's config with the candidate's source and settings), through
+    /// the plugin's API and checked against its grant.
+    pub(super) async fn load_candidate(
+        &self,
+        candidate_config: &PluginConfig,
+        api: Arc<ClusterApi>,
+    ) -> Result<Arc<Plugin>, ManagerError> {
+        // Its source is not followed: a new candidate comes with a config
+        // (or object) change, which rebuilds the plugin.
+        let source = self.source_for(candidate_config);
+        self.load(candidate_config, &*source, api, Version::Candidate)
+            .await
+    }
+
+    /// The `kube` imports of one plugin, held to its grant and API limits:
+    /// its own rate (`limits.apiQps`; by default a config plugin's equal
+    /// share of `runtime.apiQps`, an object's all of it) and, when it has
+    /// one, the host's API budget it shares.
+    pub(super) fn plugin_api(&self, config: &PluginConfig) -> Arc<ClusterApi> {
+        let host_qps = self.config.runtime.api_qps;
+        let default_qps = if self.owned_by_object(&config.name) {
+            // Objects are not counted in `plugins`; the shared budget
+            // bounds them all together.
+            host_qps
+        } else {
+            (host_qps / self.config.plugins.len().max(1) as f64).max(1.0)
+        };
+        let qps = config.limits.api_qps.unwrap_or(default_qps);
+        let burst = config
+            .limits
+            .api_burst
+            .unwrap_or((qps * 2.0).ceil().max(1.0) as u32);
+        Arc::new(ClusterApi::new(
+            &config.name,
+            &ClusterContext {
+                client: self.plugin_client.clone(),
+                resolver: self.resolver.clone(),
+                cache: self.cache.clone(),
+                metrics: self.metrics.clone(),
+                fence: self.fence.clone(),
+            },
+            Grant::new(config.permissions.clone(), config.namespaces.clone()),
+            ApiLimits {
+                list_bytes: config.limits.list_bytes as usize,
+                qps,
+                burst,
+                shared: self.shared_api_budget(config),
+            },
+        ))
+    }
+
+    /// Fetches the plugin's component, checks it fits the engine, loads it
+    /// (world, metadata) and checks its declared permissions against the
+    /// grant. `version` says which of the plugin's versions it is: only
+    /// the stable version's fetch is what the plugin's source resolved to.
+    pub(super) async fn load(
+        &self,
+        config: &PluginConfig,
+        source: &dyn PluginSource,
+        api: Arc<ClusterApi>,
+        version: Version,
+    ) -> Result<Arc<Plugin>, ManagerError> {
+        let others: u32 = self
+            .plugins
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|e| e.config().name != config.name)
+            .map(|e| e.config().concurrency() as u32)
+            .sum();
+        self.engine
+            .admit(config, others)
+            .map_err(|message| ManagerError::Engine {
+                plugin: config.name.clone(),
+                message,
+            })?;
+        let origin = source.origin();
+        let artifact = source.fetch().await?;
+        if version == Version::Stable {
+            self.note_fetched(&config.name, &artifact.digest);
+        }
+        let plugin = self
+            .runtime
+            .load_bytes(
+                origin.clone(),
+                artifact.bytes,
+                PluginSpec {
+                    limits: limits(config),
+                    instance_mode: match config.instance_mode {
+                        InstanceModeConfig::Fresh => InstanceMode::Fresh,
+                        InstanceModeConfig::Reuse => InstanceMode::Reuse,
+                        InstanceModeConfig::Auto => InstanceMode::Auto,
+                    },
+                    reuse: ReuseLimits {
+                        max_calls: config.max_calls_per_instance,
+                        max_age: config.max_instance_age,
+                        max_memory: config
+                            .max_instance_memory
+                            .unwrap_or(config.memory_limit / 4 * 3)
+                            as usize,
+                        max_idle: config.max_concurrent_reconciles,
+                    },
+                    settings: config.settings.clone(),
+                    kube: api.clone(),
+                    ..PluginSpec::new(&config.name)
+                },
+            )
+            .await?;
+        let grant = api.grant();
+        let missing: Vec<String> = plugin
+            .metadata()
+            .permissions
+            .iter()
+            .flat_map(|p| {
+                p.resources.iter().flat_map(move |r| {
+                    p.verbs
+                        .iter()
+                        .map(move |v| (p.group.clone(), r.clone(), v.clone()))
+                })
+            })
+            .filter(|(g, r, v)| !grant.covers(v, g, r))
+            .map(|(g, r, v)| format!("{v} {}/{r}", if g.is_empty() { "core" } else { &g }))
+            .collect();
+        if !missing.is_empty() {
+            return Err(ManagerError::PermissionsExceedGrant {
+                plugin: config.name.clone(),
+                origin,
+                missing: missing.join(", "),
+            });
+        }
+        Ok(plugin)
+    }
+
+    /// The kinds the plugin watches, resolved through discovery. Each must
+    /// be granted `list` and `watch` in every namespace the plugin's
+    /// informers cover: the host's informers read with the host's
+    /// credentials, so watching is reading.
+    pub(super) async fn resolve_watches(
+        &self,
+        config: &PluginConfig,
+        plugin: &Plugin,
+        grant: &Grant,
+        origin: &str,
+    ) -> Result<Vec<ResolvedWatch>, ManagerError> {
+        let m = plugin.metadata();
+        let mut wanted = vec![(m.for_.clone(), KeyMapping::Itself)];
+        wanted.extend(
+            m.owns
+                .iter()
+                .map(|g| (g.clone(), KeyMapping::ControllerOwner)),
+        );
+        wanted.extend(m.watches.iter().map(|w| {
+            let mapping = match &w.mapping {
+                WatchMapping::Owner => KeyMapping::Owner,
+                WatchMapping::SameName => KeyMapping::SameName,
+                WatchMapping::Label(l) => KeyMapping::Label(l.clone()),
+            };
+            (w.kind.clone(), mapping)
+        }));
+        let scopes = scopes(config);
+        let mut resolved = Vec::new();
+        let mut missing = Vec::new();
+        for (kind, mapping) in wanted {
+            let r = self
+                .resolver
+                .resolve(&kind)
+                .await
+                .map_err(|source| ManagerError::Kind {
+                    plugin: config.name.clone(),
+                    source,
+                })?;
+            for verb in ["list", "watch"] {
+                for ns in &scopes {
+                    let access = Access {
+                        verb,
+                        group: &r.resource.group,
+                        resource: &r.resource.plural,
+                        namespace: ns.as_deref().filter(|_| r.namespaced),
+                    };
+                    if !grant.allows(&access) {
+                        missing.push(access.to_string());
+                    }
+                }
+            }
+            resolved.push(ResolvedWatch {
+                mapping,
+                resource: r.resource.clone(),
+            });
+        }
+        if !missing.is_empty() {
+            missing.dedup();
+            return Err(ManagerError::WatchesExceedGrant {
+                plugin: config.name.clone(),
+                origin: origin.to_string(),
+                missing: missing.join(", "),
+            });
+        }
+        Ok(resolved)
+    }
+
+    /// Starts (or shares) the informers of `watches` and the tasks turning
+    /// their events into keys of `controller`'s queue.
+    pub(super) fn feeds(
+        &self,
+        config: &PluginConfig,
+        controller: &PluginController,
+        for_kind: &Gvk,
+        watches: &[ResolvedWatch],
+    ) -> Feeds {
+        let mut feeds = Feeds::default();
+        for watch in watches {
+            for ns in scopes(config) {
+                let key = InformerKey::new(&watch.resource, ns.as_deref());
+                let informer = self.cache.informer(key, watch.resource.clone());
+                feeds.tasks.push(forward_events(
+                    &informer,
+                    controller.reconciler().clone(),
+                    controller.queue().clone(),
+                    watch.mapping.clone(),
+                    for_kind.clone(),
+                ));
+                if watch.mapping == KeyMapping::Itself
+                    && let Some(period) = config.resync_period
+                {
+                    feeds.tasks.push(resync_every(
+                        period,
+                        &informer,
+                        controller.reconciler().clone(),
+                        controller.queue().clone(),
+                        for_kind.clone(),
+                    ));
+                }
+                feeds.informers.push(informer);
+            }
+        }
+        feeds
+    }
+
+    /// Reloads the plugin when its source reports a change and the content
+    /// differs from the version running.
+    fn follow_source(
+        self: &Arc<Self>,
+        name: &str,
+        source: Arc<dyn PluginSource>,
+    ) -> tokio::task::JoinHandle<()> {
+        let host = Arc::downgrade(self);
+        let name = name.to_string();
+        let mut changes = source.changes();
+        tokio::spawn(async move {
+            while changes.next().await.is_some() {
+                let Some(host) = host.upgrade() else {
+                    return;
+                };
+                host.reload_plugin_if_changed(&name).await;
+            }
+        })
+    }
+}
+
+/// The namespaces a plugin's informers cover (None: all).
+fn scopes(config: &PluginConfig) -> Vec<Option<String>> {
+    match &config.namespaces {
+        Some(list) => list.iter().cloned().map(Some).collect(),
+        None => vec![None],
+    }
+}
+
+/// The sandbox limits of a plugin's config.
+pub(super) fn limits(config: &PluginConfig) -> Limits {
+    let l = &config.limits;
+    Limits {
+        memory_bytes: config.memory_limit as usize,
+        fuel: config.fuel,
+        instances: l.instances as usize,
+        memories: l.memories as usize,
+        tables: l.tables as usize,
+        output_bytes: l.output_bytes as usize,
+        output_line: l.output_line.min(l.output_bytes) as usize,
+        log_calls: l.log_calls,
+        host_calls: l.host_calls,
+        ..Limits::default()
+    }
+}
+
+/// Turns an informer's events into keys of `queue` (those `slot` admits).
+fn forward_events(
+    informer: &Arc<Informer>,
+    slot: Arc<PluginSlot>,
+    queue: WorkQueue<ObjectKey>,
+    mapping: KeyMapping,
+    reconciled: Gvk,
+) -> tokio::task::JoinHandle<()> {
+    let mut subscription = informer.subscribe();
+    let weak = Arc::downgrade(informer);
+    tokio::spawn(async move {
+        while let Some(n) = subscription.next().await {
+            match n {
+                Notification::Object(e) => {
+                    for k in keys(&mapping, &reconciled, &e.object) {
+                        if slot.admits(&k) {
+                            queue.add(k);
+                        }
+                    }
+                }
+                Notification::Resync => {
+                    let Some(informer) = weak.upgrade() else {
+                        break;
+                    };
+                    enqueue_store(
+                        &slot,
+                        &queue,
+                        &informer,
+                        &mapping,
+                        &reconciled,
+                        Priority::NORMAL,
+                    );
+                }
+            }
+        }
+    })
+}
+
+/// Enqueues every key of the reconciled kind's informer each `period`, at
+/// low priority: nothing changed, so events must not wait behind them.
+fn resync_every(
+    period: Duration,
+    informer: &Arc<Informer>,
+    slot: Arc<PluginSlot>,
+    queue: WorkQueue<ObjectKey>,
+    for_kind: Gvk,
+) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(informer);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            let Some(informer) = weak.upgrade() else {
+                break;
+            };
+            enqueue_store(
+                &slot,
+                &queue,
+                &informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+            );
+        }
+    })
+}
+
+/// Every key the plugin's informers of its reconciled kind hold, once
+/// (after sync and swaps), at low priority: these are not changes, so
+/// events jump ahead of them (controller-runtime's priority queue does the
+/// same for the initial list).
+pub(super) fn enqueue_all(entry: &PluginEntry) {
+    let for_kind = entry.slot().current().metadata().for_.clone();
+    let queue = entry.controller().queue();
+    for informer in entry.informers() {
+        if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
+            enqueue_store(
+                entry.slot(),
+                queue,
+                informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+            );
+        }
+    }
+}
+
+/// Adds the key of every object `informer` holds, as `mapping` maps it
+/// (those `slot` admits), at `priority`.
+fn enqueue_store(
+    slot: &PluginSlot,
+    queue: &WorkQueue<ObjectKey>,
+    informer: &Informer,
+    mapping: &KeyMapping,
+    reconciled: &Gvk,
+    priority: Priority,
+) {
+    for o in informer.objects() {
+        for k in keys(mapping, reconciled, &o) {
+            if slot.admits(&k) {
+                queue.add_with_priority(k, priority);
+            }
+        }
+    }
+}
+
+/// The controller rate limiter of a plugin's config.
+pub(super) fn rate_limiter(rl: &RateLimiterConfig) -> MaxOfRateLimiter<ObjectKey> {
+    controller_rate_limiter(rl.base_delay, rl.max_delay, rl.qps, rl.burst)
+}
+
+/// Unloads the code of the slot's current version once no key reached it
+/// for `idle` (checked every quarter of `idle`, within 10 ms … 30 s); the
+/// informers and the queue are untouched, and the next key loads the code
+/// again from the on-disk compiled cache.
+fn unload_when_idle(
+    name: &str,
+    slot: Arc<PluginSlot>,
+    idle: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let name = name.to_string();
+    let every = (idle / 4).clamp(Duration::from_millis(10), Duration::from_secs(30));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let plugin = slot.current();
+            if plugin.unload_if_idle(idle) {
+                tracing::info!(plugin = %name, idle = ?idle, "idle: compiled code unloaded");
+            }
+        }
+    })
+}

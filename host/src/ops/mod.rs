@@ -1,0 +1,11 @@
+//! Running plugins in a process: the manager that wires a controller per
+//! plugin, where components come from, the admin server, RBAC, reconcile
+//! transcripts and the allocator settings. ops imports meta, control,
+//! config and sandbox.
+
+pub mod admin;
+pub mod malloc;
+pub mod manager;
+pub mod rbac;
+pub mod source;
+pub mod transcript;

@@ -1,0 +1,901 @@
+//! Reconcile transcripts: what one reconcile asked the host and got back,
+//! recorded as one JSON line (`record`), and replayed against another build
+//! of the plugin with no cluster (`wasmctrl replay`).
+//!
+//! # The format (version 1)
+//! One JSON object per line:
+//!
+//! ```json
+//! {"version":1,"plugin":"webapp","digest":"sha256:…","key":{"namespace":"default","name":"web"},
+//!  "attempt":0,"timeoutMs":30000,"settings":{},"recordedAt":"2026-12-03T12:00:00Z","durationMs":4,
+//!  "calls":[{"request":{"verb":"get","kind":{"group":"demo.wasmctrl.dev","version":"v1alpha1","kind":"WebApp"},
+//!                       "namespace":"default","name":"web"},
+//!            "response":{"object":{…}}}],
+//!  "context":[{"read":"deadline-remaining-ms","value":29996}],
+//!  "result":{"outcome":"done"}}
+//! ```
+//!
+//! - `calls`, in the order the guest made them. A request's `verb` is one
+//!   of `get`, `list`, `create`, `replace`, `patch`, `replace-status`,
+//!   `patch-status`, `delete`, `record-event`; bodies are JSON (a body that
+//!   is not JSON is kept as a string). A patch is `{"type":"merge"|"json",
+//!   "body":…}` or `{"type":"apply","body":…,"fieldManager":…,"force":…}`.
+//!   A response is `{"object":…}`, `{"objects":[…]}`, `"empty"` or
+//!   `{"error":{"code":"not-found","message":…}}` (the codes of
+//!   `wasmctrl_hostapi_calls_total`).
+//! - `context`: the values read from the `context` interface that change
+//!   between runs (see [`ContextRead`]).
+//! - `result`: `{"outcome":"done"|"requeue"|"cancelled"}`,
+//!   `{"outcome":"requeue-after","ms":N}`,
+//!   `{"outcome":"transient"|"permanent"|"host","message":…}` or
+//!   `{"outcome":"trap","kind":"deadline"|…,"message":…}`.
+
+pub mod record;
+pub mod replay;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::control::reconcile::{Action, ObjectKey, ReconcileError};
+pub use crate::sandbox::ContextRead;
+use crate::sandbox::hostapi::{
+    ApiError, ApplyPatch, Event, EventType, Gvk, KubeRequest, KubeResponse, ObjectPatch,
+};
+
+/// The transcript format this host writes and reads.
+pub const TRANSCRIPT_VERSION: u32 = 1;
+
+/// One recorded reconcile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Transcript {
+    pub version: u32,
+    /// The plugin's name in the host config.
+    pub plugin: String,
+    /// The digest of the component that ran.
+    pub digest: String,
+    pub key: Key,
+    pub attempt: u32,
+    /// The reconcile's context timeout.
+    pub timeout_ms: u64,
+    /// The plugin's settings as the guest got them.
+    pub settings: Value,
+    /// When the reconcile started (RFC 3339).
+    pub recorded_at: String,
+    pub duration_ms: u64,
+    pub calls: Vec<HostCall>,
+    pub context: Vec<ContextRead>,
+    /// Context reads past the per-call bound that were not recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub context_dropped: u64,
+    pub result: Outcome,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The object key a transcript reconciled.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Key {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl From<&ObjectKey> for Key {
+    fn from(k: &ObjectKey) -> Self {
+        Key {
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        }
+    }
+}
+
+impl From<&Key> for ObjectKey {
+    fn from(k: &Key) -> Self {
+        ObjectKey {
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        }
+    }
+}
+
+/// One host call and its answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostCall {
+    pub request: CallRequest,
+    pub response: CallResponse,
+}
+
+/// A `kube` call as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "verb", rename_all = "kebab-case")]
+pub enum CallRequest {
+    Get {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        name: String,
+    },
+    #[serde(rename_all = "camelCase")]
+    List {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        label_selector: Option<String>,
+    },
+    Create {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        object: Value,
+    },
+    Replace {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        name: String,
+        object: Value,
+    },
+    Patch {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        name: String,
+        patch: Patch,
+    },
+    ReplaceStatus {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        name: String,
+        object: Value,
+    },
+    PatchStatus {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        name: String,
+        patch: Patch,
+    },
+    Delete {
+        kind: Gvk,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        namespace: Option<String>,
+        name: String,
+    },
+    RecordEvent {
+        event: EventRecord,
+    },
+}
+
+/// A patch as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Patch {
+    Merge {
+        body: Value,
+    },
+    Json {
+        body: Value,
+    },
+    #[serde(rename_all = "camelCase")]
+    Apply {
+        body: Value,
+        field_manager: String,
+        force: bool,
+    },
+}
+
+/// An event as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventRecord {
+    pub regarding_kind: Gvk,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub regarding_namespace: Option<String>,
+    pub regarding_name: String,
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub reason: String,
+    pub action: String,
+    pub note: String,
+}
+
+/// A body as the guest sent it: its JSON, or the text when it is not JSON.
+fn body(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+/// The text a recorded body stands for.
+fn text(body: &Value) -> String {
+    match body {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl From<&ObjectPatch> for Patch {
+    fn from(p: &ObjectPatch) -> Self {
+        match p {
+            ObjectPatch::Merge(s) => Patch::Merge { body: body(s) },
+            ObjectPatch::Json(s) => Patch::Json { body: body(s) },
+            ObjectPatch::Apply(a) => Patch::Apply {
+                body: body(&a.body),
+                field_manager: a.field_manager.clone(),
+                force: a.force,
+            },
+        }
+    }
+}
+
+impl From<&Patch> for ObjectPatch {
+    fn from(p: &Patch) -> Self {
+        match p {
+            Patch::Merge { body } => ObjectPatch::Merge(text(body)),
+            Patch::Json { body } => ObjectPatch::Json(text(body)),
+            Patch::Apply {
+                body,
+                field_manager,
+                force,
+            } => ObjectPatch::Apply(ApplyPatch {
+                body: text(body),
+                field_manager: field_manager.clone(),
+                force: *force,
+            }),
+        }
+    }
+}
+
+impl From<&KubeRequest> for CallRequest {
+    fn from(r: &KubeRequest) -> Self {
+        match r.clone() {
+            KubeRequest::Get {
+                kind,
+                namespace,
+                name,
+            } => CallRequest::Get {
+                kind,
+                namespace,
+                name,
+            },
+            KubeRequest::List {
+                kind,
+                namespace,
+                label_selector,
+            } => CallRequest::List {
+                kind,
+                namespace,
+                label_selector,
+            },
+            KubeRequest::Create {
+                kind,
+                namespace,
+                object,
+            } => CallRequest::Create {
+                kind,
+                namespace,
+                object: body(&object),
+            },
+            KubeRequest::Replace {
+                kind,
+                namespace,
+                name,
+                object,
+            } => CallRequest::Replace {
+                kind,
+                namespace,
+                name,
+                object: body(&object),
+            },
+            KubeRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => CallRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch: (&patch).into(),
+            },
+            KubeRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                object,
+            } => CallRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                object: body(&object),
+            },
+            KubeRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => CallRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch: (&patch).into(),
+            },
+            KubeRequest::Delete {
+                kind,
+                namespace,
+                name,
+            } => CallRequest::Delete {
+                kind,
+                namespace,
+                name,
+            },
+            KubeRequest::RecordEvent(e) => CallRequest::RecordEvent {
+                event: EventRecord {
+                    regarding_kind: e.regarding_kind,
+                    regarding_namespace: e.regarding_namespace,
+                    regarding_name: e.regarding_name,
+                    type_: match e.type_ {
+                        EventType::Normal => "Normal".into(),
+                        EventType::Warning => "Warning".into(),
+                    },
+                    reason: e.reason,
+                    action: e.action,
+                    note: e.note,
+                },
+            },
+        }
+    }
+}
+
+impl CallRequest {
+    /// The call as the host API takes it.
+    pub fn to_kube(&self) -> KubeRequest {
+        match self.clone() {
+            CallRequest::Get {
+                kind,
+                namespace,
+                name,
+            } => KubeRequest::Get {
+                kind,
+                namespace,
+                name,
+            },
+            CallRequest::List {
+                kind,
+                namespace,
+                label_selector,
+            } => KubeRequest::List {
+                kind,
+                namespace,
+                label_selector,
+            },
+            CallRequest::Create {
+                kind,
+                namespace,
+                object,
+            } => KubeRequest::Create {
+                kind,
+                namespace,
+                object: text(&object),
+            },
+            CallRequest::Replace {
+                kind,
+                namespace,
+                name,
+                object,
+            } => KubeRequest::Replace {
+                kind,
+                namespace,
+                name,
+                object: text(&object),
+            },
+            CallRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => KubeRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch: (&patch).into(),
+            },
+            CallRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                object,
+            } => KubeRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                object: text(&object),
+            },
+            CallRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => KubeRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch: (&patch).into(),
+            },
+            CallRequest::Delete {
+                kind,
+                namespace,
+                name,
+            } => KubeRequest::Delete {
+                kind,
+                namespace,
+                name,
+            },
+            CallRequest::RecordEvent { event: e } => KubeRequest::RecordEvent(Event {
+                regarding_kind: e.regarding_kind,
+                regarding_namespace: e.regarding_namespace,
+                regarding_name: e.regarding_name,
+                type_: if e.type_ == "Warning" {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: e.reason,
+                action: e.action,
+                note: e.note,
+            }),
+        }
+    }
+
+    /// What the call is about, without its arguments: `patch (apply)
+    /// apps/v1 Deployment default/web`. Two calls with the same target are
+    /// the same call, possibly with different arguments.
+    pub fn target(&self) -> String {
+        let at = |kind: &Gvk, ns: &Option<String>, name: &str| {
+            let gv = if kind.group.is_empty() {
+                kind.version.clone()
+            } else {
+                format!("{}/{}", kind.group, kind.version)
+            };
+            let ns = ns.as_deref().map(|n| format!("{n}/")).unwrap_or_default();
+            format!("{gv} {} {ns}{name}", kind.kind)
+        };
+        let patch_type = |p: &Patch| match p {
+            Patch::Merge { .. } => "merge",
+            Patch::Json { .. } => "json",
+            Patch::Apply { .. } => "apply",
+        };
+        match self {
+            CallRequest::Get {
+                kind,
+                namespace,
+                name,
+            } => format!("get {}", at(kind, namespace, name)),
+            CallRequest::List {
+                kind, namespace, ..
+            } => format!("list {}", at(kind, namespace, "").trim_end_matches('/')),
+            CallRequest::Create {
+                kind,
+                namespace,
+                object,
+            } => {
+                let name = object["metadata"]["name"].as_str().unwrap_or("");
+                format!("create {}", at(kind, namespace, name))
+            }
+            CallRequest::Replace {
+                kind,
+                namespace,
+                name,
+                ..
+            } => format!("replace {}", at(kind, namespace, name)),
+            CallRequest::Patch {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => format!(
+                "patch ({}) {}",
+                patch_type(patch),
+                at(kind, namespace, name)
+            ),
+            CallRequest::ReplaceStatus {
+                kind,
+                namespace,
+                name,
+                ..
+            } => format!("replace-status {}", at(kind, namespace, name)),
+            CallRequest::PatchStatus {
+                kind,
+                namespace,
+                name,
+                patch,
+            } => format!(
+                "patch-status ({}) {}",
+                patch_type(patch),
+                at(kind, namespace, name)
+            ),
+            CallRequest::Delete {
+                kind,
+                namespace,
+                name,
+            } => format!("delete {}", at(kind, namespace, name)),
+            CallRequest::RecordEvent { event } => format!(
+                "record-event {} on {}",
+                event.reason,
+                at(
+                    &event.regarding_kind,
+                    &event.regarding_namespace,
+                    &event.regarding_name
+                )
+            ),
+        }
+    }
+
+    /// The call's arguments as compared: JSON, normalized (see
+    /// [`crate::meta::normalized`]).
+    pub fn arguments(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        crate::meta::normalized::normalize(&mut v);
+        v
+    }
+}
+
+/// A call's answer as recorded.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CallResponse {
+    Object(Value),
+    Objects(Vec<Value>),
+    Empty,
+    Error { code: String, message: String },
+}
+
+impl From<&Result<KubeResponse, ApiError>> for CallResponse {
+    fn from(r: &Result<KubeResponse, ApiError>) -> Self {
+        match r {
+            Ok(KubeResponse::Object(o)) => CallResponse::Object(body(o)),
+            Ok(KubeResponse::Objects(os)) => {
+                CallResponse::Objects(os.iter().map(|o| body(o)).collect())
+            }
+            Ok(KubeResponse::Empty) => CallResponse::Empty,
+            Err(e) => CallResponse::Error {
+                code: e.code().to_string(),
+                message: match e {
+                    ApiError::NotFound(m)
+                    | ApiError::Conflict(m)
+                    | ApiError::AlreadyExists(m)
+                    | ApiError::Forbidden(m)
+                    | ApiError::Invalid(m)
+                    | ApiError::Timeout(m)
+                    | ApiError::Unavailable(m)
+                    | ApiError::Other(m) => m.clone(),
+                },
+            },
+        }
+    }
+}
+
+impl CallResponse {
+    /// The answer as the host API gives it.
+    pub fn to_result(&self) -> Result<KubeResponse, ApiError> {
+        match self {
+            CallResponse::Object(o) => Ok(KubeResponse::Object(text(o))),
+            CallResponse::Objects(os) => Ok(KubeResponse::Objects(os.iter().map(text).collect())),
+            CallResponse::Empty => Ok(KubeResponse::Empty),
+            CallResponse::Error { code, message } => Err(api_error(code, message.clone())),
+        }
+    }
+
+    /// Bytes its bodies take as JSON (what bounds a transcript).
+    fn size(&self) -> usize {
+        match self {
+            CallResponse::Object(o) => o.to_string().len(),
+            CallResponse::Objects(os) => os.iter().map(|o| o.to_string().len() + 1).sum(),
+            CallResponse::Empty => 0,
+            CallResponse::Error { message, .. } => message.len(),
+        }
+    }
+}
+
+/// The error of a recorded `code` (the inverse of [`ApiError::code`]).
+fn api_error(code: &str, message: String) -> ApiError {
+    match code {
+        "not-found" => ApiError::NotFound(message),
+        "conflict" => ApiError::Conflict(message),
+        "already-exists" => ApiError::AlreadyExists(message),
+        "forbidden" => ApiError::Forbidden(message),
+        "invalid" => ApiError::Invalid(message),
+        "timeout" => ApiError::Timeout(message),
+        "unavailable" => ApiError::Unavailable(message),
+        _ => ApiError::Other(message),
+    }
+}
+
+/// How a reconcile ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "kebab-case")]
+pub enum Outcome {
+    Done,
+    Requeue,
+    RequeueAfter { ms: u64 },
+    Transient { message: String },
+    Permanent { message: String },
+    Trap { kind: String, message: String },
+    Cancelled,
+    Host { message: String },
+}
+
+impl From<&Result<Action, ReconcileError>> for Outcome {
+    fn from(r: &Result<Action, ReconcileError>) -> Self {
+        match r {
+            Ok(a) => match a.requeue_after {
+                Some(d) if !d.is_zero() => Outcome::RequeueAfter {
+                    ms: u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+                },
+                _ if a.requeue => Outcome::Requeue,
+                _ => Outcome::Done,
+            },
+            Err(ReconcileError::Transient(m)) => Outcome::Transient { message: m.clone() },
+            Err(ReconcileError::Permanent(m)) => Outcome::Permanent { message: m.clone() },
+            Err(ReconcileError::Trap { kind, message }) => Outcome::Trap {
+                kind: kind.to_string(),
+                message: message.clone(),
+            },
+            Err(ReconcileError::Cancelled) => Outcome::Cancelled,
+            Err(ReconcileError::Host(m)) => Outcome::Host { message: m.clone() },
+        }
+    }
+}
+
+impl Outcome {
+    /// Whether two runs ended the same way. A trap's message (a backtrace
+    /// with code offsets) and a host error's differ between builds and
+    /// runs; only their kind counts.
+    pub fn same_as(&self, other: &Outcome) -> bool {
+        match (self, other) {
+            (Outcome::Trap { kind: a, .. }, Outcome::Trap { kind: b, .. }) => a == b,
+            (Outcome::Host { .. }, Outcome::Host { .. }) => true,
+            (a, b) => a == b,
+        }
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Done => f.write_str("done"),
+            Outcome::Requeue => f.write_str("requeue"),
+            Outcome::RequeueAfter { ms } => write!(f, "requeue after {ms} ms"),
+            Outcome::Transient { message } => write!(f, "transient error: {message}"),
+            Outcome::Permanent { message } => write!(f, "permanent error: {message}"),
+            Outcome::Trap { kind, .. } => write!(f, "trap ({kind})"),
+            Outcome::Cancelled => f.write_str("cancelled"),
+            Outcome::Host { message } => write!(f, "host error: {message}"),
+        }
+    }
+}
+
+/// Why a transcript file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum TranscriptError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}: not a transcript: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        message: String,
+    },
+    #[error(
+        "{path}:{line}: transcript version {version}; this host reads version {TRANSCRIPT_VERSION}"
+    )]
+    Version {
+        path: String,
+        line: usize,
+        version: u32,
+    },
+    #[error("{path}: {message}")]
+    TooLarge { path: String, message: String },
+}
+
+/// Bytes of one transcript line a reader accepts: the largest
+/// `record.maxBytes`.
+pub const MAX_LINE: usize = crate::config::MAX_RECORD_BYTES as usize;
+
+/// Bytes of one transcript file a reader accepts: the recorder rotates a
+/// file before it passes `record.maxBytes`, whose largest value this is.
+pub const MAX_FILE: u64 = crate::config::MAX_RECORD_BYTES;
+
+/// Transcripts in one file a reader accepts: the largest `record.max`.
+pub const MAX_TRANSCRIPTS: usize = 1_000_000;
+
+/// Calls in one transcript a reader accepts: the largest
+/// `limits.hostCalls`, so no live reconcile made more.
+pub const MAX_CALLS: usize = 1_000_000;
+
+/// The longest `timeoutMs` a reader accepts: the largest
+/// `reconcileTimeout`. A replay gives the guest that long, so a larger one,
+/// which no recording holds, would let a looping build hold the replay for
+/// years.
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Bytes of the file's own text an error message quotes: a parse error can
+/// echo a string of the line whole, and the line is the file's author's.
+const MAX_QUOTED: usize = 512;
+
+/// Reads the transcripts of a JSONL file (blank lines skipped), each with
+/// its line number, reading at most [`MAX_FILE`] bytes of it and
+/// [`MAX_LINE`] of any line (a device or a growing file included).
+pub fn read_file(path: &std::path::Path) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    let shown = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| TranscriptError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    read(&shown, std::io::BufReader::new(file))
+}
+
+/// The transcripts of JSONL `text`, each with its line number.
+pub fn parse_lines(path: &str, text: &str) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    read(path, text.as_bytes())
+}
+
+/// The transcripts of the JSONL that `reader` yields (named `path` in
+/// errors), each with its line number, within the bounds of [`read_file`].
+pub fn read(
+    path: &str,
+    reader: impl std::io::BufRead,
+) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    read_within(path, reader, &BOUNDS)
+}
+
+/// How much a reader takes in.
+struct Bounds {
+    line: usize,
+    file: u64,
+    transcripts: usize,
+}
+
+const BOUNDS: Bounds = Bounds {
+    line: MAX_LINE,
+    file: MAX_FILE,
+    transcripts: MAX_TRANSCRIPTS,
+};
+
+fn read_within(
+    path: &str,
+    reader: impl std::io::BufRead,
+    bounds: &Bounds,
+) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    use std::io::{BufRead, Read};
+    let too_large = |message: String| TranscriptError::TooLarge {
+        path: path.into(),
+        message,
+    };
+    // One byte past each bound tells an input at the bound from one over.
+    let mut reader = reader.take(bounds.file + 1);
+    let mut out = Vec::new();
+    let mut line = Vec::new();
+    let mut total = 0u64;
+    for line_no in 1usize.. {
+        line.clear();
+        // A line may end in `\r\n`: two bytes past its text.
+        let n = (&mut reader)
+            .take(bounds.line as u64 + 2)
+            .read_until(b'\n', &mut line)
+            .map_err(|source| TranscriptError::Read {
+                path: path.into(),
+                source,
+            })?;
+        if n == 0 {
+            break;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.len() > bounds.line {
+            return Err(TranscriptError::Parse {
+                path: path.into(),
+                line: line_no,
+                message: format!(
+                    "the line is over {} bytes, more than any transcript the recorder writes (the largest record.maxBytes)",
+                    bounds.line
+                ),
+            });
+        }
+        total += n as u64;
+        if total > bounds.file {
+            return Err(too_large(format!(
+                "the file is over {} bytes, more than the recorder writes to one file (the largest record.maxBytes)",
+                bounds.file
+            )));
+        }
+        if text.trim_ascii().is_empty() {
+            continue;
+        }
+        if out.len() == bounds.transcripts {
+            return Err(too_large(format!(
+                "more than {} transcripts, more than the recorder writes to one file (the largest record.max)",
+                bounds.transcripts
+            )));
+        }
+        out.push((line_no, parse_line(path, line_no, text)?));
+    }
+    Ok(out)
+}
+
+/// One line's transcript.
+fn parse_line(path: &str, line: usize, text: &[u8]) -> Result<Transcript, TranscriptError> {
+    let parse = |message: String| TranscriptError::Parse {
+        path: path.into(),
+        line,
+        message: quoted(message),
+    };
+    let value: Value = serde_json::from_slice(text).map_err(|e| parse(e.to_string()))?;
+    let version = value["version"].as_u64().unwrap_or(0);
+    if version != u64::from(TRANSCRIPT_VERSION) {
+        return Err(TranscriptError::Version {
+            path: path.into(),
+            line,
+            version: u32::try_from(version).unwrap_or(u32::MAX),
+        });
+    }
+    let t: Transcript = serde_json::from_value(value).map_err(|e| parse(e.to_string()))?;
+    t.check().map_err(parse)?;
+    Ok(t)
+}
+
+impl Transcript {
+    /// Refuses what no recording holds and a replay could not run on.
+    fn check(&self) -> Result<(), String> {
+        if self.timeout_ms > MAX_TIMEOUT_MS {
+            return Err(format!(
+                "timeoutMs is {}, more than the largest reconcileTimeout ({MAX_TIMEOUT_MS})",
+                self.timeout_ms
+            ));
+        }
+        if self.calls.len() > MAX_CALLS {
+            return Err(format!(
+                "{} calls, more than the largest limits.hostCalls ({MAX_CALLS})",
+                self.calls.len()
+            ));
+        }
+        if self.context.len() > crate::sandbox::MAX_CONTEXT_READS {
+            return Err(format!(
+                "{} context reads, more than the recorder keeps ({})",
+                self.context.len(),
+                crate::sandbox::MAX_CONTEXT_READS
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `message` as one line of at most [`MAX_QUOTED`] bytes (plus a marker),
+/// control characters escaped.
+fn quoted(message: String) -> String {
+    let mut out = String::new();
+    for c in message.chars() {
+        if out.len() >= MAX_QUOTED {
+            out.push_str(&format!("… ({} bytes in all)", message.len()));
+            return out;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod fuzz;
+#[cfg(test)]
+mod tests;

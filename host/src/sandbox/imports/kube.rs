@@ -1,0 +1,281 @@
+//! `wasmctrl:reconciler/kube`: every call counted against the call's
+//! host-call budget, bounded by its deadline, and served by the plugin's
+//! [`KubeApi`] (which validates it and holds it to the grant).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::HasData;
+
+use crate::sandbox::failure::OverBudget;
+use crate::sandbox::hostapi::{self, ApiError, KubeApi, KubeRequest, KubeResponse};
+use crate::sandbox::limits::Ceiling;
+use crate::sandbox::store::{Budget, ResumeMark, StoreState};
+use crate::sandbox::wit::wasmctrl::reconciler::{kube, types};
+
+/// The `kube` interface's view of a store.
+pub(super) struct Kube;
+
+impl HasData for Kube {
+    type Data<'a> = KubeView<'a>;
+}
+
+pub(super) struct KubeView<'a> {
+    api: &'a Arc<dyn KubeApi>,
+    deadline: Instant,
+    budget: &'a mut Budget,
+    resumed: &'a Arc<ResumeMark>,
+}
+
+pub(super) fn view(s: &mut StoreState) -> KubeView<'_> {
+    KubeView {
+        api: s.call.context.kube.as_ref().unwrap_or(&s.kube),
+        deadline: s.call.context.deadline,
+        budget: &mut s.budget,
+        resumed: &s.resumed,
+    }
+}
+
+type ApiResult<T> = wasmtime::Result<Result<T, types::ApiError>>;
+
+impl KubeView<'_> {
+    /// Counts the call against the budget, then runs it bounded by the
+    /// call's deadline. Past the budget the guest traps: a plugin that
+    /// loops over host calls is stopped, not served.
+    fn call(
+        &mut self,
+        request: KubeRequest,
+    ) -> wasmtime::Result<impl Future<Output = Result<KubeResponse, ApiError>> + Send + 'static>
+    {
+        if self.budget.host_calls >= self.budget.host_call_limit {
+            return Err(wasmtime::Error::new(OverBudget {
+                ceiling: Ceiling::HostCalls,
+                message: format!(
+                    "the plugin made more than {} host calls in one call (limits.hostCalls)",
+                    self.budget.host_call_limit
+                ),
+            }));
+        }
+        self.budget.host_calls += 1;
+        let api = self.api.clone();
+        let deadline = self.deadline;
+        let resumed = self.resumed.clone();
+        Ok(async move {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let verb = request.verb();
+            let response = match tokio::time::timeout(remaining, api.call(request, deadline)).await
+            {
+                Ok(r) => r,
+                Err(_) => Err(ApiError::Timeout(format!(
+                    "{verb} did not finish before the reconcile's deadline"
+                ))),
+            };
+            // The wait was the API's, not the guest's CPU (sandbox/share.rs).
+            resumed.set(Instant::now());
+            response
+        })
+    }
+
+    async fn object(&mut self, request: KubeRequest) -> ApiResult<String> {
+        let call = self.call(request)?;
+        Ok(call
+            .await
+            .and_then(|r| match r {
+                KubeResponse::Object(o) => Ok(o),
+                other => Err(ApiError::Other(format!("unexpected response {other:?}"))),
+            })
+            .map_err(to_wit_error))
+    }
+
+    async fn empty(&mut self, request: KubeRequest) -> ApiResult<()> {
+        let call = self.call(request)?;
+        Ok(call.await.map(|_| ()).map_err(to_wit_error))
+    }
+}
+
+impl kube::Host for KubeView<'_> {
+    async fn get(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> ApiResult<String> {
+        self.object(KubeRequest::Get {
+            kind: kind.into(),
+            namespace,
+            name,
+        })
+        .await
+    }
+
+    async fn list(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        label_selector: Option<String>,
+    ) -> ApiResult<Vec<String>> {
+        let call = self.call(KubeRequest::List {
+            kind: kind.into(),
+            namespace,
+            label_selector,
+        })?;
+        Ok(call
+            .await
+            .and_then(|r| match r {
+                KubeResponse::Objects(o) => Ok(o),
+                other => Err(ApiError::Other(format!("unexpected response {other:?}"))),
+            })
+            .map_err(to_wit_error))
+    }
+
+    async fn create(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        object: String,
+    ) -> ApiResult<String> {
+        self.object(KubeRequest::Create {
+            kind: kind.into(),
+            namespace,
+            object,
+        })
+        .await
+    }
+
+    async fn replace(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        object: String,
+    ) -> ApiResult<String> {
+        self.object(KubeRequest::Replace {
+            kind: kind.into(),
+            namespace,
+            name,
+            object,
+        })
+        .await
+    }
+
+    async fn patch(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        patch: kube::ObjectPatch,
+    ) -> ApiResult<String> {
+        self.object(KubeRequest::Patch {
+            kind: kind.into(),
+            namespace,
+            name,
+            patch: patch.into(),
+        })
+        .await
+    }
+
+    async fn replace_status(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        object: String,
+    ) -> ApiResult<String> {
+        self.object(KubeRequest::ReplaceStatus {
+            kind: kind.into(),
+            namespace,
+            name,
+            object,
+        })
+        .await
+    }
+
+    async fn patch_status(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+        patch: kube::ObjectPatch,
+    ) -> ApiResult<String> {
+        self.object(KubeRequest::PatchStatus {
+            kind: kind.into(),
+            namespace,
+            name,
+            patch: patch.into(),
+        })
+        .await
+    }
+
+    async fn delete(
+        &mut self,
+        kind: types::Gvk,
+        namespace: Option<String>,
+        name: String,
+    ) -> ApiResult<()> {
+        self.empty(KubeRequest::Delete {
+            kind: kind.into(),
+            namespace,
+            name,
+        })
+        .await
+    }
+
+    async fn record_event(&mut self, event: kube::Event) -> ApiResult<()> {
+        self.empty(KubeRequest::RecordEvent(event.into())).await
+    }
+}
+
+impl From<types::Gvk> for hostapi::Gvk {
+    fn from(g: types::Gvk) -> Self {
+        hostapi::Gvk {
+            group: g.group,
+            version: g.version,
+            kind: g.kind,
+        }
+    }
+}
+
+impl From<kube::ObjectPatch> for hostapi::ObjectPatch {
+    fn from(p: kube::ObjectPatch) -> Self {
+        match p {
+            kube::ObjectPatch::Merge(s) => hostapi::ObjectPatch::Merge(s),
+            kube::ObjectPatch::Json(s) => hostapi::ObjectPatch::Json(s),
+            kube::ObjectPatch::Apply(a) => hostapi::ObjectPatch::Apply(hostapi::ApplyPatch {
+                body: a.body,
+                field_manager: a.field_manager,
+                force: a.force,
+            }),
+        }
+    }
+}
+
+impl From<kube::Event> for hostapi::Event {
+    fn from(e: kube::Event) -> Self {
+        hostapi::Event {
+            regarding_kind: e.regarding_kind.into(),
+            regarding_namespace: e.regarding_namespace,
+            regarding_name: e.regarding_name,
+            type_: match e.type_ {
+                kube::EventType::Normal => hostapi::EventType::Normal,
+                kube::EventType::Warning => hostapi::EventType::Warning,
+            },
+            reason: e.reason,
+            action: e.action,
+            note: e.note,
+        }
+    }
+}
+
+fn to_wit_error(e: ApiError) -> types::ApiError {
+    match e {
+        ApiError::NotFound(m) => types::ApiError::NotFound(m),
+        ApiError::Conflict(m) => types::ApiError::Conflict(m),
+        ApiError::AlreadyExists(m) => types::ApiError::AlreadyExists(m),
+        ApiError::Forbidden(m) => types::ApiError::Forbidden(m),
+        ApiError::Invalid(m) => types::ApiError::Invalid(m),
+        ApiError::Timeout(m) => types::ApiError::Timeout(m),
+        ApiError::Unavailable(m) => types::ApiError::Unavailable(m),
+        ApiError::Other(m) => types::ApiError::Other(m),
+    }
+}

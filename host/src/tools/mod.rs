@@ -1,0 +1,7 @@
+//! The command-line tools: the `wasmctrl` command line itself, building a
+//! plugin into a component, and applying manifests for `wasmctrl dev`. The
+//! top layer: tools may import every other.
+
+pub mod apply;
+pub mod build;
+pub mod cli;
