@@ -9,7 +9,7 @@
 //! glibc its CPU per `throughput` round grew 2.4 → 5.5 s within one run
 //! (freeing the trees of the watch history it had grown, `clear_page`
 //! refaults, `malloc_consolidate`), so the API server, not the controller,
-//! set the pace of later rounds (docs/benchmarks-journal.md, `throughput`).
+//! set the pace of later rounds (docs/BENCHMARKS.md, `throughput`).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicU8, Ordering};

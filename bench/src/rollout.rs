@@ -1,7 +1,7 @@
-//! `shadow` and `skip`: what rolling out a new version costs and saves
-//! (issue 13). Both run the wasm host with the `bench-status` plugin
-//! against their own API server, the two modes alternating per round, and
-//! report the median over rounds.
+//! `shadow` and `skip`: what rolling out a new version costs and saves.
+//! Both run the wasm host with the `bench-status` plugin against their own
+//! API server, the two modes alternating per round, and report the median
+//! over rounds.
 //!
 //! **`shadow`**: the `throughput` round (N new objects of a test CRD, each
 //! needing one status patch), without and with the same component as a

@@ -8,7 +8,7 @@
 /// workers, its blocking threads (loading and compiling plugins, reading
 /// files) and cranelift's compile threads; with 100 plugins loaded the
 /// arenas held ~19 MiB beyond the live heap, and one arena per CPU ~12 MiB
-/// (docs/benchmarks-journal.md, `density`). Call it first thing in `main`, before
+/// (docs/BENCHMARKS.md, `density`). Call it first thing in `main`, before
 /// other threads start. Does nothing on other platforms.
 pub fn limit_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

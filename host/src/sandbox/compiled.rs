@@ -90,7 +90,7 @@ impl ComponentCache {
     /// it ran. The first instance maps the copy's data segments into its
     /// memory, and that mapping's first fault reads ahead around it (the
     /// whole copy where a disk's readahead is large: 8 MiB on the machine
-    /// of docs/benchmarks-journal.md); with the copy cached, every later fault in
+    /// of docs/BENCHMARKS.md); with the copy cached, every later fault in
     /// the code maps the 64 KiB around it. Dropped, only the pages that
     /// run come back. Pages mapped stay; nothing is lost (the copy is
     /// clean). Does nothing for a component not loaded from a copy.
@@ -473,9 +473,9 @@ fn unnamed_copy(dir: &std::path::Path, bytes: &[u8]) -> std::io::Result<std::fs:
 /// fault reading ahead around it), leaving most of the copy in the page
 /// cache, from which the kernel maps the 64 KiB around every later fault: a
 /// plugin that had run once held 536 of its 664 KiB of code resident
-/// (docs/benchmarks-journal.md, `density`). So the data segments are copied out now,
-/// then the image's pages are unmapped and dropped from the cache, and only
-/// what runs comes back, a page per fault.
+/// (docs/BENCHMARKS.md, `density`). So the data segments are copied out
+/// now, then the image's pages are unmapped and dropped from the cache, and
+/// only what runs comes back, a page per fault.
 #[cfg(target_os = "linux")]
 fn page_in_only_what_runs(component: &Component, file: &std::fs::File) {
     let _ = component.initialize_copy_on_write_image();

@@ -5,9 +5,9 @@
 //! new instance and type-checks it again, although `ReconcilerPre::new`
 //! has already checked the component's exports against the world's types
 //! and an instance cannot differ from its component. With a fresh instance
-//! per reconcile, that was two type checks per call, one of them of an
-//! export the call never used (`metadata`), about 1 µs of a busy host's
-//! instantiation (docs/benchmarks-journal.md, `throughput`, stop 26).
+//! per reconcile, that is two type checks per call, one of them of an
+//! export the call never uses (`metadata`), about 1 µs of a busy host's
+//! instantiation (docs/BENCHMARKS.md, `throughput`).
 
 use wasmtime::Store;
 use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, TypedFunc};

@@ -1,8 +1,8 @@
 //! Guests' share of the CPU between plugins.
 //!
 //! Epoch ticks are the only moments the host regains control of a running
-//! guest, and until now every tick just yielded: a plugin whose keys spin to
-//! their deadline kept `maxConcurrentReconciles` cores busy and slowed every
+//! guest. Were every tick just to yield, a plugin whose keys spin to their
+//! deadline would keep `maxConcurrentReconciles` cores busy and slow every
 //! other plugin on the host (docs/RELIABILITY.md, fairness). So, while
 //! another plugin has work, the time a guest ran since it last resumed is
 //! charged at each tick past its call's first [`FREE_TICKS`] (and at

@@ -51,8 +51,8 @@ pub use object::{CacheObjectError, CachedObject, Owner};
 /// Events buffered per informer before a slow subscriber must resync. The
 /// buffer is allocated whole when the informer starts (~36 B a slot): at
 /// 4096 slots, 144 KiB per informer was the largest single cost of an idle
-/// plugin (docs/benchmarks-journal.md, `density`). A subscriber only maps events to
-/// keys, so it falls this far behind only in a burst, such as a relist's
+/// plugin (docs/BENCHMARKS.md, `density`). A subscriber only maps events
+/// to keys, so it falls this far behind only in a burst, such as a relist's
 /// announcements, where a resync (every key enqueued) is the same work.
 const EVENT_BUFFER: usize = 1024;
 

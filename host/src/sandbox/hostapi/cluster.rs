@@ -488,9 +488,9 @@ impl ClusterApi {
     /// API server's JSON as it came (within the response limit, an object;
     /// less managedFields when the host drops them: `answer.rs`), instead
     /// of parsing it into a tree and serialising that again: the
-    /// guest parses it anyway, and the round trip was 6–8% of a `throughput`
-    /// host's profile samples (docs/benchmarks-journal.md). A request that cannot be
-    /// built is the guest's `invalid`. `what` names the request as kube-rs
+    /// guest parses it anyway, and that round trip is 6–8% of a `throughput`
+    /// host's profile samples (docs/BENCHMARKS.md). A request that cannot
+    /// be built is the guest's `invalid`. `what` names the request as kube-rs
     /// names its own (its tracing layer reads it).
     async fn object_text(
         &self,
