@@ -15,16 +15,16 @@ cd "$(dirname "$0")/.."
 export PROPTEST_CASES="${PROPTEST_CASES:-20000}"
 
 properties=(
-    transcript::fuzz::any_bytes_are_read_or_refused
-    transcript::fuzz::any_json_is_read_or_refused
-    transcript::fuzz::any_mutated_transcript_file_is_read_or_refused
-    source::artifact::tests::properties::any_bytes_are_a_manifest_only_if_well_formed
-    source::artifact::tests::properties::any_json_is_a_manifest_only_if_well_formed
-    source::artifact::tests::properties::a_mutated_manifest_is_accepted_only_if_well_formed
-    source::artifact::tests::properties::any_config_blob_is_json_or_refused
-    manager::objects::spec::spec_fuzz::any_json_spec_is_a_plugin_config_or_refused
-    manager::objects::spec::spec_fuzz::a_mutated_spec_is_a_plugin_config_or_refused
-    manager::objects::spec::spec_fuzz::any_object_name_is_a_plugin_name_or_refused
+    ops::transcript::fuzz::any_bytes_are_read_or_refused
+    ops::transcript::fuzz::any_json_is_read_or_refused
+    ops::transcript::fuzz::any_mutated_transcript_file_is_read_or_refused
+    ops::source::artifact::tests::properties::any_bytes_are_a_manifest_only_if_well_formed
+    ops::source::artifact::tests::properties::any_json_is_a_manifest_only_if_well_formed
+    ops::source::artifact::tests::properties::a_mutated_manifest_is_accepted_only_if_well_formed
+    ops::source::artifact::tests::properties::any_config_blob_is_json_or_refused
+    ops::manager::objects::spec::spec_fuzz::any_json_spec_is_a_plugin_config_or_refused
+    ops::manager::objects::spec::spec_fuzz::a_mutated_spec_is_a_plugin_config_or_refused
+    ops::manager::objects::spec::spec_fuzz::any_object_name_is_a_plugin_name_or_refused
 )
 
 # The test binary itself, so the times are the tests' and a build started
