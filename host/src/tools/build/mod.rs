@@ -62,7 +62,7 @@ const MIN_PYTHON: (u32, u32) = (3, 11);
 /// The oldest Node componentize-js is used with here.
 const MIN_NODE: u32 = 20;
 /// The world every plugin is built against.
-const WIT: &str = include_str!("../../../wit/reconciler.wit");
+const WIT: &str = include_str!("../../../../wit/reconciler.wit");
 const WORLD: &str = "reconciler";
 /// How long a build waits for another process's toolchain install.
 const LOCK_WAIT: Duration = Duration::from_secs(15 * 60);
