@@ -3,14 +3,14 @@
 //! components are always built from source, never committed.
 //!
 //! The Python and TypeScript plugins are built by the host's own build module
-//! (`host/src/tools/build.rs`, included below as it is), through its toolchain
+//! (`host/src/tools/build/`, included below as it is), through its toolchain
 //! cache: `$WASMCTRL_TOOLCHAINS` if set, else `wasmctrl-toolchains/` in the
 //! cargo target dir, so CI can cache it with the target dir. The first build
 //! installs componentize-py and the npm tools there (python3 3.11+, node 20+
 //! and npm needed).
 
-#[allow(dead_code)]
-#[path = "../../host/src/tools/build.rs"]
+#[allow(dead_code, unused_imports)]
+#[path = "../../host/src/tools/build/mod.rs"]
 mod polyglot;
 
 use std::env;
@@ -129,7 +129,7 @@ const POLYGLOT_INPUTS: &[&str] = &[
     "plugins/testing/hostile-ts/src",
     "plugins/testing/hostile-ts/package.json",
     "plugins/testing/hostile-ts/tsconfig.json",
-    "host/src/build.rs",
+    "host/src/tools/build",
 ];
 
 fn main() {

@@ -1,0 +1,166 @@
+//! What a request's body and parameters say about a write: the object,
+//! the patch kind, the delete options and the write context.
+
+use axum::http::{HeaderMap, header};
+use serde_json::Value;
+
+use super::params::{Query, header_str};
+use super::request::RequestScope;
+use crate::error::ApiError;
+use crate::http::protobuf;
+use crate::http::state::ServerState;
+use crate::metrics::json_limit;
+use crate::registry::delete::DeleteOptions;
+use crate::registry::resources::ResourceInfo;
+use crate::registry::writes::{PatchKind, WriteCtx};
+
+pub(super) fn write_ctx(
+    q: &Query,
+    headers: &HeaderMap,
+    scope: &RequestScope,
+) -> Result<WriteCtx, ApiError> {
+    let dry_run = match q.get("dryRun") {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "Invalid dryRun value: \"{other}\": supported values: \"All\""
+            )));
+        }
+    };
+    let manager = match q.get("fieldManager") {
+        Some(m) if !m.is_empty() => m.to_string(),
+        _ => header_str(headers, header::USER_AGENT)
+            .split('/')
+            .next()
+            .unwrap_or("")
+            .to_string(),
+    };
+    Ok(WriteCtx {
+        manager,
+        dry_run,
+        strict: q.get("fieldValidation") == Some("Strict"),
+        warnings: Default::default(),
+        pending: scope.pending.clone(),
+    })
+}
+
+/// Parses a JSON (or YAML) request body for create/update.
+pub(super) fn parse_body(
+    shared: &ServerState,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Value, ApiError> {
+    let ct = header_str(headers, header::CONTENT_TYPE)
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    match ct.as_str() {
+        // The Python client sends POST without a Content-Type.
+        "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
+            shared.metrics.exceeded_if(json_limit(&e));
+            ApiError::BadRequest(format!(
+                "the object provided is unrecognized: couldn't get version/kind; json parse error: {e}"
+            ))
+        }),
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            crate::yaml::from_slice(body).map_err(|e| {
+                shared.metrics.exceeded_if(e.limit);
+                ApiError::BadRequest(format!("error decoding YAML: {e}"))
+            })
+        }
+        "application/vnd.kubernetes.protobuf" => protobuf::decode(body).map_err(|e| match e {
+            protobuf::ProtobufError::Malformed | protobuf::ProtobufError::NoEnvelope => {
+                ApiError::BadRequest(e.to_string())
+            }
+            _ => ApiError::UnsupportedMediaType(e.to_string()),
+        }),
+        other => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other})"
+        ))),
+    }
+}
+
+pub(super) fn patch_kind(
+    headers: &HeaderMap,
+    q: &Query,
+    info: &ResourceInfo,
+) -> Result<PatchKind, ApiError> {
+    let ct = header_str(headers, header::CONTENT_TYPE)
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    Ok(match ct.as_str() {
+        "application/merge-patch+json" => PatchKind::Merge,
+        "application/json-patch+json" => PatchKind::Json,
+        "application/strategic-merge-patch+json" if info.builtin => PatchKind::Strategic,
+        "application/strategic-merge-patch+json" => {
+            return Err(crate::registry::writes::smp_unsupported());
+        }
+        "application/apply-patch+yaml" => PatchKind::Apply {
+            force: q.flag("force").unwrap_or(false),
+        },
+        _ => {
+            let accepted = if info.builtin {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
+            } else {
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+            };
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: {accepted}"
+            )));
+        }
+    })
+}
+
+pub(super) fn delete_options(
+    shared: &ServerState,
+    q: &Query,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<DeleteOptions, ApiError> {
+    let mut opts = DeleteOptions::default();
+    let trimmed = body.iter().any(|b| !b.is_ascii_whitespace());
+    if trimmed {
+        let v = parse_body(shared, headers, body)?;
+        opts.propagation = v["propagationPolicy"].as_str().map(str::to_string);
+        opts.grace_period = v["gracePeriodSeconds"].as_i64();
+        if v["orphanDependents"].as_bool() == Some(true) {
+            opts.propagation.get_or_insert_with(|| "Orphan".into());
+        }
+        opts.precondition_uid = v["preconditions"]["uid"].as_str().map(str::to_string);
+        opts.precondition_rv = v["preconditions"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+    }
+    if let Some(p) = q.get("propagationPolicy") {
+        opts.propagation = Some(p.to_string());
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        opts.grace_period = g.parse().ok();
+    }
+    if q.flag("orphanDependents") == Some(true) {
+        opts.propagation.get_or_insert_with(|| "Orphan".into());
+    }
+    if let Some(p) = &opts.propagation
+        && !matches!(p.as_str(), "Background" | "Foreground" | "Orphan")
+    {
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "DeleteOptions",
+            "",
+            vec![crate::error::Cause {
+                reason: "FieldValueNotSupported".into(),
+                message: format!(
+                    "Unsupported value: \"{p}\": supported values: \"Foreground\", \"Background\", \"Orphan\""
+                ),
+                field: "propagationPolicy".into(),
+            }],
+        ));
+    }
+    Ok(opts)
+}

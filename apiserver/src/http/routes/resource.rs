@@ -1,0 +1,244 @@
+//! Resource requests, per name, subresource and method: reviews, lists
+//! and watches, create, get, update, patch and delete, status, token
+//! requests and scale.
+
+use std::sync::Arc;
+
+use axum::http::{Method, StatusCode, header};
+use axum::response::Response;
+use serde_json::json;
+
+use super::body::{delete_options, parse_body, patch_kind, write_ctx};
+use super::collection::{delete_collection, list, watch_params};
+use super::params::header_str;
+use super::request::Req;
+use super::target::target;
+use crate::error::ApiError;
+use crate::http::request_info::RequestInfo;
+use crate::http::response;
+use crate::http::state::ServerState;
+use crate::http::watch;
+use crate::registry::writes::{PatchKind, Subresource, WriteCtx};
+
+/// Adds `Warning: 299 - "..."` headers, which kubectl and client-go print.
+fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
+    for w in ctx.warnings.borrow().iter() {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+pub(super) fn resource(
+    shared: &Arc<ServerState>,
+    request: &RequestInfo,
+    req: Req<'_>,
+) -> Result<Response, ApiError> {
+    let Req {
+        method,
+        q,
+        headers,
+        body,
+        scope,
+        user,
+    } = req;
+    let t = target(&shared.objects.registry(), request)?;
+    let info = t.info.clone();
+    let table = crate::http::table::wants_table(header_str(headers, header::ACCEPT));
+    let ns = t.namespace.unwrap_or("");
+    let not_allowed = || {
+        ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        ))
+    };
+    if info.review {
+        return match (t.name, method) {
+            (None, &Method::POST) => {
+                let body = parse_body(shared, headers, body)?;
+                shared.objects.check_type(&info, &body)?;
+                let answer =
+                    crate::auth::reviews::answer(&shared.auth, &info, user, t.namespace, body)?;
+                Ok(response::json(StatusCode::CREATED, &answer))
+            }
+            _ => Err(not_allowed()),
+        };
+    }
+    match (t.name, t.sub) {
+        (None, _) => match *method {
+            Method::GET => {
+                if request.verb == "watch" {
+                    if shared.faults.take_watch_expiry(&info.group, &info.plural) {
+                        return watch::expired(
+                            "too old resource version: injected expiry (Faults::expire_watches)",
+                        );
+                    }
+                    watch::serve(shared.clone(), info, watch_params(&t, q, table)?)
+                } else {
+                    list(shared, &t, q, table)
+                }
+            }
+            Method::POST => {
+                if info.namespaced && t.namespace.is_none() {
+                    return Err(not_allowed());
+                }
+                let ctx = write_ctx(q, headers, scope)?;
+                let obj = parse_body(shared, headers, body)?;
+                let created = shared.objects.create_object(&info, ns, obj, &ctx)?;
+                scope.set_created(&created);
+                Ok(with_warnings(
+                    response::json(StatusCode::CREATED, &created),
+                    &ctx,
+                ))
+            }
+            Method::DELETE => delete_collection(shared, &t, req),
+            _ => Err(not_allowed()),
+        },
+        (Some(name), None) => match *method {
+            Method::GET => {
+                let obj = shared.objects.get_object(&info, ns, name)?;
+                let body = match table {
+                    Some(version) => crate::http::table::table(
+                        &info,
+                        version,
+                        std::slice::from_ref(&obj),
+                        json!({"resourceVersion": obj["metadata"]["resourceVersion"]}),
+                        crate::http::table::Include::parse(q.get("includeObject")),
+                        true,
+                    ),
+                    None => obj,
+                };
+                Ok(response::json(StatusCode::OK, &body))
+            }
+            Method::PUT => {
+                let ctx = write_ctx(q, headers, scope)?;
+                let obj = parse_body(shared, headers, body)?;
+                let v =
+                    shared
+                        .objects
+                        .update_object(&info, ns, name, obj, Subresource::Main, &ctx)?;
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            Method::PATCH => {
+                let kind = patch_kind(headers, q, &info)?;
+                let mut ctx = write_ctx(q, headers, scope)?;
+                if let PatchKind::Apply { .. } = kind {
+                    ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
+                }
+                let (v, created) = shared.objects.patch_object(
+                    &info,
+                    ns,
+                    name,
+                    kind,
+                    body,
+                    Subresource::Main,
+                    &ctx,
+                )?;
+                let code = if created {
+                    StatusCode::CREATED
+                } else {
+                    StatusCode::OK
+                };
+                Ok(with_warnings(response::json(code, &v), &ctx))
+            }
+            Method::DELETE => {
+                let ctx = write_ctx(q, headers, scope)?;
+                let opts = delete_options(shared, q, headers, body)?;
+                let v = shared.objects.delete_object(&info, ns, name, &opts, &ctx)?;
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        (Some(name), Some("status"))
+            if info.status
+                && matches!(*method, Method::PUT | Method::PATCH)
+                && shared
+                    .faults
+                    .refuses_status_write(&info.group, &info.plural, ns, name) =>
+        {
+            Err(ApiError::conflict(
+                &info.group,
+                &info.plural,
+                name,
+                "injected conflict on the first status write (Faults::conflict_first_status_writes)",
+            ))
+        }
+        (Some(name), Some("status")) if info.status => match *method {
+            Method::GET => Ok(response::json(
+                StatusCode::OK,
+                &shared.objects.get_object(&info, ns, name)?,
+            )),
+            Method::PUT => {
+                let ctx = write_ctx(q, headers, scope)?;
+                let obj = parse_body(shared, headers, body)?;
+                let v = shared.objects.update_object(
+                    &info,
+                    ns,
+                    name,
+                    obj,
+                    Subresource::Status,
+                    &ctx,
+                )?;
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            Method::PATCH => {
+                let kind = patch_kind(headers, q, &info)?;
+                let mut ctx = write_ctx(q, headers, scope)?;
+                if let PatchKind::Apply { .. } = kind {
+                    ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
+                }
+                let (v, _) = shared.objects.patch_object(
+                    &info,
+                    ns,
+                    name,
+                    kind,
+                    body,
+                    Subresource::Status,
+                    &ctx,
+                )?;
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        (Some(name), Some("token")) if info.token_request => match *method {
+            Method::POST => {
+                let body = parse_body(shared, headers, body)?;
+                let answer = crate::auth::reviews::token_request(&shared.auth, ns, name, body)?;
+                Ok(response::json(StatusCode::CREATED, &answer))
+            }
+            _ => Err(not_allowed()),
+        },
+        (Some(name), Some("scale")) if info.scale.is_some() => match *method {
+            Method::GET => {
+                let ns_key = if info.namespaced { ns } else { "" };
+                let stored = shared
+                    .objects
+                    .store
+                    .get(&info.storage, ns_key, name)
+                    .ok_or_else(|| ApiError::not_found(&info.group, &info.plural, name))?;
+                Ok(response::json(
+                    StatusCode::OK,
+                    &shared.objects.scale_of(&info, &stored.obj)?,
+                ))
+            }
+            Method::PUT => {
+                let ctx = write_ctx(q, headers, scope)?;
+                let v = shared
+                    .objects
+                    .write_scale(&info, ns, name, None, body, &ctx)?;
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            Method::PATCH => {
+                let kind = patch_kind(headers, q, &info)?;
+                let ctx = write_ctx(q, headers, scope)?;
+                let v = shared
+                    .objects
+                    .write_scale(&info, ns, name, Some(kind), body, &ctx)?;
+                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            }
+            _ => Err(not_allowed()),
+        },
+        _ => Err(ApiError::no_route()),
+    }
+}

@@ -1,0 +1,265 @@
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::durable::DurableSender;
+use super::*;
+use crate::registry::resources::GroupResource;
+
+fn cm(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default", "uid": format!("u-{name}")}})
+}
+
+fn rv_of(c: &Committed) -> u64 {
+    c.object["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+fn store() -> Store {
+    let s = Store::new();
+    let ns = GroupResource::new("", "namespaces");
+    s.commit(
+        &ns,
+        "",
+        "default",
+        Expect::Absent,
+        Change::Put(json!({"metadata": {"name": "default"}})),
+        false,
+    )
+    .unwrap();
+    s
+}
+
+#[test]
+fn commit_checks_expectations_and_bumps_rv() {
+    let s = store();
+    let gr = GroupResource::new("", "configmaps");
+    let c = s
+        .commit(
+            &gr,
+            "default",
+            "a",
+            Expect::Absent,
+            Change::Put(cm("a")),
+            false,
+        )
+        .unwrap();
+    assert_eq!(rv_of(&c), 2);
+    assert_eq!(c.object["metadata"]["resourceVersion"], "2");
+    assert_eq!(
+        s.commit(
+            &gr,
+            "default",
+            "a",
+            Expect::Absent,
+            Change::Put(cm("a")),
+            false
+        )
+        .unwrap_err(),
+        StoreError::Mismatch(Some(2))
+    );
+    assert_eq!(
+        s.commit(
+            &gr,
+            "nope",
+            "a",
+            Expect::Absent,
+            Change::Put(cm("a")),
+            false
+        )
+        .unwrap_err(),
+        StoreError::NamespaceMissing("nope".into())
+    );
+    let dry = s
+        .commit(&gr, "default", "a", Expect::Rv(2), Change::Delete, true)
+        .unwrap();
+    assert_eq!(rv_of(&dry), 2);
+    assert!(s.get(&gr, "default", "a").is_some());
+    let del = s
+        .commit(&gr, "default", "a", Expect::Rv(2), Change::Delete, false)
+        .unwrap();
+    assert_eq!(del.object["metadata"]["resourceVersion"], "3");
+    assert!(s.get(&gr, "default", "a").is_none());
+}
+
+#[test]
+fn list_pages_in_key_order() {
+    let s = store();
+    let gr = GroupResource::new("", "configmaps");
+    for n in ["c", "a", "b"] {
+        s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
+            .unwrap();
+    }
+    let (_, page, next) = s.list(&gr, Some("default"), None, Some(2), &|_| true);
+    assert_eq!(page.len(), 2);
+    assert_eq!(page[0]["metadata"]["name"], "a");
+    let next = next.unwrap();
+    let (_, page, more) = s.list(&gr, Some("default"), Some(&next), Some(2), &|_| true);
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0]["metadata"]["name"], "c");
+    assert!(more.is_none());
+}
+
+#[test]
+fn watch_resumes_and_expires() {
+    let s = store();
+    let gr = GroupResource::new("", "configmaps");
+    for n in ["a", "b"] {
+        s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
+            .unwrap();
+    }
+    let w = s.watch(&gr, WatchFrom::Rv(2)).unwrap();
+    assert_eq!(w.backlog.len(), 1);
+    assert_eq!(w.backlog[0].name, "b");
+    let rv = s.expire_history();
+    assert!(matches!(
+        s.watch(&gr, WatchFrom::Rv(3)),
+        Err(StoreError::Expired { .. })
+    ));
+    assert!(s.watch(&gr, WatchFrom::Rv(rv)).is_ok());
+    assert!(matches!(
+        s.watch(&gr, WatchFrom::Rv(rv + 1)),
+        Err(StoreError::Expired { .. })
+    ));
+}
+
+#[test]
+fn tracks_dependents() {
+    let s = store();
+    let gr = GroupResource::new("", "configmaps");
+    let mut child = cm("child");
+    child["metadata"]["ownerReferences"] = json!([{"uid": "u-parent"}]);
+    s.commit(
+        &gr,
+        "default",
+        "child",
+        Expect::Absent,
+        Change::Put(child),
+        false,
+    )
+    .unwrap();
+    assert_eq!(s.dependents("u-parent").len(), 1);
+    assert!(s.locate_uid("u-child").is_some());
+}
+
+fn durable_store() -> (Store, mpsc::UnboundedReceiver<PersistOp>) {
+    let s = store();
+    let (tx, rx) = mpsc::unbounded_channel();
+    s.set_persist(tx);
+    (s, rx)
+}
+
+fn events(rx: &mut mpsc::UnboundedReceiver<PersistOp>) -> Vec<(Arc<Event>, DurableSender)> {
+    let mut out = Vec::new();
+    while let Ok(op) = rx.try_recv() {
+        if let PersistOp::Write { event, done, .. } = op {
+            out.push((event, done));
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn staged_writes_are_invisible_until_durable() {
+    let (s, mut rx) = durable_store();
+    let gr = GroupResource::new("", "configmaps");
+    let c = s
+        .commit(
+            &gr,
+            "default",
+            "a",
+            Expect::Absent,
+            Change::Put(cm("a")),
+            false,
+        )
+        .unwrap();
+    assert!(s.get(&gr, "default", "a").is_none(), "not visible yet");
+    let latest = s.latest(&gr, "default", "a").expect("writers see it");
+    assert_eq!(latest.rv, rv_of(&c));
+    // A second writer builds on the staged state without waiting.
+    s.commit(
+        &gr,
+        "default",
+        "a",
+        Expect::Rv(rv_of(&c)),
+        Change::Put(cm("a")),
+        false,
+    )
+    .unwrap();
+    let staged = events(&mut rx);
+    assert_eq!(staged.len(), 2);
+    let mut watch = s.watch(&gr, WatchFrom::Rv(s.current_rv())).unwrap();
+    let (evs, dones): (Vec<_>, Vec<_>) = staged.into_iter().unzip();
+    s.apply_durable(evs);
+    for d in dones {
+        d.resolve(Ok(()));
+    }
+    assert_eq!(s.get(&gr, "default", "a").unwrap().rv, rv_of(&c) + 1);
+    assert_eq!(watch.rx.recv().await.unwrap().etype, EventType::Added);
+    assert_eq!(watch.rx.recv().await.unwrap().etype, EventType::Modified);
+    c.durable.unwrap().wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_aborted_batch_discards_every_staged_write() {
+    let (s, mut rx) = durable_store();
+    let gr = GroupResource::new("", "configmaps");
+    s.commit(
+        &gr,
+        "default",
+        "a",
+        Expect::Absent,
+        Change::Put(cm("a")),
+        false,
+    )
+    .unwrap();
+    let rv_before = s.current_rv();
+    let c = s
+        .commit(
+            &gr,
+            "default",
+            "b",
+            Expect::Absent,
+            Change::Put(cm("b")),
+            false,
+        )
+        .unwrap();
+    let old_epoch = s.epoch();
+    assert_eq!(s.abort_staged(), old_epoch + 1);
+    for (_, done) in events(&mut rx) {
+        done.resolve(Err("disk full".into()));
+    }
+    let c_rv = rv_of(&c);
+    assert_eq!(&*c.durable.unwrap().wait().await.unwrap_err(), "disk full");
+    assert!(s.latest(&gr, "default", "a").is_none());
+    assert!(s.get(&gr, "default", "b").is_none());
+    assert_eq!(s.current_rv(), rv_before, "nothing became visible");
+    // Later writes start from durable state again, with fresh versions.
+    let again = s
+        .commit(
+            &gr,
+            "default",
+            "a",
+            Expect::Absent,
+            Change::Put(cm("a")),
+            false,
+        )
+        .unwrap();
+    assert!(rv_of(&again) > c_rv, "discarded versions are not reused");
+    s.detach();
+    assert_eq!(
+        s.commit(
+            &gr,
+            "default",
+            "z",
+            Expect::Absent,
+            Change::Put(cm("z")),
+            false
+        )
+        .unwrap_err(),
+        StoreError::ShuttingDown
+    );
+}

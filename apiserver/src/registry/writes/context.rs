@@ -1,0 +1,75 @@
+//! A request's write parameters, and what a write addresses.
+
+use std::sync::{Arc, Mutex};
+
+use crate::registry::storage::Durable;
+
+/// How many times a write is recomputed when another writer commits first.
+pub(crate) const MAX_RETRIES: usize = 64;
+
+/// Per-request write parameters.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteCtx {
+    /// `fieldManager`, else the User-Agent up to the first `/`.
+    pub(crate) manager: String,
+    /// `dryRun=All`: compute and answer, store nothing, emit nothing.
+    pub(crate) dry_run: bool,
+    /// `fieldValidation=Strict`: unknown fields of a custom resource are a
+    /// 400 instead of being pruned.
+    pub(crate) strict: bool,
+    /// `Warning` headers for the response (pruned unknown fields under the
+    /// default `fieldValidation=Warn`).
+    pub(crate) warnings: std::cell::RefCell<Vec<String>>,
+    /// With persistence: the staged writes the response must wait for.
+    /// Shared with the HTTP layer, which waits after the (synchronous)
+    /// handler returns.
+    pub(crate) pending: Arc<Mutex<Vec<Durable>>>,
+}
+
+impl WriteCtx {
+    /// A server-internal writer (garbage collector, namespace controller).
+    pub(crate) fn system(manager: &str) -> Self {
+        WriteCtx {
+            manager: manager.to_string(),
+            dry_run: false,
+            strict: false,
+            warnings: Default::default(),
+            pending: Default::default(),
+        }
+    }
+
+    /// Makes the response wait until `durable` resolves (no-op for None).
+    pub(crate) fn wait_for(&self, durable: Option<Durable>) {
+        if let Some(d) = durable {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(d);
+        }
+    }
+}
+
+/// Which part of an object a write addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Subresource {
+    Main,
+    Status,
+}
+
+impl Subresource {
+    pub(crate) fn name(self) -> Option<&'static str> {
+        match self {
+            Subresource::Main => None,
+            Subresource::Status => Some("status"),
+        }
+    }
+}
+
+/// A PATCH content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatchKind {
+    Merge,
+    Json,
+    Strategic,
+    Apply { force: bool },
+}

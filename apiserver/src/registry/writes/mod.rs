@@ -1,0 +1,29 @@
+//! Object semantics between HTTP and the store: system metadata, generation,
+//! status-subresource rules, no-op detection, finalizer rules, patches
+//! (through [`crate::patch`]) and the CRD hooks. Deletion is in
+//! [`super::delete`], the scale subresource in [`super::scale`]. Writes follow the
+//! real server's GuaranteedUpdate: read, compute outside the store lock,
+//! commit at the read resourceVersion, retry if someone else got there first.
+//!
+//! | File | Job |
+//! |---|---|
+//! | `context` | a request's write parameters, the subresource and patch kind |
+//! | `access` | reads, the body's type, commits for a request, the CRD hook |
+//! | `prepare` | the create and update rules, and what an update comes to |
+//! | `rules`, `defaults` | finalizers, schemas, no-op and generation checks; built-in defaults |
+//! | `create`, `update`, `patch` | one verb each |
+//! | `errors` | store and patch errors as the real server's statuses |
+
+mod access;
+mod context;
+mod create;
+mod defaults;
+mod errors;
+mod patch;
+mod prepare;
+mod rules;
+mod update;
+
+pub(crate) use context::{MAX_RETRIES, PatchKind, Subresource, WriteCtx};
+pub(crate) use errors::{patch_error, smp_unsupported};
+pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace};

@@ -1,0 +1,111 @@
+//! The rules every write applies to an object: finalizers, the CRD's
+//! cleanup finalizer, schemas, what counts as no change and what bumps the
+//! generation.
+
+use serde_json::Value;
+
+use super::context::WriteCtx;
+use crate::error::{ApiError, Cause};
+use crate::registry::resources::ResourceInfo;
+use crate::values::{meta_str, metadata_mut};
+
+/// The finalizer a CRD carries until its custom resources are gone.
+pub(crate) const CRD_CLEANUP_FINALIZER: &str = "customresourcecleanup.apiextensions.k8s.io";
+
+pub(crate) fn obj_name(obj: &Value) -> String {
+    meta_str(obj, "name").unwrap_or("").to_string()
+}
+
+/// Drops an empty finalizer list (stored as absent so a JSON patch
+/// `test /metadata/finalizers == null` behaves as kube-runtime expects).
+pub(crate) fn normalize_finalizers(obj: &mut Value) {
+    let md = metadata_mut(obj);
+    if md
+        .get("finalizers")
+        .is_some_and(|f| f.is_null() || f.as_array().is_some_and(Vec::is_empty))
+    {
+        md.remove("finalizers");
+    }
+    for f in ["labels", "annotations", "ownerReferences"] {
+        if md.get(f).is_some_and(Value::is_null) {
+            md.remove(f);
+        }
+    }
+}
+
+pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
+/// A copy without what a no-op check must ignore: the resourceVersion and
+/// the timestamps of managedFields entries.
+pub(super) fn comparable(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    let md = metadata_mut(&mut o);
+    md.remove("resourceVersion");
+    if let Some(Value::Array(mf)) = md.get_mut("managedFields") {
+        for e in mf {
+            if let Some(m) = e.as_object_mut() {
+                m.remove("time");
+            }
+        }
+    }
+    o
+}
+
+/// The part of an object whose change bumps `metadata.generation`.
+pub(super) fn spec_part(info: &ResourceInfo, obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("apiVersion");
+        m.remove("kind");
+        if info.status {
+            m.remove("status");
+        }
+    }
+    o
+}
+
+/// Prunes, defaults and validates a custom resource against its schema.
+pub(super) fn apply_schema(
+    info: &ResourceInfo,
+    obj: &mut Value,
+    ctx: &WriteCtx,
+    causes: &mut Vec<Cause>,
+) -> Result<(), ApiError> {
+    let Some(schema) = &info.schema else {
+        return Ok(());
+    };
+    let out = crate::registry::schema::apply(obj, schema);
+    if ctx.strict && !out.pruned.is_empty() {
+        let fields = out
+            .pruned
+            .iter()
+            .map(|p| format!("unknown field \"{p}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(ApiError::BadRequest(format!(
+            "strict decoding error: {fields}"
+        )));
+    }
+    ctx.warnings
+        .borrow_mut()
+        .extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")));
+    causes.extend(out.causes);
+    Ok(())
+}
+
+pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
+    info.group == "apiextensions.k8s.io" && info.plural == "customresourcedefinitions"
+}
+
+pub(crate) fn is_namespace(info: &ResourceInfo) -> bool {
+    info.group.is_empty() && info.plural == "namespaces"
+}

@@ -1,0 +1,140 @@
+//! The process-wide refusal counters: what network sources refused
+//! (`wasmctrl_source_refusals_total`) and what the host refused to read
+//! back from its own disk (`wasmctrl_disk_refusals_total`).
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
+use super::labels::{ReasonLabel, WhatLabel};
+
+/// What a network source refused: the `reason` of
+/// `wasmctrl_source_refusals_total`, from this fixed set (never a string a
+/// server or an object chose).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SourceRefusal {
+    /// A connection to an address a WasmReconciler's source may not reach
+    /// (named literally, resolved to, or redirected to).
+    InternalAddress,
+    /// A redirect to a scheme the source may not use, or one too many.
+    Redirect,
+    /// A registry's token answer over its bound.
+    TokenAnswer,
+    /// A manifest over its bound.
+    Manifest,
+    /// A component over the source's `maxSize`.
+    Component,
+}
+
+impl SourceRefusal {
+    const ALL: [SourceRefusal; 5] = [
+        SourceRefusal::InternalAddress,
+        SourceRefusal::Redirect,
+        SourceRefusal::TokenAnswer,
+        SourceRefusal::Manifest,
+        SourceRefusal::Component,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceRefusal::InternalAddress => "internalAddress",
+            SourceRefusal::Redirect => "redirect",
+            SourceRefusal::TokenAnswer => "tokenAnswer",
+            SourceRefusal::Manifest => "manifest",
+            SourceRefusal::Component => "component",
+        }
+    }
+}
+
+/// `wasmctrl_source_refusals_total`. Sources are built far from the host's
+/// [`Metrics`] (from a config, a CLI command, a reload) and hold no handle
+/// to it, so the family is process-wide: every registry registers the same
+/// counters, which count every source of the process. Every reason is
+/// there from the start, at 0.
+///
+/// [`Metrics`]: crate::control::metrics::Metrics
+pub(super) static SOURCE_REFUSALS: std::sync::LazyLock<Family<ReasonLabel, Counter>> =
+    std::sync::LazyLock::new(|| {
+        let family = Family::<ReasonLabel, Counter>::default();
+        for reason in SourceRefusal::ALL {
+            let _ = family.get_or_create(&ReasonLabel {
+                reason: reason.as_str().into(),
+            });
+        }
+        family
+    });
+
+/// Counts a source's refusal in `wasmctrl_source_refusals_total`.
+pub fn count_source_refusal(reason: SourceRefusal) {
+    SOURCE_REFUSALS
+        .get_or_create(&ReasonLabel {
+            reason: reason.as_str().into(),
+        })
+        .inc();
+}
+
+/// What the host refused to believe when it read it back from its own
+/// disk: the `what` of `wasmctrl_disk_refusals_total`, from this fixed set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DiskRefusal {
+    /// A precompiled artifact whose MAC, engine or shape did not check out
+    /// (recompiled instead).
+    CompiledArtifact,
+    /// A cached component over its `maxSize` or not matching its digest.
+    CachedComponent,
+    /// A cached reference record over 64 KiB or not well-formed.
+    CachedRecord,
+    /// A docker `config.json` over 1 MiB.
+    DockerConfig,
+}
+
+impl DiskRefusal {
+    const ALL: [DiskRefusal; 4] = [
+        DiskRefusal::CompiledArtifact,
+        DiskRefusal::CachedComponent,
+        DiskRefusal::CachedRecord,
+        DiskRefusal::DockerConfig,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskRefusal::CompiledArtifact => "compiledArtifact",
+            DiskRefusal::CachedComponent => "cachedComponent",
+            DiskRefusal::CachedRecord => "cachedRecord",
+            DiskRefusal::DockerConfig => "dockerConfig",
+        }
+    }
+}
+
+/// `wasmctrl_disk_refusals_total`: process-wide for the reason
+/// [`SOURCE_REFUSALS`] is (the caches and credential files are read far
+/// from the host's [`Metrics`]).
+///
+/// [`Metrics`]: crate::control::metrics::Metrics
+pub(super) static DISK_REFUSALS: std::sync::LazyLock<Family<WhatLabel, Counter>> =
+    std::sync::LazyLock::new(|| {
+        let family = Family::<WhatLabel, Counter>::default();
+        for what in DiskRefusal::ALL {
+            let _ = family.get_or_create(&WhatLabel {
+                what: what.as_str().into(),
+            });
+        }
+        family
+    });
+
+/// Counts what the host refused to read back from its disk.
+pub fn count_disk_refusal(what: DiskRefusal) {
+    DISK_REFUSALS
+        .get_or_create(&WhatLabel {
+            what: what.as_str().into(),
+        })
+        .inc();
+}
+
+/// How many times `what` was refused in this process (for tests).
+pub fn disk_refusals(what: DiskRefusal) -> u64 {
+    DISK_REFUSALS
+        .get_or_create(&WhatLabel {
+            what: what.as_str().into(),
+        })
+        .get()
+}

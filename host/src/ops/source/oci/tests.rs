@@ -1,0 +1,260 @@
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{StatusCode, header};
+use axum::routing::get;
+
+use futures::future::BoxFuture;
+
+use super::*;
+use crate::config::{FetchLimits, OciSourceSpec, Reach};
+use crate::ops::source::artifact;
+use crate::ops::source::credentials::{self, RegistryCredentials};
+use crate::ops::source::{DiskCache, PluginSource};
+use crate::sandbox::digest;
+
+/// A body that never ends.
+fn endless() -> Body {
+    Body::from_stream(futures::stream::repeat_with(|| {
+        Ok::<_, std::convert::Infallible>(bytes::Bytes::from(vec![b'a'; 64 << 10]))
+    }))
+}
+
+/// Serves `routes(addr)` on a loopback port.
+async fn serve(routes: impl FnOnce(SocketAddr) -> Router) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let router = routes(addr);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+/// A registry whose `/v2/` sends clients for a token to `/token`.
+fn token_realm(addr: SocketAddr) -> Router {
+    let challenge = format!("Bearer realm=\"http://{addr}/token\",service=\"test\"");
+    Router::new().route(
+        "/v2/",
+        get(move || async move {
+            (
+                StatusCode::UNAUTHORIZED,
+                [(header::WWW_AUTHENTICATE, challenge)],
+            )
+        }),
+    )
+}
+
+async fn fetch(reference: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let docker_config = dir.path().join("config.json");
+    std::fs::write(&docker_config, "{}").unwrap();
+    let spec = OciSourceSpec {
+        reference: reference.to_string(),
+        poll_interval: None,
+        insecure: true,
+        docker_config: Some(docker_config),
+        limits: FetchLimits::default(),
+    };
+    let source = OciSource::new(spec, DiskCache::new(dir.path().join("cache")));
+    source.fetch().await.unwrap_err().to_string()
+}
+
+const PINNED: &str = "p/x@sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+#[tokio::test]
+async fn an_endless_token_answer_is_refused_at_its_bound() {
+    let addr = serve(|addr| token_realm(addr).route("/token", get(|| async { endless() }))).await;
+    let e = fetch(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("the registry's token answer exceeds 64 KiB"),
+        "{e}"
+    );
+    // A length announced past the bound is refused before reading.
+    let addr = serve(|addr| {
+        token_realm(addr).route(
+            "/token",
+            get(|| async { ([(header::CONTENT_LENGTH, "2147483648")], endless()) }),
+        )
+    })
+    .await;
+    let e = fetch(&format!("{addr}/{PINNED}")).await;
+    assert!(
+        e.contains("the registry's token answer exceeds 64 KiB"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn an_endless_error_answer_is_read_only_to_its_bound() {
+    let addr = serve(|addr| {
+        token_realm(addr).route(
+            "/token",
+            get(|| async { (StatusCode::UNAUTHORIZED, endless()) }),
+        )
+    })
+    .await;
+    let e = fetch(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("refused access") && e.contains("the rest was not read"),
+        "{e}"
+    );
+    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    let addr = serve(|_| {
+        Router::new().route("/v2/", get(|| async { "{}" })).route(
+            "/v2/p/x/manifests/{at}",
+            get(|| async { (StatusCode::BAD_REQUEST, endless()) }),
+        )
+    })
+    .await;
+    let e = fetch(&format!("{addr}/{PINNED}")).await;
+    assert!(
+        e.contains("answered 400") && e.contains("the rest was not read"),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn an_endless_manifest_is_refused_at_its_bound() {
+    let addr = serve(|_| {
+        Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route("/v2/p/x/manifests/{at}", get(|| async { endless() }))
+    })
+    .await;
+    let e = fetch(&format!("{addr}/{PINNED}")).await;
+    assert!(e.contains("the manifest exceeds 4 MiB"), "{e}");
+    // A tag whose HEAD lacks the digest header is resolved by reading
+    // the manifest, under the same bound.
+    let e = fetch(&format!("{addr}/p/x:1")).await;
+    assert!(e.contains("the manifest exceeds 4 MiB"), "{e}");
+}
+
+/// A registry serving `manifest` under its own digest, counting the
+/// requests for anything else.
+async fn serving(manifest: Vec<u8>) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let pinned = format!("p/x@{}", digest(&manifest));
+    let others = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = others.clone();
+    let addr = serve(move |_| {
+        Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route(
+                "/v2/p/x/manifests/{at}",
+                get(move || async move { manifest }),
+            )
+            .fallback(move || async move {
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                StatusCode::NOT_FOUND
+            })
+    })
+    .await;
+    (format!("{addr}/{pinned}"), others)
+}
+
+#[tokio::test]
+async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let docker_config = dir.path().join("config.json");
+    std::fs::write(&docker_config, "{}").unwrap();
+    let options = RegistryOptions {
+        insecure: true,
+        docker_config: Some(docker_config),
+        credentials: None,
+        limits: FetchLimits::default(),
+    };
+    let layer =
+        serde_json::json!({"mediaType": "application/wasm", "digest": digest(b"c"), "size": 1});
+    let manifest = |config_digest: serde_json::Value, layers: serde_json::Value| {
+        serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "config": {"mediaType": artifact::WASM_CONFIG_MEDIA_TYPE, "digest": config_digest, "size": 2},
+            "layers": layers,
+        }))
+        .unwrap()
+    };
+    let cases = [
+        // A config digest that is a path on the registry.
+        (
+            manifest(
+                "../../../v2/_catalog?n=1".into(),
+                serde_json::json!([layer]),
+            ),
+            "its config digest \"../../../v2/_catalog?n=1\" is not sha256",
+        ),
+        // Nested past the parser's depth, within the 4 MiB bound.
+        ("[".repeat(3 << 20).into_bytes(), "recursion limit exceeded"),
+        // A media type of 1.5 MiB of newlines (3 MiB as JSON).
+        (
+            manifest(
+                digest(b"{}").into(),
+                serde_json::json!([{"mediaType": "\n".repeat(3 << 19), "digest": digest(b"c"), "size": 1}]),
+            ),
+            "its layer media type is \"\\n\\n",
+        ),
+        (
+            manifest(digest(b"{}").into(), serde_json::json!(vec![layer; 30_000])),
+            "it has 30000 layers; a wasm OCI artifact has exactly one",
+        ),
+    ];
+    for (raw, expected) in cases {
+        let (reference, others) = serving(raw).await;
+        let e = match describe_artifact(&reference, &options).await {
+            Ok(_) => panic!("accepted: {expected}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(expected), "{e:.2000}");
+        assert!(e.len() < 1024 && !e.contains('\n'), "{e:.2000}");
+        assert_eq!(others.load(std::sync::atomic::Ordering::SeqCst), 0, "{e}");
+    }
+}
+
+#[tokio::test]
+async fn an_objects_registry_on_loopback_is_refused_unless_allowed() {
+    let addr = serve(|_| Router::new().route("/v2/", get(|| async { "{}" }))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let source = |reach: Reach| {
+        let spec = OciSourceSpec {
+            reference: format!("{addr}/{PINNED}"),
+            poll_interval: None,
+            insecure: true,
+            docker_config: None,
+            limits: FetchLimits::default(),
+        };
+        OciSource::with_credentials(
+            spec,
+            DiskCache::new(dir.path().join("cache")),
+            Arc::new(NoCredentials),
+        )
+        .reaching(reach)
+    };
+    let e = source(Reach::public([]))
+        .fetch()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("refusing to connect to 127.0.0.1") && e.contains("public addresses"),
+        "{e}"
+    );
+    // Allowed by name, it gets as far as the (missing) manifest.
+    let e = source(Reach::public([addr.to_string()]))
+        .fetch()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("no such repository"), "{e}");
+}
+
+#[derive(Debug)]
+struct NoCredentials;
+
+impl RegistryCredentials for NoCredentials {
+    fn credentials<'a>(
+        &'a self,
+        _registry: &'a str,
+    ) -> BoxFuture<'a, Result<Option<credentials::Credentials>, credentials::CredentialsError>>
+    {
+        Box::pin(async { Ok(None) })
+    }
+}

@@ -1,0 +1,93 @@
+//! What the Python and JavaScript builds share: the embedded WIT world,
+//! the project-file fields they read, the output file and scratch
+//! directories.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::error::{BuildError, io_error};
+use super::limits::{MAX_FIELD_LEN, MAX_PATH_ENTRIES};
+
+/// The world every plugin is built against.
+pub(super) const WIT: &str = include_str!("../../../../wit/reconciler.wit");
+pub(super) const WORLD: &str = "reconciler";
+
+/// A file stem for a package name: its last `/` segment, with anything but
+/// letters, digits, `_` and `-` replaced; None if nothing is left.
+pub(super) fn file_stem_of(name: &str) -> Option<String> {
+    let last = name.rsplit('/').next()?;
+    let stem: String = last
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    (!stem.trim_matches('_').is_empty() && stem.len() <= 128).then_some(stem.replace('-', "_"))
+}
+
+pub(super) fn string_list(
+    value: &serde_json::Value,
+    what: &str,
+) -> Result<Option<Vec<String>>, String> {
+    match value {
+        serde_json::Value::Null => Ok(None),
+        serde_json::Value::Array(items) if items.len() <= MAX_PATH_ENTRIES => items
+            .iter()
+            .map(|item| match item {
+                serde_json::Value::String(s) if !s.is_empty() && s.len() <= MAX_FIELD_LEN => {
+                    Ok(s.clone())
+                }
+                other => Err(format!("{what}: {other} is not a path")),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        other => Err(format!(
+            "{what} must be a list of at most {MAX_PATH_ENTRIES} paths, not {other}"
+        )),
+    }
+}
+
+pub(super) fn prepare_out(out: &Path) -> Result<(), BuildError> {
+    if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    // A stale component must not pass for this build's output.
+    match std::fs::remove_file(out) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_error(out)(e)),
+    }
+}
+
+/// A directory under the system temp dir, removed on drop.
+pub(super) struct TempDir {
+    pub(super) path: PathBuf,
+}
+
+impl TempDir {
+    pub(super) fn new(what: &str) -> Result<Self, BuildError> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let path = std::env::temp_dir().join(format!(
+            "wasmctrl-build-{what}-{}-{}-{nanos}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).map_err(io_error(&path))?;
+        Ok(Self { path })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}

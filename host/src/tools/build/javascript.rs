@@ -1,0 +1,230 @@
+//! JavaScript and TypeScript plugins: tsc to type-check, esbuild to
+//! bundle, componentize-js to make the component, all from an npm prefix
+//! in the toolchain cache.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::command::run;
+use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out};
+use super::error::{BuildError, io_error};
+use super::language::Language;
+use super::limits::MAX_FIELD_LEN;
+use super::options::{BuildOptions, progress};
+use super::toolchain::{ensure_installed, install_step, toolchains_dir};
+
+/// The pinned npm packages of the JavaScript toolchain.
+pub const JS_TOOLS: [(&str, &str); 4] = [
+    ("@bytecodealliance/componentize-js", "0.23.0"),
+    ("@bytecodealliance/jco", "1.35.0"),
+    ("typescript", "7.0.2"),
+    ("esbuild", "0.28.2"),
+];
+/// The oldest Node componentize-js is used with here.
+const MIN_NODE: u32 = 20;
+
+pub(super) fn build_javascript(
+    dir: &Path,
+    options: &BuildOptions,
+) -> Result<(String, PathBuf, bool), BuildError> {
+    let package_json = dir.join("package.json");
+    let text = std::fs::read_to_string(&package_json).map_err(io_error(&package_json))?;
+    let config_error = |message: String| BuildError::Config {
+        file: package_json.clone(),
+        message,
+    };
+    let package: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| config_error(format!("invalid JSON: {e}")))?;
+    let name = match &package["name"] {
+        serde_json::Value::String(s) => file_stem_of(s)
+            .ok_or_else(|| config_error(format!("name {s:?} is not a usable name")))?,
+        serde_json::Value::Null => "plugin".to_string(),
+        other => return Err(config_error(format!("name is {other}, not a string"))),
+    };
+    let entry = match &package["wasmctrl"]["entry"] {
+        serde_json::Value::Null => "src/index.ts".to_string(),
+        serde_json::Value::String(e) if !e.is_empty() && e.len() <= MAX_FIELD_LEN => e.clone(),
+        other => {
+            return Err(config_error(format!(
+                "wasmctrl.entry must be a path to the entry module, not {other}"
+            )));
+        }
+    };
+    let entry_path = dir.join(&entry);
+    if !entry_path.is_file() {
+        return Err(config_error(format!(
+            "the entry module {entry:?} does not exist (set wasmctrl.entry)"
+        )));
+    }
+
+    let root = match &options.toolchains {
+        Some(root) => root.clone(),
+        None => toolchains_dir()?,
+    };
+    let (tools, installed) = js_toolchain(&root, options)?;
+    let bin = tools.join("node_modules").join(".bin");
+    let tsconfig = dir.join("tsconfig.json");
+    if tsconfig.is_file() {
+        progress(options, "type-checking with tsc …");
+        let mut tsc = Command::new(bin.join("tsc"));
+        tsc.current_dir(dir)
+            .arg("--noEmit")
+            .arg("-p")
+            .arg(&tsconfig);
+        run_js("tsc (type check)", &mut tsc)?;
+    }
+    let work = TempDir::new("js")?;
+    let bundle = work.path.join("plugin.js");
+    progress(options, &format!("bundling {entry} with esbuild …"));
+    let mut esbuild = Command::new(bin.join("esbuild"));
+    esbuild
+        .current_dir(dir)
+        .arg(&entry)
+        .args([
+            "--bundle",
+            "--format=esm",
+            "--platform=neutral",
+            "--target=es2022",
+            "--main-fields=module,main",
+            // The SDK's package points this condition at its TypeScript sources.
+            "--conditions=wasmctrl-source",
+            // The host's interfaces: componentize-js binds them.
+            "--external:wasmctrl:*",
+            "--log-level=warning",
+        ])
+        .arg(format!("--outfile={}", bundle.display()));
+    if tsconfig.is_file() {
+        esbuild.arg(format!("--tsconfig={}", tsconfig.display()));
+    }
+    run_js("esbuild (bundle)", &mut esbuild)?;
+    let wit_file = work.path.join("reconciler.wit");
+    std::fs::write(&wit_file, WIT).map_err(io_error(&wit_file))?;
+    let out = options
+        .out
+        .clone()
+        .unwrap_or_else(|| dir.join("target").join(format!("{name}.wasm")));
+    prepare_out(&out)?;
+    progress(options, "componentizing with componentize-js …");
+    let mut componentize = Command::new(bin.join("componentize-js"));
+    componentize
+        .current_dir(&work.path)
+        .arg(&bundle)
+        .arg("--wit")
+        .arg(&wit_file)
+        .args(["-n", WORLD])
+        // StarlingMonkey's http imports are not provided by the host.
+        .args(["-d", "http", "fetch-event"])
+        .arg("-o")
+        .arg(&out);
+    run_js("componentize-js", &mut componentize)?;
+    if !out.is_file() {
+        return Err(BuildError::NoOutput {
+            step: "componentize-js",
+            path: out,
+        });
+    }
+    Ok((name, out, installed))
+}
+
+fn run_js(step: &'static str, cmd: &mut Command) -> Result<Output, BuildError> {
+    run(step, cmd, Language::JavaScript, "node").map_err(|e| match e {
+        BuildError::Step {
+            step,
+            command,
+            status,
+            output,
+        } if output.contains("Could not resolve") || output.contains("Cannot find module") => {
+            BuildError::Step {
+                step,
+                command,
+                status,
+                output: format!(
+                    "{output}\n(if the plugin has npm dependencies, run `npm install` in its directory first)"
+                ),
+            }
+        }
+        other => other,
+    })
+}
+
+/// The npm prefix with the JavaScript tools, installed if missing; whether it was.
+fn js_toolchain(root: &Path, options: &BuildOptions) -> Result<(PathBuf, bool), BuildError> {
+    let key: Vec<String> = JS_TOOLS
+        .iter()
+        .map(|(package, version)| {
+            format!(
+                "{}-{version}",
+                package.rsplit('/').next().unwrap_or(package)
+            )
+        })
+        .collect();
+    let dir = root.join(format!("js-{}", key.join("-")));
+    ensure_installed(&dir, |dir| {
+        check_node()?;
+        progress(
+            options,
+            &format!(
+                "installing {} into {} (once) …",
+                JS_TOOLS
+                    .iter()
+                    .map(|(p, v)| format!("{p}@{v}"))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                dir.display()
+            ),
+        );
+        let mut npm = Command::new("npm");
+        npm.arg("install")
+            .arg("--prefix")
+            .arg(dir)
+            .args([
+                "--no-audit",
+                "--no-fund",
+                "--no-update-notifier",
+                "--save-exact",
+                "--loglevel=error",
+            ])
+            .args(JS_TOOLS.iter().map(|(p, v)| format!("{p}@{v}")));
+        install_step("the JavaScript toolchain (npm)", dir, &mut npm)
+    })
+}
+
+fn check_node() -> Result<(), BuildError> {
+    let hint = "install Node.js 20 or newer with npm (Debian: apt-get install nodejs npm)";
+    let output = Command::new("node")
+        .arg("--version")
+        .output()
+        .map_err(|_| BuildError::MissingTool {
+            tool: "node",
+            language: Language::JavaScript,
+            problem: "it is not on PATH".into(),
+            hint,
+        })?;
+    let version = String::from_utf8_lossy(&output.stdout);
+    let major = version
+        .trim()
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse::<u32>().ok());
+    match major {
+        Some(m) if m >= MIN_NODE => {}
+        _ => {
+            return Err(BuildError::MissingTool {
+                tool: "node",
+                language: Language::JavaScript,
+                problem: format!("it is {}, older than v{MIN_NODE}", version.trim()),
+                hint,
+            });
+        }
+    }
+    match Command::new("npm").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err(BuildError::MissingTool {
+            tool: "npm",
+            language: Language::JavaScript,
+            problem: "it is not on PATH".into(),
+            hint,
+        }),
+    }
+}

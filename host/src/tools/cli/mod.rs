@@ -1,0 +1,251 @@
+//! `wasmctrl` subcommands.
+//!
+//! This module holds the command line and its dispatch; each subcommand
+//! group is a module: `run` (`run`, `apiserver`), `dev`, `rbac`, `build`,
+//! `artifact` (`inspect`, `push`) and `replay`.
+
+mod artifact;
+mod build;
+mod dev;
+mod rbac;
+mod replay;
+mod run;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use artifact::{RegistryArgs, inspect, push};
+use build::build;
+use dev::{DevOptions, dev};
+use rbac::rbac;
+use replay::replay;
+use run::{apiserver, run};
+
+/// A Kubernetes controller runtime whose reconcilers are sandboxed
+/// WebAssembly components.
+#[derive(Parser)]
+#[command(name = "wasmctrl", version, about)]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the plugins of a config against the cluster of the current
+    /// kubeconfig (or the in-cluster config).
+    Run {
+        /// The host config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Run the plugins of a config against an embedded API server, and write
+    /// a kubeconfig for kubectl.
+    Dev {
+        /// The host config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+        /// Apply the manifests in this directory first (CRDs first).
+        #[arg(long)]
+        apply: Option<PathBuf>,
+        /// Where the embedded API server listens.
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// Where to write the kubeconfig for kubectl.
+        #[arg(long, default_value = ".wasmctrl/kubeconfig")]
+        kubeconfig_out: PathBuf,
+        /// Serve the admin endpoints here instead of the config's admin.bind.
+        #[arg(long)]
+        admin: Option<SocketAddr>,
+        /// How the embedded API server authorizes requests: `always-allow`,
+        /// or `rbac`, which also runs the host as the ServiceAccount
+        /// wasmctrl-system/wasmctrl bound to the RBAC `wasmctrl rbac` prints
+        /// for the config (the kubeconfig written stays the admin's).
+        #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
+        authorization: wasmctrl_apiserver::Authorization,
+    },
+    /// Print the least-privilege RBAC the host of a config needs (every
+    /// plugin's grant, events, the leader-election and shard Leases) as YAML
+    /// for `kubectl apply -f -`, bound to a ServiceAccount.
+    Rbac {
+        /// The host config (YAML).
+        #[arg(long)]
+        config: PathBuf,
+        /// The namespace of the host's ServiceAccount.
+        #[arg(long, default_value = "wasmctrl-system")]
+        namespace: String,
+        /// The host's ServiceAccount.
+        #[arg(long, default_value = "wasmctrl")]
+        service_account: String,
+    },
+    /// Run the embedded Kubernetes-compatible API server alone.
+    Apiserver {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        addr: SocketAddr,
+        /// Where to write the kubeconfig (mode 0600).
+        #[arg(long)]
+        kubeconfig_out: Option<PathBuf>,
+        /// Keep state here across restarts.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// How requests other than the admin's are authorized: `always-allow`,
+        /// or `rbac` (Roles and bindings decide; bootstrap roles are created).
+        #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
+        authorization: wasmctrl_apiserver::Authorization,
+    },
+    /// Build a plugin directory (Cargo.toml, pyproject.toml or package.json)
+    /// to a component, installing the Python/JavaScript toolchain on first use.
+    Build {
+        /// The plugin's directory.
+        dir: PathBuf,
+        /// Where to write the component.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// rust, python or typescript (when the directory has several project files).
+        #[arg(long)]
+        lang: Option<crate::tools::build::Language>,
+        /// The crate to build, when the directory is a cargo workspace.
+        #[arg(long, short)]
+        package: Option<String>,
+    },
+    /// Check a plugin against the wasmctrl:reconciler world and print its
+    /// metadata (for a registry artifact, its manifest and config too).
+    Inspect {
+        /// The plugin: a component file (.wasm), `oci://REGISTRY/REPO:TAG`
+        /// (or `…@sha256:…`), or `https://…#sha256=<hex>`.
+        plugin: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+    /// Re-run recorded reconciles (the transcripts a plugin's `record`
+    /// writes) against a build of the plugin, with no cluster, and report
+    /// call by call where it diverges. Exit status: 0 no divergence,
+    /// 1 divergence, 2 the replay could not run.
+    Replay {
+        /// Transcript files (`.jsonl`), or directories of them.
+        #[arg(required = true)]
+        transcripts: Vec<PathBuf>,
+        /// The plugin build to replay (.wasm).
+        #[arg(long)]
+        plugin: PathBuf,
+        /// Only the reconciles of this key (NAMESPACE/NAME, or NAME).
+        #[arg(long)]
+        key: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Push a plugin component to an OCI registry as a wasm OCI artifact
+    /// and print the manifest digest.
+    Push {
+        /// The plugin component (.wasm).
+        plugin: PathBuf,
+        /// Where to push it: REGISTRY/REPOSITORY:TAG.
+        reference: String,
+        #[command(flatten)]
+        registry: RegistryArgs,
+    },
+}
+
+pub fn main() -> ExitCode {
+    crate::ops::malloc::limit_arenas();
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("cannot start the tokio runtime");
+    if let Command::Replay {
+        transcripts,
+        plugin,
+        key,
+        json,
+    } = cli.command
+    {
+        return match runtime.block_on(replay(transcripts, plugin, key, json)) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Replay { .. } => unreachable!("handled above: its exit status is its own"),
+            Command::Inspect { plugin, registry } => inspect(plugin, registry).await,
+            Command::Push {
+                plugin,
+                reference,
+                registry,
+            } => push(plugin, reference, registry).await,
+            Command::Build {
+                dir,
+                out,
+                lang,
+                package,
+            } => build(dir, out, lang, package),
+            Command::Run { config } => run(config).await,
+            Command::Rbac {
+                config,
+                namespace,
+                service_account,
+            } => rbac(&config, namespace, service_account),
+            Command::Dev {
+                config,
+                apply,
+                addr,
+                kubeconfig_out,
+                admin,
+                authorization,
+            } => {
+                let options = DevOptions {
+                    apply,
+                    addr,
+                    kubeconfig_out,
+                    admin,
+                    authorization,
+                };
+                dev(config, options).await
+            }
+            Command::Apiserver {
+                addr,
+                kubeconfig_out,
+                data_dir,
+                authorization,
+            } => apiserver(addr, kubeconfig_out, data_dir, authorization).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
