@@ -254,21 +254,15 @@ fn access_attributes(info: &ResourceInfo, spec: &Value) -> Result<Attributes, Ap
         return Err(ApiError::invalid(&info.group, &info.kind, "", vec![c]));
     }
     Ok(match (resource, non_resource) {
-        (Some(r), _) => Attributes {
-            verb: str_field(r, "verb").into(),
-            resource_request: true,
-            group: str_field(r, "group").into(),
-            resource: str_field(r, "resource").into(),
-            subresource: str_field(r, "subresource").into(),
-            name: str_field(r, "name").into(),
-            namespace: str_field(r, "namespace").into(),
-            path: String::new(),
-        },
-        (_, Some(n)) => Attributes {
-            verb: str_field(n, "verb").into(),
-            path: str_field(n, "path").into(),
-            ..Default::default()
-        },
+        (Some(r), _) => Attributes::resource(
+            str_field(r, "verb"),
+            str_field(r, "group"),
+            str_field(r, "resource"),
+            str_field(r, "subresource"),
+            str_field(r, "namespace"),
+            str_field(r, "name"),
+        ),
+        (_, Some(n)) => Attributes::non_resource(str_field(n, "verb"), str_field(n, "path")),
         (None, None) => unreachable!("refused above"),
     })
 }
