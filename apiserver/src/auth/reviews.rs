@@ -403,8 +403,9 @@ fn bound_object(
     }))
 }
 
-/// Validates a token lifetime as upstream does (10 minutes to 2^32 s).
-fn expiration_causes(secs: i64) -> Vec<Cause> {
+/// Validates the lifetime asked for the token of the TokenRequest `name`
+/// as upstream does (10 minutes to 2^32 s).
+fn check_expiration(secs: i64, name: &str) -> Result<(), ApiError> {
     let mut causes = Vec::new();
     if secs < sa_token::MIN_EXPIRATION_SECS {
         causes.push(invalid_cause(
@@ -420,7 +421,15 @@ fn expiration_causes(secs: i64) -> Vec<Cause> {
             "may not specify a duration larger than 2^32 seconds",
         ));
     }
-    causes
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "authentication.k8s.io",
+        "TokenRequest",
+        name,
+        causes,
+    ))
 }
 
 /// Issues a token for the service account `namespace/name`, valid for
@@ -434,15 +443,7 @@ pub(crate) fn issue_token(
     expiration_secs: i64,
     bound: Option<BoundObject>,
 ) -> Result<(String, i64), ApiError> {
-    let causes = expiration_causes(expiration_secs);
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(
-            "authentication.k8s.io",
-            "TokenRequest",
-            name,
-            causes,
-        ));
-    }
+    check_expiration(expiration_secs, name)?;
     let sa = auth
         .objects
         .store
@@ -522,15 +523,7 @@ pub(crate) fn token_request(
             .map(|a| a.to_string())
             .collect();
     }
-    let causes = expiration_causes(expiration);
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(
-            "authentication.k8s.io",
-            "TokenRequest",
-            name,
-            causes,
-        ));
-    }
+    check_expiration(expiration, name)?;
     let bound = bound_object(auth, namespace, name, &spec)?;
     let (token, expires) =
         issue_token(auth, namespace, name, audiences.clone(), expiration, bound)?;
