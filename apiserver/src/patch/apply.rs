@@ -9,9 +9,10 @@ use serde_json::{Map, Value};
 
 use super::PatchError;
 use super::managed_fields::{
-    FieldSet, applied_fields, compare, display_path, item_element, strip_unowned,
+    FieldSet, applied_fields, compare, display_path, item_element, item_field, root_field,
+    strip_unowned,
 };
-use super::merge_keys::{self, Field, ListKind, Ty};
+use super::merge_keys::{self, Field, ListKind};
 
 const APPLY: &str = "Apply";
 
@@ -417,22 +418,6 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, FieldSet)]) -> PatchEr
     PatchError::Conflict {
         message,
         conflicts: fields,
-    }
-}
-
-fn root_field(ty: Ty) -> Field {
-    Field {
-        ty,
-        list: ListKind::Atomic,
-        atomic_map: false,
-    }
-}
-
-fn item_field(field: Field) -> Field {
-    Field {
-        list: ListKind::Atomic,
-        atomic_map: false,
-        ..field
     }
 }
 

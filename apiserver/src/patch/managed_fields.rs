@@ -249,6 +249,25 @@ pub(crate) fn strip_unowned(set: &mut FieldSet) {
     set.children.retain(|_, child| !child.is_empty());
 }
 
+/// The field of a whole object of type `ty`.
+pub(crate) fn root_field(ty: Ty) -> Field {
+    Field {
+        ty,
+        list: ListKind::Atomic,
+        atomic_map: false,
+    }
+}
+
+/// The field of an item of the list `field`: the list's item type, itself
+/// neither a list nor an atomic map.
+pub(crate) fn item_field(field: Field) -> Field {
+    Field {
+        list: ListKind::Atomic,
+        atomic_map: false,
+        ..field
+    }
+}
+
 /// The fields an applied configuration sets, as server-side apply records
 /// them: scalars, atomic lists and maps, and keyed or set list items.
 /// Granular maps are not members themselves, so an empty map owns nothing.
@@ -281,12 +300,7 @@ fn walk_applied(value: &Value, field: Field, path: &mut Vec<String>, set: &mut F
                 path.push(element);
                 set.insert(path);
                 if let Value::Object(_) = item {
-                    let item_field = Field {
-                        list: ListKind::Atomic,
-                        atomic_map: false,
-                        ..field
-                    };
-                    walk_applied(item, item_field, path, set);
+                    walk_applied(item, item_field(field), path, set);
                 }
                 path.pop();
             }
@@ -308,12 +322,7 @@ pub(crate) struct Comparison {
 /// Compares two objects of type `ty` field by field.
 pub(crate) fn compare(old: &Value, new: &Value, ty: Ty) -> Comparison {
     let mut out = Comparison::default();
-    let root = Field {
-        ty,
-        list: ListKind::Atomic,
-        atomic_map: false,
-    };
-    compare_maps(old, new, root, &mut Vec::new(), &mut out);
+    compare_maps(old, new, root_field(ty), &mut Vec::new(), &mut out);
     out
 }
 
@@ -369,14 +378,10 @@ fn compare_values(
             let (old, new) = (index(old), index(new));
             let elements: std::collections::BTreeSet<&String> =
                 old.keys().chain(new.keys()).collect();
-            let item_field = Field {
-                list: ListKind::Atomic,
-                atomic_map: false,
-                ..field
-            };
+            let item = item_field(field);
             for element in elements {
                 path.push(element.clone());
-                compare_values(old.get(element), new.get(element), item_field, path, out);
+                compare_values(old.get(element), new.get(element), item, path, out);
                 path.pop();
             }
         }
@@ -406,15 +411,10 @@ fn mark_below(value: &Value, field: Field, path: &mut Vec<String>, set: &mut Fie
             }
         }
         Value::Array(items) if field.list != ListKind::Atomic => {
-            let item_field = Field {
-                list: ListKind::Atomic,
-                atomic_map: false,
-                ..field
-            };
             for (index, item) in items.iter().enumerate() {
                 if let Some(element) = item_element(item, field.list, index) {
                     path.push(element);
-                    mark_all(item, item_field, path, set);
+                    mark_all(item, item_field(field), path, set);
                     path.pop();
                 }
             }
