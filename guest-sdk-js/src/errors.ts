@@ -79,77 +79,57 @@ export abstract class ApiError extends Error {
   }
 }
 
+/**
+ * The base of the API error class for `code`, named `name`; `permanent` as
+ * for {@link ApiError.permanent}.
+ */
+function apiErrorClass<C extends ApiErrorCode, N extends string>(
+  code: C,
+  name: N,
+  permanent = false,
+): new (detail: string) => ApiError & { readonly code: C; readonly name: N } {
+  return class extends ApiError {
+    readonly code = code;
+    override readonly permanent = permanent;
+    override readonly name = name;
+  };
+}
+
 /** The object (or its namespace) does not exist (HTTP 404). */
-export class NotFound extends ApiError {
-  readonly code = "not-found";
-  override readonly name = "NotFound";
-}
+export class NotFound extends apiErrorClass("not-found", "NotFound") {}
 /** A write lost a race: stale `resourceVersion`, or an apply field conflict without `force` (HTTP 409). */
-export class Conflict extends ApiError {
-  readonly code = "conflict";
-  override readonly name = "Conflict";
-}
+export class Conflict extends apiErrorClass("conflict", "Conflict") {}
 /** `create` of a name that is taken (HTTP 409). */
-export class AlreadyExists extends ApiError {
-  readonly code = "already-exists";
-  override readonly name = "AlreadyExists";
-}
+export class AlreadyExists extends apiErrorClass("already-exists", "AlreadyExists") {}
 /** The plugin's permission grant (or the API server) does not allow the call. */
-export class Forbidden extends ApiError {
-  readonly code = "forbidden";
-  override readonly permanent = true;
-  override readonly name = "Forbidden";
-}
+export class Forbidden extends apiErrorClass("forbidden", "Forbidden", true) {}
 /** The API server rejected the object or patch (HTTP 422/400), including a failed JSON-patch `test`. */
-export class Invalid extends ApiError {
-  readonly code = "invalid";
-  override readonly permanent = true;
-  override readonly name = "Invalid";
-}
+export class Invalid extends apiErrorClass("invalid", "Invalid", true) {}
 /** The reconcile's deadline ran out during the call. */
-export class Timeout extends ApiError {
-  readonly code = "timeout";
-  override readonly name = "Timeout";
-}
+export class Timeout extends apiErrorClass("timeout", "Timeout") {}
 /** The host cannot reach an API server. */
-export class Unavailable extends ApiError {
-  readonly code = "unavailable";
-  override readonly name = "Unavailable";
-}
+export class Unavailable extends apiErrorClass("unavailable", "Unavailable") {}
 /** Anything else the host or API server reported. */
-export class Other extends ApiError {
-  readonly code = "other";
-  override readonly name = "Other";
-}
+export class Other extends apiErrorClass("other", "Other") {}
 /**
  * JSON crossing the boundary is not what it should be: a reply that is not a
  * JSON object, or a body that cannot be serialized. Raised by the SDK, not
  * by the host.
  */
-export class Serialization extends ApiError {
-  readonly code = "serialization";
-  override readonly permanent = true;
-  override readonly name = "Serialization";
-}
+export class Serialization extends apiErrorClass("serialization", "Serialization", true) {}
+
+/** The error class of each WIT `api-error` case but `other`. */
+const byCode = new Map<string, new (detail: string) => ApiError>([
+  ["not-found", NotFound],
+  ["conflict", Conflict],
+  ["already-exists", AlreadyExists],
+  ["forbidden", Forbidden],
+  ["invalid", Invalid],
+  ["timeout", Timeout],
+  ["unavailable", Unavailable],
+]);
 
 /** The SDK error for a WIT `api-error` case. */
 export function apiErrorOf(code: string, detail: string): ApiError {
-  switch (code) {
-    case "not-found":
-      return new NotFound(detail);
-    case "conflict":
-      return new Conflict(detail);
-    case "already-exists":
-      return new AlreadyExists(detail);
-    case "forbidden":
-      return new Forbidden(detail);
-    case "invalid":
-      return new Invalid(detail);
-    case "timeout":
-      return new Timeout(detail);
-    case "unavailable":
-      return new Unavailable(detail);
-    default:
-      return new Other(detail);
-  }
+  return new (byCode.get(code) ?? Other)(detail);
 }

@@ -18,94 +18,47 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// (constant name, cargo package, crate directory relative to the workspace root).
-const PLUGINS: &[(&str, &str, &str)] = &[
-    ("NOOP", "noop", "plugins/noop"),
-    ("WEBAPP", "webapp", "plugins/webapp"),
-    ("MISBEHAVE", "misbehave", "plugins/testing/misbehave"),
-    ("WRONG_WORLD", "wrong-world", "plugins/testing/wrong-world"),
-    ("STAMP_V1", "stamp", "plugins/testing/stamp"),
-    (
-        "BENCH_STATUS",
-        "bench-status",
-        "plugins/testing/bench-status",
-    ),
-    (
-        "MISSING_EXPORT",
-        "missing-export",
-        "plugins/testing/missing-export",
-    ),
-    ("HOSTILE", "hostile", "plugins/testing/hostile"),
-    ("MIRROR", "mirror", "plugins/testing/mirror"),
-    (
-        "COMPAT_0_1_0",
-        "compat-0-1-0",
-        "plugins/testing/compat-0-1-0",
-    ),
+/// (constant name, crate directory relative to the workspace root); each
+/// package is named as its directory.
+const PLUGINS: &[(&str, &str)] = &[
+    ("NOOP", "plugins/noop"),
+    ("WEBAPP", "plugins/webapp"),
+    ("MISBEHAVE", "plugins/testing/misbehave"),
+    ("WRONG_WORLD", "plugins/testing/wrong-world"),
+    ("STAMP_V1", "plugins/testing/stamp"),
+    ("BENCH_STATUS", "plugins/testing/bench-status"),
+    ("MISSING_EXPORT", "plugins/testing/missing-export"),
+    ("HOSTILE", "plugins/testing/hostile"),
+    ("MIRROR", "plugins/testing/mirror"),
+    ("COMPAT_0_1_0", "plugins/testing/compat-0-1-0"),
 ];
 
-/// (constant name, package, features, file): further builds of a package
-/// with features, each copied aside (a build overwrites the package's file).
-const VARIANTS: &[(&str, &str, &str, &str)] = &[
-    (
-        "WEBAPP_RELABEL",
-        "webapp",
-        "webapp/relabel",
-        "webapp_relabel.wasm",
-    ),
-    ("STAMP_V2", "stamp", "stamp/v2", "stamp_v2.wasm"),
-    ("STAMP_GREEDY", "stamp", "stamp/greedy", "stamp_greedy.wasm"),
-    (
-        "STAMP_TRAP_IN_METADATA",
-        "stamp",
-        "stamp/trap-in-metadata",
-        "stamp_trap_in_metadata.wasm",
-    ),
-    (
-        "HOSTILE_WATCH_SECRET",
-        "hostile",
-        "hostile/watch-secret",
-        "hostile_watch_secret.wasm",
-    ),
+/// (constant name, package, features): further builds of a package with
+/// features, each copied aside (a build overwrites the package's file) to
+/// its [`component_file`].
+const VARIANTS: &[(&str, &str, &str)] = &[
+    ("WEBAPP_RELABEL", "webapp", "webapp/relabel"),
+    ("STAMP_V2", "stamp", "stamp/v2"),
+    ("STAMP_GREEDY", "stamp", "stamp/greedy"),
+    ("STAMP_TRAP_IN_METADATA", "stamp", "stamp/trap-in-metadata"),
+    ("HOSTILE_WATCH_SECRET", "hostile", "hostile/watch-secret"),
     (
         "HOSTILE_BLOCK_IN_METADATA",
         "hostile",
         "hostile/block-in-metadata",
-        "hostile_block_in_metadata.wasm",
     ),
-    (
-        "HOSTILE_HUGE_METADATA",
-        "hostile",
-        "hostile/huge-metadata",
-        "hostile_huge_metadata.wasm",
-    ),
+    ("HOSTILE_HUGE_METADATA", "hostile", "hostile/huge-metadata"),
 ];
 
-/// (constant name, directory relative to the workspace root, component file):
-/// plugins in other languages, built by `polyglot::build`.
-const POLYGLOT: &[(&str, &str, &str)] = &[
-    ("WEBAPP_PY", "plugins/webapp-py", "webapp_py.wasm"),
-    ("WEBAPP_TS", "plugins/webapp-ts", "webapp_ts.wasm"),
-    (
-        "MISBEHAVE_PY",
-        "plugins/testing/misbehave-py",
-        "misbehave_py.wasm",
-    ),
-    (
-        "MISBEHAVE_TS",
-        "plugins/testing/misbehave-ts",
-        "misbehave_ts.wasm",
-    ),
-    (
-        "HOSTILE_PY",
-        "plugins/testing/hostile-py",
-        "hostile_py.wasm",
-    ),
-    (
-        "HOSTILE_TS",
-        "plugins/testing/hostile-ts",
-        "hostile_ts.wasm",
-    ),
+/// (constant name, directory relative to the workspace root): plugins in
+/// other languages, built by `polyglot::build` to their [`component_file`].
+const POLYGLOT: &[(&str, &str)] = &[
+    ("WEBAPP_PY", "plugins/webapp-py"),
+    ("WEBAPP_TS", "plugins/webapp-ts"),
+    ("MISBEHAVE_PY", "plugins/testing/misbehave-py"),
+    ("MISBEHAVE_TS", "plugins/testing/misbehave-ts"),
+    ("HOSTILE_PY", "plugins/testing/hostile-py"),
+    ("HOSTILE_TS", "plugins/testing/hostile-ts"),
 ];
 
 /// What a polyglot build reads: the SDKs and the plugins, without their
@@ -150,7 +103,7 @@ fn main() {
     for dir in ["wit", "guest-sdk", "Cargo.lock", "Cargo.toml"]
         .iter()
         .map(|d| root.join(d))
-        .chain(PLUGINS.iter().map(|(_, _, dir)| root.join(dir)))
+        .chain(PLUGINS.iter().map(|(_, dir)| root.join(dir)))
     {
         println!("cargo:rerun-if-changed={}", dir.display());
     }
@@ -162,7 +115,7 @@ fn main() {
     };
     polyglot::ensure_wasm_target(&root, &verbose)
         .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
-    let packages: Vec<&str> = PLUGINS.iter().map(|(_, package, _)| *package).collect();
+    let packages: Vec<&str> = PLUGINS.iter().map(|(_, dir)| last_name(dir)).collect();
     cargo_build(&root, &wasm_target, &packages, None);
 
     let mut consts = String::new();
@@ -175,19 +128,20 @@ fn main() {
         ));
         all.push_str(&format!("    ({package:?}, {name}),\n"));
     };
-    for (name, package, _) in PLUGINS {
+    for (name, dir) in PLUGINS {
+        let package = last_name(dir);
         let mut file = wasm_file(&wasm_target, package);
         // Variants of a package overwrite its output: keep a copy.
-        if VARIANTS.iter().any(|v| v.1 == *package) {
+        if VARIANTS.iter().any(|v| v.1 == package) {
             let copy = wasm_target.join(format!("{}_default.wasm", package.replace('-', "_")));
             fs::copy(&file, &copy).unwrap();
             file = copy;
         }
         emit(name, package, &file);
     }
-    for (name, package, features, file) in VARIANTS {
+    for (name, package, features) in VARIANTS {
         cargo_build(&root, &wasm_target, &[package], Some(features));
-        let copy = wasm_target.join(file);
+        let copy = wasm_target.join(component_file(name));
         fs::copy(wasm_file(&wasm_target, package), &copy).unwrap();
         emit(name, package, &copy);
     }
@@ -205,16 +159,15 @@ fn main() {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| target_root.join("wasmctrl-toolchains"));
-    for (name, dir, file) in POLYGLOT {
+    for (name, dir) in POLYGLOT {
         let options = polyglot::BuildOptions {
-            out: Some(wasm_target.join(file)),
+            out: Some(wasm_target.join(component_file(name))),
             toolchains: Some(toolchains.clone()),
             ..polyglot::BuildOptions::default()
         };
         let built = polyglot::build(&root.join(dir), &options)
             .unwrap_or_else(|e| panic!("building {dir} failed: {e}"));
-        let label = dir.rsplit('/').next().unwrap_or(dir);
-        emit(name, label, &built.component);
+        emit(name, last_name(dir), &built.component);
     }
     all.push_str("];\n");
     fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
@@ -308,6 +261,18 @@ fn component_of(wit: &Path, wat: &str) -> Vec<u8> {
         .validate(true)
         .encode()
         .expect("the component encodes")
+}
+
+/// The file a component is copied or built to, named after its constant:
+/// `WEBAPP_PY` → `webapp_py.wasm`.
+fn component_file(name: &str) -> String {
+    format!("{}.wasm", name.to_lowercase())
+}
+
+/// The last name of a directory relative to the workspace root: a crate's
+/// package, a polyglot plugin's label.
+fn last_name(dir: &str) -> &str {
+    dir.rsplit('/').next().unwrap_or(dir)
 }
 
 fn wasm_file(target: &Path, package: &str) -> PathBuf {

@@ -178,15 +178,8 @@ fn impersonation_requests(
     headers: &HeaderMap,
     metrics: &Metrics,
 ) -> Result<Vec<Impersonation>, ApiError> {
-    let attrs = |group: &str, resource: &str, sub: &str, ns: &str, name: &str| Attributes {
-        verb: "impersonate".into(),
-        resource_request: true,
-        group: group.into(),
-        resource: resource.into(),
-        subresource: sub.into(),
-        name: name.into(),
-        namespace: ns.into(),
-        path: String::new(),
+    let attrs = |group: &str, resource: &str, sub: &str, ns: &str, name: &str| {
+        Attributes::resource("impersonate", group, resource, sub, ns, name)
     };
     let mut out = Vec::new();
     let user = header_values(headers, "impersonate-user")?

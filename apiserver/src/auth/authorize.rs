@@ -122,55 +122,42 @@ pub(crate) fn forbidden(user: &UserInfo, a: &Attributes, reason: &str) -> ApiErr
 mod tests {
     use super::*;
 
-    fn attrs(
-        verb: &str,
-        group: &str,
-        resource: &str,
-        sub: &str,
-        name: &str,
-        ns: &str,
-    ) -> Attributes {
-        Attributes {
-            verb: verb.into(),
-            resource_request: true,
-            group: group.into(),
-            resource: resource.into(),
-            subresource: sub.into(),
-            name: name.into(),
-            namespace: ns.into(),
-            path: String::new(),
-        }
-    }
-
     #[test]
     fn forbidden_messages_match_upstream() {
         let u = UserInfo::service_account("ns", "sa", "");
         let msg = |a: &Attributes, reason: &str| forbidden(&u, a, reason).to_string();
         assert_eq!(
-            msg(&attrs("get", "", "configmaps", "", "x", "ns"), ""),
+            msg(
+                &Attributes::resource("get", "", "configmaps", "", "ns", "x"),
+                ""
+            ),
             "configmaps \"x\" is forbidden: User \"system:serviceaccount:ns:sa\" cannot get resource \"configmaps\" in API group \"\" in the namespace \"ns\""
         );
         assert_eq!(
-            msg(&attrs("list", "apps", "deployments", "", "", ""), ""),
+            msg(
+                &Attributes::resource("list", "apps", "deployments", "", "", ""),
+                ""
+            ),
             "deployments.apps is forbidden: User \"system:serviceaccount:ns:sa\" cannot list resource \"deployments\" in API group \"apps\" at the cluster scope"
         );
         assert_eq!(
             msg(
-                &attrs("update", "apps", "deployments", "status", "d", "ns"),
+                &Attributes::resource("update", "apps", "deployments", "status", "ns", "d"),
                 "RBAC: x"
             ),
             "deployments.apps \"d\" is forbidden: User \"system:serviceaccount:ns:sa\" cannot update resource \"deployments/status\" in API group \"apps\" in the namespace \"ns\": RBAC: x"
         );
-        let path = Attributes {
-            verb: "get".into(),
-            path: "/metrics<x>".into(),
-            ..Default::default()
-        };
+        let path = Attributes::non_resource("get", "/metrics<x>");
         assert_eq!(
             msg(&path, ""),
             "forbidden: User \"system:serviceaccount:ns:sa\" cannot get path \"/metrics&lt;x&gt;\""
         );
-        let status = forbidden(&u, &attrs("list", "", "configmaps", "", "", "ns"), "").to_status();
+        let status = forbidden(
+            &u,
+            &Attributes::resource("list", "", "configmaps", "", "ns", ""),
+            "",
+        )
+        .to_status();
         assert_eq!(status["code"], 403);
         assert_eq!(status["reason"], "Forbidden");
         assert_eq!(status["details"], serde_json::json!({"kind": "configmaps"}));

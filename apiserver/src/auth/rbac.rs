@@ -50,6 +50,40 @@ pub(crate) struct Attributes {
     pub(crate) path: String,
 }
 
+impl Attributes {
+    /// A resource request: `verb` on `group`'s `resource`, or on its
+    /// `subresource` unless that is empty, naming the object `name` (empty:
+    /// none) in `namespace` (empty: cluster scope).
+    pub(crate) fn resource(
+        verb: &str,
+        group: &str,
+        resource: &str,
+        subresource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            resource_request: true,
+            group: group.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+            name: name.into(),
+            namespace: namespace.into(),
+            path: String::new(),
+        }
+    }
+
+    /// A non-resource request: `verb` on the URL `path`.
+    pub(crate) fn non_resource(verb: &str, path: &str) -> Attributes {
+        Attributes {
+            verb: verb.into(),
+            path: path.into(),
+            ..Default::default()
+        }
+    }
+}
+
 /// One rule of a Role or ClusterRole.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PolicyRule {
@@ -526,17 +560,9 @@ mod tests {
         PolicyRule::from_json(&v)
     }
 
+    /// A request in the namespace `ns`.
     fn res(verb: &str, group: &str, resource: &str, sub: &str, name: &str) -> Attributes {
-        Attributes {
-            verb: verb.into(),
-            resource_request: true,
-            group: group.into(),
-            resource: resource.into(),
-            subresource: sub.into(),
-            name: name.into(),
-            namespace: "ns".into(),
-            path: String::new(),
-        }
+        Attributes::resource(verb, group, resource, sub, "ns", name)
     }
 
     #[test]
@@ -571,11 +597,7 @@ mod tests {
     #[test]
     fn non_resource_rules_match_prefixes() {
         let r = rule(json!({"nonResourceURLs": ["/api", "/apis/*", "/healthz"], "verbs": ["get"]}));
-        let path = |p: &str, verb: &str| Attributes {
-            verb: verb.into(),
-            path: p.into(),
-            ..Default::default()
-        };
+        let path = |p: &str, verb: &str| Attributes::non_resource(verb, p);
         assert!(r.allows(&path("/api", "get")));
         assert!(!r.allows(&path("/api/v1", "get")));
         assert!(r.allows(&path("/apis/apps/v1", "get")));

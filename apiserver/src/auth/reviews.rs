@@ -254,21 +254,15 @@ fn access_attributes(info: &ResourceInfo, spec: &Value) -> Result<Attributes, Ap
         return Err(ApiError::invalid(&info.group, &info.kind, "", vec![c]));
     }
     Ok(match (resource, non_resource) {
-        (Some(r), _) => Attributes {
-            verb: str_field(r, "verb").into(),
-            resource_request: true,
-            group: str_field(r, "group").into(),
-            resource: str_field(r, "resource").into(),
-            subresource: str_field(r, "subresource").into(),
-            name: str_field(r, "name").into(),
-            namespace: str_field(r, "namespace").into(),
-            path: String::new(),
-        },
-        (_, Some(n)) => Attributes {
-            verb: str_field(n, "verb").into(),
-            path: str_field(n, "path").into(),
-            ..Default::default()
-        },
+        (Some(r), _) => Attributes::resource(
+            str_field(r, "verb"),
+            str_field(r, "group"),
+            str_field(r, "resource"),
+            str_field(r, "subresource"),
+            str_field(r, "namespace"),
+            str_field(r, "name"),
+        ),
+        (_, Some(n)) => Attributes::non_resource(str_field(n, "verb"), str_field(n, "path")),
         (None, None) => unreachable!("refused above"),
     })
 }
@@ -409,8 +403,9 @@ fn bound_object(
     }))
 }
 
-/// Validates a token lifetime as upstream does (10 minutes to 2^32 s).
-fn expiration_causes(secs: i64) -> Vec<Cause> {
+/// Validates the lifetime asked for the token of the TokenRequest `name`
+/// as upstream does (10 minutes to 2^32 s).
+fn check_expiration(secs: i64, name: &str) -> Result<(), ApiError> {
     let mut causes = Vec::new();
     if secs < sa_token::MIN_EXPIRATION_SECS {
         causes.push(invalid_cause(
@@ -426,7 +421,15 @@ fn expiration_causes(secs: i64) -> Vec<Cause> {
             "may not specify a duration larger than 2^32 seconds",
         ));
     }
-    causes
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::invalid(
+        "authentication.k8s.io",
+        "TokenRequest",
+        name,
+        causes,
+    ))
 }
 
 /// Issues a token for the service account `namespace/name`, valid for
@@ -440,15 +443,7 @@ pub(crate) fn issue_token(
     expiration_secs: i64,
     bound: Option<BoundObject>,
 ) -> Result<(String, i64), ApiError> {
-    let causes = expiration_causes(expiration_secs);
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(
-            "authentication.k8s.io",
-            "TokenRequest",
-            name,
-            causes,
-        ));
-    }
+    check_expiration(expiration_secs, name)?;
     let sa = auth
         .objects
         .store
@@ -528,15 +523,7 @@ pub(crate) fn token_request(
             .map(|a| a.to_string())
             .collect();
     }
-    let causes = expiration_causes(expiration);
-    if !causes.is_empty() {
-        return Err(ApiError::invalid(
-            "authentication.k8s.io",
-            "TokenRequest",
-            name,
-            causes,
-        ));
-    }
+    check_expiration(expiration, name)?;
     let bound = bound_object(auth, namespace, name, &spec)?;
     let (token, expires) =
         issue_token(auth, namespace, name, audiences.clone(), expiration, bound)?;

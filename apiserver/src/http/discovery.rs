@@ -98,6 +98,54 @@ pub(crate) fn api_group_doc(reg: &Registry, group: &str) -> Option<Value> {
     Some(doc)
 }
 
+/// A subresource discovery lists with its resource.
+struct Subresource {
+    name: &'static str,
+    /// The group, version and kind it answers with, when not its
+    /// resource's own.
+    other_kind: Option<[&'static str; 3]>,
+    verbs: &'static [&'static str],
+}
+
+/// The subresources `r` serves, in discovery's order.
+fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
+    const READ_WRITE: &[&str] = &["get", "patch", "update"];
+    let mut subs = Vec::new();
+    if r.status {
+        subs.push(Subresource {
+            name: "status",
+            other_kind: None,
+            verbs: READ_WRITE,
+        });
+    }
+    if r.token_request {
+        subs.push(Subresource {
+            name: "token",
+            other_kind: Some(["authentication.k8s.io", "v1", "TokenRequest"]),
+            verbs: &["create"],
+        });
+    }
+    if r.scale.is_some() {
+        subs.push(Subresource {
+            name: "scale",
+            other_kind: Some(["autoscaling", "v1", "Scale"]),
+            verbs: READ_WRITE,
+        });
+    }
+    subs
+}
+
+/// Adds the short names and categories of `r` to its discovery entry,
+/// if it has any.
+fn add_aliases(entry: &mut Value, r: &ResourceInfo) {
+    if !r.short_names.is_empty() {
+        entry["shortNames"] = json!(r.short_names);
+    }
+    if !r.categories.is_empty() {
+        entry["categories"] = json!(r.categories);
+    }
+}
+
 fn legacy_entries(r: &ResourceInfo) -> Vec<Value> {
     let mut main = json!({
         "name": r.plural,
@@ -106,43 +154,23 @@ fn legacy_entries(r: &ResourceInfo) -> Vec<Value> {
         "kind": r.kind,
         "verbs": r.verbs(),
     });
-    if !r.short_names.is_empty() {
-        main["shortNames"] = json!(r.short_names);
-    }
-    if !r.categories.is_empty() {
-        main["categories"] = json!(r.categories);
-    }
+    add_aliases(&mut main, r);
     let mut out = vec![main];
-    if r.status {
-        out.push(json!({
-            "name": format!("{}/status", r.plural),
+    for sub in subresources(r) {
+        let mut entry = json!({
+            "name": format!("{}/{}", r.plural, sub.name),
             "singularName": "",
             "namespaced": r.namespaced,
-            "kind": r.kind,
-            "verbs": ["get", "patch", "update"],
-        }));
-    }
-    if r.token_request {
-        out.push(json!({
-            "name": format!("{}/token", r.plural),
-            "singularName": "",
-            "namespaced": r.namespaced,
-            "group": "authentication.k8s.io",
-            "version": "v1",
-            "kind": "TokenRequest",
-            "verbs": ["create"],
-        }));
-    }
-    if r.scale.is_some() {
-        out.push(json!({
-            "name": format!("{}/scale", r.plural),
-            "singularName": "",
-            "namespaced": r.namespaced,
-            "group": "autoscaling",
-            "version": "v1",
-            "kind": "Scale",
-            "verbs": ["get", "patch", "update"],
-        }));
+        });
+        let mut kind = r.kind.as_str();
+        if let Some([group, version, other]) = sub.other_kind {
+            entry["group"] = json!(group);
+            entry["version"] = json!(version);
+            kind = other;
+        }
+        entry["kind"] = json!(kind);
+        entry["verbs"] = json!(sub.verbs);
+        out.push(entry);
     }
     out
 }
@@ -172,34 +200,18 @@ fn aggregated_resource(r: &ResourceInfo) -> Value {
         "singularResource": r.singular,
         "verbs": r.verbs(),
     });
-    if !r.short_names.is_empty() {
-        res["shortNames"] = json!(r.short_names);
-    }
-    if !r.categories.is_empty() {
-        res["categories"] = json!(r.categories);
-    }
-    let mut subs = Vec::new();
-    if r.status {
-        subs.push(json!({
-            "subresource": "status",
-            "responseKind": {"group": r.group, "version": r.version, "kind": r.kind},
-            "verbs": ["get", "patch", "update"],
-        }));
-    }
-    if r.token_request {
-        subs.push(json!({
-            "subresource": "token",
-            "responseKind": {"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"},
-            "verbs": ["create"],
-        }));
-    }
-    if r.scale.is_some() {
-        subs.push(json!({
-            "subresource": "scale",
-            "responseKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-            "verbs": ["get", "patch", "update"],
-        }));
-    }
+    add_aliases(&mut res, r);
+    let subs: Vec<Value> = subresources(r)
+        .iter()
+        .map(|sub| {
+            let [group, version, kind] = sub.other_kind.unwrap_or([&r.group, &r.version, &r.kind]);
+            json!({
+                "subresource": sub.name,
+                "responseKind": {"group": group, "version": version, "kind": kind},
+                "verbs": sub.verbs,
+            })
+        })
+        .collect();
     if !subs.is_empty() {
         res["subresources"] = Value::Array(subs);
     }

@@ -9,9 +9,10 @@ use serde_json::{Map, Value};
 
 use super::PatchError;
 use super::managed_fields::{
-    FieldSet, applied_fields, compare, display_path, item_element, strip_unowned,
+    FieldSet, applied_fields, compare, display_path, item_element, item_field, root_field,
+    strip_unowned,
 };
-use super::merge_keys::{self, Field, ListKind, Ty};
+use super::merge_keys::{self, Field, ListKind};
 
 const APPLY: &str = "Apply";
 
@@ -420,22 +421,6 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, FieldSet)]) -> PatchEr
     }
 }
 
-fn root_field(ty: Ty) -> Field {
-    Field {
-        ty,
-        list: ListKind::Atomic,
-        atomic_map: false,
-    }
-}
-
-fn item_field(field: Field) -> Field {
-    Field {
-        list: ListKind::Atomic,
-        atomic_map: false,
-        ..field
-    }
-}
-
 /// Removes `null` members of maps from an applied configuration, recording
 /// the paths of those outside lists so they can be cleared in the result.
 fn take_nulls(value: &mut Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
@@ -632,6 +617,21 @@ mod tests {
         })
     }
 
+    /// A non-forced apply of the ConfigMap holding `data`.
+    fn apply_configmap(
+        live: Option<&Value>,
+        data: Value,
+        manager: &str,
+        now: &str,
+    ) -> Result<Value, PatchError> {
+        apply(live, configmap(data), manager, false, now)
+    }
+
+    /// The fields `manager` owns in `obj` (its entry's `fieldsV1`).
+    fn owned_by<'a>(obj: &'a Value, manager: &str) -> &'a Value {
+        &entry(obj, manager)["fieldsV1"]
+    }
+
     fn managed(obj: &Value) -> &Vec<Value> {
         obj["metadata"]["managedFields"].as_array().unwrap()
     }
@@ -704,20 +704,10 @@ mod tests {
 
     #[test]
     fn reapply_updates_values_and_removes_dropped_fields() {
-        let first = apply(
-            None,
-            configmap(json!({"a": "1", "b": "2"})),
-            "mgr",
-            false,
-            T1,
-        )
-        .unwrap();
-        let second = apply(Some(&first), configmap(json!({"a": "9"})), "mgr", false, T2).unwrap();
+        let first = apply_configmap(None, json!({"a": "1", "b": "2"}), "mgr", T1).unwrap();
+        let second = apply_configmap(Some(&first), json!({"a": "9"}), "mgr", T2).unwrap();
         assert_eq!(second["data"], json!({"a": "9"}));
-        assert_eq!(
-            entry(&second, "mgr")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
-        );
+        assert_eq!(owned_by(&second, "mgr"), &json!({"f:data": {"f:a": {}}}));
         assert_eq!(entry(&second, "mgr")["time"], T2);
         assert_eq!(managed(&second).len(), 1);
     }
@@ -740,61 +730,28 @@ mod tests {
 
     #[test]
     fn fields_also_owned_by_another_manager_survive_removal() {
-        let first = apply(
-            None,
-            configmap(json!({"a": "1", "b": "2"})),
-            "one",
-            false,
-            T1,
-        )
-        .unwrap();
-        let shared = apply(Some(&first), configmap(json!({"b": "2"})), "two", false, T2).unwrap();
-        let out = apply(
-            Some(&shared),
-            configmap(json!({"a": "1"})),
-            "one",
-            false,
-            T3,
-        )
-        .unwrap();
+        let first = apply_configmap(None, json!({"a": "1", "b": "2"}), "one", T1).unwrap();
+        let shared = apply_configmap(Some(&first), json!({"b": "2"}), "two", T2).unwrap();
+        let out = apply_configmap(Some(&shared), json!({"a": "1"}), "one", T3).unwrap();
         assert_eq!(out["data"], json!({"a": "1", "b": "2"}));
-        assert_eq!(
-            entry(&out, "one")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
-        );
-        assert_eq!(
-            entry(&out, "two")["fieldsV1"],
-            json!({"f:data": {"f:b": {}}})
-        );
+        assert_eq!(owned_by(&out, "one"), &json!({"f:data": {"f:a": {}}}));
+        assert_eq!(owned_by(&out, "two"), &json!({"f:data": {"f:b": {}}}));
     }
 
     #[test]
     fn same_value_is_shared_ownership_not_a_conflict() {
-        let first = apply(None, configmap(json!({"a": "1"})), "one", false, T1).unwrap();
-        let out = apply(Some(&first), configmap(json!({"a": "1"})), "two", false, T2).unwrap();
-        assert_eq!(
-            entry(&out, "one")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
-        );
-        assert_eq!(
-            entry(&out, "two")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
-        );
+        let first = apply_configmap(None, json!({"a": "1"}), "one", T1).unwrap();
+        let out = apply_configmap(Some(&first), json!({"a": "1"}), "two", T2).unwrap();
+        assert_eq!(owned_by(&out, "one"), &json!({"f:data": {"f:a": {}}}));
+        assert_eq!(owned_by(&out, "two"), &json!({"f:data": {"f:a": {}}}));
         // Apply entries sort by time before manager.
         assert_eq!(managed(&out)[0]["manager"], "one");
     }
 
     #[test]
     fn conflicting_apply_fails_and_force_takes_ownership() {
-        let first = apply(
-            None,
-            configmap(json!({"a": "1", "b": "1"})),
-            "one",
-            false,
-            T1,
-        )
-        .unwrap();
-        let err = apply(Some(&first), configmap(json!({"a": "2"})), "two", false, T2).unwrap_err();
+        let first = apply_configmap(None, json!({"a": "1", "b": "1"}), "one", T1).unwrap();
+        let err = apply_configmap(Some(&first), json!({"a": "2"}), "two", T2).unwrap_err();
         assert_eq!(
             err,
             PatchError::Conflict {
@@ -802,14 +759,8 @@ mod tests {
                 conflicts: vec![".data.a".to_owned()],
             }
         );
-        let err = apply(
-            Some(&first),
-            configmap(json!({"a": "2", "b": "2"})),
-            "two",
-            false,
-            T2,
-        )
-        .unwrap_err();
+        let err =
+            apply_configmap(Some(&first), json!({"a": "2", "b": "2"}), "two", T2).unwrap_err();
         let PatchError::Conflict { message, conflicts } = err else {
             panic!("expected a conflict")
         };
@@ -821,23 +772,10 @@ mod tests {
 
         let forced = apply(Some(&first), configmap(json!({"a": "2"})), "two", true, T2).unwrap();
         assert_eq!(forced["data"], json!({"a": "2", "b": "1"}));
-        assert_eq!(
-            entry(&forced, "one")["fieldsV1"],
-            json!({"f:data": {"f:b": {}}})
-        );
-        assert_eq!(
-            entry(&forced, "two")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
-        );
+        assert_eq!(owned_by(&forced, "one"), &json!({"f:data": {"f:b": {}}}));
+        assert_eq!(owned_by(&forced, "two"), &json!({"f:data": {"f:a": {}}}));
         // "one" no longer owns `a`, so dropping it later leaves it alone.
-        let out = apply(
-            Some(&forced),
-            configmap(json!({"b": "1"})),
-            "one",
-            false,
-            T3,
-        )
-        .unwrap();
+        let out = apply_configmap(Some(&forced), json!({"b": "1"}), "one", T3).unwrap();
         assert_eq!(out["data"], json!({"a": "2", "b": "1"}));
     }
 
@@ -856,12 +794,12 @@ mod tests {
             T2,
         );
         assert_eq!(
-            entry(&scaled, "kube-controller-manager")["fieldsV1"],
-            json!({"f:spec": {"f:replicas": {}}})
+            owned_by(&scaled, "kube-controller-manager"),
+            &json!({"f:spec": {"f:replicas": {}}})
         );
         // The applier lost `.spec.replicas` to the updater.
         assert!(
-            entry(&scaled, "kubectl")["fieldsV1"]["f:spec"]
+            owned_by(&scaled, "kubectl")["f:spec"]
                 .get("f:replicas")
                 .is_none()
         );
@@ -966,8 +904,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            entry(&first, "m")["fieldsV1"],
-            json!({"f:metadata": {"f:finalizers": {"v:\"example.com/f\"": {}}},
+            owned_by(&first, "m"),
+            &json!({"f:metadata": {"f:finalizers": {"v:\"example.com/f\"": {}}},
                    "f:spec": {"f:extra": {}, "f:items": {}}})
         );
         let out = apply(
@@ -993,8 +931,8 @@ mod tests {
 
     #[test]
     fn noop_apply_keeps_time() {
-        let first = apply(None, configmap(json!({"a": "1"})), "m", false, T1).unwrap();
-        let again = apply(Some(&first), configmap(json!({"a": "1"})), "m", false, T2).unwrap();
+        let first = apply_configmap(None, json!({"a": "1"}), "m", T1).unwrap();
+        let again = apply_configmap(Some(&first), json!({"a": "1"}), "m", T2).unwrap();
         assert_eq!(again, first);
     }
 
@@ -1035,13 +973,13 @@ mod tests {
             T2,
         );
         assert_eq!(
-            entry(&labelled, "kubectl-label")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {".": {}, "f:env": {}}}})
+            owned_by(&labelled, "kubectl-label"),
+            &json!({"f:data": {"f:a": {}}, "f:metadata": {"f:labels": {".": {}, "f:env": {}}}})
         );
         // Kubernetes prints an owned map with no owned children as `{}`.
         assert_eq!(
-            entry(&labelled, "kubectl-create")["fieldsV1"],
-            json!({"f:data": {}})
+            owned_by(&labelled, "kubectl-create"),
+            &json!({"f:data": {}})
         );
         assert_eq!(entry(&labelled, "kubectl-create")["time"], T1);
 
@@ -1074,10 +1012,7 @@ mod tests {
             None,
             T3,
         );
-        assert_eq!(
-            entry(&removed, "kubectl-create")["fieldsV1"],
-            json!({"f:data": {}})
-        );
+        assert_eq!(owned_by(&removed, "kubectl-create"), &json!({"f:data": {}}));
         assert!(
             managed(&removed)
                 .iter()
@@ -1087,7 +1022,7 @@ mod tests {
 
     #[test]
     fn record_update_tracks_status_subresource_and_reset() {
-        let created = apply(None, configmap(json!({"a": "1"})), "m", false, T1).unwrap();
+        let created = apply_configmap(None, json!({"a": "1"}), "m", T1).unwrap();
         let mut status = created.clone();
         status["status"] = json!({"conditions": [{"type": "Ready", "status": "True"}]});
         // A status writer cannot rewrite managedFields through the request.
@@ -1117,7 +1052,7 @@ mod tests {
 
     #[test]
     fn record_update_takes_managed_fields_written_by_the_client() {
-        let live = apply(None, configmap(json!({"a": "1"})), "m", false, T1).unwrap();
+        let live = apply_configmap(None, json!({"a": "1"}), "m", T1).unwrap();
         let mut put = live.clone();
         put["metadata"]["managedFields"] = json!([{
             "manager": "other", "operation": "Apply", "apiVersion": "v1", "time": T1,
@@ -1125,10 +1060,7 @@ mod tests {
         }]);
         record_update(Some(&live), &mut put, "m", "Update", "v1", None, T2);
         assert_eq!(managed(&put).len(), 1);
-        assert_eq!(
-            entry(&put, "other")["fieldsV1"],
-            json!({"f:data": {"f:a": {}}})
-        );
+        assert_eq!(owned_by(&put, "other"), &json!({"f:data": {"f:a": {}}}));
     }
 
     #[test]
@@ -1138,8 +1070,8 @@ mod tests {
         with["metadata"]["finalizers"] = json!(["example.com/f"]);
         record_update(Some(&created), &mut with, "ctrl", "Update", "v1", None, T1);
         assert_eq!(
-            entry(&with, "ctrl")["fieldsV1"],
-            json!({"f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/f\"": {}}}})
+            owned_by(&with, "ctrl"),
+            &json!({"f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/f\"": {}}}})
         );
     }
 }

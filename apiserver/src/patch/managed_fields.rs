@@ -249,6 +249,25 @@ pub(crate) fn strip_unowned(set: &mut FieldSet) {
     set.children.retain(|_, child| !child.is_empty());
 }
 
+/// The field of a whole object of type `ty`.
+pub(crate) fn root_field(ty: Ty) -> Field {
+    Field {
+        ty,
+        list: ListKind::Atomic,
+        atomic_map: false,
+    }
+}
+
+/// The field of an item of the list `field`: the list's item type, itself
+/// neither a list nor an atomic map.
+pub(crate) fn item_field(field: Field) -> Field {
+    Field {
+        list: ListKind::Atomic,
+        atomic_map: false,
+        ..field
+    }
+}
+
 /// The fields an applied configuration sets, as server-side apply records
 /// them: scalars, atomic lists and maps, and keyed or set list items.
 /// Granular maps are not members themselves, so an empty map owns nothing.
@@ -265,33 +284,50 @@ pub(crate) fn applied_fields(value: &Value, ty: Ty) -> FieldSet {
 }
 
 fn walk_applied(value: &Value, field: Field, path: &mut Vec<String>, set: &mut FieldSet) {
+    // A list's items are members themselves; a granular map is not, only
+    // what is in it.
+    let items = value.is_array();
+    let granular = for_each_child(value, field, path, |child, child_field, path| {
+        if items {
+            set.insert(path);
+        }
+        walk_applied(child, child_field, path, set);
+    });
+    if !granular {
+        set.insert(path);
+    }
+}
+
+/// Calls `visit` for each child of `value` that field sets track, with its
+/// field and its element pushed onto `path`: the members of a granular map
+/// and the addressable items of a list that is not atomic. False when
+/// `value` is owned as a whole instead.
+fn for_each_child(
+    value: &Value,
+    field: Field,
+    path: &mut Vec<String>,
+    mut visit: impl FnMut(&Value, Field, &mut Vec<String>),
+) -> bool {
     match value {
         Value::Object(map) if !field.atomic_map => {
             for (name, child) in map {
                 path.push(field_element(name));
-                walk_applied(child, merge_keys::field(field.ty, name), path, set);
+                visit(child, merge_keys::field(field.ty, name), path);
                 path.pop();
             }
+            true
         }
         Value::Array(items) if field.list != ListKind::Atomic => {
             for (index, item) in items.iter().enumerate() {
-                let Some(element) = item_element(item, field.list, index) else {
-                    continue;
-                };
-                path.push(element);
-                set.insert(path);
-                if let Value::Object(_) = item {
-                    let item_field = Field {
-                        list: ListKind::Atomic,
-                        atomic_map: false,
-                        ..field
-                    };
-                    walk_applied(item, item_field, path, set);
+                if let Some(element) = item_element(item, field.list, index) {
+                    path.push(element);
+                    visit(item, item_field(field), path);
+                    path.pop();
                 }
-                path.pop();
             }
+            true
         }
-        _ => set.insert(path),
+        _ => false,
     }
 }
 
@@ -308,12 +344,7 @@ pub(crate) struct Comparison {
 /// Compares two objects of type `ty` field by field.
 pub(crate) fn compare(old: &Value, new: &Value, ty: Ty) -> Comparison {
     let mut out = Comparison::default();
-    let root = Field {
-        ty,
-        list: ListKind::Atomic,
-        atomic_map: false,
-    };
-    compare_maps(old, new, root, &mut Vec::new(), &mut out);
+    compare_maps(old, new, root_field(ty), &mut Vec::new(), &mut out);
     out
 }
 
@@ -369,14 +400,10 @@ fn compare_values(
             let (old, new) = (index(old), index(new));
             let elements: std::collections::BTreeSet<&String> =
                 old.keys().chain(new.keys()).collect();
-            let item_field = Field {
-                list: ListKind::Atomic,
-                atomic_map: false,
-                ..field
-            };
+            let item = item_field(field);
             for element in elements {
                 path.push(element.clone());
-                compare_values(old.get(element), new.get(element), item_field, path, out);
+                compare_values(old.get(element), new.get(element), item, path, out);
                 path.pop();
             }
         }
@@ -397,30 +424,9 @@ fn mark_all(value: &Value, field: Field, path: &mut Vec<String>, set: &mut Field
 }
 
 fn mark_below(value: &Value, field: Field, path: &mut Vec<String>, set: &mut FieldSet) {
-    match value {
-        Value::Object(map) if !field.atomic_map => {
-            for (name, child) in map {
-                path.push(field_element(name));
-                mark_all(child, merge_keys::field(field.ty, name), path, set);
-                path.pop();
-            }
-        }
-        Value::Array(items) if field.list != ListKind::Atomic => {
-            let item_field = Field {
-                list: ListKind::Atomic,
-                atomic_map: false,
-                ..field
-            };
-            for (index, item) in items.iter().enumerate() {
-                if let Some(element) = item_element(item, field.list, index) {
-                    path.push(element);
-                    mark_all(item, item_field, path, set);
-                    path.pop();
-                }
-            }
-        }
-        _ => {}
-    }
+    for_each_child(value, field, path, |child, child_field, path| {
+        mark_all(child, child_field, path, set)
+    });
 }
 
 #[cfg(test)]

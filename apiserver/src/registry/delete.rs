@@ -161,33 +161,18 @@ impl Objects {
         finalizer: &str,
     ) {
         let ctx = WriteCtx::system("wasmctrl-apiserver");
-        for _ in 0..MAX_RETRIES {
-            let Some(cur) = self.store.latest(&info.storage, ns, name) else {
-                return;
-            };
-            let fins = finalizers(&cur.obj);
+        let without = |cur: &Value| {
+            let fins = finalizers(cur);
             if !fins.iter().any(|f| f == finalizer) {
-                return;
+                return None;
             }
-            let mut obj = (*cur.obj).clone();
+            let mut obj = cur.clone();
             let rest: Vec<&String> = fins.iter().filter(|f| *f != finalizer).collect();
             metadata_mut(&mut obj).insert("finalizers".into(), json!(rest));
-            let outcome =
-                match self.prepare_update(info, &cur.obj, obj, Subresource::Main, &ctx, false) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "removing finalizer");
-                        return;
-                    }
-                };
-            match self.finish_update(info, ns, name, &cur, outcome, &ctx) {
-                Ok(Some(_)) => return,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "removing finalizer");
-                    return;
-                }
-            }
+            Some(obj)
+        };
+        if let Err(e) = self.rewrite(info, ns, name, &ctx, false, without) {
+            tracing::warn!(error = %e, "removing finalizer");
         }
     }
 
@@ -202,28 +187,41 @@ impl Objects {
         f: impl Fn(&Value) -> Option<Value>,
     ) {
         let ctx = WriteCtx::system(manager);
+        if let Err(e) = self.rewrite(info, ns, name, &ctx, true, f) {
+            tracing::warn!(error = %e, "internal update");
+        }
+    }
+
+    /// Rewrites an object with `f` as `ctx` (no-op if the object is gone or
+    /// `f` returns None), retrying on concurrent writes up to
+    /// [`MAX_RETRIES`] times; `record` says whether managedFields record
+    /// the write. Err: the update was refused.
+    fn rewrite(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        ctx: &WriteCtx,
+        record: bool,
+        f: impl Fn(&Value) -> Option<Value>,
+    ) -> Result<(), ApiError> {
         for _ in 0..MAX_RETRIES {
             let Some(cur) = self.store.latest(&info.storage, ns, name) else {
-                return;
+                return Ok(());
             };
-            let Some(new) = f(&cur.obj) else { return };
+            let Some(new) = f(&cur.obj) else {
+                return Ok(());
+            };
             let outcome =
-                match self.prepare_update(info, &cur.obj, new, Subresource::Main, &ctx, true) {
-                    Ok(o) => o,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "internal update");
-                        return;
-                    }
-                };
-            match self.finish_update(info, ns, name, &cur, outcome, &ctx) {
-                Ok(Some(_)) => return,
-                Ok(None) => continue,
-                Err(e) => {
-                    tracing::warn!(error = %e, "internal update");
-                    return;
-                }
+                self.prepare_update(info, &cur.obj, new, Subresource::Main, ctx, record)?;
+            if self
+                .finish_update(info, ns, name, &cur, outcome, ctx)?
+                .is_some()
+            {
+                return Ok(());
             }
         }
+        Ok(())
     }
 
     /// Finishes deleting a namespace whose contents are gone.

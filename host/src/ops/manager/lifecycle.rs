@@ -124,65 +124,64 @@ impl Lifecycle {
         matches!(self.state, PluginState::Running | PluginState::Standby)
     }
 
-    fn refuse(&self, transition: &'static str) -> InvalidTransition {
-        InvalidTransition {
+    /// Refuses `transition` unless it is `allowed` from the current state.
+    fn require(&self, transition: &'static str, allowed: bool) -> Result<(), InvalidTransition> {
+        if allowed {
+            return Ok(());
+        }
+        Err(InvalidTransition {
             transition,
             from: self.state,
-        }
+        })
+    }
+
+    /// Whether removal has not begun.
+    fn live(&self) -> bool {
+        !matches!(self.state, PluginState::Draining | PluginState::Stopped)
     }
 
     /// Informers synced: Starting or Failed → Running (leader) or Standby.
     pub fn start(&mut self, leader: bool) -> Result<(), InvalidTransition> {
-        match self.state {
-            PluginState::Starting | PluginState::Failed => {
-                if self.state == PluginState::Failed {
-                    self.last_error = None;
-                }
-                self.state = if leader {
-                    PluginState::Running
-                } else {
-                    PluginState::Standby
-                };
-                Ok(())
-            }
-            _ => Err(self.refuse("start")),
+        self.require(
+            "start",
+            matches!(self.state, PluginState::Starting | PluginState::Failed),
+        )?;
+        if self.state == PluginState::Failed {
+            self.last_error = None;
         }
+        self.state = if leader {
+            PluginState::Running
+        } else {
+            PluginState::Standby
+        };
+        Ok(())
     }
 
     /// This host became leader: Standby → Running.
     pub fn lead(&mut self) -> Result<(), InvalidTransition> {
-        match self.state {
-            PluginState::Standby => {
-                self.state = PluginState::Running;
-                Ok(())
-            }
-            _ => Err(self.refuse("lead")),
-        }
+        self.require("lead", self.state == PluginState::Standby)?;
+        self.state = PluginState::Running;
+        Ok(())
     }
 
     /// A new version (or a rebuild) took over: same state, next generation.
     pub fn swap(&mut self) -> Result<(), InvalidTransition> {
-        match self.state {
-            PluginState::Draining | PluginState::Stopped => Err(self.refuse("swap")),
-            _ => {
-                self.generation += 1;
-                self.loaded_at = SystemTime::now();
-                self.last_error = None;
-                Ok(())
-            }
-        }
+        self.require("swap", self.live())?;
+        self.generation += 1;
+        self.loaded_at = SystemTime::now();
+        self.last_error = None;
+        Ok(())
     }
 
     /// Informers did not sync in time: Starting → Failed, with the reason.
     pub fn fail(&mut self, reason: String) -> Result<(), InvalidTransition> {
-        match self.state {
-            PluginState::Starting | PluginState::Failed => {
-                self.state = PluginState::Failed;
-                self.last_error = Some(reason);
-                Ok(())
-            }
-            _ => Err(self.refuse("fail")),
-        }
+        self.require(
+            "fail",
+            matches!(self.state, PluginState::Starting | PluginState::Failed),
+        )?;
+        self.state = PluginState::Failed;
+        self.last_error = Some(reason);
+        Ok(())
     }
 
     /// A reload was refused: the running version stays, the reason is shown.
@@ -192,24 +191,16 @@ impl Lifecycle {
 
     /// Removal begins: any live state → Draining.
     pub fn drain(&mut self) -> Result<(), InvalidTransition> {
-        match self.state {
-            PluginState::Draining | PluginState::Stopped => Err(self.refuse("drain")),
-            _ => {
-                self.state = PluginState::Draining;
-                Ok(())
-            }
-        }
+        self.require("drain", self.live())?;
+        self.state = PluginState::Draining;
+        Ok(())
     }
 
     /// Removal done: Draining → Stopped.
     pub fn stop(&mut self) -> Result<(), InvalidTransition> {
-        match self.state {
-            PluginState::Draining => {
-                self.state = PluginState::Stopped;
-                Ok(())
-            }
-            _ => Err(self.refuse("stop")),
-        }
+        self.require("stop", self.state == PluginState::Draining)?;
+        self.state = PluginState::Stopped;
+        Ok(())
     }
 }
 
@@ -610,20 +601,9 @@ impl PluginEntry {
     /// Stops the feeds, then lets the workers finish their keys for up to
     /// `timeout` (cancelling what still runs); the queue shuts down.
     pub(crate) async fn drain(&mut self, timeout: Duration) -> Result<bool, InvalidTransition> {
-        self.lifecycle.drain()?;
-        self.feeds.abort();
-        if let Some(f) = self.follower.take() {
-            f.abort();
-        }
-        if let Some(i) = self.idler.take() {
-            i.abort();
-        }
-        let drained = match self.workers.take() {
+        let drained = match self.begin_drain()? {
             Some(w) => w.shutdown(timeout).await,
-            None => {
-                self.controller.queue().shut_down();
-                true
-            }
+            None => true,
         };
         self.lifecycle.stop()?;
         Ok(drained)

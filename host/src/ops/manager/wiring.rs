@@ -502,8 +502,7 @@ fn forward_events(
     })
 }
 
-/// Enqueues every key of the reconciled kind's informer each `period`, at
-/// low priority: nothing changed, so events must not wait behind them.
+/// Enqueues every key of the reconciled kind's informer each `period`.
 fn resync_every(
     period: Duration,
     informer: &Arc<Informer>,
@@ -520,37 +519,41 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            enqueue_store(
-                &slot,
-                &queue,
-                &informer,
-                &KeyMapping::Itself,
-                &for_kind,
-                Priority::LOW,
-            );
+            enqueue_resync(&slot, &queue, &informer, &for_kind);
         }
     })
 }
 
 /// Every key the plugin's informers of its reconciled kind hold, once
-/// (after sync and swaps), at low priority: these are not changes, so
-/// events jump ahead of them (controller-runtime's priority queue does the
-/// same for the initial list).
+/// (after sync and swaps).
 pub(super) fn enqueue_all(entry: &PluginEntry) {
     let for_kind = entry.slot().current().metadata().for_.clone();
     let queue = entry.controller().queue();
     for informer in entry.informers() {
         if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
-            enqueue_store(
-                entry.slot(),
-                queue,
-                informer,
-                &KeyMapping::Itself,
-                &for_kind,
-                Priority::LOW,
-            );
+            enqueue_resync(entry.slot(), queue, informer, &for_kind);
         }
     }
+}
+
+/// Adds the key of every object of the reconciled kind `for_kind` that
+/// `informer` holds (those `slot` admits), at low priority: these are not
+/// changes, so events jump ahead of them (controller-runtime's priority
+/// queue does the same for the initial list).
+fn enqueue_resync(
+    slot: &PluginSlot,
+    queue: &WorkQueue<ObjectKey>,
+    informer: &Informer,
+    for_kind: &Gvk,
+) {
+    enqueue_store(
+        slot,
+        queue,
+        informer,
+        &KeyMapping::Itself,
+        for_kind,
+        Priority::LOW,
+    );
 }
 
 /// Adds the key of every object `informer` holds, as `mapping` maps it

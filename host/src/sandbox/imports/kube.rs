@@ -77,15 +77,36 @@ impl KubeView<'_> {
         })
     }
 
-    async fn object(&mut self, request: KubeRequest) -> ApiResult<String> {
+    /// Serves `request` and takes what `answer` finds in its response; any
+    /// other response is an error naming it.
+    async fn answer<T>(
+        &mut self,
+        request: KubeRequest,
+        answer: impl FnOnce(KubeResponse) -> Result<T, KubeResponse>,
+    ) -> ApiResult<T> {
         let call = self.call(request)?;
         Ok(call
             .await
-            .and_then(|r| match r {
-                KubeResponse::Object(o) => Ok(o),
-                other => Err(ApiError::Other(format!("unexpected response {other:?}"))),
+            .and_then(|r| {
+                answer(r).map_err(|other| ApiError::Other(format!("unexpected response {other:?}")))
             })
             .map_err(to_wit_error))
+    }
+
+    async fn object(&mut self, request: KubeRequest) -> ApiResult<String> {
+        self.answer(request, |r| match r {
+            KubeResponse::Object(o) => Ok(o),
+            other => Err(other),
+        })
+        .await
+    }
+
+    async fn objects(&mut self, request: KubeRequest) -> ApiResult<Vec<String>> {
+        self.answer(request, |r| match r {
+            KubeResponse::Objects(o) => Ok(o),
+            other => Err(other),
+        })
+        .await
     }
 
     async fn empty(&mut self, request: KubeRequest) -> ApiResult<()> {
@@ -94,131 +115,42 @@ impl KubeView<'_> {
     }
 }
 
-impl kube::Host for KubeView<'_> {
-    async fn get(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        name: String,
-    ) -> ApiResult<String> {
-        self.object(KubeRequest::Get {
-            kind: kind.into(),
-            namespace,
-            name,
-        })
-        .await
-    }
-
-    async fn list(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        label_selector: Option<String>,
-    ) -> ApiResult<Vec<String>> {
-        let call = self.call(KubeRequest::List {
-            kind: kind.into(),
-            namespace,
-            label_selector,
-        })?;
-        Ok(call
-            .await
-            .and_then(|r| match r {
-                KubeResponse::Objects(o) => Ok(o),
-                other => Err(ApiError::Other(format!("unexpected response {other:?}"))),
+/// The imports that address a kind in a namespace: each sends the request
+/// its arguments make and answers with `object`, `objects` or `empty`.
+macro_rules! addressed_imports {
+    ($(
+        $import:ident($($arg:ident: $ty:ty),*) -> $out:ty =
+            $answer:ident $request:ident { $($field:tt)* };
+    )*) => {$(
+        async fn $import(
+            &mut self,
+            kind: types::Gvk,
+            namespace: Option<String>,
+            $($arg: $ty),*
+        ) -> ApiResult<$out> {
+            self.$answer(KubeRequest::$request {
+                kind: kind.into(),
+                namespace,
+                $($field)*
             })
-            .map_err(to_wit_error))
-    }
+            .await
+        }
+    )*};
+}
 
-    async fn create(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        object: String,
-    ) -> ApiResult<String> {
-        self.object(KubeRequest::Create {
-            kind: kind.into(),
-            namespace,
-            object,
-        })
-        .await
-    }
-
-    async fn replace(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        name: String,
-        object: String,
-    ) -> ApiResult<String> {
-        self.object(KubeRequest::Replace {
-            kind: kind.into(),
-            namespace,
-            name,
-            object,
-        })
-        .await
-    }
-
-    async fn patch(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        name: String,
-        patch: kube::ObjectPatch,
-    ) -> ApiResult<String> {
-        self.object(KubeRequest::Patch {
-            kind: kind.into(),
-            namespace,
-            name,
-            patch: patch.into(),
-        })
-        .await
-    }
-
-    async fn replace_status(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        name: String,
-        object: String,
-    ) -> ApiResult<String> {
-        self.object(KubeRequest::ReplaceStatus {
-            kind: kind.into(),
-            namespace,
-            name,
-            object,
-        })
-        .await
-    }
-
-    async fn patch_status(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        name: String,
-        patch: kube::ObjectPatch,
-    ) -> ApiResult<String> {
-        self.object(KubeRequest::PatchStatus {
-            kind: kind.into(),
-            namespace,
-            name,
-            patch: patch.into(),
-        })
-        .await
-    }
-
-    async fn delete(
-        &mut self,
-        kind: types::Gvk,
-        namespace: Option<String>,
-        name: String,
-    ) -> ApiResult<()> {
-        self.empty(KubeRequest::Delete {
-            kind: kind.into(),
-            namespace,
-            name,
-        })
-        .await
+impl kube::Host for KubeView<'_> {
+    addressed_imports! {
+        get(name: String) -> String = object Get { name };
+        list(label_selector: Option<String>) -> Vec<String> = objects List { label_selector };
+        create(object: String) -> String = object Create { object };
+        replace(name: String, object: String) -> String = object Replace { name, object };
+        patch(name: String, patch: kube::ObjectPatch) -> String =
+            object Patch { name, patch: patch.into() };
+        replace_status(name: String, object: String) -> String =
+            object ReplaceStatus { name, object };
+        patch_status(name: String, patch: kube::ObjectPatch) -> String =
+            object PatchStatus { name, patch: patch.into() };
+        delete(name: String) -> () = empty Delete { name };
     }
 
     async fn record_event(&mut self, event: kube::Event) -> ApiResult<()> {
