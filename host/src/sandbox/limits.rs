@@ -54,8 +54,9 @@ impl Default for Limits {
         Self {
             memory_bytes: 64 << 20,
             table_elements: 20_000,
-            // Rust guests use 3 core instances, Python 14, QuickJS 9
-            // (shared/research/polyglot.md); 2 memories and a few tables.
+            // Rust and TypeScript guests use 3 core instances, Python 14
+            // (docs/writing-plugins.md, its table of builds); 2 memories
+            // and a few tables.
             instances: 32,
             memories: 4,
             tables: 32,

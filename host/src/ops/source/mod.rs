@@ -4,7 +4,7 @@
 //! says when they may have changed. The manager never knows more than that:
 //! a file, a URL pinned by digest, an OCI reference or a Kubernetes object
 //! are each a new implementation here, not a change to the manager (see
-//! docs/EXTENDING.md).
+//! docs/ARCHITECTURE.md, "Where to add what").
 //!
 //! - `file`: a component file, watched for changes.
 //! - `url`: an `https://` URL pinned by the component's SHA-256.

@@ -1,7 +1,7 @@
 //! The host side of the `wasmctrl:reconciler` imports: one file per WIT
 //! interface, each implemented on a narrow view of the store's data (the
 //! layout of wasmtime-wasi's `p2/host/`). Adding an import: see
-//! docs/EXTENDING.md.
+//! docs/ARCHITECTURE.md, "Where to add what".
 
 mod context;
 mod kube;
