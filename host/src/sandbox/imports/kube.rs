@@ -138,7 +138,7 @@ impl kube::Host for KubeView<'_> {
         self.object(KubeRequest::Create {
             kind: kind.into(),
             namespace,
-            object,
+            object: object.into(),
         })
         .await
     }
@@ -154,7 +154,7 @@ impl kube::Host for KubeView<'_> {
             kind: kind.into(),
             namespace,
             name,
-            object,
+            object: object.into(),
         })
         .await
     }
@@ -186,7 +186,7 @@ impl kube::Host for KubeView<'_> {
             kind: kind.into(),
             namespace,
             name,
-            object,
+            object: object.into(),
         })
         .await
     }
@@ -222,7 +222,10 @@ impl kube::Host for KubeView<'_> {
     }
 
     async fn record_event(&mut self, event: kube::Event) -> ApiResult<()> {
-        self.empty(KubeRequest::RecordEvent(event.into())).await
+        self.empty(KubeRequest::RecordEvent {
+            event: event.into(),
+        })
+        .await
     }
 }
 
@@ -239,13 +242,13 @@ impl From<types::Gvk> for hostapi::Gvk {
 impl From<kube::ObjectPatch> for hostapi::ObjectPatch {
     fn from(p: kube::ObjectPatch) -> Self {
         match p {
-            kube::ObjectPatch::Merge(s) => hostapi::ObjectPatch::Merge(s),
-            kube::ObjectPatch::Json(s) => hostapi::ObjectPatch::Json(s),
-            kube::ObjectPatch::Apply(a) => hostapi::ObjectPatch::Apply(hostapi::ApplyPatch {
-                body: a.body,
+            kube::ObjectPatch::Merge(s) => hostapi::ObjectPatch::merge(s),
+            kube::ObjectPatch::Json(s) => hostapi::ObjectPatch::json(s),
+            kube::ObjectPatch::Apply(a) => hostapi::ObjectPatch::Apply {
+                body: a.body.into(),
                 field_manager: a.field_manager,
                 force: a.force,
-            }),
+            },
         }
     }
 }
