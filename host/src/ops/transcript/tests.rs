@@ -262,3 +262,41 @@ fn a_bad_line_is_an_error_naming_the_file_and_line() {
         "t.jsonl:1: transcript version 9; this host reads version 1"
     );
 }
+
+#[test]
+fn a_line_with_the_deepest_bodies_the_host_passes_reads_back() {
+    use crate::sandbox::hostapi::MAX_NESTING;
+    let deep = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+    for depth in [MAX_NESTING - 8, MAX_NESTING - 3, MAX_NESTING] {
+        let request = KubeRequest::PatchStatus {
+            kind: deployments(),
+            namespace: Some("default".into()),
+            name: "web".into(),
+            patch: ObjectPatch::merge(deep(depth)),
+        };
+        let answer = Ok(KubeResponse::Objects(vec![deep(depth)]));
+        let t = Transcript {
+            version: TRANSCRIPT_VERSION,
+            plugin: "p".into(),
+            digest: "sha256:00".into(),
+            key: Key {
+                namespace: None,
+                name: "web".into(),
+            },
+            attempt: 0,
+            timeout_ms: 1000,
+            settings: json!({}),
+            recorded_at: "2026-12-03T12:00:00.000Z".into(),
+            duration_ms: 1,
+            calls: vec![recorded(&request, answer.clone())],
+            context: Vec::new(),
+            context_dropped: 0,
+            result: Outcome::Done,
+        };
+        let line = serde_json::to_string(&t).unwrap();
+        let read = parse_lines("t.jsonl", &line).unwrap();
+        let call = &read[0].1.calls[0];
+        assert_eq!(call.request, request, "{depth}");
+        assert_eq!(call.response.to_result(), answer, "{depth}");
+    }
+}

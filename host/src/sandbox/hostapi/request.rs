@@ -8,7 +8,6 @@
 //! stay the guest's text ([`Body`]): nothing on the way to the API server
 //! parses or copies them.
 
-use std::fmt;
 use std::ops::Deref;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -37,10 +36,6 @@ const MAX_EMBEDDED_NESTING: usize = body::MAX_NESTING - 8;
 pub struct Body(String);
 
 impl Body {
-    pub fn new(text: impl Into<String>) -> Self {
-        Body(text.into())
-    }
-
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -91,12 +86,6 @@ impl From<String> for Body {
 impl From<&str> for Body {
     fn from(text: &str) -> Self {
         Body(text.to_string())
-    }
-}
-
-impl fmt::Display for Body {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
     }
 }
 
@@ -429,4 +418,78 @@ pub(crate) fn check_size(payload: &str) -> Result<(), ApiError> {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn written(body: &str) -> String {
+        serde_json::to_string(&Body::from(body)).unwrap()
+    }
+
+    fn read(json: &str) -> String {
+        serde_json::from_str::<Body>(json).unwrap().into_string()
+    }
+
+    #[test]
+    fn a_json_body_is_embedded_as_the_guest_wrote_it() {
+        assert_eq!(written(r#"{"b": 1, "a": [2]}"#), r#"{"b": 1, "a": [2]}"#);
+        assert_eq!(written(" [1] "), "[1]");
+        // A JSON string is a JSON value too: read back, its text.
+        assert_eq!(written(r#""text""#), r#""text""#);
+        assert_eq!(read(r#""text""#), "text");
+    }
+
+    #[test]
+    fn a_body_a_reader_would_not_parse_is_written_as_a_string() {
+        assert_eq!(written("not json"), r#""not json""#);
+        assert_eq!(written(r#"{"a":1} x"#), r#""{\"a\":1} x""#);
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let deep = nested(MAX_EMBEDDED_NESTING + 1);
+        assert!(written(&deep).starts_with(r#""[[["#));
+        let within = nested(MAX_EMBEDDED_NESTING);
+        assert_eq!(written(&within), within);
+        for text in ["not json", r#"{"a":1} x"#, &deep, &within] {
+            assert_eq!(read(&written(text)), *text, "{text:.40}");
+        }
+    }
+
+    #[test]
+    fn a_recorded_body_reads_as_its_json_text() {
+        assert_eq!(read(r#"{"a": {"b": [1, 2]}}"#), r#"{"a":{"b":[1,2]}}"#);
+        assert_eq!(read("null"), "null");
+    }
+
+    #[test]
+    fn a_request_serializes_as_a_transcript_request() {
+        let patch = KubeRequest::PatchStatus {
+            kind: Gvk::new("apps", "v1", "Deployment"),
+            namespace: None,
+            name: "web".into(),
+            patch: ObjectPatch::Apply {
+                body: r#"{"status":{"ready":1}}"#.into(),
+                field_manager: "m".into(),
+                force: true,
+            },
+        };
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!({"verb": "patch-status", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"},
+                   "name": "web",
+                   "patch": {"type": "apply", "body": {"status": {"ready": 1}}, "fieldManager": "m", "force": true}})
+        );
+        let event: KubeRequest = serde_json::from_value(json!({"verb": "record-event", "event": {
+            "regardingKind": {"group": "", "version": "v1", "kind": "Pod"}, "regardingName": "p",
+            "type": "Info", "reason": "R", "action": "A", "note": ""}}))
+        .unwrap();
+        let KubeRequest::RecordEvent { event: e } = &event else {
+            panic!("{event:?}")
+        };
+        assert_eq!(e.type_, EventType::Normal, "any type but Warning is Normal");
+        assert_eq!(event.address().name, Some("p"));
+        assert_eq!(event.verb(), "create");
+    }
 }
