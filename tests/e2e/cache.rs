@@ -267,7 +267,8 @@ async fn a_guest_reads_no_managed_fields_from_the_api_server_either_unless_kept(
                         namespace: ns.clone(),
                         object: format!(
                             r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"data":{{"a":"1"}}}}"#
-                        ),
+                        )
+                        .into(),
                     },
                     deadline(),
                 )
@@ -279,7 +280,7 @@ async fn a_guest_reads_no_managed_fields_from_the_api_server_either_unless_kept(
                         kind: configmaps.clone(),
                         namespace: ns.clone(),
                         name: name.clone(),
-                        patch: ObjectPatch::Merge(r#"{"data":{"b":"2"}}"#.into()),
+                        patch: ObjectPatch::merge(r#"{"data":{"b":"2"}}"#),
                     },
                     deadline(),
                 )

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use wasmctrl::config::RecordConfig;
 use wasmctrl::control::metrics::Metrics;
+use wasmctrl::ops::transcript::Transcript;
 use wasmctrl::ops::transcript::replay::{DivergenceKind, replay};
-use wasmctrl::ops::transcript::{CallRequest, Transcript};
+use wasmctrl::sandbox::hostapi::KubeRequest;
 use wasmctrl::sandbox::{Runtime, RuntimeConfig};
 use wasmctrl_e2e::{Cluster, Host, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
@@ -19,7 +20,7 @@ use crate::webapp::{apply_crd, converges_heals_and_cleans_up, quickstart_config}
 fn applies_a_deployment(t: &Transcript) -> bool {
     t.calls
         .iter()
-        .any(|c| matches!(&c.request, CallRequest::Patch { kind, .. } if kind.kind == "Deployment"))
+        .any(|c| matches!(&c.request, KubeRequest::Patch { kind, .. } if kind.kind == "Deployment"))
 }
 
 /// The quick start's webapp operator on a new cluster, recording the
@@ -68,7 +69,7 @@ async fn the_recorded_webapp_replays_without_divergence_and_a_relabelled_build_i
     assert_eq!(first.key.name, "hello");
     assert!(first.digest.starts_with("sha256:"), "{first:?}");
     assert!(
-        matches!(&first.calls[0].request, CallRequest::Get { kind, .. } if kind.kind == "WebApp"),
+        matches!(&first.calls[0].request, KubeRequest::Get { kind, .. } if kind.kind == "WebApp"),
         "the reconcile reads its WebApp first: {:?}",
         first.calls[0]
     );

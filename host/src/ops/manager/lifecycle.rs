@@ -42,7 +42,7 @@ use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use super::canary::{Canary, CanaryStatus, Phase, PromoteError, Version};
 use super::shadow::{Recording, Shadow, ShadowReport};
 use super::skip::SkipRecords;
-use crate::sandbox::hostapi::KubeApi;
+use crate::sandbox::hostapi::{KubeApi, Layered};
 
 /// Where a plugin is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -354,7 +354,7 @@ impl PluginSlot {
         let recording = self
             .shadow
             .as_ref()
-            .map(|_| Arc::new(Recording::new(plugin.kube().clone())));
+            .map(|_| Arc::new(Layered::new(Recording::default(), plugin.kube().clone())));
         let api = recording.clone().map(|r| r as Arc<dyn KubeApi>);
         let shadow_request = self.shadow.as_ref().map(|_| request.clone());
         let key = request.key.clone();
@@ -390,7 +390,7 @@ impl PluginSlot {
         if let (Some(shadow), Some(recording), Some(request)) =
             (&self.shadow, recording, shadow_request)
         {
-            shadow.after_stable(&request, &result, &recording);
+            shadow.after_stable(&request, &result, recording.layer());
         }
         result
     }

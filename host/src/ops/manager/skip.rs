@@ -35,58 +35,17 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
-use crate::sandbox::hostapi::{ApiError, Gvk, KubeApi, KubeRequest, KubeResponse};
+use crate::sandbox::hostapi::{ApiError, Gvk, KubeApi, KubeRequest, KubeResponse, Layer, Layered};
 use crate::sandbox::{Plugin, Through};
 
 /// A reconcile that read more objects (or lists) than this is never
 /// skipped: re-checking would cost about as much as running it.
 pub const MAX_DEPENDENCIES: usize = 256;
 
-/// What a reconcile read: the request to repeat to see whether it changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Read {
-    Object {
-        kind: Gvk,
-        namespace: Option<String>,
-        name: String,
-    },
-    List {
-        kind: Gvk,
-        namespace: Option<String>,
-        selector: Option<String>,
-    },
-}
-
-impl Read {
-    fn request(&self) -> KubeRequest {
-        match self.clone() {
-            Read::Object {
-                kind,
-                namespace,
-                name,
-            } => KubeRequest::Get {
-                kind,
-                namespace,
-                name,
-            },
-            Read::List {
-                kind,
-                namespace,
-                selector,
-            } => KubeRequest::List {
-                kind,
-                namespace,
-                label_selector: selector,
-            },
-        }
-    }
-
-    fn same_kind(&self, other: &Gvk) -> bool {
-        let kind = match self {
-            Read::Object { kind, .. } | Read::List { kind, .. } => kind,
-        };
-        kind.group == other.group && kind.kind == other.kind
-    }
+/// Whether `read` (a `get` or `list`) is of `kind`, whatever its version.
+fn same_kind(read: &KubeRequest, kind: &Gvk) -> bool {
+    let of = read.address().kind;
+    of.group == kind.group && of.kind == kind.kind
 }
 
 /// An object's namespace and name.
@@ -142,13 +101,13 @@ impl Seen {
     /// The fingerprint of a read's outcome; None when it cannot be
     /// compared (an error other than not-found, an object without a
     /// resourceVersion).
-    fn of(read: &Read, result: &Result<KubeResponse, ApiError>) -> Option<Seen> {
+    fn of(read: &KubeRequest, result: &Result<KubeResponse, ApiError>) -> Option<Seen> {
         match (read, result) {
-            (Read::Object { .. }, Ok(KubeResponse::Object(json))) => {
+            (KubeRequest::Get { .. }, Ok(KubeResponse::Object(json))) => {
                 Some(Seen::Object(Some(head(json)?.resource_version?)))
             }
-            (Read::Object { .. }, Err(ApiError::NotFound(_))) => Some(Seen::Object(None)),
-            (Read::List { .. }, Ok(KubeResponse::Objects(items))) => {
+            (KubeRequest::Get { .. }, Err(ApiError::NotFound(_))) => Some(Seen::Object(None)),
+            (KubeRequest::List { .. }, Ok(KubeResponse::Objects(items))) => {
                 let mut seen = BTreeMap::new();
                 for json in items {
                     let m = head(json)?;
@@ -161,16 +120,17 @@ impl Seen {
     }
 }
 
-/// What one reconcile depended on so far.
+/// What one reconcile depended on so far: each read (a `get` or `list`
+/// request, repeated to see whether it changed) and what it saw.
 #[derive(Debug, Default)]
 struct Dependencies {
-    reads: Vec<(Read, Seen)>,
+    reads: Vec<(KubeRequest, Seen)>,
     /// A read or write failed, or there were too many: never skip.
     unusable: bool,
 }
 
 impl Dependencies {
-    fn set(&mut self, read: Read, seen: Seen) {
+    fn set(&mut self, read: KubeRequest, seen: Seen) {
         if let Some(slot) = self.reads.iter_mut().find(|(r, _)| *r == read) {
             slot.1 = seen;
         } else if self.reads.len() >= MAX_DEPENDENCIES {
@@ -185,7 +145,7 @@ impl Dependencies {
     /// that held it hold the new version.
     fn wrote(&mut self, kind: &Gvk, name: Name, version: Option<String>) {
         for (read, seen) in &mut self.reads {
-            if let (true, Seen::List(items)) = (read.same_kind(kind), seen) {
+            if let (true, Seen::List(items)) = (same_kind(read, kind), seen) {
                 match &version {
                     Some(v) => {
                         if let Some(rv) = items.get_mut(&name) {
@@ -198,7 +158,7 @@ impl Dependencies {
                 }
             }
         }
-        let read = Read::Object {
+        let read = KubeRequest::Get {
             kind: kind.clone(),
             namespace: name.0,
             name: name.1,
@@ -254,7 +214,7 @@ impl Dependencies {
 
 /// A guest call as far as dependencies go.
 enum Call {
-    Read(Read),
+    Read(KubeRequest),
     Write {
         kind: Gvk,
         namespace: Option<String>,
@@ -265,94 +225,43 @@ enum Call {
 }
 
 impl Call {
+    /// What `request` reads or writes; a write's body is not kept.
     fn of(request: &KubeRequest) -> Call {
-        match request {
-            KubeRequest::Get {
-                kind,
-                namespace,
-                name,
-            } => Call::Read(Read::Object {
-                kind: kind.clone(),
-                namespace: namespace.clone(),
-                name: name.clone(),
-            }),
-            KubeRequest::List {
-                kind,
-                namespace,
-                label_selector,
-            } => Call::Read(Read::List {
-                kind: kind.clone(),
-                namespace: namespace.clone(),
-                selector: label_selector.clone(),
-            }),
-            KubeRequest::Create {
-                kind, namespace, ..
-            } => Call::Write {
-                kind: kind.clone(),
-                namespace: namespace.clone(),
-                name: None,
-            },
-            KubeRequest::Replace {
-                kind,
-                namespace,
-                name,
-                ..
-            }
-            | KubeRequest::Patch {
-                kind,
-                namespace,
-                name,
-                ..
-            }
-            | KubeRequest::ReplaceStatus {
-                kind,
-                namespace,
-                name,
-                ..
-            }
-            | KubeRequest::PatchStatus {
-                kind,
-                namespace,
-                name,
-                ..
-            }
-            | KubeRequest::Delete {
-                kind,
-                namespace,
-                name,
-            } => Call::Write {
-                kind: kind.clone(),
-                namespace: namespace.clone(),
-                name: Some(name.clone()),
-            },
-            KubeRequest::RecordEvent(_) => Call::Event,
+        if request.is_read() {
+            return Call::Read(request.clone());
+        }
+        if let KubeRequest::RecordEvent { .. } = request {
+            return Call::Event;
+        }
+        let at = request.address();
+        Call::Write {
+            kind: at.kind.clone(),
+            namespace: at.namespace.map(str::to_string),
+            name: at.name.map(str::to_string),
         }
     }
 }
 
-/// Serves a reconcile's `kube` calls through the plugin's API and notes
-/// what they read and wrote.
+/// Notes what a reconcile's `kube` calls read and wrote, on their way to
+/// the plugin's API.
+#[derive(Default)]
 struct Tracker {
-    api: Arc<dyn KubeApi>,
     dependencies: Mutex<Dependencies>,
 }
 
-impl KubeApi for Tracker {
-    fn call(
-        &self,
+impl Layer for Tracker {
+    fn call<'a>(
+        &'a self,
+        inner: &'a dyn KubeApi,
         request: KubeRequest,
         deadline: Instant,
-    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
+    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
         Box::pin(async move {
             let call = Call::of(&request);
-            let result = self.api.call(request, deadline).await;
+            let result = inner.call(request, deadline).await;
             self.dependencies.lock().unwrap().note(call, &result);
             result
         })
-    }
-
-    fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
-        self.api.admit(request)
     }
 }
 
@@ -361,7 +270,7 @@ impl KubeApi for Tracker {
 struct Record {
     digest: String,
     settings: u64,
-    reads: Vec<(Read, Seen)>,
+    reads: Vec<(KubeRequest, Seen)>,
 }
 
 /// The records of one plugin's keys (one per key whose object exists and
@@ -396,8 +305,8 @@ impl SkipRecords {
         self.records.lock().unwrap().len()
     }
 
-    fn own_object(&self, key: &ObjectKey) -> Read {
-        Read::Object {
+    fn own_object(&self, key: &ObjectKey) -> KubeRequest {
+        KubeRequest::Get {
             kind: self.for_kind.clone(),
             namespace: key.namespace.clone(),
             name: key.name.clone(),
@@ -421,7 +330,7 @@ impl SkipRecords {
         }
         let deadline = Instant::now() + timeout;
         for (read, seen) in &record.reads {
-            let now = plugin.kube().peek(read.request(), deadline).await;
+            let now = plugin.kube().peek(read.clone(), deadline).await;
             if !Seen::of(read, &now).is_some_and(|now| seen.matches(&now)) {
                 return false;
             }
@@ -444,12 +353,12 @@ impl SkipRecords {
         // up as a different version at the next check.
         let before = plugin
             .kube()
-            .peek(own.request(), Instant::now() + request.timeout)
+            .peek(own.clone(), Instant::now() + request.timeout)
             .await;
-        let tracker = Arc::new(Tracker {
-            api: through.kube.unwrap_or_else(|| plugin.kube().clone()),
-            dependencies: Mutex::new(Dependencies::default()),
-        });
+        let tracker = Arc::new(Layered::new(
+            Tracker::default(),
+            through.kube.unwrap_or_else(|| plugin.kube().clone()),
+        ));
         let result = plugin
             .reconcile_through(
                 request,
@@ -459,7 +368,7 @@ impl SkipRecords {
                 },
             )
             .await;
-        let mut deps = std::mem::take(&mut *tracker.dependencies.lock().unwrap());
+        let mut deps = std::mem::take(&mut *tracker.layer().dependencies.lock().unwrap());
         let keep = match (&result, Seen::of(&own, &before)) {
             (Ok(action), Some(Seen::Object(Some(rv)))) if is_done(action) && !deps.unusable => {
                 // The guest's own reads, when it made them, say what it saw.
@@ -533,7 +442,7 @@ mod tests {
             kind: cm(),
             namespace: Some("default".into()),
             name: "a".into(),
-            patch: crate::sandbox::hostapi::ObjectPatch::Merge("{}".into()),
+            patch: crate::sandbox::hostapi::ObjectPatch::merge("{}"),
         });
         d.note(patch, &Ok(KubeResponse::Object(object("a", "2"))));
         assert!(!d.unusable);

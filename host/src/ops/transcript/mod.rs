@@ -15,11 +15,14 @@
 //!  "result":{"outcome":"done"}}
 //! ```
 //!
-//! - `calls`, in the order the guest made them. A request's `verb` is one
-//!   of `get`, `list`, `create`, `replace`, `patch`, `replace-status`,
-//!   `patch-status`, `delete`, `record-event`; bodies are JSON (a body that
-//!   is not JSON is kept as a string). A patch is `{"type":"merge"|"json",
-//!   "body":…}` or `{"type":"apply","body":…,"fieldManager":…,"force":…}`.
+//! - `calls`, in the order the guest made them. A request is the host
+//!   API's [`KubeRequest`] as it serializes: its `verb` is one of `get`,
+//!   `list`, `create`, `replace`, `patch`, `replace-status`,
+//!   `patch-status`, `delete`, `record-event`; bodies are the guest's JSON
+//!   as it wrote it (a body that is not JSON, or nests deeper than a
+//!   reader parses, is kept as a string: see [`Body`]). A patch is
+//!   `{"type":"merge"|"json", "body":…}` or
+//!   `{"type":"apply","body":…,"fieldManager":…,"force":…}`.
 //!   A response is `{"object":…}`, `{"objects":[…]}`, `"empty"` or
 //!   `{"error":{"code":"not-found","message":…}}` (the codes of
 //!   `wasmctrl_hostapi_calls_total`).
@@ -38,9 +41,7 @@ use serde_json::Value;
 
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError};
 pub use crate::sandbox::ContextRead;
-use crate::sandbox::hostapi::{
-    ApiError, ApplyPatch, Event, EventType, Gvk, KubeRequest, KubeResponse, ObjectPatch,
-};
+use crate::sandbox::hostapi::{ApiError, Body, KubeRequest, KubeResponse};
 
 /// The transcript format this host writes and reads.
 pub const TRANSCRIPT_VERSION: u32 = 1;
@@ -104,452 +105,16 @@ impl From<&Key> for ObjectKey {
 /// One host call and its answer.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostCall {
-    pub request: CallRequest,
+    pub request: KubeRequest,
     pub response: CallResponse,
-}
-
-/// A `kube` call as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "verb", rename_all = "kebab-case")]
-pub enum CallRequest {
-    Get {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        name: String,
-    },
-    #[serde(rename_all = "camelCase")]
-    List {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        label_selector: Option<String>,
-    },
-    Create {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        object: Value,
-    },
-    Replace {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        name: String,
-        object: Value,
-    },
-    Patch {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        name: String,
-        patch: Patch,
-    },
-    ReplaceStatus {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        name: String,
-        object: Value,
-    },
-    PatchStatus {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        name: String,
-        patch: Patch,
-    },
-    Delete {
-        kind: Gvk,
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        namespace: Option<String>,
-        name: String,
-    },
-    RecordEvent {
-        event: EventRecord,
-    },
-}
-
-/// A patch as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "kebab-case")]
-pub enum Patch {
-    Merge {
-        body: Value,
-    },
-    Json {
-        body: Value,
-    },
-    #[serde(rename_all = "camelCase")]
-    Apply {
-        body: Value,
-        field_manager: String,
-        force: bool,
-    },
-}
-
-/// An event as recorded.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct EventRecord {
-    pub regarding_kind: Gvk,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub regarding_namespace: Option<String>,
-    pub regarding_name: String,
-    /// `Normal` or `Warning`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    pub reason: String,
-    pub action: String,
-    pub note: String,
-}
-
-/// A body as the guest sent it: its JSON, or the text when it is not JSON.
-fn body(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
-}
-
-/// The text a recorded body stands for.
-fn text(body: &Value) -> String {
-    match body {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-impl From<&ObjectPatch> for Patch {
-    fn from(p: &ObjectPatch) -> Self {
-        match p {
-            ObjectPatch::Merge(s) => Patch::Merge { body: body(s) },
-            ObjectPatch::Json(s) => Patch::Json { body: body(s) },
-            ObjectPatch::Apply(a) => Patch::Apply {
-                body: body(&a.body),
-                field_manager: a.field_manager.clone(),
-                force: a.force,
-            },
-        }
-    }
-}
-
-impl From<&Patch> for ObjectPatch {
-    fn from(p: &Patch) -> Self {
-        match p {
-            Patch::Merge { body } => ObjectPatch::Merge(text(body)),
-            Patch::Json { body } => ObjectPatch::Json(text(body)),
-            Patch::Apply {
-                body,
-                field_manager,
-                force,
-            } => ObjectPatch::Apply(ApplyPatch {
-                body: text(body),
-                field_manager: field_manager.clone(),
-                force: *force,
-            }),
-        }
-    }
-}
-
-impl From<&KubeRequest> for CallRequest {
-    fn from(r: &KubeRequest) -> Self {
-        match r.clone() {
-            KubeRequest::Get {
-                kind,
-                namespace,
-                name,
-            } => CallRequest::Get {
-                kind,
-                namespace,
-                name,
-            },
-            KubeRequest::List {
-                kind,
-                namespace,
-                label_selector,
-            } => CallRequest::List {
-                kind,
-                namespace,
-                label_selector,
-            },
-            KubeRequest::Create {
-                kind,
-                namespace,
-                object,
-            } => CallRequest::Create {
-                kind,
-                namespace,
-                object: body(&object),
-            },
-            KubeRequest::Replace {
-                kind,
-                namespace,
-                name,
-                object,
-            } => CallRequest::Replace {
-                kind,
-                namespace,
-                name,
-                object: body(&object),
-            },
-            KubeRequest::Patch {
-                kind,
-                namespace,
-                name,
-                patch,
-            } => CallRequest::Patch {
-                kind,
-                namespace,
-                name,
-                patch: (&patch).into(),
-            },
-            KubeRequest::ReplaceStatus {
-                kind,
-                namespace,
-                name,
-                object,
-            } => CallRequest::ReplaceStatus {
-                kind,
-                namespace,
-                name,
-                object: body(&object),
-            },
-            KubeRequest::PatchStatus {
-                kind,
-                namespace,
-                name,
-                patch,
-            } => CallRequest::PatchStatus {
-                kind,
-                namespace,
-                name,
-                patch: (&patch).into(),
-            },
-            KubeRequest::Delete {
-                kind,
-                namespace,
-                name,
-            } => CallRequest::Delete {
-                kind,
-                namespace,
-                name,
-            },
-            KubeRequest::RecordEvent(e) => CallRequest::RecordEvent {
-                event: EventRecord {
-                    regarding_kind: e.regarding_kind,
-                    regarding_namespace: e.regarding_namespace,
-                    regarding_name: e.regarding_name,
-                    type_: match e.type_ {
-                        EventType::Normal => "Normal".into(),
-                        EventType::Warning => "Warning".into(),
-                    },
-                    reason: e.reason,
-                    action: e.action,
-                    note: e.note,
-                },
-            },
-        }
-    }
-}
-
-impl CallRequest {
-    /// The call as the host API takes it.
-    pub fn to_kube(&self) -> KubeRequest {
-        match self.clone() {
-            CallRequest::Get {
-                kind,
-                namespace,
-                name,
-            } => KubeRequest::Get {
-                kind,
-                namespace,
-                name,
-            },
-            CallRequest::List {
-                kind,
-                namespace,
-                label_selector,
-            } => KubeRequest::List {
-                kind,
-                namespace,
-                label_selector,
-            },
-            CallRequest::Create {
-                kind,
-                namespace,
-                object,
-            } => KubeRequest::Create {
-                kind,
-                namespace,
-                object: text(&object),
-            },
-            CallRequest::Replace {
-                kind,
-                namespace,
-                name,
-                object,
-            } => KubeRequest::Replace {
-                kind,
-                namespace,
-                name,
-                object: text(&object),
-            },
-            CallRequest::Patch {
-                kind,
-                namespace,
-                name,
-                patch,
-            } => KubeRequest::Patch {
-                kind,
-                namespace,
-                name,
-                patch: (&patch).into(),
-            },
-            CallRequest::ReplaceStatus {
-                kind,
-                namespace,
-                name,
-                object,
-            } => KubeRequest::ReplaceStatus {
-                kind,
-                namespace,
-                name,
-                object: text(&object),
-            },
-            CallRequest::PatchStatus {
-                kind,
-                namespace,
-                name,
-                patch,
-            } => KubeRequest::PatchStatus {
-                kind,
-                namespace,
-                name,
-                patch: (&patch).into(),
-            },
-            CallRequest::Delete {
-                kind,
-                namespace,
-                name,
-            } => KubeRequest::Delete {
-                kind,
-                namespace,
-                name,
-            },
-            CallRequest::RecordEvent { event: e } => KubeRequest::RecordEvent(Event {
-                regarding_kind: e.regarding_kind,
-                regarding_namespace: e.regarding_namespace,
-                regarding_name: e.regarding_name,
-                type_: if e.type_ == "Warning" {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: e.reason,
-                action: e.action,
-                note: e.note,
-            }),
-        }
-    }
-
-    /// What the call is about, without its arguments: `patch (apply)
-    /// apps/v1 Deployment default/web`. Two calls with the same target are
-    /// the same call, possibly with different arguments.
-    pub fn target(&self) -> String {
-        let at = |kind: &Gvk, ns: &Option<String>, name: &str| {
-            let gv = if kind.group.is_empty() {
-                kind.version.clone()
-            } else {
-                format!("{}/{}", kind.group, kind.version)
-            };
-            let ns = ns.as_deref().map(|n| format!("{n}/")).unwrap_or_default();
-            format!("{gv} {} {ns}{name}", kind.kind)
-        };
-        let patch_type = |p: &Patch| match p {
-            Patch::Merge { .. } => "merge",
-            Patch::Json { .. } => "json",
-            Patch::Apply { .. } => "apply",
-        };
-        match self {
-            CallRequest::Get {
-                kind,
-                namespace,
-                name,
-            } => format!("get {}", at(kind, namespace, name)),
-            CallRequest::List {
-                kind, namespace, ..
-            } => format!("list {}", at(kind, namespace, "").trim_end_matches('/')),
-            CallRequest::Create {
-                kind,
-                namespace,
-                object,
-            } => {
-                let name = object["metadata"]["name"].as_str().unwrap_or("");
-                format!("create {}", at(kind, namespace, name))
-            }
-            CallRequest::Replace {
-                kind,
-                namespace,
-                name,
-                ..
-            } => format!("replace {}", at(kind, namespace, name)),
-            CallRequest::Patch {
-                kind,
-                namespace,
-                name,
-                patch,
-            } => format!(
-                "patch ({}) {}",
-                patch_type(patch),
-                at(kind, namespace, name)
-            ),
-            CallRequest::ReplaceStatus {
-                kind,
-                namespace,
-                name,
-                ..
-            } => format!("replace-status {}", at(kind, namespace, name)),
-            CallRequest::PatchStatus {
-                kind,
-                namespace,
-                name,
-                patch,
-            } => format!(
-                "patch-status ({}) {}",
-                patch_type(patch),
-                at(kind, namespace, name)
-            ),
-            CallRequest::Delete {
-                kind,
-                namespace,
-                name,
-            } => format!("delete {}", at(kind, namespace, name)),
-            CallRequest::RecordEvent { event } => format!(
-                "record-event {} on {}",
-                event.reason,
-                at(
-                    &event.regarding_kind,
-                    &event.regarding_namespace,
-                    &event.regarding_name
-                )
-            ),
-        }
-    }
-
-    /// The call's arguments as compared: JSON, normalized (see
-    /// [`crate::meta::normalized`]).
-    pub fn arguments(&self) -> Value {
-        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
-        crate::meta::normalized::normalize(&mut v);
-        v
-    }
 }
 
 /// A call's answer as recorded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CallResponse {
-    Object(Value),
-    Objects(Vec<Value>),
+    Object(Body),
+    Objects(Vec<Body>),
     Empty,
     Error { code: String, message: String },
 }
@@ -557,9 +122,9 @@ pub enum CallResponse {
 impl From<&Result<KubeResponse, ApiError>> for CallResponse {
     fn from(r: &Result<KubeResponse, ApiError>) -> Self {
         match r {
-            Ok(KubeResponse::Object(o)) => CallResponse::Object(body(o)),
+            Ok(KubeResponse::Object(o)) => CallResponse::Object(o.as_str().into()),
             Ok(KubeResponse::Objects(os)) => {
-                CallResponse::Objects(os.iter().map(|o| body(o)).collect())
+                CallResponse::Objects(os.iter().map(|o| o.as_str().into()).collect())
             }
             Ok(KubeResponse::Empty) => CallResponse::Empty,
             Err(e) => CallResponse::Error {
@@ -583,20 +148,12 @@ impl CallResponse {
     /// The answer as the host API gives it.
     pub fn to_result(&self) -> Result<KubeResponse, ApiError> {
         match self {
-            CallResponse::Object(o) => Ok(KubeResponse::Object(text(o))),
-            CallResponse::Objects(os) => Ok(KubeResponse::Objects(os.iter().map(text).collect())),
+            CallResponse::Object(o) => Ok(KubeResponse::Object(o.as_str().to_owned())),
+            CallResponse::Objects(os) => Ok(KubeResponse::Objects(
+                os.iter().map(|o| o.as_str().to_owned()).collect(),
+            )),
             CallResponse::Empty => Ok(KubeResponse::Empty),
             CallResponse::Error { code, message } => Err(api_error(code, message.clone())),
-        }
-    }
-
-    /// Bytes its bodies take as JSON (what bounds a transcript).
-    fn size(&self) -> usize {
-        match self {
-            CallResponse::Object(o) => o.to_string().len(),
-            CallResponse::Objects(os) => os.iter().map(|o| o.to_string().len() + 1).sum(),
-            CallResponse::Empty => 0,
-            CallResponse::Error { message, .. } => message.len(),
         }
     }
 }

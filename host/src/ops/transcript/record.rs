@@ -27,10 +27,12 @@ use std::time::{Duration, Instant, SystemTime};
 
 use futures::future::BoxFuture;
 
-use super::{CallRequest, CallResponse, HostCall, Key, Outcome, TRANSCRIPT_VERSION, Transcript};
+use super::{CallResponse, HostCall, Key, Outcome, TRANSCRIPT_VERSION, Transcript};
 use crate::control::metrics::{Metrics, PluginLabel, PluginReasonLabels};
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
-use crate::sandbox::hostapi::{ApiError, KubeApi, KubeRequest, KubeResponse, LabelSelector};
+use crate::sandbox::hostapi::{
+    ApiError, KubeApi, KubeRequest, KubeResponse, LabelSelector, Layer, Layered,
+};
 use crate::sandbox::{ContextTape, Plugin, Through};
 
 /// Transcripts queued for the writer before new ones are dropped.
@@ -163,12 +165,12 @@ impl Recorder {
         request: &ReconcileRequest,
         api: Arc<dyn KubeApi>,
     ) -> Session {
+        let taping = Taping {
+            limit: self.max_bytes,
+            calls: Mutex::new(Calls::default()),
+        };
         Session {
-            taping: Arc::new(Taping {
-                api,
-                limit: self.max_bytes,
-                calls: Mutex::new(Calls::default()),
-            }),
+            taping: Arc::new(Layered::new(taping, api)),
             tape: Arc::new(ContextTape::recording()),
             plugin: plugin.name().to_string(),
             digest: plugin.digest().to_string(),
@@ -207,7 +209,7 @@ impl Recorder {
 
 /// One reconcile being recorded.
 pub(crate) struct Session {
-    taping: Arc<Taping>,
+    taping: Arc<Layered<Taping>>,
     tape: Arc<ContextTape>,
     plugin: String,
     digest: String,
@@ -230,7 +232,7 @@ impl Session {
 
     /// The transcript as one line, or None when it is over `max_bytes`.
     fn line(self, result: &Result<Action, ReconcileError>, max_bytes: usize) -> Option<String> {
-        let calls = std::mem::take(&mut *self.taping.calls.lock().unwrap());
+        let calls = std::mem::take(&mut *self.taping.layer().calls.lock().unwrap());
         if calls.overflow {
             return None;
         }
@@ -266,26 +268,28 @@ struct Calls {
     overflow: bool,
 }
 
-/// Serves the guest's calls through `api`, keeping each with its answer.
+/// Keeps each of the guest's calls with its answer, up to `limit` bytes of
+/// them; the host's own reads (`peek`) are not the guest's and are not
+/// kept.
 struct Taping {
-    api: Arc<dyn KubeApi>,
     limit: usize,
     calls: Mutex<Calls>,
 }
 
-impl KubeApi for Taping {
-    fn call(
-        &self,
+impl Layer for Taping {
+    fn call<'a>(
+        &'a self,
+        inner: &'a dyn KubeApi,
         request: KubeRequest,
         deadline: Instant,
-    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
+    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
         Box::pin(async move {
-            let recorded = CallRequest::from(&request);
-            let answer = self.api.call(request, deadline).await;
+            let recorded = request.clone();
+            let answer = inner.call(request, deadline).await;
             let mut calls = self.calls.lock().unwrap();
             if !calls.overflow {
                 let response = CallResponse::from(&answer);
-                calls.bytes += recorded.arguments().to_string().len() + response.size();
+                calls.bytes += json_len(&recorded) + json_len(&response);
                 if calls.bytes > self.limit {
                     // Past the bound the transcript is dropped: free what it
                     // holds now rather than at its end.
@@ -301,15 +305,26 @@ impl KubeApi for Taping {
             answer
         })
     }
+}
 
-    /// The host's own reads are not the guest's: served, not recorded.
-    fn peek(
-        &self,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
-        self.api.peek(request, deadline)
+/// Bytes `value` takes as JSON in the transcript line, counted without
+/// writing it anywhere.
+fn json_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl Write for Count {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
     }
+    let mut count = Count(0);
+    // Writing to a counter fails only where serializing does: counted as
+    // nothing, as the line itself is then not written.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// A plugin's transcript files and the current one's fill.

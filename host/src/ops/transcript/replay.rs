@@ -5,7 +5,7 @@
 //! # How calls are matched
 //! The replayed reconcile's calls are walked against the recorded ones in
 //! order. A call with the same target as the next recorded one (verb, kind,
-//! namespace, name: see [`CallRequest::target`]) gets the recorded answer;
+//! namespace, name: see [`target`]) gets the recorded answer;
 //! if its arguments differ (as normalized JSON, see
 //! [`crate::meta::normalized`]) that is a `different-arguments` divergence.
 //! Any other call is a `different-call`: if the same target comes later in
@@ -29,10 +29,15 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::{CallRequest, HostCall, Outcome, Transcript};
+use serde_json::Value;
+
+use super::{HostCall, Outcome, Transcript};
 use crate::control::reconcile::{ObjectKey, ReconcileRequest};
+use crate::meta::kind::Gvk;
 use crate::meta::normalized::{canonical, differences};
-use crate::sandbox::hostapi::{ApiError, KubeApi, KubeRequest, KubeResponse};
+use crate::sandbox::hostapi::{
+    ApiError, KubeApi, KubeRequest, KubeResponse, Layer, Layered, NoApiServer,
+};
 use crate::sandbox::{ContextTape, LoadError, Plugin, PluginSpec, Runtime, Through};
 
 /// What kind of difference a replay found.
@@ -190,7 +195,11 @@ pub async fn replay(
 
 /// Replays one transcript against a loaded plugin.
 pub async fn replay_one(plugin: &Plugin, at: &str, t: &Transcript) -> ReconcileReplay {
-    let replayer = Arc::new(Replayer::new(t.calls.clone()));
+    // Every call is answered from the recording: there is no cluster below.
+    let replayer = Arc::new(Layered::new(
+        Replayer::new(t.calls.clone()),
+        Arc::new(NoApiServer),
+    ));
     let key = ObjectKey::from(&t.key);
     let request = ReconcileRequest {
         key: key.clone(),
@@ -204,7 +213,7 @@ pub async fn replay_one(plugin: &Plugin, at: &str, t: &Transcript) -> ReconcileR
     };
     let invocation = plugin.invoke_through(request, through).await;
     let replayed = Outcome::from(&invocation.result);
-    let mut divergences = replayer.finish();
+    let mut divergences = replayer.layer().finish();
     if !replayed.same_as(&t.result) {
         divergences.push(Divergence {
             kind: DivergenceKind::DifferentResult,
@@ -249,7 +258,7 @@ impl Replayer {
     pub fn new(recorded: Vec<HostCall>) -> Self {
         let mut positions: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, c) in recorded.iter().enumerate() {
-            positions.entry(c.request.target()).or_default().push(i);
+            positions.entry(target(&c.request)).or_default().push(i);
         }
         Self {
             recorded,
@@ -260,21 +269,20 @@ impl Replayer {
 
     /// The answer to the replay's next call, noting how it diverges.
     pub fn answer(&self, request: &KubeRequest) -> Result<KubeResponse, ApiError> {
-        let actual = CallRequest::from(request);
-        let target = actual.target();
+        let actual = target(request);
         let mut walk = self.state.lock().unwrap();
         walk.made += 1;
         let n = walk.made;
         let cursor = walk.cursor;
-        let at = self.positions.get(&target).map_or(&[][..], Vec::as_slice);
+        let at = self.positions.get(&actual).map_or(&[][..], Vec::as_slice);
         let ahead = at.partition_point(|&i| i < cursor);
         let found = at.get(ahead).map(|&i| i - cursor);
         if found != Some(0) {
             walk.divergences.push(Divergence {
                 kind: DivergenceKind::DifferentCall,
                 call: Some(n),
-                expected: self.recorded.get(cursor).map(|c| c.request.target()),
-                actual: Some(target.clone()),
+                expected: self.recorded.get(cursor).map(|c| target(&c.request)),
+                actual: Some(actual.clone()),
                 differences: Vec::new(),
             });
         }
@@ -283,18 +291,18 @@ impl Replayer {
             return match ahead.checked_sub(1).map(|j| &self.recorded[at[j]]) {
                 Some(c) => c.response.to_result(),
                 None => Err(ApiError::Unavailable(format!(
-                    "replay: the recorded reconcile made no `{target}` call, so there is no answer to replay"
+                    "replay: the recorded reconcile made no `{actual}` call, so there is no answer to replay"
                 ))),
             };
         };
         let recorded = &self.recorded[cursor + k];
-        let (expected, got) = (recorded.request.arguments(), actual.arguments());
+        let (expected, got) = (arguments(&recorded.request), arguments(request));
         if canonical(&expected) != canonical(&got) {
             walk.divergences.push(Divergence {
                 kind: DivergenceKind::DifferentArguments,
                 call: Some(n),
-                expected: Some(target.clone()),
-                actual: Some(target),
+                expected: Some(actual.clone()),
+                actual: Some(actual),
                 differences: differences(&expected, &got),
             });
         }
@@ -312,7 +320,7 @@ impl Replayer {
             .map(|(i, c)| Divergence {
                 kind: DivergenceKind::MissingCall,
                 call: Some(cursor + i + 1),
-                expected: Some(c.request.target()),
+                expected: Some(target(&c.request)),
                 actual: None,
                 differences: Vec::new(),
             })
@@ -322,13 +330,56 @@ impl Replayer {
     }
 }
 
-impl KubeApi for Replayer {
-    fn call(
-        &self,
+impl Layer for Replayer {
+    /// Every call the guest makes is answered here, never by the inner API.
+    fn call<'a>(
+        &'a self,
+        _inner: &'a dyn KubeApi,
         request: KubeRequest,
         _deadline: Instant,
-    ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
+    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
         let answer = self.answer(&request);
         Box::pin(std::future::ready(answer))
     }
+}
+
+/// What a call is about, without its arguments: `patch (apply) apps/v1
+/// Deployment default/web`. Two calls with the same target are the same
+/// call, possibly with different arguments.
+pub fn target(request: &KubeRequest) -> String {
+    let at = |kind: &Gvk, ns: Option<&str>, name: &str| {
+        let gv = if kind.group.is_empty() {
+            kind.version.clone()
+        } else {
+            format!("{}/{}", kind.group, kind.version)
+        };
+        let ns = ns.map(|n| format!("{n}/")).unwrap_or_default();
+        format!("{gv} {} {ns}{name}", kind.kind)
+    };
+    let address = request.address();
+    let object = |name: Option<&str>| at(address.kind, address.namespace, name.unwrap_or(""));
+    match request {
+        KubeRequest::List { .. } => format!("list {}", object(None).trim_end_matches('/')),
+        KubeRequest::Create { object: body, .. } => {
+            format!("create {}", object(body.object_name().as_deref()))
+        }
+        KubeRequest::Patch { patch, .. } | KubeRequest::PatchStatus { patch, .. } => format!(
+            "{} ({}) {}",
+            request.operation(),
+            patch.type_name(),
+            object(address.name)
+        ),
+        KubeRequest::RecordEvent { event } => {
+            format!("record-event {} on {}", event.reason, object(address.name))
+        }
+        _ => format!("{} {}", request.operation(), object(address.name)),
+    }
+}
+
+/// A call's arguments as compared: its JSON, normalized (see
+/// [`crate::meta::normalized`]).
+fn arguments(request: &KubeRequest) -> Value {
+    let mut v = serde_json::to_value(request).unwrap_or(Value::Null);
+    crate::meta::normalized::normalize(&mut v);
+    v
 }

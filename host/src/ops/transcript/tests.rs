@@ -1,8 +1,8 @@
 use serde_json::json;
 
-use super::replay::{DivergenceKind, Replayer};
+use super::replay::{DivergenceKind, Replayer, target};
 use super::*;
-use crate::sandbox::hostapi::{ApiError, ApplyPatch, KubeRequest, KubeResponse, ObjectPatch};
+use crate::sandbox::hostapi::{ApiError, Event, EventType, Gvk, KubeResponse, ObjectPatch};
 
 fn deployments() -> Gvk {
     Gvk::new("apps", "v1", "Deployment")
@@ -21,17 +21,19 @@ fn apply(name: &str, labels: serde_json::Value) -> KubeRequest {
         kind: deployments(),
         namespace: Some("default".into()),
         name: name.into(),
-        patch: ObjectPatch::Apply(ApplyPatch {
-            body: json!({"metadata": {"name": name, "labels": labels}}).to_string(),
+        patch: ObjectPatch::Apply {
+            body: json!({"metadata": {"name": name, "labels": labels}})
+                .to_string()
+                .into(),
             field_manager: "webapp".into(),
             force: true,
-        }),
+        },
     }
 }
 
 fn recorded(request: &KubeRequest, answer: Result<KubeResponse, ApiError>) -> HostCall {
     HostCall {
-        request: CallRequest::from(request),
+        request: request.clone(),
         response: CallResponse::from(&answer),
     }
 }
@@ -61,33 +63,29 @@ fn every_request_round_trips_through_its_json() {
             kind: deployments(),
             namespace: None,
             name: "web".into(),
-            patch: ObjectPatch::Json(r#"[{"op":"remove","path":"/status"}]"#.into()),
+            patch: ObjectPatch::json(r#"[{"op":"remove","path":"/status"}]"#),
         },
         KubeRequest::Delete {
             kind: deployments(),
             namespace: Some("default".into()),
             name: "web".into(),
         },
-        KubeRequest::RecordEvent(crate::sandbox::hostapi::Event {
-            regarding_kind: deployments(),
-            regarding_namespace: Some("default".into()),
-            regarding_name: "web".into(),
-            type_: crate::sandbox::hostapi::EventType::Warning,
-            reason: "Failed".into(),
-            action: "Reconcile".into(),
-            note: "no".into(),
-        }),
+        KubeRequest::RecordEvent {
+            event: Event {
+                regarding_kind: deployments(),
+                regarding_namespace: Some("default".into()),
+                regarding_name: "web".into(),
+                type_: EventType::Warning,
+                reason: "Failed".into(),
+                action: "Reconcile".into(),
+                note: "no".into(),
+            },
+        },
     ];
     for r in requests {
-        let call = CallRequest::from(&r);
-        let json = serde_json::to_string(&call).unwrap();
-        let back: CallRequest = serde_json::from_str(&json).unwrap();
-        assert_eq!(back, call, "{json}");
-        assert_eq!(
-            format!("{:?}", back.to_kube()),
-            format!("{r:?}"),
-            "the host API sees what the guest sent: {json}"
-        );
+        let json = serde_json::to_string(&r).unwrap();
+        let back: KubeRequest = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r, "the host API sees what the guest sent: {json}");
     }
 }
 
@@ -114,16 +112,15 @@ fn responses_and_errors_round_trip() {
 #[test]
 fn a_target_names_the_call_without_its_arguments() {
     assert_eq!(
-        CallRequest::from(&apply("web", json!({}))).target(),
+        target(&apply("web", json!({}))),
         "patch (apply) apps/v1 Deployment default/web"
     );
     assert_eq!(
-        CallRequest::from(&KubeRequest::List {
+        target(&KubeRequest::List {
             kind: Gvk::new("", "v1", "ConfigMap"),
             namespace: Some("default".into()),
             label_selector: None,
-        })
-        .target(),
+        }),
         "list v1 ConfigMap default"
     );
 }
@@ -178,7 +175,7 @@ fn timestamps_and_resource_versions_are_not_divergences() {
         kind: deployments(),
         namespace: Some("default".into()),
         name: "web".into(),
-        patch: ObjectPatch::Merge(
+        patch: ObjectPatch::merge(
             json!({"metadata": {"resourceVersion": rv},
                    "status": {"conditions": [{"type": "Ready", "lastTransitionTime": time}]}})
             .to_string(),
@@ -264,4 +261,42 @@ fn a_bad_line_is_an_error_naming_the_file_and_line() {
         e.to_string(),
         "t.jsonl:1: transcript version 9; this host reads version 1"
     );
+}
+
+#[test]
+fn a_line_with_the_deepest_bodies_the_host_passes_reads_back() {
+    use crate::sandbox::hostapi::MAX_NESTING;
+    let deep = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+    for depth in [MAX_NESTING - 8, MAX_NESTING - 3, MAX_NESTING] {
+        let request = KubeRequest::PatchStatus {
+            kind: deployments(),
+            namespace: Some("default".into()),
+            name: "web".into(),
+            patch: ObjectPatch::merge(deep(depth)),
+        };
+        let answer = Ok(KubeResponse::Objects(vec![deep(depth)]));
+        let t = Transcript {
+            version: TRANSCRIPT_VERSION,
+            plugin: "p".into(),
+            digest: "sha256:00".into(),
+            key: Key {
+                namespace: None,
+                name: "web".into(),
+            },
+            attempt: 0,
+            timeout_ms: 1000,
+            settings: json!({}),
+            recorded_at: "2026-12-03T12:00:00.000Z".into(),
+            duration_ms: 1,
+            calls: vec![recorded(&request, answer.clone())],
+            context: Vec::new(),
+            context_dropped: 0,
+            result: Outcome::Done,
+        };
+        let line = serde_json::to_string(&t).unwrap();
+        let read = parse_lines("t.jsonl", &line).unwrap();
+        let call = &read[0].1.calls[0];
+        assert_eq!(call.request, request, "{depth}");
+        assert_eq!(call.response.to_result(), answer, "{depth}");
+    }
 }

@@ -105,9 +105,18 @@ pub const MAX_NESTING: usize = 128;
 pub(crate) struct TooDeep;
 
 /// Refuses `text` if its arrays and objects nest deeper than
-/// [`MAX_NESTING`]: one pass over the bytes, brackets inside strings not
-/// counted. Whether it is JSON at all is the other checks' business.
+/// [`MAX_NESTING`]. Whether it is JSON at all is the other checks' business.
 pub(crate) fn check_nesting(text: &str) -> Result<(), TooDeep> {
+    if nests_within(text, MAX_NESTING) {
+        Ok(())
+    } else {
+        Err(TooDeep)
+    }
+}
+
+/// Whether the arrays and objects of `text` nest at most `max` deep: one
+/// pass over the bytes, brackets inside strings not counted.
+pub(crate) fn nests_within(text: &str, max: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in text.as_bytes() {
         if in_string {
@@ -123,15 +132,15 @@ pub(crate) fn check_nesting(text: &str) -> Result<(), TooDeep> {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > MAX_NESTING {
-                    return Err(TooDeep);
+                if depth > max {
+                    return false;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    Ok(())
+    true
 }
 
 /// Most operations of one JSON patch: the API server's own bound

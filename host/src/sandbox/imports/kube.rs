@@ -142,19 +142,22 @@ impl kube::Host for KubeView<'_> {
     addressed_imports! {
         get(name: String) -> String = object Get { name };
         list(label_selector: Option<String>) -> Vec<String> = objects List { label_selector };
-        create(object: String) -> String = object Create { object };
-        replace(name: String, object: String) -> String = object Replace { name, object };
+        create(object: String) -> String = object Create { object: object.into() };
+        replace(name: String, object: String) -> String = object Replace { name, object: object.into() };
         patch(name: String, patch: kube::ObjectPatch) -> String =
             object Patch { name, patch: patch.into() };
         replace_status(name: String, object: String) -> String =
-            object ReplaceStatus { name, object };
+            object ReplaceStatus { name, object: object.into() };
         patch_status(name: String, patch: kube::ObjectPatch) -> String =
             object PatchStatus { name, patch: patch.into() };
         delete(name: String) -> () = empty Delete { name };
     }
 
     async fn record_event(&mut self, event: kube::Event) -> ApiResult<()> {
-        self.empty(KubeRequest::RecordEvent(event.into())).await
+        self.empty(KubeRequest::RecordEvent {
+            event: event.into(),
+        })
+        .await
     }
 }
 
@@ -171,13 +174,13 @@ impl From<types::Gvk> for hostapi::Gvk {
 impl From<kube::ObjectPatch> for hostapi::ObjectPatch {
     fn from(p: kube::ObjectPatch) -> Self {
         match p {
-            kube::ObjectPatch::Merge(s) => hostapi::ObjectPatch::Merge(s),
-            kube::ObjectPatch::Json(s) => hostapi::ObjectPatch::Json(s),
-            kube::ObjectPatch::Apply(a) => hostapi::ObjectPatch::Apply(hostapi::ApplyPatch {
-                body: a.body,
+            kube::ObjectPatch::Merge(s) => hostapi::ObjectPatch::merge(s),
+            kube::ObjectPatch::Json(s) => hostapi::ObjectPatch::json(s),
+            kube::ObjectPatch::Apply(a) => hostapi::ObjectPatch::Apply {
+                body: a.body.into(),
                 field_manager: a.field_manager,
                 force: a.force,
-            }),
+            },
         }
     }
 }
