@@ -955,7 +955,7 @@ impl HostConfig {
 
     /// Parses and validates config `text` (named `file` in errors).
     pub fn parse(file: &Path, text: &str, base_dir: PathBuf) -> Result<Self, ConfigError> {
-        let de = serde_yaml::Deserializer::from_str(text);
+        let de = serde_norway::Deserializer::from_str(text);
         let mut config: HostConfig = serde_path_to_error::deserialize(de).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner();
@@ -1483,7 +1483,7 @@ fn check_rules(rules: &[PermissionRule], at: &str) -> Result<(), FieldProblem> {
     Ok(())
 }
 
-/// serde_yaml prefixes its own path ("plugins[0]: ") and appends
+/// serde_norway prefixes its own path ("plugins[0]: ") and appends
 /// " at line L column C"; both are reported apart, more precisely.
 fn strip_location(message: &str) -> String {
     let message = match message.rfind(" at line ") {

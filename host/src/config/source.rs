@@ -620,7 +620,7 @@ mod tests {
     #[test]
     fn an_objects_source_naming_an_internal_address_is_refused() {
         use crate::config::Reach;
-        let source = |yaml: &str| -> SourceConfig { serde_yaml::from_str(yaml).unwrap() };
+        let source = |yaml: &str| -> SourceConfig { serde_norway::from_str(yaml).unwrap() };
         let objects = Reach::public([]);
         for (yaml, field) in [
             (

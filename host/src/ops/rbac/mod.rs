@@ -391,7 +391,7 @@ impl Rbac {
         let mut out = String::new();
         for object in self.objects(options)? {
             out.push_str("---\n");
-            out.push_str(&serde_yaml::to_string(&object).expect("JSON values are YAML"));
+            out.push_str(&serde_norway::to_string(&object).expect("JSON values are YAML"));
         }
         Ok(out)
     }
