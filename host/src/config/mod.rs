@@ -28,12 +28,10 @@ use serde::{Deserialize, Deserializer};
 
 use crate::meta::syntax;
 
-pub(crate) mod reach;
 mod source;
-pub use reach::{Reach, is_internal, is_loopback_url};
 pub use source::{
     DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_SIZE, FetchLimits, OciSourceSpec, SourceConfig,
-    SourceProblem, SourceSpec, UrlSourceSpec, oci_reference, sha256_digest,
+    SourceProblem, SourceSpec, UrlSourceSpec, is_loopback_url, oci_reference, sha256_digest,
 };
 
 pub const API_VERSION: &str = "wasmctrl.dev/v1alpha1";
@@ -434,12 +432,6 @@ impl PluginsFrom {
     /// `maxApiQps`, or its default under `runtime`.
     pub fn max_api_qps(&self, runtime: &RuntimeSection) -> f64 {
         self.max_api_qps.unwrap_or(runtime.api_qps)
-    }
-
-    /// Where an object's sources may connect: public addresses, and the
-    /// `allowHosts`.
-    pub fn reach(&self) -> Reach {
-        Reach::public(self.allow_hosts.iter().cloned())
     }
 }
 

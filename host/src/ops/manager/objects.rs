@@ -77,7 +77,7 @@ use crate::control::metrics::Metrics;
 use crate::control::workqueue::WorkQueue;
 use crate::control::workqueue::ratelimit::{BucketRateLimiter, controller_rate_limiter};
 use crate::ops::source::{
-    self, DiskCache, OciSource, PluginSource, PullSecret, SourceError, UrlSource,
+    self, DiskCache, OciSource, PluginSource, PullSecret, Reach, SourceError, UrlSource,
 };
 use crate::sandbox::hostapi::Gvk;
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
@@ -292,12 +292,12 @@ impl Host {
                 );
                 Arc::new(
                     OciSource::with_credentials(oci.clone(), cache(), Arc::new(credentials))
-                        .reaching(objects.from.reach()),
+                        .reaching(Reach::for_objects(&objects.from)),
                 )
             }
-            (Some(objects), SourceSpec::Url(url)) if objects.owns(&config.name) => {
-                Arc::new(UrlSource::new(url.clone(), cache()).reaching(objects.from.reach()))
-            }
+            (Some(objects), SourceSpec::Url(url)) if objects.owns(&config.name) => Arc::new(
+                UrlSource::new(url.clone(), cache()).reaching(Reach::for_objects(&objects.from)),
+            ),
             _ => source::from_config(&spec, &self.config, self.watcher.as_ref()).into(),
         }
     }

@@ -42,6 +42,7 @@ use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Reference, RegistryOperation};
 
+use super::Reach;
 use super::artifact::{self, MAX_CONFIG_SIZE, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use super::credentials::RegistryCredentials;
 use super::downloads::now_rfc3339;
@@ -50,7 +51,7 @@ use super::http::{
     read_bounded, refused_by_rule,
 };
 use super::{Artifact, DiskCache, PluginSource, Resolution, SourceError, credentials};
-use crate::config::{FetchLimits, OciSourceSpec, Reach};
+use crate::config::{FetchLimits, OciSourceSpec};
 use crate::control::metrics::{SourceRefusal, count_source_refusal};
 use crate::sandbox::digest;
 
