@@ -1,0 +1,425 @@
+//! A plugin entry (of `plugins`, or the spec of a WasmReconciler object):
+//! its component, how the host runs it, and what it is granted.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::error::FieldProblem;
+use super::limits::LimitsConfig;
+use super::record::RecordConfig;
+use super::rollout::{CandidateConfig, CandidateMode};
+use super::source::{SourceConfig, SourceProblem, SourceSpec};
+use super::units::{
+    HOUR, MILLI, SECOND, YEAR, count, duration, optional_duration, optional_quantity, quantity,
+    rate, within,
+};
+use crate::meta::syntax;
+
+const VERBS: [&str; 8] = [
+    "get", "list", "watch", "create", "update", "patch", "delete", "*",
+];
+
+/// Bytes of a plugin's `settings` as JSON.
+pub(super) const MAX_SETTINGS: usize = 1 << 20;
+
+/// One plugin: its component and how the host runs it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PluginConfig {
+    pub name: String,
+    /// Shorthand for `source: { file: PATH }`.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// Where the component comes from (one of `path` and `source`).
+    #[serde(default)]
+    pub source: Option<SourceConfig>,
+    #[serde(default = "one")]
+    pub max_concurrent_reconciles: usize,
+    #[serde(default = "default_reconcile_timeout", deserialize_with = "duration")]
+    pub reconcile_timeout: Duration,
+    /// Fuel per reconcile (deterministic CPU budget); None: unmetered.
+    #[serde(default)]
+    pub fuel: Option<u64>,
+    #[serde(default = "default_memory_limit", deserialize_with = "quantity")]
+    pub memory_limit: u64,
+    /// After this many retries of a key, its error is terminal.
+    #[serde(default)]
+    pub max_retries: Option<u32>,
+    #[serde(default)]
+    pub rate_limiter: RateLimiterConfig,
+    /// Only objects in these namespaces are watched and reconciled.
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+    /// Re-enqueue every key this often (None: only on events).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub resync_period: Option<Duration>,
+    /// After this long without a key, drop the plugin's compiled code and
+    /// pre-linked state (its informers and queue stay); its next key loads
+    /// it again from the on-disk compiled cache (`runtime.cacheDir`, which
+    /// it requires). None (the default): always resident.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub idle_unload: Option<Duration>,
+    /// What the plugin is allowed to do through the `kube` interface.
+    #[serde(default)]
+    pub permissions: Vec<PermissionRule>,
+    /// Handed to the plugin as JSON.
+    #[serde(default = "empty_object")]
+    pub settings: serde_json::Value,
+    /// Ceilings on what one reconcile may consume.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// `fresh` (a new instance per reconcile), `reuse` (warm instances) or
+    /// `auto` (reuse for components with a large initial memory:
+    /// interpreted guests).
+    #[serde(default)]
+    pub instance_mode: InstanceModeConfig,
+    /// A warm instance serves at most this many reconciles.
+    #[serde(default = "default_max_calls_per_instance")]
+    pub max_calls_per_instance: u32,
+    /// A warm instance lives at most this long.
+    #[serde(default = "default_max_instance_age", deserialize_with = "duration")]
+    pub max_instance_age: Duration,
+    /// A warm instance whose memory grew past this is dropped (default: ¾ of
+    /// memoryLimit).
+    #[serde(default, deserialize_with = "optional_quantity")]
+    pub max_instance_memory: Option<u64>,
+    /// Skip a resync or duplicate event of a key when nothing its last
+    /// done reconcile read or wrote changed, and neither did the plugin's
+    /// digest or settings (see `ops::manager::skip`).
+    #[serde(default)]
+    pub skip_unchanged: bool,
+    /// A second version run beside this one: in shadow (its writes
+    /// captured and compared, never sent) or as a canary on a share of the
+    /// keys.
+    #[serde(default)]
+    pub candidate: Option<CandidateConfig>,
+    /// Write matching reconciles' transcripts (every host call with its
+    /// answer, the context read, the result) for `wasmctrl replay`.
+    #[serde(default)]
+    pub record: Option<RecordConfig>,
+}
+
+/// `instanceMode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum InstanceModeConfig {
+    #[default]
+    Fresh,
+    Reuse,
+    Auto,
+}
+
+impl PluginConfig {
+    /// Reconciles that may run at once: the workers, plus the shadow runs
+    /// of a candidate in shadow mode (a canary shares the workers).
+    pub fn concurrency(&self) -> usize {
+        self.max_concurrent_reconciles
+            + match &self.candidate {
+                Some(c) if c.mode == CandidateMode::Shadow => c.max_concurrent_shadows,
+                _ => 0,
+            }
+    }
+
+    /// The config the candidate version loads with: the plugin's, with the
+    /// candidate's source and settings.
+    pub fn candidate_plugin(&self) -> Option<PluginConfig> {
+        let c = self.candidate.as_ref()?;
+        Some(PluginConfig {
+            path: c.path.clone(),
+            source: c.source.clone(),
+            settings: c.settings.clone().unwrap_or_else(|| self.settings.clone()),
+            candidate: None,
+            record: None,
+            ..self.clone()
+        })
+    }
+
+    /// Where the component comes from (`path` is `source: { file: path }`).
+    pub fn source(&self) -> SourceSpec {
+        match (&self.source, &self.path) {
+            (Some(source), _) => source
+                .spec()
+                .expect("validated: a plugin's source is checked when the config is parsed"),
+            (None, Some(f)) => SourceSpec::File(f.clone()),
+            (None, None) => unreachable!("validated: a plugin has a path or a source"),
+        }
+    }
+
+    /// The component file, resolved against the config file's directory,
+    /// for a file source.
+    pub fn file(&self, base_dir: &Path) -> Option<PathBuf> {
+        match self.source() {
+            SourceSpec::File(p) => Some(base_dir.join(p)),
+            SourceSpec::Url(_) | SourceSpec::Oci(_) => None,
+        }
+    }
+}
+
+/// The per-key and overall retry limits (client-go's default controller
+/// rate limiter with every field chosen).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RateLimiterConfig {
+    #[serde(default = "default_base_delay", deserialize_with = "duration")]
+    pub base_delay: Duration,
+    #[serde(default = "default_max_delay", deserialize_with = "duration")]
+    pub max_delay: Duration,
+    #[serde(default = "default_qps")]
+    pub qps: f64,
+    #[serde(default = "default_burst")]
+    pub burst: u32,
+}
+
+impl Default for RateLimiterConfig {
+    fn default() -> Self {
+        Self {
+            base_delay: default_base_delay(),
+            max_delay: default_max_delay(),
+            qps: default_qps(),
+            burst: default_burst(),
+        }
+    }
+}
+
+impl RateLimiterConfig {
+    /// Checks a plugin's `rateLimiter` (paths relative to the plugin).
+    fn check(&self) -> Result<(), FieldProblem> {
+        let check = |field: &str, r: Result<(), String>| r.map_err(|m| FieldProblem::new(field, m));
+        let rl = self;
+        check(
+            "rateLimiter.maxDelay",
+            within(rl.max_delay, Duration::ZERO, YEAR),
+        )?;
+        if rl.base_delay > rl.max_delay {
+            return Err(FieldProblem::new(
+                "rateLimiter.baseDelay",
+                "must not exceed maxDelay",
+            ));
+        }
+        check("rateLimiter.qps", rate(rl.qps, 1e6))?;
+        check(
+            "rateLimiter.burst",
+            count(u64::from(rl.burst), 1, 1_000_000),
+        )
+    }
+}
+
+/// Allows `verbs` on `resources` of API `group` ("" is core), optionally
+/// only in `namespaces`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PermissionRule {
+    #[serde(default)]
+    pub group: String,
+    pub resources: Vec<String>,
+    pub verbs: Vec<String>,
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+}
+
+fn default_max_calls_per_instance() -> u32 {
+    1_000
+}
+fn default_max_instance_age() -> Duration {
+    Duration::from_secs(600)
+}
+
+pub(super) fn one() -> usize {
+    1
+}
+fn default_reconcile_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_memory_limit() -> u64 {
+    64 << 20
+}
+fn default_base_delay() -> Duration {
+    Duration::from_millis(5)
+}
+fn default_max_delay() -> Duration {
+    Duration::from_secs(1000)
+}
+fn default_qps() -> f64 {
+    10.0
+}
+fn default_burst() -> u32 {
+    100
+}
+
+fn empty_object() -> serde_json::Value {
+    serde_json::json!({})
+}
+
+const DNS_LABEL: &str =
+    "must be a DNS label (lowercase letters, digits and '-', at most 63 characters)";
+
+impl PluginConfig {
+    /// Checks every field of one plugin but its name (a config file and a
+    /// WasmReconciler object name plugins differently). The same checks
+    /// hold wherever a plugin is defined, so the two can never disagree.
+    pub fn check(&self) -> Result<(), FieldProblem> {
+        let check = |field: &str, r: Result<(), String>| r.map_err(|m| FieldProblem::new(field, m));
+        match (&self.path, &self.source) {
+            (Some(_), Some(_)) => {
+                return Err(FieldProblem::new(
+                    "source",
+                    "give either path or source, not both",
+                ));
+            }
+            (None, None) => {
+                return Err(FieldProblem::new(
+                    "source",
+                    "is required: where the component comes from (path: FILE, or source: with one of file, url and oci)",
+                ));
+            }
+            (None, Some(source)) => {
+                if let Err(SourceProblem { field, message }) = source.spec() {
+                    let path = match field {
+                        "source" => "source".to_string(),
+                        f => format!("source.{f}"),
+                    };
+                    return Err(FieldProblem::new(path, message));
+                }
+            }
+            (Some(_), None) => {}
+        }
+        check(
+            "maxConcurrentReconciles",
+            count(self.max_concurrent_reconciles as u64, 1, 1024),
+        )?;
+        check(
+            "reconcileTimeout",
+            within(self.reconcile_timeout, MILLI, HOUR),
+        )?;
+        check(
+            "memoryLimit",
+            count(self.memory_limit, 1 << 20, 4 << 30)
+                .map_err(|_| "must be between 1Mi and 4Gi".to_string()),
+        )?;
+        if self.fuel == Some(0) {
+            return Err(FieldProblem::new(
+                "fuel",
+                "must be positive (omit it for no fuel limit)",
+            ));
+        }
+        self.rate_limiter.check()?;
+        if let Some(list) = &self.namespaces {
+            if list.is_empty() {
+                return Err(FieldProblem::new(
+                    "namespaces",
+                    "must name at least one namespace (omit it for all)",
+                ));
+            }
+            for ns in list {
+                check("namespaces", syntax::namespace(ns).map_err(|e| e.message))?;
+            }
+        }
+        if let Some(period) = self.resync_period {
+            check("resyncPeriod", within(period, SECOND, YEAR))?;
+        }
+        if let Some(idle) = self.idle_unload {
+            check("idleUnload", within(idle, MILLI, YEAR))?;
+        }
+        if !self.settings.is_object() {
+            return Err(FieldProblem::new("settings", "must be a mapping"));
+        }
+        let settings_len = self.settings.to_string().len();
+        if settings_len > MAX_SETTINGS {
+            return Err(FieldProblem::new(
+                "settings",
+                format!("is {settings_len} bytes as JSON; at most {MAX_SETTINGS} are allowed"),
+            ));
+        }
+        check(
+            "maxCallsPerInstance",
+            count(u64::from(self.max_calls_per_instance), 1, 1_000_000_000),
+        )?;
+        check(
+            "maxInstanceAge",
+            within(self.max_instance_age, SECOND, YEAR),
+        )?;
+        if let Some(m) = self.max_instance_memory {
+            check("maxInstanceMemory", count(m, 1 << 20, self.memory_limit))?;
+        }
+        self.limits.check()?;
+        if let Some(c) = &self.candidate {
+            c.check()?;
+        }
+        if let Some(r) = &self.record {
+            r.check()?;
+        }
+        check_rules(&self.permissions, "permissions")
+    }
+}
+
+/// Whether `name` can name a plugin: a DNS label (it names metrics, the
+/// queue and admin paths).
+pub fn check_plugin_name(name: &str) -> Result<(), String> {
+    if is_dns_label(name) {
+        Ok(())
+    } else {
+        Err(DNS_LABEL.into())
+    }
+}
+
+/// Checks permission rules (a plugin's `permissions`, the host's
+/// `maxGrant`); `at` names the list in errors.
+pub(super) fn check_rules(rules: &[PermissionRule], at: &str) -> Result<(), FieldProblem> {
+    for (j, rule) in rules.iter().enumerate() {
+        for verb in &rule.verbs {
+            if !VERBS.contains(&verb.as_str()) {
+                return Err(FieldProblem::new(
+                    format!("{at}[{j}].verbs"),
+                    format!(
+                        "unknown verb {verb:?} (expected one of {})",
+                        VERBS.join(", ")
+                    ),
+                ));
+            }
+        }
+        if rule.resources.is_empty() || rule.verbs.is_empty() {
+            return Err(FieldProblem::new(
+                format!("{at}[{j}]"),
+                "needs at least one resource and one verb",
+            ));
+        }
+        if rule.group != "*" {
+            syntax::group(&rule.group)
+                .map_err(|e| FieldProblem::new(format!("{at}[{j}].group"), e.message))?;
+        }
+        for ns in rule.namespaces.iter().flatten() {
+            syntax::namespace(ns)
+                .map_err(|e| FieldProblem::new(format!("{at}[{j}].namespaces"), e.message))?;
+        }
+    }
+    Ok(())
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+impl fmt::Display for PermissionRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(
+            f,
+            "{} on {}/{}",
+            self.verbs.join(","),
+            group,
+            self.resources.join(",")
+        )
+    }
+}
