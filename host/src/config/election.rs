@@ -106,11 +106,11 @@ impl LeaderElectionConfig {
         )?;
         check(
             "leaderElection.leaseDuration",
-            within(self.lease_duration, SECOND, HOUR),
+            within(self.lease_duration, SECOND..=HOUR),
         )?;
         check(
             "leaderElection.renewDeadline",
-            within(self.renew_deadline, MILLI, HOUR).and_then(|()| {
+            within(self.renew_deadline, MILLI..=HOUR).and_then(|()| {
                 (self.renew_deadline < self.lease_duration)
                     .then_some(())
                     .ok_or_else(|| "must be less than leaseDuration".to_string())
@@ -118,7 +118,7 @@ impl LeaderElectionConfig {
         )?;
         check(
             "leaderElection.retryPeriod",
-            within(self.retry_period, MILLI, HOUR).and_then(|()| {
+            within(self.retry_period, MILLI..=HOUR).and_then(|()| {
                 (self.retry_period < self.renew_deadline)
                     .then_some(())
                     .ok_or_else(|| "must be less than renewDeadline".to_string())
@@ -127,7 +127,7 @@ impl LeaderElectionConfig {
         if let Some(sharding) = sharding {
             check(
                 "sharding.shards",
-                count(u64::from(sharding.shards), 1, u64::from(MAX_SHARDS)),
+                count(u64::from(sharding.shards), 1..=u64::from(MAX_SHARDS)),
             )?;
             if !self.enabled {
                 return Err(FieldProblem::new(

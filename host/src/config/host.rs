@@ -11,10 +11,11 @@ use serde::Deserialize;
 
 use super::election::{LeaderElectionConfig, ShardingConfig};
 use super::error::{ConfigError, FieldProblem};
-use super::plugin::{PermissionRule, PluginConfig, check_plugin_name, check_rules};
+use super::plugin::{PluginConfig, check_plugin_name, check_rules};
 use super::plugins_from::PluginsFrom;
 use super::runtime::RuntimeSection;
 use super::units::{HOUR, SECOND, duration, within};
+use crate::sandbox::hostapi::PermissionRule;
 
 /// The `apiVersion` of a host config.
 pub const API_VERSION: &str = "wasmctrl.dev/v1alpha1";
@@ -185,11 +186,11 @@ impl HostConfig {
         }
         check(
             "shutdownTimeout",
-            within(self.shutdown_timeout, Duration::ZERO, HOUR),
+            within(self.shutdown_timeout, Duration::ZERO..=HOUR),
         )?;
         check(
             "cacheSyncTimeout",
-            within(self.cache_sync_timeout, SECOND, HOUR),
+            within(self.cache_sync_timeout, SECOND..=HOUR),
         )?;
         if !self.admin.bind.ip().is_loopback() && self.admin.token_file.is_none() {
             return Err(FieldProblem::new(

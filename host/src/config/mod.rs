@@ -37,16 +37,12 @@ mod units;
 pub use election::{LeaderElectionConfig, MAX_SHARDS, ShardingConfig};
 pub use error::{ConfigError, FieldProblem};
 pub use host::{API_VERSION, AdminConfig, CacheSection, HostConfig, KIND};
-pub use limits::{LimitsConfig, MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
-pub use plugin::{
-    InstanceModeConfig, PermissionRule, PluginConfig, RateLimiterConfig, check_plugin_name,
-};
+pub use limits::LimitsConfig;
+pub use plugin::{InstanceModeConfig, PluginConfig, RateLimiterConfig, check_plugin_name};
 pub use plugins_from::{MAX_ALLOW_HOSTS, PLUGINS_FROM_KIND, PluginsFrom};
 pub use record::{MAX_RECORD_BYTES, RecordConfig};
 pub use rollout::{CanaryConfig, CandidateConfig, CandidateMode};
-pub use runtime::{
-    GuestCpuSection, MAX_GUEST_SHARE_MILLICORES, MIN_GUEST_SHARE_MILLICORES, RuntimeSection,
-};
+pub use runtime::{GuestCpuSection, RuntimeSection};
 pub use source::{
     DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_SIZE, FetchLimits, OciSourceSpec, SourceConfig,
     SourceProblem, SourceSpec, UrlSourceSpec, is_loopback_url, oci_reference, sha256_digest,

@@ -1,7 +1,6 @@
 //! A plugin entry (of `plugins`, or the spec of a WasmReconciler object):
 //! its component, how the host runs it, and what it is granted.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -13,14 +12,12 @@ use super::record::RecordConfig;
 use super::rollout::{CandidateConfig, CandidateMode};
 use super::source::{SourceConfig, SourceProblem, SourceSpec};
 use super::units::{
-    HOUR, MILLI, SECOND, YEAR, count, duration, optional_duration, optional_quantity, quantity,
-    rate, within,
+    HOUR, MILLI, SECOND, YEAR, bytes_within, count, duration, optional_duration, optional_quantity,
+    quantity, rate, within,
 };
 use crate::meta::syntax;
-
-const VERBS: [&str; 8] = [
-    "get", "list", "watch", "create", "update", "patch", "delete", "*",
-];
+use crate::sandbox::hostapi::{PermissionRule, RuleProblem};
+use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
 
 /// Bytes of a plugin's `settings` as JSON.
 pub(super) const MAX_SETTINGS: usize = 1 << 20;
@@ -112,6 +109,16 @@ pub enum InstanceModeConfig {
     Auto,
 }
 
+impl From<InstanceModeConfig> for InstanceMode {
+    fn from(mode: InstanceModeConfig) -> Self {
+        match mode {
+            InstanceModeConfig::Fresh => InstanceMode::Fresh,
+            InstanceModeConfig::Reuse => InstanceMode::Reuse,
+            InstanceModeConfig::Auto => InstanceMode::Auto,
+        }
+    }
+}
+
 impl PluginConfig {
     /// Reconciles that may run at once: the workers, plus the shadow runs
     /// of a candidate in shadow mode (a canary shares the workers).
@@ -156,6 +163,37 @@ impl PluginConfig {
             SourceSpec::Url(_) | SourceSpec::Oci(_) => None,
         }
     }
+
+    /// The sandbox limits of each instance of the plugin.
+    pub fn sandbox_limits(&self) -> Limits {
+        let l = &self.limits;
+        Limits {
+            memory_bytes: self.memory_limit as usize,
+            fuel: self.fuel,
+            instances: l.instances as usize,
+            memories: l.memories as usize,
+            tables: l.tables as usize,
+            output_bytes: l.output_bytes as usize,
+            output_line: l.output_line.min(l.output_bytes) as usize,
+            log_calls: l.log_calls,
+            host_calls: l.host_calls,
+            ..Limits::default()
+        }
+    }
+
+    /// When a warm instance of the plugin is recycled: `maxInstanceMemory`
+    /// defaults to ¾ of `memoryLimit`, and as many are kept warm as
+    /// reconciles run at once.
+    pub fn reuse_limits(&self) -> ReuseLimits {
+        ReuseLimits {
+            max_calls: self.max_calls_per_instance,
+            max_age: self.max_instance_age,
+            max_memory: self
+                .max_instance_memory
+                .unwrap_or(self.memory_limit / 4 * 3) as usize,
+            max_idle: self.max_concurrent_reconciles,
+        }
+    }
 }
 
 /// The per-key and overall retry limits (client-go's default controller
@@ -191,7 +229,7 @@ impl RateLimiterConfig {
         let rl = self;
         check(
             "rateLimiter.maxDelay",
-            within(rl.max_delay, Duration::ZERO, YEAR),
+            within(rl.max_delay, Duration::ZERO..=YEAR),
         )?;
         if rl.base_delay > rl.max_delay {
             return Err(FieldProblem::new(
@@ -202,29 +240,16 @@ impl RateLimiterConfig {
         check("rateLimiter.qps", rate(rl.qps, 1e6))?;
         check(
             "rateLimiter.burst",
-            count(u64::from(rl.burst), 1, 1_000_000),
+            count(u64::from(rl.burst), 1..=1_000_000),
         )
     }
 }
 
-/// Allows `verbs` on `resources` of API `group` ("" is core), optionally
-/// only in `namespaces`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-pub struct PermissionRule {
-    #[serde(default)]
-    pub group: String,
-    pub resources: Vec<String>,
-    pub verbs: Vec<String>,
-    #[serde(default)]
-    pub namespaces: Option<Vec<String>>,
-}
-
 fn default_max_calls_per_instance() -> u32 {
-    1_000
+    ReuseLimits::default().max_calls
 }
 fn default_max_instance_age() -> Duration {
-    Duration::from_secs(600)
+    ReuseLimits::default().max_age
 }
 
 pub(super) fn one() -> usize {
@@ -234,7 +259,7 @@ fn default_reconcile_timeout() -> Duration {
     Duration::from_secs(10)
 }
 fn default_memory_limit() -> u64 {
-    64 << 20
+    Limits::default().memory_bytes as u64
 }
 fn default_base_delay() -> Duration {
     Duration::from_millis(5)
@@ -288,16 +313,15 @@ impl PluginConfig {
         }
         check(
             "maxConcurrentReconciles",
-            count(self.max_concurrent_reconciles as u64, 1, 1024),
+            count(self.max_concurrent_reconciles as u64, 1..=1024),
         )?;
         check(
             "reconcileTimeout",
-            within(self.reconcile_timeout, MILLI, HOUR),
+            within(self.reconcile_timeout, MILLI..=HOUR),
         )?;
         check(
             "memoryLimit",
-            count(self.memory_limit, 1 << 20, 4 << 30)
-                .map_err(|_| "must be between 1Mi and 4Gi".to_string()),
+            bytes_within(self.memory_limit, Limits::MEMORY_BYTES),
         )?;
         if self.fuel == Some(0) {
             return Err(FieldProblem::new(
@@ -318,10 +342,10 @@ impl PluginConfig {
             }
         }
         if let Some(period) = self.resync_period {
-            check("resyncPeriod", within(period, SECOND, YEAR))?;
+            check("resyncPeriod", within(period, SECOND..=YEAR))?;
         }
         if let Some(idle) = self.idle_unload {
-            check("idleUnload", within(idle, MILLI, YEAR))?;
+            check("idleUnload", within(idle, MILLI..=YEAR))?;
         }
         if !self.settings.is_object() {
             return Err(FieldProblem::new("settings", "must be a mapping"));
@@ -335,14 +359,18 @@ impl PluginConfig {
         }
         check(
             "maxCallsPerInstance",
-            count(u64::from(self.max_calls_per_instance), 1, 1_000_000_000),
+            count(
+                u64::from(self.max_calls_per_instance),
+                ReuseLimits::MAX_CALLS,
+            ),
         )?;
         check(
             "maxInstanceAge",
-            within(self.max_instance_age, SECOND, YEAR),
+            within(self.max_instance_age, ReuseLimits::MAX_AGE),
         )?;
         if let Some(m) = self.max_instance_memory {
-            check("maxInstanceMemory", count(m, 1 << 20, self.memory_limit))?;
+            let least = *Limits::MEMORY_BYTES.start();
+            check("maxInstanceMemory", count(m, least..=self.memory_limit))?;
         }
         self.limits.check()?;
         if let Some(c) = &self.candidate {
@@ -369,31 +397,11 @@ pub fn check_plugin_name(name: &str) -> Result<(), String> {
 /// `maxGrant`); `at` names the list in errors.
 pub(super) fn check_rules(rules: &[PermissionRule], at: &str) -> Result<(), FieldProblem> {
     for (j, rule) in rules.iter().enumerate() {
-        for verb in &rule.verbs {
-            if !VERBS.contains(&verb.as_str()) {
-                return Err(FieldProblem::new(
-                    format!("{at}[{j}].verbs"),
-                    format!(
-                        "unknown verb {verb:?} (expected one of {})",
-                        VERBS.join(", ")
-                    ),
-                ));
-            }
-        }
-        if rule.resources.is_empty() || rule.verbs.is_empty() {
-            return Err(FieldProblem::new(
-                format!("{at}[{j}]"),
-                "needs at least one resource and one verb",
-            ));
-        }
-        if rule.group != "*" {
-            syntax::group(&rule.group)
-                .map_err(|e| FieldProblem::new(format!("{at}[{j}].group"), e.message))?;
-        }
-        for ns in rule.namespaces.iter().flatten() {
-            syntax::namespace(ns)
-                .map_err(|e| FieldProblem::new(format!("{at}[{j}].namespaces"), e.message))?;
-        }
+        rule.check()
+            .map_err(|RuleProblem { field, message }| match field {
+                Some(field) => FieldProblem::new(format!("{at}[{j}].{field}"), message),
+                None => FieldProblem::new(format!("{at}[{j}]"), message),
+            })?;
     }
     Ok(())
 }
@@ -405,21 +413,4 @@ fn is_dns_label(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
-}
-
-impl fmt::Display for PermissionRule {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
-        };
-        write!(
-            f,
-            "{} on {}/{}",
-            self.verbs.join(","),
-            group,
-            self.resources.join(",")
-        )
-    }
 }

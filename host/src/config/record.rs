@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
-use super::units::{count, quantity};
+use super::units::{bytes_within, count, quantity};
 
 /// `record:` of a plugin: its reconciles' transcripts, one JSON line each,
 /// in `<dir>/<plugin>.jsonl`, rotated (see `ops::transcript::record`).
@@ -71,12 +71,11 @@ impl RecordConfig {
             ));
         }
         check("keys", self.selector().map(|_| ()))?;
-        check("max", count(self.max, 1, 1_000_000))?;
+        check("max", count(self.max, 1..=1_000_000))?;
         check(
             "maxBytes",
-            count(self.max_bytes, 64 << 10, MAX_RECORD_BYTES)
-                .map_err(|_| "must be between 64Ki and 256Mi".to_string()),
+            bytes_within(self.max_bytes, (64 << 10)..=MAX_RECORD_BYTES),
         )?;
-        check("files", count(u64::from(self.files), 1, 100))
+        check("files", count(u64::from(self.files), 1..=100))
     }
 }

@@ -133,11 +133,11 @@ impl CandidateConfig {
         }
         check(
             "maxConcurrentShadows",
-            count(self.max_concurrent_shadows as u64, 1, 64),
+            count(self.max_concurrent_shadows as u64, 1..=64),
         )?;
         check(
             "keepDivergences",
-            count(self.keep_divergences as u64, 1, 1000),
+            count(self.keep_divergences as u64, 1..=1000),
         )?;
         match (self.mode, &self.canary) {
             (CandidateMode::Canary, None) => Err(FieldProblem::new(
@@ -150,11 +150,11 @@ impl CandidateConfig {
             )),
             (CandidateMode::Shadow, None) => Ok(()),
             (CandidateMode::Canary, Some(k)) => {
-                check("canary.percent", count(u64::from(k.percent), 1, 99))?;
-                check("canary.window", within(k.window, SECOND, YEAR))?;
+                check("canary.percent", count(u64::from(k.percent), 1..=99))?;
+                check("canary.window", within(k.window, SECOND..=YEAR))?;
                 check(
                     "canary.minReconciles",
-                    count(u64::from(k.min_reconciles), 1, 1_000_000),
+                    count(u64::from(k.min_reconciles), 1..=1_000_000),
                 )?;
                 if !(0.0..=1.0).contains(&k.max_failure_rate_increase) {
                     return Err(FieldProblem::new(

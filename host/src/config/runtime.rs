@@ -6,7 +6,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
-use super::units::{count, cpu, duration, rate};
+use super::units::{count, cpu, duration, rate, show_duration};
+use crate::sandbox::{GuestCpu, RuntimeConfig};
 
 /// Engine-wide wasm settings. They are fixed when the host starts: a plugin
 /// added later that needs more (fuel, instance slots) is refused with the
@@ -59,38 +60,41 @@ impl Default for RuntimeSection {
 /// `share` of one core, all its calls together. Ordinary reconciles never
 /// run that long, and a plugin alone is never held back.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct GuestCpuSection {
     /// CPU time beyond the share taken at once (the bucket's depth).
     /// Default 50ms.
-    #[serde(default = "default_guest_burst", deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration")]
     pub burst: Duration,
     /// A CPU quantity (`100m`, `0.5`, `1`), in millicores. Default 100m.
-    #[serde(default = "default_guest_share", deserialize_with = "cpu")]
+    #[serde(deserialize_with = "cpu")]
     pub share: u32,
 }
 
 impl Default for GuestCpuSection {
+    /// The sandbox's default.
     fn default() -> Self {
+        GuestCpu::default().into()
+    }
+}
+
+impl From<GuestCpu> for GuestCpuSection {
+    fn from(cpu: GuestCpu) -> Self {
         Self {
-            burst: default_guest_burst(),
-            share: default_guest_share(),
+            burst: cpu.burst,
+            share: cpu.share_millicores,
         }
     }
 }
 
-fn default_guest_burst() -> Duration {
-    Duration::from_millis(50)
+impl From<GuestCpuSection> for GuestCpu {
+    fn from(section: GuestCpuSection) -> Self {
+        Self {
+            burst: section.burst,
+            share_millicores: section.share,
+        }
+    }
 }
-
-fn default_guest_share() -> u32 {
-    100
-}
-
-/// The smallest CPU share a plugin may be given (a tick per 100 ticks).
-pub const MIN_GUEST_SHARE_MILLICORES: u32 = 10;
-/// The largest: more than any host has cores.
-pub const MAX_GUEST_SHARE_MILLICORES: u32 = 1024 * 1000;
 
 fn default_host_api_qps() -> f64 {
     200.0
@@ -104,21 +108,23 @@ impl RuntimeSection {
         let cpu = &self.guest_cpu;
         check(
             "runtime.guestCpu.share",
-            count(
-                u64::from(cpu.share),
-                u64::from(MIN_GUEST_SHARE_MILLICORES),
-                u64::from(MAX_GUEST_SHARE_MILLICORES),
-            )
-            .map_err(|e| format!("{e} (millicores)")),
+            count(u64::from(cpu.share), GuestCpu::SHARE_MILLICORES)
+                .map_err(|e| format!("{e} (millicores)")),
         )?;
-        if cpu.burst < Duration::from_millis(1) {
+        if cpu.burst < GuestCpu::MIN_BURST {
             return Err(FieldProblem::new(
                 "runtime.guestCpu.burst",
-                "must be at least 1ms (one epoch tick)",
+                format!(
+                    "must be at least {} (one epoch tick)",
+                    show_duration(GuestCpu::MIN_BURST)
+                ),
             ));
         }
         if let Some(n) = self.max_instances {
-            check("runtime.maxInstances", count(u64::from(n), 1, 10_000))?;
+            check(
+                "runtime.maxInstances",
+                count(u64::from(n), RuntimeConfig::INSTANCES),
+            )?;
         }
         Ok(())
     }

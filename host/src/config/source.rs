@@ -16,7 +16,9 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::units::{HOUR, SECOND, YEAR, count, optional_duration, optional_quantity, within};
+use super::units::{
+    HOUR, SECOND, YEAR, bytes_within, optional_duration, optional_quantity, within,
+};
 
 /// The largest component a URL or registry source downloads by default.
 pub const DEFAULT_MAX_SIZE: u64 = 256 << 20;
@@ -204,7 +206,7 @@ impl SourceConfig {
             ));
         }
         if let Some(p) = self.poll_interval {
-            within(p, SECOND, YEAR).map_err(|m| problem("pollInterval", m))?;
+            within(p, SECOND..=YEAR).map_err(|m| problem("pollInterval", m))?;
         }
         if let Some(secret) = &self.image_pull_secret {
             if self.docker_config.is_some() {
@@ -228,12 +230,11 @@ impl SourceConfig {
     fn limits(&self) -> Result<FetchLimits, SourceProblem> {
         let mut limits = FetchLimits::default();
         if let Some(n) = self.max_size {
-            count(n, 1 << 10, MAX_MAX_SIZE)
-                .map_err(|_| problem("maxSize", "must be between 1Ki and 4Gi"))?;
+            bytes_within(n, (1 << 10)..=MAX_MAX_SIZE).map_err(|m| problem("maxSize", m))?;
             limits.max_size = n;
         }
         if let Some(t) = self.timeout {
-            within(t, SECOND, HOUR).map_err(|m| problem("timeout", m))?;
+            within(t, SECOND..=HOUR).map_err(|m| problem("timeout", m))?;
             limits.timeout = t;
         }
         Ok(limits)

@@ -3,6 +3,7 @@
 //! deserializers, and range checks that say a value back in the units a
 //! user writes.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
@@ -15,8 +16,9 @@ pub(super) const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 /// timers can then never overflow.
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// `d` within `[min, max]`, said in the units a user writes.
-pub(super) fn within(d: Duration, min: Duration, max: Duration) -> Result<(), String> {
+/// `d` within `range`, said in the units a user writes.
+pub(super) fn within(d: Duration, range: RangeInclusive<Duration>) -> Result<(), String> {
+    let (min, max) = range.into_inner();
     if d < min || d > max {
         return Err(format!(
             "must be between {} and {} (got {})",
@@ -39,11 +41,38 @@ pub fn show_duration(d: Duration) -> String {
     }
 }
 
-pub(super) fn count(n: u64, min: u64, max: u64) -> Result<(), String> {
+/// `n` within `range`.
+pub(super) fn count(n: u64, range: RangeInclusive<u64>) -> Result<(), String> {
+    let (min, max) = range.into_inner();
     if n < min || n > max {
         return Err(format!("must be between {min} and {max} (got {n})"));
     }
     Ok(())
+}
+
+/// A number of bytes `n` within `range`, said as quantities (`1Mi`).
+pub(super) fn bytes_within(n: u64, range: RangeInclusive<u64>) -> Result<(), String> {
+    let (min, max) = range.into_inner();
+    if n < min || n > max {
+        return Err(format!(
+            "must be between {} and {}",
+            show_quantity(min),
+            show_quantity(max)
+        ));
+    }
+    Ok(())
+}
+
+/// A number of bytes as a user writes it: with the largest binary suffix
+/// that divides it (`64Ki`, `4Gi`).
+fn show_quantity(n: u64) -> String {
+    match n {
+        0 => "0".into(),
+        n if n % (1 << 30) == 0 => format!("{}Gi", n >> 30),
+        n if n % (1 << 20) == 0 => format!("{}Mi", n >> 20),
+        n if n % (1 << 10) == 0 => format!("{}Ki", n >> 10),
+        n => n.to_string(),
+    }
 }
 
 pub(super) fn rate(r: f64, max: f64) -> Result<(), String> {

@@ -69,7 +69,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
 use super::lifecycle::PluginEntry;
 use super::{Host, ManagerError};
-use crate::config::{HostConfig, PermissionRule, PluginConfig, PluginsFrom, SourceSpec};
+use crate::config::{HostConfig, PluginConfig, PluginsFrom, SourceSpec};
 use crate::control::controller::{Controller, ControllerOptions, TracingTerminalErrors, Workers};
 use crate::control::discovery::Resolver;
 use crate::control::informer::{Informer, InformerKey, Notification, SharedCache};
@@ -79,7 +79,7 @@ use crate::control::workqueue::ratelimit::{BucketRateLimiter, controller_rate_li
 use crate::ops::source::{
     self, DiskCache, OciSource, PluginSource, PullSecret, Reach, SourceError, UrlSource,
 };
-use crate::sandbox::hostapi::Gvk;
+use crate::sandbox::hostapi::{Gvk, PermissionRule};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use spec::Refusal;

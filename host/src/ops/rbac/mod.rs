@@ -56,9 +56,10 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::config::{HostConfig, PermissionRule, PluginConfig};
+use crate::config::{HostConfig, PluginConfig};
 use crate::control::shard::ShardCoordinator;
 use crate::meta::syntax;
+use crate::sandbox::hostapi::PermissionRule;
 
 /// The group of WasmReconciler objects (`pluginsFrom`).
 const PLUGINS_GROUP: &str = "wasmctrl.dev";

@@ -13,7 +13,7 @@ use futures::future::BoxFuture;
 pub use crate::meta::selector::LabelSelector;
 pub use body::MAX_NESTING;
 pub use cluster::{ApiLimits, ClusterApi, ClusterContext, MAX_PAYLOAD, map_error};
-pub use grant::{Access, Grant};
+pub use grant::{Access, Grant, PermissionRule, RuleProblem, VERBS};
 
 pub use crate::meta::kind::Gvk;
 

@@ -21,8 +21,9 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::ceiling;
-use crate::config::{FieldProblem, PermissionRule, PluginConfig, PluginsFrom, check_plugin_name};
+use crate::config::{FieldProblem, PluginConfig, PluginsFrom, check_plugin_name};
 use crate::ops::source::Reach;
+use crate::sandbox::hostapi::PermissionRule;
 
 /// The group, version and kind of the objects.
 pub const GROUP: &str = "wasmctrl.dev";
