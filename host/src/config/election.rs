@@ -6,9 +6,14 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
-use super::units::{HOUR, MILLI, SECOND, count, duration, within};
+use super::units::{count, duration, within};
+use crate::control::leader::LeaderElection;
+use crate::control::shard::MAX_SHARDS;
 use crate::meta::syntax;
 
+/// `leaderElection`: the Lease one replica holds to run the workers (with
+/// `sharding`, the Leases of the shards), onto [`LeaderElection`], whose
+/// defaults and ranges these take.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct LeaderElectionConfig {
@@ -50,13 +55,13 @@ impl Default for LeaderElectionConfig {
 
 impl LeaderElectionConfig {
     /// Fills `renewDeadline` and `retryPeriod` left out (zero) from
-    /// `leaseDuration`, client-go's 15s/10s/2s proportions.
+    /// `leaseDuration`, in the election's default proportions.
     pub(super) fn with_derived_defaults(mut self) -> Self {
         if self.renew_deadline.is_zero() {
-            self.renew_deadline = self.lease_duration * 2 / 3;
+            self.renew_deadline = LeaderElection::default_renew_deadline(self.lease_duration);
         }
         if self.retry_period.is_zero() {
-            self.retry_period = default_retry_period().min(self.renew_deadline / 2);
+            self.retry_period = LeaderElection::default_retry_period(self.renew_deadline);
         }
         self
     }
@@ -69,14 +74,10 @@ impl LeaderElectionConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 pub struct ShardingConfig {
-    /// How many shards the keys are hashed into (1 to 256); more shards
+    /// How many shards the keys are hashed into (1 to [`MAX_SHARDS`]); more shards
     /// than replicas lets the load rebalance in smaller steps.
     pub shards: u32,
 }
-
-/// The most shards a config may ask for: one Lease each, all renewed every
-/// `retryPeriod`, and each named in the generated RBAC.
-pub const MAX_SHARDS: u32 = 256;
 
 pub(super) fn default_namespace() -> String {
     "default".into()
@@ -85,10 +86,7 @@ fn default_lease_name() -> String {
     "wasmctrl".into()
 }
 fn default_lease_duration() -> Duration {
-    Duration::from_secs(15)
-}
-fn default_retry_period() -> Duration {
-    Duration::from_secs(2)
+    LeaderElection::DEFAULT_LEASE_DURATION
 }
 
 impl LeaderElectionConfig {
@@ -106,11 +104,11 @@ impl LeaderElectionConfig {
         )?;
         check(
             "leaderElection.leaseDuration",
-            within(self.lease_duration, SECOND..=HOUR),
+            within(self.lease_duration, LeaderElection::LEASE_DURATION),
         )?;
         check(
             "leaderElection.renewDeadline",
-            within(self.renew_deadline, MILLI..=HOUR).and_then(|()| {
+            within(self.renew_deadline, LeaderElection::DEADLINE).and_then(|()| {
                 (self.renew_deadline < self.lease_duration)
                     .then_some(())
                     .ok_or_else(|| "must be less than leaseDuration".to_string())
@@ -118,7 +116,7 @@ impl LeaderElectionConfig {
         )?;
         check(
             "leaderElection.retryPeriod",
-            within(self.retry_period, MILLI..=HOUR).and_then(|()| {
+            within(self.retry_period, LeaderElection::DEADLINE).and_then(|()| {
                 (self.retry_period < self.renew_deadline)
                     .then_some(())
                     .ok_or_else(|| "must be less than renewDeadline".to_string())

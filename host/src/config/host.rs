@@ -15,6 +15,7 @@ use super::plugin::{PluginConfig, check_plugin_name, check_rules};
 use super::plugins_from::PluginsFrom;
 use super::runtime::RuntimeSection;
 use super::units::{HOUR, SECOND, duration, within};
+use crate::control::informer::CacheOptions;
 use crate::sandbox::hostapi::PermissionRule;
 
 /// The `apiVersion` of a host config.
@@ -94,24 +95,15 @@ impl Default for AdminConfig {
 pub struct CacheSection {
     /// Drop `metadata.managedFields` from cached objects, and from the
     /// objects the host API hands guests (live reads, write answers)
-    /// (default: true). Reconcilers do not read them, and every guest
-    /// would parse them on every read.
+    /// (default: the cache's, true). Reconcilers do not read them, and
+    /// every guest would parse them on every read.
     pub strip_managed_fields: bool,
 }
 
 impl Default for CacheSection {
     fn default() -> Self {
         Self {
-            strip_managed_fields: true,
-        }
-    }
-}
-
-impl CacheSection {
-    /// The informer cache's options.
-    pub fn options(&self) -> crate::control::informer::CacheOptions {
-        crate::control::informer::CacheOptions {
-            strip_managed_fields: self.strip_managed_fields,
+            strip_managed_fields: CacheOptions::default().strip_managed_fields,
         }
     }
 }

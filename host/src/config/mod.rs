@@ -34,7 +34,7 @@ mod source;
 mod tests;
 mod units;
 
-pub use election::{LeaderElectionConfig, MAX_SHARDS, ShardingConfig};
+pub use election::{LeaderElectionConfig, ShardingConfig};
 pub use error::{ConfigError, FieldProblem};
 pub use host::{API_VERSION, AdminConfig, CacheSection, HostConfig, KIND};
 pub use limits::LimitsConfig;

@@ -12,9 +12,11 @@ use super::record::RecordConfig;
 use super::rollout::{CandidateConfig, CandidateMode};
 use super::source::{SourceConfig, SourceProblem, SourceSpec};
 use super::units::{
-    HOUR, MILLI, SECOND, YEAR, bytes_within, count, duration, optional_duration, optional_quantity,
+    MILLI, SECOND, YEAR, bytes_within, count, duration, optional_duration, optional_quantity,
     quantity, rate, within,
 };
+use crate::control::controller::ControllerOptions;
+use crate::control::workqueue::ratelimit;
 use crate::meta::syntax;
 use crate::sandbox::hostapi::{PermissionRule, RuleProblem};
 use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
@@ -33,7 +35,7 @@ pub struct PluginConfig {
     /// Where the component comes from (one of `path` and `source`).
     #[serde(default)]
     pub source: Option<SourceConfig>,
-    #[serde(default = "one")]
+    #[serde(default = "default_max_concurrent_reconciles")]
     pub max_concurrent_reconciles: usize,
     #[serde(default = "default_reconcile_timeout", deserialize_with = "duration")]
     pub reconcile_timeout: Duration,
@@ -197,27 +199,25 @@ impl PluginConfig {
 }
 
 /// The per-key and overall retry limits (client-go's default controller
-/// rate limiter with every field chosen).
+/// rate limiter with every field chosen; its defaults by default).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct RateLimiterConfig {
-    #[serde(default = "default_base_delay", deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration")]
     pub base_delay: Duration,
-    #[serde(default = "default_max_delay", deserialize_with = "duration")]
+    #[serde(deserialize_with = "duration")]
     pub max_delay: Duration,
-    #[serde(default = "default_qps")]
     pub qps: f64,
-    #[serde(default = "default_burst")]
     pub burst: u32,
 }
 
 impl Default for RateLimiterConfig {
     fn default() -> Self {
         Self {
-            base_delay: default_base_delay(),
-            max_delay: default_max_delay(),
-            qps: default_qps(),
-            burst: default_burst(),
+            base_delay: ratelimit::DEFAULT_BASE_DELAY,
+            max_delay: ratelimit::DEFAULT_MAX_DELAY,
+            qps: ratelimit::DEFAULT_QPS,
+            burst: ratelimit::DEFAULT_BURST,
         }
     }
 }
@@ -229,7 +229,7 @@ impl RateLimiterConfig {
         let rl = self;
         check(
             "rateLimiter.maxDelay",
-            within(rl.max_delay, Duration::ZERO..=YEAR),
+            within(rl.max_delay, Duration::ZERO..=ratelimit::MAX_DELAY),
         )?;
         if rl.base_delay > rl.max_delay {
             return Err(FieldProblem::new(
@@ -237,10 +237,10 @@ impl RateLimiterConfig {
                 "must not exceed maxDelay",
             ));
         }
-        check("rateLimiter.qps", rate(rl.qps, 1e6))?;
+        check("rateLimiter.qps", rate(rl.qps, ratelimit::MAX_QPS))?;
         check(
             "rateLimiter.burst",
-            count(u64::from(rl.burst), 1..=1_000_000),
+            count(u64::from(rl.burst), 1..=u64::from(ratelimit::MAX_BURST)),
         )
     }
 }
@@ -255,23 +255,14 @@ fn default_max_instance_age() -> Duration {
 pub(super) fn one() -> usize {
     1
 }
+fn default_max_concurrent_reconciles() -> usize {
+    ControllerOptions::new(String::new()).max_concurrent_reconciles
+}
 fn default_reconcile_timeout() -> Duration {
-    Duration::from_secs(10)
+    ControllerOptions::new(String::new()).reconcile_timeout
 }
 fn default_memory_limit() -> u64 {
     Limits::default().memory_bytes as u64
-}
-fn default_base_delay() -> Duration {
-    Duration::from_millis(5)
-}
-fn default_max_delay() -> Duration {
-    Duration::from_secs(1000)
-}
-fn default_qps() -> f64 {
-    10.0
-}
-fn default_burst() -> u32 {
-    100
 }
 
 fn empty_object() -> serde_json::Value {
@@ -313,11 +304,14 @@ impl PluginConfig {
         }
         check(
             "maxConcurrentReconciles",
-            count(self.max_concurrent_reconciles as u64, 1..=1024),
+            count(
+                self.max_concurrent_reconciles as u64,
+                ControllerOptions::MAX_CONCURRENT_RECONCILES,
+            ),
         )?;
         check(
             "reconcileTimeout",
-            within(self.reconcile_timeout, MILLI..=HOUR),
+            within(self.reconcile_timeout, ControllerOptions::RECONCILE_TIMEOUT),
         )?;
         check(
             "memoryLimit",

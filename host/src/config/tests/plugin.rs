@@ -81,3 +81,23 @@ fn idle_unload_is_off_by_default_and_needs_the_compiled_cache() {
     .to_string();
     assert!(e.contains("idleUnload"), "{e}");
 }
+
+#[test]
+fn a_plugin_left_at_its_defaults_runs_with_the_sandboxs_defaults() {
+    use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
+    let c = parse(
+        "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nplugins:\n  - { name: a, path: a.wasm }\n",
+    )
+    .unwrap();
+    let p = &c.plugins[0];
+    assert_eq!(p.sandbox_limits(), Limits::default());
+    assert_eq!(InstanceMode::from(p.instance_mode), InstanceMode::Fresh);
+    let reuse = p.reuse_limits();
+    let defaults = ReuseLimits::default();
+    assert_eq!(
+        (reuse.max_calls, reuse.max_age),
+        (defaults.max_calls, defaults.max_age)
+    );
+    assert_eq!(reuse.max_memory, 48 << 20, "¾ of the 64Mi memoryLimit");
+    assert_eq!(p.limits.list_bytes, 16 << 20);
+}

@@ -38,3 +38,17 @@ fn cpu_quantities_are_millicores() {
         assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
     }
 }
+
+#[test]
+fn byte_ranges_are_said_in_quantities() {
+    use crate::config::units::bytes_within;
+    assert_eq!(
+        bytes_within(1 << 19, (1 << 20)..=(4 << 30)),
+        Err("must be between 1Mi and 4Gi".to_string())
+    );
+    assert_eq!(
+        bytes_within(1, (64 << 10)..=(256 << 20)),
+        Err("must be between 64Ki and 256Mi".to_string())
+    );
+    assert_eq!(bytes_within(1 << 10, (1 << 10)..=(4 << 30)), Ok(()));
+}
