@@ -8,9 +8,10 @@
 //! - [`meta`]: the Kubernetes vocabulary (kinds, names, selectors);
 //! - [`control`]: the controller machinery (workqueue, controller, informer
 //!   cache, metrics, leader election, sharding);
-//! - [`config`]: the host config file;
 //! - [`sandbox`]: plugins compiled and run in wasm sandboxes, and the host
 //!   API they call;
+//! - [`config`]: the host config file, mapped onto the options of the
+//!   layers before it;
 //! - [`ops`]: running plugins in a process (manager, sources, admin server,
 //!   RBAC, transcripts);
 //! - [`tools`]: the command-line tools.

@@ -214,10 +214,10 @@ async fn managed_fields_are_dropped_from_the_cache_unless_kept() {
 async fn a_guest_reads_no_managed_fields_from_the_api_server_either_unless_kept() {
     use std::time::Instant;
 
-    use wasmctrl::config::PermissionRule;
     use wasmctrl::control::discovery::Resolver;
     use wasmctrl::control::leader::Fence;
     use wasmctrl::control::metrics::Metrics;
+    use wasmctrl::sandbox::hostapi::PermissionRule;
     use wasmctrl::sandbox::hostapi::{
         ApiLimits, ClusterApi, ClusterContext, Grant, Gvk, KubeApi, KubeRequest, KubeResponse,
         ObjectPatch,

@@ -12,7 +12,7 @@ use wasmctrl_e2e::Cluster;
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
 
 fn objects(yaml: &str) -> Vec<serde_json::Value> {
-    serde_yaml::Deserializer::from_str(yaml)
+    serde_norway::Deserializer::from_str(yaml)
         .map(|doc| serde_json::Value::deserialize(doc).expect("YAML documents"))
         .collect()
 }

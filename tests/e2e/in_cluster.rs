@@ -6,8 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use wasmctrl::config::{HostConfig, PermissionRule};
+use wasmctrl::config::HostConfig;
 use wasmctrl::ops::rbac::{Rbac, RbacOptions};
+use wasmctrl::sandbox::hostapi::PermissionRule;
 use wasmctrl_apiserver::{Authorization, Config};
 use wasmctrl_e2e::{Cluster, Host, client_for, eventually};
 use wasmctrl_plugin_artifacts as artifacts;

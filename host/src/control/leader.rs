@@ -16,6 +16,7 @@
 //! resumes, before its election task has even run, so it cannot write as a
 //! second leader.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -99,6 +100,30 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
+    /// client-go's `leaseDuration`.
+    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+    /// client-go's `retryPeriod`.
+    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+    /// The values `lease_duration` may take.
+    pub const LEASE_DURATION: RangeInclusive<Duration> =
+        Duration::from_secs(1)..=Duration::from_secs(3600);
+    /// The values `renew_deadline` and `retry_period` may take (each also
+    /// less than the one before it).
+    pub const DEADLINE: RangeInclusive<Duration> =
+        Duration::from_millis(1)..=Duration::from_secs(3600);
+
+    /// The renew deadline for `lease_duration` when none is chosen: two
+    /// thirds of it, client-go's proportion (10 s of 15 s).
+    pub fn default_renew_deadline(lease_duration: Duration) -> Duration {
+        lease_duration * 2 / 3
+    }
+
+    /// The retry period for `renew_deadline` when none is chosen:
+    /// [`Self::DEFAULT_RETRY_PERIOD`], at most half of it.
+    pub fn default_retry_period(renew_deadline: Duration) -> Duration {
+        Self::DEFAULT_RETRY_PERIOD.min(renew_deadline / 2)
+    }
+
     /// Campaigns until `stop` is cancelled, publishing leadership on
     /// `leader` and keeping `fence` open only while the lease is surely
     /// ours. Once leader, keeps renewing; if no renewal succeeded for

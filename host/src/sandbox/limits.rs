@@ -11,7 +11,16 @@
 //! plugin is allowed is refused at instantiation; it never takes pool slots
 //! from other plugins.
 
+use std::ops::RangeInclusive;
+
 use wasmtime::ResourceLimiter;
+
+/// The most core instances, memories and tables a plugin may be allowed per
+/// component instance ([`Limits::instances`], …): the engine's instance pool
+/// is sized for them.
+pub const MAX_INSTANCES: usize = 64;
+pub const MAX_MEMORIES: usize = 8;
+pub const MAX_TABLES: usize = 64;
 
 /// Per-plugin sandbox ceilings, applied to every instance (and, for the
 /// per-call budgets, to every call).
@@ -47,8 +56,6 @@ pub struct Limits {
     pub host_calls: u32,
 }
 
-pub use crate::config::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLES};
-
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -67,6 +74,29 @@ impl Default for Limits {
             host_calls: 10_000,
         }
     }
+}
+
+// The values each limit may take. Below the floors a guest cannot start
+// or say why it failed; above the ceilings one call could hold more of the
+// host than any reconcile needs.
+impl Limits {
+    /// `memory_bytes`: at most the engine's reservation for one memory
+    /// (`RuntimeConfig::max_memory`).
+    pub const MEMORY_BYTES: RangeInclusive<u64> = (1 << 20)..=(4 << 30);
+    /// `output_bytes`.
+    pub const OUTPUT_BYTES: RangeInclusive<u64> = (1 << 10)..=(64 << 20);
+    /// `output_line`.
+    pub const OUTPUT_LINE: RangeInclusive<u64> = 64..=(1 << 20);
+    /// `log_calls`.
+    pub const LOG_CALLS: RangeInclusive<u64> = 0..=1_000_000;
+    /// `host_calls`.
+    pub const HOST_CALLS: RangeInclusive<u64> = 1..=1_000_000;
+    /// `instances`, up to the pool's [`MAX_INSTANCES`].
+    pub const INSTANCES: RangeInclusive<u64> = 1..=MAX_INSTANCES as u64;
+    /// `memories`, up to the pool's [`MAX_MEMORIES`].
+    pub const MEMORIES: RangeInclusive<u64> = 1..=MAX_MEMORIES as u64;
+    /// `tables`, up to the pool's [`MAX_TABLES`].
+    pub const TABLES: RangeInclusive<u64> = 1..=MAX_TABLES as u64;
 }
 
 /// Which ceiling a call ran into (for the error and the metric).

@@ -43,6 +43,7 @@ mod strategy;
 mod tape;
 mod wit;
 
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -117,6 +118,12 @@ impl Default for RuntimeConfig {
             guest_cpu: GuestCpu::default(),
         }
     }
+}
+
+impl RuntimeConfig {
+    /// The values `max_instances` may take: each slot reserves address
+    /// space for [`MAX_MEMORIES`] memories.
+    pub const INSTANCES: RangeInclusive<u64> = 1..=10_000;
 }
 
 /// Why the runtime could not start.

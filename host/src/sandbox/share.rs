@@ -24,6 +24,7 @@
 //! its sleep.
 
 use std::collections::HashMap;
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -62,6 +63,14 @@ impl Default for GuestCpu {
             share_millicores: 100,
         }
     }
+}
+
+impl GuestCpu {
+    /// The shortest `burst`: one epoch tick, the step CPU is charged in.
+    pub const MIN_BURST: Duration = Duration::from_millis(1);
+    /// The values `share_millicores` may take: at least a tick per 100
+    /// ticks, at most more than any host has cores.
+    pub const SHARE_MILLICORES: RangeInclusive<u64> = 10..=1024 * 1000;
 }
 
 /// One plugin's activity, shared by every version of it (a hot swap, a

@@ -20,6 +20,7 @@
 //!
 //! [`Sandbox::call`]: super::call::Sandbox::call
 
+use std::ops::RangeInclusive;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,15 @@ impl Default for ReuseLimits {
             max_idle: 1,
         }
     }
+}
+
+impl ReuseLimits {
+    /// The values `max_calls` may take.
+    pub const MAX_CALLS: RangeInclusive<u64> = 1..=1_000_000_000;
+    /// The values `max_age` may take: an instance younger than a second is
+    /// no warmer than a fresh one, and a year bounds every deadline.
+    pub const MAX_AGE: RangeInclusive<Duration> =
+        Duration::from_secs(1)..=Duration::from_secs(365 * 24 * 3600);
 }
 
 /// How a plugin gets an instance for each call.

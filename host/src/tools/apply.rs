@@ -67,12 +67,12 @@ fn parse(path: &Path, text: &str) -> Result<Vec<(PathBuf, DynamicObject)>, Apply
         message,
     };
     let mut objects = Vec::new();
-    for doc in serde_yaml::Deserializer::from_str(text) {
-        let value = serde_yaml::Value::deserialize(doc).map_err(|e| file_error(e.to_string()))?;
+    for doc in serde_norway::Deserializer::from_str(text) {
+        let value = serde_norway::Value::deserialize(doc).map_err(|e| file_error(e.to_string()))?;
         if value.is_null() {
             continue;
         }
-        let obj: DynamicObject = serde_yaml::from_value(value)
+        let obj: DynamicObject = serde_norway::from_value(value)
             .map_err(|e| file_error(format!("not a Kubernetes object: {e}")))?;
         // The host's own config may sit beside the manifests it runs on
         // (WasmReconcilers, of the same group, are applied).

@@ -63,10 +63,10 @@ fn printed_cluster_role(config: &Path) -> ClusterRole {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|doc| serde_yaml::Value::deserialize(doc).unwrap())
+    serde_norway::Deserializer::from_str(&text)
+        .map(|doc| serde_norway::Value::deserialize(doc).unwrap())
         .find(|v| v["kind"] == "ClusterRole")
-        .map(|v| serde_yaml::from_value(v).unwrap())
+        .map(|v| serde_norway::from_value(v).unwrap())
         .expect("a ClusterRole")
 }
 

@@ -37,7 +37,7 @@ fn wasmctrl_rbac_prints_the_roles_of_the_quick_start() {
     let docs: Vec<serde_json::Value> = yaml
         .split("---\n")
         .filter(|d| !d.trim().is_empty())
-        .map(|d| serde_yaml::from_str(d).unwrap())
+        .map(|d| serde_norway::from_str(d).unwrap())
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["ClusterRole", "ClusterRoleBinding"], "{yaml}");

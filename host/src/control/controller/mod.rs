@@ -22,6 +22,7 @@
 mod result;
 pub mod watches;
 
+use std::ops::RangeInclusive;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +55,15 @@ pub struct ControllerOptions {
 }
 
 impl ControllerOptions {
+    /// The values `max_concurrent_reconciles` may take.
+    pub const MAX_CONCURRENT_RECONCILES: RangeInclusive<u64> = 1..=1024;
+    /// The values `reconcile_timeout` may take: a deadline of an hour is
+    /// already a reconcile that never returns.
+    pub const RECONCILE_TIMEOUT: RangeInclusive<Duration> =
+        Duration::from_millis(1)..=Duration::from_secs(3600);
+
+    /// The options of controller `name`: one worker, a 10 s timeout, no
+    /// retry limit.
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),

@@ -148,6 +148,10 @@ impl Drop for Ticket {
     }
 }
 
+/// The most shards keys may be spread over: one Lease each, all renewed
+/// every retry period, and each named in the generated RBAC.
+pub const MAX_SHARDS: u32 = 256;
+
 impl Shards {
     /// `count` shards, none held.
     pub fn new(count: u32) -> Self {

@@ -406,14 +406,28 @@ impl<K> RateLimiter<K> for MaxOfRateLimiter<K> {
     }
 }
 
+/// client-go's `DefaultControllerRateLimiter` settings: per-key
+/// exponential backoff from 5 ms to 1000 s, under an overall 10 qps / 100
+/// burst token bucket.
+pub const DEFAULT_BASE_DELAY: Duration = Duration::from_millis(5);
+pub const DEFAULT_MAX_DELAY: Duration = Duration::from_secs(1000);
+pub const DEFAULT_QPS: f64 = 10.0;
+pub const DEFAULT_BURST: u32 = 100;
+
+/// The most a controller limiter may be given: a backoff of a year (which
+/// bounds every deadline), and a bucket of a million tokens (per second).
+pub const MAX_DELAY: Duration = Duration::from_secs(365 * 24 * 3600);
+pub const MAX_QPS: f64 = 1e6;
+pub const MAX_BURST: u32 = 1_000_000;
+
 /// client-go's `DefaultControllerRateLimiter`: an overall 10 qps / 100 burst
 /// token bucket, and per-key exponential backoff from 5 ms to 1000 s.
 pub fn default_controller_rate_limiter<K: QueueKey>() -> MaxOfRateLimiter<K> {
     controller_rate_limiter(
-        Duration::from_millis(5),
-        Duration::from_secs(1000),
-        10.0,
-        100,
+        DEFAULT_BASE_DELAY,
+        DEFAULT_MAX_DELAY,
+        DEFAULT_QPS,
+        DEFAULT_BURST,
     )
 }
 

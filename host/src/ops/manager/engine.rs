@@ -5,7 +5,7 @@
 //! engine without fuel metering would run unmetered).
 
 use crate::config::{HostConfig, PluginConfig};
-use crate::sandbox::{GuestCpu, RuntimeConfig};
+use crate::sandbox::RuntimeConfig;
 
 /// Instance slots kept free for `metadata` calls at load and for swaps.
 const SPARE_INSTANCES: u32 = 16;
@@ -53,10 +53,7 @@ impl EngineLimits {
             fuel: self.fuel,
             max_instances: self.max_instances,
             max_unused_warm_slots: self.warm_slots,
-            guest_cpu: GuestCpu {
-                burst: config.runtime.guest_cpu.burst,
-                share_millicores: config.runtime.guest_cpu.share,
-            },
+            guest_cpu: config.runtime.guest_cpu.into(),
             cache_dir: config
                 .runtime
                 .cache_dir

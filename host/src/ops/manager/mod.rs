@@ -38,7 +38,7 @@ use tokio_util::sync::CancellationToken;
 use crate::ObjectKey;
 use crate::config::HostConfig;
 use crate::control::discovery::{self, Resolver};
-use crate::control::informer::SharedCache;
+use crate::control::informer::{CacheOptions, SharedCache};
 use crate::control::leader::{Fence, LeaderElection};
 use crate::control::metrics::{Metrics, ReloadLabels};
 use crate::control::shard::Shards;
@@ -214,7 +214,9 @@ impl Manager {
         };
         let cache = Arc::new(SharedCache::with_options(
             client.clone(),
-            config.cache.options(),
+            CacheOptions {
+                strip_managed_fields: config.cache.strip_managed_fields,
+            },
         ));
         let resolver = Arc::new(Resolver::new(client.clone()));
         // Status writes go through the fenced client: a host that lost the

@@ -69,7 +69,7 @@ use kube::api::{Api, DynamicObject, Patch, PatchParams};
 
 use super::lifecycle::PluginEntry;
 use super::{Host, ManagerError};
-use crate::config::{HostConfig, PermissionRule, PluginConfig, PluginsFrom, SourceSpec};
+use crate::config::{HostConfig, PluginConfig, PluginsFrom, SourceSpec};
 use crate::control::controller::{Controller, ControllerOptions, TracingTerminalErrors, Workers};
 use crate::control::discovery::Resolver;
 use crate::control::informer::{Informer, InformerKey, Notification, SharedCache};
@@ -77,9 +77,9 @@ use crate::control::metrics::Metrics;
 use crate::control::workqueue::WorkQueue;
 use crate::control::workqueue::ratelimit::{BucketRateLimiter, controller_rate_limiter};
 use crate::ops::source::{
-    self, DiskCache, OciSource, PluginSource, PullSecret, SourceError, UrlSource,
+    self, DiskCache, OciSource, PluginSource, PullSecret, Reach, SourceError, UrlSource,
 };
-use crate::sandbox::hostapi::Gvk;
+use crate::sandbox::hostapi::{Gvk, PermissionRule};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
 use spec::Refusal;
@@ -292,12 +292,12 @@ impl Host {
                 );
                 Arc::new(
                     OciSource::with_credentials(oci.clone(), cache(), Arc::new(credentials))
-                        .reaching(objects.from.reach()),
+                        .reaching(Reach::for_objects(&objects.from)),
                 )
             }
-            (Some(objects), SourceSpec::Url(url)) if objects.owns(&config.name) => {
-                Arc::new(UrlSource::new(url.clone(), cache()).reaching(objects.from.reach()))
-            }
+            (Some(objects), SourceSpec::Url(url)) if objects.owns(&config.name) => Arc::new(
+                UrlSource::new(url.clone(), cache()).reaching(Reach::for_objects(&objects.from)),
+            ),
             _ => source::from_config(&spec, &self.config, self.watcher.as_ref()).into(),
         }
     }

@@ -13,7 +13,7 @@ use super::canary::Canary;
 use super::lifecycle::{Feeds, PluginController, PluginEntry, PluginSlot};
 use super::shadow::Shadow;
 use super::{Host, ManagerError};
-use crate::config::{CandidateMode, InstanceModeConfig, PluginConfig, RateLimiterConfig};
+use crate::config::{CandidateMode, PluginConfig, RateLimiterConfig};
 use crate::control::controller::watches::{KeyMapping, keys};
 use crate::control::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::control::informer::{Informer, InformerKey, Notification};
@@ -22,7 +22,7 @@ use crate::control::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_lim
 use crate::control::workqueue::{Priority, WorkQueue};
 use crate::ops::source::PluginSource;
 use crate::sandbox::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
-use crate::sandbox::{InstanceMode, Limits, Plugin, PluginSpec, ReuseLimits, WatchMapping};
+use crate::sandbox::{Plugin, PluginSpec, WatchMapping};
 use crate::{ObjectKey, ReconcileError};
 
 /// A watched kind, resolved, with how its objects map to keys.
@@ -267,21 +267,9 @@ impl Host {
                 origin.clone(),
                 artifact.bytes,
                 PluginSpec {
-                    limits: limits(config),
-                    instance_mode: match config.instance_mode {
-                        InstanceModeConfig::Fresh => InstanceMode::Fresh,
-                        InstanceModeConfig::Reuse => InstanceMode::Reuse,
-                        InstanceModeConfig::Auto => InstanceMode::Auto,
-                    },
-                    reuse: ReuseLimits {
-                        max_calls: config.max_calls_per_instance,
-                        max_age: config.max_instance_age,
-                        max_memory: config
-                            .max_instance_memory
-                            .unwrap_or(config.memory_limit / 4 * 3)
-                            as usize,
-                        max_idle: config.max_concurrent_reconciles,
-                    },
+                    limits: config.sandbox_limits(),
+                    instance_mode: config.instance_mode.into(),
+                    reuse: config.reuse_limits(),
                     settings: config.settings.clone(),
                     kube: api.clone(),
                     ..PluginSpec::new(&config.name)
@@ -444,23 +432,6 @@ fn scopes(config: &PluginConfig) -> Vec<Option<String>> {
     match &config.namespaces {
         Some(list) => list.iter().cloned().map(Some).collect(),
         None => vec![None],
-    }
-}
-
-/// The sandbox limits of a plugin's config.
-pub(super) fn limits(config: &PluginConfig) -> Limits {
-    let l = &config.limits;
-    Limits {
-        memory_bytes: config.memory_limit as usize,
-        fuel: config.fuel,
-        instances: l.instances as usize,
-        memories: l.memories as usize,
-        tables: l.tables as usize,
-        output_bytes: l.output_bytes as usize,
-        output_line: l.output_line.min(l.output_bytes) as usize,
-        log_calls: l.log_calls,
-        host_calls: l.host_calls,
-        ..Limits::default()
     }
 }
 

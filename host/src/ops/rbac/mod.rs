@@ -56,9 +56,10 @@ use k8s_openapi::api::rbac::v1::{
 };
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::config::{HostConfig, PermissionRule, PluginConfig};
+use crate::config::{HostConfig, PluginConfig};
 use crate::control::shard::ShardCoordinator;
 use crate::meta::syntax;
+use crate::sandbox::hostapi::PermissionRule;
 
 /// The group of WasmReconciler objects (`pluginsFrom`).
 const PLUGINS_GROUP: &str = "wasmctrl.dev";
@@ -391,7 +392,7 @@ impl Rbac {
         let mut out = String::new();
         for object in self.objects(options)? {
             out.push_str("---\n");
-            out.push_str(&serde_yaml::to_string(&object).expect("JSON values are YAML"));
+            out.push_str(&serde_norway::to_string(&object).expect("JSON values are YAML"));
         }
         Ok(out)
     }

@@ -143,7 +143,7 @@ fn the_objects_bind_the_service_account_and_bad_names_are_refused() {
         service_account: "wasmctrl".into(),
     };
     let yaml = generate(&c).to_yaml(&options).unwrap();
-    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&yaml)
+    let docs: Vec<serde_json::Value> = serde_norway::Deserializer::from_str(&yaml)
         .map(|d| serde_json::Value::deserialize(d).unwrap())
         .collect();
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();

@@ -11,7 +11,8 @@ use std::sync::{Arc, Once};
 use futures::{Stream, StreamExt};
 
 use super::SourceError;
-use crate::config::{Reach, is_internal, is_loopback_url, reach::internal};
+use super::reach::{Reach, internal, is_internal};
+use crate::config::is_loopback_url;
 use crate::control::metrics::{SourceRefusal, count_source_refusal};
 
 /// reqwest (under oci-client too) is built without a built-in crypto

@@ -23,6 +23,7 @@ mod file;
 mod http;
 pub mod oci;
 mod pull_secret;
+mod reach;
 mod url;
 
 use std::fmt;
@@ -31,7 +32,7 @@ use std::path::Path;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
-pub use crate::config::{Reach, is_internal, is_loopback_url};
+pub use crate::config::is_loopback_url;
 pub use credentials::{
     Credentials, CredentialsError, RegistryCredentials, credentials_from_dockerconfigjson,
 };
@@ -39,6 +40,7 @@ pub use downloads::{DiskCache, Pruned, Resolution};
 pub use file::{FileSource, FileWatcher};
 pub use oci::OciSource;
 pub use pull_secret::PullSecret;
+pub use reach::{Reach, is_internal};
 pub use url::UrlSource;
 
 use crate::config::{HostConfig, SourceSpec};

@@ -6,9 +6,9 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
+use super::Reach;
 use super::http::{self, PlainHttp, Rule, chain, read_bounded, refused_by_rule};
 use super::{Artifact, DiskCache, PluginSource, SourceError};
-use crate::config::Reach;
 use crate::config::UrlSourceSpec;
 use crate::sandbox::digest;
 

@@ -2,7 +2,83 @@
 
 use std::fmt;
 
-use crate::config::PermissionRule;
+use serde::Deserialize;
+
+use crate::meta::syntax;
+
+/// Allows `verbs` on `resources` of API `group` ("" is core), optionally
+/// only in `namespaces`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct PermissionRule {
+    #[serde(default)]
+    pub group: String,
+    pub resources: Vec<String>,
+    pub verbs: Vec<String>,
+    #[serde(default)]
+    pub namespaces: Option<Vec<String>>,
+}
+
+/// The verbs a rule may name (`*`: every verb).
+pub const VERBS: [&str; 8] = [
+    "get", "list", "watch", "create", "update", "patch", "delete", "*",
+];
+
+/// Why a rule cannot be granted: the field at fault (`verbs`, `group`,
+/// `namespaces`; None: the rule as a whole) and the reason.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleProblem {
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+impl PermissionRule {
+    /// Checks that the rule names only [`VERBS`], at least one resource and
+    /// one verb, and a group (or `*`) and namespaces that are valid names:
+    /// anything else could never match a request, or match one by accident.
+    pub fn check(&self) -> Result<(), RuleProblem> {
+        let problem = |field, message: String| RuleProblem { field, message };
+        if let Some(verb) = self.verbs.iter().find(|v| !VERBS.contains(&v.as_str())) {
+            return Err(problem(
+                Some("verbs"),
+                format!(
+                    "unknown verb {verb:?} (expected one of {})",
+                    VERBS.join(", ")
+                ),
+            ));
+        }
+        if self.resources.is_empty() || self.verbs.is_empty() {
+            return Err(problem(
+                None,
+                "needs at least one resource and one verb".into(),
+            ));
+        }
+        if self.group != "*" {
+            syntax::group(&self.group).map_err(|e| problem(Some("group"), e.message))?;
+        }
+        for ns in self.namespaces.iter().flatten() {
+            syntax::namespace(ns).map_err(|e| problem(Some("namespaces"), e.message))?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for PermissionRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        write!(
+            f,
+            "{} on {}/{}",
+            self.verbs.join(","),
+            group,
+            self.resources.join(",")
+        )
+    }
+}
 
 /// What the host config allows one plugin to do.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -47,7 +47,7 @@ pub use api::{KubeApi, KubeResponse, NoApiServer};
 pub use body::MAX_NESTING;
 pub use cluster::{ApiLimits, ClusterApi, ClusterContext, map_error};
 pub use error::ApiError;
-pub use grant::{Access, Grant};
+pub use grant::{Access, Grant, PermissionRule, RuleProblem, VERBS};
 pub use layer::{Layer, Layered};
 pub(crate) use request::check_size;
 pub use request::{Address, Body, Event, EventType, KubeRequest, MAX_PAYLOAD, ObjectPatch};

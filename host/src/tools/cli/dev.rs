@@ -200,19 +200,19 @@ fn load_with_admin_bind(path: &Path, admin: Option<SocketAddr>) -> anyhow::Resul
     };
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut value: serde_yaml::Value =
-        serde_yaml::from_str(&text).with_context(|| format!("{}: not YAML", path.display()))?;
-    let serde_yaml::Value::Mapping(top) = &mut value else {
+    let mut value: serde_norway::Value =
+        serde_norway::from_str(&text).with_context(|| format!("{}: not YAML", path.display()))?;
+    let serde_norway::Value::Mapping(top) = &mut value else {
         anyhow::bail!("{}: not a mapping", path.display());
     };
     let admin = top
         .entry("admin".into())
-        .or_insert_with(|| serde_yaml::Value::Mapping(Default::default()));
-    let serde_yaml::Value::Mapping(admin) = admin else {
+        .or_insert_with(|| serde_norway::Value::Mapping(Default::default()));
+    let serde_norway::Value::Mapping(admin) = admin else {
         anyhow::bail!("{}: admin: must be a mapping", path.display());
     };
     admin.insert("bind".into(), bind.to_string().into());
-    let text = serde_yaml::to_string(&value)?;
+    let text = serde_norway::to_string(&value)?;
     HostConfig::parse(path, &text, config.base_dir.clone())
         .with_context(|| format!("--admin {bind}"))
 }

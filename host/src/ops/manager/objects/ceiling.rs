@@ -9,7 +9,7 @@
 //! needs a ceiling rule with `"*"`, even one listing every verb, since `*`
 //! also covers verbs added later.
 
-use crate::config::PermissionRule;
+use crate::sandbox::hostapi::PermissionRule;
 
 /// The most exceeding accesses named in one message.
 const MAX_NAMED: usize = 20;

@@ -21,7 +21,9 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::ceiling;
-use crate::config::{FieldProblem, PermissionRule, PluginConfig, PluginsFrom, check_plugin_name};
+use crate::config::{FieldProblem, PluginConfig, PluginsFrom, check_plugin_name};
+use crate::ops::source::Reach;
+use crate::sandbox::hostapi::PermissionRule;
 
 /// The group, version and kind of the objects.
 pub const GROUP: &str = "wasmctrl.dev";
@@ -84,7 +86,7 @@ pub fn bounded(mut message: String) -> String {
 /// when it resolves, by the source itself).
 fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(), Refusal> {
     if let Some(source) = &config.source
-        && let Err(p) = source.check_reach(&from.reach())
+        && let Err(p) = Reach::for_objects(from).check_source(source)
     {
         return Err(Refusal::new(
             "SourceNotAllowed",

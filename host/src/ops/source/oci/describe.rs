@@ -5,7 +5,7 @@ use super::failure::{Failure, reached};
 use super::options::RegistryOptions;
 use super::reference::{parse_reference, pin};
 use super::registry::Registry;
-use crate::config::Reach;
+use crate::ops::source::Reach;
 use crate::ops::source::artifact::{self, MAX_CONFIG_SIZE};
 use crate::ops::source::{Artifact, SourceError};
 

@@ -7,7 +7,7 @@ use oci_client::Reference;
 use super::challenge::bearer_challenge;
 use super::failure::Failure;
 use super::options::RegistryOptions;
-use crate::config::Reach;
+use crate::ops::source::Reach;
 use crate::control::metrics::{SourceRefusal, count_source_refusal};
 use crate::ops::source::SourceError;
 use crate::ops::source::credentials;

@@ -9,7 +9,8 @@ use axum::routing::get;
 use futures::future::BoxFuture;
 
 use super::*;
-use crate::config::{FetchLimits, OciSourceSpec, Reach};
+use crate::config::{FetchLimits, OciSourceSpec};
+use crate::ops::source::Reach;
 use crate::ops::source::artifact;
 use crate::ops::source::credentials::{self, RegistryCredentials};
 use crate::ops::source::{DiskCache, PluginSource};

@@ -1,10 +1,13 @@
 //! Where a plugin's source may connect: [`Reach`], from the host config
 //! (`pluginsFrom.allowHosts` for WasmReconciler objects). The sources
-//! apply it to every address they connect to (`ops/source/http.rs`); the
-//! config checks what can be checked before connecting.
+//! apply it to every address they connect to (`http.rs`); an object's
+//! source is checked for what can be checked before connecting
+//! ([`Reach::check_source`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;
+
+use crate::config::{PluginsFrom, SourceConfig, SourceProblem};
 
 /// Where a source may connect. A source the host's own config names may
 /// reach any address its URL or registry names (the operator wrote it). A
@@ -28,6 +31,12 @@ impl Reach {
         Reach::Public {
             allowed: allowed.into_iter().collect(),
         }
+    }
+
+    /// Where the sources of WasmReconciler objects may connect: public
+    /// addresses, and the hosts `pluginsFrom.allowHosts` names.
+    pub fn for_objects(from: &PluginsFrom) -> Self {
+        Self::public(from.allow_hosts.iter().cloned())
     }
 
     /// Whether `url`'s host may be connected to without an address check.
@@ -90,6 +99,27 @@ impl Reach {
         }
         Ok(())
     }
+
+    /// Refuses a `url` or `oci` source that names an internal address
+    /// literally (`127.0.0.1`, `[::1]`, `localhost`, `10.…`, `169.254.…`)
+    /// where this allows only public ones: the check a WasmReconciler
+    /// object's source gets when it is read. A host name is checked again
+    /// when the source connects, since only then is it resolved.
+    pub fn check_source(&self, source: &SourceConfig) -> Result<(), SourceProblem> {
+        let refused = |field: &'static str, message: String| SourceProblem { field, message };
+        if let Some(url) = &source.url
+            && let Ok(parsed) = reqwest::Url::parse(url)
+        {
+            self.check(&parsed).map_err(|m| refused("url", m))?;
+        }
+        if let Some(reference) = &source.oci
+            && let Ok(parsed) = oci_client::Reference::try_from(reference.as_str())
+            && let Ok(url) = reqwest::Url::parse(&format!("https://{}/", parsed.resolve_registry()))
+        {
+            self.check(&url).map_err(|m| refused("oci", m))?;
+        }
+        Ok(())
+    }
 }
 
 /// The refusal of `host` (at `ip`), saying how the host config allows it:
@@ -136,19 +166,12 @@ pub fn is_internal(ip: IpAddr) -> bool {
     }
 }
 
-/// Whether `url` names a loopback host (`localhost`, 127.0.0.0/8, ::1).
-pub fn is_loopback_url(url: &reqwest::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-        None => false,
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::{Path, PathBuf};
+
     use super::*;
+    use crate::config::HostConfig;
 
     #[test]
     fn internal_addresses() {
@@ -190,5 +213,54 @@ mod tests {
         any_port
             .check(&url("https://registry.internal:6000/v2/"))
             .unwrap();
+    }
+
+    #[test]
+    fn an_objects_source_naming_an_internal_address_is_refused() {
+        let source = |yaml: &str| -> SourceConfig { serde_norway::from_str(yaml).unwrap() };
+        let objects = Reach::public([]);
+        for (yaml, field) in [
+            (
+                "{url: 'http://127.0.0.1:9090/plugins', sha256: x, insecure: true}",
+                "url",
+            ),
+            ("{url: 'https://169.254.169.254/c', sha256: x}", "url"),
+            ("{url: 'https://[::1]/c', sha256: x}", "url"),
+            ("{oci: '127.0.0.1:5000/p/stamp:1'}", "oci"),
+            ("{oci: 'localhost:5000/p/stamp:1'}", "oci"),
+            ("{oci: '10.0.0.7/p/stamp:1'}", "oci"),
+        ] {
+            let p = objects.check_source(&source(yaml)).unwrap_err();
+            assert_eq!(p.field, field, "{yaml}");
+            assert!(p.message.contains("public addresses"), "{yaml}: {p:?}");
+            assert!(
+                Reach::Anywhere.check_source(&source(yaml)).is_ok(),
+                "{yaml}"
+            );
+        }
+        for yaml in [
+            "{oci: 'ghcr.io/acme/stamp:1'}",
+            "{url: 'https://example.com/c', sha256: x}",
+        ] {
+            assert!(objects.check_source(&source(yaml)).is_ok(), "{yaml}");
+        }
+        let allowed = Reach::public(["127.0.0.1:5000".to_string()]);
+        assert!(
+            allowed
+                .check_source(&source("{oci: '127.0.0.1:5000/p/stamp:1'}"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn objects_reach_the_hosts_plugins_from_allows() {
+        let text = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\npluginsFrom: { kind: WasmReconciler, allowHosts: [\"registry.internal:5000\", 10.0.0.7, \"[fd00::7]:443\", \"[::1]\"] }\n";
+        let c = HostConfig::parse(Path::new("w.yaml"), text, PathBuf::from("/")).unwrap();
+        let reach = Reach::for_objects(&c.plugins_from.unwrap());
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        assert!(reach.check(&url("https://10.0.0.7:8443/v2/")).is_ok());
+        assert!(reach.check(&url("https://[fd00::7]/v2/")).is_ok());
+        assert!(reach.check(&url("https://[fd00::7]:444/v2/")).is_err());
+        assert!(reach.check(&url("https://10.0.0.8/v2/")).is_err());
     }
 }

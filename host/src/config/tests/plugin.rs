@@ -1,0 +1,103 @@
+//! A plugin entry: its source, its limits, unloading it when idle.
+
+use super::*;
+
+#[test]
+fn limits_have_defaults_and_ranges() {
+    let c = parse(FULL).unwrap();
+    let l = &c.plugins[0].limits;
+    assert_eq!(l.host_calls, 10_000);
+    assert_eq!(l.output_bytes, 1 << 20);
+    let text = FULL.replace(
+        "    settings: { replicasDefault: 2 }",
+        "    settings: { replicasDefault: 2 }\n    limits: { hostCalls: 5, outputBytes: 4Ki, apiQps: 5, instances: 999 }",
+    );
+    let err = parse(&text).unwrap_err().to_string();
+    assert!(
+        err.contains("limits.instances") && err.contains("between 1 and 64"),
+        "{err}"
+    );
+    let ok = text.replace("instances: 999", "instances: 16");
+    let c = parse(&ok).unwrap();
+    assert_eq!(c.plugins[0].limits.host_calls, 5);
+    assert_eq!(c.plugins[0].limits.output_bytes, 4096);
+    assert_eq!(c.plugins[0].limits.api_qps, Some(5.0));
+}
+
+#[test]
+fn a_source_is_a_path_or_a_file_source_but_not_both() {
+    let source = FULL.replace(
+        "path: ../../target/wasm32-wasip2/release/webapp.wasm",
+        "source: { file: ../../target/wasm32-wasip2/release/webapp.wasm }",
+    );
+    let c = parse(&source).unwrap();
+    assert_eq!(
+        c.plugins[0].source(),
+        parse(FULL).unwrap().plugins[0].source()
+    );
+    let both = FULL.replace(
+        "    maxConcurrentReconciles: 2",
+        "    source: { file: x.wasm }\n    maxConcurrentReconciles: 2",
+    );
+    assert!(parse(&both).unwrap_err().to_string().contains("not both"));
+    let neither = FULL.replace(
+        "    path: ../../target/wasm32-wasip2/release/webapp.wasm\n",
+        "",
+    );
+    assert!(
+        parse(&neither)
+            .unwrap_err()
+            .to_string()
+            .contains("plugins[0].source")
+    );
+}
+
+#[test]
+fn idle_unload_is_off_by_default_and_needs_the_compiled_cache() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let off = parse(&format!(
+        "{head}plugins:\n  - {{ name: a, path: a.wasm }}\n"
+    ))
+    .unwrap();
+    assert_eq!(off.plugins[0].idle_unload, None);
+    let on = parse(&format!(
+        "{head}runtime: {{ cacheDir: cache }}\nplugins:\n  - {{ name: a, path: a.wasm, idleUnload: 5m }}\n"
+    ))
+    .unwrap();
+    assert_eq!(on.plugins[0].idle_unload, Some(Duration::from_secs(300)));
+    let e = parse(&format!(
+        "{head}plugins:\n  - {{ name: a, path: a.wasm, idleUnload: 5m }}\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("plugins[0].idleUnload") && e.contains("runtime.cacheDir"),
+        "{e}"
+    );
+    let e = parse(&format!(
+        "{head}runtime: {{ cacheDir: cache }}\nplugins:\n  - {{ name: a, path: a.wasm, idleUnload: 0s }}\n"
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("idleUnload"), "{e}");
+}
+
+#[test]
+fn a_plugin_left_at_its_defaults_runs_with_the_sandboxs_defaults() {
+    use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
+    let c = parse(
+        "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nplugins:\n  - { name: a, path: a.wasm }\n",
+    )
+    .unwrap();
+    let p = &c.plugins[0];
+    assert_eq!(p.sandbox_limits(), Limits::default());
+    assert_eq!(InstanceMode::from(p.instance_mode), InstanceMode::Fresh);
+    let reuse = p.reuse_limits();
+    let defaults = ReuseLimits::default();
+    assert_eq!(
+        (reuse.max_calls, reuse.max_age),
+        (defaults.max_calls, defaults.max_age)
+    );
+    assert_eq!(reuse.max_memory, 48 << 20, "¾ of the 64Mi memoryLimit");
+    assert_eq!(p.limits.list_bytes, 16 << 20);
+}
