@@ -1,6 +1,8 @@
 //! Step 4 of a call: served from the shared informer cache, or sent to the
 //! API server, and the answer handed to the guest as the server's text.
 
+use std::time::Instant;
+
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 
 use super::payload::{to_patch, write_body};
@@ -12,7 +14,6 @@ use crate::sandbox::hostapi::answer::object_answer;
 use crate::sandbox::hostapi::api::KubeResponse;
 use crate::sandbox::hostapi::error::ApiError;
 use crate::sandbox::hostapi::request::{KubeRequest, check_size};
-use std::time::Instant;
 
 impl ClusterApi {
     /// Serves a call [`ClusterApi::check_call`] admitted, resolved to
