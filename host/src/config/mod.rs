@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+use wasmctrl_apimachinery::names;
 
 use crate::meta::syntax;
 
@@ -1497,12 +1498,7 @@ fn strip_location(message: &str) -> String {
 }
 
 fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    names::dns1123_label(s).is_ok()
 }
 
 /// Parses a Go-style duration: `250ms`, `10s`, `5m`, `1h30m`, `1.5s`.
