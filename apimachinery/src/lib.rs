@@ -8,7 +8,7 @@
 //! - [`selector`]: label selectors in their string form
 //!   (`app=web,tier in (a,b),!legacy`): parsed, matched and printed back.
 //! - [`time`]: RFC 3339 timestamps in the two precisions of `metav1.Time`
-//!   and `metav1.MicroTime`.
+//!   and `metav1.MicroTime`, and in milliseconds for records people read.
 //! - [`patch`]: JSON merge patch (RFC 7386) and bounded JSON patch
 //!   (RFC 6902) over `serde_json` values.
 //!

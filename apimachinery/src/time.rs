@@ -2,7 +2,8 @@
 //! API uses. `metav1.Time` (`creationTimestamp`, `lastTransitionTime`) is
 //! whole seconds, `2026-12-05T00:00:00Z`; `metav1.MicroTime` (an Event's
 //! `eventTime`, a Lease's `renewTime`) is microseconds,
-//! `2026-12-05T00:00:00.000042Z`.
+//! `2026-12-05T00:00:00.000042Z`. Records meant for people and logs often
+//! use milliseconds between the two, `2026-12-05T00:00:00.042Z`.
 //!
 //! Formatting truncates towards the past, as Go's `Time.Truncate` (which
 //! the API server's serializers use) does, and clamps to what RFC 3339 can
@@ -45,6 +46,23 @@ pub fn format_seconds(time: SystemTime) -> String {
         dt.hour(),
         dt.minute(),
         dt.second()
+    )
+}
+
+/// `time` in milliseconds: UTC, always three fractional digits
+/// (`2026-12-05T00:00:00.042Z`), as JavaScript's `toISOString` and most
+/// log formats write it.
+pub fn format_millis(time: SystemTime) -> String {
+    let (dt, micros) = civil(time);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        dt.year(),
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second(),
+        micros / 1000
     )
 }
 
@@ -174,6 +192,11 @@ mod tests {
             "2026-12-05T00:00:00.123456Z"
         );
         assert_eq!(format_micros(UNIX_EPOCH), "1970-01-01T00:00:00.000000Z");
+        assert_eq!(
+            format_millis(at(1_796_428_800, 123_999_999)),
+            "2026-12-05T00:00:00.123Z"
+        );
+        assert_eq!(format_millis(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
     }
 
     #[test]
@@ -181,6 +204,7 @@ mod tests {
         let t = UNIX_EPOCH - Duration::from_nanos(1);
         assert_eq!(format_seconds(t), "1969-12-31T23:59:59Z");
         assert_eq!(format_micros(t), "1969-12-31T23:59:59.999999Z");
+        assert_eq!(format_millis(t), "1969-12-31T23:59:59.999Z");
         let t = UNIX_EPOCH - Duration::from_micros(1_500_000);
         assert_eq!(format_micros(t), "1969-12-31T23:59:58.500000Z");
     }
@@ -193,6 +217,7 @@ mod tests {
             format_micros(UNIX_EPOCH + far),
             "9999-12-30T22:00:00.999999Z"
         );
+        assert_eq!(format_millis(UNIX_EPOCH + far), "9999-12-30T22:00:00.999Z");
         let early = Duration::from_secs(2000 * 366 * 86_400);
         assert_eq!(format_seconds(UNIX_EPOCH - early), "0000-01-01T00:00:00Z");
     }
@@ -258,7 +283,9 @@ mod tests {
                 let t = at(secs, nanos);
                 prop_assert_eq!(parse(&format_seconds(t)), Ok(at(secs, 0)));
                 prop_assert_eq!(parse(&format_micros(t)), Ok(at(secs, nanos / 1000 * 1000)));
+                prop_assert_eq!(parse(&format_millis(t)), Ok(at(secs, nanos / 1_000_000 * 1_000_000)));
                 prop_assert_eq!(format_seconds(t).len(), 20);
+                prop_assert_eq!(format_millis(t).len(), 24);
                 prop_assert_eq!(format_micros(t).len(), 27);
             }
 

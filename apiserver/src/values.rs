@@ -1,47 +1,25 @@
 //! Values the server computes and reads: Kubernetes timestamps, random
 //! names and tokens, Go-style quoting, JSON sizes and metadata/path access.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value};
+use wasmctrl_apimachinery::time;
 
 /// Seconds-precision RFC 3339 UTC timestamp (`metav1.Time`), e.g.
 /// `2025-01-02T03:04:05Z`.
 pub(crate) fn now_rfc3339() -> String {
-    let d = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    format_time(d.as_secs() as i64, None)
+    time::format_seconds(SystemTime::now())
 }
 
 /// RFC 3339 UTC timestamp of a Unix time in seconds.
 pub(crate) fn format_unix(secs: i64) -> String {
-    format_time(secs, None)
-}
-
-fn format_time(secs: i64, micros: Option<u32>) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    let (hh, mm, ss) = (rem / 3600, (rem % 3600) / 60, rem % 60);
-    match micros {
-        Some(us) => format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}.{us:06}Z"),
-        None => format!("{y:04}-{m:02}-{d:02}T{hh:02}:{mm:02}:{ss:02}Z"),
-    }
-}
-
-/// Howard Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    let since_epoch = Duration::from_secs(secs.unsigned_abs());
+    time::format_seconds(if secs < 0 {
+        UNIX_EPOCH.checked_sub(since_epoch).unwrap_or(UNIX_EPOCH)
+    } else {
+        UNIX_EPOCH.checked_add(since_epoch).unwrap_or(UNIX_EPOCH)
+    })
 }
 
 /// `value` quoted as Go's `%q` quotes it (the real server's messages use
@@ -167,13 +145,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn formats_known_instants() {
-        assert_eq!(format_time(0, None), "1970-01-01T00:00:00Z");
-        assert_eq!(format_time(1_735_787_045, None), "2025-01-02T03:04:05Z");
-        assert_eq!(
-            format_time(951_782_400, Some(42)),
-            "2000-02-29T00:00:00.000042Z"
-        );
+    fn formats_unix_times() {
+        assert_eq!(format_unix(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_unix(1_735_787_045), "2025-01-02T03:04:05Z");
+        assert_eq!(format_unix(-1), "1969-12-31T23:59:59Z");
     }
 
     #[test]

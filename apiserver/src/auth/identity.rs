@@ -114,7 +114,7 @@ pub(crate) fn split_service_account(username: &str) -> Option<(&str, &str)> {
     let (namespace, name) = (parts.next()?, parts.next()?);
     if parts.next().is_some()
         || !crate::registry::validation::validate_namespace(namespace).is_empty()
-        || !crate::registry::validation::is_subdomain(name)
+        || wasmctrl_apimachinery::names::dns1123_subdomain(name).is_err()
     {
         return None;
     }

@@ -2,9 +2,10 @@
 //! for humans: `Name` and `Age` for every kind, the columns kubectl users
 //! know for a few common built-ins, and a CRD's `additionalPrinterColumns`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use serde_json::{Value, json};
+use wasmctrl_apimachinery::time;
 
 use crate::registry::resources::ResourceInfo;
 use crate::values::get_path;
@@ -146,35 +147,18 @@ fn columns(info: &ResourceInfo) -> Vec<Column> {
 
 /// `5s`, `3m`, `2h`, `4d` since an RFC 3339 timestamp, as kubectl shows.
 fn age(ts: Option<&str>) -> String {
-    let Some(secs) = ts.and_then(parse_rfc3339) else {
+    let Some(then) = ts.and_then(|ts| time::parse(ts).ok()) else {
         return "<unknown>".into();
     };
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let d = (now - secs).max(0);
+    let d = SystemTime::now()
+        .duration_since(then)
+        .map_or(0, |d| d.as_secs());
     match d {
         0..120 => format!("{d}s"),
         120..7200 => format!("{}m", d / 60),
         7200..172_800 => format!("{}h", d / 3600),
         _ => format!("{}d", d / 86_400),
     }
-}
-
-/// Seconds since the epoch of `YYYY-MM-DDTHH:MM:SS[.frac]Z`.
-fn parse_rfc3339(s: &str) -> Option<i64> {
-    let num = |a: usize, b: usize| s.get(a..b)?.parse::<i64>().ok();
-    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
-    let (hh, mm, ss) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
-    // Days from civil (Howard Hinnant), inverse of util's formatter.
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hh * 3600 + mm * 60 + ss)
 }
 
 /// A JSONPath subset: dotted fields with optional `[n]` indexes.
@@ -282,9 +266,15 @@ mod tests {
     }
 
     #[test]
-    fn parses_and_paths() {
-        assert_eq!(parse_rfc3339("1970-01-02T00:00:01Z"), Some(86_401));
-        assert_eq!(parse_rfc3339("2025-01-02T03:04:05Z"), Some(1_735_787_045));
+    fn ages_and_paths() {
+        let ago = |secs: u64| {
+            time::format_seconds(SystemTime::now() - std::time::Duration::from_secs(secs))
+        };
+        assert_eq!(age(Some(&ago(5))), "5s");
+        assert_eq!(age(Some(&ago(300))), "5m");
+        assert_eq!(age(Some(&ago(3 * 86_400 + 60))), "3d");
+        assert_eq!(age(Some("yesterday")), "<unknown>");
+        assert_eq!(age(None), "<unknown>");
         let o = json!({"status": {"conditions": [{"type": "Ready"}]}});
         assert_eq!(eval_path(&o, ".status.conditions[0].type"), json!("Ready"));
         assert_eq!(eval_path(&o, ".spec.x"), Value::Null);

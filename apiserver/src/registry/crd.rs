@@ -3,9 +3,9 @@
 //! registry entries each served version becomes.
 
 use serde_json::{Value, json};
+use wasmctrl_apimachinery::names;
 
 use super::resources::{GroupResource, ResourceInfo, ScalePaths, View};
-use super::validation::{is_subdomain, validate_name};
 use crate::error::Cause;
 
 fn cause(field: &str, message: String) -> Cause {
@@ -24,8 +24,12 @@ fn required(field: &str) -> Cause {
     }
 }
 
-fn is_lower_label(s: &str) -> bool {
-    validate_name(s, super::validation::NameRule::Label, "x").is_empty()
+/// The cause of a plural or version name that is not a DNS-1035 label, as
+/// upstream words it.
+fn dns1035_label(field: &str, value: &str) -> Option<Cause> {
+    names::dns1035_label(value)
+        .err()
+        .map(|e| cause(field, format!("Invalid value: \"{value}\": {e}")))
 }
 
 /// Validates a CRD and sets its status. `old` is the stored CRD on update,
@@ -39,7 +43,12 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     let kind = names["kind"].as_str().unwrap_or("");
     if group.is_empty() {
         causes.push(required("spec.group"));
-    } else if !is_subdomain(group) || !group.contains('.') {
+    } else if let Err(e) = names::dns1123_subdomain(group) {
+        causes.push(cause(
+            "spec.group",
+            format!("Invalid value: \"{group}\": {e}"),
+        ));
+    } else if !group.contains('.') {
         causes.push(cause(
             "spec.group",
             format!("Invalid value: \"{group}\": should be a domain with at least one dot"),
@@ -47,11 +56,8 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     }
     if plural.is_empty() {
         causes.push(required("spec.names.plural"));
-    } else if !is_lower_label(plural) {
-        causes.push(cause(
-            "spec.names.plural",
-            format!("Invalid value: \"{plural}\": a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'"),
-        ));
+    } else {
+        causes.extend(dns1035_label("spec.names.plural", plural));
     }
     if kind.is_empty() {
         causes.push(required("spec.names.kind"));
@@ -93,12 +99,7 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     }
     for (i, v) in versions.iter().enumerate() {
         let vn = v["name"].as_str().unwrap_or("");
-        if !is_lower_label(vn) {
-            causes.push(cause(
-                &format!("spec.versions[{i}].name"),
-                format!("Invalid value: \"{vn}\": a DNS-1035 label must consist of lower case alphanumeric characters or '-'"),
-            ));
-        }
+        causes.extend(dns1035_label(&format!("spec.versions[{i}].name"), vn));
     }
     if !causes.is_empty() {
         return causes;

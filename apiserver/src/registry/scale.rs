@@ -32,9 +32,12 @@ impl Objects {
                 }
             }
             None => {
-                if let Some(sel) = obj.get("spec").and_then(|s| s.get("selector")) {
-                    let s = super::selectors::LabelSelector::from_object(sel).to_selector_string();
-                    status.insert("selector".into(), json!(s));
+                if let Some(sel) = obj
+                    .get("spec")
+                    .and_then(|s| s.get("selector"))
+                    .and_then(super::selectors::LabelSelector::from_object)
+                {
+                    status.insert("selector".into(), json!(sel.to_selector_string()));
                 }
             }
         }

@@ -1,163 +1,57 @@
-//! Label and field selectors as list and watch filter them.
+//! Label and field selectors as list and watch filter them. Label
+//! selectors are `wasmctrl_apimachinery::selector`'s, unbounded as
+//! kube-apiserver's (the request's size bounds the text); field selectors
+//! are the server's own, since which fields can be selected depends on the
+//! kind.
 
 use serde_json::Value;
+use wasmctrl_apimachinery::selector::{self, SelectorBounds};
 
 /// A selector parse failure (answered as 400 BadRequest).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SelectorError {
-    #[error("unable to parse requirement: {0}")]
-    Label(String),
+    /// A label selector that does not parse; the message starts
+    /// `unable to parse requirement: `, as upstream's.
+    #[error("{0}")]
+    Label(#[from] selector::SelectorError),
     #[error("invalid selector: '{0}'; can't understand '{0}'")]
     Field(String),
     #[error("field label not supported: {0}")]
     UnsupportedField(String),
 }
 
-/// One requirement of a label selector.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum LabelReq {
-    Eq(String, String),
-    NotEq(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    NotExists(String),
-}
-
 /// A parsed `labelSelector`; the empty selector matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct LabelSelector {
-    reqs: Vec<LabelReq>,
-}
-
-/// Splits on commas that are not inside parentheses.
-fn split_top(s: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut depth = 0;
-    let mut start = 0;
-    for (i, c) in s.char_indices() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                out.push(&s[start..i]);
-                start = i + 1;
-            }
-            _ => {}
-        }
-    }
-    out.push(&s[start..]);
-    out
-}
-
-fn set_values(s: &str) -> Result<Vec<String>, SelectorError> {
-    let s = s.trim();
-    let inner = s
-        .strip_prefix('(')
-        .and_then(|s| s.strip_suffix(')'))
-        .ok_or_else(|| SelectorError::Label(s.to_string()))?;
-    Ok(inner
-        .split(',')
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
-        .collect())
-}
+pub(crate) struct LabelSelector(selector::LabelSelector);
 
 impl LabelSelector {
-    /// Parses `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`, `!k`,
-    /// comma-separated (AND).
+    /// Parses the string form (`k=v`, `k==v`, `k!=v`, `k in (a,b)`,
+    /// `k notin (a,b)`, `k`, `!k`, comma-separated).
     pub(crate) fn parse(s: &str) -> Result<Self, SelectorError> {
-        let mut reqs = Vec::new();
-        for part in split_top(s) {
-            let p = part.trim();
-            if p.is_empty() {
-                continue;
-            }
-            let req = if let Some(k) = p.strip_prefix('!') {
-                LabelReq::NotExists(k.trim().to_string())
-            } else if let Some((k, v)) = p.split_once("!=") {
-                LabelReq::NotEq(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = p.split_once("==") {
-                LabelReq::Eq(k.trim().into(), v.trim().into())
-            } else if let Some((k, v)) = p.split_once('=') {
-                LabelReq::Eq(k.trim().into(), v.trim().into())
-            } else if let Some(idx) = p.find(" notin ") {
-                LabelReq::NotIn(p[..idx].trim().into(), set_values(&p[idx + 7..])?)
-            } else if let Some(idx) = p.find(" in ") {
-                LabelReq::In(p[..idx].trim().into(), set_values(&p[idx + 4..])?)
-            } else if p.contains(|c: char| c.is_whitespace() || "()<>".contains(c)) {
-                return Err(SelectorError::Label(p.to_string()));
-            } else {
-                LabelReq::Exists(p.to_string())
-            };
-            reqs.push(req);
-        }
-        Ok(LabelSelector { reqs })
+        Ok(Self(selector::LabelSelector::parse_with(
+            s,
+            SelectorBounds::UNLIMITED,
+        )?))
     }
 
-    /// Builds a selector from a `metav1.LabelSelector` object
-    /// (`matchLabels` + `matchExpressions`), as used by scale subresources.
-    pub(crate) fn from_object(sel: &Value) -> Self {
-        let mut reqs = Vec::new();
-        if let Some(m) = sel.get("matchLabels").and_then(Value::as_object) {
-            for (k, v) in m {
-                reqs.push(LabelReq::Eq(k.clone(), v.as_str().unwrap_or("").into()));
-            }
-        }
-        for e in sel
-            .get("matchExpressions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let key = e["key"].as_str().unwrap_or("").to_string();
-            let values: Vec<String> = e["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect();
-            reqs.push(match e["operator"].as_str().unwrap_or("") {
-                "In" => LabelReq::In(key, values),
-                "NotIn" => LabelReq::NotIn(key, values),
-                "DoesNotExist" => LabelReq::NotExists(key),
-                _ => LabelReq::Exists(key),
-            });
-        }
-        LabelSelector { reqs }
+    /// The selector of a `metav1.LabelSelector` object (`matchLabels` and
+    /// `matchExpressions`), as a scale subresource reports it; `None` if
+    /// the object is not a valid selector.
+    pub(crate) fn from_object(sel: &Value) -> Option<Self> {
+        selector::LabelSelector::from_object(sel, SelectorBounds::UNLIMITED)
+            .ok()
+            .map(Self)
     }
 
     /// Whether the object's labels satisfy every requirement.
     pub(crate) fn matches(&self, obj: &Value) -> bool {
-        if self.reqs.is_empty() {
-            return true;
-        }
-        let labels = obj.get("metadata").and_then(|m| m.get("labels"));
-        let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
-        self.reqs.iter().all(|r| match r {
-            LabelReq::Eq(k, v) => get(k) == Some(v.as_str()),
-            LabelReq::NotEq(k, v) => get(k) != Some(v.as_str()),
-            LabelReq::In(k, vs) => get(k).is_some_and(|x| vs.iter().any(|v| v == x)),
-            LabelReq::NotIn(k, vs) => get(k).is_none_or(|x| vs.iter().all(|v| v != x)),
-            LabelReq::Exists(k) => get(k).is_some(),
-            LabelReq::NotExists(k) => get(k).is_none(),
-        })
+        self.0
+            .matches_json(obj.pointer("/metadata/labels").unwrap_or(&Value::Null))
     }
 
     /// The canonical string form (`a=b,c in (d,e)`), as Scale.status.selector.
     pub(crate) fn to_selector_string(&self) -> String {
-        self.reqs
-            .iter()
-            .map(|r| match r {
-                LabelReq::Eq(k, v) => format!("{k}={v}"),
-                LabelReq::NotEq(k, v) => format!("{k}!={v}"),
-                LabelReq::In(k, vs) => format!("{k} in ({})", vs.join(",")),
-                LabelReq::NotIn(k, vs) => format!("{k} notin ({})", vs.join(",")),
-                LabelReq::Exists(k) => k.clone(),
-                LabelReq::NotExists(k) => format!("!{k}"),
-            })
-            .collect::<Vec<_>>()
-            .join(",")
+        self.0.to_string()
     }
 }
 
@@ -322,6 +216,31 @@ mod tests {
             );
         }
         assert!(LabelSelector::parse("a b").is_err());
+        assert!(
+            LabelSelector::parse("a b")
+                .unwrap_err()
+                .to_string()
+                .starts_with("unable to parse requirement: ")
+        );
+        let o = json!({"metadata": {"name": "a"}});
+        assert!(LabelSelector::parse("!app").unwrap().matches(&o));
+        assert!(!LabelSelector::parse("app").unwrap().matches(&o));
+    }
+
+    #[test]
+    fn objects_print_as_strings() {
+        let sel = json!({"matchLabels": {"b": "2", "a": "1"},
+                         "matchExpressions": [{"key": "t", "operator": "In", "values": ["x", "y"]}]});
+        assert_eq!(
+            LabelSelector::from_object(&sel)
+                .unwrap()
+                .to_selector_string(),
+            "a=1,b=2,t in (x,y)"
+        );
+        assert_eq!(
+            LabelSelector::from_object(&json!({"matchLabels": {"a b": "1"}})),
+            None
+        );
     }
 
     #[test]

@@ -1,13 +1,12 @@
 //! Object metadata validation with the real server's messages (422 causes).
+//! The rules and their messages are `wasmctrl_apimachinery::names`', the
+//! same `k8s.io/apimachinery` helpers kube-apiserver validates with.
 
 use serde_json::Value;
+use wasmctrl_apimachinery::names::{self, NameError};
 
 use crate::error::Cause;
 use crate::values::go_quote;
-
-const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')";
-const DNS1123_LABEL_MSG: &str = "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')";
-const DNS1035_LABEL_MSG: &str = "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')";
 
 /// Which name rule a kind uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,26 +33,19 @@ pub(crate) fn name_rule(group: &str, kind: &str) -> NameRule {
     }
 }
 
-fn is_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-/// RFC 1123 subdomain.
-pub(crate) fn is_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label)
-}
-
 fn invalid(field: &str, value: &str, msg: &str) -> Cause {
     Cause {
         reason: "FieldValueInvalid".into(),
         message: format!("Invalid value: {}: {msg}", go_quote(value)),
         field: field.into(),
     }
+}
+
+/// The cause `check` gives `value`, if it breaks the rule.
+fn check(field: &str, value: &str, check: fn(&str) -> Result<(), NameError>) -> Option<Cause> {
+    check(value)
+        .err()
+        .map(|e| invalid(field, value, &e.to_string()))
 }
 
 /// Validates the namespace an object is created in: an RFC 1123 label.
@@ -65,27 +57,9 @@ pub(crate) fn validate_namespace(ns: &str) -> Vec<Cause> {
 pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
     let mut out = Vec::new();
     match rule {
-        NameRule::Subdomain => {
-            if name.len() > 253 {
-                out.push(invalid(field, name, "must be no more than 253 characters"));
-            } else if !is_subdomain(name) {
-                out.push(invalid(field, name, DNS1123_SUBDOMAIN_MSG));
-            }
-        }
-        NameRule::Label => {
-            if name.len() > 63 {
-                out.push(invalid(field, name, "must be no more than 63 characters"));
-            } else if !is_label(name) {
-                out.push(invalid(field, name, DNS1123_LABEL_MSG));
-            }
-        }
-        NameRule::Dns1035 => {
-            if name.len() > 63 {
-                out.push(invalid(field, name, "must be no more than 63 characters"));
-            } else if !is_label(name) || !name.starts_with(|c: char| c.is_ascii_lowercase()) {
-                out.push(invalid(field, name, DNS1035_LABEL_MSG));
-            }
-        }
+        NameRule::Subdomain => out.extend(check(field, name, names::dns1123_subdomain)),
+        NameRule::Label => out.extend(check(field, name, names::dns1123_label)),
+        NameRule::Dns1035 => out.extend(check(field, name, names::dns1035_label)),
         NameRule::Path => {
             if name == "." || name == ".." {
                 out.push(invalid(field, name, &format!("may not be '{name}'")));
@@ -103,35 +77,10 @@ pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Caus
     out
 }
 
-fn is_qualified_name(s: &str) -> bool {
-    let (prefix, name) = match s.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, s),
-    };
-    if let Some(p) = prefix
-        && !is_subdomain(p)
-    {
-        return false;
-    }
-    !name.is_empty()
-        && name.len() <= 63
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-}
-
-fn is_label_value(s: &str) -> bool {
-    s.is_empty()
-        || (s.len() <= 63
-            && s.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
-            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
-}
-
-/// Validates labels and annotations keys/values and basic metadata types.
+/// Validates labels and annotations keys/values and basic metadata types,
+/// as upstream's `ValidateObjectMeta`: label keys are qualified names and
+/// values label values, annotation keys are qualified names once
+/// lowercased, finalizers are qualified names.
 pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
     let mut out = Vec::new();
     let md = &obj["metadata"];
@@ -139,15 +88,13 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
         match labels.as_object() {
             Some(map) => {
                 for (k, v) in map {
-                    if !is_qualified_name(k) {
-                        out.push(invalid("metadata.labels", k, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"));
-                    }
+                    out.extend(check("metadata.labels", k, names::qualified_name));
                     match v.as_str() {
-                        Some(s) if is_label_value(s) => {}
-                        _ => out.push(invalid(
+                        Some(s) => out.extend(check("metadata.labels", s, names::label_value)),
+                        None => out.push(invalid(
                             "metadata.labels",
-                            &v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()),
-                            "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+                            &v.to_string(),
+                            &NameError::LabelValue.to_string(),
                         )),
                     }
                 }
@@ -164,8 +111,8 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
         match ann.as_object() {
             Some(map) => {
                 for (k, v) in map {
-                    if !is_qualified_name(k) {
-                        out.push(invalid("metadata.annotations", k, "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character"));
+                    if let Err(e) = names::qualified_name(&k.to_lowercase()) {
+                        out.push(invalid("metadata.annotations", k, &e.to_string()));
                     }
                     if !v.is_string() {
                         out.push(invalid("metadata.annotations", k, "values must be strings"));
@@ -187,8 +134,10 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
             Some(list) => {
                 for v in list {
                     match v.as_str() {
-                        Some(s) if is_qualified_name(s) => {}
-                        _ => out.push(invalid(
+                        Some(s) => {
+                            out.extend(check("metadata.finalizers", s, names::qualified_name))
+                        }
+                        None => out.push(invalid(
                             "metadata.finalizers",
                             &v.to_string(),
                             "must be a qualified name",
@@ -238,5 +187,58 @@ mod tests {
         assert!(validate_metadata(&ok).is_empty());
         let bad = json!({"metadata": {"labels": {"a b": "x", "k": "-v"}}});
         assert_eq!(validate_metadata(&bad).len(), 2);
+    }
+
+    /// The messages are upstream's, naming the part of the rule broken.
+    #[test]
+    fn messages_are_upstream_s() {
+        assert_eq!(
+            validate_name(&"a".repeat(254), NameRule::Subdomain, "metadata.name")[0].message,
+            format!(
+                "Invalid value: \"{}\": must be no more than 253 characters",
+                "a".repeat(254)
+            )
+        );
+        assert!(
+            validate_name("Web", NameRule::Label, "metadata.name")[0]
+                .message
+                .starts_with("Invalid value: \"Web\": a lowercase RFC 1123 label must consist of")
+        );
+        assert!(
+            validate_name("1abc", NameRule::Dns1035, "metadata.name")[0]
+                .message
+                .starts_with("Invalid value: \"1abc\": a DNS-1035 label must consist of")
+        );
+        let labels = json!({"metadata": {"labels": {"Example.com/a": "x", &"k".repeat(64): "v"}}});
+        let messages: Vec<String> = validate_metadata(&labels)
+            .into_iter()
+            .map(|c| c.message)
+            .collect();
+        assert!(
+            messages[0].starts_with(
+                "Invalid value: \"Example.com/a\": prefix part a lowercase RFC 1123 subdomain"
+            ),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].ends_with(": name part must be no more than 63 characters"),
+            "{messages:?}"
+        );
+    }
+
+    /// Annotation keys are checked lowercased, as upstream does.
+    #[test]
+    fn annotation_keys_may_have_capitals() {
+        let ok = json!({"metadata": {"annotations": {"Example.com/Note": "x"}}});
+        assert!(validate_metadata(&ok).is_empty());
+        let bad = json!({"metadata": {"annotations": {"a b": "x"}, "finalizers": ["a/b/c"]}});
+        let causes = validate_metadata(&bad);
+        assert_eq!(causes.len(), 2);
+        assert_eq!(causes[1].field, "metadata.finalizers");
+        assert!(
+            causes[1]
+                .message
+                .starts_with("Invalid value: \"a/b/c\": a qualified name must consist of")
+        );
     }
 }

@@ -401,10 +401,5 @@ pub(super) fn check_rules(rules: &[PermissionRule], at: &str) -> Result<(), Fiel
 }
 
 fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
+    wasmctrl_apimachinery::names::dns1123_label(s).is_ok()
 }

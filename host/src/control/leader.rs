@@ -5,7 +5,9 @@
 //! # Never two leaders
 //! client-go's timing: a leader renews every `retry_period`; if it cannot
 //! renew for `renew_deadline` it gives up, and a standby may take the lease
-//! only after `lease_duration` (> `renew_deadline`) without renewal. Every
+//! only after `lease_duration` (> `renew_deadline`) without renewal, counted
+//! on the standby's own clock from when it saw the lease's record change
+//! (`control::lease`), so clock skew between hosts cannot shorten it. Every
 //! lease request is bounded in time, so a slow API server cannot hold a
 //! renewal past the deadline.
 //!
@@ -21,13 +23,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::Api;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+
+use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, SystemClock};
 
 /// Whether this host may act as leader now. Cheap to clone and check.
 #[derive(Debug, Clone)]
@@ -73,14 +75,6 @@ impl Fence {
     fn nanos(&self, t: Instant) -> u64 {
         u64::try_from(t.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX - 1)
     }
-}
-
-/// A lease record as this host first saw it (holder and renew time), and
-/// when.
-#[derive(Debug)]
-struct Observed {
-    record: String,
-    at: Instant,
 }
 
 /// Lease-based leader election settings.
@@ -138,7 +132,7 @@ impl LeaderElection {
     ) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
         let mut last_renewed: Option<Instant> = None;
-        let mut observed: Option<Observed> = None;
+        let mut seen: LeaseRecord = None;
         loop {
             let attempt = Instant::now();
             // A renewal must finish before the renew deadline; an
@@ -147,12 +141,12 @@ impl LeaderElection {
                 Some(t) => (t + self.renew_deadline).saturating_duration_since(attempt),
                 None => self.lease_duration,
             };
-            let outcome =
-                tokio::time::timeout(budget, self.try_acquire_or_renew(&api, &mut observed))
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(format!("the lease request took longer than {budget:?}"))
-                    });
+            let outcome = tokio::time::timeout(
+                budget,
+                self.try_acquire_or_renew(&api, &mut seen, &SystemClock),
+            )
+            .await
+            .unwrap_or_else(|_| Err(format!("the lease request took longer than {budget:?}")));
             match outcome {
                 Ok(true) => {
                     last_renewed = Some(attempt);
@@ -196,117 +190,125 @@ impl LeaderElection {
         }
     }
 
-    /// One round: Ok(true) if we hold the lease afterwards.
-    ///
-    /// Another holder's lease is judged expired on this host's own
-    /// monotonic clock, as client-go does: only after `lease_duration` has
-    /// passed since this host first saw the holder's current record
-    /// unchanged. Comparing the holder's `renewTime` with our wall clock
-    /// would let clock skew (or second-granular arithmetic) end a lease
-    /// early, while its holder still writes.
-    async fn try_acquire_or_renew(
-        &self,
-        api: &Api<Lease>,
-        observed: &mut Option<Observed>,
-    ) -> Result<bool, String> {
-        let now = Timestamp::now();
-        let duration_secs = i32::try_from(self.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
-        let Some(mut lease) = api
-            .get_opt(&self.lease_name)
-            .await
-            .map_err(|e| e.to_string())?
-        else {
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.lease_name.clone()),
-                    namespace: Some(self.namespace.clone()),
-                    ..ObjectMeta::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some(self.identity.clone()),
-                    lease_duration_seconds: Some(duration_secs),
-                    acquire_time: Some(MicroTime(now)),
-                    renew_time: Some(MicroTime(now)),
-                    lease_transitions: Some(0),
-                    ..LeaseSpec::default()
-                }),
-            };
-            return match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e.to_string()),
-            };
-        };
-        let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-        let holder = spec.holder_identity.clone().unwrap_or_default();
-        let ours = holder == self.identity;
-        let record = format!(
-            "{holder}@{:?}",
-            spec.renew_time.as_ref().map(|t| t.0.as_microsecond())
-        );
-        let seen_at = match observed {
-            Some(o) if o.record == record => o.at,
-            _ => {
-                *observed = Some(Observed {
-                    record,
-                    at: Instant::now(),
-                });
-                Instant::now()
-            }
-        };
-        let valid = Duration::from_secs(
-            u64::try_from(spec.lease_duration_seconds.unwrap_or(duration_secs)).unwrap_or(0),
-        )
-        .max(self.lease_duration);
-        let expired = spec.renew_time.is_none() || seen_at.elapsed() >= valid;
-        if !ours && !holder.is_empty() && !expired {
-            return Ok(false);
-        }
-        if !ours {
-            spec.holder_identity = Some(self.identity.clone());
-            spec.acquire_time = Some(MicroTime(now));
-            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0).saturating_add(1));
-        }
-        spec.lease_duration_seconds = Some(duration_secs);
-        spec.renew_time = Some(MicroTime(now));
-        // The replace carries the resourceVersion we read: a concurrent
-        // candidate's write makes ours a 409 instead of a double leader.
-        match api
-            .replace(&self.lease_name, &PostParams::default(), &lease)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-            Err(e) => Err(e.to_string()),
+    /// The lease as this host claims it, on `clock`.
+    fn claim<'a>(&'a self, api: &'a Api<Lease>, clock: &'a dyn Clock) -> LeaseClaim<'a> {
+        LeaseClaim {
+            api,
+            name: &self.lease_name,
+            identity: &self.identity,
+            duration: self.lease_duration,
+            clock,
         }
     }
 
-    async fn release(&self, api: &Api<Lease>) {
-        let Ok(Some(mut lease)) = api.get_opt(&self.lease_name).await else {
-            return;
-        };
-        let Some(spec) = lease.spec.as_mut() else {
-            return;
-        };
-        if spec.holder_identity.as_deref() != Some(&self.identity) {
-            return;
-        }
-        spec.holder_identity = None;
-        spec.renew_time = None;
-        if let Err(e) = api
-            .replace(&self.lease_name, &PostParams::default(), &lease)
+    /// One round: Ok(true) if we hold the lease afterwards. Another
+    /// holder's lease is taken only once it has gone `lease_duration`
+    /// unchanged on `clock` since `seen` (what this host last read of it)
+    /// changed.
+    async fn try_acquire_or_renew(
+        &self,
+        api: &Api<Lease>,
+        seen: &mut LeaseRecord,
+        clock: &dyn Clock,
+    ) -> Result<bool, String> {
+        self.claim(api, clock)
+            .acquire_or_renew(seen)
             .await
-        {
-            tracing::warn!(identity = %self.identity, "could not release the lease: {e}");
-        } else {
-            tracing::info!(identity = %self.identity, "released the lease");
+            .map_err(|e| e.to_string())
+    }
+
+    async fn release(&self, api: &Api<Lease>) {
+        match self.claim(api, &SystemClock).release().await {
+            Ok(true) => tracing::info!(identity = %self.identity, "released the lease"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(identity = %self.identity, "could not release the lease: {e}")
+            }
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::SystemTime;
+
     use super::*;
+    use crate::control::lease::testing::{LeaseServer, Timeline};
+
+    const LEASE: Duration = Duration::from_secs(10);
+    const RETRY: Duration = Duration::from_secs(1);
+
+    fn election(identity: &str, lease_name: &str) -> LeaderElection {
+        LeaderElection {
+            namespace: "default".into(),
+            lease_name: lease_name.into(),
+            identity: identity.into(),
+            lease_duration: LEASE,
+            renew_deadline: Duration::from_secs(7),
+            retry_period: RETRY,
+        }
+    }
+
+    /// Two hosts whose wall clocks are `skew_a` and `skew_b` seconds off,
+    /// each trying every retry period on its own clock: the standby never
+    /// takes the lease the leader keeps renewing, and takes it exactly
+    /// `LEASE` after it last saw the leader's record change.
+    async fn standby_waits_for_the_lease_on_its_own_clock(skew_a: i64, skew_b: i64) {
+        let server = LeaseServer::start().await;
+        let api = &server.leases;
+        let name = format!("le-{}-{}", skew_a + 100_000, skew_b + 100_000);
+        let t = Timeline::new();
+        let (clock_a, clock_b) = (t.clock(skew_a), t.clock(skew_b));
+        let (a, b) = (election("a", &name), election("b", &name));
+        let (mut seen_a, mut seen_b): (LeaseRecord, LeaseRecord) = (None, None);
+        let mut round = async |a_renews: bool| {
+            t.advance(RETRY);
+            let a_holds = if a_renews {
+                a.try_acquire_or_renew(api, &mut seen_a, &clock_a)
+                    .await
+                    .unwrap()
+            } else {
+                false
+            };
+            let b_holds = b
+                .try_acquire_or_renew(api, &mut seen_b, &clock_b)
+                .await
+                .unwrap();
+            (a_holds, b_holds)
+        };
+        // Three lease durations of renewals: "b" never takes over.
+        for _ in 0..30 {
+            assert_eq!(round(true).await, (true, false));
+        }
+        // "a" stops. "b" saw its last renewal in the round it was written.
+        for second in 1..LEASE.as_secs() {
+            assert_eq!(round(false).await, (false, false), "{second} s after");
+        }
+        assert_eq!(round(false).await, (false, true), "LEASE after");
+        let spec = api.get(&name).await.unwrap().spec.unwrap();
+        assert_eq!(spec.holder_identity.as_deref(), Some("b"));
+        assert_eq!(spec.lease_transitions, Some(1));
+        assert_eq!(spec.lease_duration_seconds, Some(10));
+        // What is written is the taker's wall clock, for people to read.
+        let written = SystemTime::from(spec.renew_time.unwrap().0);
+        let off = |t: SystemTime| match t.duration_since(clock_b.wall()) {
+            Ok(d) => d,
+            Err(e) => e.duration(),
+        };
+        assert!(off(written) < Duration::from_secs(1), "{written:?}");
+    }
+
+    #[tokio::test]
+    async fn a_standby_an_hour_ahead_or_behind_takes_over_only_once_renewals_stop() {
+        standby_waits_for_the_lease_on_its_own_clock(3_600, -3_600).await;
+        standby_waits_for_the_lease_on_its_own_clock(-3_600, 3_600).await;
+    }
+
+    #[tokio::test]
+    async fn a_standby_skewed_by_more_than_the_lease_takes_over_only_once_renewals_stop() {
+        standby_waits_for_the_lease_on_its_own_clock(0, 25).await;
+        standby_waits_for_the_lease_on_its_own_clock(25, 0).await;
+    }
 
     #[test]
     fn a_fence_is_open_only_until_its_deadline() {

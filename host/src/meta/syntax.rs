@@ -9,8 +9,16 @@
 //! subresource or a resource the grant never named. Names are therefore
 //! limited to the characters Kubernetes names use — letters, digits and
 //! `-._:@+=~` — which leaves nothing a URL treats specially.
+//!
+//! The rules Kubernetes defines (DNS-1123 labels and subdomains, DNS-1035
+//! labels, qualified names) are checked by `wasmctrl_apimachinery::names`,
+//! as the API server and the guest SDK check them; this module adds the
+//! host's own (object names, kinds, printable text) and refuses in the
+//! host's words, naming the field.
 
 use std::fmt;
+
+use wasmctrl_apimachinery::names::{self, NameError};
 
 /// What was wrong with a string (the message names the field).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,45 +52,37 @@ fn quoted(value: &str) -> String {
     }
 }
 
-fn is_alnum_lower(b: u8) -> bool {
-    b.is_ascii_lowercase() || b.is_ascii_digit()
+/// `check`'s verdict on `value`, refused in the host's words: `rule`
+/// describes what `field` must be.
+fn checked(
+    field: &'static str,
+    value: &str,
+    check: fn(&str) -> Result<(), NameError>,
+    rule: &str,
+) -> Result<(), Invalid> {
+    check(value).map_err(|_| invalid(field, value, rule))
 }
 
-/// A DNS-1123 label: lowercase alphanumerics and `-`, at most 63, starting
-/// and ending alphanumeric (namespaces).
-pub fn dns_label(field: &'static str, value: &str) -> Result<(), Invalid> {
-    let b = value.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 63
-        && b.iter().all(|c| is_alnum_lower(*c) || *c == b'-')
-        && is_alnum_lower(b[0])
-        && is_alnum_lower(b[b.len() - 1]);
-    ok.then_some(()).ok_or_else(|| {
-        invalid(
-            field,
-            value,
-            "is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)",
-        )
-    })
-}
-
-/// A DNS-1123 subdomain: dot-separated DNS labels, at most 253 (API groups).
+/// A DNS-1123 subdomain: dot-separated lowercase labels, at most 253
+/// (API groups, most object names).
 pub fn dns_subdomain(field: &'static str, value: &str) -> Result<(), Invalid> {
-    let ok = !value.is_empty()
-        && value.len() <= 253
-        && value.split('.').all(|l| dns_label(field, l).is_ok());
-    ok.then_some(()).ok_or_else(|| {
-        invalid(
-            field,
-            value,
-            "is not a DNS-1123 subdomain (dot-separated lowercase labels, at most 253 characters)",
-        )
-    })
+    checked(
+        field,
+        value,
+        names::dns1123_subdomain,
+        "is not a DNS-1123 subdomain (dot-separated lowercase labels, at most 253 characters)",
+    )
 }
 
-/// A namespace.
+/// A namespace: a DNS-1123 label (lowercase alphanumerics and `-`, at most
+/// 63, starting and ending alphanumeric).
 pub fn namespace(value: &str) -> Result<(), Invalid> {
-    dns_label("namespace", value)
+    checked(
+        "namespace",
+        value,
+        names::dns1123_label,
+        "is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters, starting and ending with a letter or digit)",
+    )
 }
 
 /// An object name: 1–253 characters from `A-Za-z0-9-._:@+=~`, not `.` or
@@ -115,19 +115,12 @@ pub fn group(value: &str) -> Result<(), Invalid> {
 
 /// An API version: a DNS-1035 label (`v1`, `v1beta2`, a CRD's version).
 pub fn version(value: &str) -> Result<(), Invalid> {
-    let b = value.as_bytes();
-    let ok = !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_lowercase()
-        && b.iter().all(|c| is_alnum_lower(*c) || *c == b'-')
-        && is_alnum_lower(b[b.len() - 1]);
-    ok.then_some(()).ok_or_else(|| {
-        invalid(
-            "version",
-            value,
-            "is not an API version (a DNS-1035 label such as v1 or v1beta1)",
-        )
-    })
+    checked(
+        "version",
+        value,
+        names::dns1035_label,
+        "is not an API version (a DNS-1035 label such as v1 or v1beta1)",
+    )
 }
 
 /// A kind: a letter, then letters and digits, at most 63 (`Deployment`).
@@ -187,51 +180,16 @@ pub fn text(field: &'static str, value: &str, max: usize) -> Result<(), Invalid>
     })
 }
 
-/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at
-/// most 63 characters (alphanumerics, `-`, `_`, `.`, starting and ending
-/// alphanumeric).
+/// A label key: a qualified name, that is an optional DNS-subdomain prefix
+/// and `/`, then a name of at most 63 characters (alphanumerics, `-`, `_`,
+/// `.`, starting and ending alphanumeric).
 pub fn label_key(value: &str) -> Result<(), Invalid> {
-    let (prefix, name) = match value.split_once('/') {
-        Some((p, n)) => (Some(p), n),
-        None => (None, value),
-    };
-    if let Some(p) = prefix {
-        dns_subdomain("label selector", p)?;
-    }
-    label_value_syntax(name)
-        .filter(|_| !name.is_empty())
-        .ok_or_else(|| {
-            invalid(
-                "label selector",
-                value,
-                "is not a label key (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric)",
-            )
-        })
-}
-
-/// A label value: empty, or at most 63 alphanumerics, `-`, `_`, `.`,
-/// starting and ending alphanumeric.
-pub fn label_value(value: &str) -> Result<(), Invalid> {
-    label_value_syntax(value).ok_or_else(|| {
-        invalid(
-            "label selector",
-            value,
-            "is not a label value (at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric)",
-        )
-    })
-}
-
-fn label_value_syntax(value: &str) -> Option<()> {
-    let b = value.as_bytes();
-    if b.is_empty() {
-        return Some(());
-    }
-    let ok = b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || b"-_.".contains(c))
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric();
-    ok.then_some(())
+    checked(
+        "label key",
+        value,
+        names::qualified_name,
+        "is not a label key (an optional DNS prefix and '/', then at most 63 letters, digits, '-', '_' or '.', starting and ending alphanumeric)",
+    )
 }
 
 #[cfg(test)]
@@ -285,11 +243,9 @@ mod tests {
     }
 
     #[test]
-    fn label_keys_and_values() {
+    fn label_keys() {
         assert!(label_key("app").is_ok() && label_key("app.kubernetes.io/name").is_ok());
         assert!(label_key("").is_err() && label_key("a/b/c").is_err() && label_key("-a").is_err());
-        assert!(label_value("").is_ok() && label_value("web-1").is_ok());
-        assert!(label_value("a b").is_err() && label_value("a,b").is_err());
     }
 
     mod properties {

@@ -1072,8 +1072,8 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
         }
     };
 
-    // kill -9 one replica: its shards are taken within leaseDuration +
-    // retryPeriod, and its objects converge.
+    // kill -9 one replica: its shards are taken within leaseDuration and
+    // two retry periods, and its objects converge.
     let (c_shards, _) = shards_of(&c).await.unwrap();
     let killed_at = k8s_openapi::jiff::Timestamp::now();
     let killed = Instant::now();
@@ -1095,8 +1095,10 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     balanced("the two survivors with 6 shards each", &[&a, &b], 12, 6).await;
     let observed = killed.elapsed();
     // Each shard's new holder wrote when it took it (acquireTime): the
-    // handover, from the killed holder's last renewal, is the Lease's
-    // expiry plus at most one retry period (and one round's requests).
+    // handover, from the killed holder's last renewal, is at most a retry
+    // period until a survivor read that renewal, the Lease's duration from
+    // that read (expiry as client-go judges it), and a retry period until
+    // the survivor's next round (and one round's requests).
     let mut slowest = Duration::ZERO;
     for (s, renewed) in last_renewed {
         let lease = leases.get(&format!("shard-test-shard-{s}")).await.unwrap();
@@ -1108,7 +1110,7 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
         "the killed replica's shards were taken {slowest:?} after its last renewal ({observed:?} after the kill, as polled)"
     );
     assert!(
-        slowest <= LEASE + RETRY + Duration::from_millis(100),
+        slowest <= LEASE + 2 * RETRY + Duration::from_millis(100),
         "a shard was taken {slowest:?} after its holder's last renewal"
     );
     set(c_shards, "after-kill").await;

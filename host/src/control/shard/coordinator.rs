@@ -1,6 +1,8 @@
 //! The loop that keeps this replica's fair share of shard Leases: every
 //! `retryPeriod` it renews the Leases it holds, heartbeats in the members
-//! Lease, releases drained shards, gives away extras and takes free ones.
+//! Lease, reads the other shard Leases (expiry is judged from when this
+//! replica saw a record change, so it keeps looking), releases drained
+//! shards, gives away extras and takes free ones.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -14,8 +16,8 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::Shards;
-use super::lease::LeaseClaim;
-use super::members::Membership;
+use super::members::{Heartbeats, Membership};
+use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, SystemClock, is_free};
 
 /// Told the shards just taken, so their keys are enqueued.
 pub type AcquiredShards = Arc<dyn Fn(&[u32]) + Send + Sync>;
@@ -72,22 +74,27 @@ impl ShardCoordinator {
         stop: CancellationToken,
     ) {
         let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let clock = SystemClock;
         let mut round = Round {
             coordinator: &self,
             api: &api,
+            clock: &clock,
             names: (0..shards.count())
                 .map(|i| Self::shard_lease(&self.lease_name, i))
                 .collect(),
             shards: &shards,
             renewed: vec![None; shards.count() as usize],
+            seen: vec![None; shards.count() as usize],
             live: vec![self.identity.clone()],
         };
         let members_name = Self::members_lease(&self.lease_name);
-        let membership = Membership {
+        let mut membership = Membership {
             api: &api,
             name: &members_name,
             identity: &self.identity,
             lifetime: self.lease_duration,
+            clock: &clock,
+            heartbeats: Heartbeats::default(),
         };
         let mut ticker = tokio::time::interval(self.retry_period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -107,6 +114,7 @@ impl ShardCoordinator {
                     tracing::warn!(identity = %self.identity, "sharding: heartbeat took longer than retryPeriod")
                 }
             }
+            round.observe().await;
             round.release_drained().await;
             let taken = round.rebalance().await;
             if !taken.is_empty() {
@@ -122,10 +130,13 @@ impl ShardCoordinator {
 struct Round<'a> {
     coordinator: &'a ShardCoordinator,
     api: &'a Api<Lease>,
+    clock: &'a dyn Clock,
     names: Vec<String>,
     shards: &'a Arc<Shards>,
     /// Per shard: the start of its last successful renewal (while held).
     renewed: Vec<Option<Instant>>,
+    /// Per shard: its Lease as this replica last read it.
+    seen: Vec<LeaseRecord>,
     /// The live replicas at the last heartbeat.
     live: Vec<String>,
 }
@@ -137,6 +148,7 @@ impl Round<'_> {
             name: &self.names[shard as usize],
             identity: &self.coordinator.identity,
             duration: self.coordinator.lease_duration,
+            clock: self.clock,
         }
     }
 
@@ -147,17 +159,24 @@ impl Round<'_> {
     async fn renew(&mut self) {
         let c = self.coordinator;
         let held = self.shards.tenured();
-        let attempts = held.iter().map(|&s| {
+        let mut seen = std::mem::take(&mut self.seen);
+        let attempts = seen.iter_mut().enumerate().filter_map(|(s, seen)| {
+            let s = s as u32;
+            if !held.contains(&s) {
+                return None;
+            }
             let attempt = Instant::now();
             let last = self.renewed[s as usize].unwrap_or(attempt);
             let budget = (last + c.renew_deadline).saturating_duration_since(attempt);
             let claim = self.claim(s);
-            async move {
-                let outcome = tokio::time::timeout(budget, claim.acquire_or_renew()).await;
+            Some(async move {
+                let outcome = tokio::time::timeout(budget, claim.acquire_or_renew(seen)).await;
                 (s, attempt, last, outcome)
-            }
+            })
         });
-        for (s, attempt, last, outcome) in join_all(attempts).await {
+        let outcomes = join_all(attempts).await;
+        self.seen = seen;
+        for (s, attempt, last, outcome) in outcomes {
             match outcome {
                 Ok(Ok(true)) => {
                     self.renewed[s as usize] = Some(attempt);
@@ -181,6 +200,31 @@ impl Round<'_> {
         }
     }
 
+    /// Reads every shard Lease this replica does not hold, so that it has
+    /// seen a holder's last renewal within a round of it (a Lease is
+    /// expired `leaseDuration` after this replica saw its record change).
+    /// Unread ones (a request failed or was slow) keep their last reading.
+    async fn observe(&mut self) {
+        let c = self.coordinator;
+        let tenured = self.shards.tenured();
+        let mut seen = std::mem::take(&mut self.seen);
+        let reads = seen.iter_mut().enumerate().filter_map(|(s, seen)| {
+            let s = s as u32;
+            if tenured.contains(&s) {
+                return None;
+            }
+            let claim = self.claim(s);
+            Some(async move {
+                let read = tokio::time::timeout(c.retry_period, claim.observe(seen)).await;
+                if !matches!(read, Ok(Ok(()))) {
+                    tracing::debug!(identity = %c.identity, shard = s, "could not read the shard's Lease this round");
+                }
+            })
+        });
+        join_all(reads).await;
+        self.seen = seen;
+    }
+
     fn lose(&mut self, shard: u32) {
         self.shards.end(shard, true);
         self.renewed[shard as usize] = None;
@@ -202,7 +246,7 @@ impl Round<'_> {
         self.shards.end(shard, false);
         self.renewed[shard as usize] = None;
         match tokio::time::timeout(c.retry_period, self.claim(shard).release()).await {
-            Ok(Ok(())) => tracing::info!(identity = %c.identity, shard, "released the shard"),
+            Ok(Ok(_)) => tracing::info!(identity = %c.identity, shard, "released the shard"),
             Ok(Err(e)) => {
                 tracing::warn!(identity = %c.identity, shard, "could not release the shard's Lease (it expires instead): {e}")
             }
@@ -242,11 +286,19 @@ impl Round<'_> {
                 break;
             }
             let s = (start + k) % count;
-            if tenured.contains(&s) {
+            // Held by another replica and not expired, as just read.
+            if tenured.contains(&s)
+                || !is_free(&self.seen[s as usize], c.lease_duration, self.clock.now())
+            {
                 continue;
             }
             let attempt = Instant::now();
-            match tokio::time::timeout(c.lease_duration, self.claim(s).acquire_or_renew()).await {
+            let mut seen = self.seen[s as usize].take();
+            let outcome =
+                tokio::time::timeout(c.lease_duration, self.claim(s).acquire_or_renew(&mut seen))
+                    .await;
+            self.seen[s as usize] = seen;
+            match outcome {
                 Ok(Ok(true)) => {
                     self.shards.take(s, attempt + c.renew_deadline);
                     self.renewed[s as usize] = Some(attempt);

@@ -1,19 +1,25 @@
 //! Who is alive: one Lease, `<leaseName>-members`, whose annotation
-//! [`MEMBERS_ANNOTATION`] maps each replica's identity to the time of its
-//! last heartbeat (RFC 3339). A replica adds or refreshes its
-//! entry every `retryPeriod` and drops entries older than `leaseDuration`;
-//! the write carries the resourceVersion read, so concurrent heartbeats
-//! retry rather than overwrite each other. One fixed name keeps the RBAC to
-//! named Leases (a Lease per replica would need rights on every Lease).
+//! [`MEMBERS_ANNOTATION`] maps each replica's identity to its last
+//! heartbeat, the time on its wall clock (RFC 3339, microseconds). A
+//! replica adds or refreshes its entry every `retryPeriod`; the write
+//! carries the resourceVersion read, so concurrent heartbeats retry rather
+//! than overwrite each other. One fixed name keeps the RBAC to named Leases
+//! (a Lease per replica would need rights on every Lease).
+//!
+//! A heartbeat's time is for people: a replica judges another alive as
+//! client-go judges a Lease (`control::lease`), on its own clock, from
+//! when it saw that replica's entry change ([`Heartbeats`]). An entry
+//! unchanged for `leaseDuration` is gone, and dropped at the next write,
+//! however far apart the replicas' wall clocks are.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, ObjectMeta, PostParams};
+use wasmctrl_apimachinery::time;
 
-use super::lease::whole_seconds;
+use crate::control::lease::{Clock, Observed, whole_seconds};
 
 /// The annotation of the members Lease holding the heartbeats (JSON).
 pub const MEMBERS_ANNOTATION: &str = "wasmctrl.dev/members";
@@ -24,22 +30,10 @@ const MAX_IDENTITY: usize = 253;
 /// Attempts per heartbeat when others write at the same time.
 const ATTEMPTS: usize = 3;
 
-/// The identities in `annotation` whose heartbeat is younger than
-/// `lifetime` at `now`, sorted. Malformed entries are ignored.
-pub fn live_members(annotation: Option<&str>, now: Timestamp, lifetime: Duration) -> Vec<String> {
-    parse(annotation)
-        .into_iter()
-        .filter(|(_, seen)| alive(*seen, now, lifetime))
-        .map(|(id, _)| id)
-        .collect()
-}
-
-fn alive(seen: Timestamp, now: Timestamp, lifetime: Duration) -> bool {
-    let lifetime = SignedDuration::try_from(lifetime).unwrap_or(SignedDuration::MAX);
-    seen.checked_add(lifetime).is_ok_and(|until| until > now)
-}
-
-fn parse(annotation: Option<&str>) -> BTreeMap<String, Timestamp> {
+/// The entries of the annotation: identity → heartbeat. Malformed entries
+/// (an empty or overlong identity, a heartbeat that is not a time) are
+/// left out.
+fn parse(annotation: Option<&str>) -> BTreeMap<String, String> {
     let Some(text) = annotation else {
         return BTreeMap::new();
     };
@@ -47,9 +41,51 @@ fn parse(annotation: Option<&str>) -> BTreeMap<String, Timestamp> {
         return BTreeMap::new();
     };
     map.into_iter()
-        .filter(|(id, _)| !id.is_empty() && id.len() <= MAX_IDENTITY)
-        .filter_map(|(id, t)| Some((id, t.parse::<Timestamp>().ok()?)))
+        .filter(|(id, t)| !id.is_empty() && id.len() <= MAX_IDENTITY && time::parse(t).is_ok())
         .collect()
+}
+
+/// Other replicas' heartbeats as this replica has seen them: per identity,
+/// the heartbeat last read and when it changed, on this replica's clock.
+#[derive(Debug, Default)]
+pub(super) struct Heartbeats {
+    seen: BTreeMap<String, Observed<String>>,
+}
+
+impl Heartbeats {
+    /// Notes the annotation as read at `now`; identities no longer in it
+    /// are forgotten. Returns its well-formed entries.
+    pub(super) fn note(
+        &mut self,
+        annotation: Option<&str>,
+        now: Instant,
+    ) -> BTreeMap<String, String> {
+        let entries = parse(annotation);
+        self.seen.retain(|id, _| entries.contains_key(id));
+        for (id, beat) in &entries {
+            match self.seen.get_mut(id) {
+                Some(seen) => seen.note(beat.clone(), now),
+                None => {
+                    self.seen
+                        .insert(id.clone(), Observed::new(beat.clone(), now));
+                }
+            }
+        }
+        entries
+    }
+
+    /// Whether `id`'s heartbeat changed, as this replica saw it, less than
+    /// `lifetime` before `now`.
+    pub(super) fn alive(&self, id: &str, lifetime: Duration, now: Instant) -> bool {
+        self.seen
+            .get(id)
+            .is_some_and(|o| !o.unchanged_for(lifetime, now))
+    }
+
+    /// When `id`'s heartbeat was seen to change.
+    fn since(&self, id: &str) -> Option<Instant> {
+        self.seen.get(id).map(Observed::since)
+    }
 }
 
 /// The members Lease as one replica keeps it.
@@ -58,12 +94,14 @@ pub(super) struct Membership<'a> {
     pub(super) name: &'a str,
     pub(super) identity: &'a str,
     pub(super) lifetime: Duration,
+    pub(super) clock: &'a dyn Clock,
+    pub(super) heartbeats: Heartbeats,
 }
 
 impl Membership<'_> {
     /// Records this replica's heartbeat and returns the live members
-    /// (this replica among them).
-    pub(super) async fn heartbeat(&self) -> Result<Vec<String>, kube::Error> {
+    /// (this replica among them), sorted.
+    pub(super) async fn heartbeat(&mut self) -> Result<Vec<String>, kube::Error> {
         let mut last = None;
         for _ in 0..ATTEMPTS {
             match self.write(true).await {
@@ -77,7 +115,7 @@ impl Membership<'_> {
 
     /// Removes this replica's entry (on shutdown), so the others rebalance
     /// at once instead of after `leaseDuration`.
-    pub(super) async fn leave(&self) -> Result<(), kube::Error> {
+    pub(super) async fn leave(&mut self) -> Result<(), kube::Error> {
         for _ in 0..ATTEMPTS {
             match self.write(false).await {
                 Ok(_) => return Ok(()),
@@ -89,9 +127,9 @@ impl Membership<'_> {
     }
 
     /// One read-modify-write: with `present`, this replica's entry is set
-    /// to now, else removed; expired entries are dropped.
-    async fn write(&self, present: bool) -> Result<Vec<String>, kube::Error> {
-        let now = Timestamp::now();
+    /// to its wall clock's now, else removed; entries gone (unchanged for
+    /// `lifetime` as this replica saw them) are dropped.
+    async fn write(&mut self, present: bool) -> Result<Vec<String>, kube::Error> {
         let existing = self.api.get_opt(self.name).await?;
         let annotation = existing.as_ref().and_then(|l| {
             l.metadata
@@ -100,23 +138,27 @@ impl Membership<'_> {
                 .get(MEMBERS_ANNOTATION)
                 .cloned()
         });
-        let mut members: BTreeMap<String, Timestamp> = parse(annotation.as_deref())
+        let now = self.clock.now();
+        let mut members: BTreeMap<String, String> = self
+            .heartbeats
+            .note(annotation.as_deref(), now)
             .into_iter()
-            .filter(|(id, seen)| id != self.identity && alive(*seen, now, self.lifetime))
+            .filter(|(id, _)| id != self.identity && self.heartbeats.alive(id, self.lifetime, now))
             .collect();
         if present {
             if members.len() >= MAX_MEMBERS {
-                // The oldest heartbeats go first.
-                let mut by_age: Vec<(String, Timestamp)> = members.into_iter().collect();
-                by_age.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
+                // The heartbeats longest unchanged go first.
+                let mut by_age: Vec<(String, String)> = members.into_iter().collect();
+                by_age.sort_by_key(|(id, _)| std::cmp::Reverse(self.heartbeats.since(id)));
                 by_age.truncate(MAX_MEMBERS - 1);
                 members = by_age.into_iter().collect();
             }
-            members.insert(self.identity.to_string(), now);
+            members.insert(
+                self.identity.to_string(),
+                time::format_micros(self.clock.wall()),
+            );
         }
-        let text: BTreeMap<&String, String> =
-            members.iter().map(|(id, t)| (id, t.to_string())).collect();
-        let text = serde_json::to_string(&text).expect("a map of strings serializes");
+        let text = serde_json::to_string(&members).expect("a map of strings serializes");
         let live: Vec<String> = members.into_keys().collect();
         match existing {
             None if !present => Ok(live),

@@ -12,14 +12,17 @@
 //! # Fair share
 //! Replicas announce themselves in one Lease, `<leaseName>-members`, whose
 //! annotation `wasmctrl.dev/members` maps each replica to its last
-//! heartbeat (every `retryPeriod`); a replica not seen for `leaseDuration`
-//! is gone. With `M` live replicas sorted by identity, the one of rank `r`
-//! should hold `shards / M` shards, one more if `r < shards % M`: the
-//! shares sum to `shards` from any common view. A replica under its share
-//! takes free or expired shard Leases; one over it releases its extras
-//! (highest first), so a new replica gets shards within a few retry periods
-//! and a dead one's shards are taken once its Leases expire, within
-//! `leaseDuration + retryPeriod` of its last renewal.
+//! heartbeat (every `retryPeriod`); a replica whose heartbeat another has
+//! not seen change for `leaseDuration` is gone. With `M` live replicas
+//! sorted by identity, the one of rank `r` should hold `shards / M` shards,
+//! one more if `r < shards % M`: the shares sum to `shards` from any common
+//! view. A replica under its share takes free or expired shard Leases; one
+//! over it releases its extras (highest first), so a new replica gets
+//! shards within a few retry periods. Every round a replica reads every
+//! shard Lease, renewing its own and observing the others, so it sees a
+//! dead replica's last renewal within a retry period, and takes its shards
+//! once they expire: within `leaseDuration` plus two retry periods of that
+//! renewal.
 //!
 //! # Never two replicas on a key
 //! - A shard to give away first stops taking keys ([`Shards::admits`] and
@@ -32,14 +35,15 @@
 //!   of the shard checks it ([`request_allowed`]). A replica that stalls
 //!   past its Lease finds the fence closed the moment it resumes. A lost
 //!   shard also cancels its in-flight reconciles.
-//! - Another replica may take a Lease only `leaseDuration` (rounded up to
-//!   whole seconds in the Lease) after its `renewTime`, which is later than
-//!   any fence of it closes. Like every Lease-based election this assumes
-//!   the replicas' clocks agree to well within `leaseDuration −
-//!   renewDeadline`.
+//! - Another replica may take a Lease only once it has seen the Lease's
+//!   record unchanged for `leaseDuration` on its own clock
+//!   (`control::lease`). It read that record after the holder's renewal
+//!   began, so this is later than the holder's fence closes
+//!   (`renewDeadline` after that beginning). The replicas' wall clocks may
+//!   disagree by any amount; only their rates must agree to well within
+//!   `leaseDuration − renewDeadline`.
 
 mod coordinator;
-mod lease;
 mod members;
 
 use std::future::Future;
@@ -53,8 +57,7 @@ use crate::control::leader::Fence;
 use crate::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 
 pub use coordinator::{AcquiredShards, ShardCoordinator, fair_share};
-pub use lease::lease_expired;
-pub use members::{MEMBERS_ANNOTATION, live_members};
+pub use members::MEMBERS_ANNOTATION;
 
 /// The shard of `key` among `shards`: FNV-1a (64 bit) of `namespace/name`
 /// (`name` when cluster-scoped), modulo `shards`.

@@ -2,13 +2,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
 
+use super::members::{Heartbeats, Membership};
 use super::*;
+use crate::control::lease::testing::{LeaseServer, Timeline};
+use crate::control::lease::{Clock, LeaseClaim, LeaseRecord};
 
 /// Polls `check` every 20 ms for at most `limit` (`test_util::eventually`,
 /// which this module cannot use: test_util depends on the manager, which
@@ -96,37 +97,36 @@ fn fair_shares_sum_to_the_shards_from_any_common_view() {
 }
 
 #[test]
-fn a_lease_expires_exactly_its_duration_after_its_renewal() {
-    let renewed: Timestamp = "2025-01-01T00:00:10.900Z".parse().unwrap();
-    let spec = LeaseSpec {
-        holder_identity: Some("a".into()),
-        renew_time: Some(MicroTime(renewed)),
-        lease_duration_seconds: Some(2),
-        ..LeaseSpec::default()
+fn members_are_the_heartbeats_seen_changing_within_their_lifetime() {
+    let t = Timeline::new();
+    let clock = t.clock(0);
+    let lifetime = Duration::from_secs(15);
+    let mut seen = Heartbeats::default();
+    // Times are for people: an hour-old or future heartbeat counts from
+    // when it is seen, and malformed entries are left out.
+    let text = r#"{"a":"2025-01-01T00:00:59.5Z","b":"2099-01-01T00:00:40Z","c":"not a time","":"2025-01-01T00:00:59Z"}"#;
+    let entries = seen.note(Some(text), clock.now());
+    assert_eq!(entries.keys().collect::<Vec<_>>(), ["a", "b"]);
+    let alive = |seen: &Heartbeats| {
+        ["a", "b", "c"]
+            .into_iter()
+            .filter(|id| seen.alive(id, lifetime, clock.now()))
+            .collect::<Vec<_>>()
     };
-    let at = |ms: i64| renewed + SignedDuration::from_millis(ms);
-    assert!(!lease_expired(&spec, at(1_100)), "not at whole seconds");
-    assert!(!lease_expired(&spec, at(1_999)));
-    assert!(lease_expired(&spec, at(2_000)));
-    let released = LeaseSpec {
-        holder_identity: None,
-        ..spec.clone()
-    };
-    assert!(lease_expired(&released, at(0)), "a released lease is free");
-    assert_eq!(lease::whole_seconds(Duration::from_millis(1_500)), 2);
-    assert_eq!(lease::whole_seconds(Duration::from_secs(15)), 15);
-}
-
-#[test]
-fn members_are_the_recent_heartbeats() {
-    let now: Timestamp = "2025-01-01T00:01:00Z".parse().unwrap();
-    let text = r#"{"a":"2025-01-01T00:00:59.5Z","b":"2025-01-01T00:00:40Z","c":"not a time","":"2025-01-01T00:00:59Z"}"#;
-    assert_eq!(
-        live_members(Some(text), now, Duration::from_secs(15)),
-        vec!["a".to_string()]
+    assert_eq!(alive(&seen), ["a", "b"]);
+    t.advance(Duration::from_secs(10));
+    // "a" beats again (at an earlier time, even), "b" does not.
+    seen.note(
+        Some(r#"{"a":"2025-01-01T00:00:01Z","b":"2099-01-01T00:00:40Z"}"#),
+        clock.now(),
     );
-    assert!(live_members(Some("[1,2]"), now, Duration::from_secs(15)).is_empty());
-    assert!(live_members(None, now, Duration::from_secs(15)).is_empty());
+    t.advance(Duration::from_secs(5));
+    assert_eq!(alive(&seen), ["a"]);
+    // An entry removed from the annotation is forgotten.
+    seen.note(Some("{}"), clock.now());
+    assert!(alive(&seen).is_empty());
+    assert!(seen.note(Some("[1,2]"), clock.now()).is_empty());
+    assert!(seen.note(None, clock.now()).is_empty());
 }
 
 #[tokio::test]
@@ -337,13 +337,113 @@ async fn a_shard_moves_to_a_new_replica_only_after_its_reconciles_finished() {
     }
     let members = leases.get("unit-members").await.unwrap();
     let annotation = members.metadata.annotations.unwrap_or_default();
-    assert_eq!(
-        live_members(
-            annotation.get(MEMBERS_ANNOTATION).map(String::as_str),
-            Timestamp::now(),
-            Duration::from_secs(2)
-        ),
-        Vec::<String>::new()
+    assert!(
+        Heartbeats::default()
+            .note(
+                annotation.get(MEMBERS_ANNOTATION).map(String::as_str),
+                Instant::now()
+            )
+            .is_empty()
     );
     server.shutdown().await;
+}
+
+const LEASE: Duration = Duration::from_secs(10);
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Two replicas whose wall clocks are `skew_a` and `skew_b` seconds off
+/// heartbeat every retry period on their own clocks: each stays a member
+/// in the other's view while it beats, and "a" is dropped by "b" exactly
+/// `LEASE` after "b" saw its last heartbeat.
+async fn members_are_judged_on_the_observer_s_clock(skew_a: i64, skew_b: i64) {
+    let server = LeaseServer::start().await;
+    let name = format!("members-{}-{}", skew_a + 100_000, skew_b + 100_000);
+    let t = Timeline::new();
+    let (clock_a, clock_b) = (t.clock(skew_a), t.clock(skew_b));
+    let member = |identity, clock| Membership {
+        api: &server.leases,
+        name: &name,
+        identity,
+        lifetime: LEASE,
+        clock,
+        heartbeats: Heartbeats::default(),
+    };
+    let (mut a, mut b) = (member("a", &clock_a), member("b", &clock_b));
+    let both = vec!["a".to_string(), "b".to_string()];
+    for _ in 0..30 {
+        t.advance(RETRY);
+        a.heartbeat().await.unwrap();
+        assert_eq!(b.heartbeat().await.unwrap(), both);
+        assert_eq!(a.heartbeat().await.unwrap(), both);
+    }
+    // "a" stops; "b" saw its last heartbeat in the round it was written.
+    for second in 1..LEASE.as_secs() {
+        t.advance(RETRY);
+        assert_eq!(b.heartbeat().await.unwrap(), both, "{second} s after");
+    }
+    t.advance(RETRY);
+    assert_eq!(b.heartbeat().await.unwrap(), vec!["b".to_string()]);
+    // Its entry is gone from the annotation too.
+    let lease = server.leases.get(&name).await.unwrap();
+    let annotation = lease.metadata.annotations.unwrap_or_default();
+    let text = annotation
+        .get(MEMBERS_ANNOTATION)
+        .cloned()
+        .unwrap_or_default();
+    assert!(!text.contains("\"a\""), "{text}");
+}
+
+/// "a" renews a shard Lease every retry period, "b" tries to take it, each
+/// on its own clock: "b" takes it exactly `LEASE` after it last saw "a"'s
+/// record change, never while "a" renews.
+async fn a_shard_lease_is_judged_on_the_taker_s_clock(skew_a: i64, skew_b: i64) {
+    let server = LeaseServer::start().await;
+    let name = format!("unit-shard-{}-{}", skew_a + 100_000, skew_b + 100_000);
+    let t = Timeline::new();
+    let (clock_a, clock_b) = (t.clock(skew_a), t.clock(skew_b));
+    let claim = |identity, clock| LeaseClaim {
+        api: &server.leases,
+        name: &name,
+        identity,
+        duration: LEASE,
+        clock,
+    };
+    let (a, b) = (claim("a", &clock_a), claim("b", &clock_b));
+    let (mut seen_a, mut seen_b): (LeaseRecord, LeaseRecord) = (None, None);
+    for _ in 0..30 {
+        t.advance(RETRY);
+        assert!(a.acquire_or_renew(&mut seen_a).await.unwrap());
+        b.observe(&mut seen_b).await.unwrap();
+        assert!(!b.acquire_or_renew(&mut seen_b).await.unwrap());
+    }
+    for second in 1..LEASE.as_secs() {
+        t.advance(RETRY);
+        b.observe(&mut seen_b).await.unwrap();
+        assert!(
+            !b.acquire_or_renew(&mut seen_b).await.unwrap(),
+            "{second} s after"
+        );
+    }
+    t.advance(RETRY);
+    assert!(b.acquire_or_renew(&mut seen_b).await.unwrap());
+    let lease = server.leases.get(&name).await.unwrap();
+    assert_eq!(holder(&lease).as_deref(), Some("b"));
+    // "a" finds it taken.
+    assert!(!a.acquire_or_renew(&mut seen_a).await.unwrap());
+}
+
+#[tokio::test]
+async fn replicas_an_hour_apart_keep_members_and_leases_while_they_renew() {
+    members_are_judged_on_the_observer_s_clock(-3_600, 3_600).await;
+    members_are_judged_on_the_observer_s_clock(3_600, -3_600).await;
+    a_shard_lease_is_judged_on_the_taker_s_clock(-3_600, 3_600).await;
+    a_shard_lease_is_judged_on_the_taker_s_clock(3_600, -3_600).await;
+}
+
+#[tokio::test]
+async fn replicas_skewed_by_more_than_the_lease_keep_members_and_leases_while_they_renew() {
+    members_are_judged_on_the_observer_s_clock(0, 25).await;
+    members_are_judged_on_the_observer_s_clock(25, 0).await;
+    a_shard_lease_is_judged_on_the_taker_s_clock(0, 25).await;
+    a_shard_lease_is_judged_on_the_taker_s_clock(25, 0).await;
 }

@@ -395,7 +395,9 @@ impl Canary {
             state: phase.into(),
             percent: self.config.percent,
             reason,
-            decided_at: state.decided_at.map(super::status::rfc3339),
+            decided_at: state
+                .decided_at
+                .map(wasmctrl_apimachinery::time::format_seconds),
             requeued: state.requeued,
             stable: state.stable.measure().into(),
             candidate: state.candidate.measure().into(),

@@ -62,10 +62,11 @@ mod status;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use wasmctrl_apimachinery::time;
 
 use super::lifecycle::PluginEntry;
 use super::{Host, ManagerError};
@@ -547,7 +548,7 @@ impl Host {
             refusal.as_ref(),
             resolved.as_deref(),
             &previous,
-            &chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            &time::format_seconds(SystemTime::now()),
         );
         if status == previous {
             return Ok(());

@@ -1,10 +1,9 @@
 //! What the host reports about its plugins: one typed [`PluginStatus`] for
 //! `/plugins`, the reload API's answer and logs; readiness and health.
 
-use std::time::{Duration, SystemTime};
-
 use futures::future::BoxFuture;
 use serde::Serialize;
+use wasmctrl_apimachinery::time;
 
 use super::Host;
 use super::canary::CanaryStatus;
@@ -74,7 +73,7 @@ impl Host {
             digest: plugin.digest().to_string(),
             version: plugin.metadata().version.clone(),
             state: lifecycle.state().as_str().to_string(),
-            loaded_at: rfc3339(lifecycle.loaded_at()),
+            loaded_at: time::format_seconds(lifecycle.loaded_at()),
             generation: lifecycle.generation(),
             queue_depth: entry.controller().queue().len(),
             last_error: lifecycle.last_error().map(str::to_string),
@@ -107,16 +106,6 @@ impl Host {
             .map(|(name, e)| self.status_of(name, e))
             .collect()
     }
-}
-
-pub(super) fn rfc3339(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs() as i64;
-    k8s_openapi::jiff::Timestamp::from_second(secs)
-        .map(|ts| ts.to_string())
-        .unwrap_or_default()
 }
 
 impl AdminState for Host {

@@ -306,9 +306,9 @@ async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-/// Now, RFC 3339.
+/// Now, RFC 3339 in whole seconds.
 pub(crate) fn now_rfc3339() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    wasmctrl_apimachinery::time::format_seconds(SystemTime::now())
 }
 
 #[cfg(test)]

@@ -244,8 +244,7 @@ impl Session {
             attempt: self.attempt,
             timeout_ms: millis(self.timeout),
             settings: self.settings,
-            recorded_at: chrono::DateTime::<chrono::Utc>::from(self.recorded_at)
-                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            recorded_at: wasmctrl_apimachinery::time::format_millis(self.recorded_at),
             duration_ms: millis(self.started.elapsed()),
             calls: calls.calls,
             context: self.tape.reads(),

@@ -313,7 +313,7 @@ impl Shadow {
         }
         tally.recent.push_back(Divergence {
             key: key.to_string(),
-            at: super::status::rfc3339(SystemTime::now()),
+            at: wasmctrl_apimachinery::time::format_seconds(SystemTime::now()),
             kinds,
             stable,
             candidate: Side::new(result, writes),
