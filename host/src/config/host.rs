@@ -137,8 +137,9 @@ impl HostConfig {
         Ok(config)
     }
 
-    /// Checks every section in the order they are documented, so the first
-    /// problem of a file is always the same one.
+    /// Checks the document, then `leaderElection` and `sharding`,
+    /// `runtime`, each plugin, `pluginsFrom` and `maxGrant`: a file with
+    /// several problems always reports the same one.
     fn validate(&self, file: &Path) -> Result<(), ConfigError> {
         let top = |r: Result<(), FieldProblem>| r.map_err(|p| ConfigError::invalid(file, None, p));
         top(self.check_document())?;

@@ -226,21 +226,20 @@ impl RateLimiterConfig {
     /// Checks a plugin's `rateLimiter` (paths relative to the plugin).
     fn check(&self) -> Result<(), FieldProblem> {
         let check = |field: &str, r: Result<(), String>| r.map_err(|m| FieldProblem::new(field, m));
-        let rl = self;
         check(
             "rateLimiter.maxDelay",
-            within(rl.max_delay, Duration::ZERO..=ratelimit::MAX_DELAY),
+            within(self.max_delay, Duration::ZERO..=ratelimit::MAX_DELAY),
         )?;
-        if rl.base_delay > rl.max_delay {
+        if self.base_delay > self.max_delay {
             return Err(FieldProblem::new(
                 "rateLimiter.baseDelay",
                 "must not exceed maxDelay",
             ));
         }
-        check("rateLimiter.qps", rate(rl.qps, ratelimit::MAX_QPS))?;
+        check("rateLimiter.qps", rate(self.qps, ratelimit::MAX_QPS))?;
         check(
             "rateLimiter.burst",
-            count(u64::from(rl.burst), 1..=u64::from(ratelimit::MAX_BURST)),
+            count(u64::from(self.burst), 1..=u64::from(ratelimit::MAX_BURST)),
         )
     }
 }
@@ -252,9 +251,6 @@ fn default_max_instance_age() -> Duration {
     ReuseLimits::default().max_age
 }
 
-pub(super) fn one() -> usize {
-    1
-}
 fn default_max_concurrent_reconciles() -> usize {
     ControllerOptions::new(String::new()).max_concurrent_reconciles
 }

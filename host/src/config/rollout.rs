@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
-use super::plugin::{MAX_SETTINGS, one};
+use super::plugin::MAX_SETTINGS;
 use super::source::{SourceConfig, SourceProblem};
 use super::units::{SECOND, YEAR, count, duration, rate, within};
 
@@ -76,6 +76,9 @@ pub struct CanaryConfig {
     pub auto_promote: bool,
 }
 
+fn one() -> usize {
+    1
+}
 fn default_keep_divergences() -> usize {
     20
 }

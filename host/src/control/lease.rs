@@ -141,13 +141,16 @@ fn micro_time(clock: &dyn Clock) -> MicroTime {
 
 /// One Lease as one replica claims it.
 pub struct LeaseClaim<'a> {
+    /// The Leases of the namespace the Lease is in.
     pub api: &'a Api<Lease>,
+    /// The Lease's name.
     pub name: &'a str,
-    /// This replica (unique per process).
+    /// This replica (unique per process), written as the holder.
     pub identity: &'a str,
     /// How long the Lease may go unrenewed before another replica takes
     /// it, written rounded up to whole seconds.
     pub duration: Duration,
+    /// This replica's clocks: expiry is judged on `now`, `wall` is written.
     pub clock: &'a dyn Clock,
 }
 
