@@ -153,10 +153,10 @@ impl Grant {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rule(
+impl PermissionRule {
+    /// A rule from string slices (tests of the grant and of the ceilings
+    /// objects are held to); `ns: None` is every namespace.
+    pub(crate) fn of(
         group: &str,
         resources: &[&str],
         verbs: &[&str],
@@ -169,6 +169,11 @@ mod tests {
             namespaces: ns.map(|n| n.iter().map(|s| s.to_string()).collect()),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     fn access<'a>(
         verb: &'a str,
@@ -188,8 +193,8 @@ mod tests {
     fn verb_group_resource_and_namespace_must_all_match() {
         let g = Grant::new(
             vec![
-                rule("apps", &["deployments"], &["get", "patch"], None),
-                rule("", &["configmaps"], &["*"], Some(&["default"])),
+                PermissionRule::of("apps", &["deployments"], &["get", "patch"], None),
+                PermissionRule::of("", &["configmaps"], &["*"], Some(&["default"])),
             ],
             None,
         );
@@ -205,7 +210,7 @@ mod tests {
     #[test]
     fn the_plugin_scope_limits_every_rule() {
         let g = Grant::new(
-            vec![rule("", &["secrets"], &["get"], None)],
+            vec![PermissionRule::of("", &["secrets"], &["get"], None)],
             Some(vec!["team-a".into()]),
         );
         assert!(g.allows(&access("get", "", "secrets", Some("team-a"))));

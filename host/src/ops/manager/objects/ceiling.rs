@@ -87,20 +87,6 @@ fn covers(list: &[String], value: &str) -> bool {
 mod tests {
     use super::*;
 
-    fn rule(
-        group: &str,
-        resources: &[&str],
-        verbs: &[&str],
-        ns: Option<&[&str]>,
-    ) -> PermissionRule {
-        PermissionRule {
-            group: group.into(),
-            resources: resources.iter().map(|s| s.to_string()).collect(),
-            verbs: verbs.iter().map(|s| s.to_string()).collect(),
-            namespaces: ns.map(|n| n.iter().map(|s| s.to_string()).collect()),
-        }
-    }
-
     fn names(list: &[&str]) -> Vec<String> {
         list.iter().map(|s| s.to_string()).collect()
     }
@@ -108,17 +94,17 @@ mod tests {
     #[test]
     fn a_grant_within_the_ceiling_fits() {
         let ceiling = [
-            rule(
+            PermissionRule::of(
                 "",
                 &["configmaps"],
                 &["get", "list", "watch", "patch"],
                 None,
             ),
-            rule("apps", &["*"], &["*"], Some(&["team-a"])),
+            PermissionRule::of("apps", &["*"], &["*"], Some(&["team-a"])),
         ];
         let grant = [
-            rule("", &["configmaps"], &["get", "patch"], None),
-            rule(
+            PermissionRule::of("", &["configmaps"], &["get", "patch"], None),
+            PermissionRule::of(
                 "apps",
                 &["deployments", "statefulsets"],
                 &["*"],
@@ -127,10 +113,15 @@ mod tests {
         ];
         assert!(exceeding(&grant, None, &ceiling).is_empty());
         // The plugin's namespaces limit a rule that names none.
-        let scoped = [rule("apps", &["deployments"], &["delete"], None)];
+        let scoped = [PermissionRule::of(
+            "apps",
+            &["deployments"],
+            &["delete"],
+            None,
+        )];
         assert!(exceeding(&scoped, Some(&names(&["team-a"])), &ceiling).is_empty());
         // Only the namespaces in both the rule and the plugin count.
-        let both = [rule(
+        let both = [PermissionRule::of(
             "apps",
             &["deployments"],
             &["get"],
@@ -139,10 +130,10 @@ mod tests {
         assert!(exceeding(&both, Some(&names(&["team-a"])), &ceiling).is_empty());
         // Rules of the ceiling add up.
         let split = [
-            rule("", &["configmaps"], &["get"], Some(&["a"])),
-            rule("", &["configmaps"], &["get"], Some(&["b"])),
+            PermissionRule::of("", &["configmaps"], &["get"], Some(&["a"])),
+            PermissionRule::of("", &["configmaps"], &["get"], Some(&["b"])),
         ];
-        let union = [rule(
+        let union = [PermissionRule::of(
             "",
             &["configmaps", "secrets"],
             &["get"],
@@ -154,7 +145,12 @@ mod tests {
         );
         assert!(
             exceeding(
-                &[rule("", &["configmaps"], &["get"], Some(&["a", "b"]))],
+                &[PermissionRule::of(
+                    "",
+                    &["configmaps"],
+                    &["get"],
+                    Some(&["a", "b"])
+                )],
                 None,
                 &split
             )
@@ -164,15 +160,15 @@ mod tests {
 
     #[test]
     fn each_access_beyond_the_ceiling_is_named() {
-        let ceiling = [rule(
+        let ceiling = [PermissionRule::of(
             "",
             &["configmaps"],
             &["get", "patch"],
             Some(&["default"]),
         )];
         let grant = [
-            rule("", &["configmaps"], &["get"], None),
-            rule(
+            PermissionRule::of("", &["configmaps"], &["get"], None),
+            PermissionRule::of(
                 "",
                 &["configmaps", "secrets"],
                 &["get", "delete"],
@@ -192,7 +188,7 @@ mod tests {
 
     #[test]
     fn wildcards_are_covered_only_by_wildcards() {
-        let every_verb = [rule(
+        let every_verb = [PermissionRule::of(
             "",
             &["configmaps"],
             &[
@@ -200,22 +196,30 @@ mod tests {
             ],
             None,
         )];
-        let star = [rule("", &["configmaps"], &["*"], None)];
+        let star = [PermissionRule::of("", &["configmaps"], &["*"], None)];
         assert_eq!(exceeding(&star, None, &every_verb).len(), 1);
         assert!(exceeding(&every_verb, None, &star).is_empty());
-        let any_group = [rule("*", &["configmaps"], &["get"], None)];
+        let any_group = [PermissionRule::of("*", &["configmaps"], &["get"], None)];
         assert_eq!(
             exceeding(
                 &any_group,
                 None,
-                &[rule("", &["configmaps"], &["get"], None)]
+                &[PermissionRule::of("", &["configmaps"], &["get"], None)]
             ),
             ["permissions[0]: get */configmaps in all namespaces"]
         );
-        assert!(exceeding(&[rule("apps", &["x"], &["get"], None)], None, &any_group).len() == 1);
         assert!(
             exceeding(
-                &[rule("apps", &["configmaps"], &["get"], None)],
+                &[PermissionRule::of("apps", &["x"], &["get"], None)],
+                None,
+                &any_group
+            )
+            .len()
+                == 1
+        );
+        assert!(
+            exceeding(
+                &[PermissionRule::of("apps", &["configmaps"], &["get"], None)],
                 None,
                 &any_group
             )
@@ -229,7 +233,7 @@ mod tests {
             exceeding(&[], None, &[]).is_empty(),
             "no grant fits any ceiling"
         );
-        let wide = [rule(
+        let wide = [PermissionRule::of(
             "",
             &["a", "b", "c", "d", "e"],
             &["get", "list", "watch", "patch", "delete"],
