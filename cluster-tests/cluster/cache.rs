@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, ObjectMeta, PostParams};
 use wasmctrl::control::informer::{CacheOptions, InformerKey, Notification, SharedCache};
 
-use wasmctrl_e2e::{Cluster, eventually};
+use wasmctrl_cluster_tests::{Cluster, eventually};
 
 fn configmap(name: &str) -> ConfigMap {
     ConfigMap {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use wasmctrl_e2e::{Cluster, Host, eventually, metric_value};
+use wasmctrl_cluster_tests::{Cluster, Host, eventually, metric_value};
 use wasmctrl_plugin_artifacts as artifacts;
 
 const CONVERGE: Duration = Duration::from_secs(180);
@@ -75,7 +75,7 @@ async fn labelled(api: &Api<ConfigMap>, names: &[String], value: &str, what: &st
 
 /// Every reconcile of `plugin` so far, whatever its result.
 async fn reconciles(host: &Host, plugin: &str) -> f64 {
-    let (_, body) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    let (_, body) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{plugin}\"");
     body.lines()
         .filter(|l| l.starts_with(&prefix))
@@ -241,7 +241,8 @@ plugins:
 }
 
 async fn shadow_report(host: &Host) -> serde_json::Value {
-    let (status, body) = wasmctrl_e2e::http_get(host.admin, "/plugins/mirror/shadow").await;
+    let (status, body) =
+        wasmctrl_cluster_tests::http_get(host.admin, "/plugins/mirror/shadow").await;
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -414,7 +415,7 @@ async fn a_shadow_candidate_identical_to_stable_reports_no_divergence() {
     .await;
     assert_eq!(report["divergent"], 0, "{report:#}");
     assert_eq!(report["divergences"], serde_json::json!([]));
-    let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
     assert!(
         !metrics.contains("wasmctrl_shadow_divergences_total{"),
         "no divergence counted"
@@ -541,7 +542,7 @@ async fn stable_takes_every_key(
 ) {
     const WORKERS: f64 = 2.0; // canary_config's maxConcurrentReconciles
     let requeued = status["canary"]["requeued"].as_u64().unwrap() as f64;
-    let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
     let stable_before = canary_reconciles(&metrics, "stable");
     let candidate_at_rollback = canary_reconciles(&metrics, "candidate");
     mirrored(api, keys, "every key mirrored after the rollback").await;
@@ -549,7 +550,7 @@ async fn stable_takes_every_key(
         "the stable version took the candidate's keys",
         CONVERGE,
         || async {
-            let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+            let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
             (canary_reconciles(&metrics, "stable") >= stable_before + requeued).then_some(())
         },
     )
@@ -669,7 +670,7 @@ async fn every_reconcile_metric_carries_the_version_while_a_canary_runs() {
     )
     .await;
 
-    let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
     for version in ["stable", "candidate"] {
         let v = format!("version=\"{version}\"");
         for (family, name) in [
@@ -706,7 +707,7 @@ async fn every_reconcile_metric_carries_the_version_while_a_canary_runs() {
 }
 
 async fn canary_reconciles_now(host: &Host, version: &str) -> f64 {
-    let (_, metrics) = wasmctrl_e2e::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
     canary_reconciles(&metrics, version)
 }
 
@@ -791,10 +792,10 @@ async fn a_canary_is_promoted_through_the_admin_api_with_the_token() {
     let keys: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
     mirrored(&api, &keys, "every key mirrored during the canary").await;
     let (status, body) =
-        wasmctrl_e2e::http(host.admin, "POST", "/plugins/mirror/promote", &[]).await;
+        wasmctrl_cluster_tests::http(host.admin, "POST", "/plugins/mirror/promote", &[]).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(candidate_status(&host).await["canary"]["state"], "canary");
-    let (status, body) = wasmctrl_e2e::http(
+    let (status, body) = wasmctrl_cluster_tests::http(
         host.admin,
         "POST",
         "/plugins/mirror/promote",
@@ -811,7 +812,7 @@ async fn a_canary_is_promoted_through_the_admin_api_with_the_token() {
         "the promoted version reconciled every key",
     )
     .await;
-    let (status, body) = wasmctrl_e2e::http(
+    let (status, body) = wasmctrl_cluster_tests::http(
         host.admin,
         "POST",
         "/plugins/mirror/promote",

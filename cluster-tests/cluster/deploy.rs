@@ -7,7 +7,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use wasmctrl::ops::rbac::RbacOptions;
-use wasmctrl_e2e::Cluster;
+use wasmctrl_cluster_tests::Cluster;
 
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../deploy");
 

@@ -9,7 +9,7 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use wasmctrl::config::{HostConfig, PermissionRule};
 use wasmctrl::ops::rbac::{Rbac, RbacOptions};
 use wasmctrl_apiserver::{Authorization, Config};
-use wasmctrl_e2e::{Cluster, Host, client_for, eventually};
+use wasmctrl_cluster_tests::{Cluster, Host, client_for, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::webapp::{apply_crd, converges_heals_and_cleans_up, quickstart_config};

@@ -16,7 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmctrl::ops::source::oci::RegistryOptions;
 use wasmctrl::sandbox::digest;
 use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
-use wasmctrl_e2e::{Cluster, eventually};
+use wasmctrl_cluster_tests::{Cluster, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
 
 /// The CRD as shipped.
@@ -322,7 +322,7 @@ async fn a_grant_beyond_max_grant_is_refused_naming_what_exceeds_it() {
         host.plugin("greedy").await.is_none(),
         "a refused object runs nothing"
     );
-    let refusals = wasmctrl_e2e::metric_value(
+    let refusals = wasmctrl_cluster_tests::metric_value(
         host.admin,
         r#"wasmctrl_object_refusals_total{reason="GrantExceedsMaxGrant"}"#,
     )
@@ -699,7 +699,7 @@ async fn a_name_the_config_frees_goes_to_the_waiting_object_and_the_config_canno
 async fn a_host_following_objects_without_the_crd_refuses_to_start_saying_how_to_install_it() {
     use wasmctrl::ops::manager::{Manager, ManagerOptions};
     let cluster = Cluster::start().await;
-    let config = wasmctrl_e2e::host_config(&host_config(""), cluster.dir.path());
+    let config = wasmctrl_cluster_tests::host_config(&host_config(""), cluster.dir.path());
     let options = ManagerOptions {
         admin_bind: Some("127.0.0.1:0".parse().unwrap()),
         ..ManagerOptions::default()
@@ -898,7 +898,8 @@ async fn a_wasmreconciler_shadow_candidate_shows_in_status_and_is_promoted_by_ed
     assert_eq!(s["resolvedDigest"], v1.as_str(), "{s:#}");
     wait_stamp(&configmaps, "cm-a", "v1").await;
     let report = eventually("a divergent shadow run", LIMIT, || async {
-        let (status, body) = wasmctrl_e2e::http_get(host.admin, "/plugins/stamp/shadow").await;
+        let (status, body) =
+            wasmctrl_cluster_tests::http_get(host.admin, "/plugins/stamp/shadow").await;
         let r: Value = serde_json::from_str(&body).ok()?;
         (status == 200 && r["divergent"].as_u64()? >= 1).then_some(r)
     })

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use wasmctrl_e2e::{Cluster, Host, eventually, http, http_get, metric_line};
+use wasmctrl_cluster_tests::{Cluster, Host, eventually, http, http_get, metric_line};
 use wasmctrl_plugin_artifacts as artifacts;
 
 const STAMP_LABEL: &str = "wasmctrl.dev/stamp";

@@ -11,7 +11,7 @@ use wasmctrl::control::metrics::Metrics;
 use wasmctrl::ops::transcript::replay::{DivergenceKind, replay};
 use wasmctrl::ops::transcript::{CallRequest, Transcript};
 use wasmctrl::sandbox::{Runtime, RuntimeConfig};
-use wasmctrl_e2e::{Cluster, Host, eventually};
+use wasmctrl_cluster_tests::{Cluster, Host, eventually};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::webapp::{apply_crd, converges_heals_and_cleans_up, quickstart_config};
@@ -149,7 +149,7 @@ async fn only_the_keys_the_selector_picks_are_recorded() {
         .await;
     }
     let written = eventually("a transcript counted", Duration::from_secs(30), || async {
-        wasmctrl_e2e::metric_value(
+        wasmctrl_cluster_tests::metric_value(
             host.admin,
             r#"wasmctrl_record_transcripts_total{plugin="webapp"}"#,
         )

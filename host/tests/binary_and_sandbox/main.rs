@@ -1,5 +1,10 @@
-//! End-to-end tests of the host with real plugin components built from
-//! `plugins/` (one test binary for the crate).
+//! The `wasmctrl` binary and the sandbox, with real plugin components
+//! built from `plugins/`: the binary's processes and subcommands as a user
+//! runs them (`run`, `dev`, `apiserver`, `rbac`, `replay`, `push`), and the
+//! runtime in this process (instance modes, traps and limits, the instance
+//! pool, CPU sharing, resident memory, plugin sources). The host in a
+//! cluster, driven against the embedded API server over HTTPS, is the
+//! `cluster-tests` crate. One test binary for the crate.
 
 mod apiserver_cli;
 mod controller;

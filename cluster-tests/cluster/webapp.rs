@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use wasmctrl::ops::manager::{Manager, ManagerOptions};
-use wasmctrl_e2e::{Cluster, Host, eventually, host_config, http_get};
+use wasmctrl_cluster_tests::{Cluster, Host, eventually, host_config, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
 
 pub(crate) const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");

@@ -1,4 +1,4 @@
-//! The test kit of wasmctrl's end-to-end tests (as Spin's `factors-test`):
+//! The fixture of the cluster suite (as Spin's `factors-test`):
 //! a [`Cluster`] (the embedded API server with its fault switches and write
 //! audit, a kubeconfig and kubectl), a [`Host`] (the manager in-process), and
 //! the host's helpers: one `eventually`, one HTTP client.
@@ -30,7 +30,7 @@ impl Cluster {
 
     /// An API server with `config` (a data dir, a fixed address, …).
     pub async fn start_with(config: Config) -> Self {
-        // `RUST_LOG=wasmctrl=debug cargo test -p wasmctrl-e2e` shows the host's logs.
+        // `RUST_LOG=wasmctrl=debug cargo test -p wasmctrl-cluster-tests` shows the host's logs.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
@@ -145,7 +145,7 @@ pub fn value_and_mirror(
 /// Waits (bounded by `limit`) until the ConfigMaps of `api` satisfy `done`
 /// (`what` names it in the timeout message), then until no key of the
 /// `mirror` plugin's queue is left in processing: the end state of every
-/// end-to-end test of the `mirror` plugin.
+/// cluster test of the `mirror` plugin.
 pub async fn mirror_converged(
     host: &Host,
     api: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>,

@@ -9,7 +9,7 @@
 //!   that exhausts its memory fails only that reconcile.
 //!
 //! (That a hot swap empties the pool is tested end to end:
-//! `tests/e2e/hotswap.rs::a_swap_empties_the_pool_of_warm_instances`.)
+//! `cluster-tests/cluster/hotswap.rs::a_swap_empties_the_pool_of_warm_instances`.)
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use wasmctrl_apiserver::testing::Scope;
-use wasmctrl_e2e::{Cluster, Host, eventually, mirror_converged, value_and_mirror};
+use wasmctrl_cluster_tests::{Cluster, Host, eventually, mirror_converged, value_and_mirror};
 use wasmctrl_plugin_artifacts as artifacts;
 
 const OBJECTS: usize = 20;
@@ -199,7 +199,7 @@ async fn a_conflict_on_every_first_status_write_is_retried_and_converges() {
         "crd/webapps.demo.wasmctrl.dev",
     ]);
     let text = std::fs::read_to_string(format!("{quickstart}/wasmctrl.yaml")).unwrap();
-    let mut config = wasmctrl_e2e::host_config(&text, std::path::Path::new(quickstart));
+    let mut config = wasmctrl_cluster_tests::host_config(&text, std::path::Path::new(quickstart));
     config.plugins[0].path = Some(artifacts::WEBAPP.into());
     let host = Host::start(config, cluster.client.clone(), None).await;
     cluster.kubectl(&["apply", "-f", &format!("{quickstart}/webapp.yaml")]);
@@ -224,10 +224,12 @@ async fn a_conflict_on_every_first_status_write_is_retried_and_converges() {
         "nothing runs pods here, so Ready=False"
     );
     // The conflict was answered at least once and retried through the queue.
-    let retries =
-        wasmctrl_e2e::metric_value(host.admin, r#"workqueue_retries_total{name="webapp"}"#)
-            .await
-            .unwrap_or(0.0);
+    let retries = wasmctrl_cluster_tests::metric_value(
+        host.admin,
+        r#"workqueue_retries_total{name="webapp"}"#,
+    )
+    .await
+    .unwrap_or(0.0);
     assert!(retries >= 1.0, "no retry after the conflict");
     host.stop().await.unwrap();
 }

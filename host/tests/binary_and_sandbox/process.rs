@@ -1033,12 +1033,7 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     let spawn = |user: &'static str| {
         let (c, k) = (config.clone(), f.kubeconfig_for(user));
         tokio::task::spawn_blocking(move || {
-            spawn_host_logging(
-                &c,
-                &k,
-                "wasmctrl=info,wasmctrl::shard::log=debug",
-                true,
-            )
+            spawn_host_logging(&c, &k, "wasmctrl=info,wasmctrl::shard::log=debug", true)
         })
     };
     let mut a = spawn("host-a").await.unwrap();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use wasmctrl_plugin_artifacts as artifacts;
 
-use wasmctrl_e2e::{Cluster, Host, eventually, http_get, metric_line};
+use wasmctrl_cluster_tests::{Cluster, Host, eventually, http_get, metric_line};
 
 fn config(permissions: &str, extra: &str) -> String {
     format!(

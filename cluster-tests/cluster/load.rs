@@ -7,14 +7,14 @@
 //! neighbour slows a plugin are timings: they are printed (run with
 //! `--nocapture`) and recorded in docs/RELIABILITY.md, with
 //! `WASMCTRL_LOAD_OBJECTS` scaling the object count (default 500):
-//! `WASMCTRL_LOAD_OBJECTS=10000 cargo test -p wasmctrl-e2e --test e2e load:: -- --nocapture`.
+//! `WASMCTRL_LOAD_OBJECTS=10000 cargo test -p wasmctrl-cluster-tests --test cluster load:: -- --nocapture`.
 
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchParams};
-use wasmctrl_e2e::{
+use wasmctrl_cluster_tests::{
     Cluster, Host, eventually, http_get, mirror_converged, mirror_idle, value_and_mirror,
 };
 use wasmctrl_plugin_artifacts as artifacts;
@@ -186,7 +186,7 @@ const ACTIVE: &str = "controller_runtime_active_workers{controller=\"misbehave\"
 
 /// The value of `series` on the host's /metrics (0 before it exists).
 async fn misbehave_counter(host: &Host, series: &str) -> f64 {
-    wasmctrl_e2e::metric_value(host.admin, series)
+    wasmctrl_cluster_tests::metric_value(host.admin, series)
         .await
         .unwrap_or(0.0)
 }
@@ -442,7 +442,7 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     // CPU while mirror had work (runtime.guestCpu).
     let needle =
         "wasmctrl_plugin_cpu_throttled_seconds_total{plugin=\"misbehave\",version=\"stable\"}";
-    let throttled = wasmctrl_e2e::metric_value(host.admin, needle)
+    let throttled = wasmctrl_cluster_tests::metric_value(host.admin, needle)
         .await
         .unwrap_or(0.0);
     assert!(throttled > 0.0, "the looping guests were never held back");
