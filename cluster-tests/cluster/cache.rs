@@ -7,20 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ApiResource, DeleteParams, ObjectMeta, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, PostParams};
 use wasmctrl::control::informer::{CacheOptions, InformerKey, Notification, SharedCache};
 
-use wasmctrl_cluster_tests::{Cluster, eventually};
-
-fn configmap(name: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    }
-}
+use wasmctrl_cluster_tests::{Cluster, configmap};
+use wasmctrl_testkit::eventually;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_missed_across_a_forced_relist() {

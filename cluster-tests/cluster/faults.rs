@@ -9,7 +9,11 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use wasmctrl_apiserver::testing::Scope;
-use wasmctrl_cluster_tests::{Cluster, Host, eventually, mirror_converged, value_and_mirror};
+use wasmctrl_cluster_tests::{
+    Cluster, QUICKSTART, mirror_converged, quickstart_config, value_and_mirror,
+};
+use wasmctrl_testkit::{admin, eventually, host::RunningHost};
+
 use wasmctrl_plugin_artifacts as artifacts;
 
 const OBJECTS: usize = 20;
@@ -69,7 +73,7 @@ async fn set_all(api: &Api<ConfigMap>, value: &str) {
 }
 
 /// Every object mirrors its final value, and the host holds no key.
-async fn converged(host: &Host, api: &Api<ConfigMap>, what: &str) {
+async fn converged(host: &RunningHost, api: &Api<ConfigMap>, what: &str) {
     mirror_converged(host, api, what, CONVERGE, |items| {
         items.len() >= OBJECTS
             && items.iter().all(|c| {
@@ -81,7 +85,7 @@ async fn converged(host: &Host, api: &Api<ConfigMap>, what: &str) {
 }
 
 /// A cluster with the mirror plugin and its objects, converged on "0".
-async fn setup() -> (Cluster, Host, Api<ConfigMap>) {
+async fn setup() -> (Cluster, RunningHost, Api<ConfigMap>) {
     let cluster = Cluster::start().await;
     let api = api(&cluster);
     create_objects(&api, "0").await;
@@ -187,22 +191,12 @@ async fn an_api_server_that_lost_its_state_is_relisted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_on_every_first_status_write_is_retried_and_converges() {
-    let quickstart = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
     let cluster = Cluster::start().await;
     cluster.server().faults().conflict_first_status_writes(true);
-    cluster.kubectl(&["apply", "-f", &format!("{quickstart}/crd.yaml")]);
-    cluster.kubectl(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "--timeout=30s",
-        "crd/webapps.demo.wasmctrl.dev",
-    ]);
-    let text = std::fs::read_to_string(format!("{quickstart}/wasmctrl.yaml")).unwrap();
-    let mut config = wasmctrl_cluster_tests::host_config(&text, std::path::Path::new(quickstart));
-    config.plugins[0].path = Some(artifacts::WEBAPP.into());
-    let host = Host::start(config, cluster.client.clone(), None).await;
-    cluster.kubectl(&["apply", "-f", &format!("{quickstart}/webapp.yaml")]);
+    cluster.apply_webapp_crd();
+    let config = quickstart_config(artifacts::WEBAPP);
+    let host = RunningHost::start(config, cluster.client.clone(), None).await;
+    cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/webapp.yaml")]);
     let conditions = eventually(
         "the status written despite the conflict",
         CONVERGE,
@@ -224,12 +218,9 @@ async fn a_conflict_on_every_first_status_write_is_retried_and_converges() {
         "nothing runs pods here, so Ready=False"
     );
     // The conflict was answered at least once and retried through the queue.
-    let retries = wasmctrl_cluster_tests::metric_value(
-        host.admin,
-        r#"workqueue_retries_total{name="webapp"}"#,
-    )
-    .await
-    .unwrap_or(0.0);
+    let retries = admin::metric_value(host.admin, r#"workqueue_retries_total{name="webapp"}"#)
+        .await
+        .unwrap_or(0.0);
     assert!(retries >= 1.0, "no retry after the conflict");
     host.stop().await.unwrap();
 }

@@ -5,10 +5,15 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, PostParams};
 use wasmctrl::ops::manager::{Manager, ManagerOptions};
-use wasmctrl_cluster_tests::{Cluster, eventually, host_config, metric_line, metric_value};
+use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{
+    admin::{self, metric_line, metric_value},
+    eventually,
+    host::host_config,
+};
 
 /// The quick start's kind of grant: ConfigMaps in every namespace.
 fn config(component: &str) -> String {
@@ -30,14 +35,9 @@ plugins:
 }
 
 pub(crate) async fn create(api: &Api<ConfigMap>, name: &str) {
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    };
-    api.create(&PostParams::default(), &cm).await.unwrap();
+    api.create(&PostParams::default(), &configmap(name))
+        .await
+        .unwrap();
 }
 
 /// Waits until the ConfigMap `name` carries the label the plugin's normal
@@ -154,7 +154,7 @@ async fn no_string_a_guest_passes_reaches_a_path_outside_its_grant() {
         "writes reached the API server: {writes:?}"
     );
     // Refusals before resolution never become metric labels.
-    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
     let labels: Vec<&str> = metrics
         .lines()
         .filter(|l| l.starts_with(r#"wasmctrl_hostapi_calls_total{plugin="hostile""#))
@@ -235,12 +235,7 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
     .await;
     assert!(written >= (64 << 20) as f64, "{written}");
     // The host is healthy and the plugin keeps serving.
-    assert_eq!(
-        wasmctrl_cluster_tests::http_get(host.admin, "/healthz")
-            .await
-            .0,
-        200
-    );
+    assert_eq!(admin::http_get(host.admin, "/healthz").await.0, 200);
     create(&api, "honest-after").await;
     reconciled(&api, "honest-after").await;
     host.stop().await.unwrap();
@@ -289,7 +284,7 @@ admin: {{ bind: "127.0.0.1:0", tokenFile: admin-token }}
 
 /// The shadow report, read with the admin token.
 async fn shadow_report(admin: std::net::SocketAddr) -> serde_json::Value {
-    let (status, body) = wasmctrl_cluster_tests::http(
+    let (status, body) = admin::http(
         admin,
         "GET",
         "/plugins/hostile/shadow",
@@ -352,12 +347,7 @@ async fn a_shadow_candidate_s_patch_bombs_are_refused_under_the_api_server_s_bou
     assert!(counted.is_some_and(|n| n >= 2.0), "{counted:?}");
     reconciled(&api, "patch-depth").await;
     reconciled(&api, "patch-copies").await;
-    assert_eq!(
-        wasmctrl_cluster_tests::http_get(host.admin, "/healthz")
-            .await
-            .0,
-        200
-    );
+    assert_eq!(admin::http_get(host.admin, "/healthz").await.0, 200);
     create(&api, "honest").await;
     reconciled(&api, "honest").await;
     host.stop().await.unwrap();
@@ -369,10 +359,9 @@ async fn a_shadow_candidate_s_patch_bombs_are_refused_under_the_api_server_s_bou
 async fn the_shadow_report_needs_the_admin_token() {
     let cluster = Cluster::start().await;
     let host = cluster.host(&shadowed(cluster.dir.path())).await;
-    let (status, body) =
-        wasmctrl_cluster_tests::http_get(host.admin, "/plugins/hostile/shadow").await;
+    let (status, body) = admin::http_get(host.admin, "/plugins/hostile/shadow").await;
     assert_eq!(status, 401, "{body}");
-    let (status, _) = wasmctrl_cluster_tests::http(
+    let (status, _) = admin::http(
         host.admin,
         "GET",
         "/plugins/hostile/shadow",
@@ -382,18 +371,8 @@ async fn the_shadow_report_needs_the_admin_token() {
     assert_eq!(status, 401);
     shadow_report(host.admin).await;
     // Scrapers and probes stay open.
-    assert_eq!(
-        wasmctrl_cluster_tests::http_get(host.admin, "/metrics")
-            .await
-            .0,
-        200
-    );
-    assert_eq!(
-        wasmctrl_cluster_tests::http_get(host.admin, "/plugins")
-            .await
-            .0,
-        200
-    );
+    assert_eq!(admin::http_get(host.admin, "/metrics").await.0, 200);
+    assert_eq!(admin::http_get(host.admin, "/plugins").await.0, 200);
     host.stop().await.unwrap();
 }
 

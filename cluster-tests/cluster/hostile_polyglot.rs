@@ -7,8 +7,12 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::Api;
-use wasmctrl_cluster_tests::{Cluster, eventually, metric_line, metric_value};
+use wasmctrl_cluster_tests::Cluster;
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{
+    admin::{self, metric_line, metric_value},
+    eventually,
+};
 
 use crate::hostile::{create, reconciled_within};
 
@@ -127,12 +131,7 @@ async fn contained(plugin: &str, component: &str) {
     deep_json_refused(plugin, host.admin).await;
 
     // The host is healthy and the plugin keeps serving.
-    assert_eq!(
-        wasmctrl_cluster_tests::http_get(host.admin, "/healthz")
-            .await
-            .0,
-        200
-    );
+    assert_eq!(admin::http_get(host.admin, "/healthz").await.0, 200);
     create(&api, "honest-after").await;
     reconciled(&api, "honest-after").await;
     host.stop().await.unwrap();

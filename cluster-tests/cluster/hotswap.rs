@@ -6,9 +6,14 @@ use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
-use wasmctrl_cluster_tests::{Cluster, Host, eventually, http, http_get, metric_line};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{
+    admin::{http, http_get, metric_line},
+    eventually,
+    host::RunningHost,
+};
 
 const STAMP_LABEL: &str = "wasmctrl.dev/stamp";
 
@@ -36,21 +41,11 @@ fn install(from: &str, to: &Path) {
     std::fs::rename(&tmp, to).unwrap();
 }
 
-async fn start(cluster: &Cluster, text: &str, watch_config: bool) -> Host {
+async fn start(cluster: &Cluster, text: &str, watch_config: bool) -> RunningHost {
     if watch_config {
         cluster.host_watching_config(text).await
     } else {
         cluster.host(text).await
-    }
-}
-
-fn configmap(name: &str) -> ConfigMap {
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
     }
 }
 

@@ -9,10 +9,11 @@ use k8s_openapi::api::rbac::v1::PolicyRule;
 use wasmctrl::config::{HostConfig, PermissionRule};
 use wasmctrl::ops::rbac::{Rbac, RbacOptions};
 use wasmctrl_apiserver::{Authorization, Config};
-use wasmctrl_cluster_tests::{Cluster, Host, client_for, eventually};
+use wasmctrl_cluster_tests::{Cluster, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{client::client_for, eventually, host::RunningHost};
 
-use crate::webapp::{apply_crd, converges_heals_and_cleans_up, quickstart_config};
+use crate::webapp::converges_heals_and_cleans_up;
 
 const NAMESPACE: &str = "wasmctrl-system";
 const SERVICE_ACCOUNT: &str = "wasmctrl";
@@ -34,7 +35,7 @@ async fn cluster_with_generated_rbac(config: &HostConfig) -> (Cluster, Rbac) {
         ..Config::default()
     })
     .await;
-    apply_crd(&cluster);
+    cluster.apply_webapp_crd();
     cluster.kubectl(&["create", "namespace", NAMESPACE]);
     cluster.kubectl(&["create", "serviceaccount", SERVICE_ACCOUNT, "-n", NAMESPACE]);
     let rbac = wasmctrl::ops::rbac::generate(config);
@@ -135,7 +136,7 @@ async fn the_webapp_operator_runs_as_its_service_account_with_only_the_generated
     let client = service_account_client(&cluster).await;
 
     // Sufficient: the whole acceptance passes as the ServiceAccount.
-    let host = Host::start(config.clone(), client.clone(), None).await;
+    let host = RunningHost::start(config.clone(), client.clone(), None).await;
     let status = host.plugin("webapp").await.unwrap();
     assert!(
         status.get("rbac_denied").is_none(),
@@ -210,7 +211,7 @@ async fn a_grant_wider_than_rbac_allows_is_reported_at_start() {
         verbs: vec!["update".into()],
         namespaces: Some(vec!["default".into()]),
     });
-    let host = Host::start(wider, client, None).await;
+    let host = RunningHost::start(wider, client, None).await;
     // Ready is not leading: the plugin is `standby` until this host holds
     // the lease, which a loaded machine may take a moment to get.
     let status = eventually("the host to lead", Duration::from_secs(60), || async {

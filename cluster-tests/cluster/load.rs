@@ -1,4 +1,4 @@
-//! Load the host must hold, end to end: bursts of updates are deduplicated
+//! Load the host must hold in a cluster: bursts of updates are deduplicated
 //! without losing the last one, and one plugin failing into backoff or
 //! looping to its deadline does not starve another plugin.
 //!
@@ -14,10 +14,13 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchParams};
-use wasmctrl_cluster_tests::{
-    Cluster, Host, eventually, http_get, mirror_converged, mirror_idle, value_and_mirror,
-};
+use wasmctrl_cluster_tests::{Cluster, mirror_converged, mirror_idle, value_and_mirror};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{
+    admin::{self, http_get},
+    eventually,
+    host::RunningHost,
+};
 
 const CONVERGE: Duration = Duration::from_secs(300);
 /// Client-side concurrency of the writers.
@@ -109,7 +112,7 @@ async fn set_value(api: &Api<ConfigMap>, name: String, value: String) {
 }
 
 /// Every mirrored object shows `value`, and the host holds no key.
-async fn mirrored(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) {
+async fn mirrored(host: &RunningHost, api: &Api<ConfigMap>, n: usize, value: &str) {
     let what = format!("{n} objects mirror {value:?}");
     mirror_converged(host, api, &what, CONVERGE, |items| {
         let done = items
@@ -122,7 +125,7 @@ async fn mirrored(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) {
 }
 
 /// The sum of `controller_runtime_reconcile_total` over results for `plugin`.
-async fn reconciles(host: &Host, plugin: &str) -> f64 {
+async fn reconciles(host: &RunningHost, plugin: &str) -> f64 {
     let needle = format!("controller_runtime_reconcile_total{{controller=\"{plugin}\"");
     let (_, body) = http_get(host.admin, "/metrics").await;
     body.lines()
@@ -185,10 +188,8 @@ const FAILURES: &str = "controller_runtime_reconcile_total{controller=\"misbehav
 const ACTIVE: &str = "controller_runtime_active_workers{controller=\"misbehave\"}";
 
 /// The value of `series` on the host's /metrics (0 before it exists).
-async fn misbehave_counter(host: &Host, series: &str) -> f64 {
-    wasmctrl_cluster_tests::metric_value(host.admin, series)
-        .await
-        .unwrap_or(0.0)
+async fn misbehave_counter(host: &RunningHost, series: &str) -> f64 {
+    admin::metric_value(host.admin, series).await.unwrap_or(0.0)
 }
 
 /// The time for `mirror` to mirror `value` onto all `n` objects. The end
@@ -196,7 +197,7 @@ async fn misbehave_counter(host: &Host, series: &str) -> f64 {
 /// carry it: at 10 000 objects those lists were most of the test's own
 /// work at the end of each round, and they were what a neighbour's guests
 /// slowed once mirror had finished.
-async fn mirror_round(host: &Host, api: &Api<ConfigMap>, n: usize, value: &str) -> Duration {
+async fn mirror_round(host: &RunningHost, api: &Api<ConfigMap>, n: usize, value: &str) -> Duration {
     let before = api
         .list(&ListParams::default().limit(1))
         .await
@@ -273,7 +274,7 @@ fn process_cpu() -> Duration {
 /// fastest of [`rounds`] rounds (values `{tag}-1`, `{tag}-2`, …). Returns
 /// it with the last value written.
 async fn mirror_rounds(
-    host: &Host,
+    host: &RunningHost,
     api: &Api<ConfigMap>,
     n: usize,
     tag: &str,
@@ -321,7 +322,7 @@ impl Interleaved {
 /// the neighbour busy (its keys exist only for the busy rounds): a ratio
 /// taken between host processes moves by ±20% at 10 000 objects.
 async fn interleaved(
-    host: &Host,
+    host: &RunningHost,
     good: &Api<ConfigMap>,
     bad: &Api<ConfigMap>,
     n: usize,
@@ -442,9 +443,7 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     // CPU while mirror had work (runtime.guestCpu).
     let needle =
         "wasmctrl_plugin_cpu_throttled_seconds_total{plugin=\"misbehave\",version=\"stable\"}";
-    let throttled = wasmctrl_cluster_tests::metric_value(host.admin, needle)
-        .await
-        .unwrap_or(0.0);
+    let throttled = admin::metric_value(host.admin, needle).await.unwrap_or(0.0);
     assert!(throttled > 0.0, "the looping guests were never held back");
     host.stop().await.unwrap();
 

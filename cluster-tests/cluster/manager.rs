@@ -5,7 +5,12 @@ use std::time::Duration;
 
 use wasmctrl_plugin_artifacts as artifacts;
 
-use wasmctrl_cluster_tests::{Cluster, Host, eventually, http_get, metric_line};
+use wasmctrl_cluster_tests::Cluster;
+use wasmctrl_testkit::{
+    admin::{http_get, metric_line},
+    eventually,
+    host::RunningHost,
+};
 
 fn config(permissions: &str, extra: &str) -> String {
     format!(
@@ -25,7 +30,7 @@ plugins:
     )
 }
 
-async fn start(cluster: &Cluster, text: &str) -> Host {
+async fn start(cluster: &Cluster, text: &str) -> RunningHost {
     cluster.host(text).await
 }
 

@@ -10,14 +10,16 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ObjectMeta, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmctrl::ops::source::oci::RegistryOptions;
 use wasmctrl::sandbox::digest;
-use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
-use wasmctrl_cluster_tests::{Cluster, eventually};
+use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::host::{self, file_digest, insecure_registry, push_component};
+use wasmctrl_testkit::registry::{PASSWORD, Registry, USER};
+use wasmctrl_testkit::{admin, eventually};
 
 /// The CRD as shipped.
 const CRD: &str = concat!(
@@ -135,10 +137,6 @@ fn ready_with(status: &Value, digest: &str, generation: i64) -> bool {
         && status["observedGeneration"] == generation
 }
 
-fn file_digest(path: &str) -> String {
-    digest(&std::fs::read(path).unwrap())
-}
-
 async fn stamp_of(api: &Api<ConfigMap>, name: &str) -> Option<String> {
     api.get(name)
         .await
@@ -151,14 +149,9 @@ async fn stamp_of(api: &Api<ConfigMap>, name: &str) -> Option<String> {
 
 async fn create_configmap(cluster: &Cluster, name: &str) -> Api<ConfigMap> {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..ObjectMeta::default()
-        },
-        ..ConfigMap::default()
-    };
-    api.create(&PostParams::default(), &cm).await.unwrap();
+    api.create(&PostParams::default(), &configmap(name))
+        .await
+        .unwrap();
     api
 }
 
@@ -322,7 +315,7 @@ async fn a_grant_beyond_max_grant_is_refused_naming_what_exceeds_it() {
         host.plugin("greedy").await.is_none(),
         "a refused object runs nothing"
     );
-    let refusals = wasmctrl_cluster_tests::metric_value(
+    let refusals = admin::metric_value(
         host.admin,
         r#"wasmctrl_object_refusals_total{reason="GrantExceedsMaxGrant"}"#,
     )
@@ -699,7 +692,7 @@ async fn a_name_the_config_frees_goes_to_the_waiting_object_and_the_config_canno
 async fn a_host_following_objects_without_the_crd_refuses_to_start_saying_how_to_install_it() {
     use wasmctrl::ops::manager::{Manager, ManagerOptions};
     let cluster = Cluster::start().await;
-    let config = wasmctrl_cluster_tests::host_config(&host_config(""), cluster.dir.path());
+    let config = host::host_config(&host_config(""), cluster.dir.path());
     let options = ManagerOptions {
         admin_bind: Some("127.0.0.1:0".parse().unwrap()),
         ..ManagerOptions::default()
@@ -898,8 +891,7 @@ async fn a_wasmreconciler_shadow_candidate_shows_in_status_and_is_promoted_by_ed
     assert_eq!(s["resolvedDigest"], v1.as_str(), "{s:#}");
     wait_stamp(&configmaps, "cm-a", "v1").await;
     let report = eventually("a divergent shadow run", LIMIT, || async {
-        let (status, body) =
-            wasmctrl_cluster_tests::http_get(host.admin, "/plugins/stamp/shadow").await;
+        let (status, body) = admin::http_get(host.admin, "/plugins/stamp/shadow").await;
         let r: Value = serde_json::from_str(&body).ok()?;
         (status == 200 && r["divergent"].as_u64()? >= 1).then_some(r)
     })

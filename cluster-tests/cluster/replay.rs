@@ -1,5 +1,5 @@
-//! Record and replay: the webapp operator recorded through its end-to-end
-//! acceptance, then replayed with no cluster against the same build (no
+//! Record and replay: the webapp operator recorded through its acceptance
+//! in a cluster, then replayed with no cluster against the same build (no
 //! divergence) and against a build that labels Deployments differently
 //! (the divergent apply is reported, call by call).
 
@@ -11,10 +11,11 @@ use wasmctrl::control::metrics::Metrics;
 use wasmctrl::ops::transcript::replay::{DivergenceKind, replay};
 use wasmctrl::ops::transcript::{CallRequest, Transcript};
 use wasmctrl::sandbox::{Runtime, RuntimeConfig};
-use wasmctrl_cluster_tests::{Cluster, Host, eventually};
+use wasmctrl_cluster_tests::{Cluster, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{admin, eventually, host::RunningHost};
 
-use crate::webapp::{apply_crd, converges_heals_and_cleans_up, quickstart_config};
+use crate::webapp::converges_heals_and_cleans_up;
 
 fn applies_a_deployment(t: &Transcript) -> bool {
     t.calls
@@ -24,9 +25,9 @@ fn applies_a_deployment(t: &Transcript) -> bool {
 
 /// The quick start's webapp operator on a new cluster, recording the
 /// reconciles of `keys` into the returned directory.
-async fn recording_webapp(keys: &str) -> (Cluster, Host, tempfile::TempDir) {
+async fn recording_webapp(keys: &str) -> (Cluster, RunningHost, tempfile::TempDir) {
     let cluster = Cluster::start().await;
-    apply_crd(&cluster);
+    cluster.apply_webapp_crd();
     let dir = tempfile::tempdir().unwrap();
     let mut config = quickstart_config(artifacts::WEBAPP);
     config.plugins[0].record = Some(RecordConfig {
@@ -36,7 +37,7 @@ async fn recording_webapp(keys: &str) -> (Cluster, Host, tempfile::TempDir) {
         max_bytes: 16 << 20,
         files: 4,
     });
-    let host = Host::start(config, cluster.client.clone(), None).await;
+    let host = RunningHost::start(config, cluster.client.clone(), None).await;
     (cluster, host, dir)
 }
 
@@ -149,7 +150,7 @@ async fn only_the_keys_the_selector_picks_are_recorded() {
         .await;
     }
     let written = eventually("a transcript counted", Duration::from_secs(30), || async {
-        wasmctrl_cluster_tests::metric_value(
+        admin::metric_value(
             host.admin,
             r#"wasmctrl_record_transcripts_total{plugin="webapp"}"#,
         )

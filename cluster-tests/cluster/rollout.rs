@@ -11,8 +11,13 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use wasmctrl_cluster_tests::{Cluster, Host, eventually, metric_value};
+use wasmctrl_cluster_tests::Cluster;
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::{
+    admin::{self, metric_value},
+    eventually,
+    host::RunningHost,
+};
 
 const CONVERGE: Duration = Duration::from_secs(180);
 const LABEL: &str = "wasmctrl.dev/mirror";
@@ -74,8 +79,8 @@ async fn labelled(api: &Api<ConfigMap>, names: &[String], value: &str, what: &st
 }
 
 /// Every reconcile of `plugin` so far, whatever its result.
-async fn reconciles(host: &Host, plugin: &str) -> f64 {
-    let (_, body) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+async fn reconciles(host: &RunningHost, plugin: &str) -> f64 {
+    let (_, body) = admin::http_get(host.admin, "/metrics").await;
     let prefix = format!("controller_runtime_reconcile_total{{controller=\"{plugin}\"");
     body.lines()
         .filter(|l| l.starts_with(&prefix))
@@ -83,7 +88,7 @@ async fn reconciles(host: &Host, plugin: &str) -> f64 {
         .sum()
 }
 
-async fn skipped(host: &Host, plugin: &str) -> f64 {
+async fn skipped(host: &RunningHost, plugin: &str) -> f64 {
     metric_value(
         host.admin,
         &format!("wasmctrl_reconcile_skipped_total{{plugin=\"{plugin}\"}}"),
@@ -93,7 +98,7 @@ async fn skipped(host: &Host, plugin: &str) -> f64 {
 }
 
 /// Waits until `keys` more keys were skipped than `from`.
-async fn skips_reach(host: &Host, from: f64, keys: usize, what: &str) {
+async fn skips_reach(host: &RunningHost, from: f64, keys: usize, what: &str) {
     eventually(what, CONVERGE, || async {
         (skipped(host, "mirror").await >= from + keys as f64).then_some(())
     })
@@ -240,9 +245,8 @@ plugins:
     )
 }
 
-async fn shadow_report(host: &Host) -> serde_json::Value {
-    let (status, body) =
-        wasmctrl_cluster_tests::http_get(host.admin, "/plugins/mirror/shadow").await;
+async fn shadow_report(host: &RunningHost) -> serde_json::Value {
+    let (status, body) = admin::http_get(host.admin, "/plugins/mirror/shadow").await;
     assert_eq!(status, 200, "{body}");
     serde_json::from_str(&body).unwrap()
 }
@@ -415,7 +419,7 @@ async fn a_shadow_candidate_identical_to_stable_reports_no_divergence() {
     .await;
     assert_eq!(report["divergent"], 0, "{report:#}");
     assert_eq!(report["divergences"], serde_json::json!([]));
-    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
     assert!(
         !metrics.contains("wasmctrl_shadow_divergences_total{"),
         "no divergence counted"
@@ -469,7 +473,7 @@ plugins:
     )
 }
 
-async fn candidate_status(host: &Host) -> serde_json::Value {
+async fn candidate_status(host: &RunningHost) -> serde_json::Value {
     host.plugin("mirror").await.unwrap()["candidate"].clone()
 }
 
@@ -535,14 +539,14 @@ async fn a_canary_failing_half_its_keys_is_rolled_back_and_stable_reconciles_eve
 /// rollback end (at most one per worker), and then it reconciles nothing
 /// more, not even in a whole resync.
 async fn stable_takes_every_key(
-    host: &Host,
+    host: &RunningHost,
     api: &Api<ConfigMap>,
     keys: &[String],
     status: &serde_json::Value,
 ) {
     const WORKERS: f64 = 2.0; // canary_config's maxConcurrentReconciles
     let requeued = status["canary"]["requeued"].as_u64().unwrap() as f64;
-    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
     let stable_before = canary_reconciles(&metrics, "stable");
     let candidate_at_rollback = canary_reconciles(&metrics, "candidate");
     mirrored(api, keys, "every key mirrored after the rollback").await;
@@ -550,7 +554,7 @@ async fn stable_takes_every_key(
         "the stable version took the candidate's keys",
         CONVERGE,
         || async {
-            let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+            let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
             (canary_reconciles(&metrics, "stable") >= stable_before + requeued).then_some(())
         },
     )
@@ -670,7 +674,7 @@ async fn every_reconcile_metric_carries_the_version_while_a_canary_runs() {
     )
     .await;
 
-    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+    let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
     for version in ["stable", "candidate"] {
         let v = format!("version=\"{version}\"");
         for (family, name) in [
@@ -706,8 +710,8 @@ async fn every_reconcile_metric_carries_the_version_while_a_canary_runs() {
     host.stop().await.unwrap();
 }
 
-async fn canary_reconciles_now(host: &Host, version: &str) -> f64 {
-    let (_, metrics) = wasmctrl_cluster_tests::http_get(host.admin, "/metrics").await;
+async fn canary_reconciles_now(host: &RunningHost, version: &str) -> f64 {
+    let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
     canary_reconciles(&metrics, version)
 }
 
@@ -791,11 +795,10 @@ async fn a_canary_is_promoted_through_the_admin_api_with_the_token() {
         .await;
     let keys: Vec<String> = (0..KEYS).map(|i| format!("cm-{i}")).collect();
     mirrored(&api, &keys, "every key mirrored during the canary").await;
-    let (status, body) =
-        wasmctrl_cluster_tests::http(host.admin, "POST", "/plugins/mirror/promote", &[]).await;
+    let (status, body) = admin::http(host.admin, "POST", "/plugins/mirror/promote", &[]).await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(candidate_status(&host).await["canary"]["state"], "canary");
-    let (status, body) = wasmctrl_cluster_tests::http(
+    let (status, body) = admin::http(
         host.admin,
         "POST",
         "/plugins/mirror/promote",
@@ -812,7 +815,7 @@ async fn a_canary_is_promoted_through_the_admin_api_with_the_token() {
         "the promoted version reconciled every key",
     )
     .await;
-    let (status, body) = wasmctrl_cluster_tests::http(
+    let (status, body) = admin::http(
         host.admin,
         "POST",
         "/plugins/mirror/promote",

@@ -1,4 +1,4 @@
-//! The example operator end to end, as the quick start runs it: kubectl
+//! The example operator in a cluster, as the quick start runs it: kubectl
 //! applies the CRD and a WebApp; the webapp component reconciles it through
 //! the host against the embedded API server.
 
@@ -9,10 +9,9 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use wasmctrl::ops::manager::{Manager, ManagerOptions};
-use wasmctrl_cluster_tests::{Cluster, Host, eventually, host_config, http_get};
+use wasmctrl_cluster_tests::{Cluster, QUICKSTART, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
-
-pub(crate) const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
+use wasmctrl_testkit::{admin::http_get, eventually, host::RunningHost};
 
 fn webapps(client: &kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
@@ -34,15 +33,6 @@ fn ready_condition(webapp: &DynamicObject) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The quick start's config, with the plugin path pointing at `component`
-/// (one of the webapp operator's builds).
-pub(crate) fn quickstart_config(component: &str) -> wasmctrl::config::HostConfig {
-    let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
-    let mut config = host_config(&text, std::path::Path::new(QUICKSTART));
-    config.plugins[0].path = Some(component.into());
-    config
-}
-
 /// The same acceptance for every language: the operator built in Rust,
 /// Python and TypeScript must be indistinguishable from outside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,28 +52,15 @@ async fn the_typescript_webapp_operator_converges_heals_and_cleans_up() {
 
 async fn webapp_acceptance(component: &str) {
     let cluster = Cluster::start().await;
-    apply_crd(&cluster);
-    let host = Host::start(quickstart_config(component), cluster.client.clone(), None).await;
+    cluster.apply_webapp_crd();
+    let host = RunningHost::start(quickstart_config(component), cluster.client.clone(), None).await;
     converges_heals_and_cleans_up(&cluster, host).await;
-}
-
-/// Applies the WebApp CRD (as the cluster's admin) and waits until it is
-/// established.
-pub(crate) fn apply_crd(cluster: &Cluster) {
-    cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/crd.yaml")]);
-    cluster.kubectl(&[
-        "wait",
-        "--for",
-        "condition=established",
-        "--timeout=30s",
-        "crd/webapps.demo.wasmctrl.dev",
-    ]);
 }
 
 /// The acceptance proper, against a `host` running the quick start's
 /// plugin (with whatever credentials it was given), observed and driven as
 /// the cluster's admin: a WebApp converges, heals and is cleaned up.
-pub(crate) async fn converges_heals_and_cleans_up(cluster: &Cluster, host: Host) {
+pub(crate) async fn converges_heals_and_cleans_up(cluster: &Cluster, host: RunningHost) {
     let admin = host.admin;
 
     cluster.kubectl(&["apply", "-f", &format!("{QUICKSTART}/webapp.yaml")]);

@@ -1,16 +1,21 @@
-//! The fixture of the cluster suite (as Spin's `factors-test`):
-//! a [`Cluster`] (the embedded API server with its fault switches and write
-//! audit, a kubeconfig and kubectl), a [`Host`] (the manager in-process), and
-//! the host's helpers: one `eventually`, one HTTP client.
+//! The fixture of the cluster suite: a [`Cluster`] (the embedded API server
+//! with its fault switches and write audit, a kubeconfig, kubectl and a
+//! kube-rs client) that starts hosts in-process, and what the suite knows
+//! of its test plugins' effects. What every suite shares (bounded polling,
+//! the admin client, the in-process host) is `wasmctrl_testkit`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::ObjectMeta;
 use tempfile::TempDir;
-pub use wasmctrl::test_util::{
-    RunningHost as Host, eventually, host_config, http, http_get, metric_line, metric_value,
-};
+use wasmctrl::config::HostConfig;
 use wasmctrl_apiserver::{ApiServer, Config};
+use wasmctrl_testkit::client::client_for;
+use wasmctrl_testkit::eventually;
+use wasmctrl_testkit::host::{RunningHost, host_config};
+use wasmctrl_testkit::kubectl;
 
 /// A cluster for one test: the embedded API server on an ephemeral port, a
 /// kubeconfig for kubectl, and a kube-rs client.
@@ -19,6 +24,7 @@ pub struct Cluster {
     server: Option<ApiServer>,
     pub client: kube::Client,
     pub kubeconfig: PathBuf,
+    /// The test's directory: the kubeconfig, configs, components.
     pub dir: TempDir,
 }
 
@@ -30,7 +36,8 @@ impl Cluster {
 
     /// An API server with `config` (a data dir, a fixed address, …).
     pub async fn start_with(config: Config) -> Self {
-        // `RUST_LOG=wasmctrl=debug cargo test -p wasmctrl-cluster-tests` shows the host's logs.
+        // `RUST_LOG=wasmctrl=debug cargo test -p wasmctrl-cluster-tests`
+        // shows the host's logs.
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
             .with_test_writer()
@@ -70,8 +77,8 @@ impl Cluster {
 
     /// Starts a host with the config `text` (plugin paths relative to the
     /// test's directory) and waits until it is ready.
-    pub async fn host(&self, text: &str) -> Host {
-        Host::start(
+    pub async fn host(&self, text: &str) -> RunningHost {
+        RunningHost::start(
             host_config(text, self.dir.path()),
             self.client.clone(),
             None,
@@ -81,32 +88,34 @@ impl Cluster {
 
     /// Like [`Cluster::host`], with the config written to `wasmctrl.yaml` in
     /// the test's directory and watched (edits reload it).
-    pub async fn host_watching_config(&self, text: &str) -> Host {
+    pub async fn host_watching_config(&self, text: &str) -> RunningHost {
         let path = self.file("wasmctrl.yaml", text);
-        let config = wasmctrl::config::HostConfig::load(&path).expect("valid config");
-        Host::start(config, self.client.clone(), Some(path)).await
+        let config = HostConfig::load(&path).expect("valid config");
+        RunningHost::start(config, self.client.clone(), Some(path)).await
     }
 
-    /// Runs kubectl against this cluster; panics with its output on failure.
+    /// Runs kubectl against this cluster and returns its stdout; panics
+    /// with its output on failure.
     pub fn kubectl(&self, args: &[&str]) -> String {
-        let out = self.kubectl_raw(args);
-        assert!(
-            out.status.success(),
-            "kubectl {} failed: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        kubectl::run(&self.kubeconfig, args)
     }
 
+    /// Runs kubectl against this cluster; its output, whatever its status.
     pub fn kubectl_raw(&self, args: &[&str]) -> std::process::Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("kubectl runs (install Debian's kubernetes-client)")
+        kubectl::output(&self.kubeconfig, args)
+    }
+
+    /// Applies the quick start's WebApp CRD and waits until it is
+    /// established.
+    pub fn apply_webapp_crd(&self) {
+        self.kubectl(&["apply", "-f", &format!("{QUICKSTART}/crd.yaml")]);
+        self.kubectl(&[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=30s",
+            "crd/webapps.demo.wasmctrl.dev",
+        ]);
     }
 
     /// Writes `text` to a file in the test's directory and returns its path.
@@ -117,11 +126,28 @@ impl Cluster {
     }
 }
 
-/// A kube client for the cluster of the kubeconfig at `path`.
-pub async fn client_for(kubeconfig: &Path) -> kube::Client {
-    wasmctrl::control::client::client_for(kubeconfig)
-        .await
-        .expect("a client for the test's kubeconfig")
+/// The quick start (`examples/quickstart`): the webapp operator's CRD and
+/// host config.
+pub const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
+
+/// The quick start's host config, its plugin path pointing at `component`
+/// (one of the webapp operator's builds).
+pub fn quickstart_config(component: &str) -> HostConfig {
+    let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
+    let mut config = host_config(&text, Path::new(QUICKSTART));
+    config.plugins[0].path = Some(component.into());
+    config
+}
+
+/// A ConfigMap named `name` with nothing else set.
+pub fn configmap(name: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        ..ConfigMap::default()
+    }
 }
 
 /// The label the `mirror` test plugin copies each ConfigMap's `data.value`
@@ -130,9 +156,7 @@ pub const MIRROR_LABEL: &str = "wasmctrl.dev/mirror";
 
 /// A ConfigMap's `data.value` and its mirror label, as the `mirror` plugin
 /// last wrote it.
-pub fn value_and_mirror(
-    cm: &k8s_openapi::api::core::v1::ConfigMap,
-) -> (Option<&String>, Option<&String>) {
+pub fn value_and_mirror(cm: &ConfigMap) -> (Option<&String>, Option<&String>) {
     (
         cm.data.as_ref().and_then(|d| d.get("value")),
         cm.metadata
@@ -147,11 +171,11 @@ pub fn value_and_mirror(
 /// `mirror` plugin's queue is left in processing: the end state of every
 /// cluster test of the `mirror` plugin.
 pub async fn mirror_converged(
-    host: &Host,
-    api: &kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
+    host: &RunningHost,
+    api: &kube::Api<ConfigMap>,
     what: &str,
-    limit: std::time::Duration,
-    done: impl Fn(&[k8s_openapi::api::core::v1::ConfigMap]) -> bool,
+    limit: Duration,
+    done: impl Fn(&[ConfigMap]) -> bool,
 ) {
     eventually(what, limit, || async {
         let list = api.list(&Default::default()).await.ok()?;
@@ -163,7 +187,7 @@ pub async fn mirror_converged(
 
 /// Waits (bounded by `limit`) until no key of the `mirror` plugin's queue
 /// is left in processing.
-pub async fn mirror_idle(host: &Host, limit: std::time::Duration) {
+pub async fn mirror_idle(host: &RunningHost, limit: Duration) {
     let queue = host.queue("mirror");
     eventually("no key left in processing", limit, || async {
         (queue.processing_len() == 0).then_some(())

@@ -1,64 +1,37 @@
 //! `wasmctrl apiserver` as a user runs it: `--authorization rbac` makes
 //! Roles and bindings decide, so a ServiceAccount with none is refused.
 
-use std::io::BufRead;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
 use kube::Api;
 use kube::api::{ListParams, PostParams};
+use wasmctrl_testkit::client::config_for;
+use wasmctrl_testkit::process::Process;
 
-/// Kills the server when the test ends, passed or not.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use crate::binary::wasmctrl;
 
 /// A ServiceAccount's token from `wasmctrl apiserver --authorization MODE`
 /// (created by the admin), and the admin's kube config.
-async fn a_service_accounts_view(mode: &str) -> (Killed, kube::Config, kube::Client) {
+async fn a_service_accounts_view(mode: &str) -> (Process, kube::Config, kube::Client) {
     let dir = tempfile::tempdir().unwrap();
     let kubeconfig = dir.path().join("kc");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
-        .args(["apiserver", "--authorization", mode, "--kubeconfig-out"])
-        .arg(&kubeconfig)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("wasmctrl runs");
-    let stdout = child.stdout.take().unwrap();
-    let server = Killed(child);
+    let server = Process::spawn(
+        wasmctrl()
+            .args(["apiserver", "--authorization", mode, "--kubeconfig-out"])
+            .arg(&kubeconfig),
+    );
     // The kubeconfig is written once the server serves; the server says so
     // (or exits, ending its output).
-    let lines = tokio::task::spawn_blocking(move || {
-        let mut seen = Vec::new();
-        for line in std::io::BufReader::new(stdout).lines() {
-            let line = line.unwrap();
-            let done = line.starts_with("kubeconfig written");
-            seen.push(line);
-            if done {
-                break;
-            }
-        }
-        seen
-    });
-    let lines = tokio::time::timeout(Duration::from_secs(60), lines)
-        .await
-        .expect("the server starts within a minute")
-        .unwrap();
+    let lines = server
+        .printed_until("kubeconfig written", Duration::from_secs(60))
+        .await;
     assert!(
         lines[0].contains(&format!("(authorization: {mode})")),
         "{lines:?}"
     );
-    let admin = wasmctrl::control::client::config_for(&kubeconfig)
-        .await
-        .unwrap();
+    let admin = config_for(&kubeconfig).await;
     let client = kube::Client::try_from(admin.clone()).unwrap();
     let accounts: Api<ServiceAccount> = Api::namespaced(client, "default");
     let account: ServiceAccount = serde_json::from_value(serde_json::json!({

@@ -10,9 +10,9 @@ use wasmctrl::control::metrics::Metrics;
 use wasmctrl::control::workqueue::WorkQueue;
 use wasmctrl::control::workqueue::ratelimit::default_controller_rate_limiter;
 use wasmctrl::sandbox::{Limits, Plugin, RuntimeConfig};
-use wasmctrl::test_util::eventually;
 use wasmctrl::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::eventually;
 
 type Entry = (String, Instant, Instant, Result<Action, ReconcileError>);
 

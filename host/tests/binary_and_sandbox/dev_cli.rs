@@ -3,7 +3,6 @@
 //! `wasmctrl rbac` prints, and only as far as that RBAC allows.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -11,10 +10,11 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde::Deserialize;
-use wasmctrl::test_util::eventually;
-
-use crate::dev_process::Dev;
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::client::client_for;
+use wasmctrl_testkit::{eventually, kubectl};
+
+use crate::binary::{Dev, wasmctrl};
 
 const LIMIT: Duration = Duration::from_secs(30);
 const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
@@ -40,19 +40,17 @@ impl Dev {
 
     /// `kubectl auth can-i VERB RESOURCE` as the host's account: its answer.
     fn host_can(&self, verb: &str, resource: &str) -> String {
-        let out = Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["auth", "can-i", verb, resource, "--as", HOST_USER])
-            .output()
-            .expect("kubectl runs");
+        let out = kubectl::output(
+            &self.kubeconfig,
+            &["auth", "can-i", verb, resource, "--as", HOST_USER],
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 }
 
 /// The ClusterRole `wasmctrl rbac --config CONFIG` prints.
 fn printed_cluster_role(config: &Path) -> ClusterRole {
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+    let out = wasmctrl()
         .args(["rbac", "--config"])
         .arg(config)
         .output()
@@ -129,9 +127,7 @@ async fn dev_with_rbac_runs_the_host_as_a_service_account_with_the_rbac_of_wasmc
         dev.printed
     );
     // The kubeconfig written for kubectl stays the admin's.
-    let admin = wasmctrl::control::client::client_for(&dev.kubeconfig)
-        .await
-        .unwrap();
+    let admin = client_for(&dev.kubeconfig).await;
 
     // The quick start's WebApp gets its Deployment.
     eventually("the Deployment of WebApp hello", LIMIT, || {

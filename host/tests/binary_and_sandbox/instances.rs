@@ -8,7 +8,7 @@
 //! - an interpreted guest in an infinite loop stops at its deadline, and one
 //!   that exhausts its memory fails only that reconcile.
 //!
-//! (That a hot swap empties the pool is tested end to end:
+//! (That a hot swap empties the pool is tested in a cluster:
 //! `cluster-tests/cluster/hotswap.rs::a_swap_empties_the_pool_of_warm_instances`.)
 
 use std::sync::Arc;

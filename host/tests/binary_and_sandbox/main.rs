@@ -7,10 +7,10 @@
 //! `cluster-tests` crate. One test binary for the crate.
 
 mod apiserver_cli;
+mod binary;
 mod controller;
 mod cpu_share;
 mod dev_cli;
-mod dev_process;
 mod instances;
 mod load;
 mod polyglot;

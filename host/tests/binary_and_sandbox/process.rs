@@ -3,116 +3,26 @@
 //! killed (also for WasmReconciler plugins pulled with a Secret), and a
 //! clean exit on SIGTERM.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use wasmctrl::test_util::{eventually, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::admin::{http_get, metric_value};
+use wasmctrl_testkit::client::client_for;
+use wasmctrl_testkit::registry::{PASSWORD, Registry, USER};
+use wasmctrl_testkit::{eventually, kubectl};
 
-/// A `wasmctrl run` process and what it printed.
-struct Host {
-    child: Child,
-    admin: SocketAddr,
-    /// Its log (stderr), up to `MAX_LOG` lines.
-    log: Arc<Mutex<Vec<String>>>,
-}
+use crate::binary::Run;
 
-const MAX_LOG: usize = 20_000;
-
-/// Starts `wasmctrl run --config <config>` and reads its admin address.
-fn spawn_host(config: &Path, kubeconfig: &Path) -> Host {
-    spawn_host_logging(config, kubeconfig, "wasmctrl=info", false)
-}
-
-/// [`spawn_host`] with `RUST_LOG=rust_log`, the log in JSON if `json`.
-fn spawn_host_logging(config: &Path, kubeconfig: &Path, rust_log: &str, json: bool) -> Host {
-    let format = if json { "json" } else { "human" };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
-        .args(["--log-format", format, "run", "--config"])
-        .arg(config)
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", rust_log)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("wasmctrl starts");
-    // The log goes to a thread that keeps it (bounded), so a host that does
-    // not start says why and tests can look for what it logged.
-    let log = Arc::new(Mutex::new(Vec::<String>::new()));
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let kept = log.clone();
-    std::thread::spawn(move || {
-        for line in stderr.lines().map_while(Result::ok) {
-            let mut kept = kept.lock().unwrap();
-            if kept.len() < MAX_LOG {
-                kept.push(line);
-            }
-        }
-    });
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let admin = loop {
-        let Some(Ok(line)) = lines.next() else {
-            let _ = child.wait();
-            let log = log.lock().unwrap();
-            panic!(
-                "wasmctrl exited before printing its admin address:\n{}",
-                log[log.len().saturating_sub(50)..].join("\n")
-            );
-        };
-        if let Some(rest) = line.strip_prefix("admin: http://") {
-            break rest.trim_end_matches("/plugins").parse().unwrap();
-        }
-    };
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Host { child, admin, log }
-}
-
-impl Host {
-    /// Whether some log line contains every part of `wanted`.
-    fn logged(&self, wanted: &[&str]) -> bool {
-        self.log
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| wanted.iter().all(|w| l.contains(w)))
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.id().to_string();
-        let ok = Command::new("kill")
-            .args([&format!("-{signal}"), &pid])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{signal} {pid}");
-    }
-
-    /// Waits (bounded) for the process to exit.
-    async fn exited(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(Instant::now() < deadline, "still running after {limit:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-async fn state(host: &Host) -> Option<String> {
+async fn state(host: &Run) -> Option<String> {
     let (_, body) = http_get(host.admin, "/plugins").await;
     let v: serde_json::Value = serde_json::from_str(&body).ok()?;
     v[0]["state"].as_str().map(str::to_string)
 }
 
 /// Waits until `host`'s plugin is in `wanted` state.
-async fn wait_state(what: &str, host: &Host, wanted: &str) {
+async fn wait_state(what: &str, host: &Run, wanted: &str) {
     eventually(what, Duration::from_secs(30), || async {
         (state(host).await.as_deref() == Some(wanted)).then_some(())
     })
@@ -148,20 +58,13 @@ plugins:
     )
     .unwrap();
 
-    let (config2, kubeconfig2) = (config.clone(), kubeconfig.clone());
-    let mut leader = tokio::task::spawn_blocking(move || spawn_host(&config2, &kubeconfig2))
-        .await
-        .unwrap();
+    let mut leader = Run::start(&config, &kubeconfig).await;
     wait_state("the first host to lead", &leader, "running").await;
-    let (config3, kubeconfig3) = (config.clone(), kubeconfig.clone());
-    let mut standby = tokio::task::spawn_blocking(move || spawn_host(&config3, &kubeconfig3))
-        .await
-        .unwrap();
+    let mut standby = Run::start(&config, &kubeconfig).await;
     wait_state("the second host to stand by", &standby, "standby").await;
 
     // The leader dies without releasing its lease.
-    leader.child.kill().unwrap();
-    leader.child.wait().unwrap();
+    leader.process.kill();
     let killed = Instant::now();
     wait_state("the standby to take over", &standby, "running").await;
     // Within the lease duration plus retry periods (loose for a loaded CI machine).
@@ -172,40 +75,16 @@ plugins:
     );
 
     // SIGTERM: drain and exit 0.
-    let pid = standby.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let status = tokio::task::block_in_place(|| standby.child.wait().unwrap());
+    standby.process.signal("TERM");
+    let status = standby.process.exited(Duration::from_secs(30)).await;
     assert!(status.success(), "exit status {status:?}");
     server.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `VmRSS` or `VmHWM` of `pid`, in bytes.
-fn memory_of(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with(field))
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"));
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 /// The value of the first `/metrics` line starting with `needle` (0 if absent).
 async fn metric(admin: SocketAddr, needle: &str) -> f64 {
-    wasmctrl::test_util::metric_value(admin, needle)
-        .await
-        .unwrap_or(0.0)
+    metric_value(admin, needle).await.unwrap_or(0.0)
 }
 
 /// A `wasmctrl run` process against an in-process API server, its memory
@@ -214,7 +93,7 @@ async fn metric(admin: SocketAddr, needle: &str) -> f64 {
 struct Measured {
     server: wasmctrl_apiserver::ApiServer,
     _dir: tempfile::TempDir,
-    host: Host,
+    host: Run,
     idle: u64,
     configmaps: kube::Api<k8s_openapi::api::core::v1::ConfigMap>,
 }
@@ -236,20 +115,15 @@ impl Measured {
             ),
         )
         .unwrap();
-        let (c, k) = (config.clone(), kubeconfig.clone());
-        let host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-            .await
-            .unwrap();
+        let host = Run::start(&config, &kubeconfig).await;
         eventually("readiness", Duration::from_secs(120), || async {
             (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
         })
         .await;
-        let pid = host.child.id();
-        let idle = memory_of(pid, "VmRSS");
-        std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
-        let client = wasmctrl::control::client::client_for(&kubeconfig)
-            .await
-            .unwrap();
+        let idle = host.process.memory("VmRSS");
+        // Resets the peak (VmHWM) to what is resident now.
+        std::fs::write(format!("/proc/{}/clear_refs", host.process.id()), "5").unwrap();
+        let client = client_for(&kubeconfig).await;
         Measured {
             server,
             _dir: dir,
@@ -294,7 +168,7 @@ impl Measured {
     /// Asserts the peak since ready grew by at most `bound` and the host is
     /// healthy, then stops both.
     async fn assert_within(mut self, bound: u64) {
-        let peak = memory_of(self.host.child.id(), "VmHWM");
+        let peak = self.host.process.memory("VmHWM");
         let grew = peak.saturating_sub(self.idle);
         eprintln!(
             "idle {} MiB, peak {} MiB (+{} MiB, bound +{} MiB)",
@@ -312,8 +186,7 @@ impl Measured {
             bound >> 20
         );
         assert_eq!(http_get(self.host.admin, "/healthz").await.0, 200);
-        self.host.child.kill().unwrap();
-        self.host.child.wait().unwrap();
+        self.host.process.kill();
         self.server.shutdown().await;
     }
 }
@@ -458,7 +331,7 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let admin = dir.path().join("kubeconfig");
         server.write_kubeconfig(&admin).unwrap();
-        let client = wasmctrl::control::client::client_for(&admin).await.unwrap();
+        let client = client_for(&admin).await;
         Self {
             server,
             api: kube::Api::namespaced(client, "default"),
@@ -560,16 +433,13 @@ async fn a_host_killed_under_load_converges_everything_after_a_restart() {
     f.create(N, "0").await;
     let config = f.config("wasmctrl.yaml", &mirror_config(""));
     let kubeconfig = f.kubeconfig_for("host");
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let mut host = Run::start(&config, &kubeconfig).await;
     f.converged("the initial values mirrored").await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = f.keep_writing(N, stop.clone());
     // Let it work under load, then kill it mid-stream, without a drain.
     eventually("reconciles under load", Duration::from_secs(60), || async {
-        let n = wasmctrl::test_util::metric_value(
+        let n = metric_value(
             host.admin,
             r#"controller_runtime_reconcile_total{controller="mirror",result="success",version="stable"}"#,
         )
@@ -577,21 +447,24 @@ async fn a_host_killed_under_load_converges_everything_after_a_restart() {
         (n > (2 * N) as f64).then_some(())
     })
     .await;
-    host.signal("KILL");
-    host.exited(Duration::from_secs(10)).await;
+    host.process.signal("KILL");
+    host.process.exited(Duration::from_secs(10)).await;
     // The world keeps changing while no host runs.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut restarted = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let mut restarted = Run::start(&config, &kubeconfig).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.await.unwrap();
     // Level-triggered: the new process sees every object's final state.
     f.converged("every object's final value after the restart")
         .await;
-    restarted.signal("TERM");
-    assert!(restarted.exited(Duration::from_secs(30)).await.success());
+    restarted.process.signal("TERM");
+    assert!(
+        restarted
+            .process
+            .exited(Duration::from_secs(30))
+            .await
+            .success()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -616,10 +489,7 @@ plugins:
         ),
     );
     let kubeconfig = f.kubeconfig_for("host");
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut host = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let mut host = Run::start(&config, &kubeconfig).await;
     eventually("readiness", Duration::from_secs(60), || async {
         (http_get(host.admin, "/readyz").await.0 == 200).then_some(())
     })
@@ -633,20 +503,21 @@ plugins:
         "both reconciles running",
         Duration::from_secs(60),
         || async {
-            (host.logged(&["slow-500 started"]) && host.logged(&["slow-60000 started"]))
-                .then_some(())
+            (host.process.logged(&["slow-500 started"])
+                && host.process.logged(&["slow-60000 started"]))
+            .then_some(())
         },
     )
     .await;
     let started = Instant::now();
-    host.signal("TERM");
-    let status = host.exited(Duration::from_secs(30)).await;
+    host.process.signal("TERM");
+    let status = host.process.exited(Duration::from_secs(30)).await;
     let took = started.elapsed();
     assert!(status.success(), "exit status {status:?}");
     // Two seconds of drain, the cancellation grace, and a loaded machine.
     assert!(took < Duration::from_secs(10), "took {took:?}");
     assert!(
-        host.logged(&["cancelled after"]),
+        host.process.logged(&["cancelled after"]),
         "the reconcile that outlived the timeout was not cancelled (the guest never saw it)"
     );
 }
@@ -663,15 +534,9 @@ async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_l
         ),
     );
     let (ka, kb) = (f.kubeconfig_for("host-a"), f.kubeconfig_for("host-b"));
-    let (c, k) = (config.clone(), ka.clone());
-    let mut a = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let mut a = Run::start(&config, &ka).await;
     wait_state("host-a to lead", &a, "running").await;
-    let (c, k) = (config.clone(), kb.clone());
-    let mut b = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let mut b = Run::start(&config, &kb).await;
     wait_state("host-b to stand by", &b, "standby").await;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = f.keep_writing(N, stop.clone());
@@ -685,7 +550,7 @@ async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_l
     .await;
 
     // Pause the leader; the standby takes over once the lease expires.
-    a.signal("STOP");
+    a.process.signal("STOP");
     let paused = Instant::now();
     wait_state("host-b to take over", &b, "running").await;
     let took_over = paused.elapsed();
@@ -699,8 +564,8 @@ async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_l
     })
     .await;
     // Resume the old leader well after its lease expired.
-    a.signal("CONT");
-    let status = a.exited(Duration::from_secs(30)).await;
+    a.process.signal("CONT");
+    let status = a.process.exited(Duration::from_secs(30)).await;
     assert!(
         !status.success(),
         "a leader that lost its lease exits with an error"
@@ -723,43 +588,24 @@ async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_l
         .map(|w| format!("{} {:?} at {:?}", w.verb, w.name, w.time))
         .collect();
     if !second_leader_writes.is_empty() {
-        let log = a.log.lock().unwrap();
-        let b_log = b.log.lock().unwrap();
         panic!(
             "host-a wrote after host-b took over (at {b_first:?}): {second_leader_writes:?}\nhost-a's log:\n{}\nhost-b's log:\n{}",
-            log[log.len().saturating_sub(40)..].join("\n"),
-            b_log[b_log.len().saturating_sub(20)..].join("\n")
+            a.process.log_tail(),
+            b.process.log_tail()
         );
     }
     assert!(
         took_over < Duration::from_secs(2) + Duration::from_millis(200) + Duration::from_secs(5),
         "the standby took {took_over:?} to take over"
     );
-    b.signal("TERM");
-    assert!(b.exited(Duration::from_secs(30)).await.success());
-}
-
-/// `kubectl --kubeconfig <kubeconfig> args…`; panics with its stderr if it
-/// fails.
-fn kubectl(kubeconfig: &Path, args: &[&str]) -> String {
-    let out = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()
-        .expect("kubectl runs");
-    assert!(
-        out.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    b.process.signal("TERM");
+    assert!(b.process.exited(Duration::from_secs(30)).await.success());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_loads_an_object_plugin_with_its_pull_secret_and_writes_its_status_once_it_leads()
 {
-    use wasmctrl::test_util::{PASSWORD, Registry, USER, insecure_registry, push_component};
+    use wasmctrl_testkit::host::{file_digest, insecure_registry, push_component};
 
     let registry = Registry::start_with_auth();
     let fixture = Fixture::start().await;
@@ -787,8 +633,8 @@ async fn a_standby_loads_an_object_plugin_with_its_pull_secret_and_writes_its_st
         env!("CARGO_MANIFEST_DIR"),
         "/../deploy/crds/wasmreconciler.yaml"
     );
-    kubectl(&kubeconfig, &["apply", "-f", crd]);
-    kubectl(
+    kubectl::run(&kubeconfig, &["apply", "-f", crd]);
+    kubectl::run(
         &kubeconfig,
         &[
             "create",
@@ -821,14 +667,8 @@ spec:
         "the WasmReconciler kind served",
         Duration::from_secs(30),
         || {
-            let out = Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(["apply", "-f"])
-                .arg(&object)
-                .output()
-                .unwrap();
-            async move { out.status.success().then_some(()) }
+            let out = kubectl::output(&kubeconfig, &["apply", "-f", object.to_str().unwrap()]);
+            async move { out.status.success() }
         },
     )
     .await;
@@ -846,7 +686,7 @@ maxGrant:
 "#,
     );
     let status = |field: &str| {
-        kubectl(
+        kubectl::run(
             &kubeconfig,
             &[
                 "get",
@@ -857,15 +697,11 @@ maxGrant:
             ],
         )
     };
-    let digest_of = |path: &str| wasmctrl::sandbox::digest(&std::fs::read(path).unwrap());
 
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let mut leader = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let mut leader = Run::start(&config, &kubeconfig).await;
     wait_state("the first host to lead", &leader, "running").await;
     eventually("v1 in the status", Duration::from_secs(30), || async {
-        (status("servingDigest") == digest_of(artifacts::STAMP_V1)
+        (status("servingDigest") == file_digest(artifacts::STAMP_V1)
             && status("conditions[0].status") == "True")
             .then_some(())
     })
@@ -873,18 +709,14 @@ maxGrant:
 
     // The standby reads the Secret and loads the component while another
     // host leads (its writes are fenced, its reads are not).
-    let (c, k) = (config.clone(), kubeconfig.clone());
-    let standby = tokio::task::spawn_blocking(move || spawn_host(&c, &k))
-        .await
-        .unwrap();
+    let standby = Run::start(&config, &kubeconfig).await;
     wait_state("the second host to stand by", &standby, "standby").await;
 
-    leader.child.kill().unwrap();
-    leader.child.wait().unwrap();
+    leader.process.kill();
     wait_state("the standby to take over", &standby, "running").await;
 
     // Only the new leader can move the status to v2.
-    kubectl(
+    kubectl::run(
         &kubeconfig,
         &[
             "patch",
@@ -897,20 +729,20 @@ maxGrant:
         ],
     );
     eventually("v2 in the status", Duration::from_secs(30), || async {
-        (status("servingDigest") == digest_of(artifacts::STAMP_V2)
+        (status("servingDigest") == file_digest(artifacts::STAMP_V2)
             && status("observedGeneration") == "2"
             && status("conditions[0].status") == "True")
             .then_some(())
     })
     .await;
     assert!(
-        standby.logged(&["plugin added: starting"]),
+        standby.process.logged(&["plugin added: starting"]),
         "the standby started the object's plugin"
     );
 }
 
 /// The shards `host` holds and drains, from `/plugins` (plugin `mirror`).
-async fn shards_of(host: &Host) -> Option<(Vec<u64>, Vec<u64>)> {
+async fn shards_of(host: &Run) -> Option<(Vec<u64>, Vec<u64>)> {
     let (_, body) = http_get(host.admin, "/plugins").await;
     let plugins: serde_json::Value = serde_json::from_str(&body).ok()?;
     let shards = &plugins.as_array()?.first()?["shards"];
@@ -922,7 +754,7 @@ async fn shards_of(host: &Host) -> Option<(Vec<u64>, Vec<u64>)> {
 
 /// Waits until `hosts` hold every one of `total` shards between them,
 /// `share` each, nothing draining.
-async fn balanced(what: &str, hosts: &[&Host], total: u64, share: usize) {
+async fn balanced(what: &str, hosts: &[&Run], total: u64, share: usize) {
     eventually(what, Duration::from_secs(60), || async {
         let mut all = Vec::new();
         for h in hosts {
@@ -950,17 +782,13 @@ struct Span {
 /// never ended (the process was killed) ends at `killed`.
 fn spans(
     name: &'static str,
-    host: &Host,
+    host: &Run,
     killed: Option<k8s_openapi::jiff::Timestamp>,
     into: &mut std::collections::BTreeMap<String, Vec<Span>>,
 ) {
     let mut open = std::collections::BTreeMap::new();
-    let log = host.log.lock().unwrap();
-    assert!(
-        log.len() < MAX_LOG,
-        "{name}'s log was cut at {MAX_LOG} lines"
-    );
-    for line in log.iter() {
+    assert!(!host.process.log_cut(), "{name}'s log was cut");
+    for line in host.process.log_lines().iter() {
         let Ok(event) = serde_json::from_str::<serde_json::Value>(line) else {
             continue;
         };
@@ -1032,13 +860,11 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     );
     let spawn = |user: &'static str| {
         let (c, k) = (config.clone(), f.kubeconfig_for(user));
-        tokio::task::spawn_blocking(move || {
-            spawn_host_logging(&c, &k, "wasmctrl=info,wasmctrl::shard::log=debug", true)
-        })
+        async move { Run::start_logging(&c, &k, "wasmctrl=info,wasmctrl::shard::log=debug", true).await }
     };
-    let mut a = spawn("host-a").await.unwrap();
-    let mut b = spawn("host-b").await.unwrap();
-    let mut c = spawn("host-c").await.unwrap();
+    let mut a = spawn("host-a").await;
+    let mut b = spawn("host-b").await;
+    let mut c = spawn("host-c").await;
     balanced("three replicas with 4 shards each", &[&a, &b, &c], 12, 4).await;
     f.converged("all 3000 objects mirrored").await;
 
@@ -1077,8 +903,8 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     let (c_shards, _) = shards_of(&c).await.unwrap();
     let killed_at = k8s_openapi::jiff::Timestamp::now();
     let killed = Instant::now();
-    c.signal("KILL");
-    c.exited(Duration::from_secs(10)).await;
+    c.process.signal("KILL");
+    c.process.exited(Duration::from_secs(10)).await;
     // The killed replica's last renewal of each of its shards (final now).
     let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
         kube::Api::namespaced(f.api.clone().into_client(), "default");
@@ -1115,7 +941,7 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     f.converged("the killed replica's objects converge").await;
 
     // A fourth replica joins: it gets its share as the others drain theirs.
-    let mut d = spawn("host-d").await.unwrap();
+    let mut d = spawn("host-d").await;
     balanced(
         "three replicas again, with 4 shards each",
         &[&a, &b, &d],
@@ -1128,10 +954,10 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     f.converged("the new replica's objects converge").await;
 
     for h in [&a, &b, &d] {
-        h.signal("TERM");
+        h.process.signal("TERM");
     }
     for h in [&mut a, &mut b, &mut d] {
-        assert!(h.exited(Duration::from_secs(30)).await.success());
+        assert!(h.process.exited(Duration::from_secs(30)).await.success());
     }
 
     // The per-key log: every object reconciled, never by two replicas at

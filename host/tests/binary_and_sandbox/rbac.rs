@@ -1,7 +1,7 @@
 //! `wasmctrl rbac` as a user runs it: YAML on stdout for `kubectl apply -f -`,
 //! a clear error for a bad ServiceAccount name.
 
-use std::process::Command;
+use crate::binary::wasmctrl;
 
 const QUICKSTART: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -9,7 +9,7 @@ const QUICKSTART: &str = concat!(
 );
 
 fn rbac(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+    wasmctrl()
         .arg("rbac")
         .args(args)
         .output()

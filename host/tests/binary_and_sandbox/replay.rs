@@ -3,9 +3,11 @@
 //! replay could not run).
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::binary::wasmctrl;
 
 /// A transcript of one `misbehave` reconcile of `name` in `default`.
 fn transcript(name: &str, settings: &str, calls: &str, result: &str) -> String {
@@ -19,7 +21,7 @@ const GET_KUBE: &str = r#"{"request":{"verb":"get","kind":{"group":"","version":
 fn replay(dir: &Path, lines: &[String], extra: &[&str]) -> (Output, String) {
     let file = dir.join("misbehave.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+    let out = wasmctrl()
         .arg("replay")
         .arg(&file)
         .args(["--plugin", artifacts::MISBEHAVE])
@@ -133,7 +135,7 @@ fn the_webapp_transcript_fixture_replays_clean_and_a_relabelled_build_diverges()
         "/../plugins/webapp/src/testdata/recorded.jsonl"
     );
     let run = |plugin: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+        let out = wasmctrl()
             .args(["replay", fixture, "--plugin", plugin])
             .output()
             .expect("wasmctrl runs");

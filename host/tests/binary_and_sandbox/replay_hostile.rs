@@ -4,13 +4,14 @@
 //! over any input are `ops::transcript::fuzz` in the library.
 
 use std::path::Path;
-use std::process::Command;
 
 use wasmctrl_plugin_artifacts as artifacts;
 
+use crate::binary::wasmctrl;
+
 /// Status and stderr of `wasmctrl replay file`.
 fn replay(file: &Path) -> (Option<i32>, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+    let out = wasmctrl()
         .arg("replay")
         .arg(file)
         .args(["--plugin", artifacts::MISBEHAVE])

@@ -1,7 +1,7 @@
 //! A loaded plugin's compiled code stays out of memory until it runs.
 
 use super::*;
-use wasmctrl::residency::{on_tmpfs, resident_kib_under};
+use wasmctrl_testkit::residency::{disk_dir, resident_kib_under};
 
 /// Loading runs the plugin's `metadata`, whose instance reads the mapped
 /// copy into the page cache again (its data segments are mapped from it);
@@ -10,14 +10,8 @@ use wasmctrl::residency::{on_tmpfs, resident_kib_under};
 /// `metadata` call left ~330 KiB of `bench-status`'s code mapped.
 #[tokio::test]
 async fn a_loaded_plugin_holds_none_of_its_code_until_a_reconcile_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    if on_tmpfs(dir.path()) {
-        eprintln!(
-            "skipped: {} is a tmpfs (its pages cannot be dropped)",
-            dir.path().display()
-        );
-        return;
-    }
+    // A tmpfs's pages cannot be dropped: the artifact is mapped from disk.
+    let dir = disk_dir();
     let config = || RuntimeConfig {
         cache_dir: Some(dir.path().to_path_buf()),
         ..test_runtime_config()

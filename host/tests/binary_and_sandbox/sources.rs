@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -16,12 +15,14 @@ use wasmctrl::config::{FetchLimits, OciSourceSpec, UrlSourceSpec};
 use wasmctrl::ops::source::oci::{self, RegistryOptions};
 use wasmctrl::ops::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
 use wasmctrl::sandbox::digest;
-use wasmctrl::test_util::{
-    PASSWORD, Registry, RunningHost, USER, empty_docker_config, eventually, host_config,
-    http_request, insecure_registry, push_component,
-};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::eventually;
+use wasmctrl_testkit::host::{
+    RunningHost, file_digest, host_config, insecure_registry, push_component,
+};
+use wasmctrl_testkit::registry::{PASSWORD, Registry, USER, empty_docker_config};
 
+use crate::binary::wasmctrl;
 use crate::{runtime, spec};
 
 fn insecure() -> RegistryOptions {
@@ -43,10 +44,6 @@ fn oci_source(reference: &str, poll: Option<Duration>, cache: &Path) -> OciSourc
         },
         DiskCache::new(cache.to_path_buf()),
     )
-}
-
-fn file_digest(path: &str) -> String {
-    digest(&std::fs::read(path).unwrap())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -157,12 +154,8 @@ async fn a_restart_with_the_registry_down_starts_from_the_disk_cache() {
     let gone = registry.reference("plugins/noop:gone");
     let gone_manifest = push(&gone, artifacts::NOOP).await;
     oci_source(&gone, None, cache.path()).fetch().await.unwrap();
-    let deleted = http_request(
-        registry.addr,
-        "DELETE",
-        &format!("/v2/plugins/noop/manifests/{gone_manifest}"),
-    );
-    assert_eq!(deleted.map(|(s, _)| s), Some(202));
+    let deleted = registry.delete_manifest("plugins/noop", &gone_manifest);
+    assert_eq!(deleted, Some(202));
     let err = oci_source(&gone, None, cache.path())
         .fetch()
         .await
@@ -490,7 +483,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     let reference = registry.reference("cli/stamp:v1");
     let docker = empty_docker_config();
     let wasmctrl = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+        let out = wasmctrl()
             .args(args)
             .arg("--docker-config")
             .arg(&docker)

@@ -4,36 +4,22 @@
 //! WasmReconciler, `kubectl get wasmreconcilers`, then an edit and a
 //! delete with kubectl.
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use wasmctrl::sandbox::digest;
-use wasmctrl::test_util::{Registry, empty_docker_config, eventually, http_get};
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::admin::http_get;
+use wasmctrl_testkit::host::file_digest;
+use wasmctrl_testkit::registry::{Registry, empty_docker_config};
+use wasmctrl_testkit::{eventually, kubectl};
 
-use crate::dev_process::Dev;
+use crate::binary::{Dev, wasmctrl};
 
 const LIMIT: Duration = Duration::from_secs(60);
 
 impl Dev {
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new("kubectl")
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .output()
-            .expect("kubectl runs")
-    }
-
-    /// kubectl's stdout; panics (with stderr) if it fails.
+    /// kubectl's stdout; panics (with its output) if it fails.
     fn kubectl_ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        kubectl::run(&self.kubeconfig, args)
     }
 
     /// Waits until `kubectl get wasmreconcilers` has a row for `name`
@@ -69,8 +55,10 @@ impl Dev {
     }
 }
 
-fn wasmctrl(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+/// Runs `wasmctrl ARGS…` to its end; its stdout (panics unless it
+/// succeeds).
+fn run_wasmctrl(args: &[&str]) -> String {
+    let out = wasmctrl()
         .args(args)
         .env("RUST_LOG", "error")
         .output()
@@ -81,10 +69,6 @@ fn wasmctrl(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn file_digest(path: &str) -> String {
-    digest(&std::fs::read(path).unwrap())
 }
 
 fn wasmreconciler(reference: &str) -> String {
@@ -113,7 +97,7 @@ async fn push_then_kubectl_apply_a_wasmreconciler_to_wasmctrl_dev_then_get_edit_
         registry.reference("plugins/stamp:2.0.0"),
     );
     for (component, reference) in [(artifacts::STAMP_V1, &v1), (artifacts::STAMP_V2, &v2)] {
-        let pushed = wasmctrl(&[
+        let pushed = run_wasmctrl(&[
             "push",
             component,
             reference,
