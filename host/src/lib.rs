@@ -22,11 +22,7 @@ pub mod control;
 mod fuzz;
 pub mod meta;
 pub mod ops;
-#[cfg(any(test, feature = "test-util"))]
-pub mod residency;
 pub mod sandbox;
-#[cfg(any(test, feature = "test-util"))]
-pub mod test_util;
 pub mod tools;
 
 pub use control::reconcile::{

@@ -1,11 +1,15 @@
-//! Shared helpers: a server per test, clients for it, bounded polling.
+//! Shared helpers of the suite: a server per test, in this process or as
+//! the binary, and raw requests to it. What every suite shares (bounded
+//! polling, clients, processes, kubectl) is `wasmctrl_testkit`.
 
-use std::future::Future;
 use std::path::PathBuf;
+use std::process::Command;
 use std::time::Duration;
 
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use wasmctrl_apiserver::{ApiServer, Config};
+use wasmctrl_testkit::client::client_for;
+use wasmctrl_testkit::eventually;
+use wasmctrl_testkit::process::Process;
 
 /// A running server with its kubeconfig written to a temporary directory.
 pub struct Harness {
@@ -55,15 +59,6 @@ impl Harness {
     }
 }
 
-/// A kube client for a kubeconfig.
-pub async fn client_for(kubeconfig: &str) -> kube::Client {
-    let kc = Kubeconfig::from_yaml(kubeconfig).expect("kubeconfig parses");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .expect("kube config");
-    kube::Client::try_from(cfg).expect("client")
-}
-
 /// A raw request through a kube client returning status code and parsed
 /// JSON body (Null if it is not JSON).
 pub async fn raw(
@@ -111,37 +106,36 @@ pub fn limit_count(metrics: &str, limit: &str) -> u64 {
 /// The `wasmctrl-apiserver` binary running as a child process (killed when
 /// dropped), for what must be measured apart from the test: its memory.
 pub struct Spawned {
-    pub child: std::process::Child,
-    pub kubeconfig: String,
+    pub process: Process,
+    /// Where it wrote its kubeconfig.
+    pub kubeconfig: PathBuf,
     /// Holds the kubeconfig; removed on drop.
     _dir: tempfile::TempDir,
 }
 
 impl Spawned {
-    /// Starts the binary and waits (bounded) for its kubeconfig.
+    /// Starts the binary and waits (bounded) for its kubeconfig, written
+    /// once it serves.
     pub async fn start(extra_args: &[&str]) -> Spawned {
         let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("kubeconfig");
-        let child = std::process::Command::new(env!("CARGO_BIN_EXE_wasmctrl-apiserver"))
-            .arg("--kubeconfig-out")
-            .arg(&path)
-            .args(extra_args)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("wasmctrl-apiserver starts");
-        let mut spawned = Spawned {
-            child,
-            kubeconfig: String::new(),
-            _dir: dir,
-        };
-        eventually(30, "the kubeconfig is written", || {
-            let ready = path.exists();
+        let kubeconfig = dir.path().join("kubeconfig");
+        let process = Process::spawn(
+            Command::new(env!("CARGO_BIN_EXE_wasmctrl-apiserver"))
+                .arg("--kubeconfig-out")
+                .arg(&kubeconfig)
+                .args(extra_args),
+        );
+        // Written atomically, so it is complete once it exists.
+        eventually("the kubeconfig is written", Duration::from_secs(30), || {
+            let ready = kubeconfig.exists();
             async move { ready }
         })
         .await;
-        // Written atomically, so it is complete once it exists.
-        spawned.kubeconfig = std::fs::read_to_string(&path).expect("kubeconfig");
-        spawned
+        Spawned {
+            process,
+            kubeconfig,
+            _dir: dir,
+        }
     }
 
     pub async fn client(&self) -> kube::Client {
@@ -150,39 +144,6 @@ impl Spawned {
 
     /// Peak resident memory of the process so far (`VmHWM`), in bytes.
     pub fn peak_rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("/proc status");
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmHWM");
-        kib * 1024
-    }
-}
-
-impl Drop for Spawned {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Polls `f` until it returns true, for at most `secs` seconds.
-pub async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
-    loop {
-        if f().await {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
+        self.process.memory("VmHWM")
     }
 }

@@ -15,8 +15,10 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 use wasmctrl_apiserver::ApiServer;
 use wasmctrl_apiserver::testing::Scope;
+use wasmctrl_testkit::client::client_for;
+use wasmctrl_testkit::eventually;
 
-use crate::common::{Harness, client_for, eventually};
+use crate::common::Harness;
 
 fn cm(name: &str) -> ConfigMap {
     serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
@@ -57,10 +59,14 @@ impl Follower {
     async fn sees(&self, name: &str, secs: u64) {
         let store = self.store.clone();
         let name = name.to_string();
-        eventually(secs, &format!("the watcher sees {name}"), move || {
-            let found = store.state().iter().any(|o| o.name_any() == name);
-            async move { found }
-        })
+        eventually(
+            &format!("the watcher sees {name}"),
+            Duration::from_secs(secs),
+            move || {
+                let found = store.state().iter().any(|o| o.name_any() == name);
+                async move { found }
+            },
+        )
         .await;
     }
 
@@ -134,12 +140,16 @@ async fn failing_and_slow_requests_are_survived() {
     assert_eq!(status["reason"], "InternalError");
     assert_eq!(h.raw("GET", "/api/v1/namespaces", None, "").await.0, 200);
     faults.close_watches();
-    eventually(10, "configmaps answer again", || async {
-        h.raw("GET", "/api/v1/namespaces/default/configmaps", None, "")
-            .await
-            .0
-            == 200
-    })
+    eventually(
+        "configmaps answer again",
+        Duration::from_secs(10),
+        || async {
+            h.raw("GET", "/api/v1/namespaces/default/configmaps", None, "")
+                .await
+                .0
+                == 200
+        },
+    )
     .await;
     create(&client, "b").await;
     f.sees("b", 30).await;
@@ -147,9 +157,11 @@ async fn failing_and_slow_requests_are_survived() {
     // 500 for everything, discovery included.
     faults.fail_requests(Scope::All, Duration::from_secs(1));
     assert_eq!(h.raw("GET", "/version", None, "").await.0, 500);
-    eventually(10, "everything answers again", || async {
-        h.raw("GET", "/version", None, "").await.0 == 200
-    })
+    eventually(
+        "everything answers again",
+        Duration::from_secs(10),
+        || async { h.raw("GET", "/version", None, "").await.0 == 200 },
+    )
     .await;
 
     // A slow server.
@@ -176,10 +188,14 @@ async fn next(
 /// from the client's pool.
 async fn create_after_restart(client: &Client, name: &str) {
     let api = Api::<ConfigMap>::namespaced(client.clone(), "default");
-    eventually(30, &format!("{name} is created"), || {
-        let api = api.clone();
-        async move { api.create(&PostParams::default(), &cm(name)).await.is_ok() }
-    })
+    eventually(
+        &format!("{name} is created"),
+        Duration::from_secs(30),
+        || {
+            let api = api.clone();
+            async move { api.create(&PostParams::default(), &cm(name)).await.is_ok() }
+        },
+    )
     .await;
 }
 
@@ -284,10 +300,14 @@ async fn restarts_keep_credentials_and_clients_recover() {
     create_after_restart(&client, "after").await;
     f.sees("after", 30).await;
     let store = f.store.clone();
-    eventually(30, "the relisted store lost `before`", move || {
-        let gone = !store.state().iter().any(|o| o.name_any() == "before");
-        async move { gone }
-    })
+    eventually(
+        "the relisted store lost `before`",
+        Duration::from_secs(30),
+        move || {
+            let gone = !store.state().iter().any(|o| o.name_any() == "before");
+            async move { gone }
+        },
+    )
     .await;
     drop(f);
     server.shutdown().await;

@@ -20,8 +20,9 @@ use kube::{CustomResource, CustomResourceExt, Resource, ResourceExt};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use wasmctrl_testkit::eventually;
 
-use crate::common::{Harness, eventually};
+use crate::common::Harness;
 
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, JsonSchema)]
 #[kube(
@@ -451,7 +452,7 @@ async fn crd_at_runtime_with_status_scale_and_deletion() {
     crds.delete("widgets.example.com", &DeleteParams::default())
         .await
         .unwrap();
-    eventually(10, "CRD gone", || {
+    eventually("CRD gone", Duration::from_secs(10), || {
         let crds = crds.clone();
         async move { crds.get_opt("widgets.example.com").await.unwrap().is_none() }
     })
@@ -551,7 +552,7 @@ async fn reflector_follows(h: &Harness, streaming: bool) {
         .await
         .unwrap();
     let r = reader.clone();
-    eventually(10, "reflector sees r1 and r2", || {
+    eventually("reflector sees r1 and r2", Duration::from_secs(10), || {
         let r = r.clone();
         async move { r.state().len() == 2 }
     })
@@ -580,18 +581,22 @@ async fn reflector_follows(h: &Harness, streaming: bool) {
     .await
     .unwrap();
     let r = reader.clone();
-    eventually(15, "reflector converges after 410", || {
-        let r = r.clone();
-        async move {
-            let s = r.state();
-            let names: Vec<String> = s.iter().map(|o| o.name_any()).collect();
-            s.len() == 2
-                && names.contains(&"r1".to_string())
-                && names.contains(&"r3".to_string())
-                && s.iter()
-                    .any(|o| o.name_any() == "r1" && o.data.as_ref().unwrap()["v"] == "2")
-        }
-    })
+    eventually(
+        "reflector converges after 410",
+        Duration::from_secs(15),
+        || {
+            let r = r.clone();
+            async move {
+                let s = r.state();
+                let names: Vec<String> = s.iter().map(|o| o.name_any()).collect();
+                s.len() == 2
+                    && names.contains(&"r1".to_string())
+                    && names.contains(&"r3".to_string())
+                    && s.iter()
+                        .any(|o| o.name_any() == "r1" && o.data.as_ref().unwrap()["v"] == "2")
+            }
+        },
+    )
     .await;
     // r1 leaves the selector.
     api.patch(
@@ -602,7 +607,7 @@ async fn reflector_follows(h: &Harness, streaming: bool) {
     .await
     .unwrap();
     let r = reader.clone();
-    eventually(10, "r1 leaves", || {
+    eventually("r1 leaves", Duration::from_secs(10), || {
         let r = r.clone();
         async move { r.state().len() == 1 }
     })
@@ -815,7 +820,7 @@ async fn garbage_collection_and_namespace_deletion() {
         .await
         .unwrap();
     let a = api.clone();
-    eventually(10, "child collected", || {
+    eventually("child collected", Duration::from_secs(10), || {
         let a = a.clone();
         async move { a.get_opt("child1").await.unwrap().is_none() }
     })
@@ -836,7 +841,7 @@ async fn garbage_collection_and_namespace_deletion() {
     let o = api.get("owner2").await.unwrap();
     assert!(o.finalizers().contains(&"foregroundDeletion".to_string()));
     let a = api.clone();
-    eventually(10, "child marked for deletion", || {
+    eventually("child marked for deletion", Duration::from_secs(10), || {
         let a = a.clone();
         async move {
             a.get("child2")
@@ -860,7 +865,7 @@ async fn garbage_collection_and_namespace_deletion() {
     .await
     .unwrap();
     let a = api.clone();
-    eventually(10, "owner2 gone", || {
+    eventually("owner2 gone", Duration::from_secs(10), || {
         let a = a.clone();
         async move { a.get_opt("owner2").await.unwrap().is_none() }
     })
@@ -876,7 +881,7 @@ async fn garbage_collection_and_namespace_deletion() {
     api.create(&PostParams::default(), &child).await.unwrap();
     api.delete("owner3", &DeleteParams::orphan()).await.unwrap();
     let a = api.clone();
-    eventually(10, "owner3 gone", || {
+    eventually("owner3 gone", Duration::from_secs(10), || {
         let a = a.clone();
         async move { a.get_opt("owner3").await.unwrap().is_none() }
     })
@@ -887,7 +892,7 @@ async fn garbage_collection_and_namespace_deletion() {
     // Namespace deletion empties it, then it goes.
     nss.delete("gc", &DeleteParams::default()).await.unwrap();
     let n = nss.clone();
-    eventually(10, "namespace gone", || {
+    eventually("namespace gone", Duration::from_secs(10), || {
         let n = n.clone();
         async move { n.get_opt("gc").await.unwrap().is_none() }
     })
@@ -1019,16 +1024,20 @@ async fn controller_runtime_end_to_end() {
         .await
         .unwrap();
     let c = cms.clone();
-    eventually(15, "owned ConfigMap reconciled", || {
-        let c = c.clone();
-        async move {
-            c.get_opt("c1-cfg")
-                .await
-                .unwrap()
-                .and_then(|cm| cm.data)
-                .is_some_and(|d| d["size"] == "2")
-        }
-    })
+    eventually(
+        "owned ConfigMap reconciled",
+        Duration::from_secs(15),
+        || {
+            let c = c.clone();
+            async move {
+                c.get_opt("c1-cfg")
+                    .await
+                    .unwrap()
+                    .and_then(|cm| cm.data)
+                    .is_some_and(|d| d["size"] == "2")
+            }
+        },
+    )
     .await;
     // A spec change is reconciled again; status writes do not loop forever
     // (no-op status patches emit no events).
@@ -1041,7 +1050,7 @@ async fn controller_runtime_end_to_end() {
         .await
         .unwrap();
     let c = cms.clone();
-    eventually(15, "spec change reconciled", || {
+    eventually("spec change reconciled", Duration::from_secs(15), || {
         let c = c.clone();
         async move {
             c.get_opt("c1-cfg")
@@ -1053,7 +1062,7 @@ async fn controller_runtime_end_to_end() {
     })
     .await;
     let w = widgets.clone();
-    eventually(15, "status reported", || {
+    eventually("status reported", Duration::from_secs(15), || {
         let w = w.clone();
         async move {
             w.get("c1")
@@ -1069,7 +1078,7 @@ async fn controller_runtime_end_to_end() {
         .await
         .unwrap();
     let c = cms.clone();
-    eventually(15, "owned ConfigMap recreated", || {
+    eventually("owned ConfigMap recreated", Duration::from_secs(15), || {
         let c = c.clone();
         async move { c.get_opt("c1-cfg").await.unwrap().is_some() }
     })
@@ -1080,7 +1089,7 @@ async fn controller_runtime_end_to_end() {
         .await
         .unwrap();
     let c = cms.clone();
-    eventually(15, "owned ConfigMap collected", || {
+    eventually("owned ConfigMap collected", Duration::from_secs(15), || {
         let c = c.clone();
         async move { c.get_opt("c1-cfg").await.unwrap().is_none() }
     })

@@ -2,7 +2,9 @@
 //! would, against the written kubeconfig.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
+
+use wasmctrl_testkit::kubectl::command as kubectl_command;
 
 use crate::common::Harness;
 
@@ -12,13 +14,8 @@ fn kubectl(h: &Harness, args: &[&str]) -> Output {
 }
 
 fn kubectl_stdin(h: &Harness, args: &[&str], stdin: Option<&str>) -> Output {
-    let bin = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
-    let mut cmd = Command::new(&bin);
-    cmd.arg("--kubeconfig")
-        .arg(h.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(h.dir.path().join("cache"))
-        .args(args)
+    let mut cmd = kubectl_command(&h.kubeconfig_path());
+    cmd.args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -28,7 +25,7 @@ fn kubectl_stdin(h: &Harness, args: &[&str], stdin: Option<&str>) -> Output {
         .stderr(Stdio::piped());
     let mut child = cmd
         .spawn()
-        .unwrap_or_else(|e| panic!("kubectl ({bin}) must be installed (.ci/run installs it): {e}"));
+        .unwrap_or_else(|e| panic!("kubectl must be installed (.ci/run installs it): {e}"));
     if let Some(input) = stdin {
         use std::io::Write;
         child
@@ -317,11 +314,7 @@ async fn kubectl_workflow() {
     assert!(described.contains("nginx:2"), "{described}");
 
     // get -w, bounded: the watch prints the current object, then a change.
-    let mut child = Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
-        .arg("--kubeconfig")
-        .arg(h.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(h.dir.path().join("cache"))
+    let mut child = kubectl_command(&h.kubeconfig_path())
         .args([
             "get",
             "cm",
@@ -384,13 +377,8 @@ async fn kubectl_workflow() {
     ok(&h, &["delete", "cm", "c1", "--wait=false"]).await;
     let wait = {
         let kc = h.kubeconfig_path();
-        let cache = h.dir.path().join("cache");
         std::thread::spawn(move || {
-            Command::new(std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()))
-                .arg("--kubeconfig")
-                .arg(kc)
-                .arg("--cache-dir")
-                .arg(cache)
+            kubectl_command(&kc)
                 .args(["wait", "--for=delete", "cm/c1", "--timeout=30s"])
                 .output()
                 .unwrap()

@@ -1,5 +1,5 @@
-//! End-to-end tests of the embedded API server over real HTTPS, driven by the
-//! clients production uses: kube-rs, kubectl and the Python client. Modules
+//! The embedded API server over real HTTPS, driven by the clients
+//! production uses: kube-rs, kubectl and the Python client. Modules
 //! that need the `testing` feature (fault injection, the write audit) run
 //! with `--features testing`.
 

@@ -6,7 +6,7 @@
 //! to the next request, the admin stays all-powerful, and
 //! `Authorization::AlwaysAllow` behaves as before.
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -17,8 +17,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use serde_json::{Value, json};
 use wasmctrl_apiserver::{ApiServer, Authorization, Config};
+use wasmctrl_testkit::client::client_for;
 
-use crate::common::{Harness, client_for, raw};
+use crate::common::{Harness, raw};
 
 const NS: &str = "team";
 const OTHER: &str = "other";
@@ -184,18 +185,9 @@ async fn raw_with(
     )
 }
 
-/// kubectl with the harness's kubeconfig, a private cache and `args`.
+/// kubectl with the harness's kubeconfig and `args`.
 fn kubectl(h: &Harness, args: &[&str]) -> Output {
-    let bin = std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into());
-    Command::new(&bin)
-        .arg("--kubeconfig")
-        .arg(h.kubeconfig_path())
-        .arg("--cache-dir")
-        .arg(h.dir.path().join("cache"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("kubectl ({bin}) must be installed: {e}"))
+    wasmctrl_testkit::kubectl::output(&h.kubeconfig_path(), args)
 }
 
 async fn kubectl_ok(h: &Harness, args: &[&str]) -> String {

@@ -572,7 +572,7 @@ mod tests {
         assert_eq!(code_mapped_from(dir.path()), 1, "the fresh compile's code");
         drop(compiled);
         assert_eq!(code_mapped_from(dir.path()), 0, "unmapped once dropped");
-        // A host starting again loads the artifact mapped too (the e2e
+        // A host starting again loads the artifact mapped too (the cluster
         // tests with a cacheDir run plugins loaded so).
         let again = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
         let (loaded, hit) = again.get_compiled(&digest).unwrap();
@@ -595,12 +595,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_loaded_component_holds_no_image_pages_until_they_run() {
-        let dir = tempfile::tempdir().unwrap();
-        if crate::residency::on_tmpfs(dir.path()) {
-            // tmpfs pages have no disk to be dropped to (without swap).
-            eprintln!("skipped: {} is on tmpfs", dir.path().display());
-            return;
-        }
+        // tmpfs pages have no disk to be dropped to (without swap).
+        let dir = wasmctrl_testkit::residency::disk_dir();
         let bytes = std::fs::read(wasmctrl_plugin_artifacts::MIRROR).unwrap();
         let digest = digest(&bytes);
         let cache = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
@@ -608,7 +604,7 @@ mod tests {
         let again = ComponentCache::new(Engine::default(), Some(dir.path().to_path_buf()));
         let (_loaded, hit) = again.get_compiled(&digest).unwrap();
         assert_eq!(hit, CacheHit::Disk);
-        let (text, rest) = crate::residency::resident_kib_under(dir.path());
+        let (text, rest) = wasmctrl_testkit::residency::resident_kib_under(dir.path());
         assert!(
             text + rest <= 64,
             "text {text} KiB, rest {rest} KiB resident"

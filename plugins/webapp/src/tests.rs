@@ -1,6 +1,7 @@
 //! The operator's behaviour, natively, against the SDK's fake API server
-//! (`cargo test -p webapp`): the same story as the end-to-end acceptance
-//! test, with every call held to the plugin's declared permissions.
+//! (`cargo test -p webapp`): the same story as the acceptance test in a
+//! cluster (`cluster-tests/cluster/webapp.rs`), with every call held to the
+//! plugin's declared permissions.
 
 use std::time::Duration;
 
@@ -297,7 +298,7 @@ fn a_missing_webapp_needs_nothing() {
     assert_eq!((calls.len(), calls[0].verb), (1, "get"));
 }
 
-/// A reconcile the host recorded (`record:` in the end-to-end acceptance):
+/// A reconcile the host recorded (`record:` in the acceptance in a cluster):
 /// the Deployment already had 2/2 replicas ready and the registry did not
 /// exist. Seeded from it, the reconcile does natively what it did then.
 #[test]

@@ -5,32 +5,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use tokio_util::sync::CancellationToken;
+use wasmctrl_testkit::eventually;
 
 use super::members::{Heartbeats, Membership};
 use super::*;
 use crate::control::lease::testing::{LeaseServer, Timeline};
 use crate::control::lease::{Clock, LeaseClaim, LeaseRecord};
-
-/// Polls `check` every 20 ms for at most `limit` (`test_util::eventually`,
-/// which this module cannot use: test_util depends on the manager, which
-/// depends on this module).
-async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
 
 fn request(key: ObjectKey) -> ReconcileRequest {
     ReconcileRequest {

@@ -1,0 +1,103 @@
+//! The `wasmctrl` binary as the suite runs it: a command for it, and its
+//! long-running subcommands as processes (`wasmctrl run`, `wasmctrl dev`)
+//! that print their admin address once the host runs.
+
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use wasmctrl_testkit::process::Process;
+
+/// What the host prints once it runs: `admin: http://ADDR/plugins`.
+const ADMIN_PREFIX: &str = "admin: http://";
+
+/// How long a host may take to start (it compiles its components first).
+const START_LIMIT: Duration = Duration::from_secs(120);
+
+/// A command running this build's `wasmctrl`.
+pub fn wasmctrl() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wasmctrl"))
+}
+
+/// Waits until `process` prints its admin address; the address, and the
+/// lines it printed before.
+async fn admin_address(process: &Process) -> (SocketAddr, Vec<String>) {
+    let mut printed = process.printed_until(ADMIN_PREFIX, START_LIMIT).await;
+    let line = printed.pop().expect("the admin line");
+    let addr = line[ADMIN_PREFIX.len()..]
+        .trim_end_matches("/plugins")
+        .parse()
+        .unwrap_or_else(|e| panic!("an admin address in {line:?}: {e}"));
+    (addr, printed)
+}
+
+/// A `wasmctrl run` process; killed when dropped.
+pub struct Run {
+    pub process: Process,
+    pub admin: SocketAddr,
+}
+
+impl Run {
+    /// Starts `wasmctrl run --config CONFIG` against `kubeconfig` and waits
+    /// until its host runs.
+    pub async fn start(config: &Path, kubeconfig: &Path) -> Run {
+        Self::start_logging(config, kubeconfig, "wasmctrl=info", false).await
+    }
+
+    /// [`Run::start`] with `RUST_LOG=rust_log`, the log in JSON if `json`.
+    pub async fn start_logging(
+        config: &Path,
+        kubeconfig: &Path,
+        rust_log: &str,
+        json: bool,
+    ) -> Run {
+        let format = if json { "json" } else { "human" };
+        let process = Process::spawn(
+            wasmctrl()
+                .args(["--log-format", format, "run", "--config"])
+                .arg(config)
+                .env("KUBECONFIG", kubeconfig)
+                .env("RUST_LOG", rust_log),
+        );
+        let (admin, _) = admin_address(&process).await;
+        Run { process, admin }
+    }
+}
+
+/// A `wasmctrl dev` process; killed when dropped.
+pub struct Dev {
+    pub process: Process,
+    pub admin: SocketAddr,
+    pub kubeconfig: PathBuf,
+    /// What it printed before its admin address.
+    pub printed: Vec<String>,
+}
+
+impl Dev {
+    /// Runs `wasmctrl dev --admin 127.0.0.1:0 --kubeconfig-out KUBECONFIG
+    /// ARGS…` and waits until it prints its admin address (the host runs);
+    /// panics with its output if it exits first.
+    pub async fn start<A: AsRef<OsStr>>(args: &[A], kubeconfig: PathBuf) -> Dev {
+        let process = Process::spawn(
+            wasmctrl()
+                .args(["dev", "--admin", "127.0.0.1:0", "--kubeconfig-out"])
+                .arg(&kubeconfig)
+                .args(args)
+                .env("RUST_LOG", "wasmctrl=info"),
+        );
+        let (admin, printed) = admin_address(&process).await;
+        Dev {
+            process,
+            admin,
+            kubeconfig,
+            printed,
+        }
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+}
