@@ -10,6 +10,7 @@ use super::error::FieldProblem;
 use super::limits::LimitsConfig;
 use super::record::RecordConfig;
 use super::rollout::{CandidateConfig, CandidateMode};
+use super::settings;
 use super::source::{SourceConfig, SourceProblem, SourceSpec};
 use super::units::{
     MILLI, SECOND, YEAR, bytes_within, count, duration, optional_duration, optional_quantity,
@@ -20,9 +21,6 @@ use crate::control::workqueue::ratelimit;
 use crate::meta::syntax;
 use crate::sandbox::hostapi::{PermissionRule, RuleProblem};
 use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
-
-/// Bytes of a plugin's `settings` as JSON.
-pub(super) const MAX_SETTINGS: usize = 1 << 20;
 
 /// One plugin: its component and how the host runs it.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -337,16 +335,7 @@ impl PluginConfig {
         if let Some(idle) = self.idle_unload {
             check("idleUnload", within(idle, MILLI..=YEAR))?;
         }
-        if !self.settings.is_object() {
-            return Err(FieldProblem::new("settings", "must be a mapping"));
-        }
-        let settings_len = self.settings.to_string().len();
-        if settings_len > MAX_SETTINGS {
-            return Err(FieldProblem::new(
-                "settings",
-                format!("is {settings_len} bytes as JSON; at most {MAX_SETTINGS} are allowed"),
-            ));
-        }
+        settings::check("settings", &self.settings)?;
         check(
             "maxCallsPerInstance",
             count(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
-use super::plugin::MAX_SETTINGS;
+use super::settings;
 use super::source::{SourceConfig, SourceProblem};
 use super::units::{SECOND, YEAR, count, duration, rate, within};
 
@@ -123,16 +123,7 @@ impl CandidateConfig {
             (Some(_), None) => {}
         }
         if let Some(settings) = &self.settings {
-            if !settings.is_object() {
-                return Err(FieldProblem::new("candidate.settings", "must be a mapping"));
-            }
-            let len = settings.to_string().len();
-            if len > MAX_SETTINGS {
-                return Err(FieldProblem::new(
-                    "candidate.settings",
-                    format!("is {len} bytes as JSON; at most {MAX_SETTINGS} are allowed"),
-                ));
-            }
+            settings::check("candidate.settings", settings)?;
         }
         check(
             "maxConcurrentShadows",
