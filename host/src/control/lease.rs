@@ -267,7 +267,6 @@ pub(crate) mod testing {
         /// The Leases of namespace `default`.
         pub(crate) leases: Api<Lease>,
         _server: wasmctrl_apiserver::ApiServer,
-        _dir: tempfile::TempDir,
     }
 
     impl LeaseServer {
@@ -276,16 +275,16 @@ pub(crate) mod testing {
                 wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
                     .await
                     .unwrap();
-            let dir = tempfile::tempdir().unwrap();
-            let kubeconfig = dir.path().join("kubeconfig");
-            server.write_kubeconfig(&kubeconfig).unwrap();
-            let client = crate::control::client::client_for(&kubeconfig)
+            // Built from the kubeconfig with kube itself: the client module
+            // sits above leases (its fenced client holds a Lease's fence).
+            let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
                 .unwrap();
+            let client = kube::Client::try_from(config).unwrap();
             Self {
                 leases: Api::namespaced(client, "default"),
                 _server: server,
-                _dir: dir,
             }
         }
     }
