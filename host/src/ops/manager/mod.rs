@@ -14,6 +14,7 @@
 //! - `objects`: plugins defined as WasmReconciler objects (`pluginsFrom`);
 //! - `pruning`: pruning what URL and registry sources downloaded.
 
+mod answers;
 mod canary;
 mod engine;
 mod lifecycle;

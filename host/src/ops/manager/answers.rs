@@ -1,0 +1,94 @@
+//! The host's answers to the admin endpoint: metrics, health and
+//! readiness, the plugins' statuses, and the reload, promote and shadow
+//! operations, each refusal mapped to the HTTP status it means.
+
+use futures::future::BoxFuture;
+
+use super::Host;
+use super::lifecycle::SlotPromoteError;
+use super::reload::ReloadError;
+use crate::ops::admin::{AdminState, Refusal};
+
+impl AdminState for Host {
+    fn metrics(&self) -> String {
+        for entry in self.plugins.lock().unwrap().values() {
+            entry.controller().queue().unfinished_work();
+        }
+        self.runtime.observe_pool();
+        self.metrics.encode()
+    }
+
+    fn healthz(&self) -> Result<(), String> {
+        if self.stop.is_cancelled() {
+            return Err("shutting down".into());
+        }
+        Ok(())
+    }
+
+    fn readyz(&self) -> Result<(), String> {
+        self.healthz()?;
+        let plugins = self.plugins.lock().unwrap();
+        let waiting: Vec<String> = plugins
+            .iter()
+            .filter(|(_, e)| !e.lifecycle().synced())
+            .map(|(n, e)| match e.lifecycle().last_error() {
+                Some(err) => format!("{n}: {err}"),
+                None => format!("{n}: informers not synced yet"),
+            })
+            .collect();
+        if waiting.is_empty() {
+            Ok(())
+        } else {
+            Err(waiting.join("; "))
+        }
+    }
+
+    fn ready_detail(&self) -> Option<String> {
+        let s = self.shards.as_ref()?.status();
+        let list = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        Some(format!(
+            "shards held: [{}] of {}; draining: [{}]",
+            list(&s.held),
+            s.total,
+            list(&s.draining)
+        ))
+    }
+
+    fn plugins(&self) -> serde_json::Value {
+        serde_json::to_value(self.statuses()).expect("statuses serialize")
+    }
+
+    fn promote(&self, name: String) -> Result<serde_json::Value, Refusal> {
+        let plugins = self.plugins.lock().unwrap();
+        let entry = plugins
+            .get(&name)
+            .ok_or_else(|| Refusal::NotFound(format!("no plugin named {name:?}")))?;
+        entry.slot().promote().map_err(|e| match e {
+            SlotPromoteError::NoCanary => Refusal::NotFound(format!("plugin {name:?}: {e}")),
+            SlotPromoteError::Refused(e) => Refusal::Conflict(format!("plugin {name:?}: {e}")),
+        })?;
+        Ok(serde_json::to_value(self.status_of(&name, entry)).expect("a status serializes"))
+    }
+
+    fn shadow(&self, name: String) -> Result<serde_json::Value, Refusal> {
+        let plugins = self.plugins.lock().unwrap();
+        let entry = plugins
+            .get(&name)
+            .ok_or_else(|| Refusal::NotFound(format!("no plugin named {name:?}")))?;
+        let report = entry.slot().shadow_report().ok_or_else(|| {
+            Refusal::NotFound(format!("plugin {name:?} has no candidate in shadow mode"))
+        })?;
+        Ok(serde_json::to_value(report).expect("a shadow report serializes"))
+    }
+
+    fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, Refusal>> {
+        Box::pin(async move {
+            match self.reload_plugin(&name).await {
+                Ok(status) => Ok(serde_json::to_value(status).expect("a status serializes")),
+                Err(e @ ReloadError::Unknown(_)) => Err(Refusal::NotFound(e.to_string())),
+                Err(e @ ReloadError::Removing(_)) => Err(Refusal::Conflict(e.to_string())),
+                Err(ReloadError::Failed(e)) => Err(Refusal::Invalid(e.to_string())),
+            }
+        })
+    }
+}
