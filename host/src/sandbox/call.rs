@@ -102,7 +102,7 @@ impl Sandbox {
                 };
             }
         };
-        let checkout = strategy.checkout(self, context);
+        let checkout = strategy.checkout(self.store_spec(), context);
         let history = checkout.history;
         let output = checkout.store.data().output.clone();
         let run = async move {

@@ -5,7 +5,7 @@
 //! idempotent reconcile wants, at 5–60 µs for compiled guests. An interpreted
 //! guest (Python, JavaScript) costs 1–2 ms to instantiate, so it may instead
 //! `reuse` warm instances. A strategy only decides where the store comes
-//! from and whether it goes back; the call itself ([`Sandbox::call`]) is the
+//! from and whether it goes back; the call itself (`sandbox::call`) is the
 //! same for every strategy.
 //!
 //! # A reused instance is clean enough, never tainted
@@ -17,8 +17,6 @@
 //! error; it is recycled after `max_calls` calls, after `max_age`, or once
 //! its memory grew past `max_memory`. A hot swap makes a new plugin with an
 //! empty pool; the old pool is dropped with the old version.
-//!
-//! [`Sandbox::call`]: super::call::Sandbox::call
 
 use std::ops::RangeInclusive;
 use std::sync::Mutex;
@@ -26,9 +24,8 @@ use std::time::{Duration, Instant};
 
 use wasmtime::Store;
 
-use super::call::Sandbox;
 use super::guest::Guest;
-use super::store::{CallContext, StoreState};
+use super::store::{CallContext, StoreSpec, StoreState};
 
 /// Which strategy a plugin asks for (`instanceMode` in the config).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -130,8 +127,9 @@ impl InstanceStrategy {
         })
     }
 
-    /// A store set up for the call in `context`.
-    pub(crate) fn checkout(&self, sandbox: &Sandbox, context: CallContext) -> Checkout {
+    /// A store set up for the call in `context`: a warm one from the pool,
+    /// or a new one made to `spec`.
+    pub(crate) fn checkout(&self, spec: StoreSpec<'_>, context: CallContext) -> Checkout {
         if let InstanceStrategy::Reuse(pool) = self {
             let warm = {
                 let mut idle = pool.idle.lock().unwrap();
@@ -142,8 +140,8 @@ impl InstanceStrategy {
             if let Some(mut w) = warm {
                 w.store.data_mut().begin_call(context);
                 w.store.set_epoch_deadline(1);
-                if sandbox.runtime.config().fuel {
-                    let fuel = sandbox.limits.fuel.unwrap_or(u64::MAX);
+                if spec.runtime.config().fuel {
+                    let fuel = spec.limits.fuel.unwrap_or(u64::MAX);
                     let _ = w.store.set_fuel(fuel);
                 }
                 return Checkout {
@@ -155,7 +153,7 @@ impl InstanceStrategy {
         }
         let started = context.started;
         Checkout {
-            store: StoreState::new_store(sandbox.store_spec(), context),
+            store: StoreState::new_store(spec, context),
             instance: None,
             history: (0, started),
         }
