@@ -244,10 +244,10 @@ async fn hostile_payloads_leave_the_host_within_its_memory_bound() {
         &candidate,
     ))
     .await;
-    // The patch bombs first: a shadow run finished while both permits are
-    // busy is skipped, and the tiny values keep them busy.
-    host.create(&["patch-depth", "patch-copies", "huge-error"])
-        .await;
+    // The patch bombs alone first, one per shadow permit: a key whose
+    // shadow run finds every permit busy is skipped for good (it is not
+    // retried), so nothing else may hold a permit until both compared.
+    host.create(&["patch-depth", "patch-copies"]).await;
     eventually(
         "the shadow runs compared",
         Duration::from_secs(120),
@@ -269,6 +269,7 @@ async fn hostile_payloads_leave_the_host_within_its_memory_bound() {
     )
     .await;
     host.create(&[
+        "huge-error",
         "tiny-values-0",
         "tiny-values-1",
         "tiny-values-2",
