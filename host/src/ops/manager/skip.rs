@@ -35,7 +35,9 @@ use futures::future::BoxFuture;
 use serde::Deserialize;
 
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
-use crate::sandbox::hostapi::{ApiError, Gvk, KubeApi, KubeRequest, KubeResponse, Layer, Layered};
+use crate::sandbox::hostapi::{
+    ApiError, Gvk, KubeApi, KubeRequest, KubeResponse, Layer, Layered, Next,
+};
 use crate::sandbox::{Plugin, Through};
 
 /// A reconcile that read more objects (or lists) than this is never
@@ -250,15 +252,10 @@ struct Tracker {
 }
 
 impl Layer for Tracker {
-    fn call<'a>(
-        &'a self,
-        inner: &'a dyn KubeApi,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
+    fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
         Box::pin(async move {
-            let call = Call::of(&request);
-            let result = inner.call(request, deadline).await;
+            let call = Call::of(&next.request);
+            let result = next.pass().await;
             self.dependencies.lock().unwrap().note(call, &result);
             result
         })

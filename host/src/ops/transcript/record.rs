@@ -31,7 +31,7 @@ use super::{CallResponse, HostCall, Key, Outcome, TRANSCRIPT_VERSION, Transcript
 use crate::control::metrics::{Metrics, PluginLabel, PluginReasonLabels};
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use crate::sandbox::hostapi::{
-    ApiError, KubeApi, KubeRequest, KubeResponse, LabelSelector, Layer, Layered,
+    ApiError, KubeApi, KubeRequest, KubeResponse, LabelSelector, Layer, Layered, Next,
 };
 use crate::sandbox::{ContextTape, Plugin, Through};
 
@@ -276,15 +276,10 @@ struct Taping {
 }
 
 impl Layer for Taping {
-    fn call<'a>(
-        &'a self,
-        inner: &'a dyn KubeApi,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
+    fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
         Box::pin(async move {
-            let recorded = request.clone();
-            let answer = inner.call(request, deadline).await;
+            let recorded = next.request.clone();
+            let answer = next.pass().await;
             let mut calls = self.calls.lock().unwrap();
             if !calls.overflow {
                 let response = CallResponse::from(&answer);

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde::Serialize;
@@ -36,7 +36,7 @@ use crate::control::reconcile::{ObjectKey, ReconcileRequest};
 use crate::meta::kind::Gvk;
 use crate::meta::normalized::{canonical, differences};
 use crate::sandbox::hostapi::{
-    ApiError, KubeApi, KubeRequest, KubeResponse, Layer, Layered, NoApiServer,
+    ApiError, KubeRequest, KubeResponse, Layer, Layered, Next, NoApiServer,
 };
 use crate::sandbox::{ContextTape, LoadError, Plugin, PluginSpec, Runtime, Through};
 
@@ -332,13 +332,8 @@ impl Replayer {
 
 impl Layer for Replayer {
     /// Every call the guest makes is answered here, never by the inner API.
-    fn call<'a>(
-        &'a self,
-        _inner: &'a dyn KubeApi,
-        request: KubeRequest,
-        _deadline: Instant,
-    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
-        let answer = self.answer(&request);
+    fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
+        let answer = self.answer(&next.request);
         Box::pin(std::future::ready(answer))
     }
 }

@@ -12,37 +12,29 @@ use super::api::{KubeApi, KubeResponse};
 use super::error::ApiError;
 use super::request::KubeRequest;
 
-/// One cross-cutting feature around an inner [`KubeApi`]. Each hook gets
-/// the inner API and, by default, hands the request on unchanged; a layer
-/// overrides the hooks it is about, and may answer without the inner API.
+/// One cross-cutting feature around an inner [`KubeApi`]: it sees every
+/// call the guest makes and may change it, note it, answer it itself, or
+/// hand it on with [`Next::pass`]. The host's own reads (`peek`) and the
+/// admission check (`admit`) are not the guest's calls and go straight to
+/// the inner API.
 pub trait Layer: Send + Sync + 'static {
     /// A call the guest makes (see [`KubeApi::call`]).
-    fn call<'a>(
-        &'a self,
-        inner: &'a dyn KubeApi,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
-        inner.call(request, deadline)
-    }
+    fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Result<KubeResponse, ApiError>>;
+}
 
-    /// A read the host makes for the plugin (see [`KubeApi::peek`]).
-    fn peek<'a>(
-        &'a self,
-        inner: &'a dyn KubeApi,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
-        inner.peek(request, deadline)
-    }
+/// A guest's call as it reaches a layer: the request, its deadline, and the
+/// API beneath the layer.
+pub struct Next<'a> {
+    pub request: KubeRequest,
+    pub deadline: Instant,
+    /// The API beneath the layer: the next layer, or the cluster.
+    pub below: &'a dyn KubeApi,
+}
 
-    /// Whether a call would be let through (see [`KubeApi::admit`]).
-    fn admit<'a>(
-        &'a self,
-        inner: &'a dyn KubeApi,
-        request: &'a KubeRequest,
-    ) -> BoxFuture<'a, Result<(), ApiError>> {
-        inner.admit(request)
+impl<'a> Next<'a> {
+    /// Hands the call on to the API beneath, as it is.
+    pub fn pass(self) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
+        self.below.call(self.request, self.deadline)
     }
 }
 
@@ -70,7 +62,11 @@ impl<L: Layer> KubeApi for Layered<L> {
         request: KubeRequest,
         deadline: Instant,
     ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
-        self.layer.call(&*self.inner, request, deadline)
+        self.layer.call(Next {
+            request,
+            deadline,
+            below: &*self.inner,
+        })
     }
 
     fn peek(
@@ -78,11 +74,11 @@ impl<L: Layer> KubeApi for Layered<L> {
         request: KubeRequest,
         deadline: Instant,
     ) -> BoxFuture<'_, Result<KubeResponse, ApiError>> {
-        self.layer.peek(&*self.inner, request, deadline)
+        self.inner.peek(request, deadline)
     }
 
     fn admit<'a>(&'a self, request: &'a KubeRequest) -> BoxFuture<'a, Result<(), ApiError>> {
-        self.layer.admit(&*self.inner, request)
+        self.inner.admit(request)
     }
 }
 
@@ -100,14 +96,9 @@ mod tests {
     struct Notes(Mutex<Vec<&'static str>>);
 
     impl Layer for Notes {
-        fn call<'a>(
-            &'a self,
-            inner: &'a dyn KubeApi,
-            request: KubeRequest,
-            deadline: Instant,
-        ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
-            self.0.lock().unwrap().push(request.operation());
-            inner.call(request, deadline)
+        fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
+            self.0.lock().unwrap().push(next.request.operation());
+            next.pass()
         }
     }
 
@@ -115,15 +106,10 @@ mod tests {
     struct Gets;
 
     impl Layer for Gets {
-        fn call<'a>(
-            &'a self,
-            inner: &'a dyn KubeApi,
-            request: KubeRequest,
-            deadline: Instant,
-        ) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
-            match request {
+        fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Result<KubeResponse, ApiError>> {
+            match next.request {
                 KubeRequest::Get { .. } => Box::pin(async { Ok(KubeResponse::Empty) }),
-                other => inner.call(other, deadline),
+                _ => next.pass(),
             }
         }
     }
@@ -148,7 +134,7 @@ mod tests {
         assert_eq!(run(get.clone()), Ok(KubeResponse::Empty));
         assert!(matches!(run(delete), Err(ApiError::Unavailable(_))));
         assert_eq!(*outer.layer().0.lock().unwrap(), ["get", "delete"]);
-        // Hooks a layer leaves alone go to the inner API.
+        // The host's own reads go to the inner API, past the layers.
         let peeked = futures::executor::block_on(outer.peek(get, deadline));
         assert!(matches!(peeked, Err(ApiError::Unavailable(_))));
         assert_eq!(outer.layer().0.lock().unwrap().len(), 2);

@@ -17,9 +17,9 @@
 //!
 //! # Adding a cross-cutting feature
 //! 1. Write a type holding the feature's state and implement [`Layer`] for
-//!    it, overriding only the hooks it changes (`call`, the guest's calls;
-//!    `peek`, the host's own reads; `admit`, the checks before a call):
-//!    the defaults hand the request to the inner API.
+//!    it: its `call` sees each of the guest's calls as a [`Next`], and
+//!    answers it or hands it on with [`Next::pass`]. The host's own reads
+//!    and the admission check pass beneath every layer.
 //! 2. Where the reconcile's API is put together (`PluginSlot` in
 //!    `ops/manager/lifecycle.rs`, or the feature's own entry point), wrap
 //!    the API below it: `Arc::new(Layered::new(feature, inner))`, and hand
@@ -48,6 +48,6 @@ pub use body::MAX_NESTING;
 pub use cluster::{ApiLimits, ClusterApi, ClusterContext, map_error};
 pub use error::ApiError;
 pub use grant::{Access, Grant, PermissionRule, RuleProblem, VERBS};
-pub use layer::{Layer, Layered};
+pub use layer::{Layer, Layered, Next};
 pub(crate) use request::check_size;
 pub use request::{Address, Body, Event, EventType, KubeRequest, MAX_PAYLOAD, ObjectPatch};

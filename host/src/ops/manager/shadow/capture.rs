@@ -15,7 +15,7 @@ use wasmctrl_apiserver::patches;
 use super::write::{MAX_NORMALIZED, Write};
 use crate::control::metrics::Metrics;
 use crate::sandbox::hostapi::{
-    ApiError, KubeApi, KubeRequest, KubeResponse, Layer, ObjectPatch, check_size,
+    ApiError, KubeApi, KubeRequest, KubeResponse, Layer, Next, ObjectPatch, check_size,
 };
 
 /// Bytes of answers and writes one shadow run keeps, the stable version's
@@ -94,22 +94,18 @@ impl Recording {
 }
 
 impl Layer for Recording {
-    fn call<'a>(
-        &'a self,
-        inner: &'a dyn KubeApi,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Answer> {
         Box::pin(async move {
+            let request = &next.request;
             let read = request.is_read().then(|| request.clone());
             // A body past the payload limit is refused by the call below;
             // it is not parsed here first. Its nesting needs no check here:
             // a body too deep to parse is compared as its text.
             let write = match request.check_payload() {
-                Ok(()) => Write::of(&request),
+                Ok(()) => Write::of(request),
                 Err(_) => None,
             };
-            let answer = inner.call(request, deadline).await;
+            let answer = next.pass().await;
             let mut seen = self.seen.lock().unwrap();
             match (read, write) {
                 (Some(read), _) if seen.keep(read_bytes(&read) + answer_bytes(&answer)) => {
@@ -233,12 +229,12 @@ impl Capture {
 }
 
 impl Layer for Capture {
-    fn call<'a>(
-        &'a self,
-        live: &'a dyn KubeApi,
-        request: KubeRequest,
-        deadline: Instant,
-    ) -> BoxFuture<'a, Answer> {
+    fn call<'a>(&'a self, next: Next<'a>) -> BoxFuture<'a, Answer> {
+        let Next {
+            request,
+            deadline,
+            below: live,
+        } = next;
         Box::pin(async move {
             if request.is_read() {
                 return self.read(live, request, deadline).await;
