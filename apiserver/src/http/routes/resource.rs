@@ -18,6 +18,7 @@ use crate::http::request_info::RequestInfo;
 use crate::http::response;
 use crate::http::state::ServerState;
 use crate::http::watch;
+use crate::registry::resources::ResourceInfo;
 use crate::registry::writes::{PatchKind, Subresource, WriteCtx};
 
 /// Adds `Warning: 299 - "..."` headers, which kubectl and client-go print.
@@ -29,6 +30,49 @@ fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
         }
     }
     resp
+}
+
+/// A PUT or PATCH of object `name` or of its status (`sub`). A
+/// server-side apply may create the object, which is answered 201.
+fn update(
+    shared: &ServerState,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    sub: Subresource,
+    req: Req<'_>,
+) -> Result<Response, ApiError> {
+    let Req {
+        method,
+        q,
+        headers,
+        body,
+        scope,
+        ..
+    } = req;
+    let mut ctx = write_ctx(q, headers, scope)?;
+    let (object, code) = if *method == Method::PUT {
+        let obj = parse_body(shared, headers, body)?;
+        let object = shared
+            .objects
+            .update_object(info, ns, name, obj, sub, &ctx)?;
+        (object, StatusCode::OK)
+    } else {
+        let kind = patch_kind(headers, q, info)?;
+        if let PatchKind::Apply { .. } = kind {
+            ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
+        }
+        let (object, created) = shared
+            .objects
+            .patch_object(info, ns, name, kind, body, sub, &ctx)?;
+        let code = if created {
+            StatusCode::CREATED
+        } else {
+            StatusCode::OK
+        };
+        (object, code)
+    };
+    Ok(with_warnings(response::json(code, &object), &ctx))
 }
 
 pub(super) fn resource(
@@ -111,37 +155,7 @@ pub(super) fn resource(
                 };
                 Ok(response::json(StatusCode::OK, &body))
             }
-            Method::PUT => {
-                let ctx = write_ctx(q, headers, scope)?;
-                let obj = parse_body(shared, headers, body)?;
-                let v =
-                    shared
-                        .objects
-                        .update_object(&info, ns, name, obj, Subresource::Main, &ctx)?;
-                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
-            }
-            Method::PATCH => {
-                let kind = patch_kind(headers, q, &info)?;
-                let mut ctx = write_ctx(q, headers, scope)?;
-                if let PatchKind::Apply { .. } = kind {
-                    ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
-                }
-                let (v, created) = shared.objects.patch_object(
-                    &info,
-                    ns,
-                    name,
-                    kind,
-                    body,
-                    Subresource::Main,
-                    &ctx,
-                )?;
-                let code = if created {
-                    StatusCode::CREATED
-                } else {
-                    StatusCode::OK
-                };
-                Ok(with_warnings(response::json(code, &v), &ctx))
-            }
+            Method::PUT | Method::PATCH => update(shared, &info, ns, name, Subresource::Main, req),
             Method::DELETE => {
                 let ctx = write_ctx(q, headers, scope)?;
                 let opts = delete_options(shared, q, headers, body)?;
@@ -169,35 +183,8 @@ pub(super) fn resource(
                 StatusCode::OK,
                 &shared.objects.get_object(&info, ns, name)?,
             )),
-            Method::PUT => {
-                let ctx = write_ctx(q, headers, scope)?;
-                let obj = parse_body(shared, headers, body)?;
-                let v = shared.objects.update_object(
-                    &info,
-                    ns,
-                    name,
-                    obj,
-                    Subresource::Status,
-                    &ctx,
-                )?;
-                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
-            }
-            Method::PATCH => {
-                let kind = patch_kind(headers, q, &info)?;
-                let mut ctx = write_ctx(q, headers, scope)?;
-                if let PatchKind::Apply { .. } = kind {
-                    ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
-                }
-                let (v, _) = shared.objects.patch_object(
-                    &info,
-                    ns,
-                    name,
-                    kind,
-                    body,
-                    Subresource::Status,
-                    &ctx,
-                )?;
-                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+            Method::PUT | Method::PATCH => {
+                update(shared, &info, ns, name, Subresource::Status, req)
             }
             _ => Err(not_allowed()),
         },
