@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use crate::http::media::MediaType;
 use crate::registry::resources::{Registry, ResourceInfo};
 
 /// Content type of aggregated discovery v2.
@@ -32,21 +33,14 @@ pub(crate) fn version() -> Value {
 /// over v2beta1 whatever the order, as on a real server).
 pub(crate) fn aggregated_flavour(accept: &str) -> Option<&'static str> {
     let mut found = None;
-    for offer in accept.split(',') {
-        let params: Vec<(String, String)> = offer
-            .split(';')
-            .skip(1)
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-            .collect();
-        let has = |k: &str, v: &str| params.iter().any(|(pk, pv)| pk == k && pv == v);
-        if !has("g", "apidiscovery.k8s.io") || !has("as", "APIGroupDiscoveryList") {
+    for offer in MediaType::offers(accept) {
+        if !offer.has("g", "apidiscovery.k8s.io") || !offer.has("as", "APIGroupDiscoveryList") {
             continue;
         }
-        if has("v", "v2") {
+        if offer.has("v", "v2") {
             return Some("v2");
         }
-        if has("v", "v2beta1") {
+        if offer.has("v", "v2beta1") {
             found = Some("v2beta1");
         }
     }

@@ -7,26 +7,20 @@ use std::time::SystemTime;
 use serde_json::{Value, json};
 use wasmctrl_apimachinery::time;
 
+use crate::http::media::MediaType;
 use crate::registry::resources::ResourceInfo;
 use crate::values::get_path;
 
 /// Whether `accept` prefers a Table (kubectl's human-readable `get`), and in
 /// which meta.k8s.io version.
 pub(crate) fn wants_table(accept: &str) -> Option<&'static str> {
-    let first = accept.split(',').next()?;
-    let params: Vec<(String, String)> = first
-        .split(';')
-        .skip(1)
-        .filter_map(|p| p.split_once('='))
-        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        .collect();
-    let has = |k: &str, v: &str| params.iter().any(|(pk, pv)| pk == k && pv == v);
-    if !has("as", "Table") || !has("g", "meta.k8s.io") {
+    let first = MediaType::offers(accept).next()?;
+    if !first.has("as", "Table") || !first.has("g", "meta.k8s.io") {
         return None;
     }
-    if has("v", "v1") {
+    if first.has("v", "v1") {
         Some("v1")
-    } else if has("v", "v1beta1") {
+    } else if first.has("v", "v1beta1") {
         Some("v1beta1")
     } else {
         None

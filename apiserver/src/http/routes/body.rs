@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::params::{Query, header_str};
 use super::request::RequestScope;
 use crate::error::ApiError;
+use crate::http::media::MediaType;
 use crate::http::protobuf;
 use crate::http::state::ServerState;
 use crate::metrics::json_limit;
@@ -51,12 +52,7 @@ pub(super) fn parse_body(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Value, ApiError> {
-    let ct = header_str(headers, header::CONTENT_TYPE)
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let ct = MediaType::parse(header_str(headers, header::CONTENT_TYPE)).essence;
     match ct.as_str() {
         // The Python client sends POST without a Content-Type.
         "" | "application/json" | "*/*" => serde_json::from_slice(body).map_err(|e| {
@@ -88,12 +84,7 @@ pub(super) fn patch_kind(
     q: &Query,
     info: &ResourceInfo,
 ) -> Result<PatchKind, ApiError> {
-    let ct = header_str(headers, header::CONTENT_TYPE)
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let ct = MediaType::parse(header_str(headers, header::CONTENT_TYPE)).essence;
     Ok(match ct.as_str() {
         "application/merge-patch+json" => PatchKind::Merge,
         "application/json-patch+json" => PatchKind::Json,
