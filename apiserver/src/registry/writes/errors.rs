@@ -19,30 +19,24 @@ pub(crate) fn patch_error(
     e: PatchError,
     kind: PatchKind,
 ) -> ApiError {
-    match e {
-        PatchError::Invalid(m) => match kind {
-            PatchKind::Json => ApiError::invalid(
-                &info.group,
-                &info.kind,
-                name,
-                vec![Cause {
-                    reason: "FieldValueInvalid".into(),
-                    message: m,
-                    field: String::new(),
-                }],
-            ),
-            _ => ApiError::BadRequest(m),
-        },
-        PatchError::TestFailed(m) => ApiError::invalid(
+    // A JSON patch that cannot apply is the object's fault (422), as on
+    // a real server; other patch kinds that fail are a bad request.
+    let invalid = |message: String| {
+        ApiError::invalid(
             &info.group,
             &info.kind,
             name,
             vec![Cause {
                 reason: "FieldValueInvalid".into(),
-                message: m,
+                message,
                 field: String::new(),
             }],
-        ),
+        )
+    };
+    match e {
+        PatchError::Invalid(m) if kind == PatchKind::Json => invalid(m),
+        PatchError::Invalid(m) => ApiError::BadRequest(m),
+        PatchError::TestFailed(m) => invalid(m),
         PatchError::Conflict { message, conflicts } => ApiError::Conflict {
             message,
             name: name.to_string(),
