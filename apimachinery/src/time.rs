@@ -37,48 +37,39 @@ fn quoted(input: &str) -> String {
 /// `time` as a `metav1.Time`: UTC, whole seconds
 /// (`2026-12-05T00:00:00Z`).
 pub fn format_seconds(time: SystemTime) -> String {
-    let (dt, _) = civil(time);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        dt.year(),
-        dt.month(),
-        dt.day(),
-        dt.hour(),
-        dt.minute(),
-        dt.second()
-    )
+    format(time, 0)
 }
 
 /// `time` in milliseconds: UTC, always three fractional digits
 /// (`2026-12-05T00:00:00.042Z`), as JavaScript's `toISOString` and most
 /// log formats write it.
 pub fn format_millis(time: SystemTime) -> String {
-    let (dt, micros) = civil(time);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        dt.year(),
-        dt.month(),
-        dt.day(),
-        dt.hour(),
-        dt.minute(),
-        dt.second(),
-        micros / 1000
-    )
+    format(time, 3)
 }
 
 /// `time` as a `metav1.MicroTime`: UTC, always six fractional digits
 /// (`2026-12-05T00:00:00.000042Z`).
 pub fn format_micros(time: SystemTime) -> String {
+    format(time, 6)
+}
+
+/// `time` in UTC with `digits` (0, 3 or 6) fractional digits, truncated.
+fn format(time: SystemTime, digits: u32) -> String {
     let (dt, micros) = civil(time);
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{micros:06}Z",
+    let whole = format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
         dt.year(),
         dt.month(),
         dt.day(),
         dt.hour(),
         dt.minute(),
         dt.second()
-    )
+    );
+    if digits == 0 {
+        return format!("{whole}Z");
+    }
+    let fraction = micros / 10_i32.pow(6 - digits);
+    format!("{whole}.{fraction:0width$}Z", width = digits as usize)
 }
 
 /// The UTC date and time of `time` and its microseconds, clamped to what
