@@ -7,12 +7,12 @@ use serde::Deserialize;
 
 use super::error::FieldProblem;
 use super::units::{count, duration, within};
-use crate::control::leader::LeaderElection;
+use crate::control::lease::LeaseSettings;
 use crate::control::shard::MAX_SHARDS;
 use crate::meta::syntax;
 
 /// `leaderElection`: the Lease one replica holds to run the workers (with
-/// `sharding`, the Leases of the shards), onto [`LeaderElection`], whose
+/// `sharding`, the Leases of the shards), onto [`LeaseSettings`], whose
 /// defaults and ranges these take.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -58,12 +58,24 @@ impl LeaderElectionConfig {
     /// `leaseDuration`, in the election's default proportions.
     pub(super) fn with_derived_defaults(mut self) -> Self {
         if self.renew_deadline.is_zero() {
-            self.renew_deadline = LeaderElection::default_renew_deadline(self.lease_duration);
+            self.renew_deadline = LeaseSettings::default_renew_deadline(self.lease_duration);
         }
         if self.retry_period.is_zero() {
-            self.retry_period = LeaderElection::default_retry_period(self.renew_deadline);
+            self.retry_period = LeaseSettings::default_retry_period(self.renew_deadline);
         }
         self
+    }
+
+    /// The Lease settings of replica `identity`.
+    pub fn lease(&self, identity: &str) -> LeaseSettings {
+        LeaseSettings {
+            namespace: self.namespace.clone(),
+            lease_name: self.lease_name.clone(),
+            identity: identity.to_string(),
+            lease_duration: self.lease_duration,
+            renew_deadline: self.renew_deadline,
+            retry_period: self.retry_period,
+        }
     }
 }
 
@@ -86,7 +98,7 @@ fn default_lease_name() -> String {
     "wasmctrl".into()
 }
 fn default_lease_duration() -> Duration {
-    LeaderElection::DEFAULT_LEASE_DURATION
+    LeaseSettings::DEFAULT_LEASE_DURATION
 }
 
 impl LeaderElectionConfig {
@@ -104,11 +116,11 @@ impl LeaderElectionConfig {
         )?;
         check(
             "leaderElection.leaseDuration",
-            within(self.lease_duration, LeaderElection::LEASE_DURATION),
+            within(self.lease_duration, LeaseSettings::LEASE_DURATION),
         )?;
         check(
             "leaderElection.renewDeadline",
-            within(self.renew_deadline, LeaderElection::DEADLINE).and_then(|()| {
+            within(self.renew_deadline, LeaseSettings::DEADLINE).and_then(|()| {
                 (self.renew_deadline < self.lease_duration)
                     .then_some(())
                     .ok_or_else(|| "must be less than leaseDuration".to_string())
@@ -116,7 +128,7 @@ impl LeaderElectionConfig {
         )?;
         check(
             "leaderElection.retryPeriod",
-            within(self.retry_period, LeaderElection::DEADLINE).and_then(|()| {
+            within(self.retry_period, LeaseSettings::DEADLINE).and_then(|()| {
                 (self.retry_period < self.renew_deadline)
                     .then_some(())
                     .ok_or_else(|| "must be less than renewDeadline".to_string())

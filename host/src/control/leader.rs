@@ -18,7 +18,6 @@
 //! resumes, before its election task has even run, so it cannot write as a
 //! second leader.
 
-use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -29,7 +28,7 @@ use kube::api::Api;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, SystemClock};
+use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, LeaseSettings, SystemClock};
 
 /// Whether this host may act as leader now. Cheap to clone and check.
 #[derive(Debug, Clone)]
@@ -77,47 +76,13 @@ impl Fence {
     }
 }
 
-/// Lease-based leader election settings.
+/// Lease-based leader election: one Lease, held as its settings say.
 #[derive(Debug, Clone)]
 pub struct LeaderElection {
-    pub namespace: String,
-    pub lease_name: String,
-    /// Who we are (unique per host process).
-    pub identity: String,
-    /// A lease not renewed for this long is free to take.
-    pub lease_duration: Duration,
-    /// A leader that could not renew for this long gives up (less than
-    /// `lease_duration`, so it stops before anyone may take over).
-    pub renew_deadline: Duration,
-    /// How often the leader renews (and a standby retries).
-    pub retry_period: Duration,
+    pub lease: LeaseSettings,
 }
 
 impl LeaderElection {
-    /// client-go's `leaseDuration`.
-    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
-    /// client-go's `retryPeriod`.
-    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
-    /// The values `lease_duration` may take.
-    pub const LEASE_DURATION: RangeInclusive<Duration> =
-        Duration::from_secs(1)..=Duration::from_secs(3600);
-    /// The values `renew_deadline` and `retry_period` may take (each also
-    /// less than the one before it).
-    pub const DEADLINE: RangeInclusive<Duration> =
-        Duration::from_millis(1)..=Duration::from_secs(3600);
-
-    /// The renew deadline for `lease_duration` when none is chosen: two
-    /// thirds of it, client-go's proportion (10 s of 15 s).
-    pub fn default_renew_deadline(lease_duration: Duration) -> Duration {
-        lease_duration * 2 / 3
-    }
-
-    /// The retry period for `renew_deadline` when none is chosen:
-    /// [`Self::DEFAULT_RETRY_PERIOD`], at most half of it.
-    pub fn default_retry_period(renew_deadline: Duration) -> Duration {
-        Self::DEFAULT_RETRY_PERIOD.min(renew_deadline / 2)
-    }
-
     /// Campaigns until `stop` is cancelled, publishing leadership on
     /// `leader` and keeping `fence` open only while the lease is surely
     /// ours. Once leader, keeps renewing; if no renewal succeeded for
@@ -130,7 +95,7 @@ impl LeaderElection {
         fence: Fence,
         stop: CancellationToken,
     ) {
-        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let api: Api<Lease> = Api::namespaced(client, &self.lease.namespace);
         let mut last_renewed: Option<Instant> = None;
         let mut seen: LeaseRecord = None;
         loop {
@@ -138,8 +103,8 @@ impl LeaderElection {
             // A renewal must finish before the renew deadline; an
             // acquisition within a lease duration.
             let budget = match last_renewed {
-                Some(t) => (t + self.renew_deadline).saturating_duration_since(attempt),
-                None => self.lease_duration,
+                Some(t) => (t + self.lease.renew_deadline).saturating_duration_since(attempt),
+                None => self.lease.lease_duration,
             };
             let outcome = tokio::time::timeout(
                 budget,
@@ -150,25 +115,25 @@ impl LeaderElection {
             match outcome {
                 Ok(true) => {
                     last_renewed = Some(attempt);
-                    fence.extend_to(attempt + self.renew_deadline);
+                    fence.extend_to(attempt + self.lease.renew_deadline);
                     if !*leader.borrow() {
-                        tracing::info!(identity = %self.identity, lease = %self.lease_name, "became leader");
+                        tracing::info!(identity = %self.lease.identity, lease = %self.lease.lease_name, "became leader");
                     }
                     leader.send_replace(true);
                 }
                 Ok(false) => {
                     fence.close();
                     if *leader.borrow() {
-                        tracing::error!(identity = %self.identity, "leader election lost: another holder took the lease");
+                        tracing::error!(identity = %self.lease.identity, "leader election lost: another holder took the lease");
                     }
                     last_renewed = None;
                     leader.send_replace(false);
                 }
                 Err(e) => {
-                    tracing::warn!(identity = %self.identity, "leader election: {e}");
-                    if last_renewed.is_some_and(|t| t.elapsed() >= self.renew_deadline) {
+                    tracing::warn!(identity = %self.lease.identity, "leader election: {e}");
+                    if last_renewed.is_some_and(|t| t.elapsed() >= self.lease.renew_deadline) {
                         fence.close();
-                        tracing::error!(identity = %self.identity, "leader election lost: could not renew the lease within renewDeadline");
+                        tracing::error!(identity = %self.lease.identity, "leader election lost: could not renew the lease within renewDeadline");
                         last_renewed = None;
                         leader.send_replace(false);
                     }
@@ -176,13 +141,13 @@ impl LeaderElection {
             }
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(self.retry_period) => {}
+                _ = tokio::time::sleep(self.lease.retry_period) => {}
             }
         }
         if *leader.borrow() {
             fence.close();
             let _ = tokio::time::timeout(
-                self.retry_period.max(Duration::from_secs(1)),
+                self.lease.retry_period.max(Duration::from_secs(1)),
                 self.release(&api),
             )
             .await;
@@ -194,9 +159,9 @@ impl LeaderElection {
     fn claim<'a>(&'a self, api: &'a Api<Lease>, clock: &'a dyn Clock) -> LeaseClaim<'a> {
         LeaseClaim {
             api,
-            name: &self.lease_name,
-            identity: &self.identity,
-            duration: self.lease_duration,
+            name: &self.lease.lease_name,
+            identity: &self.lease.identity,
+            duration: self.lease.lease_duration,
             clock,
         }
     }
@@ -219,10 +184,10 @@ impl LeaderElection {
 
     async fn release(&self, api: &Api<Lease>) {
         match self.claim(api, &SystemClock).release().await {
-            Ok(true) => tracing::info!(identity = %self.identity, "released the lease"),
+            Ok(true) => tracing::info!(identity = %self.lease.identity, "released the lease"),
             Ok(false) => {}
             Err(e) => {
-                tracing::warn!(identity = %self.identity, "could not release the lease: {e}")
+                tracing::warn!(identity = %self.lease.identity, "could not release the lease: {e}")
             }
         }
     }
@@ -240,12 +205,14 @@ mod tests {
 
     fn election(identity: &str, lease_name: &str) -> LeaderElection {
         LeaderElection {
-            namespace: "default".into(),
-            lease_name: lease_name.into(),
-            identity: identity.into(),
-            lease_duration: LEASE,
-            renew_deadline: Duration::from_secs(7),
-            retry_period: RETRY,
+            lease: LeaseSettings {
+                namespace: "default".into(),
+                lease_name: lease_name.into(),
+                identity: identity.into(),
+                lease_duration: LEASE,
+                renew_deadline: Duration::from_secs(7),
+                retry_period: RETRY,
+            },
         }
     }
 

@@ -18,12 +18,58 @@
 //! The clock is a [`Clock`], so tests move it by hand and give replicas
 //! wall clocks hours apart.
 
+use std::ops::RangeInclusive;
 use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ObjectMeta, PostParams};
+
+/// Which Lease a replica holds and how long, in client-go's terms: the
+/// holder renews every `retry_period`; one that cannot renew for
+/// `renew_deadline` gives up; another holder's Lease not seen renewed for
+/// `lease_duration` is free to take. Leader election holds the Lease
+/// `lease_name`; sharding holds `<lease_name>-shard-<i>` and
+/// `<lease_name>-members`.
+#[derive(Debug, Clone)]
+pub struct LeaseSettings {
+    pub namespace: String,
+    pub lease_name: String,
+    /// Who holds (unique per host process).
+    pub identity: String,
+    pub lease_duration: Duration,
+    /// Less than `lease_duration`, so a holder stops before anyone may
+    /// take over.
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl LeaseSettings {
+    /// client-go's `leaseDuration`.
+    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+    /// client-go's `retryPeriod`.
+    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+    /// The values `lease_duration` may take.
+    pub const LEASE_DURATION: RangeInclusive<Duration> =
+        Duration::from_secs(1)..=Duration::from_secs(3600);
+    /// The values `renew_deadline` and `retry_period` may take (each also
+    /// less than the one before it).
+    pub const DEADLINE: RangeInclusive<Duration> =
+        Duration::from_millis(1)..=Duration::from_secs(3600);
+
+    /// The renew deadline for `lease_duration` when none is chosen: two
+    /// thirds of it, client-go's proportion (10 s of 15 s).
+    pub fn default_renew_deadline(lease_duration: Duration) -> Duration {
+        lease_duration * 2 / 3
+    }
+
+    /// The retry period for `renew_deadline` when none is chosen:
+    /// [`Self::DEFAULT_RETRY_PERIOD`], at most half of it.
+    pub fn default_retry_period(renew_deadline: Duration) -> Duration {
+        Self::DEFAULT_RETRY_PERIOD.min(renew_deadline / 2)
+    }
+}
 
 /// A replica's two clocks.
 pub trait Clock: Send + Sync {

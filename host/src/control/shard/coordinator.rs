@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::future::join_all;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shards;
 use super::members::{Heartbeats, Membership};
-use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, SystemClock, is_free};
+use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, LeaseSettings, SystemClock, is_free};
 
 /// Told the shards just taken, so their keys are enqueued.
 pub type AcquiredShards = Arc<dyn Fn(&[u32]) + Send + Sync>;
@@ -36,18 +36,11 @@ pub fn fair_share(shards: u32, live: &[String], me: &str) -> usize {
 }
 
 /// Where the shard Leases are and how they are held (the host config's
-/// `leaderElection` settings).
+/// `leaderElection` settings): shard `i`'s Lease is
+/// `<lease_name>-shard-<i>`, the members Lease `<lease_name>-members`.
 #[derive(Debug, Clone)]
 pub struct ShardCoordinator {
-    pub namespace: String,
-    /// Shard `i`'s Lease is `<lease_name>-shard-<i>`; the members Lease is
-    /// `<lease_name>-members`.
-    pub lease_name: String,
-    /// This replica (unique per process).
-    pub identity: String,
-    pub lease_duration: Duration,
-    pub renew_deadline: Duration,
-    pub retry_period: Duration,
+    pub lease: LeaseSettings,
 }
 
 impl ShardCoordinator {
@@ -73,30 +66,30 @@ impl ShardCoordinator {
         acquired: AcquiredShards,
         stop: CancellationToken,
     ) {
-        let api: Api<Lease> = Api::namespaced(client, &self.namespace);
+        let api: Api<Lease> = Api::namespaced(client, &self.lease.namespace);
         let clock = SystemClock;
         let mut round = Round {
             coordinator: &self,
             api: &api,
             clock: &clock,
             names: (0..shards.count())
-                .map(|i| Self::shard_lease(&self.lease_name, i))
+                .map(|i| Self::shard_lease(&self.lease.lease_name, i))
                 .collect(),
             shards: &shards,
             renewed: vec![None; shards.count() as usize],
             seen: vec![None; shards.count() as usize],
-            live: vec![self.identity.clone()],
+            live: vec![self.lease.identity.clone()],
         };
-        let members_name = Self::members_lease(&self.lease_name);
+        let members_name = Self::members_lease(&self.lease.lease_name);
         let mut membership = Membership {
             api: &api,
             name: &members_name,
-            identity: &self.identity,
-            lifetime: self.lease_duration,
+            identity: &self.lease.identity,
+            lifetime: self.lease.lease_duration,
             clock: &clock,
             heartbeats: Heartbeats::default(),
         };
-        let mut ticker = tokio::time::interval(self.retry_period);
+        let mut ticker = tokio::time::interval(self.lease.retry_period);
         ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
             tokio::select! {
@@ -105,13 +98,13 @@ impl ShardCoordinator {
                 _ = ticker.tick() => {}
             }
             round.renew().await;
-            match tokio::time::timeout(self.retry_period, membership.heartbeat()).await {
+            match tokio::time::timeout(self.lease.retry_period, membership.heartbeat()).await {
                 Ok(Ok(live)) => round.live = live,
                 Ok(Err(e)) => {
-                    tracing::warn!(identity = %self.identity, "sharding: heartbeat failed: {e}")
+                    tracing::warn!(identity = %self.lease.identity, "sharding: heartbeat failed: {e}")
                 }
                 Err(_) => {
-                    tracing::warn!(identity = %self.identity, "sharding: heartbeat took longer than retryPeriod")
+                    tracing::warn!(identity = %self.lease.identity, "sharding: heartbeat took longer than retryPeriod")
                 }
             }
             round.observe().await;
@@ -122,7 +115,7 @@ impl ShardCoordinator {
             }
         }
         round.release_all().await;
-        let _ = tokio::time::timeout(self.retry_period, membership.leave()).await;
+        let _ = tokio::time::timeout(self.lease.retry_period, membership.leave()).await;
     }
 }
 
@@ -146,8 +139,8 @@ impl Round<'_> {
         LeaseClaim {
             api: self.api,
             name: &self.names[shard as usize],
-            identity: &self.coordinator.identity,
-            duration: self.coordinator.lease_duration,
+            identity: &self.coordinator.lease.identity,
+            duration: self.coordinator.lease.lease_duration,
             clock: self.clock,
         }
     }
@@ -167,7 +160,7 @@ impl Round<'_> {
             }
             let attempt = Instant::now();
             let last = self.renewed[s as usize].unwrap_or(attempt);
-            let budget = (last + c.renew_deadline).saturating_duration_since(attempt);
+            let budget = (last + c.lease.renew_deadline).saturating_duration_since(attempt);
             let claim = self.claim(s);
             Some(async move {
                 let outcome = tokio::time::timeout(budget, claim.acquire_or_renew(seen)).await;
@@ -180,20 +173,20 @@ impl Round<'_> {
             match outcome {
                 Ok(Ok(true)) => {
                     self.renewed[s as usize] = Some(attempt);
-                    self.shards.extend(s, attempt + c.renew_deadline);
+                    self.shards.extend(s, attempt + c.lease.renew_deadline);
                 }
                 Ok(Ok(false)) => {
-                    tracing::error!(identity = %c.identity, shard = s, "shard lost: another replica holds its Lease");
+                    tracing::error!(identity = %c.lease.identity, shard = s, "shard lost: another replica holds its Lease");
                     self.lose(s);
                 }
-                Ok(Err(e)) if last.elapsed() < c.renew_deadline => {
-                    tracing::warn!(identity = %c.identity, shard = s, "cannot renew the shard's Lease (retrying): {e}");
+                Ok(Err(e)) if last.elapsed() < c.lease.renew_deadline => {
+                    tracing::warn!(identity = %c.lease.identity, shard = s, "cannot renew the shard's Lease (retrying): {e}");
                 }
-                Err(_) if last.elapsed() < c.renew_deadline => {
-                    tracing::warn!(identity = %c.identity, shard = s, "renewing the shard's Lease is slow (retrying)");
+                Err(_) if last.elapsed() < c.lease.renew_deadline => {
+                    tracing::warn!(identity = %c.lease.identity, shard = s, "renewing the shard's Lease is slow (retrying)");
                 }
                 _ => {
-                    tracing::error!(identity = %c.identity, shard = s, "shard lost: its Lease was not renewed within renewDeadline");
+                    tracing::error!(identity = %c.lease.identity, shard = s, "shard lost: its Lease was not renewed within renewDeadline");
                     self.lose(s);
                 }
             }
@@ -215,9 +208,9 @@ impl Round<'_> {
             }
             let claim = self.claim(s);
             Some(async move {
-                let read = tokio::time::timeout(c.retry_period, claim.observe(seen)).await;
+                let read = tokio::time::timeout(c.lease.retry_period, claim.observe(seen)).await;
                 if !matches!(read, Ok(Ok(()))) {
-                    tracing::debug!(identity = %c.identity, shard = s, "could not read the shard's Lease this round");
+                    tracing::debug!(identity = %c.lease.identity, shard = s, "could not read the shard's Lease this round");
                 }
             })
         });
@@ -245,13 +238,13 @@ impl Round<'_> {
         let c = self.coordinator;
         self.shards.end(shard, false);
         self.renewed[shard as usize] = None;
-        match tokio::time::timeout(c.retry_period, self.claim(shard).release()).await {
-            Ok(Ok(_)) => tracing::info!(identity = %c.identity, shard, "released the shard"),
+        match tokio::time::timeout(c.lease.retry_period, self.claim(shard).release()).await {
+            Ok(Ok(_)) => tracing::info!(identity = %c.lease.identity, shard, "released the shard"),
             Ok(Err(e)) => {
-                tracing::warn!(identity = %c.identity, shard, "could not release the shard's Lease (it expires instead): {e}")
+                tracing::warn!(identity = %c.lease.identity, shard, "could not release the shard's Lease (it expires instead): {e}")
             }
             Err(_) => {
-                tracing::warn!(identity = %c.identity, shard, "releasing the shard's Lease timed out (it expires instead)")
+                tracing::warn!(identity = %c.lease.identity, shard, "releasing the shard's Lease timed out (it expires instead)")
             }
         }
     }
@@ -263,11 +256,11 @@ impl Round<'_> {
     async fn rebalance(&mut self) -> Vec<u32> {
         let c = self.coordinator;
         let count = self.shards.count();
-        let target = fair_share(count, &self.live, &c.identity);
+        let target = fair_share(count, &self.live, &c.lease.identity);
         let held = self.shards.status().held;
         if held.len() > target {
             for &s in held.iter().rev().take(held.len() - target) {
-                tracing::info!(identity = %c.identity, shard = s, target, "giving the shard away: draining it");
+                tracing::info!(identity = %c.lease.identity, shard = s, target, "giving the shard away: draining it");
                 self.shards.stop_accepting(s);
             }
             return Vec::new();
@@ -279,7 +272,10 @@ impl Round<'_> {
         let tenured: BTreeSet<u32> = self.shards.tenured().into_iter().collect();
         let mut sorted = self.live.clone();
         sorted.sort_unstable();
-        let rank = sorted.iter().position(|id| *id == c.identity).unwrap_or(0);
+        let rank = sorted
+            .iter()
+            .position(|id| *id == c.lease.identity)
+            .unwrap_or(0);
         let start = (rank as u64 * u64::from(count) / sorted.len().max(1) as u64) as u32;
         for k in 0..count {
             if held.len() + taken.len() >= target {
@@ -288,33 +284,39 @@ impl Round<'_> {
             let s = (start + k) % count;
             // Held by another replica and not expired, as just read.
             if tenured.contains(&s)
-                || !is_free(&self.seen[s as usize], c.lease_duration, self.clock.now())
+                || !is_free(
+                    &self.seen[s as usize],
+                    c.lease.lease_duration,
+                    self.clock.now(),
+                )
             {
                 continue;
             }
             let attempt = Instant::now();
             let mut seen = self.seen[s as usize].take();
-            let outcome =
-                tokio::time::timeout(c.lease_duration, self.claim(s).acquire_or_renew(&mut seen))
-                    .await;
+            let outcome = tokio::time::timeout(
+                c.lease.lease_duration,
+                self.claim(s).acquire_or_renew(&mut seen),
+            )
+            .await;
             self.seen[s as usize] = seen;
             match outcome {
                 Ok(Ok(true)) => {
-                    self.shards.take(s, attempt + c.renew_deadline);
+                    self.shards.take(s, attempt + c.lease.renew_deadline);
                     self.renewed[s as usize] = Some(attempt);
                     taken.push(s);
                 }
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) => {
-                    tracing::warn!(identity = %c.identity, shard = s, "cannot take the shard's Lease: {e}")
+                    tracing::warn!(identity = %c.lease.identity, shard = s, "cannot take the shard's Lease: {e}")
                 }
                 Err(_) => {
-                    tracing::warn!(identity = %c.identity, shard = s, "taking the shard's Lease timed out")
+                    tracing::warn!(identity = %c.lease.identity, shard = s, "taking the shard's Lease timed out")
                 }
             }
         }
         if !taken.is_empty() {
-            tracing::info!(identity = %c.identity, shards = ?taken, target, "took shards");
+            tracing::info!(identity = %c.lease.identity, shards = ?taken, target, "took shards");
         }
         taken
     }
@@ -328,7 +330,7 @@ impl Round<'_> {
             self.shards.stop_accepting(s);
         }
         self.shards
-            .wait_idle(&held, self.coordinator.renew_deadline)
+            .wait_idle(&held, self.coordinator.lease.renew_deadline)
             .await;
         for s in held {
             self.release(s).await;

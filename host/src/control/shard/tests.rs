@@ -10,7 +10,7 @@ use wasmctrl_testkit::eventually;
 use super::members::{Heartbeats, Membership};
 use super::*;
 use crate::control::lease::testing::{LeaseServer, Timeline};
-use crate::control::lease::{Clock, LeaseClaim, LeaseRecord};
+use crate::control::lease::{Clock, LeaseClaim, LeaseRecord, LeaseSettings};
 
 fn request(key: ObjectKey) -> ReconcileRequest {
     ReconcileRequest {
@@ -216,12 +216,14 @@ async fn a_draining_shard_waits_for_its_reconciles_and_a_lost_one_cancels_them()
 /// A coordinator running in this process against `client`.
 fn coordinator(identity: &str) -> ShardCoordinator {
     ShardCoordinator {
-        namespace: "default".into(),
-        lease_name: "unit".into(),
-        identity: identity.into(),
-        lease_duration: Duration::from_secs(2),
-        renew_deadline: Duration::from_millis(1_300),
-        retry_period: Duration::from_millis(100),
+        lease: LeaseSettings {
+            namespace: "default".into(),
+            lease_name: "unit".into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(2),
+            renew_deadline: Duration::from_millis(1_300),
+            retry_period: Duration::from_millis(100),
+        },
     }
 }
 

@@ -302,12 +302,7 @@ impl Manager {
         let election = if host.config.leader_election.enabled && host.shards.is_none() {
             let le = &host.config.leader_election;
             let election = LeaderElection {
-                namespace: le.namespace.clone(),
-                lease_name: le.lease_name.clone(),
-                identity: self.options.identity.clone(),
-                lease_duration: le.lease_duration,
-                renew_deadline: le.renew_deadline,
-                retry_period: le.retry_period,
+                lease: le.lease(&self.options.identity),
             };
             let tx = self.leader_tx.take().expect("run is called once");
             Some(tokio::spawn(election.run(

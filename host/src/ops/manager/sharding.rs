@@ -23,12 +23,7 @@ impl Host {
         let shards = self.shards.clone()?;
         let le = &self.config.leader_election;
         let coordinator = ShardCoordinator {
-            namespace: le.namespace.clone(),
-            lease_name: le.lease_name.clone(),
-            identity: identity.to_string(),
-            lease_duration: le.lease_duration,
-            renew_deadline: le.renew_deadline,
-            retry_period: le.retry_period,
+            lease: le.lease(identity),
         };
         let host = Arc::downgrade(self);
         let acquired: AcquiredShards = Arc::new(move |taken: &[u32]| {
