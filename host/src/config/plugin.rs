@@ -11,7 +11,7 @@ use super::limits::LimitsConfig;
 use super::record::RecordConfig;
 use super::rollout::{CandidateConfig, CandidateMode};
 use super::settings;
-use super::source::{SourceConfig, SourceProblem, SourceSpec};
+use super::source::{self, SourceConfig, SourceSpec};
 use super::units::{
     MILLI, SECOND, YEAR, bytes_within, count, duration, optional_duration, optional_quantity,
     quantity, rate, within,
@@ -272,30 +272,12 @@ impl PluginConfig {
     /// hold wherever a plugin is defined, so the two can never disagree.
     pub fn check(&self) -> Result<(), FieldProblem> {
         let check = |field: &str, r: Result<(), String>| r.map_err(|m| FieldProblem::new(field, m));
-        match (&self.path, &self.source) {
-            (Some(_), Some(_)) => {
-                return Err(FieldProblem::new(
-                    "source",
-                    "give either path or source, not both",
-                ));
-            }
-            (None, None) => {
-                return Err(FieldProblem::new(
-                    "source",
-                    "is required: where the component comes from (path: FILE, or source: with one of file, url and oci)",
-                ));
-            }
-            (None, Some(source)) => {
-                if let Err(SourceProblem { field, message }) = source.spec() {
-                    let path = match field {
-                        "source" => "source".to_string(),
-                        f => format!("source.{f}"),
-                    };
-                    return Err(FieldProblem::new(path, message));
-                }
-            }
-            (Some(_), None) => {}
-        }
+        source::check_origin(
+            "source",
+            "the component",
+            self.path.as_ref(),
+            self.source.as_ref(),
+        )?;
         check(
             "maxConcurrentReconciles",
             count(

@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::error::FieldProblem;
 use super::settings;
-use super::source::{SourceConfig, SourceProblem};
+use super::source::{self, SourceConfig};
 use super::units::{SECOND, YEAR, count, duration, rate, within};
 
 /// How a candidate version runs beside the stable one.
@@ -98,30 +98,12 @@ impl CandidateConfig {
         let check = |field: &str, r: Result<(), String>| {
             r.map_err(|m| FieldProblem::new(format!("candidate.{field}"), m))
         };
-        match (&self.path, &self.source) {
-            (Some(_), Some(_)) => {
-                return Err(FieldProblem::new(
-                    "candidate.source",
-                    "give either path or source, not both",
-                ));
-            }
-            (None, None) => {
-                return Err(FieldProblem::new(
-                    "candidate.source",
-                    "is required: where the candidate's component comes from (path: FILE, or source: with one of file, url and oci)",
-                ));
-            }
-            (None, Some(source)) => {
-                if let Err(SourceProblem { field, message }) = source.spec() {
-                    let path = match field {
-                        "source" => "candidate.source".to_string(),
-                        f => format!("candidate.source.{f}"),
-                    };
-                    return Err(FieldProblem::new(path, message));
-                }
-            }
-            (Some(_), None) => {}
-        }
+        source::check_origin(
+            "candidate.source",
+            "the candidate's component",
+            self.path.as_ref(),
+            self.source.as_ref(),
+        )?;
         if let Some(settings) = &self.settings {
             settings::check("candidate.settings", settings)?;
         }

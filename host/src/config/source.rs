@@ -16,6 +16,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::error::FieldProblem;
+
 use super::units::{
     HOUR, SECOND, YEAR, bytes_within, optional_duration, optional_quantity, within,
 };
@@ -139,6 +141,43 @@ fn problem(field: &'static str, message: impl Into<String>) -> SourceProblem {
     SourceProblem {
         field,
         message: message.into(),
+    }
+}
+
+/// Checks that a component comes from exactly one of `path` and `source`,
+/// and that the source is well formed. `at` is the field path of the
+/// `source` key (`source`, `candidate.source`), `what` the component's
+/// owner in the message (`the component`, `the candidate's component`).
+pub(super) fn check_origin(
+    at: &str,
+    what: &str,
+    path: Option<&PathBuf>,
+    source: Option<&SourceConfig>,
+) -> Result<(), FieldProblem> {
+    match (path, source) {
+        (Some(_), Some(_)) => Err(FieldProblem::new(
+            at,
+            "give either path or source, not both",
+        )),
+        (None, None) => Err(FieldProblem::new(
+            at,
+            format!(
+                "is required: where {what} comes from (path: FILE, or source: with one of file, url and oci)"
+            ),
+        )),
+        (None, Some(source)) => {
+            source
+                .spec()
+                .map(drop)
+                .map_err(|SourceProblem { field, message }| {
+                    let path = match field {
+                        "source" => at.to_string(),
+                        f => format!("{at}.{f}"),
+                    };
+                    FieldProblem::new(path, message)
+                })
+        }
+        (Some(_), None) => Ok(()),
     }
 }
 
