@@ -5,7 +5,7 @@
 //! controller loop, deadlines — and calls a plugin only for `reconcile(key)`.
 //!
 //! Its modules are layers, each importing only the ones listed before it:
-//! - [`meta`]: the Kubernetes vocabulary (kinds, names, selectors);
+//! - `meta`: the Kubernetes vocabulary (kinds, names, selectors), internal;
 //! - [`control`]: the controller machinery (workqueue, controller, informer
 //!   cache, metrics, leader election, sharding);
 //! - [`sandbox`]: plugins compiled and run in wasm sandboxes, and the host
@@ -15,12 +15,19 @@
 //! - [`ops`]: running plugins in a process (manager, sources, admin server,
 //!   RBAC, transcripts);
 //! - [`tools`]: the command-line tools.
+//!
+//! The public API is what embeds the host or measures it: the reconcile
+//! contract re-exported here, the controller machinery of [`control`]
+//! (workqueue, controller, informer, metrics, leader election, sharding),
+//! loading and calling plugins ([`sandbox`]), the config file ([`config`]),
+//! the manager, sources, RBAC and transcripts ([`ops`]), and the CLI and
+//! plugin builds ([`tools`]). Everything else is `pub(crate)`.
 
 pub mod config;
 pub mod control;
 #[cfg(test)]
 mod fuzz;
-pub mod meta;
+pub(crate) mod meta;
 pub mod ops;
 pub mod sandbox;
 pub mod tools;

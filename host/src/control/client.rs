@@ -23,12 +23,6 @@ pub enum ClientError {
     Client(#[from] kube::Error),
 }
 
-/// A client for the cluster of the kubeconfig at `path` (its current
-/// context).
-pub async fn client_for(path: &Path) -> Result<kube::Client, ClientError> {
-    Ok(kube::Client::try_from(config_for(path).await?)?)
-}
-
 /// The client config of the kubeconfig at `path` (its current context).
 pub async fn config_for(path: &Path) -> Result<kube::Config, ClientError> {
     let shown = path.display().to_string();

@@ -321,13 +321,7 @@ pub(crate) mod testing {
                 wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
                     .await
                     .unwrap();
-            // Built from the kubeconfig with kube itself: the client module
-            // sits above leases (its fenced client holds a Lease's fence).
-            let kubeconfig = kube::config::Kubeconfig::from_yaml(&server.kubeconfig()).unwrap();
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .unwrap();
-            let client = kube::Client::try_from(config).unwrap();
+            let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
             Self {
                 leases: Api::namespaced(client, "default"),
                 _server: server,

@@ -4,13 +4,13 @@
 //! clients and discovery. It knows nothing of wasm. control imports only
 //! meta.
 
-pub mod client;
+pub(crate) mod client;
 pub mod controller;
 pub mod discovery;
 pub mod informer;
 pub mod leader;
 pub mod lease;
 pub mod metrics;
-pub mod reconcile;
+pub(crate) mod reconcile;
 pub mod shard;
 pub mod workqueue;

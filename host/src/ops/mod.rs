@@ -3,7 +3,7 @@
 //! transcripts and the allocator settings. ops imports meta, control,
 //! config and sandbox.
 
-pub mod admin;
+pub(crate) mod admin;
 pub mod malloc;
 pub mod manager;
 pub mod rbac;

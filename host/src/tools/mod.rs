@@ -2,6 +2,6 @@
 //! plugin into a component, and applying manifests for `wasmctrl dev`. The
 //! top layer: tools may import every other.
 
-pub mod apply;
+pub(crate) mod apply;
 pub mod build;
 pub mod cli;

@@ -236,12 +236,7 @@ async fn a_shard_moves_to_a_new_replica_only_after_its_reconciles_finished() {
     let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    server.write_kubeconfig(&kubeconfig).unwrap();
-    let client = crate::control::client::client_for(&kubeconfig)
-        .await
-        .unwrap();
+    let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
     let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
     let stop = CancellationToken::new();
     let spawn = |identity: &str, shards: Arc<Shards>| {

@@ -3,7 +3,7 @@
 //! election on), serves the admin endpoints, and shuts down gracefully.
 //!
 //! # Layout
-//! - `lifecycle`: a plugin's [`PluginEntry`] and its state machine;
+//! - `lifecycle`: a plugin's `PluginEntry` and its state machine;
 //! - `wiring`: loading a plugin from its source and wiring its controller
 //!   (grant checks, watches → informers → queue);
 //! - `reload`: every way a plugin or the config is reloaded (source change,

@@ -7,7 +7,7 @@
 //! order. A call with the same target as the next recorded one (verb, kind,
 //! namespace, name: see [`target`]) gets the recorded answer;
 //! if its arguments differ (as normalized JSON, see
-//! [`crate::meta::normalized`]) that is a `different-arguments` divergence.
+//! `meta::normalized`) that is a `different-arguments` divergence.
 //! Any other call is a `different-call`: if the same target comes later in
 //! the recording, the recorded calls in between count as skipped and it
 //! gets that answer; otherwise it gets the answer of an earlier call with

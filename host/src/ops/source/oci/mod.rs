@@ -25,7 +25,7 @@
 //! the config [`MAX_CONFIG_SIZE`](super::artifact::MAX_CONFIG_SIZE), the component the source's `maxSize`,
 //! an error answer [`MAX_ERROR_ANSWER`] (the rest is not read); and every
 //! URL connected to, redirects and the token realm included, meets the
-//! source's [`Rule`](super::http::Rule). The pull is three requests (the token exchange, the
+//! source's `http::Rule`. The pull is three requests (the token exchange, the
 //! manifest, the blob), small enough to own. `wasmctrl push`, run by an
 //! operator against a registry of their choosing, still goes through
 //! oci-client.
