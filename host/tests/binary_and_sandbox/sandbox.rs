@@ -78,7 +78,7 @@ async fn an_infinite_loop_stops_at_the_deadline() {
     assert!(took >= timeout, "stopped before its deadline: {took:?}");
     // Two 1 ms ticks is the design bound (the deadline benchmark measures
     // it); the slack here only absorbs a loaded CI machine's scheduling.
-    assert!(took < timeout + Duration::from_millis(500), "took {took:?}");
+    assert!(took < timeout + Duration::from_secs(2), "took {took:?}");
     still_works(&plugin).await;
 }
 
