@@ -37,6 +37,7 @@ mod metrics;
 mod patch;
 mod persist;
 mod registry;
+pub mod serve;
 mod values;
 mod yaml;
 

@@ -1,7 +1,7 @@
 //! `wasmctrl` subcommands.
 //!
 //! This module holds the command line and its dispatch; each subcommand
-//! group is a module: `run` (`run`, `apiserver`), `dev`, `rbac`, `build`,
+//! group is a module: `run` (`run`; `apiserver` is the API server crate's `serve`), `dev`, `rbac`, `build`,
 //! `artifact` (`inspect`, `push`) and `replay`.
 
 mod artifact;
@@ -22,7 +22,7 @@ use build::build;
 use dev::{DevOptions, dev};
 use rbac::rbac;
 use replay::replay;
-use run::{apiserver, run};
+use run::{run, terminated};
 
 /// A Kubernetes controller runtime whose reconcilers are sandboxed
 /// WebAssembly components.
@@ -92,18 +92,8 @@ enum Command {
     },
     /// Run the embedded Kubernetes-compatible API server alone.
     Apiserver {
-        #[arg(long, default_value = "127.0.0.1:0")]
-        addr: SocketAddr,
-        /// Where to write the kubeconfig (mode 0600).
-        #[arg(long)]
-        kubeconfig_out: Option<PathBuf>,
-        /// Keep state here across restarts.
-        #[arg(long)]
-        data_dir: Option<PathBuf>,
-        /// How requests other than the admin's are authorized: `always-allow`,
-        /// or `rbac` (Roles and bindings decide; bootstrap roles are created).
-        #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
-        authorization: wasmctrl_apiserver::Authorization,
+        #[command(flatten)]
+        serve: wasmctrl_apiserver::serve::ServeArgs,
     },
     /// Build a plugin directory (Cargo.toml, pyproject.toml or package.json)
     /// to a component, installing the Python/JavaScript toolchain on first use.
@@ -221,12 +211,9 @@ pub fn main() -> ExitCode {
                 };
                 dev(config, options).await
             }
-            Command::Apiserver {
-                addr,
-                kubeconfig_out,
-                data_dir,
-                authorization,
-            } => apiserver(addr, kubeconfig_out, data_dir, authorization).await,
+            Command::Apiserver { serve } => {
+                Ok(wasmctrl_apiserver::serve::serve(serve, terminated()).await?)
+            }
         }
     });
     match result {

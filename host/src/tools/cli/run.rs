@@ -1,7 +1,6 @@
 //! `wasmctrl run` and `wasmctrl apiserver`: the host against a cluster,
 //! and the embedded API server alone, each until SIGTERM or SIGINT.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -34,32 +33,5 @@ pub(super) async fn run(config_path: PathBuf) -> anyhow::Result<()> {
     let manager = Manager::start(config, client, options).await?;
     println!("admin: http://{}/plugins", manager.admin_addr());
     manager.run(terminated()).await?;
-    Ok(())
-}
-
-pub(super) async fn apiserver(
-    addr: SocketAddr,
-    kubeconfig_out: Option<PathBuf>,
-    data_dir: Option<PathBuf>,
-    authorization: wasmctrl_apiserver::Authorization,
-) -> anyhow::Result<()> {
-    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
-        addr,
-        data_dir,
-        authorization,
-        ..wasmctrl_apiserver::Config::default()
-    })
-    .await?;
-    println!(
-        "listening on {} (authorization: {})",
-        server.url(),
-        server.authorization()
-    );
-    if let Some(path) = kubeconfig_out {
-        server.write_kubeconfig(&path)?;
-        println!("kubeconfig written to {}", path.display());
-    }
-    terminated().await;
-    server.shutdown().await;
     Ok(())
 }
