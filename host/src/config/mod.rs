@@ -29,6 +29,7 @@ mod plugins_from;
 mod record;
 mod rollout;
 mod runtime;
+mod shape;
 mod source;
 #[cfg(test)]
 mod tests;
