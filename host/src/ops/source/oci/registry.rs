@@ -277,6 +277,7 @@ impl Registry {
     }
 
     pub(super) fn not_an_artifact(&self, message: String) -> Failure {
+        count_source_refusal(SourceRefusal::NotAnArtifact);
         Failure::refused(SourceError::NotWasmArtifact {
             origin: self.origin.clone(),
             message,

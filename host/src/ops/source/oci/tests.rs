@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 
 use super::*;
 use crate::config::{FetchLimits, OciSourceSpec};
+use crate::control::metrics::{SourceRefusal, source_refusals};
 use crate::ops::source::Reach;
 use crate::ops::source::artifact;
 use crate::ops::source::credentials::{self, RegistryCredentials};
@@ -311,7 +312,9 @@ async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more()
             "it has 30000 layers; a wasm OCI artifact has exactly one",
         ),
     ];
+    let counted = || source_refusals(SourceRefusal::NotAnArtifact);
     for (raw, expected) in cases {
+        let before = counted();
         let (reference, others) = serving(raw).await;
         let e = match describe_artifact(&reference, &options).await {
             Ok(_) => panic!("accepted: {expected}"),
@@ -320,6 +323,7 @@ async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more()
         assert!(e.contains(expected), "{e:.2000}");
         assert!(e.len() < 1024 && !e.contains('\n'), "{e:.2000}");
         assert_eq!(others.load(std::sync::atomic::Ordering::SeqCst), 0, "{e}");
+        assert!(counted() > before, "not counted: {e:.200}");
     }
 }
 
