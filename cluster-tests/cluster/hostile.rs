@@ -255,6 +255,21 @@ async fn a_component_with_more_tables_than_its_ceiling_is_refused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_with_more_core_instances_than_its_ceiling_is_refused() {
+    let message = refused_at_load(
+        artifacts::MANY_INSTANCES,
+        "33 core instances besides the component's own exceed the default ceiling of 32",
+    )
+    .await;
+    assert!(
+        message.contains("(limit)")
+            && message.contains("instance count too high at 33")
+            && message.contains("limits.instances"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_component_with_many_memories_is_held_to_one_memory_limit() {
     let message = refused_at_load(
         artifacts::MANY_MEMORIES,

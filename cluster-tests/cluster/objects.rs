@@ -955,6 +955,96 @@ async fn a_candidate_naming_a_host_file_is_refused_like_the_plugins_own_path() {
     host.stop().await.unwrap();
 }
 
+/// The WasmReconciler CRD with a spec the API server does not type: what
+/// a CRD installed before the schema named a field, or written by hand,
+/// lets through. The host reads the spec as strictly either way.
+const LOOSE_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: { name: wasmreconcilers.wasmctrl.dev }
+spec:
+  group: wasmctrl.dev
+  scope: Cluster
+  names: { plural: wasmreconcilers, singular: wasmreconciler, kind: WasmReconciler, listKind: WasmReconcilerList }
+  versions:
+    - name: v1alpha1
+      served: true
+      storage: true
+      subresources: { status: {} }
+      schema:
+        openAPIV3Schema: { type: object, x-kubernetes-preserve-unknown-fields: true }
+"#;
+
+/// A section of the spec in the wrong shape (`limits: []`, which serde
+/// would read as every default, or `limits: [1Ki]`, as the first field by
+/// position) is never run: the shipped CRD has the API server refuse it,
+/// and past a CRD that does not type it the host refuses it in the
+/// object's status, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_section_of_the_spec_in_the_wrong_shape_is_refused_naming_the_field() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let with_limits = |name: &str, limits: Value| -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "wasmctrl.dev/v1alpha1",
+            "kind": "WasmReconciler",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"file": artifacts::STAMP_V1},
+                "namespaces": ["default"],
+                "permissions": [{"group": "", "resources": ["configmaps"], "verbs": ["get", "list", "watch", "patch"]}],
+                "limits": limits,
+            },
+        }))
+        .unwrap()
+    };
+    let api = objects_api(&cluster);
+    let refused = api
+        .create(
+            &PostParams::default(),
+            &with_limits("typed", serde_json::json!([])),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, kube::Error::Api(s) if s.code == 422 && s.message.contains("spec.limits")),
+        "{refused:?}"
+    );
+    let file = cluster.file("loose-crd.yaml", LOOSE_CRD);
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let host = cluster.host(&host_config("")).await;
+    for (name, limits) in [
+        ("empty", serde_json::json!([])),
+        ("positional", serde_json::json!(["1Ki"])),
+    ] {
+        let created = eventually("the loose CRD served", LIMIT, || async {
+            api.create(&PostParams::default(), &with_limits(name, limits.clone()))
+                .await
+                .ok()
+        })
+        .await;
+        assert_eq!(created.data["spec"]["limits"], limits);
+        let s = status_where(&cluster, name, "the refusal in the status", |s, g| {
+            condition(s, "Degraded").0 == "True" && s["observedGeneration"] == g
+        })
+        .await;
+        let (_, reason, message) = condition(&s, "Degraded");
+        assert_eq!(reason, "InvalidSpec", "{message}");
+        assert_eq!(
+            message, "spec.limits: invalid type: sequence, expected a mapping",
+            "{name}"
+        );
+        assert_eq!(condition(&s, "Ready").0, "False");
+        assert!(host.plugin(name).await.is_none(), "{name} runs nothing");
+    }
+    let refusals = wasmctrl_testkit::admin::metric_value(
+        host.admin,
+        r#"wasmctrl_object_refusals_total{reason="InvalidSpec"}"#,
+    )
+    .await;
+    assert!(refusals.is_some_and(|n| n >= 2.0), "{refusals:?}");
+    host.stop().await.unwrap();
+}
+
 /// An HTTP server on loopback that answers every request with a body that
 /// is not a component, and counts the connections it accepted.
 async fn counting_server() -> (std::net::SocketAddr, Arc<AtomicUsize>) {

@@ -151,6 +151,9 @@ fn main() {
     let tables = wasm_target.join("many_tables.wasm");
     fs::write(&tables, many_tables(&root.join("wit"))).unwrap();
     emit("MANY_TABLES", "many-tables", &tables);
+    let instances = wasm_target.join("many_instances.wasm");
+    fs::write(&instances, many_instances(&root.join("wit"))).unwrap();
+    emit("MANY_INSTANCES", "many-instances", &instances);
     println!("cargo:rerun-if-env-changed=WASMCTRL_TOOLCHAINS");
     for input in POLYGLOT_INPUTS {
         println!("cargo:rerun-if-changed={}", root.join(input).display());
@@ -238,6 +241,82 @@ fn many_tables(wit: &Path) -> Vec<u8> {
             (func (export "reconcile") (param i32 i32 i32 i32 i32) (result i32) unreachable))"#
         ),
     )
+}
+
+/// A component of the `reconciler` world that creates 33 core instances
+/// of an empty module besides its own, one past the default `instances`
+/// ceiling on their own. Nothing counts core instances before
+/// instantiation, so this is what the store's limiter refuses.
+fn many_instances(wit: &Path) -> Vec<u8> {
+    let mut component = component_of(
+        wit,
+        r#"(module
+            (memory (export "memory") 1)
+            (func (export "cabi_realloc") (param i32 i32 i32 i32) (result i32) unreachable)
+            (func (export "metadata") (result i32) unreachable)
+            (func (export "reconcile") (param i32 i32 i32 i32 i32) (result i32) unreachable))"#,
+    );
+    // Sections may follow the component's exports, and indices only grow,
+    // so appending an empty core module and its instances leaves every
+    // index the component already uses as it was.
+    let modules = top_level_sections(&component)
+        .filter(|&id| id == CORE_MODULE_SECTION)
+        .count();
+    section(&mut component, CORE_MODULE_SECTION, b"\0asm\x01\0\0\0");
+    let mut instances = Vec::new();
+    leb128(&mut instances, 33);
+    for _ in 0..33 {
+        // instantiate (0x00) module `modules` with no arguments
+        instances.push(0x00);
+        leb128(&mut instances, modules);
+        leb128(&mut instances, 0);
+    }
+    section(&mut component, CORE_INSTANCE_SECTION, &instances);
+    component
+}
+
+/// Component-model section ids (the component binary format).
+const CORE_MODULE_SECTION: u8 = 1;
+const CORE_INSTANCE_SECTION: u8 = 2;
+
+/// The ids of a component binary's top-level sections.
+fn top_level_sections(bytes: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    let mut at = 8;
+    std::iter::from_fn(move || {
+        let id = *bytes.get(at)?;
+        at += 1;
+        let (mut size, mut shift) = (0usize, 0);
+        loop {
+            let b = bytes[at];
+            at += 1;
+            size |= usize::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        at += size;
+        Some(id)
+    })
+}
+
+/// Appends section `id` holding `payload` to a binary.
+fn section(bytes: &mut Vec<u8>, id: u8, payload: &[u8]) {
+    bytes.push(id);
+    leb128(bytes, payload.len());
+    bytes.extend_from_slice(payload);
+}
+
+fn leb128(out: &mut Vec<u8>, mut n: usize) {
+    loop {
+        let byte = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
 }
 
 /// The reconciler-world component of the core module `wat`.

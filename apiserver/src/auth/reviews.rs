@@ -196,13 +196,25 @@ fn extra(
         )));
     }
     for (k, v) in map {
-        let values = string_list(
-            &json!({"v": v}),
-            "v",
-            MAX_REVIEW_GROUPS,
-            (metrics, Limit::ReviewLists),
-        )
-        .map_err(|_| ApiError::BadRequest("spec.extra must be a map of string lists".into()))?;
+        let values = v.as_array().ok_or_else(|| {
+            ApiError::BadRequest("spec.extra must be a map of string lists".into())
+        })?;
+        // The key is the client's: it is named only by its length.
+        if values.len() > MAX_REVIEW_GROUPS {
+            metrics.exceeded(Limit::ReviewLists);
+            return Err(ApiError::BadRequest(format!(
+                "spec.extra has a key ({} bytes) with {} values; at most {MAX_REVIEW_GROUPS} are accepted",
+                k.len(),
+                values.len()
+            )));
+        }
+        let values = values
+            .iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                ApiError::BadRequest("spec.extra must be a map of string lists".into())
+            })?;
         out.insert(k.clone(), values);
     }
     Ok(out)
@@ -307,6 +319,20 @@ fn rules_status(auth: &Auth, user: &UserInfo, namespace: &str) -> Value {
     }
 }
 
+/// Refuses an audience longer than [`MAX_AUDIENCE_BYTES`]: a TokenRequest
+/// would sign it into a token, and a TokenReview compares it with every
+/// audience a token holds.
+fn check_audience_bytes(auth: &Auth, audiences: &[String]) -> Result<(), ApiError> {
+    if let Some(long) = audiences.iter().find(|a| a.len() > MAX_AUDIENCE_BYTES) {
+        auth.objects.metrics.exceeded(Limit::TokenAudiences);
+        return Err(ApiError::BadRequest(format!(
+            "an audience of {} bytes exceeds the limit of {MAX_AUDIENCE_BYTES}",
+            long.len()
+        )));
+    }
+    Ok(())
+}
+
 /// `TokenReviewStatus`: who `spec.token` authenticates as, for the
 /// audiences asked about (this server's by default).
 fn token_review(auth: &Auth, spec: &Value) -> Result<Value, ApiError> {
@@ -322,6 +348,7 @@ fn token_review(auth: &Auth, spec: &Value) -> Result<Value, ApiError> {
         MAX_AUDIENCES,
         (&auth.objects.metrics, Limit::TokenAudiences),
     )?;
+    check_audience_bytes(auth, &asked)?;
     let audiences: Vec<&str> = if asked.is_empty() {
         sa_token::API_AUDIENCES.to_vec()
     } else {
@@ -510,13 +537,7 @@ pub(crate) fn token_request(
         MAX_AUDIENCES,
         (&auth.objects.metrics, Limit::TokenAudiences),
     )?;
-    if let Some(long) = audiences.iter().find(|a| a.len() > MAX_AUDIENCE_BYTES) {
-        auth.objects.metrics.exceeded(Limit::TokenAudiences);
-        return Err(ApiError::BadRequest(format!(
-            "an audience of {} bytes exceeds the limit of {MAX_AUDIENCE_BYTES}",
-            long.len()
-        )));
-    }
+    check_audience_bytes(auth, &audiences)?;
     if audiences.is_empty() {
         audiences = sa_token::API_AUDIENCES
             .iter()

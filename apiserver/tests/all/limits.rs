@@ -255,3 +255,142 @@ async fn nesting_and_path_segments_are_bounded() {
     assert_eq!(code, 400);
     assert_eq!(h.server.limit_exceeded("jsonDepth"), 2);
 }
+
+/// The JSON depth limit holds on the `scale` subresource's own body
+/// reader, for merge and JSON patches alike.
+#[tokio::test]
+async fn a_scale_patch_is_held_to_the_json_depth_limit() {
+    let h = Harness::start().await;
+    let deployments = "/apis/apps/v1/namespaces/default/deployments";
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "d"}},
+            "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}},
+        },
+    });
+    let (code, status) = h
+        .raw("POST", deployments, None, &deployment.to_string())
+        .await;
+    assert_eq!(code, 201, "{status}");
+    let scale = format!("{deployments}/d/scale");
+    let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+    for (content_type, patch) in [
+        (
+            "application/merge-patch+json",
+            format!(r#"{{"spec":{{"replicas":2,"x":{}}}}}"#, deep(200)),
+        ),
+        (
+            "application/json-patch+json",
+            format!(
+                r#"[{{"op":"replace","path":"/spec/replicas","value":{}}}]"#,
+                deep(200)
+            ),
+        ),
+    ] {
+        let (code, status) = h.raw("PATCH", &scale, Some(content_type), &patch).await;
+        assert_eq!(code, 400, "{content_type}: {status}");
+        assert!(
+            status["message"]
+                .as_str()
+                .unwrap()
+                .contains("recursion limit exceeded"),
+            "{status}"
+        );
+    }
+    assert_eq!(h.server.limit_exceeded("jsonDepth"), 2);
+    // Nothing was written; a patch within the limit still is.
+    let (code, status) = h
+        .raw(
+            "PATCH",
+            &scale,
+            Some("application/merge-patch+json"),
+            r#"{"spec":{"replicas":3}}"#,
+        )
+        .await;
+    assert_eq!(
+        (code, &status["spec"]["replicas"]),
+        (200, &json!(3)),
+        "{status}"
+    );
+}
+
+/// Audiences of a TokenRequest and of a TokenReview are each at most
+/// 1 KiB, and a SubjectAccessReview's extra key at most 1 000 values:
+/// refused with 400 naming the bound, and counted.
+#[tokio::test]
+async fn token_audiences_and_review_extra_values_are_bounded() {
+    let h = Harness::start().await;
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa"}});
+    let (code, status) = h
+        .raw(
+            "POST",
+            "/api/v1/namespaces/default/serviceaccounts",
+            None,
+            &sa.to_string(),
+        )
+        .await;
+    assert_eq!(code, 201, "{status}");
+    let long = "a".repeat(1025);
+    let request = |audience: &str| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+            "spec": {"audiences": [audience]}})
+        .to_string()
+    };
+    let token_request = "/api/v1/namespaces/default/serviceaccounts/sa/token";
+    let (code, status) = h.raw("POST", token_request, None, &request(&long)).await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "an audience of 1025 bytes exceeds the limit of 1024"
+    );
+    assert_eq!(h.server.limit_exceeded("tokenAudiences"), 1);
+    let (code, status) = h
+        .raw("POST", token_request, None, &request(&long[..1024]))
+        .await;
+    assert_eq!(code, 201, "{status}");
+    let token = status["status"]["token"].as_str().unwrap().to_string();
+
+    let review = |audience: &str| {
+        json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [audience]}})
+        .to_string()
+    };
+    let token_reviews = "/apis/authentication.k8s.io/v1/tokenreviews";
+    let (code, status) = h.raw("POST", token_reviews, None, &review(&long)).await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "an audience of 1025 bytes exceeds the limit of 1024"
+    );
+    assert_eq!(h.server.limit_exceeded("tokenAudiences"), 2);
+    let (code, status) = h
+        .raw("POST", token_reviews, None, &review(&long[..1024]))
+        .await;
+    assert_eq!(code, 201, "{status}");
+    assert_eq!(status["status"]["authenticated"], true, "{status}");
+
+    let access_review = |values: usize| {
+        let values: Vec<String> = (0..values).map(|i| format!("v{i}")).collect();
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {"user": "u", "extra": {"k": values},
+                "resourceAttributes": {"verb": "get", "resource": "pods"}}})
+        .to_string()
+    };
+    let access_reviews = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (code, status) = h
+        .raw("POST", access_reviews, None, &access_review(1001))
+        .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "spec.extra has a key (1 bytes) with 1001 values; at most 1000 are accepted"
+    );
+    assert_eq!(h.server.limit_exceeded("reviewLists"), 1);
+    let (code, status) = h
+        .raw("POST", access_reviews, None, &access_review(1000))
+        .await;
+    assert_eq!(code, 201, "{status}");
+    assert_eq!(h.server.limit_exceeded("reviewLists"), 1);
+}

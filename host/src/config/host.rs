@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::shape::{mapping, mappings, optional_mapping, optional_mappings};
 use serde::Deserialize;
 
 use super::election::{LeaderElectionConfig, ShardingConfig};
@@ -29,7 +30,7 @@ pub const KIND: &str = "HostConfig";
 pub struct HostConfig {
     pub api_version: String,
     pub kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub admin: AdminConfig,
     #[serde(default = "default_shutdown_timeout", deserialize_with = "duration")]
     pub shutdown_timeout: Duration,
@@ -38,29 +39,29 @@ pub struct HostConfig {
     #[serde(default = "default_cache_sync_timeout", deserialize_with = "duration")]
     pub cache_sync_timeout: Duration,
     /// What the shared informer cache keeps of each object.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub cache: CacheSection,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub leader_election: LeaderElectionConfig,
     /// Spread the keys over the replicas (see [`crate::control::shard`]);
     /// None: one leader (with leader election) or every host reconciles
     /// every key.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub sharding: Option<ShardingConfig>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub runtime: RuntimeSection,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mappings")]
     pub plugins: Vec<PluginConfig>,
     /// Also run the plugins defined by WasmReconciler objects in the
     /// cluster (opt-in; see [`PluginsFrom`]).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub plugins_from: Option<PluginsFrom>,
     /// The most a WasmReconciler object may grant its plugin: an object
     /// whose `permissions` (within its `namespaces`) allow anything these
     /// rules do not is refused. Unset is `[]`: object plugins may be granted
     /// nothing, so every object that asks for a permission is refused
     /// (plugins of the config file are not limited by it).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mappings")]
     pub max_grant: Option<Vec<PermissionRule>>,
     /// The directory of the config file; plugin paths are relative to it.
     #[serde(skip)]

@@ -30,6 +30,7 @@ mod record;
 mod rollout;
 mod runtime;
 mod settings;
+mod shape;
 mod source;
 #[cfg(test)]
 mod tests;

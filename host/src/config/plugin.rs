@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::shape::{mapping, mappings, optional_mapping};
 use serde::Deserialize;
 
 use super::error::FieldProblem;
@@ -31,7 +32,7 @@ pub struct PluginConfig {
     #[serde(default)]
     pub path: Option<PathBuf>,
     /// Where the component comes from (one of `path` and `source`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub source: Option<SourceConfig>,
     #[serde(default = "default_max_concurrent_reconciles")]
     pub max_concurrent_reconciles: usize,
@@ -45,7 +46,7 @@ pub struct PluginConfig {
     /// After this many retries of a key, its error is terminal.
     #[serde(default)]
     pub max_retries: Option<u32>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub rate_limiter: RateLimiterConfig,
     /// Only objects in these namespaces are watched and reconciled.
     #[serde(default)]
@@ -60,13 +61,13 @@ pub struct PluginConfig {
     #[serde(default, deserialize_with = "optional_duration")]
     pub idle_unload: Option<Duration>,
     /// What the plugin is allowed to do through the `kube` interface.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mappings")]
     pub permissions: Vec<PermissionRule>,
     /// Handed to the plugin as JSON.
     #[serde(default = "empty_object")]
     pub settings: serde_json::Value,
     /// Ceilings on what one reconcile may consume.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub limits: LimitsConfig,
     /// `fresh` (a new instance per reconcile), `reuse` (warm instances) or
     /// `auto` (reuse for components with a large initial memory:
@@ -91,11 +92,11 @@ pub struct PluginConfig {
     /// A second version run beside this one: in shadow (its writes
     /// captured and compared, never sent) or as a canary on a share of the
     /// keys.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub candidate: Option<CandidateConfig>,
     /// Write matching reconciles' transcripts (every host call with its
     /// answer, the context read, the result) for `wasmctrl replay`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub record: Option<RecordConfig>,
 }
 

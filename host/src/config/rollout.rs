@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::shape::optional_mapping;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
@@ -31,7 +32,7 @@ pub struct CandidateConfig {
     #[serde(default)]
     pub path: Option<PathBuf>,
     /// Where the candidate's component comes from (one of `path` and `source`).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub source: Option<SourceConfig>,
     /// The candidate's settings (default: the plugin's).
     #[serde(default)]
@@ -46,7 +47,7 @@ pub struct CandidateConfig {
     #[serde(default = "default_keep_divergences")]
     pub keep_divergences: usize,
     /// Required with `mode: canary`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "optional_mapping")]
     pub canary: Option<CanaryConfig>,
 }
 

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::shape::mapping;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
@@ -39,7 +40,7 @@ pub struct RuntimeSection {
     #[serde(default = "default_host_api_qps")]
     pub api_qps: f64,
     /// How plugins' guests share the CPU when more than one has work.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "mapping")]
     pub guest_cpu: GuestCpuSection,
 }
 

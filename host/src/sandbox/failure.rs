@@ -73,7 +73,7 @@ impl CallFailure {
                 message,
             };
         }
-        if let Some(ceiling) = refused.or_else(|| count_limit(&message)) {
+        if let Some(ceiling) = refused {
             let kind = match ceiling {
                 Ceiling::Memory => TrapKind::Memory,
                 _ => TrapKind::Limit,
@@ -82,6 +82,17 @@ impl CallFailure {
                 kind,
                 ceiling: Some(ceiling),
                 message,
+            };
+        }
+        if let Some(ceiling) = count_limit(&message) {
+            // wasmtime's words name the count, not the setting that bounds it.
+            return CallFailure::Trap {
+                kind: TrapKind::Limit,
+                ceiling: Some(ceiling),
+                message: format!(
+                    "{message}: more than the plugin's limits.{} allows",
+                    ceiling.as_str()
+                ),
             };
         }
         let kind = match error.downcast_ref::<Trap>() {

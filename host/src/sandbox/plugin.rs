@@ -317,7 +317,18 @@ impl Runtime {
                 }
             })?,
             Ok(Returned::Reconcile(_)) => unreachable!("metadata returns metadata"),
-            Err(CallFailure::Trap { kind, message, .. }) => {
+            Err(CallFailure::Trap {
+                kind,
+                message,
+                ceiling,
+            }) => {
+                // Load calls are not observed as reconciles, so a ceiling
+                // that refused the instance is counted here.
+                if let Some(ceiling) = ceiling {
+                    self.inner
+                        .metrics
+                        .count_limit(&sandbox.name, ceiling.as_str());
+                }
                 return Err(LoadError::Metadata {
                     origin: path,
                     kind,

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 use wasmctrl::control::metrics::DiskRefusal;
 
-use wasmctrl::sandbox::{CacheHit, Limits, LoadError, RuntimeConfig};
+use wasmctrl::TrapKind;
+use wasmctrl::sandbox::{CacheHit, Limits, LoadError, PluginSpec, RuntimeConfig};
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::{load, runtime, runtime_with, spec};
@@ -272,5 +273,56 @@ async fn a_component_past_its_tables_is_refused_at_load_naming_it_and_counted() 
     assert!(
         exposition.lines().any(|l| l == line),
         "{line} not in\n{exposition}"
+    );
+}
+
+/// Nothing counts a component's core instances before it runs, so the
+/// store refuses the one past `limits.instances` while `metadata`'s
+/// instance is being created, and the load fails naming the limit.
+#[tokio::test]
+async fn a_component_past_its_core_instances_is_refused_at_instantiation_and_counted() {
+    let metrics = std::sync::Arc::new(wasmctrl::control::metrics::Metrics::new());
+    let runtime = wasmctrl::sandbox::Runtime::new(crate::test_runtime_config(), metrics.clone())
+        .expect("runtime starts");
+    let err = runtime
+        .load_file(artifacts::MANY_INSTANCES, spec("instances"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, LoadError::Metadata { kind: TrapKind::Limit, message, .. }
+            if message.contains("instance count too high at 33")
+                && message.contains("limits.instances")),
+        "{err}"
+    );
+    let line = r#"wasmctrl_plugin_limit_exceeded_total{plugin="instances",limit="instances",version="stable"} 1"#;
+    let exposition = metrics.encode();
+    assert!(
+        exposition.lines().any(|l| l == line),
+        "{line} not in\n{exposition}"
+    );
+    // Within a ceiling raised past its count, the same component is
+    // instantiated: it is refused for its count, not for what it is.
+    let err = runtime
+        .load_file(
+            artifacts::MANY_INSTANCES,
+            PluginSpec {
+                limits: Limits {
+                    instances: 64,
+                    ..Limits::default()
+                },
+                ..spec("instances")
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            LoadError::Metadata {
+                kind: TrapKind::Panic,
+                ..
+            }
+        ),
+        "{err}"
     );
 }

@@ -4,6 +4,7 @@
 //! over any input are `ops::transcript::fuzz` in the library.
 
 use std::path::Path;
+use std::process::Command;
 
 use wasmctrl_plugin_artifacts as artifacts;
 
@@ -64,10 +65,74 @@ fn a_line_nested_64_mib_deep_is_refused() {
     assert_refused(
         &file,
         &format!(
-            "error: {}:1: not a transcript: recursion limit exceeded",
+            "error: {}:1: not a transcript: the line nests arrays and objects more than 128 levels deep",
             file.display()
         ),
     );
+}
+
+/// A line within its byte bound made of tiny values would be a tree tens
+/// of times its size: it is refused by counting before any tree is built,
+/// and the reader stays within a few times the line's own bytes.
+#[test]
+fn a_line_of_millions_of_tiny_values_is_refused_before_it_becomes_a_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.jsonl");
+    // 20 Mi zeros in 40 MiB: past the 16 Mi values a line may hold.
+    let values = 20 << 20;
+    let mut line = String::with_capacity(2 * values + 2);
+    line.push('[');
+    line.push_str(&"0,".repeat(values - 1));
+    line.push_str("0]\n");
+    std::fs::write(&file, &line).unwrap();
+    let (code, stderr, peak) = replay_measured(&file);
+    assert_eq!(code, Some(2), "{stderr:.2000}");
+    let expected = format!(
+        "error: {}:1: not a transcript: the line holds more than 16777216 JSON values",
+        file.display()
+    );
+    let stderr = stderr.trim_end();
+    assert!(
+        stderr.starts_with(&expected) && !stderr.contains('\n') && stderr.len() <= 1024,
+        "{stderr:.2000}"
+    );
+    // A tree of those values would be over 600 MiB.
+    assert!(
+        peak < 256 << 20,
+        "the reader peaked at {} MiB for a 40 MiB line",
+        peak >> 20
+    );
+}
+
+/// Status, stderr and peak resident memory (bytes) of `wasmctrl replay
+/// file`. A python3 parent measures the peak: a child of this process
+/// would be charged with this process's own high-water mark, which exec
+/// keeps.
+fn replay_measured(file: &Path) -> (Option<i32>, String, u64) {
+    const MEASURE: &str = "import resource, subprocess, sys\n\
+        code = subprocess.run(sys.argv[1:]).returncode\n\
+        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+        sys.exit(code if code >= 0 else 128 - code)\n";
+    let out = Command::new("python3")
+        .args(["-c", MEASURE])
+        .arg(env!("CARGO_BIN_EXE_wasmctrl"))
+        .arg("replay")
+        .arg(file)
+        .args(["--plugin", artifacts::MISBEHAVE])
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Linux gives ru_maxrss in KiB.
+    let peak_kib: u64 = stdout
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no peak measured: {stdout:.2000}"));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        peak_kib * 1024,
+    )
 }
 
 #[test]

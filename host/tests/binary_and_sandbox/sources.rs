@@ -6,6 +6,8 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -16,6 +18,7 @@ use wasmctrl::ops::source::oci::{self, RegistryOptions};
 use wasmctrl::ops::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
 use wasmctrl::sandbox::digest;
 use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::admin::metric_value;
 use wasmctrl_testkit::eventually;
 use wasmctrl_testkit::host::{
     RunningHost, file_digest, host_config, insecure_registry, push_component,
@@ -635,4 +638,125 @@ async fn credentials_come_from_a_docker_config() {
         source.fetch().await.expect("pull with credentials").digest,
         file_digest(artifacts::NOOP)
     );
+}
+
+/// A registry on loopback serving `component` as the tag `p/x:1`, until
+/// the returned switch is set: from then on it answers the tag with an
+/// error that never ends.
+async fn turning_registry(component: &[u8]) -> (SocketAddr, Arc<AtomicBool>) {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let packed = wasmctrl::ops::source::artifact::pack(
+        component,
+        "2026-12-05T00:00:00Z",
+        Default::default(),
+    )
+    .unwrap();
+    let manifest = packed.manifest.clone();
+    let blobs = Arc::new(vec![
+        (packed.config_digest.clone(), packed.config.clone()),
+        (packed.layer_digest.clone(), component.to_vec()),
+    ]);
+    let hostile = Arc::new(AtomicBool::new(false));
+    let turned = hostile.clone();
+    let manifests = axum::routing::get(
+        move |axum::extract::Path(_at): axum::extract::Path<String>| {
+            let manifest = manifest.clone();
+            let hostile = turned.load(Ordering::SeqCst);
+            async move {
+                if hostile {
+                    let endless = futures::stream::repeat_with(|| {
+                        Ok::<_, std::convert::Infallible>(bytes::Bytes::from(vec![b'e'; 64 << 10]))
+                    });
+                    (
+                        StatusCode::BAD_REQUEST,
+                        axum::body::Body::from_stream(endless),
+                    )
+                        .into_response()
+                } else {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            "application/vnd.oci.image.manifest.v1+json",
+                        )],
+                        manifest,
+                    )
+                        .into_response()
+                }
+            }
+        },
+    )
+    // No digest header: the tag is resolved by reading the manifest.
+    .head(|| async { StatusCode::OK });
+    let app = axum::Router::new()
+        .route("/v2/", axum::routing::get(|| async { "{}" }))
+        .route("/v2/p/x/manifests/{at}", manifests)
+        .route(
+            "/v2/p/x/blobs/{digest}",
+            axum::routing::get(
+                move |axum::extract::Path(digest): axum::extract::Path<String>| {
+                    let found = blobs
+                        .iter()
+                        .find(|(d, _)| *d == digest)
+                        .map(|(_, b)| b.clone());
+                    async move { found.ok_or(StatusCode::NOT_FOUND) }
+                },
+            ),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, hostile)
+}
+
+/// A registry's error answer is read to its bound inside a running host
+/// too (a tag poll), and each cut is counted where an operator looks: the
+/// admin server's `/metrics`. The plugin keeps serving what it had.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_error_answer_cut_in_a_poll_is_counted_on_the_admin_metrics() {
+    let (addr, hostile) = turning_registry(&std::fs::read(artifacts::STAMP_V1).unwrap()).await;
+    let (_server, client) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 5s
+runtime: {{ cacheDir: cache }}
+plugins:
+  - name: stamp
+    source: {{ oci: "{addr}/p/x:1", pollInterval: 1s, insecure: true, dockerConfig: {docker} }}
+    reconcileTimeout: 5s
+    namespaces: [default]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#,
+        docker = empty_docker_config().display()
+    );
+    let host = RunningHost::start(host_config(&text, dir.path()), client, None).await;
+    let serving = host.plugin("stamp").await.expect("/plugins lists stamp")["digest"].clone();
+    assert_eq!(serving, file_digest(artifacts::STAMP_V1));
+    hostile.store(true, Ordering::SeqCst);
+    let cut = eventually(
+        "an error answer cut and counted",
+        Duration::from_secs(30),
+        || async {
+            metric_value(
+                host.admin,
+                r#"wasmctrl_source_refusals_total{reason="errorAnswer"}"#,
+            )
+            .await
+            .filter(|n| *n >= 1.0)
+        },
+    )
+    .await;
+    assert!(cut >= 1.0);
+    assert_eq!(
+        host.plugin("stamp").await.expect("still listed")["digest"],
+        serving
+    );
+    tokio::time::timeout(Duration::from_secs(15), host.stop())
+        .await
+        .expect("the manager stops")
+        .unwrap();
 }

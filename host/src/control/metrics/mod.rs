@@ -38,6 +38,7 @@ pub use labels::{
 pub use plugin::{CallSeries, CallUsage};
 pub use refusals::{
     DiskRefusal, SourceRefusal, count_disk_refusal, count_source_refusal, disk_refusals,
+    source_refusals,
 };
 pub use registry::Metrics;
 pub use version::{Version, current_version, ran_as, with_version};

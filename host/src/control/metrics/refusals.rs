@@ -23,15 +23,24 @@ pub enum SourceRefusal {
     Manifest,
     /// A component over the source's `maxSize`.
     Component,
+    /// An error answer (a registry's, its token endpoint's) read only to
+    /// its bound, the rest left unread.
+    ErrorAnswer,
+    /// A manifest refused for what it says: not a wasm OCI artifact's (its
+    /// JSON, shape, media types or digests), or a component layer larger
+    /// than the source's `maxSize`.
+    NotAnArtifact,
 }
 
 impl SourceRefusal {
-    const ALL: [SourceRefusal; 5] = [
+    const ALL: [SourceRefusal; 7] = [
         SourceRefusal::InternalAddress,
         SourceRefusal::Redirect,
         SourceRefusal::TokenAnswer,
         SourceRefusal::Manifest,
         SourceRefusal::Component,
+        SourceRefusal::ErrorAnswer,
+        SourceRefusal::NotAnArtifact,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +50,8 @@ impl SourceRefusal {
             SourceRefusal::TokenAnswer => "tokenAnswer",
             SourceRefusal::Manifest => "manifest",
             SourceRefusal::Component => "component",
+            SourceRefusal::ErrorAnswer => "errorAnswer",
+            SourceRefusal::NotAnArtifact => "notAnArtifact",
         }
     }
 }
@@ -70,6 +81,15 @@ pub fn count_source_refusal(reason: SourceRefusal) {
             reason: reason.as_str().into(),
         })
         .inc();
+}
+
+/// How many times `reason` was counted in this process (for tests).
+pub fn source_refusals(reason: SourceRefusal) -> u64 {
+    SOURCE_REFUSALS
+        .get_or_create(&ReasonLabel {
+            reason: reason.as_str().into(),
+        })
+        .get()
 }
 
 /// What the host refused to believe when it read it back from its own

@@ -197,6 +197,7 @@ pub(crate) async fn error_text(mut response: reqwest::Response, limit: usize) ->
     }
     let mut text = String::from_utf8_lossy(&out).into_owned();
     if cut {
+        count_source_refusal(SourceRefusal::ErrorAnswer);
         text.push_str(&format!(
             " … (the answer exceeds {limit} bytes; the rest was not read)"
         ));

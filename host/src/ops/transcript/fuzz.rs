@@ -244,7 +244,39 @@ fn bounds(line: usize, file: u64, transcripts: usize) -> Bounds {
         line,
         file,
         transcripts,
+        values: MAX_VALUES,
     }
+}
+
+#[test]
+fn a_line_at_its_value_bound_is_read_and_one_value_more_is_refused() {
+    let line = sample().to_string();
+    let values = (1..)
+        .find(|&n| shape_within(line.as_bytes(), MAX_NESTING, n).is_ok())
+        .unwrap();
+    let within = |values| Bounds {
+        values,
+        ..bounds(line.len(), 1 << 20, 1)
+    };
+    assert_eq!(
+        read_within(FILE, line.as_bytes(), &within(values))
+            .unwrap()
+            .len(),
+        1
+    );
+    let e = read_within(FILE, line.as_bytes(), &within(values - 1)).unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "t.jsonl:1: not a transcript: the line holds more than {} JSON values",
+            values - 1
+        )),
+        "{e}"
+    );
+    // An object, its key and its value; what is inside a string is text.
+    assert!(shape_within(br#"{"a": "[{,:\"]"}"#, 1, 3).is_ok());
+    assert!(shape_within(br#"{"a": "[{,:\"]"}"#, 1, 2).is_err());
+    assert!(shape_within(b"[[]]", 1, 10).is_err());
+    assert!(shape_within(b" [ ] ", 1, 1).is_ok());
 }
 
 #[test]

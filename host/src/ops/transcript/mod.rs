@@ -283,6 +283,18 @@ pub const MAX_CALLS: usize = 1_000_000;
 /// years.
 pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
 
+/// Deepest nesting of arrays and objects a line may have: a recording
+/// embeds bodies nested at most a few levels less than the host API
+/// accepts ([`crate::sandbox::hostapi::MAX_NESTING`]).
+pub const MAX_NESTING: usize = crate::sandbox::hostapi::MAX_NESTING;
+
+/// JSON values (object keys included) one line may hold: one per 16 bytes
+/// of the longest line. A line is parsed into a tree that costs tens of
+/// bytes per value whatever its text, so this, not the line's bytes,
+/// bounds a reader's memory; recorded Kubernetes objects average well over
+/// 16 bytes a value.
+pub const MAX_VALUES: usize = MAX_LINE / 16;
+
 /// Bytes of the file's own text an error message quotes: a parse error can
 /// echo a string of the line whole, and the line is the file's author's.
 const MAX_QUOTED: usize = 512;
@@ -318,12 +330,14 @@ struct Bounds {
     line: usize,
     file: u64,
     transcripts: usize,
+    values: usize,
 }
 
 const BOUNDS: Bounds = Bounds {
     line: MAX_LINE,
     file: MAX_FILE,
     transcripts: MAX_TRANSCRIPTS,
+    values: MAX_VALUES,
 };
 
 fn read_within(
@@ -382,6 +396,13 @@ fn read_within(
                 bounds.transcripts
             )));
         }
+        shape_within(text, MAX_NESTING, bounds.values).map_err(|message| {
+            TranscriptError::Parse {
+                path: path.into(),
+                line: line_no,
+                message,
+            }
+        })?;
         out.push((line_no, parse_line(path, line_no, text)?));
     }
     Ok(out)
@@ -406,6 +427,56 @@ fn parse_line(path: &str, line: usize, text: &[u8]) -> Result<Transcript, Transc
     let t: Transcript = serde_json::from_value(value).map_err(|e| parse(e.to_string()))?;
     t.check().map_err(parse)?;
     Ok(t)
+}
+
+/// Refuses a line whose arrays and objects nest deeper than `depth`, or
+/// that holds more than `values` JSON values (keys included), in one pass
+/// over its bytes before anything is parsed. Brackets, commas and colons
+/// inside strings do not count; whether it is JSON at all is the parser's
+/// business.
+fn shape_within(text: &[u8], depth: usize, values: usize) -> Result<(), String> {
+    let (mut level, mut count) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    // Whether the next byte that is not white space starts a value (or a
+    // key): at the start, and after `[`, `{`, `,` and `:`.
+    let mut value_next = true;
+    for &b in text {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if b.is_ascii_whitespace() {
+            continue;
+        }
+        if value_next && b != b']' && b != b'}' {
+            count += 1;
+            if count > values {
+                return Err(format!(
+                    "the line holds more than {values} JSON values, more than any transcript the recorder writes (one per 16 bytes of the longest line)"
+                ));
+            }
+        }
+        value_next = matches!(b, b'[' | b'{' | b',' | b':');
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                level += 1;
+                if level > depth {
+                    return Err(format!(
+                        "the line nests arrays and objects more than {depth} levels deep, more than any transcript the recorder writes"
+                    ));
+                }
+            }
+            b']' | b'}' => level = level.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 impl Transcript {

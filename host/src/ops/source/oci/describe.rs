@@ -38,13 +38,8 @@ pub async fn describe_artifact(
         };
         let pinned = pin(&parsed, &manifest_digest);
         let (manifest, raw) = registry.manifest(&pinned).await.map_err(refused)?;
-        let layer =
-            artifact::component_layer(&manifest, options.limits.max_size).map_err(|message| {
-                SourceError::NotWasmArtifact {
-                    origin: origin.clone(),
-                    message,
-                }
-            })?;
+        let layer = artifact::component_layer(&manifest, options.limits.max_size)
+            .map_err(|message| refused(registry.not_an_artifact(message)))?;
         let config = registry
             .blob(&pinned, &manifest.config, MAX_CONFIG_SIZE)
             .await

@@ -26,14 +26,14 @@
 //! an error answer [`MAX_ERROR_ANSWER`] (the rest is not read); and every
 //! URL connected to, redirects and the token realm included, meets the
 //! source's `http::Rule`. The pull is three requests (the token exchange, the
-//! manifest, the blob), small enough to own. `wasmctrl push`, run by an
-//! operator against a registry of their choosing, still goes through
-//! oci-client.
+//! manifest, the blob), small enough to own; `wasmctrl push` is the same
+//! conversation with three more (two uploads and the manifest), whose
+//! success answers are never read.
 //!
 //! - `source`: [`OciSource`], the plugin source, with its disk-cache
 //!   fallback.
-//! - `registry`: the bounded conversation with a registry for a pull, and
-//!   its authentication; `pull` the requests it makes (resolve a tag, read
+//! - `registry`: the bounded conversation with a registry, and its
+//!   authentication; `pull` the requests it makes (resolve a tag, read
 //!   a manifest, download a blob).
 //! - `push` and `describe`: `wasmctrl push` and `wasmctrl inspect`.
 

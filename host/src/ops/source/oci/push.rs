@@ -1,134 +1,22 @@
 //! `wasmctrl push`: a component to a registry as a wasm OCI artifact,
-//! through oci-client (run by an operator against a registry of their
-//! choosing).
+//! through the same bounded conversation as a pull ([`Registry`]): the
+//! token answer and every error answer are read under their bounds, and
+//! no success answer's body is read at all.
+//!
+//! The upload is the distribution spec's monolithic one: `POST` to open an
+//! upload session, `PUT` the blob to the location the registry names
+//! (held to the conversation's rule like any URL it names), then `PUT` the
+//! manifest by tag.
 
 use std::collections::BTreeMap;
-
-use oci_client::errors::{DigestError, OciDistributionError};
-use oci_client::secrets::RegistryAuth;
-use oci_client::{Reference, RegistryOperation};
 
 use super::failure::{Failure, reached};
 use super::options::RegistryOptions;
 use super::reference::parse_reference;
-use crate::ops::source::SourceError;
+use super::registry::{Access, Registry};
 use crate::ops::source::artifact::{self, OCI_MANIFEST_MEDIA_TYPE, Packed};
-use crate::ops::source::credentials;
 use crate::ops::source::downloads::now_rfc3339;
-use crate::ops::source::http::{CONNECT_TIMEOUT, chain, install_crypto_provider};
-
-/// `wasmctrl push`'s conversation with a registry, through oci-client.
-struct Pusher {
-    client: oci_client::Client,
-    options: RegistryOptions,
-    origin: String,
-}
-
-impl Pusher {
-    fn connect(options: &RegistryOptions, origin: &str) -> Result<Self, SourceError> {
-        install_crypto_provider();
-        let config = oci_client::client::ClientConfig {
-            protocol: if options.insecure {
-                oci_client::client::ClientProtocol::Http
-            } else {
-                oci_client::client::ClientProtocol::Https
-            },
-            platform_resolver: None,
-            connect_timeout: Some(options.limits.timeout.min(CONNECT_TIMEOUT)),
-            read_timeout: Some(options.limits.timeout),
-            user_agent: concat!("wasmctrl/", env!("CARGO_PKG_VERSION")),
-            ..Default::default()
-        };
-        let client = oci_client::Client::try_from(config).map_err(|e| SourceError::Download {
-            origin: origin.to_string(),
-            message: format!("cannot set up a registry client: {}", chain(&e)),
-        })?;
-        Ok(Self {
-            client,
-            options: options.clone(),
-            origin: origin.to_string(),
-        })
-    }
-
-    async fn auth(&self, reference: &Reference) -> Result<RegistryAuth, SourceError> {
-        let registry = reference.resolve_registry();
-        let found = match &self.options.credentials {
-            Some(provider) => provider.credentials(registry).await,
-            None => {
-                credentials::credentials_for(self.options.docker_config.as_deref(), registry).await
-            }
-        }
-        .map_err(|source| SourceError::Credentials {
-            origin: self.origin.clone(),
-            source,
-        })?;
-        Ok(match found {
-            Some(c) => RegistryAuth::Basic(c.username, c.password),
-            None => RegistryAuth::Anonymous,
-        })
-    }
-
-    /// Sorts an oci-client error into "cannot reach" and "refused".
-    fn failure(&self, e: OciDistributionError) -> Failure {
-        let origin = self.origin.clone();
-        let refused = |message: String| Failure::refused(SourceError::Download { origin, message });
-        match e {
-            OciDistributionError::RequestError(e) => {
-                let mut message = chain(&e);
-                if !self.options.insecure && message.contains("InvalidContentType") {
-                    message.push_str(
-                        " (the registry does not speak TLS; for a plain-HTTP registry set insecure: true)",
-                    );
-                }
-                Failure::Unreachable(message)
-            }
-            OciDistributionError::RegistryError { envelope, .. } => {
-                use oci_client::errors::OciErrorCode;
-                let unknown = envelope.errors.iter().any(|e| {
-                    matches!(
-                        e.code,
-                        OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown
-                    )
-                });
-                if unknown {
-                    refused("the registry has no such repository, tag or digest".into())
-                } else {
-                    let errors: Vec<String> = envelope
-                        .errors
-                        .iter()
-                        .map(|e| format!("{:?}: {}", e.code, e.message))
-                        .collect();
-                    refused(format!("the registry refused: {}", errors.join("; ")))
-                }
-            }
-            OciDistributionError::ServerError { code, message, .. }
-                if code >= 500 || code == 429 =>
-            {
-                Failure::Unreachable(format!("the registry answered {code}: {message}"))
-            }
-            OciDistributionError::DigestError(DigestError::VerificationError {
-                expected,
-                actual,
-            }) => Failure::refused(SourceError::DigestMismatch {
-                origin: self.origin.clone(),
-                expected,
-                got: actual,
-            }),
-            OciDistributionError::ImageManifestNotFoundError(_) => {
-                refused("the registry has no such manifest (unknown tag or digest)".into())
-            }
-            OciDistributionError::ServerError {
-                code: 401 | 403, ..
-            }
-            | OciDistributionError::UnauthorizedError { .. }
-            | OciDistributionError::AuthenticationFailure(_) => refused(format!(
-                "the registry refused access ({}); check the credentials in the docker config",
-                chain(&e)
-            )),
-            e => refused(chain(&e)),
-        }
-    }
-}
+use crate::ops::source::{Reach, SourceError};
 
 /// What `wasmctrl push` stored.
 #[derive(Debug, Clone)]
@@ -138,6 +26,79 @@ pub struct Pushed {
     pub manifest_digest: String,
     pub config_digest: String,
     pub layer_digest: String,
+}
+
+impl Registry {
+    /// Uploads `bytes` as the blob `digest` of `repository`.
+    async fn push_blob(
+        &self,
+        repository: &str,
+        bytes: Vec<u8>,
+        digest: &str,
+    ) -> Result<(), Failure> {
+        let start = format!("{}/v2/{repository}/blobs/uploads/", self.base);
+        let response = self
+            .with_auth(self.http.post(&start))
+            .header(reqwest::header::CONTENT_LENGTH, 0)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|h| h.to_str().ok())
+            .ok_or_else(|| {
+                self.refused(format!(
+                    "the registry answered {} to an upload without a Location to upload to",
+                    response.status()
+                ))
+            })?;
+        // A location may be relative to the registry, and may carry the
+        // registry's own query (an upload state).
+        let mut upload = reqwest::Url::parse(&start)
+            .and_then(|base| base.join(location))
+            .map_err(|e| {
+                self.refused(format!("the registry's upload location is not a URL: {e}"))
+            })?;
+        drop(response);
+        self.check(&upload)?;
+        upload.query_pairs_mut().append_pair("digest", digest);
+        let response = self
+            .with_auth(self.http.put(upload))
+            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+            .body(bytes)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        Ok(())
+    }
+
+    /// Stores `manifest` under `tag` of `repository`.
+    async fn push_manifest(
+        &self,
+        repository: &str,
+        tag: &str,
+        manifest: Vec<u8>,
+    ) -> Result<(), Failure> {
+        let url = format!("{}/v2/{repository}/manifests/{tag}", self.base);
+        let response = self
+            .with_auth(self.http.put(&url))
+            .header(reqwest::header::CONTENT_TYPE, OCI_MANIFEST_MEDIA_TYPE)
+            .body(manifest)
+            .send()
+            .await
+            .map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        Ok(())
+    }
 }
 
 /// Pushes `component` to `reference` (a tag) as a wasm OCI artifact with
@@ -169,44 +130,28 @@ pub async fn push(
             message,
         }
     })?;
+    let tag = parsed.tag().unwrap_or("latest");
+    let repository = parsed.repository();
     let work = async {
-        let registry = Pusher::connect(options, &origin)?;
-        let auth = registry.auth(&parsed).await?;
-        let describe = |e: OciDistributionError| reached(&origin, registry.failure(e));
+        // An operator's own command against a registry they chose: no
+        // address is out of reach, but the scheme rule holds.
+        let registry =
+            Registry::open_for(options, &origin, &parsed, Reach::Anywhere, Access::Push).await?;
         registry
-            .client
-            .auth(&parsed, &auth, RegistryOperation::Push)
-            .await
-            .map_err(describe)?;
+            .push_blob(repository, component, &layer_digest)
+            .await?;
         registry
-            .client
-            .push_blob(&parsed, component, &layer_digest)
-            .await
-            .map_err(describe)?;
-        registry
-            .client
-            .push_blob(&parsed, config, &config_digest)
-            .await
-            .map_err(describe)?;
-        registry
-            .client
-            .push_manifest_raw(
-                &parsed,
-                manifest,
-                OCI_MANIFEST_MEDIA_TYPE
-                    .parse()
-                    .expect("a valid header value"),
-            )
-            .await
-            .map_err(describe)?;
-        Ok::<_, SourceError>(())
+            .push_blob(repository, config, &config_digest)
+            .await?;
+        registry.push_manifest(repository, tag, manifest).await
     };
     tokio::time::timeout(options.limits.timeout, work)
         .await
         .map_err(|_| SourceError::Timeout {
             origin: origin.clone(),
             after: options.limits.timeout,
-        })??;
+        })?
+        .map_err(|f| reached(&origin, f))?;
     Ok(Pushed {
         reference: reference.to_string(),
         manifest_digest,

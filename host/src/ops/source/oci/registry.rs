@@ -1,5 +1,5 @@
-//! One bounded conversation with a registry for a pull: connecting under
-//! the source's [`Rule`], the auth and token dance, reading bodies under
+//! One bounded conversation with a registry for a pull or a push:
+//! connecting under the source's [`Rule`], the auth and token dance, reading bodies under
 //! their bounds, and sorting failures into "unreachable" and "refused".
 
 use oci_client::Reference;
@@ -21,6 +21,24 @@ pub const MAX_MANIFEST_SIZE: usize = 4 << 20;
 /// The most bytes of an error answer read (for its message).
 pub const MAX_ERROR_ANSWER: usize = 64 << 10;
 
+/// What a conversation asks the registry's token realm for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Access {
+    Pull,
+    /// `wasmctrl push`: pull too, since a registry checks what it already
+    /// has (blobs, manifests) with pull requests.
+    Push,
+}
+
+impl Access {
+    fn scope(self, repository: &str) -> String {
+        match self {
+            Access::Pull => format!("repository:{repository}:pull"),
+            Access::Push => format!("repository:{repository}:pull,push"),
+        }
+    }
+}
+
 /// How requests to the registry are authenticated.
 enum Auth {
     Anonymous,
@@ -28,8 +46,9 @@ enum Auth {
     Bearer(String),
 }
 
-/// One conversation with a registry for a pull: the host's HTTP client
-/// with the source's [`Rule`], and the credentials the registry asked for.
+/// One conversation with a registry for a pull or a push: the host's HTTP
+/// client with the source's [`Rule`], and the credentials the registry
+/// asked for.
 /// A new one per fetch, so rotated credentials and certificates are picked
 /// up.
 pub(super) struct Registry {
@@ -43,12 +62,24 @@ pub(super) struct Registry {
 
 impl Registry {
     /// Connects to `reference`'s registry and authenticates as it asks
-    /// (anonymously, with basic auth, or with a token from its realm).
+    /// (anonymously, with basic auth, or with a token from its realm) for
+    /// pulling.
     pub(super) async fn open(
         options: &RegistryOptions,
         origin: &str,
         reference: &Reference,
         reach: Reach,
+    ) -> Result<Self, Failure> {
+        Self::open_for(options, origin, reference, reach, Access::Pull).await
+    }
+
+    /// [`Registry::open`] for `access`.
+    pub(super) async fn open_for(
+        options: &RegistryOptions,
+        origin: &str,
+        reference: &Reference,
+        reach: Reach,
+        access: Access,
     ) -> Result<Self, Failure> {
         let refused = |message: String| {
             Failure::refused(SourceError::Download {
@@ -100,18 +131,17 @@ impl Registry {
             auth: Auth::Anonymous,
         };
         registry.auth = registry
-            .authenticate(url, reference.repository(), credentials)
+            .authenticate(url, &access.scope(reference.repository()), credentials)
             .await?;
         Ok(registry)
     }
 
     /// What the registry's `/v2/` asks for: nothing, basic auth, or a
-    /// bearer token from the realm its challenge names, for pulling
-    /// `repository`.
+    /// bearer token for `scope` from the realm its challenge names.
     async fn authenticate(
         &self,
         v2: reqwest::Url,
-        repository: &str,
+        scope: &str,
         credentials: Option<credentials::Credentials>,
     ) -> Result<Auth, Failure> {
         let response = self
@@ -147,7 +177,7 @@ impl Registry {
                 message: format!("the registry's token realm: {why}"),
             })
         })?;
-        let mut query = vec![("scope", format!("repository:{repository}:pull"))];
+        let mut query = vec![("scope", scope.to_string())];
         if let Some(service) = service {
             query.push(("service", service));
         }
@@ -184,6 +214,17 @@ impl Registry {
             Some(t) if !t.is_empty() => Ok(Auth::Bearer(t)),
             _ => Err(self.refused("the registry's token answer holds no token".into())),
         }
+    }
+
+    /// Refuses `url` (one the registry named, such as an upload
+    /// location) unless the conversation's [`Rule`] allows it.
+    pub(super) fn check(&self, url: &reqwest::Url) -> Result<(), Failure> {
+        self.rule.check(url).map_err(|why| {
+            Failure::refused(SourceError::NotAllowed {
+                origin: self.origin.clone(),
+                message: why,
+            })
+        })
     }
 
     pub(super) fn get(&self, url: &str) -> reqwest::RequestBuilder {
@@ -236,6 +277,7 @@ impl Registry {
     }
 
     pub(super) fn not_an_artifact(&self, message: String) -> Failure {
+        count_source_refusal(SourceRefusal::NotAnArtifact);
         Failure::refused(SourceError::NotWasmArtifact {
             origin: self.origin.clone(),
             message,

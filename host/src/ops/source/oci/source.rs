@@ -209,10 +209,7 @@ impl Inner {
         let pulled = async {
             let (manifest, _) = registry.manifest(&pinned).await?;
             let layer = artifact::component_layer(&manifest, self.options.limits.max_size)
-                .map_err(|message| SourceError::NotWasmArtifact {
-                    origin: origin.clone(),
-                    message,
-                })?
+                .map_err(|message| registry.not_an_artifact(message))?
                 .clone();
             let bytes = registry
                 .blob(&pinned, &layer, self.options.limits.max_size)

@@ -10,6 +10,7 @@ use futures::future::BoxFuture;
 
 use super::*;
 use crate::config::{FetchLimits, OciSourceSpec};
+use crate::control::metrics::{SourceRefusal, source_refusals};
 use crate::ops::source::Reach;
 use crate::ops::source::artifact;
 use crate::ops::source::credentials::{self, RegistryCredentials};
@@ -115,6 +116,119 @@ async fn an_endless_error_answer_is_read_only_to_its_bound() {
     );
 }
 
+/// What `push` of a component to `reference` on a plain-HTTP registry
+/// says when it fails.
+async fn push_refused(reference: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let docker_config = dir.path().join("config.json");
+    std::fs::write(&docker_config, "{}").unwrap();
+    let options = RegistryOptions {
+        insecure: true,
+        docker_config: Some(docker_config),
+        credentials: None,
+        limits: FetchLimits::default(),
+    };
+    let component = std::fs::read(wasmctrl_plugin_artifacts::NOOP).unwrap();
+    match push(reference, component, Default::default(), &options).await {
+        Ok(_) => panic!("pushed to a hostile registry"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// `wasmctrl push` holds a registry to the bounds of a pull: an endless
+/// token answer is refused at 64 KiB, an endless error answer to the
+/// token request, the upload or the manifest is read to 64 KiB only.
+#[tokio::test]
+async fn a_push_reads_token_and_error_answers_only_to_their_bounds() {
+    let addr = serve(|addr| token_realm(addr).route("/token", get(|| async { endless() }))).await;
+    let e = push_refused(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("the registry's token answer exceeds 64 KiB"),
+        "{e:.2000}"
+    );
+    let addr = serve(|addr| {
+        token_realm(addr).route(
+            "/token",
+            get(|| async { (StatusCode::FORBIDDEN, endless()) }),
+        )
+    })
+    .await;
+    let e = push_refused(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("refused access") && e.contains("the rest was not read"),
+        "{e:.2000}"
+    );
+    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    let addr = serve(|_| {
+        Router::new().route("/v2/", get(|| async { "{}" })).route(
+            "/v2/p/x/blobs/uploads/",
+            axum::routing::post(|| async { (StatusCode::BAD_REQUEST, endless()) }),
+        )
+    })
+    .await;
+    let e = push_refused(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("answered 400") && e.contains("the rest was not read"),
+        "{e:.2000}"
+    );
+    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    // Blobs accepted, the manifest answered endlessly.
+    let addr = serve(|_| {
+        Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route(
+                "/v2/p/x/blobs/uploads/",
+                axum::routing::post(|| async {
+                    (
+                        StatusCode::ACCEPTED,
+                        [(header::LOCATION, "/v2/p/x/blobs/uploads/u1?_state=s")],
+                    )
+                }),
+            )
+            .route(
+                "/v2/p/x/blobs/uploads/u1",
+                axum::routing::put(|| async { StatusCode::CREATED }),
+            )
+            .route(
+                "/v2/p/x/manifests/1",
+                axum::routing::put(|| async { (StatusCode::INTERNAL_SERVER_ERROR, endless()) }),
+            )
+    })
+    .await;
+    let e = push_refused(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("cannot reach the registry")
+            && e.contains("answered 500")
+            && e.contains("the rest was not read"),
+        "{e:.2000}"
+    );
+    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+}
+
+/// An upload location is a URL the registry names: it is held to the
+/// conversation's rule, so a registry cannot have the component sent by a
+/// scheme the rule does not allow.
+#[tokio::test]
+async fn a_push_is_not_sent_where_the_rule_forbids() {
+    let addr = serve(|_| {
+        Router::new().route("/v2/", get(|| async { "{}" })).route(
+            "/v2/p/x/blobs/uploads/",
+            axum::routing::post(|| async {
+                (
+                    StatusCode::ACCEPTED,
+                    [(header::LOCATION, "file:///etc/passwd")],
+                )
+            }),
+        )
+    })
+    .await;
+    let e = push_refused(&format!("{addr}/p/x:1")).await;
+    assert!(
+        e.contains("refusing file:///etc/passwd: must be https://, not file://"),
+        "{e:.2000}"
+    );
+}
+
 #[tokio::test]
 async fn an_endless_manifest_is_refused_at_its_bound() {
     let addr = serve(|_| {
@@ -198,7 +312,9 @@ async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more()
             "it has 30000 layers; a wasm OCI artifact has exactly one",
         ),
     ];
+    let counted = || source_refusals(SourceRefusal::NotAnArtifact);
     for (raw, expected) in cases {
+        let before = counted();
         let (reference, others) = serving(raw).await;
         let e = match describe_artifact(&reference, &options).await {
             Ok(_) => panic!("accepted: {expected}"),
@@ -207,6 +323,7 @@ async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more()
         assert!(e.contains(expected), "{e:.2000}");
         assert!(e.len() < 1024 && !e.contains('\n'), "{e:.2000}");
         assert_eq!(others.load(std::sync::atomic::Ordering::SeqCst), 0, "{e}");
+        assert!(counted() > before, "not counted: {e:.200}");
     }
 }
 
