@@ -402,6 +402,12 @@ impl<K: QueueKey> WorkQueue<K> {
         self.inner.update(|state, _| state.queue.len())
     }
 
+    /// Keys added and not yet handed out, per priority, highest first
+    /// (the `workqueue_depth` gauge's values; zero depths left out).
+    pub fn depth_by_priority(&self) -> Vec<(Priority, usize)> {
+        self.inner.update(|state, _| state.queue.depths())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

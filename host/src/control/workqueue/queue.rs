@@ -246,6 +246,16 @@ impl<K: QueueKey> Queue<K> {
         self.stale = 0;
     }
 
+    /// Dirty keys per priority, highest first, leaving out the empty ones.
+    pub(super) fn depths(&self) -> Vec<(Priority, usize)> {
+        self.depth
+            .iter()
+            .rev()
+            .filter(|(_, n)| **n > 0)
+            .map(|(p, n)| (*p, *n))
+            .collect()
+    }
+
     /// Moves the depth of `priority` by `delta` and reports it.
     fn count(&mut self, priority: Priority, delta: isize) {
         let depth = self.depth.entry(priority).or_default();
