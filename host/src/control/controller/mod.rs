@@ -19,6 +19,7 @@
 //! [`QueueItem`] is dropped, whatever the reconcile did: returned, trapped,
 //! or panicked in native code.
 
+pub mod activity;
 mod result;
 pub mod watches;
 
@@ -26,7 +27,7 @@ use std::ops::RangeInclusive;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::FutureExt;
 use tokio::task::JoinSet;
@@ -39,6 +40,7 @@ use crate::control::metrics::{
 use crate::control::reconcile::{ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 use crate::control::workqueue::{QueueItem, WorkQueue};
 
+pub use activity::{Activity, ActivitySummary, Outcome};
 pub use result::{Disposition, TerminalErrors, TracingTerminalErrors};
 
 /// How a controller runs its reconciler.
@@ -93,6 +95,7 @@ struct Inner<R> {
     reconciler: R,
     metrics: Arc<Metrics>,
     terminal: Arc<dyn TerminalErrors>,
+    activity: Activity,
     /// Cancels in-flight reconciles (shutdown past its timeout).
     cancel: CancellationToken,
     next_id: AtomicU64,
@@ -113,6 +116,7 @@ impl<R: Reconcile> Controller<R> {
                 reconciler,
                 metrics,
                 terminal,
+                activity: Activity::default(),
                 cancel: CancellationToken::new(),
                 next_id: AtomicU64::new(1),
             }),
@@ -133,6 +137,11 @@ impl<R: Reconcile> Controller<R> {
 
     pub fn options(&self) -> &ControllerOptions {
         &self.inner.options
+    }
+
+    /// What the controller did lately, for the status page.
+    pub fn activity(&self) -> &Activity {
+        &self.inner.activity
     }
 
     /// Starts `max_concurrent_reconciles` workers; they run until the queue
@@ -240,9 +249,13 @@ impl<R: Reconcile> Controller<R> {
             )))
         });
         active.dec();
+        let took = started.elapsed();
         inner
             .metrics
-            .observe_reconcile(&inner.options.name, version, started.elapsed(), &result);
+            .observe_reconcile(&inner.options.name, version, took, &result);
+        inner
+            .activity
+            .record(SystemTime::now(), &key, version, took, &result);
         let _enter = span.enter();
         let disposition = result::handle(
             &inner.queue,
