@@ -368,10 +368,12 @@ async fn a_shadow_candidate_s_patch_bombs_are_refused_under_the_api_server_s_bou
     host.stop().await.unwrap();
 }
 
-/// What the shadow endpoint serves — both versions' write bodies — needs
-/// the admin token when one is set, as the POST endpoints do.
+/// What the shadow endpoint serves — both versions' write bodies — and
+/// the status page — keys and error messages — need the admin token when
+/// one is set, as the POST endpoints do; a browser may bring it in the
+/// page's query.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_shadow_report_needs_the_admin_token() {
+async fn the_shadow_report_and_the_status_page_need_the_admin_token() {
     let cluster = Cluster::start().await;
     let host = cluster.host(&shadowed(cluster.dir.path())).await;
     let (status, body) = admin::http_get(host.admin, "/plugins/hostile/shadow").await;
@@ -385,6 +387,27 @@ async fn the_shadow_report_needs_the_admin_token() {
     .await;
     assert_eq!(status, 401);
     shadow_report(host.admin).await;
+    for page in ["/", "/status/fragment"] {
+        assert_eq!(admin::http_get(host.admin, page).await.0, 401, "{page}");
+        let wrong = format!("{page}?token=wrong");
+        assert_eq!(admin::http_get(host.admin, &wrong).await.0, 401, "{page}");
+        let (status, body) = admin::http_get(host.admin, &format!("{page}?token=s3cret")).await;
+        assert_eq!(status, 200, "{page}: {body}");
+        assert!(body.contains(r#"data-plugin="hostile""#), "{page}: {body}");
+        let (status, _) = admin::http(
+            host.admin,
+            "GET",
+            page,
+            &[("Authorization", "Bearer s3cret")],
+        )
+        .await;
+        assert_eq!(status, 200, "{page}");
+    }
+    let (_, page) = admin::http_get(host.admin, "/?token=s3cret").await;
+    assert!(
+        page.contains("/status/fragment?token=s3cret"),
+        "the page refreshes with its token"
+    );
     // Scrapers and probes stay open.
     assert_eq!(admin::http_get(host.admin, "/metrics").await.0, 200);
     assert_eq!(admin::http_get(host.admin, "/plugins").await.0, 200);

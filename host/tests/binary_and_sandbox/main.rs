@@ -22,6 +22,7 @@ mod replay_hostile;
 mod resident;
 mod sandbox;
 mod sources;
+mod status_page;
 mod workflow;
 
 use std::sync::Arc;

@@ -1,18 +1,23 @@
-//! The admin server: `/metrics` (Prometheus text), `/healthz`, `/readyz`,
-//! `/plugins` (JSON status per plugin), `/plugins/{name}/shadow` (a
-//! candidate's shadow runs), `POST /plugins/{name}/reload` and `POST
-//! /plugins/{name}/promote` (a canary's candidate).
+//! The admin server: `/` (the status page, see [`page`]), `/metrics`
+//! (Prometheus text), `/healthz`, `/readyz`, `/plugins` (JSON status per
+//! plugin), `/plugins/{name}/shadow` (a candidate's shadow runs), `POST
+//! /plugins/{name}/reload` and `POST /plugins/{name}/promote` (a canary's
+//! candidate).
+
+pub mod page;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
+
+use page::PageData;
 
 /// What the admin endpoints report on; implemented by the manager.
 pub trait AdminState: Send + Sync + 'static {
@@ -28,6 +33,8 @@ pub trait AdminState: Send + Sync + 'static {
     }
     /// Status of every plugin.
     fn plugins(&self) -> serde_json::Value;
+    /// What the status page shows.
+    fn page(&self) -> PageData;
     /// The shadow runs of plugin `name`'s candidate: counts and the last
     /// divergences.
     fn shadow(&self, name: String) -> Result<serde_json::Value, Refusal>;
@@ -77,12 +84,14 @@ pub struct AdminError {
 ///
 /// # What needs the token
 /// With a `token`, the `POST` endpoints and every read that carries what
-/// plugins wrote (`/plugins/{name}/shadow`: both versions' write bodies,
-/// which may hold a Secret's data) answer 401 unless the request carries
-/// `Authorization: Bearer <token>`. The config requires a token whenever
-/// the address is not loopback. Metrics, probes and `/plugins` (state,
-/// digests, counts and bounded error messages, no object bodies) stay open
-/// for scrapers, kubelets and dashboards.
+/// plugins wrote or which objects they reconciled (`/plugins/{name}/shadow`:
+/// both versions' write bodies, which may hold a Secret's data; the status
+/// page: keys and error messages) answer 401 unless the request carries
+/// `Authorization: Bearer <token>`, or for a page a browser opens,
+/// `?token=<token>`. The config requires a token whenever the address is
+/// not loopback. Metrics, probes and `/plugins` (state, digests, counts and
+/// bounded error messages, no object bodies) stay open for scrapers,
+/// kubelets and dashboards.
 pub async fn serve(
     bind: SocketAddr,
     state: Arc<dyn AdminState>,
@@ -96,29 +105,22 @@ pub async fn serve(
         .local_addr()
         .map_err(|source| AdminError { addr: bind, source })?;
     let token = Arc::new(token);
+    let guarded = |route: axum::routing::MethodRouter<Arc<dyn AdminState>>| {
+        route.route_layer(axum::middleware::from_fn_with_state(
+            token.clone(),
+            require_token,
+        ))
+    };
     let app = Router::new()
+        .route("/", guarded(get(status_page)))
+        .route("/status/fragment", guarded(get(status_fragment)))
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/plugins", get(plugins))
-        .route(
-            "/plugins/{name}/shadow",
-            get(shadow).route_layer(axum::middleware::from_fn_with_state(
-                token.clone(),
-                require_token,
-            )),
-        )
-        .route(
-            "/plugins/{name}/reload",
-            post(reload).route_layer(axum::middleware::from_fn_with_state(
-                token.clone(),
-                require_token,
-            )),
-        )
-        .route(
-            "/plugins/{name}/promote",
-            post(promote).route_layer(axum::middleware::from_fn_with_state(token, require_token)),
-        )
+        .route("/plugins/{name}/shadow", guarded(get(shadow)))
+        .route("/plugins/{name}/reload", guarded(post(reload)))
+        .route("/plugins/{name}/promote", guarded(post(promote)))
         .with_state(state);
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
@@ -129,6 +131,32 @@ pub async fn serve(
         }
     });
     Ok(addr)
+}
+
+/// `?token=` of a page request.
+#[derive(serde::Deserialize)]
+struct PageQuery {
+    token: Option<String>,
+}
+
+async fn status_page(
+    State(state): State<Arc<dyn AdminState>>,
+    Query(query): Query<PageQuery>,
+) -> Response {
+    let html = page::document(&state.page(), query.token.as_deref());
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::response::Html(html),
+    )
+        .into_response()
+}
+
+async fn status_fragment(State(state): State<Arc<dyn AdminState>>) -> Response {
+    (
+        [(header::CACHE_CONTROL, "no-store")],
+        axum::response::Html(page::fragment(&state.page())),
+    )
+        .into_response()
 }
 
 async fn metrics(State(state): State<Arc<dyn AdminState>>) -> Response {
@@ -205,12 +233,24 @@ async fn require_token(
     next: axum::middleware::Next,
 ) -> Response {
     if let Some(token) = token.as_deref() {
-        let presented = request
+        let bearer = request
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let ok = presented.is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_string);
+        // A browser opening the status page cannot set a header: a GET may
+        // carry the token in its query instead.
+        let in_query = (request.method() == axum::http::Method::GET)
+            .then(|| {
+                Query::<PageQuery>::try_from_uri(request.uri())
+                    .ok()
+                    .and_then(|q| q.0.token)
+            })
+            .flatten();
+        let ok = bearer
+            .or(in_query)
+            .is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
         if !ok {
             return (
                 StatusCode::UNAUTHORIZED,

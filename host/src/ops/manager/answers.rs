@@ -2,11 +2,14 @@
 //! readiness, the plugins' statuses, and the reload, promote and shadow
 //! operations, each refusal mapped to the HTTP status it means.
 
+use std::time::SystemTime;
+
 use futures::future::BoxFuture;
 
 use super::Host;
 use super::lifecycle::SlotPromoteError;
 use super::reload::ReloadError;
+use crate::ops::admin::page::{PageData, PluginPage};
 use crate::ops::admin::{AdminState, Refusal};
 
 impl AdminState for Host {
@@ -52,6 +55,56 @@ impl AdminState for Host {
             s.total,
             list(&s.draining)
         ))
+    }
+
+    fn page(&self) -> PageData {
+        let now = SystemTime::now();
+        let role = match (&self.shards, self.config.leader_election.enabled) {
+            (Some(_), _) => self.ready_detail().unwrap_or_else(|| "sharded".into()),
+            (None, true) if *self.leader.borrow() => "leader".into(),
+            (None, true) => "standby (another replica leads)".into(),
+            (None, false) => "single replica".into(),
+        };
+        let plugins = self.plugins.lock().unwrap();
+        let rows = plugins
+            .iter()
+            .map(|(name, entry)| {
+                let status = self.status_of(name, entry);
+                let controller = entry.controller();
+                PluginPage {
+                    candidate: status.candidate.as_ref().map(|c| match &c.canary {
+                        Some(canary) => format!(
+                            "{} {}%: {} (candidate p99 {} ms, failures {:.0}%)",
+                            c.mode,
+                            canary.percent,
+                            canary.state,
+                            canary.candidate.p99_ms,
+                            canary.candidate.failure_rate * 100.0
+                        ),
+                        None => c.mode.clone(),
+                    }),
+                    queue: controller
+                        .queue()
+                        .depth_by_priority()
+                        .into_iter()
+                        .map(|(p, n)| (p.0, n))
+                        .collect(),
+                    activity: controller.activity().summary(now),
+                    name: status.name,
+                    version: status.version,
+                    digest: status.digest,
+                    state: status.state,
+                    generation: status.generation,
+                    last_error: status.last_error,
+                }
+            })
+            .collect();
+        drop(plugins);
+        PageData {
+            role,
+            ready: self.readyz(),
+            plugins: rows,
+        }
     }
 
     fn plugins(&self) -> serde_json::Value {

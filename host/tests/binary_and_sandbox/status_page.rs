@@ -1,0 +1,130 @@
+//! The admin port's status page as a person sees it: `wasmctrl dev` on the
+//! quick start, opened in a real browser (Debian's headless Chromium),
+//! whose rendered DOM shows the plugin's row and state after a reconcile
+//! and after a hot swap.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::admin::http;
+use wasmctrl_testkit::eventually;
+
+use crate::binary::Dev;
+
+const LIMIT: Duration = Duration::from_secs(60);
+const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
+
+/// Debian's Chromium (`apt-get install chromium`), or
+/// `WASMCTRL_TEST_CHROMIUM`.
+fn chromium() -> PathBuf {
+    let path = std::env::var_os("WASMCTRL_TEST_CHROMIUM")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/usr/bin/chromium"));
+    assert!(
+        path.exists(),
+        "the status page is tested in a real browser: install Debian's `chromium` package \
+         (apt-get install chromium) or point WASMCTRL_TEST_CHROMIUM at a Chromium binary ({} not found)",
+        path.display()
+    );
+    path
+}
+
+/// Chromium headless on `url` with `args`: its stdout.
+fn browse(profile: &Path, url: &str, args: &[&str]) -> String {
+    let out = Command::new(chromium())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-extensions",
+            "--window-size=1280,900",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .arg(url)
+        .output()
+        .expect("chromium runs");
+    assert!(
+        out.status.success(),
+        "chromium failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_page_shows_each_plugin_in_a_browser_after_a_reconcile_and_a_hot_swap() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml"))
+        .unwrap()
+        .replace(
+            "../../target/wasm32-wasip2/release/webapp.wasm",
+            artifacts::WEBAPP,
+        );
+    let config = dir.path().join("wasmctrl.yaml");
+    std::fs::write(&config, text).unwrap();
+    let dev = Dev::start(
+        &[
+            "--addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--apply".as_ref(),
+            QUICKSTART.as_ref(),
+        ],
+        dir.path().join("kc"),
+    )
+    .await;
+    let url = format!("http://{}/", dev.admin);
+    let profile = dir.path().join("chromium");
+
+    // After the quick start's WebApp was reconciled: the plugin's row,
+    // running at generation 1, and the key among the recent reconciles.
+    let dom = eventually(
+        "the page shows webapp's reconcile of default/hello",
+        LIMIT,
+        || {
+            let dom = browse(&profile, &url, &["--dump-dom"]);
+            async move {
+                (dom.contains(r#"data-plugin="webapp" data-state="running" data-generation="1""#)
+                    && dom.contains("<td>default/hello</td>"))
+                .then_some(dom)
+            }
+        },
+    )
+    .await;
+    assert!(dom.contains(r#"<table id="recent">"#), "{dom}");
+    assert!(
+        dom.contains("role: <b id=\"role\">single replica</b>"),
+        "{dom}"
+    );
+
+    // A hot swap: the same row, at generation 2.
+    let (status, body) = http(dev.admin, "POST", "/plugins/webapp/reload", &[]).await;
+    assert_eq!(status, 200, "{body}");
+    eventually("the page shows webapp at generation 2", LIMIT, || {
+        let dom = browse(&profile, &url, &["--dump-dom"]);
+        async move {
+            dom.contains(r#"data-plugin="webapp" data-state="running" data-generation="2""#)
+                .then_some(())
+        }
+    })
+    .await;
+
+    // And what a person sees: a rendered screenshot.
+    let shot = dir.path().join("status.png");
+    browse(
+        &profile,
+        &url,
+        &[&format!("--screenshot={}", shot.display())],
+    );
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert!(
+        png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 4096,
+        "a screenshot of the page ({} bytes)",
+        png.len()
+    );
+}
