@@ -63,7 +63,7 @@ impl ConfigError {
             file: file.to_path_buf(),
             location,
             path: if path == "." { String::new() } else { path },
-            message: strip_location(&inner.to_string()),
+            message: suggest_nearest(strip_location(&inner.to_string())),
         }
     }
 
@@ -91,5 +91,56 @@ fn strip_location(message: &str) -> String {
     match message.split_once(": ") {
         Some((prefix, rest)) if !prefix.contains(' ') => rest.to_string(),
         _ => message.to_string(),
+    }
+}
+
+/// serde lists every known field after an unknown one ("unknown field
+/// `maxRetrys`, expected one of `name`, … (22 more)"); when one of them is
+/// close to what was written, only that one is named: "unknown field
+/// `maxRetrys`: did you mean `maxRetries`?".
+fn suggest_nearest(message: String) -> String {
+    let Some(rest) = message.strip_prefix("unknown field `") else {
+        return message;
+    };
+    let Some((written, expected)) = rest.split_once("`, expected ") else {
+        return message;
+    };
+    let known = expected.split('`').skip(1).step_by(2);
+    let nearest = known
+        .map(|k| {
+            (
+                strsim::damerau_levenshtein(&written.to_lowercase(), &k.to_lowercase()),
+                k,
+            )
+        })
+        .filter(|(distance, _)| *distance <= (written.chars().count() / 3).max(1))
+        .min_by_key(|(distance, _)| *distance);
+    match nearest {
+        Some((_, k)) => format!("unknown field `{written}`: did you mean `{k}`?"),
+        None => message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suggest_nearest;
+
+    #[test]
+    fn an_unknown_field_close_to_a_known_one_names_only_that_one() {
+        let said = |m: &str| suggest_nearest(m.to_string());
+        assert_eq!(
+            said("unknown field `maxRetrys`, expected one of `name`, `maxRetries`, `memoryLimit`"),
+            "unknown field `maxRetrys`: did you mean `maxRetries`?"
+        );
+        assert_eq!(
+            said(
+                "unknown field `ReconcileTimout`, expected one of `reconcileTimeout`, `resyncPeriod`"
+            ),
+            "unknown field `ReconcileTimout`: did you mean `reconcileTimeout`?"
+        );
+        // Nothing close: the list stays, so the reader sees what exists.
+        let far = "unknown field `colour`, expected one of `name`, `path`";
+        assert_eq!(said(far), far);
+        assert_eq!(said("invalid type: sequence"), "invalid type: sequence");
     }
 }

@@ -85,7 +85,7 @@ fn an_unknown_field_is_an_error_naming_file_line_and_path() {
     assert!(err.starts_with(FILE), "{err}");
     assert!(err.contains("line 14 column 5"), "{err}");
     assert!(
-        err.contains("plugins[0].maxRetrys: unknown field `maxRetrys`"),
+        err.contains("plugins[0].maxRetrys: unknown field `maxRetrys`: did you mean `maxRetries`?"),
         "{err}"
     );
 }
