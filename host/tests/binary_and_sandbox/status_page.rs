@@ -1,7 +1,7 @@
 //! The admin port's status page as a person sees it: `wasmctrl dev` on the
 //! quick start, opened in a real browser (Debian's headless Chromium),
 //! whose rendered DOM shows the plugin's row and state after a reconcile
-//! and after a hot swap.
+//! and after a hot swap; and the log it writes to a pipe, without colour.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -113,6 +113,14 @@ async fn the_status_page_shows_each_plugin_in_a_browser_after_a_reconcile_and_a_
         }
     })
     .await;
+
+    // Its log goes to a pipe here, not a terminal: no colour codes in it.
+    let log = dev.log();
+    assert!(log.contains("INFO"), "{log}");
+    assert!(
+        !log.contains('\x1b'),
+        "escape codes in a piped log: {log:?}"
+    );
 
     // And what a person sees: a rendered screenshot.
     let shot = dir.path().join("status.png");
