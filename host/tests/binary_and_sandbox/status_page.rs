@@ -79,6 +79,14 @@ async fn the_status_page_shows_each_plugin_in_a_browser_after_a_reconcile_and_a_
     )
     .await;
     let url = format!("http://{}/", dev.admin);
+    // The ready banner names what to look at.
+    let banner = dev.printed.join("\n");
+    assert!(
+        banner.contains("wasmctrl dev is ready (plugins: webapp)")
+            && banner.contains(&format!("status page: {url}"))
+            && banner.contains("kubectl:     export KUBECONFIG=/"),
+        "{banner}"
+    );
     let profile = dir.path().join("chromium");
 
     // After the quick start's WebApp was reconciled: the plugin's row,

@@ -37,16 +37,6 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
     })
     .await?;
     server.write_kubeconfig(&kubeconfig_out)?;
-    println!(
-        "embedded API server: {} (authorization: {})",
-        server.url(),
-        server.authorization()
-    );
-    println!(
-        "kubeconfig: {} (export KUBECONFIG={})",
-        kubeconfig_out.display(),
-        absolute(&kubeconfig_out).display()
-    );
     let kube_config = crate::control::client::config_for(&kubeconfig_out).await?;
     let client = kube::Client::try_from(kube_config.clone())?;
     if config.plugins_from.is_some() {
@@ -86,8 +76,26 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         kube_config: Some(kube_config),
         ..ManagerOptions::default()
     };
+    let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
     let manager = Manager::start(config, client, options).await?;
-    println!("admin: http://{}/plugins", manager.admin_addr());
+    // One banner once the host runs: what a person needs to look at it.
+    // The admin line comes last; scripts wait for it.
+    let admin = manager.admin_addr();
+    println!(
+        "wasmctrl dev is ready (plugins: {})\n\
+         API server:  {} (authorization: {})\n\
+         kubectl:     export KUBECONFIG={}\n\
+         status page: http://{admin}/\n\
+         admin: http://{admin}/plugins",
+        if plugins.is_empty() {
+            "none yet".to_string()
+        } else {
+            plugins.join(", ")
+        },
+        server.url(),
+        server.authorization(),
+        absolute(&kubeconfig_out).display(),
+    );
     let result = manager.run(terminated()).await;
     server.shutdown().await;
     result?;
