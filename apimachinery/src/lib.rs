@@ -9,6 +9,8 @@
 //!   (`app=web,tier in (a,b),!legacy`): parsed, matched and printed back.
 //! - [`time`]: RFC 3339 timestamps in the two precisions of `metav1.Time`
 //!   and `metav1.MicroTime`, and in milliseconds for records people read.
+//! - [`json`]: JSON text held to a depth and a count of values before it
+//!   is parsed.
 //! - [`patch`]: JSON merge patch (RFC 7386) and bounded JSON patch
 //!   (RFC 6902) over `serde_json` values.
 //!
@@ -17,6 +19,7 @@
 
 #![warn(missing_docs)]
 
+pub mod json;
 pub mod names;
 pub mod patch;
 pub mod selector;

@@ -38,6 +38,7 @@ pub mod replay;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use wasmctrl_apimachinery::json;
 
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError};
 pub use crate::sandbox::ContextRead;
@@ -435,48 +436,14 @@ fn parse_line(path: &str, line: usize, text: &[u8]) -> Result<Transcript, Transc
 /// inside strings do not count; whether it is JSON at all is the parser's
 /// business.
 fn shape_within(text: &[u8], depth: usize, values: usize) -> Result<(), String> {
-    let (mut level, mut count) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    // Whether the next byte that is not white space starts a value (or a
-    // key): at the start, and after `[`, `{`, `,` and `:`.
-    let mut value_next = true;
-    for &b in text {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        if b.is_ascii_whitespace() {
-            continue;
-        }
-        if value_next && b != b']' && b != b'}' {
-            count += 1;
-            if count > values {
-                return Err(format!(
-                    "the line holds more than {values} JSON values, more than any transcript the recorder writes (one per 16 bytes of the longest line)"
-                ));
-            }
-        }
-        value_next = matches!(b, b'[' | b'{' | b',' | b':');
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                level += 1;
-                if level > depth {
-                    return Err(format!(
-                        "the line nests arrays and objects more than {depth} levels deep, more than any transcript the recorder writes"
-                    ));
-                }
-            }
-            b']' | b'}' => level = level.saturating_sub(1),
-            _ => {}
-        }
-    }
-    Ok(())
+    json::check_shape(text, depth, values).map_err(|exceeded| match exceeded {
+        json::Exceeded::Values => format!(
+            "the line holds more than {values} JSON values, more than any transcript the recorder writes (one per 16 bytes of the longest line)"
+        ),
+        json::Exceeded::Depth => format!(
+            "the line nests arrays and objects more than {depth} levels deep, more than any transcript the recorder writes"
+        ),
+    })
 }
 
 impl Transcript {

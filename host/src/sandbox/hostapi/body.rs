@@ -10,6 +10,7 @@ use std::fmt;
 use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
+use wasmctrl_apimachinery::json;
 
 use super::answer::members_of;
 
@@ -117,30 +118,7 @@ pub(crate) fn check_nesting(text: &str) -> Result<(), TooDeep> {
 /// Whether the arrays and objects of `text` nest at most `max` deep: one
 /// pass over the bytes, brackets inside strings not counted.
 pub(crate) fn nests_within(text: &str, max: usize) -> bool {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in text.as_bytes() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return false;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    true
+    json::check_shape(text.as_bytes(), max, usize::MAX).is_ok()
 }
 
 /// Most operations of one JSON patch: the API server's own bound
