@@ -197,7 +197,7 @@ fn readme(
         String::new()
     } else {
         format!(
-            ", server-side applies a {} of the same name that it owns",
+            "\nIt server-side applies a {} of the same name that it owns.",
             owns.iter()
                 .map(|o| o.kind)
                 .collect::<Vec<_>>()
@@ -208,18 +208,18 @@ fn readme(
         r#"# {plugin}
 
 A wasmctrl plugin that reconciles `{kind}` (`{group}/{version}`): it adds
-the finalizer `{finalizer}`{owned}, and sets a `Ready` condition with
-`observedGeneration`. Made by `wasmctrl new`.
+the finalizer `{finalizer}` and sets a `Ready` condition with
+`observedGeneration`.{owned} Made by `wasmctrl new`.
 
 - {source}
 - `crd.yaml` (the kind, generated from the spec and status the code reads and
-  writes: change them together), `sample.yaml` (a {kind} to try),
-  `wasmctrl.yaml` (the host config; its grant is exactly what the plugin's
-  metadata declares: change them together too)
+  writes: change them together), `sample.yaml` (an object of the kind to
+  try), `wasmctrl.yaml` (the host config; its grant is exactly what the
+  plugin's metadata declares: change them together too)
 - `vendor/`: the SDK of wasmctrl {sdk_version}, as `wasmctrl new` wrote it
 
 ```sh
-{test}                                          # the unit test, against the SDK's fake API server
+{test:<47} # the unit test, against the SDK's fake API server
 wasmctrl build .                                # the component: {component}
 wasmctrl dev --config wasmctrl.yaml --apply .   # run it on an embedded API server, with the CRD and sample applied
 ```

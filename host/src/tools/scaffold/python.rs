@@ -97,9 +97,10 @@ fn vars(
             f.ty.python()
         ));
         spec_checks.push_str(&format!(
-            "    if not isinstance(spec.get({name:?}), {ty}):\n        raise PermanentError(f\"{kind} {{objects.name(obj)}}: spec.{name} is not a {ty}\")\n",
+            "    if not isinstance(spec.get({name:?}), {ty}):\n        raise PermanentError(f\"{kind} {{objects.name(obj)}}: spec.{name} is not a {json}\")\n",
             name = f.name,
             ty = f.ty.python(),
+            json = f.ty.openapi(),
             kind = kind.kind,
         ));
         spec_sample.push(format!("{:?}: {}", f.name, f.sample));

@@ -20,7 +20,7 @@ pub(super) enum FieldType {
 }
 
 impl FieldType {
-    fn openapi(self) -> &'static str {
+    pub(super) fn openapi(self) -> &'static str {
         match self {
             FieldType::String => "string",
         }

@@ -100,9 +100,10 @@ fn vars(
             f.ty.typescript()
         ));
         spec_checks.push_str(&format!(
-            "  if (typeof spec.{name} !== {ty:?}) throw new PermanentError(`{kind} ${{nameOf(object)}}: spec.{name} is not a {ty}`);\n",
+            "  if (typeof spec.{name} !== {ty:?}) throw new PermanentError(`{kind} ${{nameOf(object)}}: spec.{name} is not a {json}`);\n",
             name = f.name,
             ty = f.ty.typescript(),
+            json = f.ty.openapi(),
             kind = kind.kind,
         ));
         spec_sample.push(format!("{}: {}", f.name, f.sample));
