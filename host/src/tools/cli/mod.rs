@@ -136,8 +136,9 @@ enum Command {
         #[arg(long)]
         kind: Option<String>,
         /// A built-in kind it keeps an object of for each of its own
-        /// (ConfigMap, Deployment, Service); repeat or list several.
-        #[arg(long, num_args = 1..)]
+        /// (ConfigMap, Deployment, Service); repeat it, or separate kinds
+        /// with commas.
+        #[arg(long, value_delimiter = ',')]
         owns: Vec<String>,
         /// Where to write the project (default: ./NAME); must be empty.
         #[arg(long)]
