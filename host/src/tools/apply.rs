@@ -24,12 +24,24 @@ pub enum ApplyError {
 }
 
 const FIELD_MANAGER: &str = "wasmctrl-dev";
+
+/// JSON files a plugin directory holds that are not manifests: npm's and
+/// TypeScript's (`tsconfig*.json` is matched by prefix).
+const NOT_MANIFESTS: &[&str] = &["package.json", "package-lock.json", "jsconfig.json"];
+
+fn is_project_file(path: &Path) -> bool {
+    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        NOT_MANIFESTS.contains(&n) || (n.starts_with("tsconfig") && n.ends_with(".json"))
+    })
+}
 const ESTABLISH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Applies every `.yaml`/`.yml`/`.json` file in `dir` (sorted by name):
 /// CustomResourceDefinitions first (waiting until established), then the
-/// rest. A host config (`kind: HostConfig`) beside them is skipped.
-/// Returns how many objects were applied.
+/// rest. A host config (`kind: HostConfig`) beside them is skipped, and so
+/// are a JavaScript plugin's project files ([`NOT_MANIFESTS`]), so that
+/// `--apply .` works in a plugin's own directory. Returns how many objects
+/// were applied.
 pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError> {
     let file_error = |path: &Path, message: String| ApplyError::File {
         path: path.to_path_buf(),
@@ -42,7 +54,7 @@ pub async fn apply_dir(client: &Client, dir: &Path) -> Result<usize, ApplyError>
             matches!(
                 p.extension().and_then(|e| e.to_str()),
                 Some("yaml" | "yml" | "json")
-            )
+            ) && !is_project_file(p)
         })
         .collect();
     files.sort();
@@ -175,5 +187,28 @@ async fn wait_established(
             name,
             message: format!("not established within {ESTABLISH_TIMEOUT:?}"),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_javascript_plugins_project_files_are_not_manifests() {
+        for name in [
+            "package.json",
+            "package-lock.json",
+            "tsconfig.json",
+            "tsconfig.test.json",
+        ] {
+            assert!(
+                is_project_file(Path::new("plugin").join(name).as_path()),
+                "{name}"
+            );
+        }
+        for name in ["crd.yaml", "sample.json", "tsconfig.yaml"] {
+            assert!(!is_project_file(Path::new(name)), "{name}");
+        }
     }
 }

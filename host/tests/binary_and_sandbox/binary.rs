@@ -80,8 +80,18 @@ impl Dev {
     /// ARGS…` and waits until it prints its admin address (the host runs);
     /// panics with its output if it exits first.
     pub async fn start<A: AsRef<OsStr>>(args: &[A], kubeconfig: PathBuf) -> Dev {
+        Self::start_with(wasmctrl(), args, kubeconfig).await
+    }
+
+    /// [`Dev::start`] from `command` (a [`wasmctrl`] with its working
+    /// directory or environment set).
+    pub async fn start_with<A: AsRef<OsStr>>(
+        mut command: Command,
+        args: &[A],
+        kubeconfig: PathBuf,
+    ) -> Dev {
         let process = Process::spawn(
-            wasmctrl()
+            command
                 .args(["dev", "--admin", "127.0.0.1:0", "--kubeconfig-out"])
                 .arg(&kubeconfig)
                 .args(args)

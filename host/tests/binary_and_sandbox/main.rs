@@ -13,6 +13,7 @@ mod cpu_share;
 mod dev_cli;
 mod instances;
 mod load;
+mod new_cli;
 mod polyglot;
 mod pool;
 mod process;

@@ -109,7 +109,17 @@ pub(super) fn build_python(
         cmd.arg("-p").arg(p);
     }
     cmd.arg("-o").arg(&out);
-    run("componentize-py", &mut cmd, Language::Python, "python3")?;
+    // componentize-py is written in Rust: with RUST_BACKTRACE set where the
+    // build runs, its errors end in some 60 frames about itself.
+    cmd.env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0");
+    run("componentize-py", &mut cmd, Language::Python, "python3").map_err(|e| match e {
+        BuildError::Step { ref output, .. } => match missing_module(output) {
+            Some(missing) => config_error(missing_module_hint(&missing, &paths)),
+            None => e,
+        },
+        other => other,
+    })?;
     if !out.is_file() {
         return Err(BuildError::NoOutput {
             step: "componentize-py",
@@ -196,6 +206,29 @@ fn missing_python(problem: String) -> BuildError {
             problem
         },
         hint: "install Python 3.11 or newer with its venv module (Debian: apt-get install python3 python3-venv)",
+    }
+}
+
+/// The module a failed componentize-py could not import, from Python's
+/// `ModuleNotFoundError: No module named 'x'`.
+pub(super) fn missing_module(output: &str) -> Option<String> {
+    const NEEDLE: &str = "ModuleNotFoundError: No module named '";
+    let start = output.find(NEEDLE)? + NEEDLE.len();
+    let name = &output[start..start + output[start..].find('\'')?];
+    is_module_name(name).then(|| name.to_string())
+}
+
+/// One line saying what to do about a module componentize-py did not find.
+pub(super) fn missing_module_hint(module: &str, paths: &[String]) -> String {
+    let searched = paths.join(", ");
+    if module.split('.').next() == Some("wasmctrl_sdk") {
+        format!(
+            "the SDK (module {module}) is not on [tool.wasmctrl] python-path ({searched}): add the directory that holds wasmctrl_sdk/ (`vendor` in a project of `wasmctrl new`, `../../guest-sdk-python` in this repository)"
+        )
+    } else {
+        format!(
+            "module {module} is not on [tool.wasmctrl] python-path ({searched}): add the directory that holds it"
+        )
     }
 }
 

@@ -3,7 +3,7 @@ use std::path::{Path, PathBuf};
 use super::componentize::{TempDir, file_stem_of, string_list};
 use super::error::io_error;
 use super::plugin::check_component;
-use super::python::is_module_name;
+use super::python::{is_module_name, missing_module, missing_module_hint};
 use super::rust::ensure_target;
 use super::toolchain::ensure_installed;
 use super::*;
@@ -165,4 +165,22 @@ fn a_missing_wasm_target_is_added_with_rustup_and_otherwise_named() {
     assert!(ensure(&rustup).unwrap());
     // Installed: rustup is not asked again.
     assert!(!ensure(&absent).unwrap());
+}
+
+#[test]
+fn a_python_build_missing_the_sdk_says_so_in_one_line() {
+    let output = "AssertionError: Traceback (most recent call last):\n  File \"/0/app.py\", line 1, in <module>\n    from wasmctrl_sdk import export\nModuleNotFoundError: No module named 'wasmctrl_sdk'\n\nCaused by:\n    ModuleNotFoundError: No module named 'wasmctrl_sdk'\n";
+    let module = missing_module(output).unwrap();
+    assert_eq!(module, "wasmctrl_sdk");
+    let hint = missing_module_hint(&module, &[".".into()]);
+    assert!(
+        !hint.contains('\n') && hint.contains("python-path (.)") && hint.contains("vendor"),
+        "{hint}"
+    );
+    assert_eq!(missing_module("SyntaxError: invalid syntax"), None);
+    let other = missing_module_hint("yaml", &[".".into(), "lib".into()]);
+    assert!(
+        other.contains("module yaml") && other.contains("(., lib)"),
+        "{other}"
+    );
 }

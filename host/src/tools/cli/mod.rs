@@ -1,12 +1,14 @@
 //! `wasmctrl` subcommands.
 //!
 //! This module holds the command line and its dispatch; each subcommand
-//! group is a module: `run` (`run`; `apiserver` is the API server crate's `serve`), `dev`, `rbac`, `build`,
-//! `artifact` (`inspect`, `push`) and `replay`.
+//! group is a module: `run`, `dev`, `rbac`, `build`, `new`, `artifact`
+//! (`inspect`, `push`) and `replay`; `apiserver` is the API server crate's
+//! `serve`.
 
 mod artifact;
 mod build;
 mod dev;
+mod new;
 mod rbac;
 mod replay;
 mod run;
@@ -20,6 +22,7 @@ use clap::{Parser, Subcommand};
 use artifact::{RegistryArgs, inspect, push};
 use build::build;
 use dev::{DevOptions, dev};
+use new::new;
 use rbac::rbac;
 use replay::replay;
 use run::{run, terminated};
@@ -110,6 +113,28 @@ enum Command {
         #[arg(long, short)]
         package: Option<String>,
     },
+    /// Scaffold a plugin project that builds, tests and runs anywhere: a
+    /// reconciler for a custom kind, its unit test, the CRD, a sample, a
+    /// host config and the SDK, vendored.
+    New {
+        /// The plugin's name: lowercase letters, digits and dashes.
+        name: String,
+        /// rust, python or typescript.
+        #[arg(long)]
+        lang: crate::tools::build::Language,
+        /// The custom kind it reconciles, GROUP/VERSION/KIND (default:
+        /// NAME.example.com/v1alpha1/Name).
+        #[arg(long)]
+        kind: Option<String>,
+        /// A built-in kind it keeps an object of for each of its own
+        /// (ConfigMap, Deployment, Service); repeat it, or separate kinds
+        /// with commas.
+        #[arg(long, value_delimiter = ',')]
+        owns: Vec<String>,
+        /// Where to write the project (default: ./NAME); must be empty.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Check a plugin against the wasmctrl:reconciler world and print its
     /// metadata (for a registry artifact, its manifest and config too).
     Inspect {
@@ -188,6 +213,13 @@ pub fn main() -> ExitCode {
                 lang,
                 package,
             } => build(dir, out, lang, package),
+            Command::New {
+                name,
+                lang,
+                kind,
+                owns,
+                dir,
+            } => new(name, lang, kind, owns, dir),
             Command::Run { config } => run(config).await,
             Command::Rbac {
                 config,

@@ -1,0 +1,177 @@
+//! A Rust plugin: a cdylib crate with the SDK vendored as path dependencies.
+
+use super::names::{CustomKind, PluginName};
+use super::sdk::{APIMACHINERY, CARGO_LOCK, RUST_SDK, standalone_manifest, version};
+use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
+use super::{Project, ScaffoldError, render};
+
+const CARGO_TOML: &str = include_str!("templates/rust/Cargo.toml");
+const LIB_RS: &str = include_str!("templates/rust/lib.rs");
+const TESTS_RS: &str = include_str!("templates/rust/tests.rs");
+
+pub(super) fn project(
+    name: &PluginName,
+    kind: &CustomKind,
+    owns: &[&'static OwnedKind],
+    permissions: &[Permission],
+    project: &mut Project,
+) -> Result<(), ScaffoldError> {
+    let vars = vars(name, kind, owns, permissions);
+    project.file("Cargo.toml", render(CARGO_TOML, &vars));
+    project.file("src/lib.rs", render(LIB_RS, &vars));
+    project.file("src/tests.rs", render(TESTS_RS, &vars));
+    project.file("Cargo.lock", CARGO_LOCK.to_string());
+    for (path, text) in RUST_SDK {
+        let text = if *path == "Cargo.toml" {
+            standalone_manifest(
+                "wasmctrl-sdk",
+                text,
+                &[("wasmctrl-apimachinery", "../wasmctrl-apimachinery")],
+            )?
+        } else {
+            (*text).to_string()
+        };
+        project.file(&format!("vendor/wasmctrl-sdk/{path}"), text);
+    }
+    for (path, text) in APIMACHINERY {
+        let text = if *path == "Cargo.toml" {
+            standalone_manifest("wasmctrl-apimachinery", text, &[])?
+        } else {
+            (*text).to_string()
+        };
+        project.file(&format!("vendor/wasmctrl-apimachinery/{path}"), text);
+    }
+    // The SDK's bindings read the world from `../wit`, beside the crate.
+    project.file("vendor/wit/reconciler.wit", super::wit().to_string());
+    Ok(())
+}
+
+/// Where `cargo build --release --target wasm32-wasip2` writes the component.
+pub(super) fn component(name: &PluginName) -> String {
+    format!("target/wasm32-wasip2/release/{}.wasm", name.snake)
+}
+
+fn vars(
+    name: &PluginName,
+    kind: &CustomKind,
+    owns: &[&'static OwnedKind],
+    permissions: &[Permission],
+) -> Vec<(&'static str, String)> {
+    let mut metadata = String::new();
+    for o in owns {
+        metadata.push_str(&format!("            .owns({}::gvk())\n", o.kind));
+    }
+    for p in permissions {
+        metadata.push_str(&format!(
+            "            .permission({:?}, &[{:?}], &[{}])\n",
+            p.group,
+            p.resource,
+            quoted_list(p.verbs)
+        ));
+    }
+    let mut uses = String::new();
+    let mut apply_owned = String::new();
+    let mut helpers = String::new();
+    let mut test_owned = String::new();
+    if !owns.is_empty() {
+        uses.push_str("use serde::de::DeserializeOwned;\n");
+        for o in owns {
+            uses.push_str(&format!("use wasmctrl_sdk::{};\n", o.rust_path));
+        }
+        uses.push_str("use wasmctrl_sdk::serde_json::{self, json};\n");
+        apply_owned.push_str(&format!(
+            r#"    let owner = object
+        .controller_owner_ref()
+        .ok_or_else(|| Error::permanent("the {kind} has no uid"))?;
+    let name = object.name();
+    let message = object.spec.message.as_str();
+    let labels = json!({{"app.kubernetes.io/managed-by": MANAGER, "app.kubernetes.io/instance": name}});
+    let metadata = json!({{"name": name, "labels": &labels, "ownerReferences": [owner]}});
+"#,
+            kind = kind.kind
+        ));
+        for o in owns {
+            let var = snake(o.kind);
+            apply_owned.push_str(&format!(
+                "    let {var}: {k} = owned(json!({{\"metadata\": &metadata, {body}}}))?;\n    Api::<{k}>::namespaced(namespace).apply(&{var}, MANAGER, true)?;\n",
+                k = o.kind,
+                body = o.body_with("message", "&labels"),
+            ));
+            test_owned.push_str(&format!(
+                "    let {var} = Api::<{k}>::namespaced(\"default\").get(\"sample\").unwrap();\n    assert_eq!({var}.metadata.owner_references.unwrap()[0].uid, object.metadata.uid.clone().unwrap());\n",
+                k = o.kind,
+            ));
+        }
+        apply_owned.push('\n');
+        helpers.push_str(
+            r#"
+/// An owned object from its JSON: a mistake in it is the plugin's, and
+/// retrying would not fix it.
+fn owned<K: DeserializeOwned>(value: serde_json::Value) -> Result<K, Error> {
+    serde_json::from_value(value)
+        .map_err(|e| Error::permanent(format!("an owned object does not parse: {e}")))
+}
+"#,
+        );
+    }
+    let owned_doc = match owns {
+        [] => String::new(),
+        owns => format!(
+            "\n//! It server-side applies its own {} of the same name,\n//! owned through a controller reference.",
+            owns.iter()
+                .map(|o| o.kind)
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ),
+    };
+    let mut spec_fields = String::new();
+    let mut spec_sample = String::new();
+    for f in SPEC {
+        spec_fields.push_str(&format!(
+            "    /// {}\n    pub {}: {},\n",
+            f.description,
+            snake(f.name),
+            f.ty.rust()
+        ));
+        spec_sample.push_str(&format!(
+            "            {}: {}.into(),\n",
+            snake(f.name),
+            f.sample
+        ));
+    }
+    vec![
+        ("plugin", name.name.clone()),
+        ("name", name.name.clone()),
+        ("sdk_version", version().to_string()),
+        ("Kind", kind.kind.clone()),
+        ("Reconciler", format!("{}Reconciler", kind.kind)),
+        ("group", kind.group.clone()),
+        ("version", kind.version.clone()),
+        ("plural", kind.plural.clone()),
+        ("finalizer", super::finalizer(kind)),
+        ("owned_doc", owned_doc),
+        ("uses", uses),
+        ("metadata", metadata),
+        ("apply_owned", apply_owned),
+        ("helpers", helpers),
+        ("spec_fields", spec_fields),
+        ("spec_sample", spec_sample),
+        ("test_owned", test_owned),
+    ]
+}
+
+/// `ConfigMap` → `config_map`, `observedGeneration` → `observed_generation`.
+pub(super) fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}

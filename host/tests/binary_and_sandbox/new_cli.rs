@@ -1,0 +1,149 @@
+//! `wasmctrl new` as a newcomer runs it, outside the repository: the
+//! scaffold's own unit test passes with its language's runner, `wasmctrl
+//! build` builds it, and `wasmctrl dev --apply .` in its directory makes
+//! the sample Ready, with no edit.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use wasmctrl_testkit::{eventually, kubectl};
+
+use crate::binary::{Dev, wasmctrl};
+
+/// How long the host may take to reconcile the sample once it runs.
+const READY_LIMIT: Duration = Duration::from_secs(60);
+
+/// The toolchain cache the suite's own Python and TypeScript builds fill
+/// (`plugins/artifacts`): `<target dir>/wasmctrl-toolchains`.
+fn toolchains() -> PathBuf {
+    let exe = Path::new(env!("CARGO_BIN_EXE_wasmctrl"));
+    match std::env::var_os("WASMCTRL_TOOLCHAINS") {
+        Some(dir) => dir.into(),
+        None => exe
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("wasmctrl-toolchains"),
+    }
+}
+
+/// Runs `command` to success in `dir`, printing how long it took; panics
+/// with its output otherwise.
+fn succeeds(what: &str, dir: &Path, command: &mut Command) {
+    let started = Instant::now();
+    let out = command
+        .current_dir(dir)
+        // The scaffold is a project of its own: nothing of this build's
+        // cargo environment may leak into it (its target dir above all).
+        .env_remove("CARGO_TARGET_DIR")
+        .env("WASMCTRL_TOOLCHAINS", toolchains())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{what}: {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// `wasmctrl new NAME --lang LANG ARGS…` into a fresh temporary directory;
+/// the temporary directory and the project in it.
+fn new_project(name: &str, lang: &str, args: &[&str]) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join(name);
+    let mut new = wasmctrl();
+    new.args(["new", name, "--lang", lang, "--dir"])
+        .arg(&dir)
+        .args(args);
+    succeeds("wasmctrl new", tmp.path(), &mut new);
+    (tmp, dir)
+}
+
+/// `wasmctrl build .`, then `wasmctrl dev --config wasmctrl.yaml --apply .`
+/// in `dir`; waits until kubectl sees `sample` of `resource` Ready for its
+/// generation, and its `owned` object (a ConfigMap) carry its message.
+async fn dev_makes_the_sample_ready(dir: &Path, resource: &str) {
+    let mut build = wasmctrl();
+    build.args(["build", "."]);
+    succeeds("wasmctrl build", dir, &mut build);
+
+    let kubeconfig = dir.join(".wasmctrl").join("kubeconfig");
+    let mut command = wasmctrl();
+    command.current_dir(dir);
+    let started = Instant::now();
+    let dev = Dev::start_with(
+        command,
+        &["--config", "wasmctrl.yaml", "--apply", "."],
+        kubeconfig.clone(),
+    )
+    .await;
+    let query = "jsonpath={.metadata.generation} {.status.observedGeneration} {.status.conditions[?(@.type==\"Ready\")].status}";
+    eventually("the sample to become Ready", READY_LIMIT, || {
+        let out = kubectl::output(&kubeconfig, &["get", resource, "sample", "-o", query]);
+        let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+        let fields: Vec<&str> = printed.split_whitespace().collect();
+        let ready =
+            matches!(fields.as_slice(), [generation, observed, "True"] if generation == observed);
+        async move { ready }
+    })
+    .await;
+    eprintln!(
+        "dev start to sample Ready: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let message = kubectl::run(
+        &kubeconfig,
+        &[
+            "get",
+            "configmap",
+            "sample",
+            "-o",
+            "jsonpath={.data.message}",
+        ],
+    );
+    assert_eq!(message, "Hello from wasmctrl", "{}", dev.log());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_rust_plugin_tests_builds_and_runs_outside_the_repository() {
+    let (_tmp, dir) = new_project("greeter", "rust", &["--owns", "ConfigMap"]);
+    succeeds("cargo test", &dir, Command::new("cargo").arg("test"));
+    dev_makes_the_sample_ready(&dir, "greeters.greeter.example.com").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_python_plugin_tests_builds_and_runs_outside_the_repository() {
+    let (_tmp, dir) = new_project(
+        "hello-py",
+        "python",
+        &[
+            "--kind",
+            "demo.example.com/v1alpha1/Greeting",
+            "--owns",
+            "ConfigMap",
+        ],
+    );
+    succeeds(
+        "python3 -m unittest",
+        &dir,
+        Command::new("python3").args(["-m", "unittest", "-v"]),
+    );
+    dev_makes_the_sample_ready(&dir, "greetings.demo.example.com").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_new_typescript_plugin_tests_builds_and_runs_outside_the_repository() {
+    let (_tmp, dir) = new_project("welcome", "typescript", &["--owns", "ConfigMap"]);
+    succeeds(
+        "npm install",
+        &dir,
+        Command::new("npm").args(["install", "--no-audit", "--no-fund"]),
+    );
+    succeeds("npm test", &dir, Command::new("npm").arg("test"));
+    dev_makes_the_sample_ready(&dir, "welcomes.welcome.example.com").await;
+}
