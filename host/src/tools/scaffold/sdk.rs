@@ -25,8 +25,8 @@ pub(super) const RUST_SDK: Files = embed!("guest-sdk":
 
 /// `wasmctrl-apimachinery`, which the Rust SDK depends on.
 pub(super) const APIMACHINERY: Files = embed!("apimachinery":
-    "Cargo.toml", "src/lib.rs", "src/names.rs", "src/patch.rs", "src/patch/tests.rs",
-    "src/selector.rs", "src/selector/tests.rs", "src/time.rs",
+    "Cargo.toml", "src/json.rs", "src/lib.rs", "src/names.rs", "src/patch.rs",
+    "src/patch/tests.rs", "src/selector.rs", "src/selector/tests.rs", "src/time.rs",
 );
 
 /// The Python SDK, package `wasmctrl_sdk`.
