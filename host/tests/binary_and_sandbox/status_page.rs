@@ -144,3 +144,127 @@ async fn the_status_page_shows_each_plugin_in_a_browser_after_a_reconcile_and_a_
         png.len()
     );
 }
+
+/// Every metric the Grafana dashboard in `deploy/grafana/` queries exists
+/// in `/metrics` of a running host, so no panel is silently empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_metric_the_grafana_dashboard_queries_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml"))
+        .unwrap()
+        .replace(
+            "../../target/wasm32-wasip2/release/webapp.wasm",
+            artifacts::WEBAPP,
+        );
+    let config = dir.path().join("wasmctrl.yaml");
+    std::fs::write(&config, text).unwrap();
+    let dev = Dev::start(
+        &[
+            "--addr".as_ref(),
+            "127.0.0.1:0".as_ref(),
+            "--config".as_ref(),
+            config.as_os_str(),
+            "--apply".as_ref(),
+            QUICKSTART.as_ref(),
+        ],
+        dir.path().join("kc"),
+    )
+    .await;
+    let (status, metrics) = http(dev.admin, "GET", "/metrics", &[]).await;
+    assert_eq!(status, 200);
+    // Families as the exposition declares them: `# TYPE name kind`.
+    let families: std::collections::BTreeMap<&str, &str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../deploy/grafana/wasmctrl.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let exprs: Vec<&str> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().unwrap())
+        .map(|t| t["expr"].as_str().unwrap())
+        .collect();
+    assert!(exprs.len() >= 18, "{} queries", exprs.len());
+    let mut queried = std::collections::BTreeSet::new();
+    for expr in &exprs {
+        for word in expr.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')) {
+            if ["workqueue_", "controller_runtime_", "wasmctrl_"]
+                .iter()
+                .any(|p| word.starts_with(p))
+            {
+                queried.insert(word);
+            }
+        }
+    }
+    // What happens only on an event (a trap, a limit, throttling, a
+    // canary or shadow candidate) has no series until it happens: those
+    // names are checked against the families the host registers.
+    let registered = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/control/metrics/registry.rs"
+    ))
+    .unwrap();
+    let family_of = |name: &str| -> String {
+        ["_total", "_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(name)
+            .to_string()
+    };
+    let mut live = 0;
+    let missing: Vec<&str> = queried
+        .iter()
+        .copied()
+        .filter(|name| {
+            // A sample's name is its family's, plus `_total` for a counter
+            // and `_bucket`, `_sum` or `_count` for a histogram.
+            let served = |family: &str, kinds: &[&str]| {
+                families.get(family).is_some_and(|k| kinds.contains(k))
+            };
+            let counter = name
+                .strip_suffix("_total")
+                .is_some_and(|f| served(f, &["counter"]));
+            let histogram = ["_bucket", "_sum", "_count"]
+                .iter()
+                .filter_map(|s| name.strip_suffix(s))
+                .any(|f| served(f, &["histogram"]));
+            if counter || histogram || served(name, &["gauge"]) {
+                live += 1;
+                return false;
+            }
+            !registered.contains(&format!("\"{}\"", family_of(name)))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics the host does not serve: {missing:?}\nserved: {families:?}"
+    );
+    // Reconciles, errors, queues and workers are served from the start,
+    // as controller-runtime serves them.
+    for name in [
+        "controller_runtime_reconcile_total",
+        "controller_runtime_reconcile_errors_total",
+        "controller_runtime_terminal_reconcile_errors_total",
+        "controller_runtime_active_workers",
+        "controller_runtime_max_concurrent_reconciles",
+        "workqueue_depth",
+    ] {
+        assert!(queried.contains(name), "the dashboard charts {name}");
+        assert!(
+            metrics.lines().any(|l| l.starts_with(name)),
+            "{name} is served from the start"
+        );
+    }
+    assert!(live >= 6, "{live} of {} names served live", queried.len());
+    assert!(queried.len() >= 20, "{queried:?}");
+}
