@@ -151,7 +151,6 @@ impl<R: Reconcile> Controller<R> {
             controller: self.name().to_string(),
         };
         let n = self.inner.options.max_concurrent_reconciles.max(1);
-        self.inner.metrics.init_controller(self.name());
         self.inner
             .metrics
             .max_concurrent

@@ -9,27 +9,6 @@ use super::version::Version;
 use crate::control::reconcile::{ReconcileError, TrapKind};
 
 impl Metrics {
-    /// Creates `controller`'s reconcile counters at zero, as
-    /// controller-runtime does when a controller starts, so a dashboard or
-    /// an alert on errors reads 0 rather than no data until the first one.
-    pub fn init_controller(&self, controller: &str) {
-        let label = ControllerVersionLabels {
-            controller: controller.into(),
-            version: Version::Stable.as_str().into(),
-        };
-        for result in ["success", "error", "requeue", "requeue_after"] {
-            let _ = self.reconcile_total.get_or_create(&ResultLabels {
-                controller: controller.into(),
-                result: result.into(),
-                version: label.version.clone(),
-            });
-        }
-        let _ = self.reconcile_errors.get_or_create(&label);
-        let _ = self.reconcile_panics.get_or_create(&label);
-        let _ = self.reconcile_timeouts.get_or_create(&label);
-        let _ = self.terminal_errors.get_or_create(&label);
-    }
-
     /// Records one finished reconcile of `controller`, run by `version`.
     pub fn observe_reconcile(
         &self,
