@@ -111,3 +111,24 @@ impl Dev {
         self.process.log()
     }
 }
+
+/// The quick start's directory: its config, CRD and sample WebApp.
+pub const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
+
+/// The quick start's config, written to `dir` with its plugin path pointing
+/// at this build's webapp component; its path.
+pub fn quickstart_config(dir: &Path) -> PathBuf {
+    let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml"))
+        .unwrap()
+        .replace(
+            "../../target/wasm32-wasip2/release/webapp.wasm",
+            wasmctrl_plugin_artifacts::WEBAPP,
+        );
+    assert!(
+        text.contains(wasmctrl_plugin_artifacts::WEBAPP),
+        "the quick start names its plugin"
+    );
+    let config = dir.join("wasmctrl.yaml");
+    std::fs::write(&config, text).unwrap();
+    config
+}

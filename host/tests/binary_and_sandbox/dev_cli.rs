@@ -10,14 +10,12 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::Api;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde::Deserialize;
-use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::client::client_for;
 use wasmctrl_testkit::{eventually, kubectl};
 
-use crate::binary::{Dev, wasmctrl};
+use crate::binary::{Dev, QUICKSTART, quickstart_config, wasmctrl};
 
 const LIMIT: Duration = Duration::from_secs(30);
-const QUICKSTART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/quickstart");
 const HOST_USER: &str = "system:serviceaccount:wasmctrl-system:wasmctrl";
 /// What `wasmctrl rbac` names its objects for that account.
 const RBAC_NAME: &str = "wasmctrl:wasmctrl-system:wasmctrl";
@@ -101,17 +99,7 @@ async fn create_webapp(client: &kube::Client, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dev_with_rbac_runs_the_host_as_a_service_account_with_the_rbac_of_wasmctrl_rbac() {
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
-    let text = text.replace(
-        "../../target/wasm32-wasip2/release/webapp.wasm",
-        artifacts::WEBAPP,
-    );
-    assert!(
-        text.contains(artifacts::WEBAPP),
-        "the quick start names its plugin"
-    );
-    let config = dir.path().join("wasmctrl.yaml");
-    std::fs::write(&config, text).unwrap();
+    let config = quickstart_config(dir.path());
     let dev = Dev::rbac(&config, dir.path().join("kc")).await;
     let says = format!("the host runs as {HOST_USER} with the RBAC of `wasmctrl rbac");
     assert!(
