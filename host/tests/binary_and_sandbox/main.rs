@@ -13,6 +13,7 @@ mod cpu_share;
 mod dev_cli;
 mod instances;
 mod load;
+mod outbound;
 mod polyglot;
 mod pool;
 mod process;
