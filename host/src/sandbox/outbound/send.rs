@@ -171,19 +171,20 @@ pub(super) async fn send(
 
     let mut conn = Box::pin(conn);
     let exchange = async {
+        let mut send = std::pin::pin!(sender.send_request(request));
         tokio::select! {
             biased;
-            response = sender.send_request(request) => response.map_err(Error::Hyper),
-            ended = &mut conn => match ended {
-                Err(e) => Err(Error::Hyper(e)),
-                Ok(()) => Err(Error::HttpResponseIncomplete),
-            },
+            response = &mut send => (response.map_err(Error::Hyper), false),
+            // The connection may end (the server closes it) in the very
+            // poll that delivered the response: the response decides.
+            _ = &mut conn => (send.await.map_err(Error::Hyper), true),
         }
     };
-    let response = match tokio::time::timeout_at(deadline.into(), exchange).await {
+    let (response, ended) = match tokio::time::timeout_at(deadline.into(), exchange).await {
         Err(_) => return Err(late("waiting for the response")),
         Ok(r) => r,
     };
+    let conn = (!ended).then_some(conn);
     let code = match &response {
         Ok(r) => r.status().as_u16().to_string(),
         Err(_) => "error".to_string(),
@@ -225,6 +226,9 @@ pub(super) async fn send(
     // than the deadline; its permit goes with it.
     let io = async move {
         let _permit = permit;
+        let Some(conn) = conn else {
+            return Ok(());
+        };
         match tokio::time::timeout_at(deadline.into(), conn).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => Err(Error::Hyper(e)),
