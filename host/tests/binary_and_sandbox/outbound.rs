@@ -151,8 +151,10 @@ async fn plugin(rt: &Runtime, cases: serde_json::Value, grant: OutboundGrant) ->
         .expect("the outbound plugin loads")
 }
 
+/// One reconcile as the controller runs it (its cost and ceilings counted
+/// in the plugin's metrics).
 async fn run(plugin: &Plugin, key: &str, timeout: Duration) -> Result<Action, ReconcileError> {
-    plugin.invoke(request(key, timeout)).await.result
+    wasmctrl::Reconcile::reconcile(plugin, request(key, timeout)).await
 }
 
 /// `wasmctrl_plugin_http_denied_total{plugin="outbound",reason}`.
