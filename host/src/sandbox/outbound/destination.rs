@@ -4,7 +4,7 @@
 
 use std::net::IpAddr;
 
-use super::rule::{RequestHost, default_port};
+use super::rule::{RequestHost, default_port, unmap};
 use super::{DenyReason, Refusal, cut_url};
 
 /// Where a request goes, normalized.
@@ -124,16 +124,6 @@ impl Destination {
             }
         }
         Ok(())
-    }
-}
-
-/// An IPv4-mapped IPv6 address (`::ffff:127.0.0.1`) is the IPv4 address
-/// it maps: a rule naming `127.0.0.1` names it, and one naming another
-/// address does not.
-pub(super) fn unmap(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

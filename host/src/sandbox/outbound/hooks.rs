@@ -8,48 +8,11 @@ use std::time::Instant;
 
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
+use super::call::HttpCall;
 use super::destination::Destination;
 use super::send::{self, Plan};
 use super::{DenyReason, OutboundGrant, Refusal};
-use crate::control::metrics::{Metrics, Version, current_version};
-
-/// What one call's requests share, with the futures that send them.
-pub(crate) struct HttpCall {
-    pub(crate) plugin: Arc<str>,
-    pub(crate) metrics: Arc<Metrics>,
-    /// The plugin version the call runs as (the futures run in tasks of
-    /// their own, outside the reconcile's task-local version).
-    pub(crate) version: Version,
-    pub(crate) deadline: Instant,
-    /// Requests the guest made this call, refused or not.
-    requests: AtomicU32,
-    /// The first refusal of this call.
-    refused: Mutex<Option<Refusal>>,
-}
-
-impl HttpCall {
-    /// Keeps (the first) refusal, counts it and logs it; returns the
-    /// error the guest's request fails with.
-    pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
-        // A ceiling is counted in `…limit_exceeded_total` with the call
-        // it fails (`Sandbox::call`).
-        self.metrics
-            .count_http_denied(&self.plugin, refusal.reason.as_str());
-        tracing::warn!(plugin = %self.plugin, reason = refusal.reason.as_str(), "{refusal}");
-        let error = match refusal.reason {
-            DenyReason::RequestBytes => Error::HttpRequestBodySize(None),
-            DenyReason::ResponseBytes => Error::HttpResponseBodySize(None),
-            DenyReason::Connections => Error::ConnectionLimitReached,
-            DenyReason::Deadline => Error::ConnectionTimeout,
-            _ => Error::HttpRequestDenied,
-        };
-        let mut kept = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-        if kept.is_none() {
-            *kept = Some(refusal);
-        }
-        error
-    }
-}
+use crate::control::metrics::{Metrics, current_version};
 
 /// The hooks of one store: the plugin's grant and this call's state.
 pub(crate) struct OutboundHooks {

@@ -22,6 +22,7 @@
 //! rule or the ceiling (`Sandbox::call`), and it is counted in
 //! `wasmctrl_plugin_http_denied_total{reason}`.
 
+mod call;
 mod destination;
 mod hooks;
 mod rule;

@@ -117,6 +117,16 @@ pub fn default_port(scheme: &str) -> u16 {
     if scheme == "http" { 80 } else { 443 }
 }
 
+/// An IPv4-mapped IPv6 address (`::ffff:127.0.0.1`) is the IPv4 address
+/// it maps: a rule naming `127.0.0.1` names it, and one naming another
+/// address does not.
+pub(super) fn unmap(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
 /// Whether `m` is an HTTP method token (RFC 9110 `token`), uppercase as
 /// the methods a rule names are compared exactly.
 fn is_method(m: &str) -> bool {
@@ -183,9 +193,7 @@ impl OutboundRule {
                 }
             }
             Some(url::Host::Ipv4(ip)) if !wildcard => HostPattern::Ip(IpAddr::V4(ip)),
-            Some(url::Host::Ipv6(ip)) if !wildcard => {
-                HostPattern::Ip(super::destination::unmap(IpAddr::V6(ip)))
-            }
+            Some(url::Host::Ipv6(ip)) if !wildcard => HostPattern::Ip(unmap(IpAddr::V6(ip))),
             Some(_) => return Err("`*.` names subdomains of a DNS name, not of an IP".into()),
             None => return Err("url has no host".into()),
         };

@@ -16,8 +16,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite};
 use wasmtime_wasi_http::{Error, WasiBody};
 
+use super::call::HttpCall;
 use super::destination::Destination;
-use super::hooks::HttpCall;
 use super::rule::RequestHost;
 use super::{DenyReason, OutboundGrant, Refusal};
 use crate::meta::address::is_internal;
@@ -180,9 +180,8 @@ pub(super) async fn send(
             _ = &mut conn => (send.await.map_err(Error::Hyper), true),
         }
     };
-    let (response, ended) = match tokio::time::timeout_at(deadline.into(), exchange).await {
-        Err(_) => return Err(late("waiting for the response")),
-        Ok(r) => r,
+    let Ok((response, ended)) = tokio::time::timeout_at(deadline.into(), exchange).await else {
+        return Err(late("waiting for the response"));
     };
     let conn = (!ended).then_some(conn);
     let code = match &response {
