@@ -410,6 +410,48 @@ async fn a_trickling_server_ends_at_the_reconcile_s_deadline() {
     .await;
 }
 
+/// While one reconcile holds the plugin's only connection (a trickling
+/// answer), another reconcile's request is refused, not queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_plugin_s_ceiling_are_refused() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let port = server.port();
+    let limits = OutboundLimits {
+        connections: 1,
+        ..OutboundLimits::default()
+    };
+    let cases = json!({
+        "trickle": { "url": format!("http://localhost:{port}/trickle") },
+        "ok": { "url": format!("http://localhost:{port}/ok") },
+    });
+    let p = plugin(&rt, cases, grant(&server, limits)).await;
+    let holder = {
+        let p = p.clone();
+        tokio::spawn(async move { run(&p, "trickle", Duration::from_secs(3)).await })
+    };
+    eventually(
+        "the trickle holds the connection",
+        Duration::from_secs(10),
+        || async { (server.hits("/trickle") == 1).then_some(()) },
+    )
+    .await;
+    let result = run(&p, "ok", TIMEOUT).await;
+    let (kind, message) = refusal(&result);
+    assert_eq!(kind, TrapKind::Limit, "{message}");
+    assert!(message.contains("limits.httpConnections"), "{message}");
+    assert_eq!(server.hits("/ok"), 0);
+    assert_eq!(denied(&rt, "connections"), 1);
+    assert!(holder.await.unwrap().is_err());
+    // The connection went with the reconcile that held it.
+    eventually(
+        "the connection is given back",
+        Duration::from_secs(10),
+        || async { (run(&p, "ok", TIMEOUT).await == Ok(Action::done())).then_some(()) },
+    )
+    .await;
+}
+
 /// A thousand requests in one reconcile: the one past `limits.httpRequests`
 /// fails the reconcile; none past it is sent.
 #[tokio::test]
