@@ -25,14 +25,14 @@ pub(crate) struct HttpCall {
 }
 
 impl HttpCall {
-    /// Keeps (the first) refusal, counts it and logs it; returns the
-    /// error the guest's request fails with.
+    /// Keeps (the first) refusal, counts it, and logs it if it is the
+    /// call's first (a guest looping on refused requests must not flood
+    /// the host's log); returns the error the guest's request fails with.
     pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
         // A ceiling is counted in `…limit_exceeded_total` with the call
         // it fails (`Sandbox::call`).
         self.metrics
             .count_http_denied(&self.plugin, refusal.reason.as_str());
-        tracing::warn!(plugin = %self.plugin, reason = refusal.reason.as_str(), "{refusal}");
         let error = match refusal.reason {
             DenyReason::RequestBytes => Error::HttpRequestBodySize(None),
             DenyReason::ResponseBytes => Error::HttpResponseBodySize(None),
@@ -42,6 +42,7 @@ impl HttpCall {
         };
         let mut kept = self.refused.lock().unwrap_or_else(|e| e.into_inner());
         if kept.is_none() {
+            tracing::warn!(plugin = %self.plugin, reason = refusal.reason.as_str(), "{refusal}");
             *kept = Some(refusal);
         }
         error
