@@ -165,9 +165,25 @@ fn failed(code: ErrorCode) -> HttpError {
     HttpError::Failed(format!("{code:?}"))
 }
 
-/// Sends `request` and reads the whole answer.
+/// Sends `request` and reads the whole answer. In native unit tests (the
+/// `testing` feature) a `FakeCluster`'s canned answers serve it.
 pub fn send(request: &Request) -> Result<Response, HttpError> {
     let parts = split(&request.url)?;
+    #[cfg(all(any(test, feature = "testing"), not(target_arch = "wasm32")))]
+    {
+        let _ = parts;
+        crate::testing::fake::http::send(request)
+    }
+    #[cfg(not(all(any(test, feature = "testing"), not(target_arch = "wasm32"))))]
+    send_wasi(request, &parts)
+}
+
+/// `send` through the host's `wasi:http/outgoing-handler`.
+#[cfg_attr(
+    all(any(test, feature = "testing"), not(target_arch = "wasm32")),
+    allow(dead_code)
+)]
+fn send_wasi(request: &Request, parts: &Parts<'_>) -> Result<Response, HttpError> {
     let entries: Vec<(String, Vec<u8>)> = request
         .headers
         .iter()
@@ -259,5 +275,18 @@ mod tests {
         assert_eq!((p.https, p.path_with_query), (false, "/"));
         assert!(matches!(split("ftp://x/"), Err(HttpError::Url(_))));
         assert!(matches!(split("https:///x"), Err(HttpError::Url(_))));
+    }
+
+    #[test]
+    fn a_fake_cluster_answers_canned_requests_once_and_records_them() {
+        let cluster = crate::testing::FakeCluster::new();
+        cluster.answer_http("GET", "https://api.example.com/x", 200, br#"{"a": 1}"#);
+        let answer = get("https://api.example.com/x").unwrap();
+        assert_eq!(answer.status, 200);
+        assert_eq!(answer.json::<serde_json::Value>().unwrap()["a"], 1);
+        let again = get("https://api.example.com/x").unwrap_err();
+        assert!(again.to_string().contains("no canned answer"), "{again}");
+        assert_eq!(cluster.http_requests().len(), 2);
+        assert_eq!(cluster.http_requests()[0].method, "GET");
     }
 }
