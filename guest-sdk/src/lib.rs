@@ -51,7 +51,9 @@
 //! - `testing::FakeCluster` (feature `testing`, native only): unit-test a
 //!   reconciler against an in-memory API server, held to its permissions;
 //! - [`Context`] (deadline, cancellation, attempt, settings) and logging
-//!   ([`info!`] and friends).
+//!   ([`info!`] and friends);
+//! - [`http`]: requests to hosts outside the cluster (`wasi:http`), as the
+//!   host's `outbound` grant allows and [`Metadata::outbound`] declares.
 //!
 //! Each reconcile runs in a fresh instance: nothing survives between calls, so a
 //! reconciler reads the world, compares and writes, as level-triggered
@@ -67,6 +69,7 @@ mod error;
 pub mod events;
 pub mod finalizer;
 mod host;
+pub mod http;
 pub mod log;
 mod metadata;
 mod resource;
@@ -78,7 +81,7 @@ pub mod testing;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "reconciler",
+        world: "outbound-reconciler",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_reconciler_world",
@@ -131,6 +134,10 @@ macro_rules! export_reconciler {
                 $crate::__private::metadata::<$reconciler>()
             }
 
+            fn outbound() -> ::std::vec::Vec<$crate::bindings::wasmctrl::reconciler::types::OutboundRule> {
+                $crate::__private::outbound::<$reconciler>()
+            }
+
             fn reconcile(
                 key: $crate::bindings::wasmctrl::reconciler::types::ObjectKey,
             ) -> ::core::result::Result<
@@ -154,6 +161,10 @@ pub mod __private {
 
     pub fn metadata<R: crate::Reconciler>() -> wit::PluginMetadata {
         R::metadata().into_wit()
+    }
+
+    pub fn outbound<R: crate::Reconciler>() -> Vec<wit::OutboundRule> {
+        R::metadata().outbound_wit()
     }
 
     pub fn reconcile<R: crate::Reconciler>(

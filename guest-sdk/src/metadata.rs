@@ -96,6 +96,7 @@ pub struct Metadata {
     owns: Vec<Gvk>,
     watches: Vec<(Gvk, WatchMapping)>,
     permissions: Vec<(String, Vec<String>, Vec<String>)>,
+    outbound: Vec<(String, Vec<String>)>,
 }
 
 impl Metadata {
@@ -108,6 +109,7 @@ impl Metadata {
             owns: Vec::new(),
             watches: Vec::new(),
             permissions: Vec::new(),
+            outbound: Vec::new(),
         }
     }
 
@@ -132,6 +134,28 @@ impl Metadata {
             verbs.iter().map(|v| v.to_string()).collect(),
         ));
         self
+    }
+
+    /// The plugin calls `url` (`scheme://host[:port][/path-prefix]`,
+    /// `*.example.com` for its subdomains) outside the cluster with
+    /// `methods` (empty: any), through [`crate::http`]. The host refuses to
+    /// load a plugin declaring more than its `outbound` grant.
+    pub fn outbound(mut self, url: &str, methods: &[&str]) -> Self {
+        self.outbound
+            .push((url.into(), methods.iter().map(|m| m.to_string()).collect()));
+        self
+    }
+
+    /// The declared outbound destinations, as the `outbound` export
+    /// returns them.
+    pub(crate) fn outbound_wit(&self) -> Vec<wit::OutboundRule> {
+        self.outbound
+            .iter()
+            .map(|(url, methods)| wit::OutboundRule {
+                url: url.clone(),
+                methods: methods.clone(),
+            })
+            .collect()
     }
 
     pub(crate) fn into_wit(self) -> wit::PluginMetadata {

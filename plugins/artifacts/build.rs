@@ -31,6 +31,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("HOSTILE", "plugins/testing/hostile"),
     ("MIRROR", "plugins/testing/mirror"),
     ("COMPAT_0_1_0", "plugins/testing/compat-0-1-0"),
+    ("OUTBOUND", "plugins/testing/outbound"),
 ];
 
 /// (constant name, package, features): further builds of a package with

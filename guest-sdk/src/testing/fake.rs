@@ -3,4 +3,5 @@
 //! the cluster's state.
 
 pub(crate) mod context;
+pub(crate) mod http;
 pub(crate) mod kube;

@@ -145,6 +145,26 @@ impl FakeCluster {
         with(|s| s.settings = settings.to_string());
     }
 
+    /// Answers the next outbound `method url` request (`wasmctrl_sdk::http`)
+    /// with `status` and `body`, once; a request without a canned answer
+    /// fails as one the host refused.
+    pub fn answer_http(&self, method: &str, url: &str, status: u16, body: &[u8]) {
+        let answer = crate::http::Response {
+            status,
+            headers: Vec::new(),
+            body: body.to_vec(),
+        };
+        with(|s| {
+            s.http_answers
+                .push((method.to_string(), url.to_string(), answer))
+        });
+    }
+
+    /// Every outbound HTTP request made since the cluster was created.
+    pub fn http_requests(&self) -> Vec<crate::http::Request> {
+        with(|s| s.http_sent.clone())
+    }
+
     /// Makes the next call with `verb` fail with `error` (once).
     pub fn fail_next(&self, verb: &str, error: ApiError) {
         with(|s| s.faults.push((verb.to_string(), error)));

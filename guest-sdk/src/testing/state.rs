@@ -29,6 +29,11 @@ pub(super) struct State {
     pub(super) used: BTreeSet<(String, String, String)>,
     pub(super) attempt: u32,
     pub(super) settings: String,
+    /// Canned outbound HTTP answers: method, URL, answer (used once each,
+    /// in order).
+    pub(super) http_answers: Vec<(String, String, crate::http::Response)>,
+    /// Every outbound request the reconciler made.
+    pub(super) http_sent: Vec<crate::http::Request>,
 }
 
 thread_local! {

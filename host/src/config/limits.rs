@@ -6,6 +6,7 @@ use super::error::FieldProblem;
 use super::units::{count, quantity, rate};
 use crate::sandbox::Limits;
 use crate::sandbox::hostapi::ApiLimits;
+use crate::sandbox::outbound::OutboundLimits;
 
 /// A plugin's ceilings (docs/SECURITY.md lists them with their defaults):
 /// the sandbox's [`Limits`] and the host API's [`ApiLimits`], whose
@@ -38,11 +39,22 @@ pub struct LimitsConfig {
     pub memories: u32,
     /// Tables one instance may define.
     pub tables: u32,
+    /// Outbound HTTP requests per reconcile.
+    pub http_requests: u32,
+    /// Bytes of one outbound request's body.
+    #[serde(deserialize_with = "quantity")]
+    pub http_request_bytes: u64,
+    /// Bytes of one outbound response's body.
+    #[serde(deserialize_with = "quantity")]
+    pub http_response_bytes: u64,
+    /// Outbound connections the plugin's reconciles hold at once.
+    pub http_connections: u32,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
         let sandbox = Limits::default();
+        let http = OutboundLimits::default();
         Self {
             output_bytes: sandbox.output_bytes as u64,
             output_line: sandbox.output_line as u64,
@@ -54,6 +66,10 @@ impl Default for LimitsConfig {
             instances: sandbox.instances as u32,
             memories: sandbox.memories as u32,
             tables: sandbox.tables as u32,
+            http_requests: http.requests,
+            http_request_bytes: http.request_bytes,
+            http_response_bytes: http.response_bytes,
+            http_connections: http.connections,
         }
     }
 }
@@ -99,6 +115,25 @@ impl LimitsConfig {
         check(
             "limits.tables",
             count(u64::from(self.tables), Limits::TABLES),
+        )?;
+        check(
+            "limits.httpRequests",
+            count(u64::from(self.http_requests), OutboundLimits::REQUESTS),
+        )?;
+        check(
+            "limits.httpRequestBytes",
+            count(self.http_request_bytes, OutboundLimits::BODY_BYTES),
+        )?;
+        check(
+            "limits.httpResponseBytes",
+            count(self.http_response_bytes, OutboundLimits::BODY_BYTES),
+        )?;
+        check(
+            "limits.httpConnections",
+            count(
+                u64::from(self.http_connections),
+                OutboundLimits::CONNECTIONS,
+            ),
         )
     }
 }

@@ -21,6 +21,7 @@ use crate::control::controller::ControllerOptions;
 use crate::control::workqueue::ratelimit;
 use crate::meta::syntax;
 use crate::sandbox::hostapi::{PermissionRule, RuleProblem};
+use crate::sandbox::outbound::{OutboundGrant, OutboundLimits, OutboundRule};
 use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
 
 /// One plugin: its component and how the host runs it.
@@ -63,6 +64,10 @@ pub struct PluginConfig {
     /// What the plugin is allowed to do through the `kube` interface.
     #[serde(default, deserialize_with = "mappings")]
     pub permissions: Vec<PermissionRule>,
+    /// Where outside the cluster its `wasi:http` requests may go (default:
+    /// nowhere).
+    #[serde(default)]
+    pub outbound: Vec<OutboundRule>,
     /// Handed to the plugin as JSON.
     #[serde(default = "empty_object")]
     pub settings: serde_json::Value,
@@ -341,9 +346,38 @@ impl PluginConfig {
         if let Some(r) = &self.record {
             r.check()?;
         }
-        check_rules(&self.permissions, "permissions")
+        check_rules(&self.permissions, "permissions")?;
+        if self.outbound.len() > MAX_OUTBOUND_RULES {
+            return Err(FieldProblem::new(
+                "outbound",
+                format!("at most {MAX_OUTBOUND_RULES} rules"),
+            ));
+        }
+        for (i, rule) in self.outbound.iter().enumerate() {
+            check(&format!("outbound[{i}]"), rule.target().map(|_| ()))?;
+        }
+        Ok(())
+    }
+
+    /// The plugin's outbound grant: its `outbound` rules under its
+    /// `limits.http*` (checked by [`PluginConfig::check`]).
+    pub fn outbound_grant(&self) -> OutboundGrant {
+        let l = &self.limits;
+        OutboundGrant::new(
+            self.outbound.clone(),
+            OutboundLimits {
+                requests: l.http_requests,
+                request_bytes: l.http_request_bytes,
+                response_bytes: l.http_response_bytes,
+                connections: l.http_connections,
+            },
+        )
+        .expect("validated: outbound rules are checked when the config is parsed")
     }
 }
+
+/// Outbound rules one plugin may be granted.
+const MAX_OUTBOUND_RULES: usize = 64;
 
 /// Whether `name` can name a plugin: a DNS label (it names metrics, the
 /// queue and admin paths).

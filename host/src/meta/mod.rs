@@ -2,6 +2,7 @@
 //! and selectors, and normalized JSON. A leaf: meta imports no other module
 //! of the crate.
 
+pub mod address;
 pub mod kind;
 pub mod normalized;
 pub mod selector;

@@ -12,6 +12,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -21,11 +22,12 @@ use super::Runtime;
 use super::code::Code;
 use super::failure::CallFailure;
 use super::limits::Limits;
+use super::outbound::OutboundGrant;
 use super::share::PluginActivity;
 use super::store::{CallContext, Spares, StoreSpec, StoreState};
 use super::strategy::InstanceStrategy;
 use crate::control::metrics::CallUsage;
-use crate::control::reconcile::ObjectKey;
+use crate::control::reconcile::{ObjectKey, TrapKind};
 use crate::sandbox::hostapi::KubeApi;
 use crate::sandbox::wit::wasmctrl::reconciler::types;
 
@@ -40,6 +42,8 @@ pub(crate) struct Sandbox {
     pub(crate) settings: Arc<str>,
     pub(crate) limits: Limits,
     pub(crate) kube: Arc<dyn KubeApi>,
+    /// What the guest's outbound HTTP requests may reach.
+    pub(crate) outbound: Arc<OutboundGrant>,
     pub(crate) strategy: InstanceStrategy,
     /// WASI contexts of finished stores, for the next ones.
     pub(crate) spares: Spares,
@@ -53,7 +57,7 @@ pub(crate) enum Export {
 
 /// What an export returned.
 pub(crate) enum Returned {
-    Metadata(types::PluginMetadata),
+    Metadata(types::PluginMetadata, Vec<types::OutboundRule>),
     Reconcile(Result<types::Action, types::ReconcileError>),
 }
 
@@ -71,6 +75,7 @@ impl Sandbox {
             settings: &self.settings,
             limits: &self.limits,
             kube: &self.kube,
+            outbound: &self.outbound,
             activity: &self.activity,
             spares: &self.spares,
         }
@@ -85,6 +90,7 @@ impl Sandbox {
         let tick = self.runtime.config().epoch_tick;
         let backstop = context.deadline + 2 * tick + Duration::from_millis(5);
         let cancel = context.cancel.clone();
+        let http_made = context.http_made.clone();
         let strategy = match export {
             Export::Metadata => &InstanceStrategy::Fresh,
             Export::Reconcile(_) => &self.strategy,
@@ -116,9 +122,10 @@ impl Sandbox {
                 Err(e) => (None, Err(e)),
                 Ok(mut i) => {
                     let returned = match export {
-                        Export::Metadata => {
-                            i.call_metadata(&mut store).await.map(Returned::Metadata)
-                        }
+                        Export::Metadata => i
+                            .call_metadata(&mut store)
+                            .await
+                            .map(|(m, o)| Returned::Metadata(m, o)),
                         Export::Reconcile(key) => {
                             let key = types::ObjectKey {
                                 namespace: key.namespace,
@@ -156,7 +163,34 @@ impl Sandbox {
                 usage.instantiate = instantiated;
                 self.measure(&store, &mut usage);
                 let refused = store.data().limiter.refused;
-                let result = returned.map_err(|e| CallFailure::classify(&e, refused));
+                let mut result = returned.map_err(|e| CallFailure::classify(&e, refused));
+                if let Some(made) = &http_made {
+                    made.store(store.data().http.requests(), Ordering::Relaxed);
+                }
+                // A refused outbound request fails the call whatever the
+                // guest made of it: the refusal names the rule or ceiling,
+                // which the guest's own error (`HTTP-request-denied`)
+                // cannot.
+                if let Some(refusal) = store.data().http.refusal()
+                    && !matches!(
+                        result,
+                        Err(CallFailure::Trap {
+                            kind: TrapKind::Deadline,
+                            ..
+                        })
+                    )
+                {
+                    let ceiling = refusal.reason.ceiling();
+                    result = Err(CallFailure::Trap {
+                        kind: if ceiling.is_some() {
+                            TrapKind::Limit
+                        } else {
+                            TrapKind::Other
+                        },
+                        ceiling,
+                        message: refusal.to_string(),
+                    });
+                }
                 let done_with = match instance {
                     Some(instance) => strategy.checkin(store, instance, history, result.is_ok()),
                     None => Some(store),
@@ -272,5 +306,6 @@ pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken
         cancel,
         kube: None,
         tape: None,
+        http_made: None,
     }
 }

@@ -15,19 +15,23 @@ use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, Typ
 use super::store::StoreState;
 use crate::sandbox::wit::ReconcilerPre;
 use crate::sandbox::wit::wasmctrl::reconciler::types::{
-    Action, ObjectKey, PluginMetadata, ReconcileError,
+    Action, ObjectKey, OutboundRule, PluginMetadata, ReconcileError,
 };
 
 /// The world's export that reconciles one key.
 const RECONCILE: &str = "reconcile";
 /// The world's export that describes the plugin.
 const METADATA: &str = "metadata";
+/// The `outbound-reconciler` world's export that declares the outside
+/// hosts the plugin calls; a component without it declares none.
+const OUTBOUND: &str = "outbound";
 
 /// A pre-linked component whose exports match the `reconciler` world.
 pub(crate) struct GuestPre {
     pre: InstancePre<StoreState>,
     reconcile: ComponentExportIndex,
     metadata: ComponentExportIndex,
+    outbound: Option<ComponentExportIndex>,
 }
 
 impl GuestPre {
@@ -46,6 +50,7 @@ impl GuestPre {
         Ok(Self {
             reconcile: index(RECONCILE)?,
             metadata: index(METADATA)?,
+            outbound: pre.component().get_export_index(None, OUTBOUND),
             pre,
         })
     }
@@ -60,6 +65,7 @@ impl GuestPre {
             instance,
             reconcile_index: self.reconcile,
             metadata_index: self.metadata,
+            outbound_index: self.outbound,
             reconcile: None,
         })
     }
@@ -70,6 +76,7 @@ pub(crate) struct Guest {
     instance: Instance,
     reconcile_index: ComponentExportIndex,
     metadata_index: ComponentExportIndex,
+    outbound_index: Option<ComponentExportIndex>,
     /// Looked up at the first reconcile; a reused instance keeps it.
     reconcile: Option<Func>,
 }
@@ -100,16 +107,32 @@ impl Guest {
         Ok(returned)
     }
 
-    /// Calls the guest's `metadata` export.
+    /// Calls the guest's `metadata` export, and its `outbound` export if
+    /// it has one (type-checked here: the world's check covers only the
+    /// exports every plugin has).
     pub(crate) async fn call_metadata(
         &self,
         store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<PluginMetadata> {
+    ) -> wasmtime::Result<(PluginMetadata, Vec<OutboundRule>)> {
         let func = export(&self.instance, store, self.metadata_index, METADATA)?;
         // SAFETY: as in `call_reconcile`, for the `metadata` export.
         let typed = unsafe { TypedFunc::<(), (PluginMetadata,)>::new_unchecked(func) };
-        let (metadata,) = typed.call_async(store, ()).await?;
-        Ok(metadata)
+        let (metadata,) = typed.call_async(&mut *store, ()).await?;
+        let outbound = match self.outbound_index {
+            None => Vec::new(),
+            Some(index) => {
+                let typed = self
+                    .instance
+                    .get_typed_func::<(), (Vec<OutboundRule>,)>(&mut *store, index)
+                    .map_err(|e| {
+                        e.context(format!(
+                            "the export `{OUTBOUND}` is not the outbound-reconciler world's"
+                        ))
+                    })?;
+                typed.call_async(&mut *store, ()).await?.0
+            }
+        };
+        Ok((metadata, outbound))
     }
 }
 

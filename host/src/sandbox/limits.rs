@@ -110,6 +110,14 @@ pub enum Ceiling {
     HostCalls,
     /// WASI resources (pollables, streams) held at once.
     WasiResources,
+    /// Outbound HTTP requests per call.
+    HttpRequests,
+    /// Bytes of one outbound request's body.
+    HttpRequestBytes,
+    /// Bytes of one outbound response's body.
+    HttpResponseBytes,
+    /// Outbound connections a plugin holds at once.
+    HttpConnections,
 }
 
 impl Ceiling {
@@ -123,6 +131,10 @@ impl Ceiling {
             Ceiling::Tables => "tables",
             Ceiling::HostCalls => "hostCalls",
             Ceiling::WasiResources => "wasiResources",
+            Ceiling::HttpRequests => "httpRequests",
+            Ceiling::HttpRequestBytes => "httpRequestBytes",
+            Ceiling::HttpResponseBytes => "httpResponseBytes",
+            Ceiling::HttpConnections => "httpConnections",
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use crate::meta::kind::Gvk;
 use crate::meta::syntax as validate;
+use crate::sandbox::outbound::OutboundRule;
 use crate::sandbox::wit::wasmctrl::reconciler::types;
 
 /// How an object of a watched kind maps to keys of the reconciled kind.
@@ -45,6 +46,9 @@ pub struct PluginMetadata {
     pub watches: Vec<Watch>,
     /// Everything the plugin will call.
     pub permissions: Vec<Permission>,
+    /// The destinations outside the cluster it calls (its `outbound`
+    /// export; empty without one).
+    pub outbound: Vec<OutboundRule>,
 }
 
 impl PluginMetadata {
@@ -61,6 +65,39 @@ const MAX_KINDS: usize = 32;
 const MAX_PERMISSIONS: usize = 64;
 /// Resources or verbs in one permission.
 const MAX_ITEMS: usize = 64;
+
+impl PluginMetadata {
+    /// The metadata and outbound declaration a component returned,
+    /// checked: each declared rule must parse as a grant's rule does.
+    pub(crate) fn from_wit(
+        m: types::PluginMetadata,
+        outbound: Vec<types::OutboundRule>,
+    ) -> Result<Self, String> {
+        if outbound.len() > MAX_PERMISSIONS {
+            return Err(format!(
+                "{} outbound rules declared; at most {MAX_PERMISSIONS} are allowed",
+                outbound.len()
+            ));
+        }
+        let outbound = outbound
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let rule = OutboundRule {
+                    url: r.url,
+                    methods: r.methods,
+                    private: false,
+                };
+                rule.target()
+                    .map_err(|e| format!("outbound[{i}]: {e}"))
+                    .map(|_| rule)
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let mut metadata = Self::try_from(m)?;
+        metadata.outbound = outbound;
+        Ok(metadata)
+    }
+}
 
 impl TryFrom<types::PluginMetadata> for PluginMetadata {
     type Error = String;
@@ -145,6 +182,7 @@ impl TryFrom<types::PluginMetadata> for PluginMetadata {
             owns,
             watches,
             permissions,
+            outbound: Vec::new(),
         })
     }
 }

@@ -19,7 +19,8 @@
 //! `plugin` loads a component; `call` runs one call of it in an instance
 //! from its `strategy`, in a store (`store`) held to its `limits`, with the
 //! imports of `imports/` (one file per WIT interface, served by `hostapi`);
-//! `failure` classifies how a call ended; `compiled` keeps compiled
+//! `outbound` checks and sends the guest's `wasi:http` requests under the
+//! plugin's outbound grant; `failure` classifies how a call ended; `compiled` keeps compiled
 //! components; `code` holds a plugin's compiled code, or drops it while the
 //! plugin is idle (`idleUnload`).
 //!
@@ -35,6 +36,7 @@ pub mod hostapi;
 mod imports;
 mod limits;
 mod metadata;
+pub mod outbound;
 mod output;
 mod plugin;
 mod share;
@@ -154,8 +156,10 @@ struct Inner {
 
 impl Runtime {
     /// Builds the engine (component model, epoch interruption, optional fuel,
-    /// pooling allocator), links WASI (no filesystem, network or environment)
-    /// and the `context`/`kube` imports, and starts the epoch ticker.
+    /// pooling allocator), links WASI (no filesystem, network or environment),
+    /// `wasi:http` (every request sent by the host under the plugin's
+    /// outbound grant) and the `context`/`kube` imports, and starts the
+    /// epoch ticker.
     pub fn new(config: RuntimeConfig, metrics: Arc<Metrics>) -> Result<Self, RuntimeError> {
         let mut pool = PoolingAllocationConfig::new();
         let instances = config.max_instances.max(1);

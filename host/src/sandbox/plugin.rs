@@ -15,6 +15,7 @@ use super::failure::CallFailure;
 use super::guest::GuestPre;
 use super::limits::Limits;
 use super::metadata::PluginMetadata;
+use super::outbound::OutboundGrant;
 use super::store::Spares;
 use super::strategy::{AUTO_REUSE_PAGES, InstanceMode, InstanceStrategy, ReuseLimits};
 use super::tape::ContextTape;
@@ -43,6 +44,8 @@ pub struct PluginSpec {
     pub settings: serde_json::Value,
     /// Serves the plugin's `kube` calls.
     pub kube: Arc<dyn KubeApi>,
+    /// What the plugin's outbound HTTP requests may reach (default: nothing).
+    pub outbound: Arc<OutboundGrant>,
 }
 
 impl PluginSpec {
@@ -56,6 +59,7 @@ impl PluginSpec {
             reuse: ReuseLimits::default(),
             settings: serde_json::json!({}),
             kube: Arc::new(crate::sandbox::hostapi::NoApiServer),
+            outbound: Arc::default(),
         }
     }
 }
@@ -113,6 +117,8 @@ pub struct Through {
     pub kube: Option<Arc<dyn KubeApi>>,
     /// Records, or replays, the `context` values the guest reads.
     pub tape: Option<Arc<ContextTape>>,
+    /// Set, when the call returns, to the outbound requests it made.
+    pub http_made: Option<Arc<std::sync::atomic::AtomicU32>>,
 }
 
 impl Through {
@@ -121,6 +127,7 @@ impl Through {
         Self {
             kube: Some(kube),
             tape: None,
+            http_made: None,
         }
     }
 }
@@ -295,6 +302,7 @@ impl Runtime {
             settings: spec.settings.to_string().into(),
             limits: spec.limits,
             kube: spec.kube,
+            outbound: spec.outbound,
             strategy: match spec.instance_mode {
                 InstanceMode::Fresh => InstanceStrategy::Fresh,
                 InstanceMode::Reuse => InstanceStrategy::reuse(spec.reuse),
@@ -309,13 +317,15 @@ impl Runtime {
         let report = sandbox.call(Export::Metadata, context).await;
         self.inner.cache.settle(&digest);
         let metadata = match report.result {
-            Ok(Returned::Metadata(m)) => PluginMetadata::try_from(m).map_err(|message| {
-                self.inner.metrics.count_limit(&sandbox.name, "metadata");
-                LoadError::InvalidMetadata {
-                    origin: path.clone(),
-                    message,
-                }
-            })?,
+            Ok(Returned::Metadata(m, outbound)) => {
+                PluginMetadata::from_wit(m, outbound).map_err(|message| {
+                    self.inner.metrics.count_limit(&sandbox.name, "metadata");
+                    LoadError::InvalidMetadata {
+                        origin: path.clone(),
+                        message,
+                    }
+                })?
+            }
             Ok(Returned::Reconcile(_)) => unreachable!("metadata returns metadata"),
             Err(CallFailure::Trap {
                 kind,
@@ -454,6 +464,7 @@ impl Plugin {
         let mut context = call::context(request.attempt, request.timeout, request.cancel);
         context.kube = through.kube;
         context.tape = through.tape;
+        context.http_made = through.http_made;
         let report = self
             .sandbox
             .call(Export::Reconcile(request.key), context)
@@ -470,7 +481,7 @@ impl Plugin {
             Ok(Returned::Reconcile(Err(types::ReconcileError::Permanent(m)))) => {
                 Err(ReconcileError::Permanent(m))
             }
-            Ok(Returned::Metadata(_)) => unreachable!("reconcile returns an action"),
+            Ok(Returned::Metadata(..)) => unreachable!("reconcile returns an action"),
             Err(failure) => Err(failure.into()),
         };
         Invocation {
@@ -503,6 +514,11 @@ impl Plugin {
     /// The API the plugin's `kube` calls go to.
     pub fn kube(&self) -> &Arc<dyn KubeApi> {
         &self.sandbox.kube
+    }
+
+    /// What the plugin's outbound HTTP requests may reach.
+    pub fn outbound(&self) -> &Arc<OutboundGrant> {
+        &self.sandbox.outbound
     }
 
     /// The plugin's settings as the guest sees them (JSON).

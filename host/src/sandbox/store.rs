@@ -8,10 +8,12 @@ use tokio_util::sync::CancellationToken;
 use wasmtime::component::ResourceTable;
 use wasmtime::{Store, UpdateDeadline};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::Runtime;
 use super::failure::Cancelled;
 use super::limits::{GuestLimiter, Limits};
+use super::outbound::{OutboundGrant, OutboundHooks};
 use super::output::{OutputSink, Stream};
 use super::share::PluginActivity;
 use crate::sandbox::hostapi::KubeApi;
@@ -32,6 +34,8 @@ pub(crate) struct CallContext {
     pub(crate) kube: Option<Arc<dyn KubeApi>>,
     /// Records (or replays) the `context` values this call reads.
     pub(crate) tape: Option<Arc<ContextTape>>,
+    /// Set, when the call returns, to the outbound requests it made.
+    pub(crate) http_made: Option<Arc<std::sync::atomic::AtomicU32>>,
 }
 
 /// The call's context as the store keeps it.
@@ -90,6 +94,11 @@ pub(crate) struct StoreState {
     pub(crate) plugin: Arc<str>,
     pub(crate) settings: Arc<str>,
     pub(crate) kube: Arc<dyn KubeApi>,
+    /// `wasi:http`'s own state (header size bounds).
+    http_ctx: WasiHttpCtx,
+    /// Checks and sends the guest's outbound requests, and keeps what
+    /// this call's requests did.
+    pub(crate) http: OutboundHooks,
     /// When the guest last resumed after waiting (a yield, a host call):
     /// what ran since then is its CPU time.
     pub(crate) resumed: Arc<ResumeMark>,
@@ -102,6 +111,7 @@ pub(crate) struct StoreSpec<'a> {
     pub(crate) settings: &'a Arc<str>,
     pub(crate) limits: &'a Limits,
     pub(crate) kube: &'a Arc<dyn KubeApi>,
+    pub(crate) outbound: &'a Arc<OutboundGrant>,
     pub(crate) activity: &'a Arc<PluginActivity>,
     pub(crate) spares: &'a Spares,
 }
@@ -237,6 +247,12 @@ impl StoreState {
         };
         let mut table = ResourceTable::new();
         table.set_max_capacity(MAX_RESOURCES);
+        let http = OutboundHooks::new(
+            spec.outbound.clone(),
+            spec.plugin.clone(),
+            spec.runtime.metrics().clone(),
+            context.deadline,
+        );
         let state = StoreState {
             wasi,
             table,
@@ -256,6 +272,8 @@ impl StoreState {
             plugin: spec.plugin.clone(),
             settings: spec.settings.clone(),
             kube: spec.kube.clone(),
+            http_ctx: WasiHttpCtx::new(),
+            http,
         };
         let runtime = spec.runtime;
         let mut store = Store::new(runtime.engine(), state);
@@ -332,6 +350,7 @@ impl StoreState {
     /// Starts another call in this store (an instance reused): a new
     /// context and fresh per-call budgets; memory and globals stay.
     pub(crate) fn begin_call(&mut self, context: CallContext) {
+        self.http.begin_call(context.deadline);
         self.call = CallState::new(context);
         self.budget.host_calls = 0;
         self.budget.log_calls = 0;
@@ -410,6 +429,16 @@ impl WasiView for StoreState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for StoreState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http_ctx,
+            table: &mut self.table,
+            hooks: &mut self.http,
         }
     }
 }

@@ -14,6 +14,7 @@ mod dev_cli;
 mod instances;
 mod load;
 mod new_cli;
+mod outbound;
 mod polyglot;
 mod pool;
 mod process;

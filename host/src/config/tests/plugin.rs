@@ -101,3 +101,44 @@ fn a_plugin_left_at_its_defaults_runs_with_the_sandboxs_defaults() {
     assert_eq!(reuse.max_memory, 48 << 20, "¾ of the 64Mi memoryLimit");
     assert_eq!(p.limits.list_bytes, 16 << 20);
 }
+
+#[test]
+fn outbound_rules_are_denied_by_default_checked_and_limited() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let c = parse(&format!(
+        "{head}plugins:\n  - {{ name: a, path: a.wasm }}\n"
+    ))
+    .unwrap();
+    assert!(c.plugins[0].outbound.is_empty());
+    assert_eq!(c.plugins[0].outbound_grant().rules().count(), 0);
+    let l = &c.plugins[0].limits;
+    assert_eq!(
+        (
+            l.http_requests,
+            l.http_request_bytes,
+            l.http_response_bytes,
+            l.http_connections
+        ),
+        (100, 1 << 20, 4 << 20, 16)
+    );
+    let granted = format!(
+        "{head}plugins:\n  - name: a\n    path: a.wasm\n    outbound:\n      - {{ url: \"https://api.dns.example/v1\", methods: [GET, PUT] }}\n      - {{ url: \"http://127.0.0.1:8080\", private: true }}\n    limits: {{ httpRequests: 5, httpResponseBytes: 64Ki }}\n"
+    );
+    let c = parse(&granted).unwrap();
+    let grant = c.plugins[0].outbound_grant();
+    assert_eq!(grant.rules().count(), 2);
+    assert_eq!(grant.limits().requests, 5);
+    assert_eq!(grant.limits().response_bytes, 64 << 10);
+    for (bad, names) in [
+        ("ftp://x.example", "plugins[0].outbound[0]"),
+        ("https://user@x.example", "plugins[0].outbound[0]"),
+        ("https://a.*.example", "plugins[0].outbound[0]"),
+    ] {
+        let text = granted.replace("https://api.dns.example/v1", bad);
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains(names), "{bad}: {err}");
+    }
+    let over = granted.replace("httpRequests: 5", "httpRequests: 0");
+    let err = parse(&over).unwrap_err().to_string();
+    assert!(err.contains("limits.httpRequests"), "{err}");
+}

@@ -45,6 +45,17 @@ pub struct PluginKindLabels {
     pub kind: String,
 }
 
+/// `wasmctrl_plugin_http_requests_total`: `host` is the host of the rule
+/// that allowed the request, as the grant writes it (a bounded set).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpRequestLabels {
+    pub plugin: String,
+    pub version: String,
+    pub host: String,
+    /// The response's status, or `error` when none came.
+    pub code: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PluginVersionLabels {
     pub plugin: String,

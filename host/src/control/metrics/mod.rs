@@ -30,8 +30,8 @@ mod version;
 mod workqueue;
 
 pub use labels::{
-    ControllerLabel, ControllerVersionLabels, HostApiLabels, LimitLabels, NameLabel,
-    PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
+    ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
+    NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
     ResultLabels, TrapLabels, WhatLabel,
 };

@@ -8,7 +8,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 
-use super::labels::{LimitLabels, PluginVersionLabels, TrapLabels};
+use super::labels::{
+    HttpRequestLabels, LimitLabels, PluginReasonLabels, PluginVersionLabels, TrapLabels,
+};
 use super::registry::Metrics;
 use super::version::{Version, current_version};
 use crate::control::reconcile::TrapKind;
@@ -42,6 +44,43 @@ impl Metrics {
     /// `wasmctrl_plugin_limit_exceeded_total`.
     pub fn count_limit(&self, plugin: &str, limit: &str) {
         self.count_limit_as(plugin, current_version(), limit);
+    }
+
+    /// Counts one refused outbound request of `plugin` for `reason` in
+    /// `wasmctrl_plugin_http_denied_total`.
+    pub fn count_http_denied(&self, plugin: &str, reason: &str) {
+        self.http_denied
+            .get_or_create(&PluginReasonLabels {
+                plugin: plugin.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    /// Records one outbound request sent: its rule's host, its status
+    /// (`error` without one) and how long its response's head took.
+    pub fn observe_http_request(
+        &self,
+        plugin: &str,
+        version: Version,
+        host: &str,
+        code: &str,
+        took: Duration,
+    ) {
+        self.http_requests
+            .get_or_create(&HttpRequestLabels {
+                plugin: plugin.into(),
+                version: version.as_str().into(),
+                host: host.into(),
+                code: code.into(),
+            })
+            .inc();
+        self.http_duration
+            .get_or_create(&PluginVersionLabels {
+                plugin: plugin.into(),
+                version: version.as_str().into(),
+            })
+            .observe(took.as_secs_f64());
     }
 
     fn count_limit_as(&self, plugin: &str, version: Version, limit: &str) {

@@ -11,8 +11,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::labels::{
-    ControllerLabel, ControllerVersionLabels, HostApiLabels, LimitLabels, NameLabel,
-    PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
+    ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
+    NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
     ResultLabels, TrapLabels,
 };
@@ -87,6 +87,12 @@ pub struct Metrics {
     pub api_requests: Family<PluginLabel, Counter>,
     pub api_throttled_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
     pub limit_exceeded: Family<LimitLabels, Counter>,
+    /// Outbound HTTP requests sent, per rule host and status.
+    pub http_requests: Family<HttpRequestLabels, Counter>,
+    /// Time from sending an outbound request to its response's head.
+    pub http_duration: HistogramFamily<PluginVersionLabels>,
+    /// Outbound HTTP requests refused, per reason.
+    pub http_denied: Family<PluginReasonLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -149,6 +155,9 @@ impl Metrics {
             api_requests: Family::default(),
             api_throttled_seconds: Family::default(),
             limit_exceeded: Family::default(),
+            http_requests: Family::default(),
+            http_duration: Family::new_with_constructor(seconds_histogram),
+            http_denied: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap();
@@ -352,6 +361,21 @@ impl Metrics {
                 "wasmctrl_plugin_limit_exceeded",
                 "Calls that ran into one of the plugin's ceilings, per limit",
                 m.limit_exceeded.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_http_requests",
+                "Outbound HTTP requests the plugin's guests sent, per rule host and status (error: no response)",
+                m.http_requests.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_http_request_duration_seconds",
+                "Time from sending an outbound HTTP request to its response's head",
+                m.http_duration.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_http_denied",
+                "Outbound HTTP requests refused, per reason (notAllowed|url|internalAddress|readOnly|requests|requestBytes|responseBytes|connections|deadline)",
+                m.http_denied.clone(),
             );
             r.register(
                 "wasmctrl_object_refusals",

@@ -370,7 +370,7 @@ impl PluginSlot {
             Some(s) => s.through(),
             None => Through {
                 kube: api,
-                tape: None,
+                ..Through::default()
             },
         };
         let started = Instant::now();

@@ -75,6 +75,14 @@ pub enum ManagerError {
         missing: String,
     },
     #[error(
+        "plugin {plugin:?} ({origin}): it declares outbound destinations its `outbound` grant does not cover: {missing}"
+    )]
+    OutboundExceedsGrant {
+        plugin: String,
+        origin: String,
+        missing: String,
+    },
+    #[error(
         "plugin {plugin:?} ({origin}): it watches kinds the config does not grant list and watch on: {missing}"
     )]
     WatchesExceedGrant {

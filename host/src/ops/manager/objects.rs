@@ -624,9 +624,9 @@ fn refusal_of(e: &ManagerError) -> Refusal {
         // internal address, a redirect): the same fetch leads there again.
         ManagerError::Source(SourceError::NotAllowed { .. }) => "SourceNotAllowed",
         ManagerError::Source(_) => "SourceRefused",
-        ManagerError::PermissionsExceedGrant { .. } | ManagerError::WatchesExceedGrant { .. } => {
-            "PermissionsNotGranted"
-        }
+        ManagerError::PermissionsExceedGrant { .. }
+        | ManagerError::WatchesExceedGrant { .. }
+        | ManagerError::OutboundExceedsGrant { .. } => "PermissionsNotGranted",
         ManagerError::Engine { .. } => "EngineLimits",
         // Taken by a config plugin meanwhile: the config may free it.
         ManagerError::NameTaken { .. } => {

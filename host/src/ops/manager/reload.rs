@@ -97,7 +97,7 @@ impl Host {
         };
         let api = self.plugin_api(&config);
         let plugin = self
-            .load(&config, &*source, api.clone(), Version::Stable)
+            .load(&config, &*source, api.clone(), Version::Stable, false)
             .await
             .map_err(fail)?;
         let new_meta = plugin.metadata().clone();

@@ -21,13 +21,15 @@
 //! only if each is exactly as recorded and the digest and settings match.
 //! Anything else — an error, a failed or non-done reconcile, a read that
 //! failed during the reconcile, more than [`MAX_DEPENDENCIES`] reads, the
-//! key's object gone — runs the reconcile and drops the record.
+//! key's object gone, an outbound HTTP request (whose answer no version
+//! vouches for) — runs the reconcile and drops the record.
 //!
 //! Versions the guest saw are never newer than the truth at the time, so a
 //! change that raced a reconcile always makes the next check re-run it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -356,18 +358,26 @@ impl SkipRecords {
             Tracker::default(),
             through.kube.unwrap_or_else(|| plugin.kube().clone()),
         ));
+        let http_made = Arc::new(AtomicU32::new(0));
         let result = plugin
             .reconcile_through(
                 request,
                 Through {
                     kube: Some(tracker.clone() as Arc<dyn KubeApi>),
                     tape: through.tape,
+                    http_made: Some(http_made.clone()),
                 },
             )
             .await;
         let mut deps = std::mem::take(&mut *tracker.layer().dependencies.lock().unwrap());
+        // The world outside the cluster has no resourceVersion: a
+        // reconcile that asked it anything depends on what cannot be
+        // re-checked.
+        let asked_outside = http_made.load(Ordering::Relaxed) > 0;
         let keep = match (&result, Seen::of(&own, &before)) {
-            (Ok(action), Some(Seen::Object(Some(rv)))) if is_done(action) && !deps.unusable => {
+            (Ok(action), Some(Seen::Object(Some(rv))))
+                if is_done(action) && !deps.unusable && !asked_outside =>
+            {
                 // The guest's own reads, when it made them, say what it saw.
                 if !deps.reads.iter().any(|(r, _)| *r == own) {
                     deps.set(own, Seen::Object(Some(rv)));

@@ -8,6 +8,7 @@ use super::Host;
 use super::canary::CanaryStatus;
 use super::lifecycle::PluginEntry;
 use crate::control::shard::ShardStatus;
+use crate::sandbox::outbound::OutboundRule;
 
 /// One plugin as `/plugins` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -44,6 +45,9 @@ pub struct PluginStatus {
     /// The candidate version beside this one, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub candidate: Option<CandidateStatus>,
+    /// The rules of its outbound HTTP grant (none: every request refused).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outbound: Vec<OutboundRule>,
 }
 
 /// A candidate version as `/plugins` shows it.
@@ -92,6 +96,7 @@ impl Host {
                     digest: candidate.digest().to_string(),
                     canary: entry.slot().canary_status(),
                 }),
+            outbound: plugin.outbound().rules().cloned().collect(),
         }
     }
 

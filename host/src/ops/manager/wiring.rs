@@ -63,7 +63,7 @@ impl Host {
         let source = self.source_for(&config);
         let api = self.plugin_api(&config);
         let plugin = self
-            .load(&config, &*source, api.clone(), Version::Stable)
+            .load(&config, &*source, api.clone(), Version::Stable, false)
             .await
             .inspect_err(|_| self.count_reload(&config.name, "error"))?;
         let watches = self
@@ -72,7 +72,7 @@ impl Host {
             .inspect_err(|_| self.count_reload(&config.name, "error"))?;
         let candidate_plugin = match config.candidate_plugin() {
             Some(candidate_config) => Some(
-                self.load_candidate(&candidate_config, api.clone())
+                self.load_candidate(&candidate_config, api.clone(), shadowed(&config))
                     .await
                     .inspect_err(|_| self.count_reload(&config.name, "error"))?,
             ),
@@ -186,11 +186,12 @@ impl Host {
         &self,
         candidate_config: &PluginConfig,
         api: Arc<ClusterApi>,
+        shadow: bool,
     ) -> Result<Arc<Plugin>, ManagerError> {
         // Its source is not followed: a new candidate comes with a config
         // (or object) change, which rebuilds the plugin.
         let source = self.source_for(candidate_config);
-        self.load(candidate_config, &*source, api, Version::Candidate)
+        self.load(candidate_config, &*source, api, Version::Candidate, shadow)
             .await
     }
 
@@ -233,14 +234,18 @@ impl Host {
 
     /// Fetches the plugin's component, checks it fits the engine, loads it
     /// (world, metadata) and checks its declared permissions against the
+    /// grant, and its declared outbound destinations against its outbound
     /// grant. `version` says which of the plugin's versions it is: only
     /// the stable version's fetch is what the plugin's source resolved to.
+    /// A `shadow` candidate's outbound requests are held to GET and HEAD:
+    /// its writes must never leave the host.
     pub(super) async fn load(
         &self,
         config: &PluginConfig,
         source: &dyn PluginSource,
         api: Arc<ClusterApi>,
         version: Version,
+        shadow: bool,
     ) -> Result<Arc<Plugin>, ManagerError> {
         let others: u32 = self
             .plugins
@@ -261,6 +266,12 @@ impl Host {
         if version == Version::Stable {
             self.note_fetched(&config.name, &artifact.digest);
         }
+        let outbound = config.outbound_grant();
+        let outbound = Arc::new(if shadow {
+            outbound.read_only()
+        } else {
+            outbound
+        });
         let plugin = self
             .runtime
             .load_bytes(
@@ -272,6 +283,7 @@ impl Host {
                     reuse: config.reuse_limits(),
                     settings: config.settings.clone(),
                     kube: api.clone(),
+                    outbound: outbound.clone(),
                     ..PluginSpec::new(&config.name)
                 },
             )
@@ -296,6 +308,22 @@ impl Host {
                 plugin: config.name.clone(),
                 origin,
                 missing: missing.join(", "),
+            });
+        }
+        let uncovered = outbound.uncovered(&plugin.metadata().outbound);
+        if !uncovered.is_empty() {
+            let named: Vec<String> = plugin
+                .metadata()
+                .outbound
+                .iter()
+                .enumerate()
+                .filter(|(_, d)| uncovered.contains(d))
+                .map(|(i, d)| format!("outbound[{i}] {d}"))
+                .collect();
+            return Err(ManagerError::OutboundExceedsGrant {
+                plugin: config.name.clone(),
+                origin,
+                missing: named.join(", "),
             });
         }
         Ok(plugin)
@@ -425,6 +453,14 @@ impl Host {
             }
         })
     }
+}
+
+/// Whether the plugin's candidate runs in shadow.
+fn shadowed(config: &PluginConfig) -> bool {
+    config
+        .candidate
+        .as_ref()
+        .is_some_and(|c| c.mode == CandidateMode::Shadow)
 }
 
 /// The namespaces a plugin's informers cover (None: all).

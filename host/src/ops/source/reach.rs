@@ -134,37 +134,9 @@ pub(crate) fn internal(host: &str, ip: Option<IpAddr>, allow: &str) -> String {
     )
 }
 
-/// Whether a source of a WasmReconciler object must not reach `ip`:
-/// loopback, unspecified, private (RFC 1918, IPv6 unique local), shared
-/// (RFC 6598), link-local (where cloud metadata services answer),
-/// multicast and broadcast addresses, and IPv4 ones in IPv6 clothing.
-pub fn is_internal(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            v4.is_loopback()
-                || v4.is_unspecified()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b))
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_internal(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80
-                || (first & 0xffc0) == 0xfec0
-        }
-    }
-}
+/// Whether a source of a WasmReconciler object must not reach `ip` (the
+/// addresses a plugin's outbound requests are held from too).
+pub use crate::meta::address::is_internal;
 
 #[cfg(test)]
 mod tests {

@@ -227,6 +227,7 @@ impl Session {
         Through {
             kube: Some(self.taping.clone()),
             tape: Some(self.tape.clone()),
+            ..Through::default()
         }
     }
 

@@ -210,6 +210,7 @@ pub async fn replay_one(plugin: &Plugin, at: &str, t: &Transcript) -> ReconcileR
     let through = Through {
         kube: Some(replayer.clone()),
         tape: Some(Arc::new(ContextTape::replaying(&t.context))),
+        ..Through::default()
     };
     let invocation = plugin.invoke_through(request, through).await;
     let replayed = Outcome::from(&invocation.result);

@@ -71,6 +71,7 @@ fn describe_plugin(plugin: &crate::sandbox::Plugin) -> serde_json::Value {
         "permissions": m.permissions.iter().map(|p| serde_json::json!({
             "group": p.group, "resources": p.resources, "verbs": p.verbs,
         })).collect::<Vec<_>>(),
+        "outbound": m.outbound,
     })
 }
 

@@ -190,6 +190,14 @@ pub fn plugin_config(
             "spec.record: transcripts are written to the host's disk, so only the host config may turn recording on".into(),
         ));
     }
+    // `maxGrant` bounds API access only: outbound HTTP is the host
+    // config's to grant.
+    if !config.outbound.is_empty() {
+        return Err(Refusal::new(
+            "GrantExceedsMaxGrant",
+            "spec.outbound: outbound HTTP is granted only to plugins of the host config, not to WasmReconciler objects",
+        ));
+    }
     check_source(&config, "spec", from)?;
     // The candidate loads as the plugin with its own source and settings
     // (same name, grant and limits): its source gets the same checks.
@@ -265,6 +273,19 @@ mod tests {
             }),
         );
         assert!(r.message.contains("spec.record"), "{r:?}");
+    }
+
+    #[test]
+    fn outbound_http_is_refused_on_objects() {
+        let r = refusal(
+            "stamp",
+            serde_json::json!({
+                "source": {"oci": "127.0.0.1:5000/p/stamp:1"},
+                "outbound": [{"url": "https://api.example.com"}],
+            }),
+        );
+        assert_eq!(r.reason, "GrantExceedsMaxGrant");
+        assert!(r.message.contains("spec.outbound"), "{r:?}");
     }
 
     #[test]

@@ -1,0 +1,50 @@
+//! What one call's outbound requests share with the futures that send
+//! them: the deadline, the count, and the first refusal.
+
+use std::sync::atomic::AtomicU32;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmtime_wasi_http::Error;
+
+use super::{DenyReason, Refusal};
+use crate::control::metrics::{Metrics, Version};
+
+/// What one call's requests share, with the futures that send them.
+pub(crate) struct HttpCall {
+    pub(crate) plugin: Arc<str>,
+    pub(crate) metrics: Arc<Metrics>,
+    /// The plugin version the call runs as (the futures run in tasks of
+    /// their own, outside the reconcile's task-local version).
+    pub(crate) version: Version,
+    pub(crate) deadline: Instant,
+    /// Requests the guest made this call, refused or not.
+    pub(super) requests: AtomicU32,
+    /// The first refusal of this call.
+    pub(super) refused: Mutex<Option<Refusal>>,
+}
+
+impl HttpCall {
+    /// Keeps (the first) refusal, counts it, and logs it if it is the
+    /// call's first (a guest looping on refused requests must not flood
+    /// the host's log); returns the error the guest's request fails with.
+    pub(crate) fn refuse(&self, refusal: Refusal) -> Error {
+        // A ceiling is counted in `…limit_exceeded_total` with the call
+        // it fails (`Sandbox::call`).
+        self.metrics
+            .count_http_denied(&self.plugin, refusal.reason.as_str());
+        let error = match refusal.reason {
+            DenyReason::RequestBytes => Error::HttpRequestBodySize(None),
+            DenyReason::ResponseBytes => Error::HttpResponseBodySize(None),
+            DenyReason::Connections => Error::ConnectionLimitReached,
+            DenyReason::Deadline => Error::ConnectionTimeout,
+            _ => Error::HttpRequestDenied,
+        };
+        let mut kept = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.is_none() {
+            tracing::warn!(plugin = %self.plugin, reason = refusal.reason.as_str(), "{refusal}");
+            *kept = Some(refusal);
+        }
+        error
+    }
+}

@@ -1,0 +1,176 @@
+//! The store's `wasi:http` hooks: every outgoing request of a guest is
+//! checked here against the plugin's grant before the host sends it
+//! (`send.rs`), and every refusal is kept for the call's result.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
+
+use super::call::HttpCall;
+use super::destination::Destination;
+use super::send::{self, Plan};
+use super::{DenyReason, OutboundGrant, Refusal};
+use crate::control::metrics::{Metrics, current_version};
+
+/// The hooks of one store: the plugin's grant and this call's state.
+pub(crate) struct OutboundHooks {
+    grant: Arc<OutboundGrant>,
+    call: Arc<HttpCall>,
+}
+
+impl OutboundHooks {
+    pub(crate) fn new(
+        grant: Arc<OutboundGrant>,
+        plugin: Arc<str>,
+        metrics: Arc<Metrics>,
+        deadline: Instant,
+    ) -> Self {
+        Self {
+            grant,
+            call: Arc::new(HttpCall {
+                plugin,
+                metrics,
+                version: current_version(),
+                deadline,
+                requests: AtomicU32::new(0),
+                refused: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// A new call in the same store (a reused instance): new counts, no
+    /// refusal, the new deadline. Requests of the last call still under
+    /// way keep the state they started with.
+    pub(crate) fn begin_call(&mut self, deadline: Instant) {
+        let call = &self.call;
+        self.call = Arc::new(HttpCall {
+            plugin: call.plugin.clone(),
+            metrics: call.metrics.clone(),
+            version: current_version(),
+            deadline,
+            requests: AtomicU32::new(0),
+            refused: Mutex::new(None),
+        });
+    }
+
+    /// The call's first refusal, if any.
+    pub(crate) fn refusal(&self) -> Option<Refusal> {
+        self.call
+            .refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Requests the guest made this call.
+    pub(crate) fn requests(&self) -> u32 {
+        self.call.requests.load(Ordering::Relaxed)
+    }
+
+    /// Everything checked before the request leaves the guest's hands.
+    fn check(&self, request: &http::Request<WasiBody>) -> Result<Plan, Refusal> {
+        let limits = self.grant.limits();
+        let n = self.call.requests.fetch_add(1, Ordering::Relaxed) + 1;
+        if n > limits.requests {
+            return Err(Refusal {
+                reason: DenyReason::Requests,
+                message: format!(
+                    "request {n} of this reconcile is past its ceiling of {} (limits.httpRequests)",
+                    limits.requests
+                ),
+            });
+        }
+        let dest = Destination::of(request)?;
+        let method = request.method().as_str();
+        if self.grant.read_only && !matches!(method, "GET" | "HEAD") {
+            return Err(Refusal {
+                reason: DenyReason::ReadOnly,
+                message: format!(
+                    "{method} {}: a shadow candidate sends only GET and HEAD requests",
+                    dest.shown
+                ),
+            });
+        }
+        let Some((index, rule)) = self.grant.find(&dest, method) else {
+            return Err(Refusal {
+                reason: DenyReason::NotAllowed,
+                message: format!(
+                    "{method} {}: no rule of the plugin's outbound grant allows it ({})",
+                    dest.shown,
+                    self.rules_named()
+                ),
+            });
+        };
+        let announced = request
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        if let Some(n) = announced.filter(|n| *n > limits.request_bytes) {
+            return Err(Refusal {
+                reason: DenyReason::RequestBytes,
+                message: format!(
+                    "{method} {}: a body of {n} bytes is past the ceiling of {} (limits.httpRequestBytes)",
+                    dest.shown, limits.request_bytes
+                ),
+            });
+        }
+        Ok(Plan {
+            rule: format!("outbound[{index}] ({rule})"),
+            private: rule.private,
+            host_label: rule_host(&rule.url),
+            dest,
+        })
+    }
+
+    /// The grant's rules, for a refusal (at most 8 named).
+    fn rules_named(&self) -> String {
+        let rules: Vec<String> = self.grant.rules().map(|r| r.to_string()).collect();
+        match rules.len() {
+            0 => "it has no rules: outbound is denied by default".into(),
+            n if n <= 8 => format!("its rules: {}", rules.join("; ")),
+            n => format!("its rules: {}; and {} more", rules[..8].join("; "), n - 8),
+        }
+    }
+}
+
+/// The `host` label of a rule's requests: the host part of its URL as
+/// written in the grant (a bounded set, unlike the hosts a wildcard rule
+/// lets a guest name).
+fn rule_host(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_string()
+}
+
+impl WasiHttpHooks for OutboundHooks {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        _options: Option<RequestOptions>,
+        _fut: Box<dyn Future<Output = Result<(), Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        http::Response<WasiBody>,
+                        Box<dyn Future<Output = Result<(), Error>> + Send>,
+                    ),
+                    Error,
+                >,
+            > + Send,
+    > {
+        match self.check(&request) {
+            Ok(plan) => Box::new(send::send(
+                plan,
+                request,
+                self.grant.clone(),
+                self.call.clone(),
+            )),
+            Err(refusal) => {
+                let error = self.call.refuse(refusal);
+                Box::new(async move { Err(error) })
+            }
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Sending a checked request: the host resolves the name, refuses internal
+//! addresses the rule does not allow, connects to the address it checked,
+//! speaks TLS (rustls with the platform's roots) and HTTP/1.1, and bounds
+//! the connection count, both bodies and every step by the deadline.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, LazyLock};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body::{Body, Frame};
+use http_body_util::BodyExt;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
+use wasmtime_wasi_http::{Error, WasiBody};
+
+use super::call::HttpCall;
+use super::destination::Destination;
+use super::rule::RequestHost;
+use super::{DenyReason, OutboundGrant, Refusal};
+use crate::meta::address::is_internal;
+
+/// A request that passed the checks made before sending.
+pub(super) struct Plan {
+    /// The rule that allows it, as a refusal names it.
+    pub(super) rule: String,
+    /// Whether the rule lets a name resolve to an internal address.
+    pub(super) private: bool,
+    /// The `host` label of its metrics.
+    pub(super) host_label: String,
+    pub(super) dest: Destination,
+}
+
+type Sent = (
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), Error>> + Send>,
+);
+
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
+
+/// The TLS settings of every outbound connection: the platform's roots.
+static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, String>> = LazyLock::new(|| {
+    use rustls_platform_verifier::BuilderVerifierExt;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_platform_verifier()
+        .map_err(|e| e.to_string())
+        .map(|b| Arc::new(b.with_no_client_auth()))
+});
+
+/// Sends `request` as `plan` says, under the grant's ceilings and the
+/// call's deadline.
+pub(super) async fn send(
+    plan: Plan,
+    request: http::Request<WasiBody>,
+    grant: Arc<OutboundGrant>,
+    call: Arc<HttpCall>,
+) -> Result<Sent, Error> {
+    let started = Instant::now();
+    let deadline = call.deadline;
+    let shown = format!("{} {}", request.method(), plan.dest.shown);
+    let late = |step: &str| {
+        call.refuse(Refusal {
+            reason: DenyReason::Deadline,
+            message: format!("{shown}: the reconcile's deadline passed while {step}"),
+        })
+    };
+    let Ok(permit) = grant.connections.clone().try_acquire_owned() else {
+        return Err(call.refuse(Refusal {
+            reason: DenyReason::Connections,
+            message: format!(
+                "{shown}: the plugin already holds {} connections (limits.httpConnections)",
+                grant.limits.connections
+            ),
+        }));
+    };
+    let dest = &plan.dest;
+    let addrs: Vec<SocketAddr> = match &dest.host {
+        RequestHost::Ip(ip) => vec![SocketAddr::new(*ip, dest.port)],
+        RequestHost::Name(name) => {
+            let lookup = tokio::net::lookup_host((name.as_str(), dest.port));
+            match tokio::time::timeout_at(deadline.into(), lookup).await {
+                Err(_) => return Err(late("resolving the name")),
+                Ok(Err(e)) => {
+                    return Err(Error::DnsError {
+                        rcode: Some(e.to_string()),
+                        info_code: None,
+                    });
+                }
+                Ok(Ok(addrs)) => addrs.collect(),
+            }
+        }
+    };
+    // A rule matching an IP literal names that exact address.
+    let literal = matches!(dest.host, RequestHost::Ip(_));
+    if !(plan.private || literal)
+        && let Some(bad) = addrs.iter().find(|a| is_internal(a.ip()))
+    {
+        return Err(call.refuse(Refusal {
+            reason: DenyReason::InternalAddress,
+            message: format!(
+                "{shown}: {} resolves to {}, an internal address (loopback, private, shared, link-local or cloud metadata); {} reaches internal addresses only with `private: true` or by naming the IP literal",
+                dest.host,
+                bad.ip(),
+                plan.rule
+            ),
+        }));
+    }
+    let mut stream = None;
+    let mut last_error = None;
+    for addr in &addrs {
+        match tokio::time::timeout_at(deadline.into(), tokio::net::TcpStream::connect(addr)).await {
+            Err(_) => return Err(late("connecting")),
+            Ok(Ok(s)) => {
+                stream = Some(s);
+                break;
+            }
+            Ok(Err(e)) => last_error = Some(e),
+        }
+    }
+    let Some(tcp) = stream else {
+        return Err(last_error.map_or(Error::DestinationNotFound, Error::Connect));
+    };
+    let stream: Box<dyn Stream> = if dest.scheme == "https" {
+        let config = TLS
+            .as_ref()
+            .map_err(|e| Error::InternalError(Some(format!("TLS is not available: {e}"))))?;
+        let name = match &dest.host {
+            RequestHost::Ip(ip) => rustls::pki_types::ServerName::IpAddress((*ip).into()),
+            RequestHost::Name(n) => rustls::pki_types::ServerName::try_from(n.clone())
+                .map_err(|_| Error::HttpRequestUriInvalid)?,
+        };
+        let tls = tokio_rustls::TlsConnector::from(config.clone()).connect(name, tcp);
+        match tokio::time::timeout_at(deadline.into(), tls).await {
+            Err(_) => return Err(late("the TLS handshake ran")),
+            Ok(Err(e)) => return Err(Error::Tls(e)),
+            Ok(Ok(s)) => Box::new(s),
+        }
+    } else {
+        Box::new(tcp)
+    };
+    let handshake = hyper::client::conn::http1::handshake::<_, WasiBody>(TokioIo::new(stream));
+    let (mut sender, conn) = match tokio::time::timeout_at(deadline.into(), handshake).await {
+        Err(_) => return Err(late("the connection was set up")),
+        Ok(Err(e)) => return Err(Error::Hyper(e)),
+        Ok(Ok(pair)) => pair,
+    };
+
+    let (mut parts, body) = request.into_parts();
+    parts.uri = http::Uri::try_from(dest.path_and_query.as_str())
+        .map_err(|_| Error::HttpRequestUriInvalid)?;
+    parts.headers.remove(http::header::HOST);
+    parts.headers.insert(
+        http::header::HOST,
+        http::HeaderValue::try_from(dest.authority.as_str())
+            .map_err(|_| Error::HttpRequestUriInvalid)?,
+    );
+    let body = BoundedRequest {
+        inner: body,
+        left: grant.limits.request_bytes,
+        call: call.clone(),
+        shown: shown.clone(),
+    }
+    .boxed_unsync();
+    let request = http::Request::from_parts(parts, body);
+
+    let mut conn = Box::pin(conn);
+    let exchange = async {
+        let mut send = std::pin::pin!(sender.send_request(request));
+        tokio::select! {
+            biased;
+            response = &mut send => (response.map_err(Error::Hyper), false),
+            // The connection may end (the server closes it) in the very
+            // poll that delivered the response: the response decides.
+            _ = &mut conn => (send.await.map_err(Error::Hyper), true),
+        }
+    };
+    let Ok((response, ended)) = tokio::time::timeout_at(deadline.into(), exchange).await else {
+        return Err(late("waiting for the response"));
+    };
+    let conn = (!ended).then_some(conn);
+    let code = match &response {
+        Ok(r) => r.status().as_u16().to_string(),
+        Err(_) => "error".to_string(),
+    };
+    call.metrics.observe_http_request(
+        &call.plugin,
+        call.version,
+        &plan.host_label,
+        &code,
+        started.elapsed(),
+    );
+    let response = response?;
+    let limit = grant.limits.response_bytes;
+    if let Some(n) = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+        .filter(|n| *n > limit)
+    {
+        return Err(call.refuse(Refusal {
+            reason: DenyReason::ResponseBytes,
+            message: format!(
+                "{shown}: a response body of {n} bytes is past the ceiling of {limit} (limits.httpResponseBytes)"
+            ),
+        }));
+    }
+    let response = response.map(|incoming| {
+        BoundedResponse {
+            inner: incoming,
+            left: limit,
+            limit,
+            deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
+            call: call.clone(),
+            shown: shown.clone(),
+        }
+        .boxed_unsync()
+    });
+    // The connection lives while the guest reads the body, and no longer
+    // than the deadline; its permit goes with it.
+    let io = async move {
+        let _permit = permit;
+        let Some(conn) = conn else {
+            return Ok(());
+        };
+        match tokio::time::timeout_at(deadline.into(), conn).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(Error::Hyper(e)),
+            Err(_) => Err(Error::ConnectionReadTimeout),
+        }
+    };
+    Ok((response, Box::new(io)))
+}
+
+/// A guest's request body, refused past `limits.httpRequestBytes`.
+struct BoundedRequest {
+    inner: WasiBody,
+    left: u64,
+    call: Arc<HttpCall>,
+    shown: String,
+}
+
+impl Body for BoundedRequest {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
+        if let Some(Ok(f)) = &frame
+            && let Some(data) = f.data_ref()
+        {
+            let n = data.len() as u64;
+            if n > self.left {
+                let message = format!(
+                    "{}: the request body is past its ceiling (limits.httpRequestBytes)",
+                    self.shown
+                );
+                self.left = 0;
+                return Poll::Ready(Some(Err(self.call.refuse(Refusal {
+                    reason: DenyReason::RequestBytes,
+                    message,
+                }))));
+            }
+            self.left -= n;
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
+
+/// A response body handed to the guest: refused past
+/// `limits.httpResponseBytes`, ended at the reconcile's deadline.
+struct BoundedResponse {
+    inner: hyper::body::Incoming,
+    left: u64,
+    limit: u64,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    call: Arc<HttpCall>,
+    shown: String,
+}
+
+impl Body for BoundedResponse {
+    type Data = Bytes;
+    type Error = Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = &mut *self;
+        let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(frame) => frame,
+            Poll::Pending => {
+                if this.deadline.as_mut().poll(cx).is_ready() {
+                    let message = format!(
+                        "{}: the reconcile's deadline passed while the response body was read",
+                        this.shown
+                    );
+                    return Poll::Ready(Some(Err(this.call.refuse(Refusal {
+                        reason: DenyReason::Deadline,
+                        message,
+                    }))));
+                }
+                return Poll::Pending;
+            }
+        };
+        match frame {
+            None => Poll::Ready(None),
+            Some(Err(e)) => Poll::Ready(Some(Err(Error::Hyper(e)))),
+            Some(Ok(f)) => {
+                if let Some(data) = f.data_ref() {
+                    let n = data.len() as u64;
+                    if n > this.left {
+                        let message = format!(
+                            "{}: the response body is past the ceiling of {} bytes (limits.httpResponseBytes)",
+                            this.shown, this.limit
+                        );
+                        this.left = 0;
+                        return Poll::Ready(Some(Err(this.call.refuse(Refusal {
+                            reason: DenyReason::ResponseBytes,
+                            message,
+                        }))));
+                    }
+                    this.left -= n;
+                }
+                Poll::Ready(Some(Ok(f)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+}
