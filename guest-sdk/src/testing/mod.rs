@@ -120,6 +120,7 @@ impl FakeCluster {
     #[allow(clippy::new_without_default)]
     pub fn new() -> Self {
         state::install(Some(State::default()));
+        crate::http::answer_with(fake::http::send);
         Self {
             _not_send: PhantomData,
         }

@@ -118,3 +118,16 @@ fn timestamps_are_kubernetes_seconds() {
     assert_eq!(stamp.len(), "2026-12-05T00:00:00Z".len(), "{stamp}");
     assert!(time::parse(&stamp).is_ok(), "{stamp}");
 }
+
+#[test]
+fn a_fake_cluster_answers_canned_requests_once_and_records_them() {
+    let cluster = FakeCluster::new();
+    cluster.answer_http("GET", "https://api.example.com/x", 200, br#"{"a": 1}"#);
+    let answer = crate::http::get("https://api.example.com/x").unwrap();
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.json::<serde_json::Value>().unwrap()["a"], 1);
+    let again = crate::http::get("https://api.example.com/x").unwrap_err();
+    assert!(again.to_string().contains("no canned answer"), "{again}");
+    assert_eq!(cluster.http_requests().len(), 2);
+    assert_eq!(cluster.http_requests()[0].method, "GET");
+}
