@@ -248,6 +248,19 @@ component in.
 }
 
 /// The skeleton's finalizer: `<group>/cleanup`.
+/// The reconciler's doc sentence about its owned objects, each line
+/// after `prefix` (the language's doc comment marker); empty without any.
+fn owned_doc(owns: &[&OwnedKind], prefix: &str) -> String {
+    if owns.is_empty() {
+        return String::new();
+    }
+    let kinds: Vec<&str> = owns.iter().map(|o| o.kind).collect();
+    format!(
+        "\n{prefix}It server-side applies its own {} of the same name,\n{prefix}owned through a controller reference.",
+        kinds.join(" and ")
+    )
+}
+
 fn finalizer(kind: &CustomKind) -> String {
     format!("{}/cleanup", kind.group)
 }

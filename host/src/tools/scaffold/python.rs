@@ -3,7 +3,7 @@
 use super::names::{CustomKind, PluginName};
 use super::sdk::{PYTHON_SDK, version};
 use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
-use super::{Project, render};
+use super::{Project, owned_doc, render};
 
 const MODULE: &str = include_str!("templates/python/module.py");
 const TEST: &str = include_str!("templates/python/test.py");
@@ -76,16 +76,7 @@ fn vars(
             ));
         }
     }
-    let owned_doc = match owns {
-        [] => String::new(),
-        owns => format!(
-            "\nIt server-side applies its own {} of the same name,\nowned through a controller reference.",
-            owns.iter()
-                .map(|o| o.kind)
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ),
-    };
+    let owned_doc = owned_doc(owns, "");
     let mut spec_fields = String::new();
     let mut spec_checks = String::new();
     let mut spec_sample = Vec::new();

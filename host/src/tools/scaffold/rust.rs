@@ -3,7 +3,7 @@
 use super::names::{CustomKind, PluginName};
 use super::sdk::{APIMACHINERY, CARGO_LOCK, RUST_SDK, standalone_manifest, version};
 use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
-use super::{Project, ScaffoldError, render};
+use super::{Project, ScaffoldError, owned_doc, render};
 
 const CARGO_TOML: &str = include_str!("templates/rust/Cargo.toml");
 const LIB_RS: &str = include_str!("templates/rust/lib.rs");
@@ -114,16 +114,7 @@ fn owned<K: DeserializeOwned>(value: serde_json::Value) -> Result<K, Error> {
 "#,
         );
     }
-    let owned_doc = match owns {
-        [] => String::new(),
-        owns => format!(
-            "\n//! It server-side applies its own {} of the same name,\n//! owned through a controller reference.",
-            owns.iter()
-                .map(|o| o.kind)
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ),
-    };
+    let owned_doc = owned_doc(owns, "//! ");
     let mut spec_fields = String::new();
     let mut spec_sample = String::new();
     for f in SPEC {

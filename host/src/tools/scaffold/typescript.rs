@@ -4,7 +4,7 @@
 use super::names::{CustomKind, PluginName};
 use super::sdk::TYPESCRIPT_SDK;
 use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
-use super::{Project, render};
+use super::{Project, owned_doc, render};
 
 const RECONCILER: &str = include_str!("templates/typescript/reconciler.ts");
 const INDEX: &str = include_str!("templates/typescript/index.ts");
@@ -79,16 +79,7 @@ fn vars(
             ));
         }
     }
-    let owned_doc = match owns {
-        [] => String::new(),
-        owns => format!(
-            "\n * It server-side applies its own {} of the same name,\n * owned through a controller reference.",
-            owns.iter()
-                .map(|o| o.kind)
-                .collect::<Vec<_>>()
-                .join(" and ")
-        ),
-    };
+    let owned_doc = owned_doc(owns, " * ");
     let mut spec_fields = String::new();
     let mut spec_checks = String::new();
     let mut spec_sample = Vec::new();
