@@ -46,7 +46,7 @@ pub mod async_world {
     });
 }
 
-use sync_world::wasmctrl::reconciler::{context, kube, types};
+use sync_world::wasmctrl::reconciler::{context, kube, secrets, types};
 pub use types::{Action, ObjectKey, ReconcileError};
 
 /// Pooling-allocator memory kept resident between instances: more than the
@@ -125,6 +125,15 @@ impl WasiView for FloorState {
 }
 
 impl types::Host for FloorState {}
+
+/// The floor's guests reveal nothing: no secret is bound.
+impl secrets::Host for FloorState {
+    fn reveal(&mut self, name: String) -> Result<String, types::ApiError> {
+        Err(types::ApiError::NotFound(format!(
+            "no secret named {name:?}"
+        )))
+    }
+}
 
 impl context::Host for FloorState {
     fn deadline_remaining_ms(&mut self) -> u64 {

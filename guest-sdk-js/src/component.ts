@@ -5,9 +5,9 @@
  * `wasmctrl build` componentizes); unit tests import the reconciler itself.
  */
 /// <reference path="./wit-imports.d.ts" />
-import * as context from "wasmctrl:reconciler/context@0.1.1";
-import * as kube from "wasmctrl:reconciler/kube@0.1.1";
-import type * as wit from "wasmctrl:reconciler/types@0.1.1";
+import * as context from "wasmctrl:reconciler/context@0.1.2";
+import * as kube from "wasmctrl:reconciler/kube@0.1.2";
+import type * as wit from "wasmctrl:reconciler/types@0.1.2";
 
 import { apiErrorOf, ReconcileError } from "./errors.js";
 import { type Backend, install, type WirePatch } from "./host.js";

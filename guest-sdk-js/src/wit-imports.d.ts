@@ -1,12 +1,12 @@
 // The host's imports as componentize-js presents them to a component of the
-// `wasmctrl:reconciler@0.1.1` world (wit/reconciler.wit), in jco's type
+// `wasmctrl:reconciler@0.1.2` world (wit/reconciler.wit), in jco's type
 // conventions: records are objects with camelCase fields, variants
 // `{ tag, val }`, enums strings, options `T | undefined`, u64 `bigint`, and a
 // `result` import returns its ok value and throws its error. Only
 // `component.ts` imports these modules; the rest of the SDK goes through
 // `host.ts`, so it also runs natively under the testing fake.
 
-declare module "wasmctrl:reconciler/types@0.1.1" {
+declare module "wasmctrl:reconciler/types@0.1.2" {
   export interface ObjectKey {
     namespace?: string;
     name: string;
@@ -51,8 +51,8 @@ declare module "wasmctrl:reconciler/types@0.1.1" {
   export type LogLevel = "trace" | "debug" | "info" | "warn" | "error";
 }
 
-declare module "wasmctrl:reconciler/context@0.1.1" {
-  import type { LogLevel } from "wasmctrl:reconciler/types@0.1.1";
+declare module "wasmctrl:reconciler/context@0.1.2" {
+  import type { LogLevel } from "wasmctrl:reconciler/types@0.1.2";
   export function deadlineRemainingMs(): bigint;
   export function cancelled(): boolean;
   export function attempt(): number;
@@ -61,8 +61,8 @@ declare module "wasmctrl:reconciler/context@0.1.1" {
   export function logEnabled(level: LogLevel): boolean;
 }
 
-declare module "wasmctrl:reconciler/kube@0.1.1" {
-  import type { Gvk } from "wasmctrl:reconciler/types@0.1.1";
+declare module "wasmctrl:reconciler/kube@0.1.2" {
+  import type { Gvk } from "wasmctrl:reconciler/types@0.1.2";
   export interface ApplyPatch {
     body: string;
     fieldManager: string;

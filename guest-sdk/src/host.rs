@@ -4,7 +4,7 @@
 //! wasm component.
 
 #[cfg(not(all(any(test, feature = "testing"), not(target_arch = "wasm32"))))]
-pub(crate) use crate::bindings::wasmctrl::reconciler::{context, kube};
+pub(crate) use crate::bindings::wasmctrl::reconciler::{context, kube, secrets};
 
 #[cfg(all(any(test, feature = "testing"), not(target_arch = "wasm32")))]
-pub(crate) use crate::testing::fake::{context, kube};
+pub(crate) use crate::testing::fake::{context, kube, secrets};

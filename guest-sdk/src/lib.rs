@@ -73,6 +73,7 @@ pub mod http;
 pub mod log;
 mod metadata;
 mod resource;
+pub mod secrets;
 #[cfg(all(any(test, feature = "testing"), not(target_arch = "wasm32")))]
 pub mod testing;
 

@@ -728,3 +728,18 @@ fn metadata_names_typed_kinds() {
     assert_eq!(m.owns[0].group, "apps");
     assert_eq!(m.permissions[0].resources, ["gadgets"]);
 }
+
+#[test]
+fn a_fake_cluster_reveals_only_what_its_entry_allows() {
+    let cluster = FakeCluster::new();
+    cluster.set_secret("shown", "v4lue", true);
+    cluster.set_secret("hidden", "s3cret", false);
+    assert_eq!(crate::secrets::reveal("shown").unwrap(), "v4lue");
+    let hidden = crate::secrets::reveal("hidden").unwrap_err();
+    assert!(
+        matches!(&hidden, ApiError::Forbidden(m) if m.contains("reveal: true")),
+        "{hidden}"
+    );
+    assert!(crate::secrets::reveal("nope").unwrap_err().is_not_found());
+    assert_eq!(crate::secrets::placeholder("t"), "${secret:t}");
+}

@@ -5,3 +5,4 @@
 pub(crate) mod context;
 pub(crate) mod http;
 pub(crate) mod kube;
+pub(crate) mod secrets;

@@ -161,6 +161,18 @@ impl FakeCluster {
         });
     }
 
+    /// Gives the plugin secret `name`: `secrets::reveal` answers `value`
+    /// where `reveal` is true and refuses as the host does otherwise.
+    /// Requests keep the `${secret:NAME}` placeholders as written
+    /// ([`Self::http_requests`]): the host substitutes them, never the
+    /// plugin.
+    pub fn set_secret(&self, name: &str, value: &str, reveal: bool) {
+        with(|s| {
+            s.secrets
+                .insert(name.to_string(), (value.to_string(), reveal))
+        });
+    }
+
     /// Every outbound HTTP request made since the cluster was created.
     pub fn http_requests(&self) -> Vec<crate::http::Request> {
         with(|s| s.http_sent.clone())

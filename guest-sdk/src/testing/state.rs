@@ -34,6 +34,8 @@ pub(super) struct State {
     pub(super) http_answers: Vec<(String, String, crate::http::Response)>,
     /// Every outbound request the reconciler made.
     pub(super) http_sent: Vec<crate::http::Request>,
+    /// The plugin's secrets: value, and whether `reveal` hands it out.
+    pub(super) secrets: BTreeMap<String, (String, bool)>,
 }
 
 thread_local! {

@@ -18,10 +18,13 @@ use super::units::{
     quantity, rate, within,
 };
 use crate::control::controller::ControllerOptions;
+use crate::control::secrets::SecretWatch;
 use crate::control::workqueue::ratelimit;
 use crate::meta::syntax;
 use crate::sandbox::hostapi::{PermissionRule, RuleProblem};
-use crate::sandbox::outbound::{OutboundGrant, OutboundLimits, OutboundRule};
+use crate::sandbox::outbound::{
+    MAX_SECRETS, OutboundGrant, OutboundLimits, OutboundRule, SecretBinding, Secrets,
+};
 use crate::sandbox::{InstanceMode, Limits, ReuseLimits};
 
 /// One plugin: its component and how the host runs it.
@@ -68,6 +71,11 @@ pub struct PluginConfig {
     /// nowhere).
     #[serde(default)]
     pub outbound: Vec<OutboundRule>,
+    /// Values its outbound requests carry without the plugin seeing them
+    /// (`${secret:NAME}` in a header value), each bound to the only hosts
+    /// it may be sent to.
+    #[serde(default, deserialize_with = "mappings")]
+    pub secrets: Vec<SecretBinding>,
     /// Handed to the plugin as JSON.
     #[serde(default = "empty_object")]
     pub settings: serde_json::Value,
@@ -356,11 +364,35 @@ impl PluginConfig {
         for (i, rule) in self.outbound.iter().enumerate() {
             check(&format!("outbound[{i}]"), rule.target().map(|_| ()))?;
         }
+        if self.secrets.len() > MAX_SECRETS {
+            return Err(FieldProblem::new(
+                "secrets",
+                format!("at most {MAX_SECRETS} secrets per plugin"),
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, secret) in self.secrets.iter().enumerate() {
+            check(&format!("secrets[{i}]"), secret.check())?;
+            if !names.insert(&secret.name) {
+                return Err(FieldProblem::new(
+                    format!("secrets[{i}].name"),
+                    format!("a second secret named {:?}", secret.name),
+                ));
+            }
+        }
         Ok(())
     }
 
+    /// The plugin's outbound grant with its secrets, read (a
+    /// `secretKeyRef`) through `watch`.
+    pub fn outbound_grant_with(&self, watch: Option<&SecretWatch>) -> OutboundGrant {
+        let secrets = Secrets::new(self.secrets.clone(), watch)
+            .expect("validated: secrets are checked when the config is parsed");
+        self.outbound_grant().with_secrets(secrets)
+    }
+
     /// The plugin's outbound grant: its `outbound` rules under its
-    /// `limits.http*` (checked by [`PluginConfig::check`]).
+    /// `limits.http*` (checked by [`PluginConfig::check`]), without secrets.
     pub fn outbound_grant(&self) -> OutboundGrant {
         let l = &self.limits;
         OutboundGrant::new(

@@ -12,5 +12,6 @@ pub mod leader;
 pub mod lease;
 pub mod metrics;
 pub(crate) mod reconcile;
+pub mod secrets;
 pub mod shard;
 pub mod workqueue;

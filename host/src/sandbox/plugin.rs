@@ -81,14 +81,14 @@ pub enum LoadError {
     #[error("plugin {origin}: invalid component: {message}")]
     Compile { origin: String, message: String },
     #[error(
-        "plugin {origin}: missing export `{export}`: the component does not implement the wasmctrl:reconciler/reconciler@0.1.1 world"
+        "plugin {origin}: missing export `{export}`: the component does not implement the wasmctrl:reconciler/reconciler@0.1.2 world"
     )]
     MissingExport {
         origin: String,
         export: &'static str,
     },
     #[error(
-        "plugin {origin}: wrong world: the component's exports do not match wasmctrl:reconciler/reconciler@0.1.1: {message}"
+        "plugin {origin}: wrong world: the component's exports do not match wasmctrl:reconciler/reconciler@0.1.2: {message}"
     )]
     WrongWorld { origin: String, message: String },
     #[error("plugin {origin}: imports something the host does not provide: {message}")]

@@ -21,41 +21,55 @@ use wasmctrl_testkit::eventually;
 
 use crate::{TIMEOUT, request, runtime};
 
-/// A loopback HTTP/1.1 server answering by path, counting what it got.
-struct Server {
+mod secrets;
+
+/// A loopback HTTP/1.1 server answering by path, counting what it got and
+/// keeping each request's head.
+pub(crate) struct Server {
     addr: SocketAddr,
     hits: Arc<Mutex<HashMap<String, u32>>>,
+    heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl Server {
-    async fn start() -> Self {
+    pub(crate) async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let hits: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let counted = hits.clone();
+        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (counted, kept) = (hits.clone(), heads.clone());
         tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(answer(conn, counted.clone()));
+                tokio::spawn(answer(conn, counted.clone(), kept.clone()));
             }
         });
-        Self { addr, hits }
+        Self { addr, hits, heads }
     }
 
-    fn port(&self) -> u16 {
+    pub(crate) fn port(&self) -> u16 {
         self.addr.port()
     }
 
-    fn hits(&self, path: &str) -> u32 {
+    pub(crate) fn hits(&self, path: &str) -> u32 {
         self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
     }
 
-    fn total(&self) -> u32 {
+    pub(crate) fn total(&self) -> u32 {
         self.hits.lock().unwrap().values().sum()
+    }
+
+    /// The heads of the requests received, in order.
+    pub(crate) fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
     }
 }
 
 /// Answers one request, then closes the connection.
-async fn answer(mut conn: TcpStream, hits: Arc<Mutex<HashMap<String, u32>>>) {
+async fn answer(
+    mut conn: TcpStream,
+    hits: Arc<Mutex<HashMap<String, u32>>>,
+    heads: Arc<Mutex<Vec<String>>>,
+) {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
@@ -67,6 +81,7 @@ async fn answer(mut conn: TcpStream, hits: Arc<Mutex<HashMap<String, u32>>>) {
     let text = String::from_utf8_lossy(&head).into_owned();
     let path = text.split_whitespace().nth(1).unwrap_or("").to_string();
     *hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    heads.lock().unwrap().push(text.clone());
     let plain = |status: &str, body: &str| {
         format!(
             "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -74,6 +89,20 @@ async fn answer(mut conn: TcpStream, hits: Arc<Mutex<HashMap<String, u32>>>) {
         )
     };
     match path.as_str() {
+        "/echo" => {
+            // A server that echoes its request: its authorization in a
+            // header, the whole head in the body.
+            let auth = text
+                .lines()
+                .find_map(|l| l.strip_prefix("authorization: "))
+                .unwrap_or("")
+                .to_string();
+            let r = format!(
+                "HTTP/1.1 200 OK\r\nx-echo-authorization: {auth}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{text}",
+                text.len()
+            );
+            let _ = conn.write_all(r.as_bytes()).await;
+        }
         "/redirect" => {
             let r = "HTTP/1.1 302 Found\r\nlocation: http://evil.test/stolen\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
             let _ = conn.write_all(r.as_bytes()).await;
@@ -117,7 +146,7 @@ async fn answer(mut conn: TcpStream, hits: Arc<Mutex<HashMap<String, u32>>>) {
     }
 }
 
-fn rule(url: &str, methods: &[&str], private: bool) -> OutboundRule {
+pub(crate) fn rule(url: &str, methods: &[&str], private: bool) -> OutboundRule {
     OutboundRule {
         url: url.into(),
         methods: methods.iter().map(|m| m.to_string()).collect(),
@@ -140,7 +169,11 @@ fn grant(server: &Server, limits: OutboundLimits) -> OutboundGrant {
 }
 
 /// The outbound test plugin with `cases` (key name → request) under `grant`.
-async fn plugin(rt: &Runtime, cases: serde_json::Value, grant: OutboundGrant) -> Arc<Plugin> {
+pub(crate) async fn plugin(
+    rt: &Runtime,
+    cases: serde_json::Value,
+    grant: OutboundGrant,
+) -> Arc<Plugin> {
     let spec = PluginSpec {
         settings: json!({ "cases": cases }),
         outbound: Arc::new(grant),
@@ -153,12 +186,16 @@ async fn plugin(rt: &Runtime, cases: serde_json::Value, grant: OutboundGrant) ->
 
 /// One reconcile as the controller runs it (its cost and ceilings counted
 /// in the plugin's metrics).
-async fn run(plugin: &Plugin, key: &str, timeout: Duration) -> Result<Action, ReconcileError> {
+pub(crate) async fn run(
+    plugin: &Plugin,
+    key: &str,
+    timeout: Duration,
+) -> Result<Action, ReconcileError> {
     wasmctrl::Reconcile::reconcile(plugin, request(key, timeout)).await
 }
 
 /// `wasmctrl_plugin_http_denied_total{plugin="outbound",reason}`.
-fn denied(rt: &Runtime, reason: &str) -> u64 {
+pub(crate) fn denied(rt: &Runtime, reason: &str) -> u64 {
     let text = rt.metrics().encode();
     let series =
         format!("wasmctrl_plugin_http_denied_total{{plugin=\"outbound\",reason=\"{reason}\"}} ");
@@ -168,7 +205,7 @@ fn denied(rt: &Runtime, reason: &str) -> u64 {
 }
 
 /// The refusal a reconcile failed with: its trap kind and message.
-fn refusal(result: &Result<Action, ReconcileError>) -> (TrapKind, &str) {
+pub(crate) fn refusal(result: &Result<Action, ReconcileError>) -> (TrapKind, &str) {
     match result {
         Err(ReconcileError::Trap { kind, message }) => (*kind, message.as_str()),
         other => panic!("expected a refused request, got {other:?}"),

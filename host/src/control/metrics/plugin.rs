@@ -57,6 +57,17 @@ impl Metrics {
             .inc();
     }
 
+    /// Counts one refused `reveal` of `plugin` for `reason` in
+    /// `wasmctrl_plugin_secret_refusals_total`.
+    pub fn count_secret_refused(&self, plugin: &str, reason: &str) {
+        self.secret_refusals
+            .get_or_create(&PluginReasonLabels {
+                plugin: plugin.into(),
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
     /// Records one outbound request sent: its rule's host, its status
     /// (`error` without one) and how long its response's head took.
     pub fn observe_http_request(

@@ -93,6 +93,8 @@ pub struct Metrics {
     pub http_duration: HistogramFamily<PluginVersionLabels>,
     /// Outbound HTTP requests refused, per reason.
     pub http_denied: Family<PluginReasonLabels, Counter>,
+    /// `reveal` calls refused, per reason.
+    pub secret_refusals: Family<PluginReasonLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -158,6 +160,7 @@ impl Metrics {
             http_requests: Family::default(),
             http_duration: Family::new_with_constructor(seconds_histogram),
             http_denied: Family::default(),
+            secret_refusals: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap();
@@ -374,8 +377,13 @@ impl Metrics {
             );
             r.register(
                 "wasmctrl_plugin_http_denied",
-                "Outbound HTTP requests refused, per reason (notAllowed|url|internalAddress|readOnly|requests|requestBytes|responseBytes|connections|deadline)",
+                "Outbound HTTP requests refused, per reason (notAllowed|url|internalAddress|readOnly|requests|requestBytes|responseBytes|connections|deadline|secret|secretHost)",
                 m.http_denied.clone(),
+            );
+            r.register(
+                "wasmctrl_plugin_secret_refusals",
+                "Secret reveals refused, per reason (unknown|reveal|unavailable)",
+                m.secret_refusals.clone(),
             );
             r.register(
                 "wasmctrl_object_refusals",

@@ -42,6 +42,7 @@ use crate::control::discovery::{self, Resolver};
 use crate::control::informer::{CacheOptions, SharedCache};
 use crate::control::leader::{Fence, LeaderElection};
 use crate::control::metrics::{Metrics, ReloadLabels};
+use crate::control::secrets::SecretWatch;
 use crate::control::shard::Shards;
 use crate::control::workqueue::WorkQueue;
 use crate::ops::admin;
@@ -157,6 +158,8 @@ pub(crate) struct Host {
     metrics: Arc<Metrics>,
     cache: Arc<SharedCache>,
     resolver: Arc<Resolver>,
+    /// The Secrets plugins use by reference, read with the host's client.
+    secret_watch: Arc<SecretWatch>,
     plugins: Mutex<BTreeMap<String, PluginEntry>>,
     /// Whether this host leads (always true without leader election).
     leader: watch::Receiver<bool>,
@@ -242,6 +245,7 @@ impl Manager {
         let host = Arc::new(Host {
             cache,
             resolver,
+            secret_watch: SecretWatch::new(client.clone()),
             objects,
             client,
             plugin_client,

@@ -266,7 +266,7 @@ impl Host {
         if version == Version::Stable {
             self.note_fetched(&config.name, &artifact.digest);
         }
-        let outbound = config.outbound_grant();
+        let outbound = config.outbound_grant_with(Some(&self.secret_watch));
         let outbound = Arc::new(if shadow {
             outbound.read_only()
         } else {

@@ -202,7 +202,7 @@ impl From<kube::Event> for hostapi::Event {
     }
 }
 
-fn to_wit_error(e: ApiError) -> types::ApiError {
+pub(super) fn to_wit_error(e: ApiError) -> types::ApiError {
     match e {
         ApiError::NotFound(m) => types::ApiError::NotFound(m),
         ApiError::Conflict(m) => types::ApiError::Conflict(m),

@@ -5,6 +5,7 @@
 
 mod context;
 mod kube;
+mod secrets;
 
 use wasmtime::component::{HasData, Linker};
 
@@ -22,6 +23,7 @@ pub(crate) fn add_to_linker(linker: &mut Linker<StoreState>) -> wasmtime::Result
     wit::types::add_to_linker::<StoreState, Types>(linker, |_| Types)?;
     wit::context::add_to_linker::<StoreState, context::Context>(linker, context::view)?;
     wit::kube::add_to_linker::<StoreState, kube::Kube>(linker, kube::view)?;
+    wit::secrets::add_to_linker::<StoreState, secrets::Secrets>(linker, secrets::view)?;
     Ok(())
 }
 

@@ -9,6 +9,7 @@ use std::time::Instant;
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::call::HttpCall;
+
 use super::destination::Destination;
 use super::send::{self, Plan};
 use super::{DenyReason, OutboundGrant, Refusal};
@@ -53,6 +54,16 @@ impl OutboundHooks {
             requests: AtomicU32::new(0),
             refused: Mutex::new(None),
         });
+    }
+
+    /// The plugin's grant.
+    pub(crate) fn grant(&self) -> &Arc<OutboundGrant> {
+        &self.grant
+    }
+
+    /// This call's state: its deadline, plugin and metrics.
+    pub(crate) fn call(&self) -> &Arc<HttpCall> {
+        &self.call
     }
 
     /// The call's first refusal, if any.
@@ -116,7 +127,9 @@ impl OutboundHooks {
                 ),
             });
         }
+        let secrets = self.grant.secrets.placed(request, &dest)?;
         Ok(Plan {
+            secrets,
             rule: format!("outbound[{index}] ({rule})"),
             private: rule.private,
             host_label: rule_host(&rule.url),

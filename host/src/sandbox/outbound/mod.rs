@@ -8,12 +8,17 @@
 //! octal and IPv4-mapped IP literals become the address they mean — dot
 //! segments resolved, a `Host` header that agrees with it); a rule of the
 //! plugin's `outbound` grant naming its scheme, host, port, path and
-//! method (`rule.rs`); the announced request body size. Then, in the
-//! request's future (`send.rs`): the host resolves the name itself, refuses
+//! method (`rule.rs`); the announced request body size; the
+//! `${secret:NAME}` placeholders of its headers, each toward a destination
+//! its secret lists (`secret.rs`). Then, in the request's future
+//! (`send.rs`): the secrets' values are read and substituted (a value that
+//! cannot be read refuses the request, nothing sent), the host resolves the name itself, refuses
 //! internal addresses unless the rule names that IP literal or says
 //! `private: true`, connects to the address it checked, and bounds the
 //! connection count, the request and response bodies, and everything up to
 //! the last byte by the reconcile's deadline. Redirects are never followed.
+//! A response to a request that carried secrets has their values redacted
+//! before the guest reads it.
 //!
 //! # What a refusal does
 //! The guest's request fails (`HTTP-request-denied`, or the size or
@@ -26,6 +31,7 @@ mod call;
 mod destination;
 mod hooks;
 mod rule;
+mod secret;
 mod send;
 
 use std::sync::Arc;
@@ -33,6 +39,10 @@ use std::sync::Arc;
 pub use destination::Destination;
 pub(crate) use hooks::OutboundHooks;
 pub use rule::{HostPattern, OutboundRule, RequestHost, Target, grant_covers, method_allowed};
+pub use secret::{
+    MAX_SECRET_BYTES, MAX_SECRETS, RevealRefusal, SecretBinding, SecretKeyRef, SecretSource,
+    Secrets,
+};
 
 use super::limits::Ceiling;
 
@@ -78,6 +88,8 @@ pub struct OutboundGrant {
     /// may write).
     read_only: bool,
     connections: Arc<tokio::sync::Semaphore>,
+    /// The values its requests may carry as `${secret:NAME}`.
+    secrets: Secrets,
 }
 
 impl Default for OutboundGrant {
@@ -103,7 +115,18 @@ impl OutboundGrant {
             connections: Arc::new(tokio::sync::Semaphore::new(limits.connections as usize)),
             limits,
             read_only: false,
+            secrets: Secrets::default(),
         })
+    }
+
+    /// The same grant with `secrets` for its requests to carry.
+    pub fn with_secrets(mut self, secrets: Secrets) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    pub fn secrets(&self) -> &Secrets {
+        &self.secrets
     }
 
     /// The same grant allowing only GET and HEAD.
@@ -174,6 +197,12 @@ pub enum DenyReason {
     Connections,
     /// The reconcile's deadline passed while the request was under way.
     Deadline,
+    /// A `${secret:NAME}` placeholder the plugin's secrets do not hold, in
+    /// the URL, or whose value cannot be read now.
+    Secret,
+    /// A secret placed in a request to a destination its entry does not
+    /// list.
+    SecretHost,
 }
 
 impl DenyReason {
@@ -188,6 +217,8 @@ impl DenyReason {
             DenyReason::ResponseBytes => "responseBytes",
             DenyReason::Connections => "connections",
             DenyReason::Deadline => "deadline",
+            DenyReason::Secret => "secret",
+            DenyReason::SecretHost => "secretHost",
         }
     }
 

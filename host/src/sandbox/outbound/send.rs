@@ -19,6 +19,7 @@ use wasmtime_wasi_http::{Error, WasiBody};
 use super::call::HttpCall;
 use super::destination::Destination;
 use super::rule::RequestHost;
+use super::secret::{self, Redactor};
 use super::{DenyReason, OutboundGrant, Refusal};
 use crate::meta::address::is_internal;
 
@@ -31,6 +32,8 @@ pub(super) struct Plan {
     /// The `host` label of its metrics.
     pub(super) host_label: String,
     pub(super) dest: Destination,
+    /// The plugin's secrets its headers place (indices into its secrets).
+    pub(super) secrets: Vec<usize>,
 }
 
 type Sent = (
@@ -69,6 +72,12 @@ pub(super) async fn send(
             reason: DenyReason::Deadline,
             message: format!("{shown}: the reconcile's deadline passed while {step}"),
         })
+    };
+    // Secrets first: a value that cannot be read refuses the request
+    // before anything reaches the network.
+    let (request, redactor) = match place_secrets(&plan, request, &grant, &call, &shown).await {
+        Ok(placed) => placed,
+        Err(e) => return Err(e),
     };
     let Ok(permit) = grant.connections.clone().try_acquire_owned() else {
         return Err(call.refuse(Refusal {
@@ -195,7 +204,7 @@ pub(super) async fn send(
         &code,
         started.elapsed(),
     );
-    let response = response?;
+    let mut response = response?;
     let limit = grant.limits.response_bytes;
     if let Some(n) = response
         .headers()
@@ -210,6 +219,9 @@ pub(super) async fn send(
             ),
         }));
     }
+    if let Some(redactor) = &redactor {
+        redact_headers(response.headers_mut(), redactor);
+    }
     let response = response.map(|incoming| {
         BoundedResponse {
             inner: incoming,
@@ -218,6 +230,8 @@ pub(super) async fn send(
             deadline: Box::pin(tokio::time::sleep_until(deadline.into())),
             call: call.clone(),
             shown: shown.clone(),
+            redactor,
+            ended: false,
         }
         .boxed_unsync()
     });
@@ -288,6 +302,10 @@ struct BoundedResponse {
     deadline: Pin<Box<tokio::time::Sleep>>,
     call: Arc<HttpCall>,
     shown: String,
+    /// The values of the secrets the request carried, to redact.
+    redactor: Option<Redactor>,
+    /// The inner body ended (and the redactor's tail was handed on).
+    ended: bool,
 }
 
 impl Body for BoundedResponse {
@@ -299,6 +317,9 @@ impl Body for BoundedResponse {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
         let frame = match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => frame,
             Poll::Pending => {
@@ -316,7 +337,15 @@ impl Body for BoundedResponse {
             }
         };
         match frame {
-            None => Poll::Ready(None),
+            None => {
+                this.ended = true;
+                match this.redactor.as_mut().map(Redactor::finish) {
+                    Some(tail) if !tail.is_empty() => {
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(tail)))))
+                    }
+                    _ => Poll::Ready(None),
+                }
+            }
             Some(Err(e)) => Poll::Ready(Some(Err(Error::Hyper(e)))),
             Some(Ok(f)) => {
                 if let Some(data) = f.data_ref() {
@@ -334,12 +363,91 @@ impl Body for BoundedResponse {
                     }
                     this.left -= n;
                 }
-                Poll::Ready(Some(Ok(f)))
+                match (&mut this.redactor, f.into_data()) {
+                    (Some(r), Ok(data)) => {
+                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(r.push(&data))))))
+                    }
+                    (_, Ok(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+                    (_, Err(f)) => Poll::Ready(Some(Ok(f))),
+                }
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.ended || (self.redactor.is_none() && self.inner.is_end_stream())
+    }
+}
+
+/// Reads the values of the secrets `plan` places and substitutes them into
+/// the request's headers; with them, the redactor of its response (None
+/// when it carries no secret). A value that cannot be read, or that no
+/// header may carry, refuses the request.
+async fn place_secrets(
+    plan: &Plan,
+    request: http::Request<WasiBody>,
+    grant: &OutboundGrant,
+    call: &HttpCall,
+    shown: &str,
+) -> Result<(http::Request<WasiBody>, Option<Redactor>), Error> {
+    if plan.secrets.is_empty() {
+        return Ok((request, None));
+    }
+    let secrets = grant.secrets();
+    let mut values = Vec::with_capacity(plan.secrets.len());
+    for &i in &plan.secrets {
+        let name = secrets.name(i);
+        match secrets.value(i, call.deadline).await {
+            Ok(v) => values.push((name, v)),
+            Err(e) => {
+                return Err(call.refuse(Refusal {
+                    reason: DenyReason::Secret,
+                    message: format!("{shown}: secret {name:?}: {e}; nothing was sent"),
+                }));
+            }
+        }
+    }
+    let (mut parts, body) = request.into_parts();
+    let pairs: Vec<(&str, &[u8])> = values.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+    for value in parts.headers.values_mut() {
+        if memchr::memmem::find(value.as_bytes(), b"${secret:").is_none() {
+            continue;
+        }
+        let placed = secret::substitute(value.as_bytes(), &pairs);
+        match http::HeaderValue::from_bytes(&placed) {
+            Ok(mut v) => {
+                v.set_sensitive(true);
+                *value = v;
+            }
+            Err(_) => {
+                return Err(call.refuse(Refusal {
+                    reason: DenyReason::Secret,
+                    message: format!(
+                        "{shown}: a secret's value cannot be sent in a header (it holds a line break or another control character); nothing was sent"
+                    ),
+                }));
+            }
+        }
+    }
+    let redactor = Redactor::new(
+        values
+            .into_iter()
+            .map(|(n, v)| (n.to_string(), v))
+            .collect(),
+    );
+    let redactor = (!redactor.is_empty()).then_some(redactor);
+    Ok((http::Request::from_parts(parts, body), redactor))
+}
+
+/// The response's headers with the request's secret values redacted; its
+/// length is dropped, since redaction changes the body's.
+fn redact_headers(headers: &mut http::HeaderMap, redactor: &Redactor) {
+    headers.remove(http::header::CONTENT_LENGTH);
+    for value in headers.values_mut() {
+        let redacted = redactor.redact(value.as_bytes());
+        if redacted != value.as_bytes() {
+            *value = http::HeaderValue::from_bytes(&redacted)
+                .unwrap_or_else(|_| http::HeaderValue::from_static("<secret>"));
+        }
     }
 }

@@ -1,8 +1,10 @@
 //! A guest that makes the outbound HTTP requests its settings give for the
 //! key it reconciles, to drive the host's outbound checks from a real
 //! component: `settings.cases[<key name>]` is the request (method, URL,
-//! how many times, a body of how many bytes, the status it expects), and
-//! `settings.declare` what its metadata declares.
+//! how many times, a body of how many bytes, headers, the status it
+//! expects; `echo` fails the reconcile with what the server answered, so a
+//! test sees what the guest saw; `reveal` names a secret to reveal first),
+//! and `settings.declare` what its metadata declares.
 
 use std::collections::HashMap;
 
@@ -35,6 +37,12 @@ struct Case {
     body_bytes: usize,
     #[serde(default = "ok")]
     expect: u16,
+    #[serde(default)]
+    headers: Vec<(String, String)>,
+    #[serde(default)]
+    echo: bool,
+    #[serde(default)]
+    reveal: Option<String>,
 }
 
 fn get() -> String {
@@ -69,9 +77,30 @@ impl Reconciler for Outbound {
         let Some(case) = settings.cases.get(&key.name) else {
             return Err(Error::permanent(format!("no case {:?}", key.name)));
         };
-        let request = http::Request::new(&case.method, &case.url).body(vec![b'x'; case.body_bytes]);
+        if let Some(name) = &case.reveal {
+            let value = wasmctrl_sdk::secrets::reveal(name)?;
+            wasmctrl_sdk::info!("revealed {name}: {} bytes", value.len());
+        }
+        let mut request =
+            http::Request::new(&case.method, &case.url).body(vec![b'x'; case.body_bytes]);
+        for (name, value) in &case.headers {
+            request = request.header(name, value);
+        }
         for i in 0..case.repeat {
             let answer = http::send(&request)?;
+            if case.echo {
+                let headers: Vec<String> = answer
+                    .headers
+                    .iter()
+                    .map(|(n, v)| format!("{n}: {}", String::from_utf8_lossy(v)))
+                    .collect();
+                return Err(Error::permanent(format!(
+                    "answered {}; headers {}; body {}",
+                    answer.status,
+                    headers.join(", "),
+                    String::from_utf8_lossy(&answer.body)
+                )));
+            }
             if answer.status != case.expect {
                 return Err(Error::permanent(format!(
                     "request {i}: {} {} answered {} ({} bytes), not {}",

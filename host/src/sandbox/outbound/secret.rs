@@ -1,0 +1,690 @@
+//! Secrets a plugin uses without seeing them: each entry of its `secrets`
+//! names a value the host holds (a key of a Kubernetes Secret, a file, an
+//! environment variable) and the only destinations it may be sent to.
+//!
+//! # The placeholder
+//! A guest writes `${secret:NAME}` into an outgoing request's header value
+//! (`Authorization: Bearer ${secret:dns-token}`). The host substitutes the
+//! value only in a request whose scheme, host and port are exactly one of
+//! the entry's `hosts`; to any other destination the request is refused
+//! before anything is sent. Placeholders are substituted in header values
+//! only: one in the URL is refused (a query string is logged by servers
+//! and proxies), and the body is sent as written.
+//!
+//! # What the guest sees back
+//! Whatever the server answers is redacted before the guest reads it: each
+//! value sent in the request becomes `<secret:NAME>` in the response's
+//! headers and body (a server that echoes its request hands back the
+//! marker). A value is revealed to the guest only through `reveal`, and
+//! only where the entry says `reveal: true`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::destination::Destination;
+use super::rule::{HostPattern, OutboundRule};
+use super::{DenyReason, Refusal};
+use crate::control::secrets::{SecretWatch, WatchedSecret};
+use crate::meta::syntax;
+
+/// Entries of one plugin's `secrets`.
+pub const MAX_SECRETS: usize = 32;
+/// Destinations of one entry.
+pub const MAX_SECRET_HOSTS: usize = 16;
+/// Bytes of one value (a file or Secret key past it is refused).
+pub const MAX_SECRET_BYTES: usize = 64 << 10;
+/// What starts a placeholder.
+const OPEN: &[u8] = b"${secret:";
+
+/// One entry of a plugin's `secrets`: exactly one source, and where the
+/// value may go.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretBinding {
+    /// What the plugin calls it (`${secret:NAME}`, `reveal(NAME)`).
+    pub name: String,
+    /// A key of a Kubernetes Secret, read and watched with the host's own
+    /// credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeyRef>,
+    /// A file on the host, read at each use (a mounted Secret rotates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<PathBuf>,
+    /// An environment variable of the host process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+    /// `scheme://host[:port]`: the only destinations the value is sent to.
+    pub hosts: Vec<String>,
+    /// Whether `reveal` hands the value to the guest.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reveal: bool,
+}
+
+/// A key of a Kubernetes Secret.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretKeyRef {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+/// Where an entry's value comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretSource<'a> {
+    KeyRef(&'a SecretKeyRef),
+    File(&'a Path),
+    Env(&'a str),
+}
+
+/// One destination of an entry: a scheme, one host and a port, matched
+/// exactly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SecretHost {
+    scheme: String,
+    host: HostPattern,
+    port: u16,
+}
+
+impl SecretBinding {
+    /// Checks the entry: its name, one source of a valid form, 1 to
+    /// [`MAX_SECRET_HOSTS`] destinations, each `scheme://host[:port]`
+    /// naming one host (no wildcard, no path).
+    pub fn check(&self) -> Result<(), String> {
+        secret_name(&self.name)?;
+        match self.source() {
+            Err(e) => return Err(e),
+            Ok(SecretSource::KeyRef(r)) => {
+                syntax::namespace(&r.namespace).map_err(|e| format!("secretKeyRef.{e}"))?;
+                syntax::dns_subdomain("secretKeyRef.name", &r.name).map_err(|e| e.to_string())?;
+                let key_ok = !r.key.is_empty()
+                    && r.key.len() <= 253
+                    && r.key
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+                if !key_ok {
+                    return Err(format!(
+                        "secretKeyRef.key {:?} is not a Secret data key (1-253 of letters, digits, '-', '_' and '.')",
+                        cut(&r.key)
+                    ));
+                }
+            }
+            Ok(SecretSource::File(p)) => {
+                if !p.is_absolute() {
+                    return Err(format!("file {:?} must be an absolute path", p.display()));
+                }
+            }
+            Ok(SecretSource::Env(v)) => {
+                let ok = !v.is_empty()
+                    && v.len() <= 256
+                    && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+                if !ok {
+                    return Err(format!(
+                        "env {:?} is not an environment variable name (letters, digits and '_')",
+                        cut(v)
+                    ));
+                }
+            }
+        }
+        if self.hosts.is_empty() {
+            return Err("hosts is empty: name the destinations the value may be sent to".into());
+        }
+        if self.hosts.len() > MAX_SECRET_HOSTS {
+            return Err(format!("at most {MAX_SECRET_HOSTS} hosts per secret"));
+        }
+        self.destinations().map(|_| ())
+    }
+
+    /// The entry's one source; an error if it names none or several.
+    pub fn source(&self) -> Result<SecretSource<'_>, String> {
+        match (&self.secret_key_ref, &self.file, &self.env) {
+            (Some(r), None, None) => Ok(SecretSource::KeyRef(r)),
+            (None, Some(f), None) => Ok(SecretSource::File(f)),
+            (None, None, Some(e)) => Ok(SecretSource::Env(e)),
+            (None, None, None) => {
+                Err("names no source: set one of secretKeyRef, file and env".into())
+            }
+            _ => Err("names several sources: set exactly one of secretKeyRef, file and env".into()),
+        }
+    }
+
+    fn destinations(&self) -> Result<Vec<SecretHost>, String> {
+        self.hosts
+            .iter()
+            .enumerate()
+            .map(|(i, url)| {
+                let target = OutboundRule {
+                    url: url.clone(),
+                    methods: Vec::new(),
+                    private: false,
+                }
+                .target()
+                .map_err(|e| format!("hosts[{i}]: {e}"))?;
+                if matches!(target.host, HostPattern::Subdomains(_)) {
+                    return Err(format!(
+                        "hosts[{i}]: {url:?} names a wildcard; a secret goes to exact hosts only"
+                    ));
+                }
+                if !target.path.is_empty() {
+                    return Err(format!(
+                        "hosts[{i}]: {url:?} has a path; a secret's destination is scheme://host[:port]"
+                    ));
+                }
+                Ok(SecretHost {
+                    scheme: target.scheme,
+                    host: target.host,
+                    port: target.port,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A secret's name: a DNS-1123 label, so it cannot close a placeholder or
+/// reach a log line as anything but a name.
+fn secret_name(name: &str) -> Result<(), String> {
+    wasmctrl_apimachinery::names::dns1123_label(name).map_err(|_| {
+        format!(
+            "name {:?} is not a DNS-1123 label (lowercase letters, digits and '-', at most 63 characters)",
+            cut(name)
+        )
+    })
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(64).collect()
+}
+
+/// A plugin's secrets, bound to where their values are read.
+#[derive(Debug, Default)]
+pub struct Secrets {
+    entries: Vec<Bound>,
+}
+
+#[derive(Debug)]
+struct Bound {
+    binding: SecretBinding,
+    hosts: Vec<SecretHost>,
+    /// The watched Secret of a `secretKeyRef` (None without a cluster).
+    watched: Option<Arc<WatchedSecret>>,
+}
+
+impl Secrets {
+    /// Binds checked `bindings`; a `secretKeyRef` is watched through
+    /// `watch` (without one, reading it fails with a message saying so).
+    pub fn new(bindings: Vec<SecretBinding>, watch: Option<&SecretWatch>) -> Result<Self, String> {
+        if bindings.len() > MAX_SECRETS {
+            return Err(format!("at most {MAX_SECRETS} secrets per plugin"));
+        }
+        let mut names = BTreeSet::new();
+        let entries = bindings
+            .into_iter()
+            .enumerate()
+            .map(|(i, binding)| {
+                binding.check().map_err(|e| format!("secrets[{i}]: {e}"))?;
+                if !names.insert(binding.name.clone()) {
+                    return Err(format!(
+                        "secrets[{i}]: a second secret named {:?}",
+                        binding.name
+                    ));
+                }
+                let hosts = binding.destinations()?;
+                let watched = match (binding.source()?, watch) {
+                    (SecretSource::KeyRef(r), Some(w)) => Some(w.secret(&r.namespace, &r.name)),
+                    _ => None,
+                };
+                Ok(Bound {
+                    binding,
+                    hosts,
+                    watched,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(Self { entries })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn bindings(&self) -> impl Iterator<Item = &SecretBinding> {
+        self.entries.iter().map(|e| &e.binding)
+    }
+
+    fn names(&self) -> String {
+        let names: Vec<&str> = self
+            .entries
+            .iter()
+            .map(|e| e.binding.name.as_str())
+            .collect();
+        if names.is_empty() {
+            "the plugin has no secrets".into()
+        } else {
+            format!("its secrets: {}", names.join(", "))
+        }
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        self.entries.iter().position(|e| e.binding.name == name)
+    }
+
+    /// The entries a request's placeholders name, each checked against
+    /// the request's destination; refused (nothing is sent) for a
+    /// placeholder in the URL, an unknown name, or a destination the
+    /// entry does not list.
+    pub(super) fn placed<B>(
+        &self,
+        request: &http::Request<B>,
+        dest: &Destination,
+    ) -> Result<Vec<usize>, Refusal> {
+        let refused = |reason, message: String| Refusal { reason, message };
+        let uri = request.uri().to_string().to_ascii_lowercase();
+        if uri.contains("{secret:") || uri.contains("%7bsecret:") {
+            return Err(refused(
+                DenyReason::Secret,
+                format!(
+                    "{}: a secret placeholder in the URL is refused; placeholders are substituted in header values only",
+                    dest.shown
+                ),
+            ));
+        }
+        let mut used = Vec::new();
+        for (header, value) in request.headers() {
+            let names = placeholders(value.as_bytes()).map_err(|e| {
+                refused(
+                    DenyReason::Secret,
+                    format!("{}: header {header}: {e}", dest.shown),
+                )
+            })?;
+            for name in names {
+                let Some(i) = self.find(name) else {
+                    return Err(refused(
+                        DenyReason::Secret,
+                        format!(
+                            "{}: header {header} names secret {name:?}, which the plugin's secrets do not hold ({})",
+                            dest.shown,
+                            self.names()
+                        ),
+                    ));
+                };
+                let entry = &self.entries[i];
+                if !entry.hosts.iter().any(|h| {
+                    h.scheme == dest.scheme && h.port == dest.port && h.host.matches(&dest.host)
+                }) {
+                    return Err(refused(
+                        DenyReason::SecretHost,
+                        format!(
+                            "{}: secret {name:?} may be sent only to {}; nothing was sent",
+                            dest.shown,
+                            entry.binding.hosts.join(", ")
+                        ),
+                    ));
+                }
+                if !used.contains(&i) {
+                    used.push(i);
+                }
+            }
+        }
+        Ok(used)
+    }
+
+    /// The name of entry `i`.
+    pub(super) fn name(&self, i: usize) -> &str {
+        &self.entries[i].binding.name
+    }
+
+    /// The value of entry `i` now: non-empty, at most
+    /// [`MAX_SECRET_BYTES`]. The error says what is missing, never a value.
+    pub(super) async fn value(&self, i: usize, deadline: Instant) -> Result<Vec<u8>, String> {
+        let entry = &self.entries[i];
+        let value = match entry.binding.source()? {
+            SecretSource::Env(var) => std::env::var_os(var)
+                .map(|v| v.into_encoded_bytes())
+                .ok_or_else(|| format!("the host's environment variable {var} is not set"))?,
+            SecretSource::File(path) => read_file(path).await?,
+            SecretSource::KeyRef(r) => match &entry.watched {
+                Some(w) => w.value(&r.key, deadline).await?,
+                None => {
+                    return Err(format!(
+                        "Secret {}/{} cannot be read: the host runs without a cluster",
+                        r.namespace, r.name
+                    ));
+                }
+            },
+        };
+        if value.is_empty() {
+            return Err("its value is empty".into());
+        }
+        if value.len() > MAX_SECRET_BYTES {
+            return Err(format!(
+                "its value is {} bytes, past the ceiling of {MAX_SECRET_BYTES}",
+                value.len()
+            ));
+        }
+        Ok(value)
+    }
+
+    /// The value of secret `name` for the guest, where its entry says
+    /// `reveal: true`.
+    pub async fn reveal(&self, name: &str, deadline: Instant) -> Result<Vec<u8>, RevealRefusal> {
+        let Some(i) = self.find(name) else {
+            return Err(RevealRefusal::Unknown(format!(
+                "no secret named {:?} ({})",
+                cut(name),
+                self.names()
+            )));
+        };
+        if !self.entries[i].binding.reveal {
+            return Err(RevealRefusal::Forbidden(format!(
+                "secret {name:?} is not revealed to the plugin: its secrets entry does not say reveal: true (it can still be sent as ${{secret:{name}}} in a header)"
+            )));
+        }
+        self.value(i, deadline)
+            .await
+            .map_err(|e| RevealRefusal::Unavailable(format!("secret {name:?}: {e}")))
+    }
+}
+
+/// Why `reveal` refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RevealRefusal {
+    Unknown(String),
+    Forbidden(String),
+    Unavailable(String),
+}
+
+impl RevealRefusal {
+    /// The `reason` label of `wasmctrl_plugin_secret_refusals_total`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RevealRefusal::Unknown(_) => "unknown",
+            RevealRefusal::Forbidden(_) => "reveal",
+            RevealRefusal::Unavailable(_) => "unavailable",
+        }
+    }
+}
+
+/// A file's bytes, at most [`MAX_SECRET_BYTES`], one trailing line break
+/// dropped (what `echo` and most editors add).
+async fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+    use tokio::io::AsyncReadExt;
+    let file = tokio::fs::File::open(path)
+        .await
+        .map_err(|e| format!("file {} cannot be read: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SECRET_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| format!("file {} cannot be read: {e}", path.display()))?;
+    if bytes.len() > MAX_SECRET_BYTES {
+        return Err(format!(
+            "file {} is past the ceiling of {MAX_SECRET_BYTES} bytes",
+            path.display()
+        ));
+    }
+    if bytes.ends_with(b"\n") {
+        bytes.pop();
+        if bytes.ends_with(b"\r") {
+            bytes.pop();
+        }
+    }
+    Ok(bytes)
+}
+
+/// The names of the placeholders in `value`, in order; an error for one
+/// that is not closed or names no valid secret name.
+pub(super) fn placeholders(value: &[u8]) -> Result<Vec<&str>, String> {
+    let mut names = Vec::new();
+    let mut rest = value;
+    while let Some(at) = memchr::memmem::find(rest, OPEN) {
+        let after = &rest[at + OPEN.len()..];
+        let end = after
+            .iter()
+            .take(64)
+            .position(|&b| b == b'}')
+            .ok_or("a `${secret:` placeholder is not closed by `}` within 63 characters")?;
+        let name = std::str::from_utf8(&after[..end])
+            .ok()
+            .filter(|n| secret_name(n).is_ok())
+            .ok_or("a `${secret:NAME}` placeholder whose NAME is not a DNS-1123 label")?;
+        names.push(name);
+        rest = &after[end + 1..];
+    }
+    Ok(names)
+}
+
+/// `value` with each placeholder replaced by its secret's value.
+pub(super) fn substitute(value: &[u8], values: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = memchr::memmem::find(rest, OPEN) {
+        out.extend_from_slice(&rest[..at]);
+        let after = &rest[at + OPEN.len()..];
+        let end = after.iter().position(|&b| b == b'}').unwrap_or(after.len());
+        let name = std::str::from_utf8(&after[..end]).unwrap_or("");
+        if let Some((_, v)) = values.iter().find(|(n, _)| *n == name) {
+            out.extend_from_slice(v);
+        }
+        rest = after.get(end + 1..).unwrap_or(&[]);
+    }
+    out.extend_from_slice(rest);
+    out
+}
+
+/// Replaces secret values with `<secret:NAME>` in a stream of bytes: a
+/// value split across two chunks is still found, because the tail of a
+/// chunk that could begin one is held back until the next.
+#[derive(Debug)]
+pub(super) struct Redactor {
+    values: Vec<(Vec<u8>, Vec<u8>)>,
+    held: Vec<u8>,
+}
+
+impl Redactor {
+    /// A redactor of `values` (name, value); empty values are skipped.
+    pub(super) fn new(values: Vec<(String, Vec<u8>)>) -> Self {
+        Self {
+            values: values
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .map(|(n, v)| (v, format!("<secret:{n}>").into_bytes()))
+                .collect(),
+            held: Vec::new(),
+        }
+    }
+
+    /// `bytes` redacted whole (a header value).
+    pub(super) fn redact(&self, bytes: &[u8]) -> Vec<u8> {
+        let (out, _) = self.scan(bytes, true);
+        out
+    }
+
+    /// The next chunk's redacted bytes (some of its tail may be held).
+    pub(super) fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.held);
+        buf.extend_from_slice(chunk);
+        let (out, keep) = self.scan(&buf, false);
+        self.held = buf[buf.len() - keep..].to_vec();
+        out
+    }
+
+    /// The bytes held at the end of the stream.
+    pub(super) fn finish(&mut self) -> Vec<u8> {
+        let held = std::mem::take(&mut self.held);
+        self.redact(&held)
+    }
+
+    /// Redacts `buf`; unless `last`, keeps back the longest tail that is
+    /// the start of some value, returning how many bytes that is.
+    fn scan(&self, buf: &[u8], last: bool) -> (Vec<u8>, usize) {
+        let mut out = Vec::with_capacity(buf.len());
+        let mut i = 0;
+        loop {
+            let next = self
+                .values
+                .iter()
+                .filter_map(|(v, m)| memchr::memmem::find(&buf[i..], v).map(|at| (at, v.len(), m)))
+                .min_by_key(|(at, len, _)| (*at, std::cmp::Reverse(*len)));
+            let Some((at, len, marker)) = next else {
+                break;
+            };
+            out.extend_from_slice(&buf[i..i + at]);
+            out.extend_from_slice(marker);
+            i += at + len;
+        }
+        let rest = &buf[i..];
+        let keep = if last {
+            0
+        } else {
+            (1..=rest.len())
+                .rev()
+                .find(|&k| {
+                    let tail = &rest[rest.len() - k..];
+                    self.values
+                        .iter()
+                        .any(|(v, _)| v.len() > k && v.starts_with(tail))
+                })
+                .unwrap_or(0)
+        };
+        out.extend_from_slice(&rest[..rest.len() - keep]);
+        (out, keep)
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn binding(yaml: &str) -> SecretBinding {
+        serde_norway::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn an_entry_names_one_source_and_exact_hosts() {
+        let ok = binding(
+            "{name: dns-token, secretKeyRef: {namespace: default, name: dns-provider, key: token}, hosts: ['https://api.dns.example']}",
+        );
+        ok.check().unwrap();
+        let cases = [
+            ("{name: a, hosts: ['https://x']}", "names no source"),
+            (
+                "{name: a, env: A, file: /f, hosts: ['https://x']}",
+                "several sources",
+            ),
+            ("{name: a, env: A, hosts: []}", "hosts is empty"),
+            (
+                "{name: a, env: A, hosts: ['https://*.x.example']}",
+                "wildcard",
+            ),
+            ("{name: a, env: A, hosts: ['https://x/api']}", "has a path"),
+            (
+                "{name: a, file: rel/path, hosts: ['https://x']}",
+                "absolute",
+            ),
+            ("{name: A_B, env: A, hosts: ['https://x']}", "DNS-1123"),
+            (
+                "{name: a, env: 'A-B', hosts: ['https://x']}",
+                "environment variable",
+            ),
+            (
+                "{name: a, secretKeyRef: {namespace: default, name: s, key: 'a/b'}, hosts: ['https://x']}",
+                "Secret data key",
+            ),
+        ];
+        for (yaml, why) in cases {
+            let e = binding(yaml).check().unwrap_err();
+            assert!(e.contains(why), "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn placeholders_are_found_closed_and_named() {
+        assert_eq!(
+            placeholders(b"Bearer ${secret:dns-token}").unwrap(),
+            vec!["dns-token"]
+        );
+        assert_eq!(
+            placeholders(b"${secret:a}:${secret:b}").unwrap(),
+            vec!["a", "b"]
+        );
+        assert!(placeholders(b"plain").unwrap().is_empty());
+        assert!(placeholders(b"${secret:open").is_err());
+        assert!(placeholders(b"${secret:Not_A_Label}").is_err());
+        assert_eq!(
+            substitute(b"Bearer ${secret:t}!", &[("t", b"v4lue")]),
+            b"Bearer v4lue!"
+        );
+    }
+
+    #[test]
+    fn a_value_is_redacted_even_split_across_chunks() {
+        let mut r = Redactor::new(vec![("tok".into(), b"s3cr3t-value".to_vec())]);
+        let mut out = Vec::new();
+        for chunk in [
+            &b"echo: Bearer s3cr"[..],
+            b"3t-va",
+            b"lue and s3",
+            b"cr3t-value",
+            b" s3",
+        ] {
+            out.extend(r.push(chunk));
+        }
+        out.extend(r.finish());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "echo: Bearer <secret:tok> and <secret:tok> s3"
+        );
+        assert_eq!(r.redact(b"xs3cr3t-valuex"), b"x<secret:tok>x");
+        // A byte at a time.
+        let mut r = Redactor::new(vec![("tok".into(), b"abcabd".to_vec())]);
+        let mut out = Vec::new();
+        for b in b"abcabcabdz" {
+            out.extend(r.push(&[*b]));
+        }
+        out.extend(r.finish());
+        assert_eq!(String::from_utf8(out).unwrap(), "abc<secret:tok>z");
+    }
+
+    #[tokio::test]
+    async fn reveal_needs_the_entry_to_say_so_and_a_file_is_read_at_each_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "one\n").unwrap();
+        let yaml = format!(
+            "[{{name: shown, file: {p}, hosts: ['https://x'], reveal: true}}, {{name: hidden, file: {p}, hosts: ['https://x']}}]",
+            p = path.display()
+        );
+        let secrets = Secrets::new(serde_norway::from_str(&yaml).unwrap(), None).unwrap();
+        let deadline = Instant::now() + std::time::Duration::from_secs(5);
+        assert_eq!(secrets.reveal("shown", deadline).await.unwrap(), b"one");
+        std::fs::write(&path, "two").unwrap();
+        assert_eq!(secrets.reveal("shown", deadline).await.unwrap(), b"two");
+        let refused = secrets.reveal("hidden", deadline).await.unwrap_err();
+        assert_eq!(refused.reason(), "reveal");
+        assert!(matches!(&refused, RevealRefusal::Forbidden(m) if m.contains("reveal: true")));
+        let unknown = secrets.reveal("nope", deadline).await.unwrap_err();
+        assert!(matches!(&unknown, RevealRefusal::Unknown(m) if m.contains("shown, hidden")));
+        std::fs::write(&path, "").unwrap();
+        let empty = secrets.reveal("shown", deadline).await.unwrap_err();
+        assert!(matches!(&empty, RevealRefusal::Unavailable(m) if m.contains("empty")));
+    }
+
+    #[test]
+    fn two_entries_of_one_name_are_refused() {
+        let yaml =
+            "[{name: a, env: A, hosts: ['https://x']}, {name: a, env: B, hosts: ['https://y']}]";
+        let e = Secrets::new(serde_norway::from_str(yaml).unwrap(), None).unwrap_err();
+        assert!(
+            e.contains("secrets[1]") && e.contains("second secret"),
+            "{e}"
+        );
+    }
+}
