@@ -142,3 +142,50 @@ fn outbound_rules_are_denied_by_default_checked_and_limited() {
     let err = parse(&over).unwrap_err().to_string();
     assert!(err.contains("limits.httpRequests"), "{err}");
 }
+
+#[test]
+fn secrets_are_checked_naming_the_entry_and_never_widen_the_grant() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let text = format!(
+        "{head}plugins:\n  - name: dns\n    path: a.wasm\n    outbound: [{{ url: \"https://api.dns.example\" }}]\n    secrets:\n      - name: dns-token\n        secretKeyRef: {{ namespace: default, name: dns-provider, key: token }}\n        hosts: [\"https://api.dns.example\"]\n"
+    );
+    let c = parse(&text).unwrap();
+    let grant = c.plugins[0].outbound_grant_with(None);
+    let names: Vec<&str> = grant
+        .secrets()
+        .bindings()
+        .map(|b| b.name.as_str())
+        .collect();
+    assert_eq!(names, ["dns-token"]);
+    for (from, to, says) in [
+        (
+            "name: dns-token",
+            "name: Dns_Token",
+            "plugins[0].secrets[0]",
+        ),
+        (
+            "secretKeyRef: { namespace: default, name: dns-provider, key: token }",
+            "env: TOKEN\n        file: /t",
+            "several sources",
+        ),
+        (
+            "\"https://api.dns.example\"]\n",
+            "\"https://*.dns.example\"]\n",
+            "wildcard",
+        ),
+        ("secretKeyRef:", "secretRef:", "unknown field `secretRef`"),
+    ] {
+        let bad = text.replacen(from, to, 1);
+        let err = parse(&bad).unwrap_err().to_string();
+        assert!(err.contains(says), "{to}: {err}");
+    }
+    let twice = text.replace(
+        "    secrets:\n",
+        "    secrets:\n      - { name: dns-token, env: T, hosts: [\"https://x.example\"] }\n",
+    );
+    let err = parse(&twice).unwrap_err().to_string();
+    assert!(
+        err.contains("plugins[0].secrets[1].name") && err.contains("second secret"),
+        "{err}"
+    );
+}

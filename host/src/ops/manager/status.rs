@@ -8,7 +8,7 @@ use super::Host;
 use super::canary::CanaryStatus;
 use super::lifecycle::PluginEntry;
 use crate::control::shard::ShardStatus;
-use crate::sandbox::outbound::OutboundRule;
+use crate::sandbox::outbound::{OutboundRule, SecretBinding};
 
 /// One plugin as `/plugins` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -48,6 +48,10 @@ pub struct PluginStatus {
     /// The rules of its outbound HTTP grant (none: every request refused).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outbound: Vec<OutboundRule>,
+    /// Its secrets: where each value comes from and where it may go,
+    /// never a value.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<SecretBinding>,
 }
 
 /// A candidate version as `/plugins` shows it.
@@ -97,6 +101,7 @@ impl Host {
                     canary: entry.slot().canary_status(),
                 }),
             outbound: plugin.outbound().rules().cloned().collect(),
+            secrets: plugin.outbound().secrets().bindings().cloned().collect(),
         }
     }
 

@@ -30,12 +30,19 @@
 //!   limited to names (the name is not known when a create is authorized),
 //!   so, as Kubernetes' own `system:kube-controller-manager` role does, it is
 //!   a separate rule on `leases` without `resourceNames`.
+//! - **Secrets used by reference** (a plugin's `secrets` with
+//!   `secretKeyRef`): `get`, `list` and `watch` limited by `resourceNames`
+//!   to the named Secrets, in their namespaces. The host watches each with
+//!   a `metadata.name` field selector, which `resourceNames` allows.
 //!
 //! - **WasmReconcilers** (`pluginsFrom`): `list` and `watch` on
 //!   `wasmctrl.dev` `wasmreconcilers`, `patch` on their status, `get` on
 //!   Secrets in `pluginsFrom.namespace` (pull secrets), and all of
 //!   `maxGrant` (an object's plugin may be granted up to it, in namespaces
-//!   only the object names) with events cluster-wide.
+//!   only the object names) with events cluster-wide. Where `maxGrant`
+//!   lets a plugin `get` Secrets in `pluginsFrom.namespace`, an object may
+//!   use them by reference, so the host also lists and watches Secrets
+//!   there.
 //!
 //! Discovery and the access reviews of the start-up check are allowed to
 //! every authenticated identity by Kubernetes' bootstrap roles
@@ -143,6 +150,30 @@ pub fn generate(config: &HostConfig) -> Rbac {
             );
         }
     }
+    // The Secrets plugins use by reference: the host reads and watches
+    // each by name (a watch pinned to it by a field selector, which
+    // `resourceNames` allows), never the namespace's other Secrets.
+    let mut secrets: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for r in config
+        .plugins
+        .iter()
+        .flat_map(|p| &p.secrets)
+        .filter_map(|s| s.secret_key_ref.as_ref())
+    {
+        let names = secrets.entry(&r.namespace).or_default();
+        if !names.contains(&r.name) {
+            names.push(r.name.clone());
+        }
+    }
+    for (namespace, names) in &secrets {
+        add(
+            &Scope::Namespace(namespace.to_string()),
+            "",
+            "secrets",
+            Some(names),
+            &["get", "list", "watch"],
+        );
+    }
     if let Some(from) = &config.plugins_from {
         // Following WasmReconcilers (cluster-scoped): their informer, their
         // status, and their pull Secrets in `pluginsFrom.namespace`.
@@ -167,6 +198,27 @@ pub fn generate(config: &HostConfig) -> Rbac {
             None,
             &["get"],
         );
+        // An object may use Secrets of its namespace that `maxGrant` lets
+        // a plugin get; their names are the objects' to choose, so the
+        // host watches them in the namespace.
+        let secret_reads = config.max_grant.iter().flatten().any(|rule| {
+            rule.group.is_empty()
+                && rule.resources.iter().any(|r| r == "secrets" || r == "*")
+                && rule.verbs.iter().any(|v| v == "get" || v == "*")
+                && rule
+                    .namespaces
+                    .as_ref()
+                    .is_none_or(|ns| ns.contains(&from.namespace))
+        });
+        if secret_reads {
+            add(
+                &Scope::Namespace(from.namespace.clone()),
+                "",
+                "secrets",
+                None,
+                &["list", "watch"],
+            );
+        }
         // An object's plugin may be granted up to `maxGrant`, in whatever
         // namespaces the object names: the host needs all of it.
         for rule in config.max_grant.iter().flatten() {

@@ -231,3 +231,40 @@ plugins: []
         &vec![rule("", &["configmaps"], &["get", "patch"], None)]
     );
 }
+
+#[test]
+fn secrets_used_by_reference_are_read_and_watched_by_name_only() {
+    let c = config(&format!(
+        "{HEADER}plugins:
+  - name: dns
+    path: dns.wasm
+    outbound: [{{ url: \"https://api.dns.example\" }}]
+    secrets:
+      - {{ name: token, secretKeyRef: {{ namespace: ops, name: dns-provider, key: token }}, hosts: [\"https://api.dns.example\"] }}
+      - {{ name: other, secretKeyRef: {{ namespace: ops, name: second, key: k }}, hosts: [\"https://api.dns.example\"] }}
+      - {{ name: again, secretKeyRef: {{ namespace: ops, name: dns-provider, key: other }}, hosts: [\"https://api.dns.example\"] }}
+      - {{ name: local, env: TOKEN, hosts: [\"https://api.dns.example\"] }}
+"
+    ));
+    let rbac = generate(&c);
+    let ops = rbac.namespaced.get("ops").unwrap();
+    assert!(
+        ops.contains(&rule(
+            "",
+            &["secrets"],
+            &["get", "list", "watch"],
+            Some(&["dns-provider", "second"])
+        )),
+        "{ops:?}"
+    );
+    // Nothing reads Secrets anywhere else, or by a wider rule.
+    let wide = |r: &PolicyRule| {
+        r.resources
+            .as_ref()
+            .unwrap()
+            .contains(&"secrets".to_string())
+            && r.resource_names.is_none()
+    };
+    assert!(!rbac.cluster.iter().any(wide), "{:?}", rbac.cluster);
+    assert!(!rbac.namespaced.values().flatten().any(wide), "{rbac:?}");
+}

@@ -143,6 +143,54 @@ fn check_api_rate(config: &PluginConfig, max_qps: f64) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// An object's `secrets`: only keys of Secrets in `pluginsFrom.namespace`
+/// (a file or an environment variable is the host's own, and another
+/// namespace is another team's) that `maxGrant` lets a plugin `get`. The
+/// host reads them with its credentials, so without this check an object
+/// would borrow the host's reach.
+fn check_secrets(
+    config: &PluginConfig,
+    from: &PluginsFrom,
+    ceiling: Option<&[PermissionRule]>,
+) -> Result<(), Refusal> {
+    for (i, secret) in config.secrets.iter().enumerate() {
+        let at = format!("spec.secrets[{i}]");
+        let Some(r) = &secret.secret_key_ref else {
+            return Err(Refusal::new(
+                "GrantExceedsMaxGrant",
+                format!(
+                    "{at}: a WasmReconciler's secrets come from Secrets only (secretKeyRef): files and environment variables are the host's"
+                ),
+            ));
+        };
+        if r.namespace != from.namespace {
+            return Err(Refusal::new(
+                "GrantExceedsMaxGrant",
+                format!(
+                    "{at}.secretKeyRef.namespace: {:?} is not {:?}: a WasmReconciler names only Secrets of pluginsFrom.namespace",
+                    r.namespace, from.namespace
+                ),
+            ));
+        }
+        let read = PermissionRule {
+            group: String::new(),
+            resources: vec!["secrets".into()],
+            verbs: vec!["get".into()],
+            namespaces: Some(vec![r.namespace.clone()]),
+        };
+        if !ceiling::exceeding(&[read], None, ceiling.unwrap_or_default()).is_empty() {
+            return Err(Refusal::new(
+                "GrantExceedsMaxGrant",
+                format!(
+                    "{at}: Secret {}/{} may be used only where the host config's maxGrant allows get on core/secrets in namespace {}",
+                    r.namespace, r.name, r.namespace
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The plugin `object` defines, checked like a plugin of the host config,
 /// then against what objects may ask for: `from` (file sources, API rate:
 /// its `maxApiQps` resolved, None: unbounded) and `ceiling` (the host's
@@ -198,6 +246,7 @@ pub fn plugin_config(
             "spec.outbound: outbound HTTP is granted only to plugins of the host config, not to WasmReconciler objects",
         ));
     }
+    check_secrets(&config, from, ceiling)?;
     check_source(&config, "spec", from)?;
     // The candidate loads as the plugin with its own source and settings
     // (same name, grant and limits): its source gets the same checks.
@@ -273,6 +322,45 @@ mod tests {
             }),
         );
         assert!(r.message.contains("spec.record"), "{r:?}");
+    }
+
+    #[test]
+    fn an_objects_secrets_are_secrets_of_its_namespace_that_max_grant_lets_it_read() {
+        let with = |secret: Value| serde_json::json!({"source": {"oci": "127.0.0.1:5000/p/stamp:1"}, "secrets": [secret]});
+        let key_ref = |ns: &str| serde_json::json!({"name": "t", "secretKeyRef": {"namespace": ns, "name": "s", "key": "k"}, "hosts": ["https://x.example"]});
+        let r = refusal(
+            "stamp",
+            with(serde_json::json!({"name": "t", "env": "HOME", "hosts": ["https://x.example"]})),
+        );
+        assert!(
+            r.message.contains("spec.secrets[0]")
+                && r.message
+                    .contains("files and environment variables are the host's"),
+            "{r}"
+        );
+        let r = refusal("stamp", with(key_ref("default")));
+        assert!(r.message.contains("not \"wasmctrl-system\""), "{r}");
+        // In its namespace, but the ceiling does not let plugins read Secrets.
+        let r = refusal("stamp", with(key_ref("wasmctrl-system")));
+        assert!(
+            r.message
+                .contains("maxGrant allows get on core/secrets in namespace wasmctrl-system"),
+            "{r}"
+        );
+        let mut ceiling = ceiling();
+        ceiling.push(PermissionRule {
+            group: String::new(),
+            resources: vec!["secrets".into()],
+            verbs: vec!["get".into()],
+            namespaces: Some(vec!["wasmctrl-system".into()]),
+        });
+        let config = plugin_config(
+            &object("stamp", with(key_ref("wasmctrl-system"))),
+            &from(false),
+            Some(&ceiling),
+        )
+        .unwrap();
+        assert_eq!(config.secrets.len(), 1);
     }
 
     #[test]
