@@ -7,6 +7,8 @@
 //! - [`admin`]: the host's admin server over plain HTTP, and its metrics;
 //! - [`process`]: a binary run as a child process, its output kept, killed
 //!   when dropped;
+//! - [`dns_provider`]: a fake HTTP DNS provider on a loopback port, for
+//!   operators of records outside the cluster;
 //! - [`kubectl`]: kubectl run against a kubeconfig;
 //! - [`registry`]: a real OCI registry on a loopback port;
 //! - [`residency`]: a directory on a real disk, and what of its mapped files
@@ -31,6 +33,7 @@
 
 pub mod admin;
 pub mod client;
+pub mod dns_provider;
 #[cfg(feature = "host")]
 pub mod host;
 pub mod kubectl;
