@@ -23,6 +23,7 @@ use std::process::Command;
 const PLUGINS: &[(&str, &str)] = &[
     ("NOOP", "plugins/noop"),
     ("WEBAPP", "plugins/webapp"),
+    ("DNS", "plugins/dns"),
     ("MISBEHAVE", "plugins/testing/misbehave"),
     ("WRONG_WORLD", "plugins/testing/wrong-world"),
     ("STAMP_V1", "plugins/testing/stamp"),
