@@ -184,6 +184,22 @@ fn a_renamed_record_removes_the_old_one() {
 }
 
 #[test]
+fn a_record_whose_zone_moved_is_removed_from_the_old_zone() {
+    let cluster = cluster();
+    create_www(&cluster);
+    cluster.set_settings(json!({"endpoint": ENDPOINT, "zone": "example.org"}));
+
+    let moved = "http://127.0.0.1:8053/zones/example.org/records/www";
+    cluster.answer_http("DELETE", URL, 404, b"");
+    cluster.answer_http("GET", moved, 404, b"");
+    cluster.answer_http("PUT", moved, 200, b"{}");
+    assert_eq!(reconcile(&cluster), Ok(Action::requeue_after(RESYNC)));
+    assert_eq!(sent(&cluster)[2], ("DELETE".into(), URL.into()));
+    let status = records().get("www").unwrap().status.unwrap();
+    assert_eq!(status.record.unwrap().zone, "example.org");
+}
+
+#[test]
 fn deletion_removes_the_record_then_the_finalizer() {
     for answer in [204, 404] {
         let cluster = cluster();
