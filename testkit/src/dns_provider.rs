@@ -17,10 +17,9 @@
 //! It is served by hyper's HTTP/1.1 server rather than by hand: the kube
 //! client the kit already depends on brings hyper, hyper-util and
 //! http-body-util, so only hyper's `server` feature is new (axum would add
-//! crates the kit does not otherwise build). hyper keeps connections alive
-//! or closes them as each client asks, and the bounds are its own: a
-//! request head over 64 KiB is refused (431) and a body over 1 MiB too
-//! (413).
+//! crates the kit does not otherwise build). hyper keeps a connection
+//! alive or closes it as each client asks, and refuses a request head over
+//! 64 KiB (431); a body over 1 MiB is refused too (413).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
