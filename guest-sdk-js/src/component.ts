@@ -7,6 +7,7 @@
 /// <reference path="./wit-imports.d.ts" />
 import * as context from "wasmctrl:reconciler/context@0.1.2";
 import * as kube from "wasmctrl:reconciler/kube@0.1.2";
+import * as secrets from "wasmctrl:reconciler/secrets@0.1.2";
 import type * as wit from "wasmctrl:reconciler/types@0.1.2";
 
 import { apiErrorOf, ReconcileError } from "./errors.js";
@@ -65,6 +66,7 @@ const witBackend: Backend = {
   settings: () => context.settings(),
   log: (level, message, fields) => context.log(level, message, fields),
   logEnabled: (level) => context.logEnabled(level),
+  reveal: (name) => call(() => secrets.reveal(name)),
 };
 
 /**

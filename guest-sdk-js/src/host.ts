@@ -44,6 +44,7 @@ export interface Backend {
   settings(): string;
   log(level: LogLevel, message: string, fields: [string, string][]): void;
   logEnabled(level: LogLevel): boolean;
+  reveal(name: string): string;
 }
 
 let current: Backend | undefined;

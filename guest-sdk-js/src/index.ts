@@ -48,3 +48,4 @@ export {
   type OwnerReference,
 } from "./objects.js";
 export type { Reconciler } from "./reconciler.js";
+export * as secrets from "./secrets.js";

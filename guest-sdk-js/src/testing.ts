@@ -154,6 +154,7 @@ export class FakeCluster implements Backend {
   private settingsText = "{}";
   private cancelledValue = false;
   private deadlineMs = 10_000;
+  private secretValues = new Map<string, [string, boolean]>();
   /** Every log line, in order. */
   readonly logs: LogLine[] = [];
   /** The lowest level `log.enabled` reports as kept (as the host's filter would). */
@@ -184,6 +185,27 @@ export class FakeCluster implements Backend {
     } finally {
       this.held = undefined;
     }
+  }
+
+  /**
+   * Gives the plugin secret `name`: `secrets.reveal` answers `value` where
+   * `reveal` is true and refuses as the host does otherwise.
+   */
+  setSecret(name: string, value: string, reveal = false): void {
+    this.secretValues.set(name, [value, reveal]);
+  }
+
+  reveal(name: string): string {
+    const held = this.secretValues.get(name);
+    if (held === undefined) {
+      throw new NotFound(`no secret named ${JSON.stringify(name)} (the fake holds only those set with setSecret)`);
+    }
+    if (!held[1]) {
+      throw new Forbidden(
+        `secret ${JSON.stringify(name)} is not revealed to the plugin: its secrets entry does not say reveal: true`,
+      );
+    }
+    return held[0];
   }
 
   /** The value `Context.attempt` returns. */

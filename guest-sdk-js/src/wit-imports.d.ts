@@ -95,3 +95,7 @@ declare module "wasmctrl:reconciler/kube@0.1.2" {
   function del(kind: Gvk, namespace: string | undefined, name: string): void;
   export function recordEvent(event: Event): void;
 }
+
+declare module "wasmctrl:reconciler/secrets@0.1.2" {
+  export function reveal(name: string): string;
+}

@@ -35,6 +35,7 @@ import {
   type Reconciler,
   ReconcileError,
   Recorder,
+  secrets,
   Serialization,
   Timeout,
   TransientError,
@@ -522,6 +523,15 @@ describe("instance reuse: nothing of a reconcile's context survives it", () => {
     assert.throws(() => Leaky.last!.cancelled(), /reconcile that has returned/);
     assert.ok(ReconcileError.of("odd") instanceof TransientError);
   });
+});
+
+test("a fake cluster reveals only what its entry allows", () => {
+  cluster.setSecret("shown", "v4lue", true);
+  cluster.setSecret("hidden", "s3cret");
+  assert.equal(secrets.reveal("shown"), "v4lue");
+  assert.throws(() => secrets.reveal("hidden"), (e: unknown) => e instanceof Forbidden && /reveal: true/.test(String(e)));
+  assert.throws(() => secrets.reveal("nope"), NotFound);
+  assert.equal(secrets.placeholder("t"), "${secret:t}");
 });
 
 test("calls without a host say what is missing", () => {

@@ -516,6 +516,22 @@ class InstanceReuseTest(ClusterTest):
             export(object())
 
 
+class SecretsTest(unittest.TestCase):
+    def test_a_fake_cluster_reveals_only_what_its_entry_allows(self):
+        from wasmctrl_sdk import Forbidden, NotFound, secrets
+        from wasmctrl_sdk.testing import FakeCluster
+
+        with FakeCluster() as cluster:
+            cluster.set_secret("shown", "v4lue", reveal=True)
+            cluster.set_secret("hidden", "s3cret")
+            self.assertEqual(secrets.reveal("shown"), "v4lue")
+            with self.assertRaisesRegex(Forbidden, "reveal: true"):
+                secrets.reveal("hidden")
+            with self.assertRaises(NotFound):
+                secrets.reveal("nope")
+        self.assertEqual(secrets.placeholder("t"), "${secret:t}")
+
+
 class NoHostTest(unittest.TestCase):
     def test_calls_without_a_host_say_what_is_missing(self):
         _host.install(None)

@@ -9,7 +9,7 @@ A plugin subclasses :class:`Reconciler` and exports it with :func:`export`;
 ``docs/writing-plugins.md`` the guide.
 """
 
-from . import conditions, kinds, log, objects
+from . import conditions, kinds, log, objects, secrets
 from .action import Action
 from .api import Api, Patch, escape_pointer, op_add, op_remove, op_replace, op_test
 from .context import Context
@@ -68,6 +68,7 @@ __all__ = [
     "kinds",
     "log",
     "objects",
+    "secrets",
     "op_add",
     "op_remove",
     "op_replace",

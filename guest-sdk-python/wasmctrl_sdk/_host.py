@@ -38,8 +38,9 @@ class WireEvent:
 
 
 class Backend(Protocol):
-    """The host's ``context`` and ``kube`` interfaces. Failed ``kube`` calls
-    raise :class:`wasmctrl_sdk.ApiError` subclasses."""
+    """The host's ``context``, ``kube`` and ``secrets`` interfaces. Failed
+    ``kube`` and ``secrets`` calls raise :class:`wasmctrl_sdk.ApiError`
+    subclasses."""
 
     def get(self, kind: Gvk, namespace: Optional[str], name: str) -> str: ...
     def list(self, kind: Gvk, namespace: Optional[str], label_selector: Optional[str]) -> list[str]: ...
@@ -56,6 +57,7 @@ class Backend(Protocol):
     def settings(self) -> str: ...
     def log(self, level: str, message: str, fields: list[tuple[str, str]]) -> None: ...
     def log_enabled(self, level: str) -> bool: ...
+    def reveal(self, name: str) -> str: ...
 
 
 _installed: Optional[Backend] = None

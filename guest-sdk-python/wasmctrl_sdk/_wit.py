@@ -10,6 +10,7 @@ from typing import Optional
 from componentize_py_types import Err
 from wit_world.imports import context as wit_context
 from wit_world.imports import kube as wit_kube
+from wit_world.imports import secrets as wit_secrets
 from wit_world.imports import types as wit_types
 
 from . import errors
@@ -116,6 +117,9 @@ class WitBackend:
 
     def log_enabled(self, level):
         return wit_context.log_enabled(_LEVELS[level])
+
+    def reveal(self, name):
+        return _call(wit_secrets.reveal, name)
 
 
 def metadata_to_wit(m: Metadata) -> wit_types.PluginMetadata:

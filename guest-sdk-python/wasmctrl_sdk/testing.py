@@ -122,6 +122,7 @@ class FakeCluster:
         #: The lowest level ``log.enabled`` reports as kept (as the host's
         #: log filter would).
         self.log_level = "trace"
+        self._secrets: dict[str, tuple[str, bool]] = {}
         _host.install(self)
 
     def close(self) -> None:
@@ -155,6 +156,22 @@ class FakeCluster:
     def set_settings(self, settings: Any) -> None:
         """The settings ``Context.settings()`` returns (serialized to JSON)."""
         self._settings = json.dumps(settings)
+
+    def set_secret(self, name: str, value: str, reveal: bool = False) -> None:
+        """Gives the plugin secret ``name``: ``secrets.reveal`` answers
+        ``value`` where ``reveal`` is true and refuses as the host does
+        otherwise."""
+        self._secrets[name] = (value, reveal)
+
+    def reveal(self, name: str) -> str:
+        if name not in self._secrets:
+            raise NotFound(f"no secret named {name!r} (the fake holds only those set with set_secret)")
+        value, revealed = self._secrets[name]
+        if not revealed:
+            raise Forbidden(
+                f"secret {name!r} is not revealed to the plugin: its secrets entry does not say reveal: true"
+            )
+        return value
 
     def set_cancelled(self, cancelled: bool) -> None:
         self._cancelled = cancelled

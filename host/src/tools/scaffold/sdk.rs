@@ -37,7 +37,7 @@ pub(super) const PYTHON_SDK: Files = embed!("guest-sdk-python":
     "wasmctrl_sdk/context.py", "wasmctrl_sdk/errors.py", "wasmctrl_sdk/events.py",
     "wasmctrl_sdk/finalizer.py", "wasmctrl_sdk/kinds.py", "wasmctrl_sdk/log.py",
     "wasmctrl_sdk/metadata.py", "wasmctrl_sdk/objects.py", "wasmctrl_sdk/reconciler.py",
-    "wasmctrl_sdk/testing.py",
+    "wasmctrl_sdk/secrets.py", "wasmctrl_sdk/testing.py",
 );
 
 /// The TypeScript SDK, npm package `@wasmctrl/sdk`.
@@ -46,7 +46,7 @@ pub(super) const TYPESCRIPT_SDK: Files = embed!("guest-sdk-js":
     "src/component.ts", "src/conditions.ts", "src/context.ts", "src/errors.ts",
     "src/events.ts", "src/finalizer.ts", "src/host.ts", "src/index.ts", "src/kinds.ts",
     "src/log.ts", "src/metadata.ts", "src/objects.ts", "src/reconciler.ts",
-    "src/testing.ts", "src/wit-imports.d.ts",
+    "src/secrets.ts", "src/testing.ts", "src/wit-imports.d.ts",
 );
 
 /// The workspace manifest, whose `[workspace.package]` and

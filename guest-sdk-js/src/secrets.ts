@@ -1,0 +1,30 @@
+/**
+ * Secrets the host holds for the plugin: the `secrets` entries of its host
+ * config, each a value (a key of a Kubernetes Secret, a file or an
+ * environment variable) bound to the only destinations it may be sent to.
+ *
+ * Use a secret without seeing it: write {@link placeholder} into an
+ * outgoing request's header value, and the host substitutes the value,
+ * only in requests to the entry's `hosts`; to any other destination the
+ * request is refused and nothing is sent. Answers come back with the value
+ * redacted as `<secret:NAME>`.
+ *
+ * {@link reveal} returns the value itself, only where the entry says
+ * `reveal: true`. Prefer the placeholder: a value the plugin never holds
+ * cannot leak through it. Needs a host of WIT 0.1.2 or later.
+ */
+import { backend } from "./host.js";
+
+/** `${secret:NAME}`: what a header value carries for the host to replace with secret `name`'s value. */
+export function placeholder(name: string): string {
+  return "${secret:" + name + "}";
+}
+
+/**
+ * The value of secret `name`, where its entry says `reveal: true`. Throws
+ * `Forbidden` without it, `NotFound` for a name the plugin's secrets do not
+ * hold, `Unavailable` when the host cannot read the value now.
+ */
+export function reveal(name: string): string {
+  return backend().reveal(name);
+}
