@@ -1,7 +1,9 @@
 //! `wasmctrl new` as a newcomer runs it, outside the repository: the
 //! scaffold's own unit test passes with its language's runner, `wasmctrl
-//! build` builds it, and `wasmctrl dev --apply .` in its directory makes
-//! the sample Ready, with no edit.
+//! build` builds it, `wasmctrl dev --watch --apply .` in its directory
+//! makes the sample Ready with no edit, and an edit of the source is
+//! rebuilt and swapped in (a broken edit first, which keeps the running
+//! version serving).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -74,11 +76,16 @@ async fn dev_makes_the_sample_ready(dir: &Path, resource: &str) {
 
     let kubeconfig = dir.join(".wasmctrl").join("kubeconfig");
     let mut command = wasmctrl();
-    command.current_dir(dir);
+    // `--watch` builds as `wasmctrl build` does, in the project's own
+    // target dir and the suite's toolchain cache.
+    command
+        .current_dir(dir)
+        .env_remove("CARGO_TARGET_DIR")
+        .env("WASMCTRL_TOOLCHAINS", toolchains());
     let started = Instant::now();
     let dev = Dev::start_with(
         command,
-        &["--config", "wasmctrl.yaml", "--apply", "."],
+        &["--config", "wasmctrl.yaml", "--apply", ".", "--watch"],
         kubeconfig.clone(),
     )
     .await;
@@ -107,6 +114,87 @@ async fn dev_makes_the_sample_ready(dir: &Path, resource: &str) {
         ],
     );
     assert_eq!(message, "Hello from wasmctrl", "{}", dev.log());
+    edits_are_rebuilt_and_swapped_in(dir, resource, &dev).await;
+}
+
+/// Prints `dev`'s log when the test fails while it is held.
+struct LogOnFailure<'a>(&'a Dev);
+
+impl Drop for LogOnFailure<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("wasmctrl dev's log:\n{}", self.0.log());
+        }
+    }
+}
+
+/// The reason the skeleton writes in `Ready`; the edit changes it.
+const REASON: &str = "\"Reconciled\"";
+
+/// The source file of the project in `dir` that writes [`REASON`].
+fn reconciler_source(dir: &Path) -> PathBuf {
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if path.is_dir() {
+                if ![
+                    "target",
+                    "node_modules",
+                    ".wasmctrl",
+                    "tests",
+                    "__pycache__",
+                ]
+                .contains(&name.as_ref())
+                {
+                    pending.push(path);
+                }
+            } else if [".rs", ".py", ".ts"].iter().any(|e| name.ends_with(e))
+                && !name.contains("test")
+                && std::fs::read_to_string(&path).unwrap().contains(REASON)
+            {
+                return path;
+            }
+        }
+    }
+    panic!("no source under {} writes {REASON}", dir.display());
+}
+
+/// With `dev --watch` running: a broken edit fails its build and the
+/// running version keeps serving; the fixed edit is rebuilt, swapped in,
+/// and its new `Ready` reason shows on the sample.
+async fn edits_are_rebuilt_and_swapped_in(dir: &Path, resource: &str, dev: &Dev) {
+    let _log = LogOnFailure(dev);
+    let source = reconciler_source(dir);
+    let original = std::fs::read_to_string(&source).unwrap();
+    let failed = "the build failed; the running version keeps serving";
+    std::fs::write(&source, format!("{original}\n)]}} this does not parse\n")).unwrap();
+    eventually("the broken build to be reported", READY_LIMIT, || {
+        let reported = dev.log().contains(failed);
+        async move { reported }
+    })
+    .await;
+    let saved = Instant::now();
+    std::fs::write(&source, original.replace(REASON, "\"Rebuilt\"")).unwrap();
+    let kubeconfig = dir.join(".wasmctrl").join("kubeconfig");
+    let query = "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}";
+    eventually("the edit to show on the sample", READY_LIMIT, || {
+        let out = kubectl::output(&kubeconfig, &["get", resource, "sample", "-o", query]);
+        let rebuilt = String::from_utf8_lossy(&out.stdout) == "Rebuilt";
+        async move { rebuilt }
+    })
+    .await;
+    let log = dev.log();
+    let serving = log
+        .lines()
+        .find(|l| l.contains(": serving sha256:") && l.contains("after the save"))
+        .unwrap_or_else(|| panic!("no line says the rebuild serves: {log}"));
+    eprintln!(
+        "save to the edit on the sample: {:.1} s ({serving})",
+        saved.elapsed().as_secs_f64()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -302,6 +302,13 @@ impl Manager {
         self.host.statuses()
     }
 
+    /// A reader of [`Manager::status`] that lives on while the manager
+    /// runs (for a tool that watches the host, as `dev --watch` does).
+    pub fn status_reader(&self) -> impl Fn() -> Vec<PluginStatus> + Send + Sync + 'static {
+        let host = self.host.clone();
+        move || host.statuses()
+    }
+
     /// Runs until `shutdown` resolves (or leadership is lost), then stops
     /// watches, drains every queue for up to `shutdownTimeout` and cancels
     /// what still runs.

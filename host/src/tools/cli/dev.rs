@@ -1,6 +1,7 @@
 //! `wasmctrl dev`: the host against an embedded API server, with the
-//! config's missing plugins built first and, with `--authorization rbac`,
-//! the host run as the ServiceAccount `wasmctrl rbac` binds.
+//! config's missing plugins built first, with `--watch` rebuilt on every
+//! change (`watch.rs`) and, with `--authorization rbac`, the host run as
+//! the ServiceAccount `wasmctrl rbac` binds.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -18,6 +19,7 @@ pub(super) struct DevOptions {
     pub(super) kubeconfig_out: PathBuf,
     pub(super) admin: Option<SocketAddr>,
     pub(super) authorization: wasmctrl_apiserver::Authorization,
+    pub(super) watch: bool,
 }
 
 pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result<()> {
@@ -27,6 +29,7 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         kubeconfig_out,
         admin,
         authorization,
+        watch,
     } = dev;
     let config = load_with_admin_bind(&config_path, admin)?;
     build_missing_plugins(&config)?;
@@ -77,7 +80,15 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         ..ManagerOptions::default()
     };
     let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
+    let watched = watch.then(|| super::watch::watched_plugins(&config));
     let manager = Manager::start(config, client, options).await?;
+    let watcher = match watched {
+        Some(plugins) => {
+            let status = std::sync::Arc::new(manager.status_reader());
+            Some(tokio::spawn(super::watch::watch(plugins, status)))
+        }
+        None => None,
+    };
     // One banner once the host runs: what a person needs to look at it.
     // The admin line comes last; scripts wait for it.
     let admin = manager.admin_addr();
@@ -97,6 +108,9 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         absolute(&kubeconfig_out).display(),
     );
     let result = manager.run(terminated()).await;
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
     server.shutdown().await;
     result?;
     Ok(())

@@ -12,6 +12,7 @@ mod new;
 mod rbac;
 mod replay;
 mod run;
+mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,6 +79,11 @@ enum Command {
         /// for the config (the kubeconfig written stays the admin's).
         #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
         authorization: wasmctrl_apiserver::Authorization,
+        /// Rebuild a plugin when its sources change and swap it in (plugins
+        /// whose component is where `wasmctrl build` writes it); a failed
+        /// build keeps the running version.
+        #[arg(long)]
+        watch: bool,
     },
     /// Print the least-privilege RBAC the host of a config needs (every
     /// plugin's grant, events, the leader-election and shard Leases) as YAML
@@ -233,6 +239,7 @@ pub fn main() -> ExitCode {
                 kubeconfig_out,
                 admin,
                 authorization,
+                watch,
             } => {
                 let options = DevOptions {
                     apply,
@@ -240,6 +247,7 @@ pub fn main() -> ExitCode {
                     kubeconfig_out,
                     admin,
                     authorization,
+                    watch,
                 };
                 dev(config, options).await
             }
