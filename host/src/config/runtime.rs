@@ -7,7 +7,7 @@ use super::shape::mapping;
 use serde::Deserialize;
 
 use super::error::FieldProblem;
-use super::units::{count, cpu, duration, rate, show_duration};
+use super::units::{bytes_within, count, cpu, duration, quantity, rate, show_duration};
 use crate::sandbox::{GuestCpu, RuntimeConfig};
 
 /// Engine-wide wasm settings. They are fixed when the host starts: a plugin
@@ -42,6 +42,15 @@ pub struct RuntimeSection {
     /// How plugins' guests share the CPU when more than one has work.
     #[serde(default, deserialize_with = "mapping")]
     pub guest_cpu: GuestCpuSection,
+    /// Compiled functions kept in memory for later compiles (`0`: none): a
+    /// hot swap of a rebuilt plugin, or a second plugin of the same
+    /// language, compiles only the functions that differ. Default 128Mi.
+    #[serde(default = "default_function_cache", deserialize_with = "quantity")]
+    pub function_cache: u64,
+}
+
+fn default_function_cache() -> u64 {
+    RuntimeConfig::default().function_cache_bytes as u64
 }
 
 impl Default for RuntimeSection {
@@ -52,6 +61,7 @@ impl Default for RuntimeSection {
             max_instances: None,
             api_qps: default_host_api_qps(),
             guest_cpu: GuestCpuSection::default(),
+            function_cache: default_function_cache(),
         }
     }
 }
@@ -121,6 +131,10 @@ impl RuntimeSection {
                 ),
             ));
         }
+        check(
+            "runtime.functionCache",
+            bytes_within(self.function_cache, RuntimeConfig::FUNCTION_CACHE_BYTES),
+        )?;
         if let Some(n) = self.max_instances {
             check(
                 "runtime.maxInstances",

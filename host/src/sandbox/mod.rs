@@ -31,6 +31,7 @@ mod call;
 mod code;
 mod compiled;
 mod failure;
+mod function_cache;
 mod guest;
 pub mod hostapi;
 mod imports;
@@ -105,6 +106,10 @@ pub struct RuntimeConfig {
     /// How guests share the CPU when several plugins have work (see
     /// [`GuestCpu`]).
     pub guest_cpu: GuestCpu,
+    /// Bytes of compiled functions kept in memory for later compiles
+    /// (0: none): a rebuilt or second plugin of an interpreted language
+    /// compiles only the functions that changed (`function_cache.rs`).
+    pub function_cache_bytes: usize,
 }
 
 impl Default for RuntimeConfig {
@@ -118,6 +123,7 @@ impl Default for RuntimeConfig {
             cache_dir: None,
             max_unused_warm_slots: 16,
             guest_cpu: GuestCpu::default(),
+            function_cache_bytes: 128 << 20,
         }
     }
 }
@@ -126,6 +132,8 @@ impl RuntimeConfig {
     /// The values `max_instances` may take: each slot reserves address
     /// space for [`MAX_MEMORIES`] memories.
     pub const INSTANCES: RangeInclusive<u64> = 1..=10_000;
+    /// The values `function_cache_bytes` may take.
+    pub const FUNCTION_CACHE_BYTES: RangeInclusive<u64> = 0..=(16 << 30);
 }
 
 /// Why the runtime could not start.
@@ -199,6 +207,12 @@ impl Runtime {
             .cranelift_opt_level(OptLevel::Speed)
             .concurrency_support(false)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        if config.function_cache_bytes > 0 {
+            c.enable_incremental_compilation(Arc::new(function_cache::FunctionCache::new(
+                config.function_cache_bytes,
+            )))
+            .map_err(RuntimeError::Engine)?;
+        }
         let engine = Engine::new(&c).map_err(RuntimeError::Engine)?;
 
         let mut linker = Linker::new(&engine);

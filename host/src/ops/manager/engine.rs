@@ -54,6 +54,8 @@ impl EngineLimits {
             max_instances: self.max_instances,
             max_unused_warm_slots: self.warm_slots,
             guest_cpu: config.runtime.guest_cpu.into(),
+            function_cache_bytes: usize::try_from(config.runtime.function_cache)
+                .unwrap_or(usize::MAX),
             cache_dir: config
                 .runtime
                 .cache_dir
