@@ -6,6 +6,7 @@
 
 mod cache;
 mod deploy;
+mod dns;
 mod faults;
 mod hostile;
 mod hostile_polyglot;
