@@ -126,9 +126,27 @@ impl ComponentCache {
         if let Some(found) = self.compiled_in_memory_or_on_disk(digest) {
             return Ok(found);
         }
+        // A large (interpreted) guest takes seconds to compile: say so
+        // before and after, so a start or a swap is not a silent wait.
+        let large = bytes.len() >= LARGE_COMPONENT;
+        let started = std::time::Instant::now();
+        if large {
+            tracing::info!(
+                digest = short(digest),
+                mib = bytes.len() >> 20,
+                "compiling a component …"
+            );
+        }
         let component = Component::new(&self.engine, bytes);
         release_compile_garbage();
         let mut component = component?;
+        if large {
+            tracing::info!(
+                digest = short(digest),
+                seconds = format!("{:.1}", started.elapsed().as_secs_f64()),
+                "compiled"
+            );
+        }
         if let Some(file) = self.file(digest) {
             match self.store(&file, &component) {
                 Ok(bytes) => {
@@ -541,6 +559,15 @@ fn release_compile_garbage() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Components this large (bytes) are compiled with a log line before and
+/// after: interpreted guests, whose compile takes seconds.
+const LARGE_COMPONENT: usize = 4 << 20;
+
+/// `sha256:` and the first 12 hex digits of a digest.
+fn short(digest: &str) -> &str {
+    &digest[..digest.len().min("sha256:".len() + 12)]
 }
 
 #[cfg(test)]

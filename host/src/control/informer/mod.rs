@@ -34,7 +34,7 @@ mod object;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Client;
@@ -55,6 +55,10 @@ pub use object::{CacheObjectError, CachedObject, Owner};
 /// to keys, so it falls this far behind only in a burst, such as a relist's
 /// announcements, where a resync (every key enqueued) is the same work.
 const EVENT_BUFFER: usize = 1024;
+/// Objects of a listing between two progress lines.
+const PROGRESS_EVERY: usize = 50_000;
+/// A listing that took this long logs its end.
+const SLOW_LISTING: Duration = Duration::from_secs(1);
 
 /// An object changed (or is gone).
 #[derive(Debug, Clone)]
@@ -308,6 +312,9 @@ fn start(
                     }
                 }
             };
+            // A listing of many objects takes seconds: its progress is
+            // logged every PROGRESS_EVERY objects, and its end when slow.
+            let mut listing = (Instant::now(), 0usize);
             while let Some(event) = stream.next().await {
                 let event = match event {
                     Ok(e) => e,
@@ -316,6 +323,24 @@ fn start(
                         continue;
                     }
                 };
+                match &event {
+                    Event::Init => listing = (Instant::now(), 0),
+                    Event::InitApply(_) => {
+                        listing.1 += 1;
+                        if listing.1.is_multiple_of(PROGRESS_EVERY) {
+                            tracing::info!(informer = %label, objects = listing.1, "listing …");
+                        }
+                    }
+                    Event::InitDone if listing.0.elapsed() >= SLOW_LISTING => {
+                        tracing::info!(
+                            informer = %label,
+                            objects = listing.1,
+                            seconds = format!("{:.1}", listing.0.elapsed().as_secs_f64()),
+                            "synced"
+                        );
+                    }
+                    _ => {}
+                }
                 // The store first, then the news: a subscriber that reacts
                 // to an event reads at least that event's state. An event
                 // carries the store's own Arc, never a copy.

@@ -51,16 +51,38 @@ pub(super) fn string_list(
     }
 }
 
-pub(super) fn prepare_out(out: &Path) -> Result<(), BuildError> {
+pub(super) fn prepare_out(out: &Path) -> Result<PathBuf, BuildError> {
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io_error(parent))?;
     }
-    // A stale component must not pass for this build's output.
-    match std::fs::remove_file(out) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io_error(out)(e)),
+    let staged = staged(out);
+    // A stale partial file must not pass for this build's output.
+    match std::fs::remove_file(&staged) {
+        Ok(()) => Ok(staged),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(staged),
+        Err(e) => Err(io_error(&staged)(e)),
     }
+}
+
+/// Where a build writes before its output is complete: beside `out`, so
+/// [`publish`] is an atomic rename. The component a running host loads from
+/// `out` stays whole (and in place) until the new one is.
+fn staged(out: &Path) -> PathBuf {
+    let mut name = out.file_name().unwrap_or_default().to_os_string();
+    name.push(".partial");
+    out.with_file_name(name)
+}
+
+/// Moves the complete component from `staged` to `out`, or fails with
+/// `NoOutput` naming `step` when the tool wrote nothing.
+pub(super) fn publish(step: &'static str, staged: &Path, out: &Path) -> Result<(), BuildError> {
+    if !staged.is_file() {
+        return Err(BuildError::NoOutput {
+            step,
+            path: out.to_path_buf(),
+        });
+    }
+    std::fs::rename(staged, out).map_err(io_error(out))
 }
 
 /// A directory under the system temp dir, removed on drop.

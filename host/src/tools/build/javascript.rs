@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use super::command::run;
-use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out};
+use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out, publish};
 use super::error::{BuildError, io_error};
 use super::language::Language;
 use super::limits::MAX_FIELD_LEN;
@@ -64,15 +64,35 @@ pub(super) fn build_javascript(
     let (tools, installed) = js_toolchain(&root, options)?;
     let bin = tools.join("node_modules").join(".bin");
     let tsconfig = dir.join("tsconfig.json");
-    if tsconfig.is_file() {
+    // The type check runs beside the bundle and componentize steps (it
+    // needs neither): the component is published only once it passed.
+    let type_check = if tsconfig.is_file() {
         progress(options, "type-checking with tsc …");
         let mut tsc = Command::new(bin.join("tsc"));
         tsc.current_dir(dir)
             .arg("--noEmit")
             .arg("-p")
             .arg(&tsconfig);
-        run_js("tsc (type check)", &mut tsc)?;
-    }
+        Some(std::thread::spawn(move || {
+            run_js("tsc (type check)", &mut tsc).map(|_| ())
+        }))
+    } else {
+        None
+    };
+    let mut type_check = type_check;
+    let mut checked = move || -> Result<(), BuildError> {
+        match type_check.take() {
+            Some(t) => t.join().unwrap_or_else(|_| {
+                Err(BuildError::Step {
+                    step: "tsc (type check)",
+                    command: "tsc".into(),
+                    status: "stopped".into(),
+                    output: String::new(),
+                })
+            }),
+            None => Ok(()),
+        }
+    };
     let work = TempDir::new("js")?;
     let bundle = work.path.join("plugin.js");
     progress(options, &format!("bundling {entry} with esbuild …"));
@@ -96,14 +116,18 @@ pub(super) fn build_javascript(
     if tsconfig.is_file() {
         esbuild.arg(format!("--tsconfig={}", tsconfig.display()));
     }
-    run_js("esbuild (bundle)", &mut esbuild)?;
+    if let Err(e) = run_js("esbuild (bundle)", &mut esbuild) {
+        // A syntax error fails both: tsc says it better.
+        checked()?;
+        return Err(e);
+    }
     let wit_file = work.path.join("reconciler.wit");
     std::fs::write(&wit_file, WIT).map_err(io_error(&wit_file))?;
     let out = options
         .out
         .clone()
         .unwrap_or_else(|| dir.join("target").join(format!("{name}.wasm")));
-    prepare_out(&out)?;
+    let staged = prepare_out(&out)?;
     progress(options, "componentizing with componentize-js …");
     let mut componentize = Command::new(bin.join("componentize-js"));
     componentize
@@ -115,14 +139,12 @@ pub(super) fn build_javascript(
         // StarlingMonkey's http imports are not provided by the host.
         .args(["-d", "http", "fetch-event"])
         .arg("-o")
-        .arg(&out);
-    run_js("componentize-js", &mut componentize)?;
-    if !out.is_file() {
-        return Err(BuildError::NoOutput {
-            step: "componentize-js",
-            path: out,
-        });
-    }
+        .arg(&staged);
+    let componentized = run_js("componentize-js", &mut componentize);
+    // A type error is the more useful report when both fail.
+    checked()?;
+    componentized?;
+    publish("componentize-js", &staged, &out)?;
     Ok((name, out, installed))
 }
 

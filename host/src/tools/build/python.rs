@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::command::{run, tail};
-use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out, string_list};
+use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out, publish, string_list};
 use super::error::{BuildError, io_error};
 use super::language::Language;
 use super::options::{BuildOptions, progress};
@@ -92,7 +92,7 @@ pub(super) fn build_python(
         .out
         .clone()
         .unwrap_or_else(|| dir.join("target").join(format!("{name}.wasm")));
-    prepare_out(&out)?;
+    let staged = prepare_out(&out)?;
     let wit = TempDir::new("wit")?;
     let wit_file = wit.path.join("reconciler.wit");
     std::fs::write(&wit_file, WIT).map_err(io_error(&wit_file))?;
@@ -108,7 +108,7 @@ pub(super) fn build_python(
     for p in &search {
         cmd.arg("-p").arg(p);
     }
-    cmd.arg("-o").arg(&out);
+    cmd.arg("-o").arg(&staged);
     // componentize-py is written in Rust: with RUST_BACKTRACE set where the
     // build runs, its errors end in some 60 frames about itself.
     cmd.env("RUST_BACKTRACE", "0")
@@ -120,12 +120,7 @@ pub(super) fn build_python(
         },
         other => other,
     })?;
-    if !out.is_file() {
-        return Err(BuildError::NoOutput {
-            step: "componentize-py",
-            path: out,
-        });
-    }
+    publish("componentize-py", &staged, &out)?;
     Ok((name, out, installed))
 }
 
