@@ -19,6 +19,7 @@
 mod apiserver;
 mod breakdown;
 mod cluster;
+mod compile;
 mod controllers;
 mod deadline;
 mod density;
@@ -274,6 +275,17 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// What the in-memory function cache saves on a second component of the
+    /// same language (a `dev --watch` rebuild): compile times, cache off
+    /// and on.
+    Compile {
+        /// Rounds per language and setting (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// One JSON line per row instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// The per-reconcile price of a fresh instance for a reconcile that does
     /// real work (the throughput reconciler, canned host answers): fresh
     /// against reuse, in process.
@@ -457,6 +469,7 @@ fn main() -> anyhow::Result<()> {
             json,
             only,
         }),
+        Scenario::Compile { rounds, json } => compile::run(&compile::Options { rounds, json }),
         Scenario::InstanceCost {
             iterations,
             rounds,

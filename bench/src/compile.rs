@@ -1,0 +1,117 @@
+//! `compile`: what the in-memory function cache (`runtime.functionCache`)
+//! saves when a host compiles a second component of the same language, as
+//! a `dev --watch` rebuild or a second plugin does. For each language, two
+//! different plugins built by the same toolchain are compiled one after the
+//! other on a fresh runtime, with the cache off and on; each row is the
+//! median over rounds. The second compile with the cache on is the figure
+//! of an interpreted plugin's rebuild.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context as _, ensure};
+use serde::Serialize;
+use wasmctrl::control::metrics::Metrics;
+use wasmctrl::sandbox::{PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::stats::{load_average, round};
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub rounds: usize,
+    pub json: bool,
+}
+
+/// (language, first plugin, second plugin).
+const PAIRS: &[(&str, &str, &str)] = &[
+    ("rust", artifacts::WEBAPP, artifacts::MISBEHAVE),
+    ("python", artifacts::WEBAPP_PY, artifacts::MISBEHAVE_PY),
+    ("js", artifacts::WEBAPP_TS, artifacts::MISBEHAVE_TS),
+];
+
+#[derive(Debug, Serialize)]
+struct Row {
+    language: &'static str,
+    function_cache: bool,
+    first_s: f64,
+    second_s: f64,
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    ensure!(options.rounds > 0, "--rounds must be at least 1");
+    let load_before = load_average();
+    let tokio = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let mut rows = Vec::new();
+    for &(language, first, second) in PAIRS {
+        for cache in [false, true] {
+            let mut firsts = Vec::new();
+            let mut seconds = Vec::new();
+            for _ in 0..options.rounds {
+                let config = RuntimeConfig {
+                    function_cache_bytes: if cache {
+                        RuntimeConfig::default().function_cache_bytes
+                    } else {
+                        0
+                    },
+                    ..RuntimeConfig::default()
+                };
+                let (a, b) = tokio.block_on(async {
+                    let runtime = Runtime::new(config, Arc::new(Metrics::new()))?;
+                    let started = Instant::now();
+                    runtime.load_file(first, PluginSpec::new("first")).await?;
+                    let a = started.elapsed();
+                    let started = Instant::now();
+                    runtime.load_file(second, PluginSpec::new("second")).await?;
+                    anyhow::Ok((a, started.elapsed()))
+                })?;
+                firsts.push(a.as_secs_f64());
+                seconds.push(b.as_secs_f64());
+            }
+            rows.push(Row {
+                language,
+                function_cache: cache,
+                first_s: round(median(&mut firsts), 2),
+                second_s: round(median(&mut seconds), 2),
+            });
+        }
+    }
+    if options.json {
+        for row in &rows {
+            println!("{}", serde_json::to_string(row)?);
+        }
+    } else {
+        println!("language  function cache  first compile  second compile");
+        for r in &rows {
+            println!(
+                "{:<9} {:<14} {:>11.2} s {:>13.2} s",
+                r.language,
+                if r.function_cache { "on" } else { "off" },
+                r.first_s,
+                r.second_s
+            );
+        }
+        for pair in rows.chunks(2) {
+            if let [off, on] = pair {
+                println!(
+                    "{}: second compile off/on = {:.2}×",
+                    off.language,
+                    off.second_s / on.second_s
+                );
+            }
+        }
+        println!(
+            "load average before/after: {load_before} / {}",
+            load_average()
+        );
+    }
+    Ok(())
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
