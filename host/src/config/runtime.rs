@@ -22,6 +22,10 @@ pub struct RuntimeSection {
     /// [`HostConfig::source_cache_dir`](super::HostConfig::source_cache_dir)).
     #[serde(default)]
     pub cache_dir: Option<PathBuf>,
+    /// PEM certificates plugins' outbound HTTPS trusts besides the
+    /// platform's roots (an internal CA), relative to the config file.
+    #[serde(default)]
+    pub ca_bundle: Option<PathBuf>,
     /// Compile fuel metering in (needed by any plugin with `fuel`). Default:
     /// on when a plugin of the config at start-up sets `fuel`.
     #[serde(default)]
@@ -57,6 +61,7 @@ impl Default for RuntimeSection {
     fn default() -> Self {
         Self {
             cache_dir: None,
+            ca_bundle: None,
             fuel: None,
             max_instances: None,
             api_qps: default_host_api_qps(),

@@ -22,6 +22,7 @@ use wasmctrl_testkit::eventually;
 use crate::{TIMEOUT, request, runtime};
 
 mod secrets;
+mod tls;
 
 /// A loopback HTTP/1.1 server answering by path, counting what it got and
 /// keeping each request's head.

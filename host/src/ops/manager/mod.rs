@@ -113,6 +113,8 @@ pub enum ManagerError {
     PluginsFrom { message: String },
     #[error("plugin {plugin:?}: the name is taken by another plugin")]
     NameTaken { plugin: String },
+    #[error("runtime.caBundle {path}: {message}")]
+    CaBundle { path: PathBuf, message: String },
 }
 
 /// Per-process settings that are not in the config file.
@@ -160,6 +162,9 @@ pub(crate) struct Host {
     resolver: Arc<Resolver>,
     /// The Secrets plugins use by reference, read with the host's client.
     secret_watch: Arc<SecretWatch>,
+    /// The TLS settings of plugins' outbound requests, with
+    /// `runtime.caBundle`'s roots (None: the platform's roots only).
+    outbound_tls: Option<Arc<rustls::ClientConfig>>,
     plugins: Mutex<BTreeMap<String, PluginEntry>>,
     /// Whether this host leads (always true without leader election).
     leader: watch::Receiver<bool>,
@@ -197,6 +202,20 @@ impl Manager {
         let metrics = Arc::new(Metrics::new());
         let engine = EngineLimits::for_config(&config);
         let runtime = Runtime::new(engine.runtime_config(&config), metrics.clone())?;
+        let outbound_tls = match &config.runtime.ca_bundle {
+            Some(file) => {
+                let path = config.base_dir.join(file);
+                let pem = std::fs::read(&path).map_err(|e| ManagerError::CaBundle {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                Some(
+                    crate::sandbox::outbound::tls_config(Some(&pem))
+                        .map_err(|message| ManagerError::CaBundle { path, message })?,
+                )
+            }
+            None => None,
+        };
         let admin_token = match &config.admin.token_file {
             Some(file) => {
                 let path = config.base_dir.join(file);
@@ -246,6 +265,7 @@ impl Manager {
             cache,
             resolver,
             secret_watch: SecretWatch::new(client.clone()),
+            outbound_tls,
             objects,
             client,
             plugin_client,

@@ -266,7 +266,10 @@ impl Host {
         if version == Version::Stable {
             self.note_fetched(&config.name, &artifact.digest);
         }
-        let outbound = config.outbound_grant_with(Some(&self.secret_watch));
+        let mut outbound = config.outbound_grant_with(Some(&self.secret_watch));
+        if let Some(tls) = &self.outbound_tls {
+            outbound = outbound.with_tls(tls.clone());
+        }
         let outbound = Arc::new(if shadow {
             outbound.read_only()
         } else {

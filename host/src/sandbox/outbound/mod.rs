@@ -43,6 +43,7 @@ pub use secret::{
     MAX_SECRET_BYTES, MAX_SECRETS, RevealRefusal, SecretBinding, SecretKeyRef, SecretSource,
     Secrets,
 };
+pub use send::tls_config;
 
 use super::limits::Ceiling;
 
@@ -90,6 +91,8 @@ pub struct OutboundGrant {
     connections: Arc<tokio::sync::Semaphore>,
     /// The values its requests may carry as `${secret:NAME}`.
     secrets: Secrets,
+    /// The TLS settings of its connections (None: the platform's roots).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 impl Default for OutboundGrant {
@@ -116,7 +119,15 @@ impl OutboundGrant {
             limits,
             read_only: false,
             secrets: Secrets::default(),
+            tls: None,
         })
+    }
+
+    /// The same grant whose connections trust `tls`'s roots (see
+    /// [`tls_config`]).
+    pub fn with_tls(mut self, tls: Arc<rustls::ClientConfig>) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// The same grant with `secrets` for its requests to carry.

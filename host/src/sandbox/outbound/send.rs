@@ -44,17 +44,51 @@ type Sent = (
 trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
 impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 
-/// The TLS settings of every outbound connection: the platform's roots.
-static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, String>> = LazyLock::new(|| {
-    use rustls_platform_verifier::BuilderVerifierExt;
+/// The TLS settings of an outbound connection whose grant names no
+/// others: the platform's roots.
+static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, String>> =
+    LazyLock::new(|| tls_config(None));
+
+/// The most bytes and certificates of a CA bundle (`runtime.caBundle`).
+const MAX_CA_BUNDLE: usize = 1 << 20;
+const MAX_CA_CERTS: usize = 512;
+
+/// TLS settings trusting the platform's roots and, when given, the
+/// certificates of `ca_bundle` (PEM): an internal CA's servers. The error
+/// says what is wrong with the bundle.
+pub fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut extra = Vec::new();
+    if let Some(pem) = ca_bundle {
+        if pem.len() > MAX_CA_BUNDLE {
+            return Err(format!(
+                "{} bytes, past the ceiling of {MAX_CA_BUNDLE}",
+                pem.len()
+            ));
+        }
+        for (i, cert) in CertificateDer::pem_slice_iter(pem).enumerate() {
+            if i >= MAX_CA_CERTS {
+                return Err(format!("more than {MAX_CA_CERTS} certificates"));
+            }
+            extra.push(cert.map_err(|e| format!("certificate {}: {e}", i + 1))?);
+        }
+        if extra.is_empty() {
+            return Err("no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into());
+        }
+    }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ClientConfig::builder_with_provider(provider)
+    let verifier =
+        rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
+            .map_err(|e| e.to_string())?;
+    let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
-        .with_platform_verifier()
-        .map_err(|e| e.to_string())
-        .map(|b| Arc::new(b.with_no_client_auth()))
-});
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier))
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
 
 /// Sends `request` as `plan` says, under the grant's ceilings and the
 /// call's deadline.
@@ -136,9 +170,12 @@ pub(super) async fn send(
         return Err(last_error.map_or(Error::DestinationNotFound, Error::Connect));
     };
     let stream: Box<dyn Stream> = if dest.scheme == "https" {
-        let config = TLS
-            .as_ref()
-            .map_err(|e| Error::InternalError(Some(format!("TLS is not available: {e}"))))?;
+        let config = match grant.tls.as_ref() {
+            Some(config) => config,
+            None => TLS
+                .as_ref()
+                .map_err(|e| Error::InternalError(Some(format!("TLS is not available: {e}"))))?,
+        };
         let name = match &dest.host {
             RequestHost::Ip(ip) => rustls::pki_types::ServerName::IpAddress((*ip).into()),
             RequestHost::Name(n) => rustls::pki_types::ServerName::try_from(n.clone())
