@@ -56,6 +56,13 @@ pub struct PluginsFrom {
     /// [`MAX_ALLOW_HOSTS`], each at most 253 bytes. Default: none.
     #[serde(default)]
     pub allow_hosts: Vec<String>,
+    /// The most outbound HTTP an object may grant its plugin: each rule of
+    /// an object's `outbound` must be covered by one of these (its scheme,
+    /// port, host, path and methods within the rule's, and `private` only
+    /// under a `private` rule). Default: none, so an object with
+    /// `outbound` is refused. At most 64 rules.
+    #[serde(default)]
+    pub max_outbound: Vec<crate::sandbox::outbound::OutboundRule>,
 }
 
 /// The most hosts `pluginsFrom.allowHosts` may name: each is compared with
@@ -95,6 +102,18 @@ impl PluginsFrom {
                     ),
                 ));
             }
+        }
+        if self.max_outbound.len() > 64 {
+            return Err(FieldProblem::new(
+                "pluginsFrom.maxOutbound",
+                format!("names {} rules; at most 64", self.max_outbound.len()),
+            ));
+        }
+        for (i, rule) in self.max_outbound.iter().enumerate() {
+            check(
+                &format!("pluginsFrom.maxOutbound[{i}]"),
+                rule.target().map(|_| ()),
+            )?;
         }
         if self.allow_hosts.len() > MAX_ALLOW_HOSTS {
             return Err(FieldProblem::new(

@@ -24,6 +24,7 @@ use super::ceiling;
 use crate::config::{FieldProblem, PluginConfig, PluginsFrom, check_plugin_name};
 use crate::ops::source::Reach;
 use crate::sandbox::hostapi::PermissionRule;
+use crate::sandbox::outbound::grant_covers;
 
 /// The group, version and kind of the objects.
 pub const GROUP: &str = "wasmctrl.dev";
@@ -143,6 +144,38 @@ fn check_api_rate(config: &PluginConfig, max_qps: f64) -> Result<(), Refusal> {
     Ok(())
 }
 
+/// An object's `outbound`: each rule within one of
+/// `pluginsFrom.maxOutbound` (none by default: the network is the host
+/// config's to grant).
+fn check_outbound(config: &PluginConfig, from: &PluginsFrom) -> Result<(), Refusal> {
+    let ceiling: Vec<_> = from
+        .max_outbound
+        .iter()
+        .filter_map(|r| Some((r, r.target().ok()?)))
+        .collect();
+    for (i, rule) in config.outbound.iter().enumerate() {
+        // Checked by `PluginConfig::check`.
+        let Ok(target) = rule.target() else {
+            continue;
+        };
+        let covered = ceiling.iter().any(|(c, t)| {
+            grant_covers((t, &c.methods), (&target, &rule.methods)) && (c.private || !rule.private)
+        });
+        if !covered {
+            let why = if ceiling.is_empty() {
+                "the host config sets no pluginsFrom.maxOutbound, so objects may be granted no outbound HTTP"
+            } else {
+                "no rule of pluginsFrom.maxOutbound covers it"
+            };
+            return Err(Refusal::new(
+                "GrantExceedsMaxGrant",
+                format!("spec.outbound[{i}] ({rule}): {why}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// An object's `secrets`: only keys of Secrets in `pluginsFrom.namespace`
 /// (a file or an environment variable is the host's own, and another
 /// namespace is another team's) that `maxGrant` lets a plugin `get`. The
@@ -238,14 +271,7 @@ pub fn plugin_config(
             "spec.record: transcripts are written to the host's disk, so only the host config may turn recording on".into(),
         ));
     }
-    // `maxGrant` bounds API access only: outbound HTTP is the host
-    // config's to grant.
-    if !config.outbound.is_empty() {
-        return Err(Refusal::new(
-            "GrantExceedsMaxGrant",
-            "spec.outbound: outbound HTTP is granted only to plugins of the host config, not to WasmReconciler objects",
-        ));
-    }
+    check_outbound(&config, from)?;
     check_secrets(&config, from, ceiling)?;
     check_source(&config, "spec", from)?;
     // The candidate loads as the plugin with its own source and settings
@@ -296,6 +322,7 @@ mod tests {
             allow_file_sources: files,
             max_api_qps: Some(200.0),
             allow_hosts: vec!["127.0.0.1:5000".into()],
+            max_outbound: Vec::new(),
         }
     }
 
@@ -364,16 +391,60 @@ mod tests {
     }
 
     #[test]
-    fn outbound_http_is_refused_on_objects() {
+    fn outbound_http_on_objects_is_held_to_max_outbound() {
+        let with = |outbound: Value| serde_json::json!({"source": {"oci": "127.0.0.1:5000/p/stamp:1"}, "outbound": outbound});
+        // Without maxOutbound, none.
         let r = refusal(
             "stamp",
-            serde_json::json!({
-                "source": {"oci": "127.0.0.1:5000/p/stamp:1"},
-                "outbound": [{"url": "https://api.example.com"}],
-            }),
+            with(serde_json::json!([{"url": "https://api.example.com"}])),
         );
         assert_eq!(r.reason, "GrantExceedsMaxGrant");
-        assert!(r.message.contains("spec.outbound"), "{r:?}");
+        assert!(
+            r.message.contains("spec.outbound[0]")
+                && r.message.contains("no pluginsFrom.maxOutbound"),
+            "{r:?}"
+        );
+        let mut from = from(false);
+        from.max_outbound = serde_norway::from_str(
+            "[{url: 'https://*.example.com/v1', methods: [GET, PUT]}, {url: 'http://10.0.0.7:8080', private: true}]",
+        )
+        .unwrap();
+        let check = |outbound: Value| {
+            plugin_config(&object("stamp", with(outbound)), &from, Some(&ceiling()))
+        };
+        assert!(
+            check(
+                serde_json::json!([{"url": "https://api.example.com/v1/zones", "methods": ["GET"]}])
+            )
+            .is_ok()
+        );
+        assert!(
+            check(serde_json::json!([{"url": "http://10.0.0.7:8080", "private": true}])).is_ok()
+        );
+        for (outbound, says) in [
+            (
+                serde_json::json!([{"url": "https://api.example.com/v2", "methods": ["GET"]}]),
+                "spec.outbound[0]",
+            ),
+            (
+                serde_json::json!([{"url": "https://api.example.com/v1"}]),
+                "no rule of pluginsFrom.maxOutbound covers it",
+            ),
+            (
+                serde_json::json!([{"url": "https://example.com/v1", "methods": ["GET"]}]),
+                "spec.outbound[0]",
+            ),
+            (
+                serde_json::json!([{"url": "https://a.example.com/v1", "methods": ["GET"], "private": true}]),
+                "spec.outbound[0]",
+            ),
+        ] {
+            let r = check(outbound.clone()).unwrap_err();
+            assert!(
+                r.reason == "GrantExceedsMaxGrant" && r.message.contains(says),
+                "{outbound}: {r:?}"
+            );
+        }
     }
 
     #[test]
