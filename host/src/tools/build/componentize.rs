@@ -12,6 +12,37 @@ use super::limits::{MAX_FIELD_LEN, MAX_PATH_ENTRIES};
 pub(super) const WIT: &str = include_str!("../../../../wit/reconciler.wit");
 pub(super) const WORLD: &str = "reconciler";
 
+/// The world with `wasi:http/outgoing-handler` named among its imports
+/// (`wit/http.wit`), and the WASI packages it needs, as
+/// `(path in the WIT directory, text)`: what a Python build is given.
+pub(super) const HTTP_WORLD: &str = "http-reconciler";
+pub(super) const HTTP_WIT: &[(&str, &str)] = &[
+    ("reconciler.wit", WIT),
+    ("http.wit", include_str!("../../../../wit/http.wit")),
+    ("deps/cli.wit", include_str!("../../../../wit/deps/cli.wit")),
+    (
+        "deps/clocks.wit",
+        include_str!("../../../../wit/deps/clocks.wit"),
+    ),
+    (
+        "deps/filesystem.wit",
+        include_str!("../../../../wit/deps/filesystem.wit"),
+    ),
+    (
+        "deps/http.wit",
+        include_str!("../../../../wit/deps/http.wit"),
+    ),
+    ("deps/io.wit", include_str!("../../../../wit/deps/io.wit")),
+    (
+        "deps/random.wit",
+        include_str!("../../../../wit/deps/random.wit"),
+    ),
+    (
+        "deps/sockets.wit",
+        include_str!("../../../../wit/deps/sockets.wit"),
+    ),
+];
+
 /// A file stem for a package name: its last `/` segment, with anything but
 /// letters, digits, `_` and `-` replaced; None if nothing is left.
 pub(super) fn file_stem_of(name: &str) -> Option<String> {

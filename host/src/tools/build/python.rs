@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::command::{run, tail};
-use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out, publish, string_list};
+use super::componentize::{
+    HTTP_WIT, HTTP_WORLD, TempDir, file_stem_of, prepare_out, publish, string_list,
+};
 use super::error::{BuildError, io_error};
 use super::language::Language;
 use super::options::{BuildOptions, progress};
@@ -94,8 +96,13 @@ pub(super) fn build_python(
         .unwrap_or_else(|| dir.join("target").join(format!("{name}.wasm")));
     let staged = prepare_out(&out)?;
     let wit = TempDir::new("wit")?;
-    let wit_file = wit.path.join("reconciler.wit");
-    std::fs::write(&wit_file, WIT).map_err(io_error(&wit_file))?;
+    for (file, text) in HTTP_WIT {
+        let path = wit.path.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+        }
+        std::fs::write(&path, text).map_err(io_error(&path))?;
+    }
     progress(
         options,
         &format!("componentizing {module} with componentize-py {COMPONENTIZE_PY} …"),
@@ -104,7 +111,7 @@ pub(super) fn build_python(
     cmd.current_dir(dir)
         .arg("-d")
         .arg(&wit.path)
-        .args(["-w", WORLD, "componentize", &module]);
+        .args(["-w", HTTP_WORLD, "componentize", &module]);
     for p in &search {
         cmd.arg("-p").arg(p);
     }
