@@ -532,6 +532,22 @@ class SecretsTest(unittest.TestCase):
         self.assertEqual(secrets.placeholder("t"), "${secret:t}")
 
 
+class HttpTest(unittest.TestCase):
+    def test_a_fake_cluster_answers_canned_requests_once_and_records_them(self):
+        from wasmctrl_sdk import http
+        from wasmctrl_sdk.testing import FakeCluster
+
+        with FakeCluster() as cluster:
+            cluster.answer_http("GET", "https://api.example.com/x", 200, b'{"a": 1}')
+            answer = http.get("https://api.example.com/x")
+            self.assertEqual((answer.status, answer.json()["a"]), (200, 1))
+            with self.assertRaisesRegex(http.HttpError, "no canned answer"):
+                http.get("https://api.example.com/x")
+            with self.assertRaisesRegex(http.HttpError, "must start with https://"):
+                http.get("ftp://api.example.com/x")
+            self.assertEqual([r.method for r in cluster.http_requests], ["GET", "GET"])
+
+
 class NoHostTest(unittest.TestCase):
     def test_calls_without_a_host_say_what_is_missing(self):
         _host.install(None)

@@ -11,9 +11,17 @@ from componentize_py_types import Err
 from wit_world.imports import context as wit_context
 from wit_world.imports import kube as wit_kube
 from wit_world.imports import secrets as wit_secrets
-from wit_world.imports import types as wit_types
 
-from . import errors
+try:
+    # Beside wasi:http's `types` (the http-reconciler world), componentize-py
+    # names the package's own `types` in full.
+    from wit_world.imports import wasmctrl_reconciler_types as wit_types
+except ImportError:
+    from wit_world.imports import types as wit_types
+
+# Imported now, not at the first request: componentize-py keeps only the
+# modules imported while it pre-initializes the component.
+from . import _wit_http, errors
 from ._host import WireEvent, WirePatch
 from .metadata import Gvk, Metadata
 
@@ -120,6 +128,9 @@ class WitBackend:
 
     def reveal(self, name):
         return _call(wit_secrets.reveal, name)
+
+    def http_send(self, request):
+        return _wit_http.send(request)
 
 
 def metadata_to_wit(m: Metadata) -> wit_types.PluginMetadata:

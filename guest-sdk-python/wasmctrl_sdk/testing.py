@@ -123,6 +123,10 @@ class FakeCluster:
         #: log filter would).
         self.log_level = "trace"
         self._secrets: dict[str, tuple[str, bool]] = {}
+        self._http_answers: list = []
+        #: Every outbound HTTP request the reconciler made, as written
+        #: (``${secret:NAME}`` placeholders included).
+        self.http_requests: list = []
         _host.install(self)
 
     def close(self) -> None:
@@ -156,6 +160,27 @@ class FakeCluster:
     def set_settings(self, settings: Any) -> None:
         """The settings ``Context.settings()`` returns (serialized to JSON)."""
         self._settings = json.dumps(settings)
+
+    def answer_http(self, method: str, url: str, status: int, body: bytes = b"", headers=None) -> None:
+        """Answers the next outbound ``method url`` request with ``status``
+        and ``body``, once; a request without a canned answer fails as one
+        the host refused."""
+        from .http import Response
+
+        self._http_answers.append((method, url, Response(status, list(headers or []), body)))
+
+    def http_send(self, request):
+        from .http import HttpError
+
+        self.http_requests.append(request)
+        for i, (method, url, answer) in enumerate(self._http_answers):
+            if method == request.method and url == request.url:
+                del self._http_answers[i]
+                return answer
+        raise HttpError(
+            f"HTTP request failed: no canned answer for {request.method} {request.url} "
+            "(FakeCluster.answer_http); the host would refuse what the grant does not allow"
+        )
 
     def set_secret(self, name: str, value: str, reveal: bool = False) -> None:
         """Gives the plugin secret ``name``: ``secrets.reveal`` answers
