@@ -14,16 +14,13 @@ const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/dns");
 const LIMIT: Duration = Duration::from_secs(60);
 const ZONE: &str = "example.com";
 
-/// The example's config, pointed at this build's component and at
+/// The example's config, pointed at `component` and at
 /// `provider`, resynced every second (so drift is repaired within the
 /// test's patience rather than the plugin's five minutes).
-fn config(provider: &DnsProvider) -> String {
+fn config(provider: &DnsProvider, component: &str) -> String {
     std::fs::read_to_string(format!("{EXAMPLE}/config.yaml"))
         .unwrap()
-        .replace(
-            "../../target/wasm32-wasip2/release/dns.wasm",
-            artifacts::DNS,
-        )
+        .replace("../../target/wasm32-wasip2/release/dns.wasm", component)
         .replace("127.0.0.1:8053", &format!("127.0.0.1:{}", provider.port()))
         .replace("127.0.0.1:9090", "127.0.0.1:0")
         .replace(
@@ -51,8 +48,19 @@ async fn remote_is(provider: &DnsProvider, value: &str, what: &str) {
     .await;
 }
 
+/// The same acceptance for both languages: the operator in Rust and in
+/// Python must be indistinguishable from outside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
+async fn the_rust_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
+    dns_acceptance(artifacts::DNS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
+    dns_acceptance(artifacts::DNS_PY).await;
+}
+
+async fn dns_acceptance(component: &str) {
     let cluster = Cluster::start().await;
     cluster.kubectl(&["apply", "-f", &format!("{EXAMPLE}/crd.yaml")]);
     cluster.kubectl(&[
@@ -70,7 +78,7 @@ async fn the_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
         "--from-literal=token=t0ken-1",
     ]);
     let provider = DnsProvider::start("t0ken-1").await;
-    let host = cluster.host(&config(&provider)).await;
+    let host = cluster.host(&config(&provider, component)).await;
 
     // Created: the record is put at the provider with the Secret's token.
     cluster.kubectl(&["apply", "-f", &format!("{EXAMPLE}/dnsrecord.yaml")]);

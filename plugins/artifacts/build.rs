@@ -61,6 +61,7 @@ const POLYGLOT: &[(&str, &str)] = &[
     ("MISBEHAVE_TS", "plugins/testing/misbehave-ts"),
     ("HOSTILE_PY", "plugins/testing/hostile-py"),
     ("HOSTILE_TS", "plugins/testing/hostile-ts"),
+    ("DNS_PY", "plugins/dns-py"),
 ];
 
 /// What a polyglot build reads: the SDKs and the plugins, without their
@@ -84,7 +85,10 @@ const POLYGLOT_INPUTS: &[&str] = &[
     "plugins/testing/hostile-ts/src",
     "plugins/testing/hostile-ts/package.json",
     "plugins/testing/hostile-ts/tsconfig.json",
+    "plugins/dns-py/dns_operator.py",
+    "plugins/dns-py/pyproject.toml",
     "host/src/tools/build",
+    "wit",
 ];
 
 fn main() {

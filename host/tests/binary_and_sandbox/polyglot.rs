@@ -92,7 +92,12 @@ fn the_python_sdk_and_plugins_pass_their_unit_tests() {
         .join("../guest-sdk-python")
         .display()
         .to_string();
-    for dir in ["guest-sdk-python", "plugins/webapp-py", "plugins/hello-py"] {
+    for dir in [
+        "guest-sdk-python",
+        "plugins/webapp-py",
+        "plugins/hello-py",
+        "plugins/dns-py",
+    ] {
         run_in(
             dir,
             "python3",
