@@ -30,6 +30,7 @@ mod heap;
 mod hotswap;
 mod instance_cost;
 mod latency;
+mod outbound;
 mod procs;
 mod rollout;
 mod scale;
@@ -275,6 +276,19 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// One GET to a loopback server per reconcile: a wasm plugin through
+    /// the host's outbound hook against the same request sent natively.
+    Outbound {
+        /// Measured calls per variant.
+        #[arg(long, default_value_t = 5_000)]
+        iterations: usize,
+        /// Interleaved rounds.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// One JSON line per variant instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// What the in-memory function cache saves on a second component of the
     /// same language (a `dev --watch` rebuild): compile times, cache off
     /// and on.
@@ -468,6 +482,15 @@ fn main() -> anyhow::Result<()> {
             rounds,
             json,
             only,
+        }),
+        Scenario::Outbound {
+            iterations,
+            rounds,
+            json,
+        } => outbound::run(&outbound::Options {
+            iterations,
+            rounds,
+            json,
         }),
         Scenario::Compile { rounds, json } => compile::run(&compile::Options { rounds, json }),
         Scenario::InstanceCost {
