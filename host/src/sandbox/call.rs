@@ -307,5 +307,6 @@ pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken
         kube: None,
         tape: None,
         http_made: None,
+        http_tape: None,
     }
 }

@@ -119,6 +119,8 @@ pub struct Through {
     pub tape: Option<Arc<ContextTape>>,
     /// Set, when the call returns, to the outbound requests it made.
     pub http_made: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// Records, or replays, the outbound exchanges the guest makes.
+    pub http_tape: Option<Arc<crate::sandbox::outbound::HttpTape>>,
 }
 
 impl Through {
@@ -128,6 +130,7 @@ impl Through {
             kube: Some(kube),
             tape: None,
             http_made: None,
+            http_tape: None,
         }
     }
 }
@@ -465,6 +468,7 @@ impl Plugin {
         context.kube = through.kube;
         context.tape = through.tape;
         context.http_made = through.http_made;
+        context.http_tape = through.http_tape;
         let report = self
             .sandbox
             .call(Export::Reconcile(request.key), context)

@@ -36,6 +36,8 @@ pub(crate) struct CallContext {
     pub(crate) tape: Option<Arc<ContextTape>>,
     /// Set, when the call returns, to the outbound requests it made.
     pub(crate) http_made: Option<Arc<std::sync::atomic::AtomicU32>>,
+    /// Records (or replays) this call's outbound exchanges.
+    pub(crate) http_tape: Option<Arc<crate::sandbox::outbound::HttpTape>>,
 }
 
 /// The call's context as the store keeps it.
@@ -252,6 +254,7 @@ impl StoreState {
             spec.plugin.clone(),
             spec.runtime.metrics().clone(),
             context.deadline,
+            context.http_tape.clone(),
         );
         let state = StoreState {
             wasi,
@@ -350,7 +353,8 @@ impl StoreState {
     /// Starts another call in this store (an instance reused): a new
     /// context and fresh per-call budgets; memory and globals stay.
     pub(crate) fn begin_call(&mut self, context: CallContext) {
-        self.http.begin_call(context.deadline);
+        self.http
+            .begin_call(context.deadline, context.http_tape.clone());
         self.call = CallState::new(context);
         self.budget.host_calls = 0;
         self.budget.log_calls = 0;

@@ -21,6 +21,7 @@ use wasmctrl_testkit::eventually;
 
 use crate::{TIMEOUT, request, runtime};
 
+mod replay;
 mod secrets;
 mod tls;
 

@@ -366,6 +366,7 @@ impl SkipRecords {
                     kube: Some(tracker.clone() as Arc<dyn KubeApi>),
                     tape: through.tape,
                     http_made: Some(http_made.clone()),
+                    http_tape: through.http_tape,
                 },
             )
             .await;

@@ -43,6 +43,7 @@ use wasmctrl_apimachinery::json;
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError};
 pub use crate::sandbox::ContextRead;
 use crate::sandbox::hostapi::{ApiError, Body, KubeRequest, KubeResponse};
+use crate::sandbox::outbound::HttpExchange;
 
 /// The transcript format this host writes and reads.
 pub const TRANSCRIPT_VERSION: u32 = 1;
@@ -70,6 +71,14 @@ pub struct Transcript {
     /// Context reads past the per-call bound that were not recorded.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub context_dropped: u64,
+    /// The outbound HTTP exchanges, as the guest saw them: a secret is its
+    /// `${secret:NAME}` placeholder in a request and `<secret:NAME>` in an
+    /// answer, never its value (`sandbox::outbound::HttpTape`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub http: Vec<HttpExchange>,
+    /// Exchanges past the per-call bound that were not recorded.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub http_dropped: u64,
     pub result: Outcome,
 }
 

@@ -33,6 +33,7 @@ use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequ
 use crate::sandbox::hostapi::{
     ApiError, KubeApi, KubeRequest, KubeResponse, LabelSelector, Layer, Layered, Next,
 };
+use crate::sandbox::outbound::HttpTape;
 use crate::sandbox::{ContextTape, Plugin, Through};
 
 /// Transcripts queued for the writer before new ones are dropped.
@@ -172,6 +173,7 @@ impl Recorder {
         Session {
             taping: Arc::new(Layered::new(taping, api)),
             tape: Arc::new(ContextTape::recording()),
+            http: Arc::new(HttpTape::recording()),
             plugin: plugin.name().to_string(),
             digest: plugin.digest().to_string(),
             settings: serde_json::from_str(plugin.settings()).unwrap_or_default(),
@@ -211,6 +213,7 @@ impl Recorder {
 pub(crate) struct Session {
     taping: Arc<Layered<Taping>>,
     tape: Arc<ContextTape>,
+    http: Arc<HttpTape>,
     plugin: String,
     digest: String,
     settings: serde_json::Value,
@@ -227,6 +230,7 @@ impl Session {
         Through {
             kube: Some(self.taping.clone()),
             tape: Some(self.tape.clone()),
+            http_tape: Some(self.http.clone()),
             ..Through::default()
         }
     }
@@ -250,6 +254,8 @@ impl Session {
             calls: calls.calls,
             context: self.tape.reads(),
             context_dropped: self.tape.dropped(),
+            http: self.http.exchanges(),
+            http_dropped: self.http.dropped(),
             result: Outcome::from(result),
         };
         let line = serde_json::to_string(&transcript).ok()?;

@@ -38,6 +38,7 @@ use crate::meta::normalized::{canonical, differences};
 use crate::sandbox::hostapi::{
     ApiError, KubeRequest, KubeResponse, Layer, Layered, Next, NoApiServer,
 };
+use crate::sandbox::outbound::HttpTape;
 use crate::sandbox::{ContextTape, LoadError, Plugin, PluginSpec, Runtime, Through};
 
 /// What kind of difference a replay found.
@@ -210,6 +211,9 @@ pub async fn replay_one(plugin: &Plugin, at: &str, t: &Transcript) -> ReconcileR
     let through = Through {
         kube: Some(replayer.clone()),
         tape: Some(Arc::new(ContextTape::replaying(&t.context))),
+        // Outbound requests are answered from the recording too: a replay
+        // sends nothing.
+        http_tape: Some(Arc::new(HttpTape::replaying(&t.http))),
         ..Through::default()
     };
     let invocation = plugin.invoke_through(request, through).await;

@@ -291,6 +291,8 @@ fn a_line_with_the_deepest_bodies_the_host_passes_reads_back() {
             calls: vec![recorded(&request, answer.clone())],
             context: Vec::new(),
             context_dropped: 0,
+            http: Vec::new(),
+            http_dropped: 0,
             result: Outcome::Done,
         };
         let line = serde_json::to_string(&t).unwrap();

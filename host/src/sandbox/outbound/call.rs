@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use wasmtime_wasi_http::Error;
 
+use super::tape::HttpTape;
 use super::{DenyReason, Refusal};
 use crate::control::metrics::{Metrics, Version};
 
@@ -22,6 +23,8 @@ pub(crate) struct HttpCall {
     pub(super) requests: AtomicU32,
     /// The first refusal of this call.
     pub(super) refused: Mutex<Option<Refusal>>,
+    /// Records this call's exchanges, or answers them from a recording.
+    pub(super) tape: Option<Arc<HttpTape>>,
 }
 
 impl HttpCall {

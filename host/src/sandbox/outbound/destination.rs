@@ -95,6 +95,15 @@ impl Destination {
         Ok(dest)
     }
 
+    /// The whole URL as normalized: what a transcript records and a
+    /// replay matches.
+    pub fn url(&self) -> String {
+        format!(
+            "{}://{}{}",
+            self.scheme, self.authority, self.path_and_query
+        )
+    }
+
     /// Every `Host` header must name this destination (wasmtime sets one
     /// from the URL; a guest's own is forbidden, but a second one would
     /// let a server route by another name than the one checked).

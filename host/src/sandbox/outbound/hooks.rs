@@ -12,6 +12,7 @@ use super::call::HttpCall;
 
 use super::destination::Destination;
 use super::send::{self, Plan};
+use super::tape::{HttpExchange, HttpTape, header_pairs};
 use super::{DenyReason, OutboundGrant, Refusal};
 use crate::control::metrics::{Metrics, current_version};
 
@@ -27,6 +28,7 @@ impl OutboundHooks {
         plugin: Arc<str>,
         metrics: Arc<Metrics>,
         deadline: Instant,
+        tape: Option<Arc<HttpTape>>,
     ) -> Self {
         Self {
             grant,
@@ -37,6 +39,7 @@ impl OutboundHooks {
                 deadline,
                 requests: AtomicU32::new(0),
                 refused: Mutex::new(None),
+                tape,
             }),
         }
     }
@@ -44,7 +47,7 @@ impl OutboundHooks {
     /// A new call in the same store (a reused instance): new counts, no
     /// refusal, the new deadline. Requests of the last call still under
     /// way keep the state they started with.
-    pub(crate) fn begin_call(&mut self, deadline: Instant) {
+    pub(crate) fn begin_call(&mut self, deadline: Instant, tape: Option<Arc<HttpTape>>) {
         let call = &self.call;
         self.call = Arc::new(HttpCall {
             plugin: call.plugin.clone(),
@@ -53,6 +56,7 @@ impl OutboundHooks {
             deadline,
             requests: AtomicU32::new(0),
             refused: Mutex::new(None),
+            tape,
         });
     }
 
@@ -81,7 +85,7 @@ impl OutboundHooks {
     }
 
     /// Everything checked before the request leaves the guest's hands.
-    fn check(&self, request: &http::Request<WasiBody>) -> Result<Plan, Refusal> {
+    fn check(&self, request: &http::Request<WasiBody>) -> Result<Checked, Refusal> {
         let limits = self.grant.limits();
         let n = self.call.requests.fetch_add(1, Ordering::Relaxed) + 1;
         if n > limits.requests {
@@ -95,6 +99,19 @@ impl OutboundHooks {
         }
         let dest = Destination::of(request)?;
         let method = request.method().as_str();
+        if let Some(tape) = self.call.tape.as_ref().filter(|t| t.is_replaying()) {
+            let url = dest.url();
+            return match tape.answer(method, &url) {
+                Some(exchange) => Ok(Checked::Replayed(exchange)),
+                None => Err(Refusal {
+                    reason: DenyReason::NotAllowed,
+                    message: format!(
+                        "{method} {}: the transcript holds no (further) answer to it, and a replay sends nothing",
+                        dest.shown
+                    ),
+                }),
+            };
+        }
         if self.grant.read_only && !matches!(method, "GET" | "HEAD") {
             return Err(Refusal {
                 reason: DenyReason::ReadOnly,
@@ -128,13 +145,19 @@ impl OutboundHooks {
             });
         }
         let secrets = self.grant.secrets.placed(request, &dest)?;
-        Ok(Plan {
+        let record = self
+            .call
+            .tape
+            .clone()
+            .map(|tape| (tape, header_pairs(request.headers())));
+        Ok(Checked::Send(Plan {
             secrets,
             rule: format!("outbound[{index}] ({rule})"),
             private: rule.private,
             host_label: rule_host(&rule.url),
+            record,
             dest,
-        })
+        }))
     }
 
     /// The grant's rules, for a refusal (at most 8 named).
@@ -146,6 +169,40 @@ impl OutboundHooks {
             n => format!("its rules: {}; and {} more", rules[..8].join("; "), n - 8),
         }
     }
+}
+
+/// What the checks decided: send the request, or (in a replay) answer it
+/// from the transcript.
+enum Checked {
+    Send(Plan),
+    Replayed(HttpExchange),
+}
+
+/// A recorded answer as the response the guest reads; nothing is sent.
+fn replayed(
+    exchange: HttpExchange,
+) -> (
+    http::Response<WasiBody>,
+    Box<dyn Future<Output = Result<(), Error>> + Send>,
+) {
+    use http_body_util::BodyExt;
+    let body = http_body_util::Full::new(bytes::Bytes::from(exchange.body))
+        .map_err(|never| match never {})
+        .boxed_unsync();
+    let mut response = http::Response::new(body);
+    *response.status_mut() =
+        http::StatusCode::from_u16(exchange.status).unwrap_or(http::StatusCode::OK);
+    for (name, value) in exchange.response_headers {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::try_from(name),
+            http::HeaderValue::try_from(value),
+        ) {
+            response.headers_mut().append(n, v);
+        }
+    }
+    // The recorded body is what the guest read: its length may differ.
+    response.headers_mut().remove(http::header::CONTENT_LENGTH);
+    (response, Box::new(async { Ok(()) }))
 }
 
 /// The `host` label of a rule's requests: the host part of its URL as
@@ -174,12 +231,13 @@ impl WasiHttpHooks for OutboundHooks {
             > + Send,
     > {
         match self.check(&request) {
-            Ok(plan) => Box::new(send::send(
+            Ok(Checked::Send(plan)) => Box::new(send::send(
                 plan,
                 request,
                 self.grant.clone(),
                 self.call.clone(),
             )),
+            Ok(Checked::Replayed(exchange)) => Box::new(async move { Ok(replayed(exchange)) }),
             Err(refusal) => {
                 let error = self.call.refuse(refusal);
                 Box::new(async move { Err(error) })

@@ -33,6 +33,7 @@ mod hooks;
 mod rule;
 mod secret;
 mod send;
+mod tape;
 
 use std::sync::Arc;
 
@@ -44,6 +45,7 @@ pub use secret::{
     Secrets,
 };
 pub use send::tls_config;
+pub use tape::{HttpExchange, HttpTape, MAX_EXCHANGES, MAX_RECORDED_BODY};
 
 use super::limits::Ceiling;
 

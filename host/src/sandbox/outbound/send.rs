@@ -20,6 +20,7 @@ use super::call::HttpCall;
 use super::destination::Destination;
 use super::rule::RequestHost;
 use super::secret::{self, Redactor};
+use super::tape::{BodySlot, HttpExchange, HttpTape, header_pairs};
 use super::{DenyReason, OutboundGrant, Refusal};
 use crate::meta::address::is_internal;
 
@@ -34,7 +35,13 @@ pub(super) struct Plan {
     pub(super) dest: Destination,
     /// The plugin's secrets its headers place (indices into its secrets).
     pub(super) secrets: Vec<usize>,
+    /// The tape to record the exchange on, with the request's headers as
+    /// the guest wrote them (placeholders, not values).
+    pub(super) record: Option<Recording>,
 }
+
+/// A tape, and the request's headers as the guest wrote them.
+pub(super) type Recording = (Arc<HttpTape>, Vec<(String, String)>);
 
 type Sent = (
     http::Response<WasiBody>,
@@ -259,6 +266,17 @@ pub(super) async fn send(
     if let Some(redactor) = &redactor {
         redact_headers(response.headers_mut(), redactor);
     }
+    let slot = plan.record.as_ref().and_then(|(tape, headers)| {
+        tape.record(HttpExchange {
+            method: shown.split(' ').next().unwrap_or("").to_string(),
+            url: plan.dest.url(),
+            request_headers: headers.clone(),
+            status: response.status().as_u16(),
+            response_headers: header_pairs(response.headers()),
+            body: String::new(),
+            truncated: false,
+        })
+    });
     let response = response.map(|incoming| {
         BoundedResponse {
             inner: incoming,
@@ -269,6 +287,7 @@ pub(super) async fn send(
             shown: shown.clone(),
             redactor,
             ended: false,
+            slot,
         }
         .boxed_unsync()
     });
@@ -343,6 +362,8 @@ struct BoundedResponse {
     redactor: Option<Redactor>,
     /// The inner body ended (and the redactor's tail was handed on).
     ended: bool,
+    /// Where a recording keeps the body as the guest reads it.
+    slot: Option<BodySlot>,
 }
 
 impl Body for BoundedResponse {
@@ -378,6 +399,9 @@ impl Body for BoundedResponse {
                 this.ended = true;
                 match this.redactor.as_mut().map(Redactor::finish) {
                     Some(tail) if !tail.is_empty() => {
+                        if let Some(slot) = &this.slot {
+                            slot.append(&tail);
+                        }
                         Poll::Ready(Some(Ok(Frame::data(Bytes::from(tail)))))
                     }
                     _ => Poll::Ready(None),
@@ -400,19 +424,21 @@ impl Body for BoundedResponse {
                     }
                     this.left -= n;
                 }
-                match (&mut this.redactor, f.into_data()) {
-                    (Some(r), Ok(data)) => {
-                        Poll::Ready(Some(Ok(Frame::data(Bytes::from(r.push(&data))))))
-                    }
-                    (_, Ok(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
-                    (_, Err(f)) => Poll::Ready(Some(Ok(f))),
+                let data = match (&mut this.redactor, f.into_data()) {
+                    (Some(r), Ok(data)) => Bytes::from(r.push(&data)),
+                    (_, Ok(data)) => data,
+                    (_, Err(f)) => return Poll::Ready(Some(Ok(f))),
+                };
+                if let Some(slot) = &this.slot {
+                    slot.append(&data);
                 }
+                Poll::Ready(Some(Ok(Frame::data(data))))
             }
         }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.ended || (self.redactor.is_none() && self.inner.is_end_stream())
+        self.ended || (self.redactor.is_none() && self.slot.is_none() && self.inner.is_end_stream())
     }
 }
 
