@@ -15,6 +15,7 @@ mod in_cluster;
 mod load;
 mod manager;
 mod objects;
+mod outbound;
 mod replay;
 mod rollout;
 mod webapp;

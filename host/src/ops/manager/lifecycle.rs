@@ -36,6 +36,7 @@ use crate::control::informer::Informer;
 use crate::control::shard::Shards;
 use crate::ops::source::PluginSource;
 use crate::ops::transcript::record::Recorder;
+use crate::sandbox::outbound::HttpTape;
 use crate::sandbox::{Plugin, Through};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
@@ -366,12 +367,22 @@ impl PluginSlot {
             )),
             _ => None,
         };
-        let through = match &session {
+        let mut through = match &session {
             Some(s) => s.through(),
             None => Through {
                 kube: api,
                 ..Through::default()
             },
+        };
+        // A shadow candidate gets the stable version's outbound answers.
+        let exchanges = match (&self.shadow, &through.http_tape) {
+            (Some(_), Some(tape)) => Some(tape.clone()),
+            (Some(_), None) => {
+                let tape = Arc::new(HttpTape::recording());
+                through.http_tape = Some(tape.clone());
+                Some(tape)
+            }
+            (None, _) => None,
         };
         let started = Instant::now();
         let result = match &self.skip {
@@ -390,7 +401,8 @@ impl PluginSlot {
         if let (Some(shadow), Some(recording), Some(request)) =
             (&self.shadow, recording, shadow_request)
         {
-            shadow.after_stable(&request, &result, recording.layer());
+            let exchanges = exchanges.map(|t| t.exchanges()).unwrap_or_default();
+            shadow.after_stable(&request, &result, recording.layer(), &exchanges);
         }
         result
     }

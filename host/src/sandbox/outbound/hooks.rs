@@ -100,17 +100,19 @@ impl OutboundHooks {
         let dest = Destination::of(request)?;
         let method = request.method().as_str();
         if let Some(tape) = self.call.tape.as_ref().filter(|t| t.is_replaying()) {
-            let url = dest.url();
-            return match tape.answer(method, &url) {
-                Some(exchange) => Ok(Checked::Replayed(exchange)),
-                None => Err(Refusal {
-                    reason: DenyReason::NotAllowed,
-                    message: format!(
-                        "{method} {}: the transcript holds no (further) answer to it, and a replay sends nothing",
-                        dest.shown
-                    ),
-                }),
-            };
+            match tape.answer(method, &dest.url()) {
+                Some(exchange) => return Ok(Checked::Replayed(exchange)),
+                None if tape.live_otherwise() => {}
+                None => {
+                    return Err(Refusal {
+                        reason: DenyReason::NotAllowed,
+                        message: format!(
+                            "{method} {}: the transcript holds no (further) answer to it, and a replay sends nothing",
+                            dest.shown
+                        ),
+                    });
+                }
+            }
         }
         if self.grant.read_only && !matches!(method, "GET" | "HEAD") {
             return Err(Refusal {
@@ -149,6 +151,7 @@ impl OutboundHooks {
             .call
             .tape
             .clone()
+            .filter(|t| !t.is_replaying())
             .map(|tape| (tape, header_pairs(request.headers())));
         Ok(Checked::Send(Plan {
             secrets,

@@ -65,6 +65,9 @@ enum TapeState {
     },
     Replaying {
         exchanges: VecDeque<HttpExchange>,
+        /// A request the recording does not answer is sent as usual
+        /// (under the plugin's grant) instead of refused.
+        live_otherwise: bool,
     },
 }
 
@@ -95,13 +98,39 @@ impl HttpTape {
         }
     }
 
-    /// A tape that answers from `exchanges`.
+    /// A tape that answers from `exchanges`, and refuses any other
+    /// request: a replay sends nothing.
     pub fn replaying(exchanges: &[HttpExchange]) -> Self {
         Self {
             state: Mutex::new(TapeState::Replaying {
                 exchanges: exchanges.iter().cloned().collect(),
+                live_otherwise: false,
             }),
         }
+    }
+
+    /// A tape that answers from `exchanges` whole (a truncated body is
+    /// not an answer), and lets any other request be sent as usual: a
+    /// shadow candidate gets the stable version's answers instead of
+    /// asking the outside world again.
+    pub fn answering(exchanges: &[HttpExchange]) -> Self {
+        Self {
+            state: Mutex::new(TapeState::Replaying {
+                exchanges: exchanges.iter().filter(|e| !e.truncated).cloned().collect(),
+                live_otherwise: true,
+            }),
+        }
+    }
+
+    /// Whether a request the tape does not answer is sent as usual.
+    pub(crate) fn live_otherwise(&self) -> bool {
+        matches!(
+            &*self.state.lock().unwrap_or_else(|e| e.into_inner()),
+            TapeState::Replaying {
+                live_otherwise: true,
+                ..
+            }
+        )
     }
 
     /// The exchanges recorded so far.
@@ -133,7 +162,7 @@ impl HttpTape {
     /// The next recorded answer to `method url`, taken off the tape.
     pub(crate) fn answer(&self, method: &str, url: &str) -> Option<HttpExchange> {
         match &mut *self.state.lock().unwrap_or_else(|e| e.into_inner()) {
-            TapeState::Replaying { exchanges } => {
+            TapeState::Replaying { exchanges, .. } => {
                 let i = exchanges
                     .iter()
                     .position(|e| e.method == method && e.url == url)?;

@@ -108,3 +108,56 @@ async fn exchanges_are_recorded_without_secret_values_and_replayed_without_sendi
     );
     assert_eq!(server.total(), sent, "a replay sent a request");
 }
+
+/// A shadow candidate's tape: what the stable version got answers the
+/// same request, whatever else it asks is sent live under its grant.
+#[tokio::test]
+async fn an_answering_tape_serves_what_it_holds_and_lets_the_rest_through() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let port = server.port();
+    let grant = || {
+        OutboundGrant::new(
+            vec![rule(&format!("http://localhost:{port}"), &["GET"], true)],
+            OutboundLimits::default(),
+        )
+        .unwrap()
+        .read_only()
+    };
+    let cases = json!({
+        "ok": { "url": format!("http://localhost:{port}/ok") },
+        "other": { "url": format!("http://localhost:{port}/other") },
+    });
+    let p = plugin(&rt, cases, grant()).await;
+    let recording = Arc::new(HttpTape::recording());
+    let through = Through {
+        http_tape: Some(recording.clone()),
+        ..Through::default()
+    };
+    assert_eq!(
+        p.invoke_through(request("ok", TIMEOUT), through)
+            .await
+            .result,
+        Ok(Action::done())
+    );
+    assert_eq!(server.hits("/ok"), 1);
+
+    let answers = Arc::new(HttpTape::answering(&recording.exchanges()));
+    for key in ["ok", "other"] {
+        let through = Through {
+            http_tape: Some(answers.clone()),
+            ..Through::default()
+        };
+        let result = p
+            .invoke_through(request(key, TIMEOUT), through)
+            .await
+            .result;
+        assert_eq!(result, Ok(Action::done()), "{key}");
+    }
+    assert_eq!(
+        server.hits("/ok"),
+        1,
+        "the recorded answer served the repeat"
+    );
+    assert_eq!(server.hits("/other"), 1, "what it did not hold was sent");
+}

@@ -9,7 +9,10 @@
 //! reads the stable version did not make are served live (from the cache
 //! for watched kinds), never counted as the plugin's calls. Its writes are
 //! recorded and answered as the API server would (the object written;
-//! patches applied to the object as read), never sent.
+//! patches applied to the object as read), never sent. Its outbound HTTP
+//! requests the stable version made (same method and URL, in order) get
+//! the stable version's answers, so the outside world is asked once per
+//! reconcile; others are sent live, GET and HEAD only.
 //!
 //! # What is compared
 //! The two reconciles' results, and their writes as normalized JSON
@@ -52,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 use crate::control::metrics::{Metrics, PluginKindLabels, PluginLabel, Version};
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use crate::sandbox::hostapi::Layered;
+use crate::sandbox::outbound::{HttpExchange, HttpTape};
 use crate::sandbox::{Plugin, Through};
 pub(crate) use capture::Recording;
 use capture::{Capture, Seen};
@@ -191,13 +195,16 @@ impl Shadow {
     }
 
     /// The stable version finished `request`'s key with `result`, its
-    /// calls in `recording`: starts the candidate's shadow run if a permit
-    /// is free, without waiting.
+    /// calls in `recording` and its outbound exchanges in `exchanges`:
+    /// starts the candidate's shadow run if a permit is free, without
+    /// waiting. The candidate's outbound requests the stable version made
+    /// are answered with what it got; others are sent (GET and HEAD only).
     pub(crate) fn after_stable(
         self: &Arc<Self>,
         request: &ReconcileRequest,
         result: &Result<Action, ReconcileError>,
         recording: &Recording,
+        exchanges: &[HttpExchange],
     ) {
         let seen = recording.take();
         let permit = match self.permits.clone().try_acquire_owned() {
@@ -224,6 +231,7 @@ impl Shadow {
         let stable_result = outcome(result);
         let this = Arc::downgrade(self);
         let candidate = self.candidate.clone();
+        let answers = Arc::new(HttpTape::answering(exchanges));
         tokio::spawn(async move {
             let _permit = permit;
             let key = request.key.clone();
@@ -231,9 +239,11 @@ impl Shadow {
             // as the candidate's too.
             let (invocation, _) = crate::control::metrics::with_version(async {
                 crate::control::metrics::ran_as(Version::Candidate);
-                candidate
-                    .invoke_through(request, Through::kube(capture.clone()))
-                    .await
+                let through = Through {
+                    http_tape: Some(answers),
+                    ..Through::kube(capture.clone())
+                };
+                candidate.invoke_through(request, through).await
             })
             .await;
             let Some(this) = this.upgrade() else { return };
