@@ -1,8 +1,9 @@
 //! `outbound`: one GET to a loopback server per reconcile, from a wasm
 //! plugin through the host's outbound hook (`wasm`: the outbound test
 //! plugin, a fresh instance per call, its grant naming the server's IP
-//! literal) against the same request sent natively with hyper over a new
-//! connection, as the host sends a guest's (`native`). Calls run one at a
+//! literal; `wasm-reuse`: the same with warm instances) against the same
+//! request sent natively with hyper over a new connection, as the host
+//! sends a guest's (`native`). Calls run one at a
 //! time, interleaved over rounds, on one current-thread tokio runtime; the
 //! server answers each connection with a 5-byte body and closes it.
 //!
@@ -22,7 +23,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use wasmctrl::control::metrics::Metrics;
 use wasmctrl::sandbox::outbound::{OutboundGrant, OutboundLimits, OutboundRule};
-use wasmctrl::sandbox::{PluginSpec, Runtime, RuntimeConfig};
+use wasmctrl::sandbox::{InstanceMode, PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, ReconcileRequest};
 
 use crate::stats::{Samples, load_average, round};
@@ -111,25 +112,32 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             OutboundLimits::default(),
         )
         .map_err(anyhow::Error::msg)?;
-        let mut spec = PluginSpec::new("outbound");
-        spec.settings =
-            serde_json::json!({ "cases": { "item-1": { "url": format!("http://{addr}/ok") } } });
-        spec.outbound = Arc::new(grant);
-        let plugin = runtime
-            .load_file(wasmctrl_plugin_artifacts::OUTBOUND, spec)
-            .await?;
+        let grant = Arc::new(grant);
+        let mut plugins = Vec::new();
+        for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
+            let mut spec = PluginSpec::new("outbound");
+            spec.settings = serde_json::json!({ "cases": { "item-1": { "url": format!("http://{addr}/ok") } } });
+            spec.outbound = grant.clone();
+            spec.instance_mode = mode;
+            plugins.push(
+                runtime
+                    .load_file(wasmctrl_plugin_artifacts::OUTBOUND, spec)
+                    .await?,
+            );
+        }
         let per_round = options.iterations.div_ceil(options.rounds);
         let mut samples = [
             Samples::with_capacity(options.iterations),
             Samples::with_capacity(options.iterations),
+            Samples::with_capacity(options.iterations),
         ];
-        let mut totals = [Duration::ZERO; 2];
+        let mut totals = [Duration::ZERO; 3];
         for measured in std::iter::once(false).chain(std::iter::repeat_n(true, options.rounds)) {
-            for variant in 0..2 {
+            for variant in 0..3 {
                 let round_started = Instant::now();
                 for _ in 0..per_round {
                     let start = Instant::now();
-                    if variant == 0 {
+                    if let Some(plugin) = plugins.get(variant) {
                         let request = ReconcileRequest {
                             key: ObjectKey::namespaced("default", "item-1"),
                             attempt: 0,
@@ -162,7 +170,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .map(|(s, t)| s.summary().count as f64 / t.as_secs_f64())
         .collect();
     let summaries: Vec<_> = samples.iter().map(Samples::summary).collect();
-    let names = ["wasm", "native"];
+    let names = ["wasm", "wasm-reuse", "native"];
     if options.json {
         for ((name, s), rate) in names.iter().zip(&summaries).zip(&rates) {
             let line = JsonLine {
@@ -184,22 +192,24 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         load_average()
     );
     println!(
-        "  {:<8} {:>10} {:>10} {:>12}",
+        "  {:<10} {:>10} {:>10} {:>12}",
         "variant", "median µs", "p99 µs", "reconciles/s"
     );
     for ((name, s), rate) in names.iter().zip(&summaries).zip(&rates) {
         println!(
-            "  {:<8} {:>10.1} {:>10.1} {:>12.0}",
+            "  {:<10} {:>10.1} {:>10.1} {:>12.0}",
             name,
             s.median_us(),
             s.p99_us(),
             rate
         );
     }
-    println!(
-        "  reconciles/s wasm/native: {:.2} (goal ≥ 0.8); p99 overhead: {:.0} µs (goal ≤ 1000)",
-        rates[0] / rates[1],
-        summaries[0].p99_us() - summaries[1].p99_us()
-    );
+    for (i, name) in names[..2].iter().enumerate() {
+        println!(
+            "  {name}: reconciles/s against native {:.2} (goal ≥ 0.8); p99 overhead {:.0} µs (goal ≤ 1000)",
+            rates[i] / rates[2],
+            summaries[i].p99_us() - summaries[2].p99_us()
+        );
+    }
     Ok(())
 }
