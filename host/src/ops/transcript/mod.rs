@@ -477,6 +477,23 @@ impl Transcript {
                 crate::sandbox::MAX_CONTEXT_READS
             ));
         }
+        use crate::sandbox::outbound::{MAX_EXCHANGES, MAX_RECORDED_BODY, MAX_RECORDED_HEADERS};
+        if self.http.len() > MAX_EXCHANGES {
+            return Err(format!(
+                "{} HTTP exchanges, more than the recorder keeps ({MAX_EXCHANGES})",
+                self.http.len()
+            ));
+        }
+        for (i, e) in self.http.iter().enumerate() {
+            if e.body.len() > MAX_RECORDED_BODY
+                || e.request_headers.len() > MAX_RECORDED_HEADERS
+                || e.response_headers.len() > MAX_RECORDED_HEADERS
+            {
+                return Err(format!(
+                    "http[{i}] holds more than the recorder keeps ({MAX_RECORDED_BODY} body bytes, {MAX_RECORDED_HEADERS} headers each way)"
+                ));
+            }
+        }
         Ok(())
     }
 }

@@ -302,3 +302,51 @@ fn a_line_with_the_deepest_bodies_the_host_passes_reads_back() {
         assert_eq!(call.response.to_result(), answer, "{depth}");
     }
 }
+
+#[test]
+fn a_transcript_with_more_http_than_the_recorder_keeps_is_refused() {
+    use crate::sandbox::outbound::{HttpExchange, MAX_EXCHANGES, MAX_RECORDED_BODY};
+    let exchange = |body: usize| HttpExchange {
+        method: "GET".into(),
+        url: "http://a/x".into(),
+        request_headers: Vec::new(),
+        status: 200,
+        response_headers: Vec::new(),
+        body: "b".repeat(body),
+        truncated: false,
+    };
+    let transcript = |http: Vec<HttpExchange>| {
+        let t = Transcript {
+            version: TRANSCRIPT_VERSION,
+            plugin: "p".into(),
+            digest: "sha256:00".into(),
+            key: Key {
+                namespace: None,
+                name: "web".into(),
+            },
+            attempt: 0,
+            timeout_ms: 1000,
+            settings: json!({}),
+            recorded_at: "2026-12-03T12:00:00.000Z".into(),
+            duration_ms: 1,
+            calls: Vec::new(),
+            context: Vec::new(),
+            context_dropped: 0,
+            http,
+            http_dropped: 0,
+            result: Outcome::Done,
+        };
+        serde_json::to_string(&t).unwrap()
+    };
+    let ok = transcript(vec![exchange(MAX_RECORDED_BODY)]);
+    let read = parse_lines("t.jsonl", &ok).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(read[0].1.http[0].body.len(), MAX_RECORDED_BODY);
+    let e = parse_lines(
+        "t.jsonl",
+        &transcript(vec![exchange(MAX_RECORDED_BODY + 1)]),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("http[0]"), "{e}");
+    let e = parse_lines("t.jsonl", &transcript(vec![exchange(0); MAX_EXCHANGES + 1])).unwrap_err();
+    assert!(e.to_string().contains("HTTP exchanges"), "{e}");
+}

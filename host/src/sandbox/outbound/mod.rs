@@ -45,7 +45,7 @@ pub use secret::{
     Secrets,
 };
 pub use send::tls_config;
-pub use tape::{HttpExchange, HttpTape, MAX_EXCHANGES, MAX_RECORDED_BODY};
+pub use tape::{HttpExchange, HttpTape, MAX_EXCHANGES, MAX_RECORDED_BODY, MAX_RECORDED_HEADERS};
 
 use super::limits::Ceiling;
 

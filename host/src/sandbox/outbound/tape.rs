@@ -28,6 +28,8 @@ pub const MAX_EXCHANGES: usize = 256;
 pub const MAX_RECORDED_BODY: usize = 64 << 10;
 /// Bytes of one header value kept.
 const MAX_HEADER_VALUE: usize = 4096;
+/// Headers of one request or response kept.
+pub const MAX_RECORDED_HEADERS: usize = 256;
 
 /// One outbound request and its answer, as a transcript holds it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,11 +81,16 @@ impl BodySlot {
     pub(crate) fn append(&self, bytes: &[u8]) {
         let mut exchange = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let room = MAX_RECORDED_BODY.saturating_sub(exchange.body.len());
-        if bytes.len() > room {
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(room)]);
+        // A replaced byte takes three: the text may not fit where the bytes did.
+        let mut end = text.len().min(room);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if bytes.len() > room || end < text.len() {
             exchange.truncated = true;
         }
-        let kept = String::from_utf8_lossy(&bytes[..bytes.len().min(room)]).into_owned();
-        exchange.body.push_str(&kept);
+        exchange.body.push_str(&text[..end]);
     }
 }
 
@@ -182,6 +189,8 @@ impl HttpTape {
                     *dropped += 1;
                     return None;
                 }
+                exchange.request_headers.truncate(MAX_RECORDED_HEADERS);
+                exchange.response_headers.truncate(MAX_RECORDED_HEADERS);
                 for (_, v) in exchange
                     .request_headers
                     .iter_mut()
