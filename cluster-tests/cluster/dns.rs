@@ -40,6 +40,12 @@ fn ready(cluster: &Cluster) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Sets `www`'s `spec.value` with kubectl.
+fn set_value(cluster: &Cluster, value: &str) {
+    let patch = format!(r#"{{"spec":{{"value":"{value}"}}}}"#);
+    cluster.kubectl(&["patch", "dnsrecord", "www", "--type=merge", "-p", &patch]);
+}
+
 async fn remote_is(provider: &DnsProvider, value: &str, what: &str) {
     eventually(what, LIMIT, || {
         let held = provider.record(ZONE, "www") == Some(record(value));
@@ -98,14 +104,7 @@ async fn dns_acceptance(component: &str) {
     );
 
     // Updated.
-    cluster.kubectl(&[
-        "patch",
-        "dnsrecord",
-        "www",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"value":"192.0.2.20"}}"#,
-    ]);
+    set_value(&cluster, "192.0.2.20");
     remote_is(&provider, "192.0.2.20", "the updated record").await;
 
     // Drift made at the provider is put back on the next resync.
@@ -124,14 +123,7 @@ async fn dns_acceptance(component: &str) {
         // base64 of "t0ken-2".
         r#"{"data":{"token":"dDBrZW4tMg=="}}"#,
     ]);
-    cluster.kubectl(&[
-        "patch",
-        "dnsrecord",
-        "www",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"value":"192.0.2.30"}}"#,
-    ]);
+    set_value(&cluster, "192.0.2.30");
     remote_is(
         &provider,
         "192.0.2.30",
@@ -146,14 +138,7 @@ async fn dns_acceptance(component: &str) {
     // The provider down: Ready=False naming it, the key backs off, and
     // converges once the provider is back.
     provider.set_down(true);
-    cluster.kubectl(&[
-        "patch",
-        "dnsrecord",
-        "www",
-        "--type=merge",
-        "-p",
-        r#"{"spec":{"value":"192.0.2.40"}}"#,
-    ]);
+    set_value(&cluster, "192.0.2.40");
     eventually("Ready=False with ProviderError", LIMIT, || {
         let down = ready(&cluster).ends_with(" False ProviderError");
         async move { down }

@@ -275,26 +275,7 @@ fn a_line_with_the_deepest_bodies_the_host_passes_reads_back() {
             patch: ObjectPatch::merge(deep(depth)),
         };
         let answer = Ok(KubeResponse::Objects(vec![deep(depth)]));
-        let t = Transcript {
-            version: TRANSCRIPT_VERSION,
-            plugin: "p".into(),
-            digest: "sha256:00".into(),
-            key: Key {
-                namespace: None,
-                name: "web".into(),
-            },
-            attempt: 0,
-            timeout_ms: 1000,
-            settings: json!({}),
-            recorded_at: "2026-12-03T12:00:00.000Z".into(),
-            duration_ms: 1,
-            calls: vec![recorded(&request, answer.clone())],
-            context: Vec::new(),
-            context_dropped: 0,
-            http: Vec::new(),
-            http_dropped: 0,
-            result: Outcome::Done,
-        };
+        let t = transcript(vec![recorded(&request, answer.clone())], Vec::new());
         let line = serde_json::to_string(&t).unwrap();
         let read = parse_lines("t.jsonl", &line).unwrap();
         let call = &read[0].1.calls[0];
@@ -315,38 +296,40 @@ fn a_transcript_with_more_http_than_the_recorder_keeps_is_refused() {
         body: "b".repeat(body),
         truncated: false,
     };
-    let transcript = |http: Vec<HttpExchange>| {
-        let t = Transcript {
-            version: TRANSCRIPT_VERSION,
-            plugin: "p".into(),
-            digest: "sha256:00".into(),
-            key: Key {
-                namespace: None,
-                name: "web".into(),
-            },
-            attempt: 0,
-            timeout_ms: 1000,
-            settings: json!({}),
-            recorded_at: "2026-12-03T12:00:00.000Z".into(),
-            duration_ms: 1,
-            calls: Vec::new(),
-            context: Vec::new(),
-            context_dropped: 0,
-            http,
-            http_dropped: 0,
-            result: Outcome::Done,
-        };
-        serde_json::to_string(&t).unwrap()
-    };
-    let ok = transcript(vec![exchange(MAX_RECORDED_BODY)]);
+    let line = |http| serde_json::to_string(&transcript(Vec::new(), http)).unwrap();
+    let ok = line(vec![exchange(MAX_RECORDED_BODY)]);
     let read = parse_lines("t.jsonl", &ok).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(read[0].1.http[0].body.len(), MAX_RECORDED_BODY);
-    let e = parse_lines(
-        "t.jsonl",
-        &transcript(vec![exchange(MAX_RECORDED_BODY + 1)]),
-    )
-    .unwrap_err();
+    let e = parse_lines("t.jsonl", &line(vec![exchange(MAX_RECORDED_BODY + 1)])).unwrap_err();
     assert!(e.to_string().contains("http[0]"), "{e}");
-    let e = parse_lines("t.jsonl", &transcript(vec![exchange(0); MAX_EXCHANGES + 1])).unwrap_err();
+    let e = parse_lines("t.jsonl", &line(vec![exchange(0); MAX_EXCHANGES + 1])).unwrap_err();
     assert!(e.to_string().contains("HTTP exchanges"), "{e}");
+}
+
+/// A transcript of `web` whose reconcile made `calls` and `http` and
+/// returned done.
+fn transcript(
+    calls: Vec<HostCall>,
+    http: Vec<crate::sandbox::outbound::HttpExchange>,
+) -> Transcript {
+    Transcript {
+        version: TRANSCRIPT_VERSION,
+        plugin: "p".into(),
+        digest: "sha256:00".into(),
+        key: Key {
+            namespace: None,
+            name: "web".into(),
+        },
+        attempt: 0,
+        timeout_ms: 1000,
+        settings: json!({}),
+        recorded_at: "2026-12-03T12:00:00.000Z".into(),
+        duration_ms: 1,
+        calls,
+        context: Vec::new(),
+        context_dropped: 0,
+        http,
+        http_dropped: 0,
+        result: Outcome::Done,
+    }
 }

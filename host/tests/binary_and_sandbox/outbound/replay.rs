@@ -7,11 +7,10 @@ use std::sync::Arc;
 
 use serde_json::json;
 use wasmctrl::sandbox::Through;
-use wasmctrl::sandbox::outbound::{
-    HttpTape, OutboundGrant, OutboundLimits, SecretBinding, Secrets,
-};
+use wasmctrl::sandbox::outbound::{HttpTape, OutboundGrant, OutboundLimits};
 use wasmctrl::{Action, ReconcileError};
 
+use super::secrets::grant_with;
 use super::{Server, plugin, refusal, rule};
 use crate::{TIMEOUT, request, runtime};
 
@@ -23,17 +22,11 @@ async fn exchanges_are_recorded_without_secret_values_and_replayed_without_sendi
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("token");
     std::fs::write(&file, "s3cr3t").unwrap();
-    let bindings: Vec<SecretBinding> = serde_norway::from_str(&format!(
+    let secrets = format!(
         "[{{name: tok, file: {}, hosts: ['http://localhost:{port}']}}]",
         file.display()
-    ))
-    .unwrap();
-    let grant = OutboundGrant::new(
-        vec![rule(&format!("http://localhost:{port}"), &["GET"], true)],
-        OutboundLimits::default(),
-    )
-    .unwrap()
-    .with_secrets(Secrets::new(bindings, None).unwrap());
+    );
+    let grant = grant_with(&server, &secrets);
     let bearer = json!([["authorization", "Bearer ${secret:tok}"]]);
     let cases = json!({
         "ok": { "url": format!("http://localhost:{port}/ok"), "headers": bearer },

@@ -13,7 +13,7 @@ use crate::{TIMEOUT, runtime};
 
 /// The grant of the server on loopback, with `secrets` (YAML, as a config
 /// writes them).
-fn grant_with(server: &Server, secrets: &str) -> OutboundGrant {
+pub(super) fn grant_with(server: &Server, secrets: &str) -> OutboundGrant {
     let bindings: Vec<SecretBinding> = serde_norway::from_str(secrets).unwrap();
     OutboundGrant::new(
         vec![rule(
