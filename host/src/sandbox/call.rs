@@ -154,6 +154,15 @@ impl Sandbox {
                     types::ReconcileError::Transient(message)
                     | types::ReconcileError::Permanent(message),
                 ))) = &mut returned
+                {
+                    // A secret the guest was revealed never reaches the
+                    // host's error (logs, events, status, `/plugins`).
+                    *message = store.data().http.redact(message);
+                }
+                if let Ok(Returned::Reconcile(Err(
+                    types::ReconcileError::Transient(message)
+                    | types::ReconcileError::Permanent(message),
+                ))) = &mut returned
                     && output.bound_error(message)
                 {
                     self.runtime

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use wasmtime::component::HasData;
 
+use crate::sandbox::outbound::OutboundHooks;
 use crate::sandbox::output::OutputSink;
 use crate::sandbox::store::{Budget, CallContext, StoreState};
 use crate::sandbox::wit::wasmctrl::reconciler::{context, types};
@@ -28,6 +29,7 @@ pub(super) struct ContextView<'a> {
     settings: &'a str,
     output: &'a OutputSink,
     budget: &'a mut Budget,
+    http: &'a OutboundHooks,
 }
 
 pub(super) fn view(s: &mut StoreState) -> ContextView<'_> {
@@ -37,6 +39,7 @@ pub(super) fn view(s: &mut StoreState) -> ContextView<'_> {
         settings: &s.settings,
         output: &s.output,
         budget: &mut s.budget,
+        http: &s.http,
     }
 }
 
@@ -83,6 +86,12 @@ impl context::Host for ContextView<'_> {
             return Ok(());
         }
         self.budget.log_calls += 1;
+        // A secret the guest was revealed never reaches the host's log.
+        let message = self.http.redact(&message);
+        let fields: Vec<(String, String)> = fields
+            .into_iter()
+            .map(|(k, v)| (k, self.http.redact(&v)))
+            .collect();
         let fields = format_fields(&fields);
         let Some((message, cut)) = self.output.admit_log(&message) else {
             return Ok(());

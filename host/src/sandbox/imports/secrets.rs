@@ -2,7 +2,8 @@
 //! (`sandbox/outbound/secret.rs`). A refusal is an `api-error` naming the
 //! secret and why, counted in `wasmctrl_plugin_secret_refusals_total`;
 //! it never carries a value. Reveals are not taped: a transcript never
-//! holds a value, and a replay reads the replaying host's own secrets.
+//! holds a value, and a replay reads the replaying host's own secrets. A
+//! revealed value is redacted from the call's log lines and error.
 
 use wasmtime::component::HasData;
 
@@ -50,7 +51,10 @@ impl secrets::Host for SecretsView<'_> {
         Ok(match grant.secrets().reveal(&name, call.deadline).await {
             Err(r) => refused(r),
             Ok(value) => match String::from_utf8(value) {
-                Ok(text) => Ok(text),
+                Ok(text) => {
+                    call.revealed(&name, text.as_bytes());
+                    Ok(text)
+                }
                 Err(_) => refused(RevealRefusal::Unavailable(format!(
                     "secret {name:?}: its value is not UTF-8 text"
                 ))),

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use wasmtime_wasi_http::Error;
 
+use super::secret::Redactor;
 use super::tape::HttpTape;
 use super::{DenyReason, Refusal};
 use crate::control::metrics::{Metrics, Version};
@@ -25,9 +26,31 @@ pub(crate) struct HttpCall {
     pub(super) refused: Mutex<Option<Refusal>>,
     /// Records this call's exchanges, or answers them from a recording.
     pub(super) tape: Option<Arc<HttpTape>>,
+    /// The secrets this call revealed, by name: redacted from what the
+    /// guest hands the host (its log lines and its error).
+    pub(super) revealed: Mutex<Vec<(String, Vec<u8>)>>,
 }
 
 impl HttpCall {
+    /// Notes that secret `name` was revealed to the guest as `value`.
+    pub(crate) fn revealed(&self, name: &str, value: &[u8]) {
+        let mut revealed = self.revealed.lock().unwrap_or_else(|e| e.into_inner());
+        if !value.is_empty() && !revealed.iter().any(|(n, _)| n == name) {
+            revealed.push((name.to_string(), value.to_vec()));
+        }
+    }
+
+    /// `text` with every value this call revealed as `<secret:NAME>`.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let revealed = self.revealed.lock().unwrap_or_else(|e| e.into_inner());
+        if revealed.is_empty() {
+            return text.to_string();
+        }
+        let redactor = Redactor::new(revealed.clone());
+        String::from_utf8(redactor.redact(text.as_bytes()))
+            .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+    }
+
     /// Keeps (the first) refusal, counts it, and logs it if it is the
     /// call's first (a guest looping on refused requests must not flood
     /// the host's log); returns the error the guest's request fails with.

@@ -40,6 +40,7 @@ impl OutboundHooks {
                 requests: AtomicU32::new(0),
                 refused: Mutex::new(None),
                 tape,
+                revealed: Mutex::default(),
             }),
         }
     }
@@ -57,7 +58,13 @@ impl OutboundHooks {
             requests: AtomicU32::new(0),
             refused: Mutex::new(None),
             tape,
+            revealed: Mutex::default(),
         });
+    }
+
+    /// `text` with every secret this call revealed redacted.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        self.call.redact(text)
     }
 
     /// The plugin's grant.

@@ -111,6 +111,7 @@ async fn a_secret_misused_fails_only_its_reconcile_and_sends_nothing() {
         "unreadable": { "url": url, "headers": bearer("gone") },
         "reveal-hidden": { "url": url, "reveal": "tok" },
         "reveal-shown": { "url": url, "reveal": "shown" },
+        "reveal-reported": { "url": url, "reveal": "shown", "report_reveal": true },
     });
     let p = plugin(&rt, cases, grant_with(&server, &secrets)).await;
     for (key, reason, says) in [
@@ -152,4 +153,11 @@ async fn a_secret_misused_fails_only_its_reconcile_and_sends_nothing() {
     assert_eq!(server.total(), 0);
     assert_eq!(run(&p, "reveal-shown", TIMEOUT).await, Ok(Action::done()));
     assert_eq!(server.hits("/ok"), 1);
+    // A revealed value the guest puts in its error is redacted there.
+    match run(&p, "reveal-reported", TIMEOUT).await {
+        Err(ReconcileError::Permanent(m)) => {
+            assert_eq!(m, "revealed shown = <secret:shown>");
+        }
+        other => panic!("expected the reported error, got {other:?}"),
+    }
 }

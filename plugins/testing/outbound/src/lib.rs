@@ -43,6 +43,9 @@ struct Case {
     echo: bool,
     #[serde(default)]
     reveal: Option<String>,
+    /// Fail with the revealed value in the error (the host must redact it).
+    #[serde(default)]
+    report_reveal: bool,
 }
 
 fn get() -> String {
@@ -80,6 +83,9 @@ impl Reconciler for Outbound {
         if let Some(name) = &case.reveal {
             let value = wasmctrl_sdk::secrets::reveal(name)?;
             wasmctrl_sdk::info!("revealed {name}: {} bytes", value.len());
+            if case.report_reveal {
+                return Err(Error::permanent(format!("revealed {name} = {value}")));
+            }
         }
         let mut request =
             http::Request::new(&case.method, &case.url).body(vec![b'x'; case.body_bytes]);
