@@ -253,6 +253,60 @@ async fn configmap_crud_and_conflicts() {
     assert_eq!(s.data.unwrap()["p"].0, b"pw");
 }
 
+/// A list read in pages is one list: later pages show the objects as they
+/// stood at the first page's resourceVersion, whatever was written between
+/// pages; a token older than the history the server keeps gets 410.
+#[tokio::test]
+async fn paginated_lists_are_consistent_across_continue_and_expire_with_410() {
+    let h = Harness::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client().await, "default");
+    for name in ["p1", "p2", "p3", "p4"] {
+        api.create(&PostParams::default(), &cm(name, &[("v", "old")]))
+            .await
+            .unwrap();
+    }
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    let names = |list: &kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        list.items.iter().map(|c| c.name_any()).collect()
+    };
+    assert_eq!(names(&first), ["p1", "p2"]);
+    let token = first.metadata.continue_.clone().expect("continue token");
+    api.patch(
+        "p3",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"v": "new"}})),
+    )
+    .await
+    .unwrap();
+    api.delete("p4", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &cm("p25", &[]))
+        .await
+        .unwrap();
+    let rest = api
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&rest), ["p3", "p4"]);
+    assert_eq!(rest.items[0].data.as_ref().unwrap()["v"], "old");
+    assert_eq!(
+        rest.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    // A new list sees the writes.
+    let now = api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(names(&now), ["p1", "p2", "p25", "p3"]);
+
+    h.server.expire_watches();
+    let err = api
+        .list(&ListParams::default().limit(10).continue_token(&token))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 410 && s.message.contains("continue parameter is too old")),
+        "{err:?}"
+    );
+}
+
 #[tokio::test]
 async fn deployment_generation_and_status_subresource() {
     let h = Harness::start().await;

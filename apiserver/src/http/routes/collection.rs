@@ -36,6 +36,10 @@ fn selectors(q: &Query, info: &ResourceInfo) -> Result<(LabelSelector, FieldSele
     Ok((labels, fields))
 }
 
+/// kube-apiserver's words for a continue token whose resourceVersion is
+/// older than the history it can roll back through.
+const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
+
 /// An opaque continue token: the list's resourceVersion and the last key.
 fn encode_continue(rv: u64, key: &(String, String)) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
@@ -92,16 +96,22 @@ pub(super) fn list(
             && labels.matches(o)
             && fields.matches(o)
     };
-    let (rv, items, next) = shared.objects.store.list(
-        &info.storage,
-        t.namespace,
-        cont.as_ref().map(|(_, k)| k),
-        limit,
-        &filter,
-    );
-    // Later pages report the first page's resourceVersion, as a real
-    // paginated list does.
-    let list_rv = cont.as_ref().map(|(r, _)| *r).unwrap_or(rv);
+    // Later pages show the objects as they stood at the first page's
+    // resourceVersion, and report it, as kube-apiserver's do.
+    let (list_rv, items, next) = match &cont {
+        None => shared
+            .objects
+            .store
+            .list(&info.storage, t.namespace, None, limit, &filter),
+        Some((at, after)) => {
+            let (items, next) = shared
+                .objects
+                .store
+                .list_at(&info.storage, t.namespace, *at, Some(after), limit, &filter)
+                .map_err(|_| ApiError::Expired(CONTINUE_EXPIRED.into()))?;
+            (*at, items, next)
+        }
+    };
     let mut metadata = json!({"resourceVersion": list_rv.to_string()});
     if let Some(k) = &next {
         metadata["continue"] = json!(encode_continue(list_rv, k));

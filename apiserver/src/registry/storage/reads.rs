@@ -1,10 +1,13 @@
 //! Reads of visible state: one object, lists, and the uid, owner and
 //! namespace lookups.
 
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::commit::StoreError;
 use super::state::{ObjKey, Stored};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
@@ -98,41 +101,127 @@ impl Store {
         filter: &dyn Fn(&Value) -> bool,
     ) -> (u64, Vec<Arc<Value>>, Option<ObjKey>) {
         let st = self.lock();
-        let rv = st.rv;
         let Some(table) = st.tables.get(gr) else {
-            return (rv, Vec::new(), None);
+            return (st.rv, Vec::new(), None);
         };
-        let mut out = Vec::new();
-        let lower = match (after, ns) {
-            (Some(k), _) => std::ops::Bound::Excluded(k.clone()),
-            (None, Some(ns)) => std::ops::Bound::Included((ns.to_string(), String::new())),
-            (None, None) => std::ops::Bound::Unbounded,
-        };
-        for (key, entry) in table.range((lower, std::ops::Bound::Unbounded)) {
-            if let Some(ns) = ns
-                && key.0 != ns
-            {
-                break;
-            }
-            if !filter(&entry.obj) {
-                continue;
-            }
-            if let Some(limit) = limit
-                && out.len() == limit
-            {
-                // The previous item is the last returned one.
-                let last = out.last().map(|o: &Arc<Value>| {
-                    (
-                        crate::values::meta_str(o, "namespace")
-                            .unwrap_or("")
-                            .to_string(),
-                        crate::values::meta_str(o, "name").unwrap_or("").to_string(),
-                    )
-                });
-                return (rv, out, last);
-            }
-            out.push(entry.obj.clone());
-        }
-        (rv, out, None)
+        let objects = table
+            .range(lower_bound(ns, after))
+            .map(|(k, e)| ((k.0.as_str(), k.1.as_str()), &e.obj));
+        let (items, next) = page(objects, ns, limit, filter);
+        (st.rv, items, next)
     }
+
+    /// [`Store::list`] as the objects stood at resourceVersion `at`: what a
+    /// continued list answers, so that its pages add up to one consistent
+    /// list, as kube-apiserver's do. The current objects are rolled back
+    /// through the watch history: the first change after `at` to a key
+    /// carries the key's state at `at`. Expired once that history no longer
+    /// reaches back to `at`.
+    pub(crate) fn list_at(
+        &self,
+        gr: &GroupResource,
+        ns: Option<&str>,
+        at: u64,
+        after: Option<&ObjKey>,
+        limit: Option<usize>,
+        filter: &dyn Fn(&Value) -> bool,
+    ) -> Result<(Vec<Arc<Value>>, Option<ObjKey>), StoreError> {
+        let st = self.lock();
+        if at < st.floor || at > st.rv {
+            return Err(StoreError::Expired {
+                requested: at,
+                oldest: st.floor,
+            });
+        }
+        let lower = lower_bound(ns, after);
+        let past_lower = |key: (&str, &str)| match &lower.0 {
+            std::ops::Bound::Excluded(k) => key > (k.0.as_str(), k.1.as_str()),
+            std::ops::Bound::Included(k) => key >= (k.0.as_str(), k.1.as_str()),
+            std::ops::Bound::Unbounded => true,
+        };
+        // Each key changed since `at`, with its state then (None: it did not
+        // exist). The history is in resourceVersion order: walking back, the
+        // last event seen for a key is its first change after `at`.
+        let mut then: BTreeMap<(&str, &str), Option<&Arc<Value>>> = BTreeMap::new();
+        for ev in st.history.iter().rev().take_while(|ev| ev.rv > at) {
+            let key = (ev.namespace.as_str(), ev.name.as_str());
+            if ev.resource == *gr && past_lower(key) {
+                then.insert(key, ev.prev.as_ref());
+            }
+        }
+        let empty = BTreeMap::new();
+        let table = st.tables.get(gr).unwrap_or(&empty);
+        let mut current = table
+            .range(lower.clone())
+            .map(|(k, e)| ((k.0.as_str(), k.1.as_str()), &e.obj))
+            .peekable();
+        let mut changed = then.into_iter().peekable();
+        let merged = std::iter::from_fn(move || {
+            loop {
+                let order = match (current.peek(), changed.peek()) {
+                    (None, None) => return None,
+                    (Some(_), None) => Ordering::Less,
+                    (None, Some(_)) => Ordering::Greater,
+                    (Some((c, _)), Some((k, _))) => c.cmp(k),
+                };
+                if order == Ordering::Less {
+                    return current.next();
+                }
+                if order == Ordering::Equal {
+                    current.next();
+                }
+                let (key, state) = changed.next()?;
+                if let Some(obj) = state {
+                    return Some((key, obj));
+                }
+            }
+        });
+        Ok(page(merged, ns, limit, filter))
+    }
+}
+
+fn lower_bound(
+    ns: Option<&str>,
+    after: Option<&ObjKey>,
+) -> (std::ops::Bound<ObjKey>, std::ops::Bound<ObjKey>) {
+    let lower = match (after, ns) {
+        (Some(k), _) => std::ops::Bound::Excluded(k.clone()),
+        (None, Some(ns)) => std::ops::Bound::Included((ns.to_string(), String::new())),
+        (None, None) => std::ops::Bound::Unbounded,
+    };
+    (lower, std::ops::Bound::Unbounded)
+}
+
+/// The first `limit` objects of `objects` (in key order, from the lower
+/// bound) that are in `ns` and pass `filter`, and the key to continue from
+/// when more remain.
+fn page<'a>(
+    objects: impl Iterator<Item = ((&'a str, &'a str), &'a Arc<Value>)>,
+    ns: Option<&str>,
+    limit: Option<usize>,
+    filter: &dyn Fn(&Value) -> bool,
+) -> (Vec<Arc<Value>>, Option<ObjKey>) {
+    let mut out = Vec::new();
+    let mut last: Option<(&str, &str)> = None;
+    for (key, obj) in objects {
+        if let Some(ns) = ns
+            && key.0 != ns
+        {
+            break;
+        }
+        if !filter(obj) {
+            continue;
+        }
+        if let Some(limit) = limit
+            && out.len() == limit
+        {
+            return (
+                out,
+                last.map(|(ns, name)| (ns.to_string(), name.to_string())),
+            );
+        }
+        out.push(obj.clone());
+        last = Some(key);
+    }
+    (out, None)
 }

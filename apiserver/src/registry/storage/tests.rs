@@ -104,6 +104,65 @@ fn list_pages_in_key_order() {
 }
 
 #[test]
+fn a_continued_list_shows_the_objects_as_they_stood_at_its_first_page() {
+    let s = store();
+    let gr = GroupResource::new("", "configmaps");
+    for n in ["a", "b", "c", "d"] {
+        s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
+            .unwrap();
+    }
+    let (at, first, next) = s.list(&gr, Some("default"), None, Some(2), &|_| true);
+    assert_eq!(first.len(), 2);
+    let next = next.unwrap();
+    let mut changed = cm("c");
+    changed["data"] = json!({"k": "later"});
+    let rv = |n: &str| Expect::Rv(s.get(&gr, "default", n).unwrap().rv);
+    s.commit(&gr, "default", "c", rv("c"), Change::Put(changed), false)
+        .unwrap();
+    s.commit(&gr, "default", "d", rv("d"), Change::Delete, false)
+        .unwrap();
+    for n in ["bb", "e"] {
+        s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
+            .unwrap();
+    }
+    let names = |page: &[Arc<Value>]| -> Vec<String> {
+        page.iter()
+            .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (rest, more) = s
+        .list_at(&gr, Some("default"), at, Some(&next), None, &|_| true)
+        .unwrap();
+    assert_eq!(names(&rest), ["c", "d"]);
+    assert!(rest[0].get("data").is_none(), "c as it was: {}", rest[0]);
+    assert!(more.is_none());
+    // Paged one by one, the same.
+    let (one, more) = s
+        .list_at(&gr, Some("default"), at, Some(&next), Some(1), &|_| true)
+        .unwrap();
+    assert_eq!(names(&one), ["c"]);
+    let (two, more) = s
+        .list_at(&gr, Some("default"), at, more.as_ref(), Some(1), &|_| true)
+        .unwrap();
+    assert_eq!((names(&two), more), (vec!["d".to_string()], None));
+    // A list at the current resourceVersion sees everything.
+    let (now, _, _) = s.list(&gr, Some("default"), None, None, &|_| true);
+    let (all, _) = s
+        .list_at(&gr, Some("default"), now, None, None, &|_| true)
+        .unwrap();
+    assert_eq!(names(&all), ["a", "b", "bb", "c", "e"]);
+    // Past the history, or from the future: Expired.
+    s.expire_history();
+    let expired = s.list_at(&gr, Some("default"), at, Some(&next), None, &|_| true);
+    assert!(
+        matches!(expired, Err(StoreError::Expired { requested, .. }) if requested == at),
+        "{expired:?}"
+    );
+    let future = s.list_at(&gr, Some("default"), u64::MAX, None, None, &|_| true);
+    assert!(matches!(future, Err(StoreError::Expired { .. })));
+}
+
+#[test]
 fn watch_resumes_and_expires() {
     let s = store();
     let gr = GroupResource::new("", "configmaps");
