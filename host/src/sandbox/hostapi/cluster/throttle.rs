@@ -2,21 +2,27 @@
 //! leader's (or shard's) fence: what a request waits for, or is refused
 //! by, before it is sent.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::ClusterApi;
 use crate::control::metrics::PluginLabel;
 use crate::control::workqueue::ratelimit::HeldBy;
 use crate::sandbox::hostapi::error::ApiError;
 
+/// What a throttled call must have left of the reconcile's deadline once its
+/// wait is over: a wait that ends at the deadline would only hand the guest
+/// back to be interrupted, after taking a token; it is refused instead, as
+/// one that ends past it is.
+const ROOM_FOR_THE_CALL: Duration = Duration::from_millis(10);
+
 /// Why a request of a sharded reconcile was not sent.
 const SHARD_LOST: &str = "this replica no longer surely holds the shard of the key being reconciled (its Lease was not renewed in time or was given away); the request was not sent";
 
 impl ClusterApi {
     /// Waits for the plugin's API rate limit and the host's API budget it
-    /// shares, if any (bounded by `deadline`: a wait past it is refused and
-    /// takes no token), and refuses when this host is not (or no longer
-    /// surely) the leader.
+    /// shares, if any (bounded by `deadline`: a wait that would end past it,
+    /// or within [`ROOM_FOR_THE_CALL`] of it, is refused and takes no token),
+    /// and refuses when this host is not (or no longer surely) the leader.
     pub(super) async fn throttle(&self, deadline: Instant) -> Result<(), ApiError> {
         if !self.fence.is_open() {
             return Err(ApiError::Unavailable(
@@ -32,7 +38,7 @@ impl ClusterApi {
         self.metrics.api_requests.get_or_create(&label).inc();
         let shared = self.limits.shared.as_deref();
         let wait = match self.bucket.reserve_with(shared, |wait| {
-            wait <= deadline.saturating_duration_since(Instant::now())
+            wait + ROOM_FOR_THE_CALL <= deadline.saturating_duration_since(Instant::now())
         }) {
             Ok(wait) if wait.is_zero() => return Ok(()),
             Ok(wait) => wait,
