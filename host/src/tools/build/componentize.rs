@@ -8,16 +8,19 @@ use std::time::SystemTime;
 use super::error::{BuildError, io_error};
 use super::limits::{MAX_FIELD_LEN, MAX_PATH_ENTRIES};
 
-/// The world every plugin is built against.
-pub(super) const WIT: &str = include_str!("../../../../wit/reconciler.wit");
-pub(super) const WORLD: &str = "reconciler";
+/// The world Python and JavaScript plugins are built against: the
+/// reconciler world with `wasi:http/outgoing-handler` named among its
+/// imports (`wit/http.wit`). A plugin that sends no request imports no more
+/// than a `reconciler` one; the host serves both.
+pub(super) const WORLD: &str = "http-reconciler";
 
-/// The world with `wasi:http/outgoing-handler` named among its imports
-/// (`wit/http.wit`), and the WASI packages it needs, as
-/// `(path in the WIT directory, text)`: what a Python build is given.
-pub(super) const HTTP_WORLD: &str = "http-reconciler";
-pub(super) const HTTP_WIT: &[(&str, &str)] = &[
-    ("reconciler.wit", WIT),
+/// The world's WIT files and the WASI packages they need, as
+/// `(path in the WIT directory, text)`.
+const WIT: &[(&str, &str)] = &[
+    (
+        "reconciler.wit",
+        include_str!("../../../../wit/reconciler.wit"),
+    ),
     ("http.wit", include_str!("../../../../wit/http.wit")),
     ("deps/cli.wit", include_str!("../../../../wit/deps/cli.wit")),
     (
@@ -42,6 +45,20 @@ pub(super) const HTTP_WIT: &[(&str, &str)] = &[
         include_str!("../../../../wit/deps/sockets.wit"),
     ),
 ];
+
+/// Writes the world's WIT files into a new scratch directory, the one a
+/// componentize tool is pointed at.
+pub(super) fn write_wit() -> Result<TempDir, BuildError> {
+    let wit = TempDir::new("wit")?;
+    for (file, text) in WIT {
+        let path = wit.path.join(file);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+        }
+        std::fs::write(&path, text).map_err(io_error(&path))?;
+    }
+    Ok(wit)
+}
 
 /// A file stem for a package name: its last `/` segment, with anything but
 /// letters, digits, `_` and `-` replaced; None if nothing is left.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use super::command::run;
-use super::componentize::{TempDir, WIT, WORLD, file_stem_of, prepare_out, publish};
+use super::componentize::{TempDir, WORLD, file_stem_of, prepare_out, publish, write_wit};
 use super::error::{BuildError, io_error};
 use super::language::Language;
 use super::limits::MAX_FIELD_LEN;
@@ -110,6 +110,7 @@ pub(super) fn build_javascript(
             "--conditions=wasmctrl-source",
             // The host's interfaces: componentize-js binds them.
             "--external:wasmctrl:*",
+            "--external:wasi:*",
             "--log-level=warning",
         ])
         .arg(format!("--outfile={}", bundle.display()));
@@ -121,8 +122,7 @@ pub(super) fn build_javascript(
         checked()?;
         return Err(e);
     }
-    let wit_file = work.path.join("reconciler.wit");
-    std::fs::write(&wit_file, WIT).map_err(io_error(&wit_file))?;
+    let wit = write_wit()?;
     let out = options
         .out
         .clone()
@@ -134,9 +134,11 @@ pub(super) fn build_javascript(
         .current_dir(&work.path)
         .arg(&bundle)
         .arg("--wit")
-        .arg(&wit_file)
+        .arg(&wit.path)
         .args(["-n", WORLD])
-        // StarlingMonkey's http imports are not provided by the host.
+        // StarlingMonkey's own `fetch` and incoming handler stay out: the
+        // SDK's `http` module calls `wasi:http/outgoing-handler` itself,
+        // synchronously, as `reconcile` is.
         .args(["-d", "http", "fetch-event"])
         .arg("-o")
         .arg(&staged);

@@ -20,9 +20,10 @@
 //! `npm`, or a failed download, is an error naming what is missing and how
 //! to get it.
 //!
-//! The WIT world is the host's own (`wit/reconciler.wit`, embedded), written
-//! to a temporary directory for each build: a guest is always built against
-//! exactly the world this host checks.
+//! The WIT world is the host's own (`wit/http.wit`'s `http-reconciler`: the
+//! reconciler world plus `wasi:http/outgoing-handler`, embedded with the
+//! WASI packages it uses), written to a temporary directory for each build:
+//! a guest is always built against exactly the world this host checks.
 //!
 //! # Plugin configuration
 //! - Python (`pyproject.toml`): `[project] name`, and `[tool.wasmctrl]`

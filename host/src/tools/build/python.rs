@@ -4,10 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::command::{run, tail};
-use super::componentize::{
-    HTTP_WIT, HTTP_WORLD, TempDir, file_stem_of, prepare_out, publish, string_list,
-};
-use super::error::{BuildError, io_error};
+use super::componentize::{WORLD, file_stem_of, prepare_out, publish, string_list, write_wit};
+use super::error::BuildError;
 use super::language::Language;
 use super::options::{BuildOptions, progress};
 use super::toolchain::{ensure_installed, install_step, toolchains_dir};
@@ -95,14 +93,7 @@ pub(super) fn build_python(
         .clone()
         .unwrap_or_else(|| dir.join("target").join(format!("{name}.wasm")));
     let staged = prepare_out(&out)?;
-    let wit = TempDir::new("wit")?;
-    for (file, text) in HTTP_WIT {
-        let path = wit.path.join(file);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(io_error(parent))?;
-        }
-        std::fs::write(&path, text).map_err(io_error(&path))?;
-    }
+    let wit = write_wit()?;
     progress(
         options,
         &format!("componentizing {module} with componentize-py {COMPONENTIZE_PY} …"),
@@ -111,7 +102,7 @@ pub(super) fn build_python(
     cmd.current_dir(dir)
         .arg("-d")
         .arg(&wit.path)
-        .args(["-w", HTTP_WORLD, "componentize", &module]);
+        .args(["-w", WORLD, "componentize", &module]);
     for p in &search {
         cmd.arg("-p").arg(p);
     }
