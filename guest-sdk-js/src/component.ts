@@ -9,11 +9,15 @@ import * as context from "wasmctrl:reconciler/context@0.1.2";
 import * as kube from "wasmctrl:reconciler/kube@0.1.2";
 import * as secrets from "wasmctrl:reconciler/secrets@0.1.2";
 import type * as wit from "wasmctrl:reconciler/types@0.1.2";
+import * as outgoingHandler from "wasi:http/outgoing-handler@0.2.12";
+import * as httpTypes from "wasi:http/types@0.2.12";
 
 import { apiErrorOf, ReconcileError } from "./errors.js";
 import { type Backend, install, type WirePatch } from "./host.js";
+import { HttpError, type WireRequest, type WireResponse } from "./http.js";
 import { type Gvk, ObjectKey } from "./metadata.js";
 import { metadataOf, type Reconciler, run } from "./reconciler.js";
+import * as utf8 from "./utf8.js";
 
 function gvk(k: Gvk): wit.Gvk {
   return { group: k.group, version: k.version, kind: k.kind };
@@ -37,6 +41,128 @@ function call<T>(f: () => T): T {
     }
     throw e;
   }
+}
+
+/**
+ * The symbol componentize-js's bindings drop a resource handle by:
+ * `Symbol.dispose` where the engine has it (not in the ES library a
+ * plugin's tsconfig names), else `Symbol.for("dispose")`.
+ */
+const DISPOSE: symbol = (Symbol as { dispose?: symbol }).dispose ?? Symbol.for("dispose");
+
+/** Drops a resource handle now, rather than whenever the collector runs. */
+function drop(resource: object): void {
+  (resource as { [key: symbol]: (() => void) | undefined })[DISPOSE]?.();
+}
+
+/** Bytes one `blocking-write-and-flush` may take (the wasi:io contract). */
+const WRITE_CHUNK = 4096;
+const READ_CHUNK = 64n << 10n;
+
+const METHODS = ["get", "head", "post", "put", "delete", "connect", "options", "trace", "patch"] as const;
+
+function method(name: string): httpTypes.Method {
+  const lower = name.toLowerCase() as (typeof METHODS)[number];
+  return METHODS.includes(lower) && name === name.toUpperCase() ? { tag: lower } : { tag: "other", val: name };
+}
+
+/** What a wasi:http call threw, as text: its `error-code` where it has one. */
+function reason(e: unknown): string {
+  const payload = e !== null && typeof e === "object" && "payload" in e ? (e as { payload: unknown }).payload : e;
+  if (payload !== null && typeof payload === "object" && "tag" in payload) {
+    const { tag, val } = payload as { tag: unknown; val?: unknown };
+    return val === undefined ? String(tag) : `${String(tag)}: ${JSON.stringify(val)}`;
+  }
+  return e instanceof Error ? e.message : String(e);
+}
+
+function failed(what: string, e: unknown): HttpError {
+  return new HttpError(`HTTP request failed: ${what}: ${reason(e)}`);
+}
+
+/** `http.send` inside a component: built, sent and read through `wasi:http`. */
+function httpSend(request: WireRequest): WireResponse {
+  const parts = /^(https?):\/\/([^/?#]*)([^#]*)/.exec(request.url);
+  if (parts === null) throw new HttpError(`bad URL: ${JSON.stringify(request.url)}`);
+  const [, scheme, authority, rest] = parts;
+  const pathWithQuery = rest === "" ? "/" : rest!.startsWith("?") ? `/${rest}` : rest!;
+  const what = `${request.method} ${request.url}`;
+  let outgoing: httpTypes.OutgoingRequest;
+  try {
+    outgoing = new httpTypes.OutgoingRequest(
+      httpTypes.Fields.fromList(request.headers.map(([n, v]) => [n, utf8.encode(v)])),
+    );
+  } catch (e) {
+    throw failed("headers", e);
+  }
+  try {
+    outgoing.setMethod(method(request.method));
+    outgoing.setScheme(scheme === "https" ? { tag: "HTTPS" } : { tag: "HTTP" });
+    outgoing.setAuthority(authority);
+    outgoing.setPathWithQuery(pathWithQuery);
+  } catch (e) {
+    throw failed(what, e);
+  }
+  const body = outgoing.body();
+  let future: httpTypes.FutureIncomingResponse;
+  try {
+    future = outgoingHandler.handle(outgoing, undefined);
+  } catch (e) {
+    throw failed(what, e);
+  }
+  try {
+    const stream = body.write();
+    for (let i = 0; i < request.body.length; i += WRITE_CHUNK) {
+      stream.blockingWriteAndFlush(request.body.subarray(i, i + WRITE_CHUNK));
+    }
+    // The stream is the body's child: it goes before the body finishes.
+    drop(stream);
+    httpTypes.OutgoingBody.finish(body, undefined);
+  } catch (e) {
+    throw failed("sending the body", e);
+  }
+  const pollable = future.subscribe();
+  pollable.block();
+  drop(pollable);
+  const got = future.get();
+  if (got === undefined || got.tag === "err" || got.val.tag === "err") {
+    const detail = got === undefined ? "no answer" : got.tag === "err" ? "answer already taken" : reason(got.val.val);
+    throw new HttpError(`HTTP request failed: ${what}: ${detail}`);
+  }
+  const incoming = got.val.val;
+  const status = incoming.status();
+  const fields = incoming.headers();
+  const headers = fields.entries();
+  drop(fields);
+  const incomingBody = incoming.consume();
+  const input = incomingBody.stream();
+  const chunks: Uint8Array[] = [];
+  let length = 0;
+  for (;;) {
+    let chunk: Uint8Array;
+    try {
+      chunk = input.blockingRead(READ_CHUNK);
+    } catch (e) {
+      const payload = (e !== null && typeof e === "object" && "payload" in e ? (e as { payload: unknown }).payload : e) as
+        | { tag?: unknown }
+        | undefined;
+      if (payload?.tag === "closed") break;
+      throw failed("reading the body", e);
+    }
+    chunks.push(chunk);
+    length += chunk.length;
+  }
+  drop(input);
+  drop(incomingBody);
+  drop(incoming);
+  drop(future);
+  const whole = new Uint8Array(length);
+  let at = 0;
+  for (const c of chunks) {
+    whole.set(c, at);
+    at += c.length;
+  }
+  return { status, headers, body: whole };
 }
 
 const witBackend: Backend = {
@@ -67,6 +193,7 @@ const witBackend: Backend = {
   log: (level, message, fields) => context.log(level, message, fields),
   logEnabled: (level) => context.logEnabled(level),
   reveal: (name) => call(() => secrets.reveal(name)),
+  httpSend,
 };
 
 /**

@@ -4,6 +4,7 @@
  * `FakeCluster` installs itself. Every SDK call goes through
  * {@link backend}, so both see exactly the same JSON text.
  */
+import type { WireRequest, WireResponse } from "./http.js";
 import type { Gvk } from "./metadata.js";
 
 /** A patch as the `kube` interface carries it (bodies are JSON text). */
@@ -45,6 +46,8 @@ export interface Backend {
   log(level: LogLevel, message: string, fields: [string, string][]): void;
   logEnabled(level: LogLevel): boolean;
   reveal(name: string): string;
+  /** Sends a request through `wasi:http`; failures throw `HttpError`. */
+  httpSend(request: WireRequest): WireResponse;
 }
 
 let current: Backend | undefined;

@@ -30,6 +30,7 @@ export {
 } from "./errors.js";
 export { type EventType, Recorder } from "./events.js";
 export { finalizer, type FinalizerEvent } from "./finalizer.js";
+export * as http from "./http.js";
 export * as kinds from "./kinds.js";
 export * as log from "./log.js";
 export { apiVersionOf, type Gvk, type Kind, kind, Metadata, ObjectKey, type Permission, WatchMapping } from "./metadata.js";

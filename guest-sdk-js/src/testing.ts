@@ -36,10 +36,12 @@
 import type { Action } from "./action.js";
 import { AlreadyExists, type ApiError, Conflict, Forbidden, Invalid, NotFound } from "./errors.js";
 import { type Backend, install, installed, type LogLevel, type WirePatch, type WireEvent } from "./host.js";
+import { HttpError, type WireRequest, type WireResponse } from "./http.js";
 import type { Gvk, ObjectKey, Permission } from "./metadata.js";
 import { now } from "./conditions.js";
 import type { Json } from "./objects.js";
 import { metadataOf, type Reconciler, run } from "./reconciler.js";
+import * as utf8 from "./utf8.js";
 
 type Obj = { [key: string]: Json };
 
@@ -155,6 +157,9 @@ export class FakeCluster implements Backend {
   private cancelledValue = false;
   private deadlineMs = 10_000;
   private secretValues = new Map<string, [string, boolean]>();
+  private httpAnswers: [string, string, WireResponse][] = [];
+  /** Every outbound request the plugin sent, in order, answered or not. */
+  readonly httpRequests: WireRequest[] = [];
   /** Every log line, in order. */
   readonly logs: LogLine[] = [];
   /** The lowest level `log.enabled` reports as kept (as the host's filter would). */
@@ -206,6 +211,30 @@ export class FakeCluster implements Backend {
       );
     }
     return held[0];
+  }
+
+  /**
+   * Answers the next outbound `method url` request with `status` and
+   * `body`, once; a request without a canned answer fails as one the host
+   * refused.
+   */
+  answerHttp(method: string, url: string, status: number, body: Uint8Array | string = "", headers: [string, string][] = []): void {
+    const bytes = typeof body === "string" ? utf8.encode(body) : body;
+    const encoded: [string, Uint8Array][] = headers.map(([n, v]) => [n, utf8.encode(v)]);
+    this.httpAnswers.push([method, url, { status, headers: encoded, body: bytes }]);
+  }
+
+  httpSend(request: WireRequest): WireResponse {
+    this.httpRequests.push({ ...request, headers: [...request.headers], body: request.body.slice() });
+    const i = this.httpAnswers.findIndex(([method, url]) => method === request.method && url === request.url);
+    if (i < 0) {
+      throw new HttpError(
+        `HTTP request failed: no canned answer for ${request.method} ${request.url} ` +
+          "(FakeCluster.answerHttp); the host would refuse what the grant does not allow",
+      );
+    }
+    const [, , answer] = this.httpAnswers.splice(i, 1)[0]!;
+    return answer;
   }
 
   /** The value `Context.attempt` returns. */

@@ -1,5 +1,6 @@
 // The host's imports as componentize-js presents them to a component of the
-// `wasmctrl:reconciler@0.1.2` world (wit/reconciler.wit), in jco's type
+// `wasmctrl:reconciler@0.1.2` `http-reconciler` world (wit/http.wit: the
+// reconciler world and `wasi:http/outgoing-handler`), in jco's type
 // conventions: records are objects with camelCase fields, variants
 // `{ tag, val }`, enums strings, options `T | undefined`, u64 `bigint`, and a
 // `result` import returns its ok value and throws its error. Only
@@ -98,4 +99,79 @@ declare module "wasmctrl:reconciler/kube@0.1.2" {
 
 declare module "wasmctrl:reconciler/secrets@0.1.2" {
   export function reveal(name: string): string;
+}
+
+// The parts of WASI 0.2.12 `wasi:http` (wit/deps, the `http-reconciler`
+// world) that `component.ts` uses. Resources are classes; `component.ts`
+// drops a handle through the bindings' dispose symbol, which
+// `outgoing-body.finish` needs of the body's stream.
+
+declare module "wasi:io/poll@0.2.12" {
+  export class Pollable {
+    block(): void;
+  }
+}
+
+declare module "wasi:io/streams@0.2.12" {
+  export type StreamError = { tag: "last-operation-failed"; val: unknown } | { tag: "closed" };
+  export class InputStream {
+    blockingRead(len: bigint): Uint8Array;
+  }
+  export class OutputStream {
+    blockingWriteAndFlush(contents: Uint8Array): void;
+  }
+}
+
+declare module "wasi:http/types@0.2.12" {
+  import type { Pollable } from "wasi:io/poll@0.2.12";
+  import type { InputStream, OutputStream } from "wasi:io/streams@0.2.12";
+  export type Method =
+    | { tag: "get" }
+    | { tag: "head" }
+    | { tag: "post" }
+    | { tag: "put" }
+    | { tag: "delete" }
+    | { tag: "connect" }
+    | { tag: "options" }
+    | { tag: "trace" }
+    | { tag: "patch" }
+    | { tag: "other"; val: string };
+  export type Scheme = { tag: "HTTP" } | { tag: "HTTPS" } | { tag: "other"; val: string };
+  /** The `error-code` variant: a tag, and for some cases a payload. */
+  export type ErrorCode = { tag: string; val?: unknown };
+  export type Result<T, E> = { tag: "ok"; val: T } | { tag: "err"; val: E };
+  export class Fields {
+    static fromList(entries: Array<[string, Uint8Array]>): Fields;
+    entries(): Array<[string, Uint8Array]>;
+  }
+  export class OutgoingRequest {
+    constructor(headers: Fields);
+    body(): OutgoingBody;
+    setMethod(method: Method): void;
+    setPathWithQuery(pathWithQuery: string | undefined): void;
+    setScheme(scheme: Scheme | undefined): void;
+    setAuthority(authority: string | undefined): void;
+  }
+  export class OutgoingBody {
+    write(): OutputStream;
+    static finish(body: OutgoingBody, trailers: Fields | undefined): void;
+  }
+  export class IncomingResponse {
+    status(): number;
+    headers(): Fields;
+    consume(): IncomingBody;
+  }
+  export class IncomingBody {
+    stream(): InputStream;
+  }
+  export class FutureIncomingResponse {
+    subscribe(): Pollable;
+    get(): Result<Result<IncomingResponse, ErrorCode>, void> | undefined;
+  }
+}
+
+declare module "wasi:http/outgoing-handler@0.2.12" {
+  import type { ErrorCode, FutureIncomingResponse, OutgoingRequest } from "wasi:http/types@0.2.12";
+  export type { ErrorCode };
+  export function handle(request: OutgoingRequest, options: undefined): FutureIncomingResponse;
 }

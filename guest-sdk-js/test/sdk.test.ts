@@ -14,6 +14,7 @@ import {
   conditions,
   escapePointer,
   finalizer,
+  http,
   finalizersOf,
   Forbidden,
   Invalid,
@@ -532,6 +533,39 @@ test("a fake cluster reveals only what its entry allows", () => {
   assert.throws(() => secrets.reveal("hidden"), (e: unknown) => e instanceof Forbidden && /reveal: true/.test(String(e)));
   assert.throws(() => secrets.reveal("nope"), NotFound);
   assert.equal(secrets.placeholder("t"), "${secret:t}");
+});
+
+test("a fake cluster answers HTTP requests with canned answers, each once, in order", () => {
+  const url = "https://api.example.com/v1/zones/a";
+  cluster.answerHttp("GET", url, 200, '{"ttl": 60}', [["content-type", "application/json"]]);
+  cluster.answerHttp("GET", url, 404);
+  const first = http.get(url, [["authorization", `Bearer ${secrets.placeholder("token")}`]]);
+  assert.equal(first.status, 200);
+  assert.deepEqual(first.json(), { ttl: 60 });
+  assert.equal(first.header("Content-Type"), "application/json");
+  assert.equal(http.get(url).status, 404);
+  assert.throws(() => http.get(url), (e: unknown) => e instanceof http.HttpError && e instanceof TransientError);
+  cluster.answerHttp("PUT", url, 200);
+  assert.equal(http.send({ method: "PUT", url, body: "x" }).status, 200);
+  assert.equal(cluster.httpRequests.length, 4);
+  assert.deepEqual(cluster.httpRequests[0]!.headers, [["authorization", "Bearer ${secret:token}"]]);
+  assert.deepEqual([...cluster.httpRequests[3]!.body], [120]);
+  assert.throws(() => http.get("ftp://example.com/"), /must start with https:\/\/ or http:\/\//);
+  assert.throws(() => new http.Response(200, [], new Uint8Array([0xff])).text(), http.HttpError);
+  assert.throws(() => new http.Response(200, [], new TextEncoder().encode("{")).json(), /HTTP body/);
+});
+
+test("UTF-8 is encoded and decoded as TextEncoder and a fatal TextDecoder do", async () => {
+  const utf8 = await import("../src/utf8.js");
+  for (const text of ["", "plain", "é ß", "€ 語", "😀 𝄞", "a\u0000b", "x".repeat(10_000) + "é"]) {
+    const bytes = utf8.encode(text);
+    assert.deepEqual(bytes, new TextEncoder().encode(text), text.slice(0, 20));
+    assert.equal(utf8.decode(bytes), text);
+  }
+  assert.deepEqual(utf8.encode("\ud800"), new TextEncoder().encode("\ud800"));
+  for (const bad of [[0xff], [0xc0, 0x80], [0xe0, 0x80, 0x80], [0xed, 0xa0, 0x80], [0xf4, 0x90, 0x80, 0x80], [0xe2, 0x82], [0x80]]) {
+    assert.equal(utf8.decode(Uint8Array.from(bad)), undefined, String(bad));
+  }
 });
 
 test("calls without a host say what is missing", () => {

@@ -45,9 +45,10 @@ pub(super) const PYTHON_SDK: Files = embed!("guest-sdk-python":
 pub(super) const TYPESCRIPT_SDK: Files = embed!("guest-sdk-js":
     "README.md", "package.json", "tsconfig.json", "src/action.ts", "src/api.ts",
     "src/component.ts", "src/conditions.ts", "src/context.ts", "src/errors.ts",
-    "src/events.ts", "src/finalizer.ts", "src/host.ts", "src/index.ts", "src/kinds.ts",
-    "src/log.ts", "src/metadata.ts", "src/objects.ts", "src/reconciler.ts",
-    "src/secrets.ts", "src/testing.ts", "src/wit-imports.d.ts",
+    "src/events.ts", "src/finalizer.ts", "src/host.ts", "src/http.ts", "src/index.ts",
+    "src/kinds.ts", "src/log.ts", "src/metadata.ts", "src/objects.ts",
+    "src/reconciler.ts", "src/secrets.ts", "src/testing.ts", "src/utf8.ts",
+    "src/wit-imports.d.ts",
 );
 
 /// The workspace manifest, whose `[workspace.package]` and
