@@ -54,8 +54,8 @@ async fn remote_is(provider: &DnsProvider, value: &str, what: &str) {
     .await;
 }
 
-/// The same acceptance for both languages: the operator in Rust and in
-/// Python must be indistinguishable from outside.
+/// The same acceptance for every language: the operator in Rust, Python
+/// and TypeScript must be indistinguishable from outside.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rust_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
     dns_acceptance(artifacts::DNS).await;
@@ -64,6 +64,11 @@ async fn the_rust_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
     dns_acceptance(artifacts::DNS_PY).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_dns_operator_syncs_repairs_rotates_backs_off_and_cleans_up() {
+    dns_acceptance(artifacts::DNS_TS).await;
 }
 
 async fn dns_acceptance(component: &str) {

@@ -62,6 +62,7 @@ const POLYGLOT: &[(&str, &str)] = &[
     ("HOSTILE_PY", "plugins/testing/hostile-py"),
     ("HOSTILE_TS", "plugins/testing/hostile-ts"),
     ("DNS_PY", "plugins/dns-py"),
+    ("DNS_TS", "plugins/dns-ts"),
 ];
 
 /// What a polyglot build reads: the SDKs and the plugins, without their
@@ -87,6 +88,9 @@ const POLYGLOT_INPUTS: &[&str] = &[
     "plugins/testing/hostile-ts/tsconfig.json",
     "plugins/dns-py/dns_operator.py",
     "plugins/dns-py/pyproject.toml",
+    "plugins/dns-ts/src",
+    "plugins/dns-ts/package.json",
+    "plugins/dns-ts/tsconfig.json",
     "host/src/tools/build",
     "wit",
 ];

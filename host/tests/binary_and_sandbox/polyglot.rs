@@ -111,7 +111,12 @@ fn the_python_sdk_and_plugins_pass_their_unit_tests() {
 /// (`npm ci` from their lockfiles, npm's cache outside the repository).
 #[test]
 fn the_typescript_sdk_and_plugins_pass_their_unit_tests() {
-    for dir in ["guest-sdk-js", "plugins/webapp-ts", "plugins/hello-ts"] {
+    for dir in [
+        "guest-sdk-js",
+        "plugins/webapp-ts",
+        "plugins/hello-ts",
+        "plugins/dns-ts",
+    ] {
         run_in(
             dir,
             "npm",
