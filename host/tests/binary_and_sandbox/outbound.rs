@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -29,23 +30,31 @@ mod tls;
 /// keeping each request's head.
 pub(crate) struct Server {
     addr: SocketAddr,
-    hits: Arc<Mutex<HashMap<String, u32>>>,
-    heads: Arc<Mutex<Vec<String>>>,
+    seen: Arc<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    hits: Mutex<HashMap<String, u32>>,
+    heads: Mutex<Vec<String>>,
+    /// Body bytes `/big` wrote before its client went away, summed over
+    /// the answers that ended.
+    big_sent: AtomicU64,
+    big_ended: AtomicU32,
 }
 
 impl Server {
     pub(crate) async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let hits: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
-        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
-        let (counted, kept) = (hits.clone(), heads.clone());
+        let seen: Arc<Seen> = Arc::default();
+        let kept = seen.clone();
         tokio::spawn(async move {
             while let Ok((conn, _)) = listener.accept().await {
-                tokio::spawn(answer(conn, counted.clone(), kept.clone()));
+                tokio::spawn(answer(conn, kept.clone()));
             }
         });
-        Self { addr, hits, heads }
+        Self { addr, seen }
     }
 
     pub(crate) fn port(&self) -> u16 {
@@ -53,25 +62,27 @@ impl Server {
     }
 
     pub(crate) fn hits(&self, path: &str) -> u32 {
-        self.hits.lock().unwrap().get(path).copied().unwrap_or(0)
+        self.seen
+            .hits
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
     }
 
     pub(crate) fn total(&self) -> u32 {
-        self.hits.lock().unwrap().values().sum()
+        self.seen.hits.lock().unwrap().values().sum()
     }
 
     /// The heads of the requests received, in order.
     pub(crate) fn heads(&self) -> Vec<String> {
-        self.heads.lock().unwrap().clone()
+        self.seen.heads.lock().unwrap().clone()
     }
 }
 
 /// Answers one request, then closes the connection.
-async fn answer(
-    mut conn: TcpStream,
-    hits: Arc<Mutex<HashMap<String, u32>>>,
-    heads: Arc<Mutex<Vec<String>>>,
-) {
+async fn answer(mut conn: TcpStream, seen: Arc<Seen>) {
     let mut head = Vec::new();
     let mut buf = [0u8; 4096];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 << 10 {
@@ -82,8 +93,8 @@ async fn answer(
     }
     let text = String::from_utf8_lossy(&head).into_owned();
     let path = text.split_whitespace().nth(1).unwrap_or("").to_string();
-    *hits.lock().unwrap().entry(path.clone()).or_default() += 1;
-    heads.lock().unwrap().push(text.clone());
+    *seen.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    seen.heads.lock().unwrap().push(text.clone());
     let plain = |status: &str, body: &str| {
         format!(
             "HTTP/1.1 {status}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -110,22 +121,27 @@ async fn answer(
             let _ = conn.write_all(r.as_bytes()).await;
         }
         "/big" => {
-            // Chunked, so only counting the body finds its size.
+            // Chunked, so only counting the body finds its size, and
+            // endless for any client: 1 GiB. What it managed to write shows
+            // how much the client took before it hung up.
             let _ = conn
                 .write_all(
                     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n",
                 )
                 .await;
             let chunk = vec![b'b'; 16 << 10];
-            for _ in 0..16 {
+            let mut sent = 0u64;
+            for _ in 0..(1u64 << 30) / chunk.len() as u64 {
                 let mut frame = format!("{:x}\r\n", chunk.len()).into_bytes();
                 frame.extend_from_slice(&chunk);
                 frame.extend_from_slice(b"\r\n");
                 if conn.write_all(&frame).await.is_err() {
-                    return;
+                    break;
                 }
+                sent += chunk.len() as u64;
             }
-            let _ = conn.write_all(b"0\r\n\r\n").await;
+            seen.big_sent.fetch_add(sent, Ordering::SeqCst);
+            seen.big_ended.fetch_add(1, Ordering::SeqCst);
         }
         "/big-announced" => {
             let body = "b".repeat(256 << 10);
@@ -395,6 +411,18 @@ async fn a_response_over_its_ceiling_fails_the_reconcile_naming_the_limit() {
     assert!(
         metrics.contains("wasmctrl_plugin_limit_exceeded_total{plugin=\"outbound\",limit=\"httpResponseBytes\",version=\"stable\"} 2"),
         "{metrics}"
+    );
+    // The host hung up at its ceiling rather than reading on: a 1 GiB answer
+    // ends having written its ceiling and what the sockets' buffers hold.
+    let ended = || {
+        let n = server.seen.big_ended.load(Ordering::SeqCst);
+        async move { n == 1 }
+    };
+    eventually("the endless answer to end", Duration::from_secs(30), ended).await;
+    let sent = server.seen.big_sent.load(Ordering::SeqCst);
+    assert!(
+        sent < 64 << 20,
+        "the host read {sent} bytes of a 1 GiB answer"
     );
 }
 
