@@ -125,6 +125,21 @@ pub enum SourceError {
     },
 }
 
+/// `work`'s output, or `Timeout` naming `origin` once `after` has passed
+/// (the source's `limits.timeout`, bounding a whole fetch or push).
+pub(crate) async fn within<T>(
+    origin: &str,
+    after: std::time::Duration,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, SourceError> {
+    tokio::time::timeout(after, work)
+        .await
+        .map_err(|_| SourceError::Timeout {
+            origin: origin.to_string(),
+            after,
+        })
+}
+
 /// Where a plugin's component comes from.
 pub trait PluginSource: Send + Sync + 'static {
     /// Where the bytes come from, for logs, errors and `/plugins`

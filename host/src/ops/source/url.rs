@@ -53,12 +53,7 @@ impl UrlSource {
     /// Downloads the component, without the cache, and verifies it.
     pub async fn download(&self) -> Result<Artifact, SourceError> {
         let timeout = self.spec.limits.timeout;
-        let bytes = tokio::time::timeout(timeout, self.get())
-            .await
-            .map_err(|_| SourceError::Timeout {
-                origin: self.origin(),
-                after: timeout,
-            })??;
+        let bytes = super::within(&self.origin(), timeout, self.get()).await??;
         let got = digest(&bytes);
         if got != self.spec.digest {
             return Err(SourceError::DigestMismatch {

@@ -7,7 +7,7 @@ use super::reference::{parse_reference, pin};
 use super::registry::Registry;
 use crate::ops::source::Reach;
 use crate::ops::source::artifact::{self, MAX_CONFIG_SIZE};
-use crate::ops::source::{Artifact, SourceError};
+use crate::ops::source::{Artifact, SourceError, within};
 
 /// A wasm OCI artifact as stored: for `wasmctrl inspect oci://…`.
 #[derive(Debug, Clone)]
@@ -63,10 +63,5 @@ pub async fn describe_artifact(
             },
         })
     };
-    tokio::time::timeout(options.limits.timeout, work)
-        .await
-        .map_err(|_| SourceError::Timeout {
-            origin: origin.clone(),
-            after: options.limits.timeout,
-        })?
+    within(&origin, options.limits.timeout, work).await?
 }

@@ -24,14 +24,11 @@ impl Registry {
     pub(super) async fn resolve(&self, reference: &Reference) -> Result<String, Failure> {
         let url = self.manifest_url(reference, reference.tag().unwrap_or("latest"));
         let response = self
-            .with_auth(self.http.head(&url))
-            .header(reqwest::header::ACCEPT, MANIFEST_TYPES)
-            .send()
-            .await
-            .map_err(|e| self.send_failure(e))?;
-        if !response.status().is_success() {
-            return Err(self.answer_failure(response).await);
-        }
+            .answer(
+                self.with_auth(self.http.head(&url))
+                    .header(reqwest::header::ACCEPT, MANIFEST_TYPES),
+            )
+            .await?;
         let header = response
             .headers()
             .get("docker-content-digest")
@@ -42,14 +39,11 @@ impl Registry {
             None => {
                 // Without the header, the digest is the manifest's own.
                 let response = self
-                    .get(&url)
-                    .header(reqwest::header::ACCEPT, MANIFEST_TYPES)
-                    .send()
-                    .await
-                    .map_err(|e| self.send_failure(e))?;
-                if !response.status().is_success() {
-                    return Err(self.answer_failure(response).await);
-                }
+                    .answer(
+                        self.get(&url)
+                            .header(reqwest::header::ACCEPT, MANIFEST_TYPES),
+                    )
+                    .await?;
                 digest(
                     &self
                         .read_capped(
@@ -77,14 +71,11 @@ impl Registry {
     ) -> Result<(OciImageManifest, Vec<u8>), Failure> {
         let expected = pinned.digest().unwrap_or_default();
         let response = self
-            .get(&self.manifest_url(pinned, expected))
-            .header(reqwest::header::ACCEPT, OCI_MANIFEST_MEDIA_TYPE)
-            .send()
-            .await
-            .map_err(|e| self.send_failure(e))?;
-        if !response.status().is_success() {
-            return Err(self.answer_failure(response).await);
-        }
+            .answer(
+                self.get(&self.manifest_url(pinned, expected))
+                    .header(reqwest::header::ACCEPT, OCI_MANIFEST_MEDIA_TYPE),
+            )
+            .await?;
         let raw = self
             .read_capped(
                 response,
@@ -119,14 +110,7 @@ impl Registry {
             pinned.repository(),
             descriptor.digest
         );
-        let response = self
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| self.send_failure(e))?;
-        if !response.status().is_success() {
-            return Err(self.answer_failure(response).await);
-        }
+        let response = self.answer(self.get(&url)).await?;
         let announced = response.content_length();
         let bytes = read_bounded(&self.origin, announced, max_size, response.bytes_stream())
             .await

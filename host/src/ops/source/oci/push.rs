@@ -16,7 +16,7 @@ use super::reference::parse_reference;
 use super::registry::{Access, Registry};
 use crate::ops::source::artifact::{self, OCI_MANIFEST_MEDIA_TYPE, Packed};
 use crate::ops::source::downloads::now_rfc3339;
-use crate::ops::source::{Reach, SourceError};
+use crate::ops::source::{Reach, SourceError, within};
 
 /// What `wasmctrl push` stored.
 #[derive(Debug, Clone)]
@@ -38,14 +38,11 @@ impl Registry {
     ) -> Result<(), Failure> {
         let start = format!("{}/v2/{repository}/blobs/uploads/", self.base);
         let response = self
-            .with_auth(self.http.post(&start))
-            .header(reqwest::header::CONTENT_LENGTH, 0)
-            .send()
-            .await
-            .map_err(|e| self.send_failure(e))?;
-        if !response.status().is_success() {
-            return Err(self.answer_failure(response).await);
-        }
+            .answer(
+                self.with_auth(self.http.post(&start))
+                    .header(reqwest::header::CONTENT_LENGTH, 0),
+            )
+            .await?;
         let location = response
             .headers()
             .get(reqwest::header::LOCATION)
@@ -66,16 +63,12 @@ impl Registry {
         drop(response);
         self.check(&upload)?;
         upload.query_pairs_mut().append_pair("digest", digest);
-        let response = self
-            .with_auth(self.http.put(upload))
-            .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
-            .body(bytes)
-            .send()
-            .await
-            .map_err(|e| self.send_failure(e))?;
-        if !response.status().is_success() {
-            return Err(self.answer_failure(response).await);
-        }
+        self.answer(
+            self.with_auth(self.http.put(upload))
+                .header(reqwest::header::CONTENT_TYPE, "application/octet-stream")
+                .body(bytes),
+        )
+        .await?;
         Ok(())
     }
 
@@ -87,16 +80,12 @@ impl Registry {
         manifest: Vec<u8>,
     ) -> Result<(), Failure> {
         let url = format!("{}/v2/{repository}/manifests/{tag}", self.base);
-        let response = self
-            .with_auth(self.http.put(&url))
-            .header(reqwest::header::CONTENT_TYPE, OCI_MANIFEST_MEDIA_TYPE)
-            .body(manifest)
-            .send()
-            .await
-            .map_err(|e| self.send_failure(e))?;
-        if !response.status().is_success() {
-            return Err(self.answer_failure(response).await);
-        }
+        self.answer(
+            self.with_auth(self.http.put(&url))
+                .header(reqwest::header::CONTENT_TYPE, OCI_MANIFEST_MEDIA_TYPE)
+                .body(manifest),
+        )
+        .await?;
         Ok(())
     }
 }
@@ -145,12 +134,8 @@ pub async fn push(
             .await?;
         registry.push_manifest(repository, tag, manifest).await
     };
-    tokio::time::timeout(options.limits.timeout, work)
-        .await
-        .map_err(|_| SourceError::Timeout {
-            origin: origin.clone(),
-            after: options.limits.timeout,
-        })?
+    within(&origin, options.limits.timeout, work)
+        .await?
         .map_err(|f| reached(&origin, f))?;
     Ok(Pushed {
         reference: reference.to_string(),

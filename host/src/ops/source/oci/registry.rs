@@ -284,6 +284,20 @@ impl Registry {
         })
     }
 
+    /// Sends `request` and returns its answer when it is a success; a
+    /// request that got no answer fails as [`Registry::send_failure`] says,
+    /// one answered otherwise as [`Registry::answer_failure`] does.
+    pub(super) async fn answer(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, Failure> {
+        let response = request.send().await.map_err(|e| self.send_failure(e))?;
+        if !response.status().is_success() {
+            return Err(self.answer_failure(response).await);
+        }
+        Ok(response)
+    }
+
     /// A request that got no answer: unreachable, unless the source's rule
     /// refused where it led (a redirect, an address).
     pub(super) fn send_failure(&self, e: reqwest::Error) -> Failure {
