@@ -13,7 +13,7 @@ use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 use super::Runtime;
 use super::failure::Cancelled;
 use super::limits::{GuestLimiter, Limits};
-use super::outbound::{OutboundGrant, OutboundHooks};
+use super::outbound::{HttpCall, OutboundGrant, OutboundHooks};
 use super::output::{OutputSink, Stream};
 use super::share::PluginActivity;
 use crate::sandbox::hostapi::KubeApi;
@@ -251,10 +251,12 @@ impl StoreState {
         table.set_max_capacity(MAX_RESOURCES);
         let http = OutboundHooks::new(
             spec.outbound.clone(),
-            spec.plugin.clone(),
-            spec.runtime.metrics().clone(),
-            context.deadline,
-            context.http_tape.clone(),
+            HttpCall::new(
+                spec.plugin.clone(),
+                spec.runtime.metrics().clone(),
+                context.deadline,
+                context.http_tape.clone(),
+            ),
         );
         let state = StoreState {
             wasi,

@@ -10,7 +10,7 @@ use wasmtime_wasi_http::Error;
 use super::secret::Redactor;
 use super::tape::HttpTape;
 use super::{DenyReason, Refusal};
-use crate::control::metrics::{Metrics, Version};
+use crate::control::metrics::{Metrics, Version, current_version};
 
 /// What one call's requests share, with the futures that send them.
 pub(crate) struct HttpCall {
@@ -32,6 +32,25 @@ pub(crate) struct HttpCall {
 }
 
 impl HttpCall {
+    /// A call of `plugin` ending at `deadline`: no requests yet, no refusal.
+    pub(crate) fn new(
+        plugin: Arc<str>,
+        metrics: Arc<Metrics>,
+        deadline: Instant,
+        tape: Option<Arc<HttpTape>>,
+    ) -> Self {
+        Self {
+            plugin,
+            metrics,
+            version: current_version(),
+            deadline,
+            requests: AtomicU32::new(0),
+            refused: Mutex::new(None),
+            tape,
+            revealed: Mutex::default(),
+        }
+    }
+
     /// Notes that secret `name` was revealed to the guest as `value`.
     pub(crate) fn revealed(&self, name: &str, value: &[u8]) {
         let mut revealed = self.revealed.lock().unwrap_or_else(|e| e.into_inner());

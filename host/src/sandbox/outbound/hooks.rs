@@ -2,8 +2,8 @@
 //! checked here against the plugin's grant before the host sends it
 //! (`send.rs`), and every refusal is kept for the call's result.
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
@@ -14,7 +14,6 @@ use super::destination::Destination;
 use super::send::{self, Plan};
 use super::tape::{HttpExchange, HttpTape, header_pairs};
 use super::{DenyReason, OutboundGrant, Refusal};
-use crate::control::metrics::{Metrics, current_version};
 
 /// The hooks of one store: the plugin's grant and this call's state.
 pub(crate) struct OutboundHooks {
@@ -23,25 +22,11 @@ pub(crate) struct OutboundHooks {
 }
 
 impl OutboundHooks {
-    pub(crate) fn new(
-        grant: Arc<OutboundGrant>,
-        plugin: Arc<str>,
-        metrics: Arc<Metrics>,
-        deadline: Instant,
-        tape: Option<Arc<HttpTape>>,
-    ) -> Self {
+    /// The hooks of a store whose first call is `call`, under `grant`.
+    pub(crate) fn new(grant: Arc<OutboundGrant>, call: HttpCall) -> Self {
         Self {
             grant,
-            call: Arc::new(HttpCall {
-                plugin,
-                metrics,
-                version: current_version(),
-                deadline,
-                requests: AtomicU32::new(0),
-                refused: Mutex::new(None),
-                tape,
-                revealed: Mutex::default(),
-            }),
+            call: Arc::new(call),
         }
     }
 
@@ -50,16 +35,12 @@ impl OutboundHooks {
     /// way keep the state they started with.
     pub(crate) fn begin_call(&mut self, deadline: Instant, tape: Option<Arc<HttpTape>>) {
         let call = &self.call;
-        self.call = Arc::new(HttpCall {
-            plugin: call.plugin.clone(),
-            metrics: call.metrics.clone(),
-            version: current_version(),
+        self.call = Arc::new(HttpCall::new(
+            call.plugin.clone(),
+            call.metrics.clone(),
             deadline,
-            requests: AtomicU32::new(0),
-            refused: Mutex::new(None),
             tape,
-            revealed: Mutex::default(),
-        });
+        ));
     }
 
     /// `text` with every secret this call revealed redacted.

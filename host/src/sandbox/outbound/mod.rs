@@ -37,6 +37,7 @@ mod tape;
 
 use std::sync::Arc;
 
+pub(crate) use call::HttpCall;
 pub use destination::Destination;
 pub(crate) use hooks::OutboundHooks;
 pub use rule::{HostPattern, OutboundRule, RequestHost, Target, grant_covers, method_allowed};

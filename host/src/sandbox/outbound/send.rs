@@ -307,6 +307,9 @@ pub(super) async fn send(
     Ok((response, Box::new(io)))
 }
 
+/// What a body's `poll_frame` answers.
+type NextFrame = Poll<Option<Result<Frame<Bytes>, Error>>>;
+
 /// A guest's request body, refused past `limits.httpRequestBytes`.
 struct BoundedRequest {
     inner: WasiBody,
@@ -319,10 +322,7 @@ impl Body for BoundedRequest {
     type Data = Bytes;
     type Error = Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> NextFrame {
         let frame = std::task::ready!(Pin::new(&mut self.inner).poll_frame(cx));
         if let Some(Ok(f)) = &frame
             && let Some(data) = f.data_ref()
@@ -370,10 +370,7 @@ impl Body for BoundedResponse {
     type Data = Bytes;
     type Error = Error;
 
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> NextFrame {
         let this = &mut *self;
         if this.ended {
             return Poll::Ready(None);
