@@ -1,7 +1,7 @@
 //! `wasmctrl inspect` and `wasmctrl push`: a plugin component checked,
 //! described, and pushed to a registry.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
@@ -125,14 +125,7 @@ pub(super) async fn inspect(plugin: String, registry: RegistryArgs) -> anyhow::R
             .to_string();
         (url.to_string(), artifact.bytes, name, serde_json::json!({}))
     } else {
-        let path = PathBuf::from(&plugin);
-        let bytes = tokio::fs::read(&path)
-            .await
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let name = path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let (bytes, name) = read_component(Path::new(&plugin)).await?;
         (plugin.clone(), bytes, name, serde_json::json!({}))
     };
     let runtime = check_runtime()?;
@@ -147,6 +140,18 @@ pub(super) async fn inspect(plugin: String, registry: RegistryArgs) -> anyhow::R
     Ok(())
 }
 
+/// The bytes of the component file at `path`, and its name (the file's stem).
+async fn read_component(path: &Path) -> anyhow::Result<(Vec<u8>, String)> {
+    let bytes = tokio::fs::read(path)
+        .await
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok((bytes, name))
+}
+
 /// Checks `path` is a plugin (loads it and asks its metadata), pushes it
 /// to `reference` and prints the manifest digest.
 pub(super) async fn push(
@@ -154,13 +159,7 @@ pub(super) async fn push(
     reference: String,
     registry: RegistryArgs,
 ) -> anyhow::Result<()> {
-    let bytes = tokio::fs::read(&path)
-        .await
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let name = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let (bytes, name) = read_component(&path).await?;
     let runtime = check_runtime()?;
     let plugin = runtime
         .load_bytes(

@@ -13,12 +13,30 @@ use crate::config::HostConfig;
 use crate::ops::manager::{Manager, ManagerOptions};
 
 /// The flags of `wasmctrl dev` besides the config.
+#[derive(clap::Args, Debug)]
 pub(super) struct DevOptions {
+    /// Apply the manifests in this directory first (CRDs first).
+    #[arg(long)]
     pub(super) apply: Option<PathBuf>,
+    /// Where the embedded API server listens.
+    #[arg(long, default_value = "127.0.0.1:0")]
     pub(super) addr: SocketAddr,
+    /// Where to write the kubeconfig for kubectl.
+    #[arg(long, default_value = ".wasmctrl/kubeconfig")]
     pub(super) kubeconfig_out: PathBuf,
+    /// Serve the admin endpoints here instead of the config's admin.bind.
+    #[arg(long)]
     pub(super) admin: Option<SocketAddr>,
+    /// How the embedded API server authorizes requests: `always-allow`,
+    /// or `rbac`, which also runs the host as the ServiceAccount
+    /// wasmctrl-system/wasmctrl bound to the RBAC `wasmctrl rbac` prints
+    /// for the config (the kubeconfig written stays the admin's).
+    #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
     pub(super) authorization: wasmctrl_apiserver::Authorization,
+    /// Rebuild a plugin when its sources change and swap it in (plugins
+    /// whose component is where `wasmctrl build` writes it); a failed
+    /// build keeps the running version.
+    #[arg(long)]
     pub(super) watch: bool,
 }
 

@@ -14,7 +14,6 @@ mod replay;
 mod run;
 mod watch;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -61,29 +60,8 @@ enum Command {
         /// The host config (YAML).
         #[arg(long)]
         config: PathBuf,
-        /// Apply the manifests in this directory first (CRDs first).
-        #[arg(long)]
-        apply: Option<PathBuf>,
-        /// Where the embedded API server listens.
-        #[arg(long, default_value = "127.0.0.1:0")]
-        addr: SocketAddr,
-        /// Where to write the kubeconfig for kubectl.
-        #[arg(long, default_value = ".wasmctrl/kubeconfig")]
-        kubeconfig_out: PathBuf,
-        /// Serve the admin endpoints here instead of the config's admin.bind.
-        #[arg(long)]
-        admin: Option<SocketAddr>,
-        /// How the embedded API server authorizes requests: `always-allow`,
-        /// or `rbac`, which also runs the host as the ServiceAccount
-        /// wasmctrl-system/wasmctrl bound to the RBAC `wasmctrl rbac` prints
-        /// for the config (the kubeconfig written stays the admin's).
-        #[arg(long, default_value_t = wasmctrl_apiserver::Authorization::AlwaysAllow, value_name = "always-allow|rbac")]
-        authorization: wasmctrl_apiserver::Authorization,
-        /// Rebuild a plugin when its sources change and swap it in (plugins
-        /// whose component is where `wasmctrl build` writes it); a failed
-        /// build keeps the running version.
-        #[arg(long)]
-        watch: bool,
+        #[command(flatten)]
+        options: DevOptions,
     },
     /// Print the least-privilege RBAC the host of a config needs (every
     /// plugin's grant, events, the leader-election and shard Leases) as YAML
@@ -232,25 +210,7 @@ pub fn main() -> ExitCode {
                 namespace,
                 service_account,
             } => rbac(&config, namespace, service_account),
-            Command::Dev {
-                config,
-                apply,
-                addr,
-                kubeconfig_out,
-                admin,
-                authorization,
-                watch,
-            } => {
-                let options = DevOptions {
-                    apply,
-                    addr,
-                    kubeconfig_out,
-                    admin,
-                    authorization,
-                    watch,
-                };
-                dev(config, options).await
-            }
+            Command::Dev { config, options } => dev(config, options).await,
             Command::Apiserver { serve } => {
                 Ok(wasmctrl_apiserver::serve::serve(serve, terminated()).await?)
             }
