@@ -137,18 +137,24 @@ fn files(
     language: Language,
 ) -> Result<(Project, String), ScaffoldError> {
     let permissions = shape::permissions(kind, owns);
+    let skeleton = shape::Skeleton {
+        name,
+        kind,
+        owns,
+        permissions: &permissions,
+    };
     let mut project = Project::default();
     let component = match language {
         Language::Rust => {
-            rust::project(name, kind, owns, &permissions, &mut project)?;
+            rust::project(skeleton, &mut project)?;
             rust::component(name)
         }
         Language::Python => {
-            python::project(name, kind, owns, &permissions, &mut project);
+            python::project(skeleton, &mut project);
             format!("target/{}.wasm", name.snake)
         }
         Language::JavaScript => {
-            typescript::project(name, kind, owns, &permissions, &mut project);
+            typescript::project(skeleton, &mut project);
             format!("target/{}.wasm", name.snake)
         }
     };

@@ -1,8 +1,7 @@
 //! A Python plugin: a module, its unittest, and the SDK in `vendor/`.
 
-use super::names::{CustomKind, PluginName};
 use super::sdk::{PYTHON_SDK, version};
-use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
+use super::shape::{Skeleton, Spelling, common_vars, lines};
 use super::{Project, owned_doc, render};
 
 const MODULE: &str = include_str!("templates/python/module.py");
@@ -10,14 +9,32 @@ const TEST: &str = include_str!("templates/python/test.py");
 const TESTS_INIT: &str = include_str!("templates/python/tests_init.py");
 const PYPROJECT: &str = include_str!("templates/python/pyproject.toml");
 
-pub(super) fn project(
-    name: &PluginName,
-    kind: &CustomKind,
-    owns: &[&'static OwnedKind],
-    permissions: &[Permission],
-    project: &mut Project,
-) {
-    let vars = vars(name, kind, owns, permissions);
+const SPELLING: Spelling = Spelling {
+    indent: "            ",
+    list: "[",
+    owned: |o| format!("kinds.{}", o.python_const),
+    field: |f| {
+        format!(
+            "    #: {}\n    {}: {}",
+            f.description,
+            f.name,
+            f.ty.python()
+        )
+    },
+    check: |f, kind| {
+        format!(
+            "    if not isinstance(spec.get({name:?}), {ty}):\n        raise PermanentError(f\"{kind} {{objects.name(obj)}}: spec.{name} is not a {json}\")",
+            name = f.name,
+            ty = f.ty.python(),
+            json = f.ty.openapi(),
+        )
+    },
+    sample: |f| format!("{:?}: {}", f.name, f.sample),
+};
+
+pub(super) fn project(s: Skeleton<'_>, project: &mut Project) {
+    let name = s.name;
+    let vars = vars(s);
     project.file("pyproject.toml", render(PYPROJECT, &vars));
     project.file(&format!("{}.py", name.snake), render(MODULE, &vars));
     // Without it, `python -m unittest` cannot import the tests.
@@ -31,25 +48,11 @@ pub(super) fn project(
     }
 }
 
-fn vars(
-    name: &PluginName,
-    kind: &CustomKind,
-    owns: &[&'static OwnedKind],
-    permissions: &[Permission],
-) -> Vec<(&'static str, String)> {
+fn vars(s: Skeleton<'_>) -> Vec<(&'static str, String)> {
+    let Skeleton {
+        name, kind, owns, ..
+    } = s;
     let constant = super::rust::snake(&kind.kind).to_ascii_uppercase();
-    let mut metadata = String::new();
-    for o in owns {
-        metadata.push_str(&format!("            .owns(kinds.{})\n", o.python_const));
-    }
-    for p in permissions {
-        metadata.push_str(&format!(
-            "            .permission({:?}, [{:?}], [{}])\n",
-            p.group,
-            p.resource,
-            quoted_list(p.verbs)
-        ));
-    }
     let mut apply_owned = String::new();
     let mut test_owned = String::new();
     if !owns.is_empty() {
@@ -76,47 +79,25 @@ fn vars(
             ));
         }
     }
-    let owned_doc = owned_doc(owns, "");
-    let mut spec_fields = String::new();
-    let mut spec_checks = String::new();
-    let mut spec_sample = Vec::new();
-    for f in SPEC {
-        spec_fields.push_str(&format!(
-            "    #: {}\n    {}: {}\n",
-            f.description,
-            f.name,
-            f.ty.python()
-        ));
-        spec_checks.push_str(&format!(
-            "    if not isinstance(spec.get({name:?}), {ty}):\n        raise PermanentError(f\"{kind} {{objects.name(obj)}}: spec.{name} is not a {json}\")\n",
-            name = f.name,
-            ty = f.ty.python(),
-            json = f.ty.openapi(),
-            kind = kind.kind,
-        ));
-        spec_sample.push(format!("{:?}: {}", f.name, f.sample));
-    }
-    vec![
-        ("plugin", name.name.clone()),
+    let spelled = SPELLING.spell(s);
+    let mut vars = common_vars(s, owned_doc(owns, ""));
+    vars.extend([
         ("module", name.snake.clone()),
         ("sdk_version", version().to_string()),
-        ("Kind", kind.kind.clone()),
         ("KIND", constant),
-        ("Reconciler", format!("{}Reconciler", kind.kind)),
-        ("group", kind.group.clone()),
-        ("version", kind.version.clone()),
-        ("plural", kind.plural.clone()),
-        ("finalizer", super::finalizer(kind)),
-        ("owned_doc", owned_doc),
         (
             "kinds_import",
             if owns.is_empty() { "" } else { "\n    kinds," }.to_string(),
         ),
-        ("metadata", metadata),
+        ("metadata", lines(&spelled.metadata)),
         ("apply_owned", apply_owned),
-        ("spec_fields", spec_fields),
-        ("spec_checks", spec_checks),
-        ("spec_sample", format!("{{{}}}", spec_sample.join(", "))),
+        ("spec_fields", lines(&spelled.spec_fields)),
+        ("spec_checks", lines(&spelled.spec_checks)),
+        (
+            "spec_sample",
+            format!("{{{}}}", spelled.spec_sample.join(", ")),
+        ),
         ("test_owned", test_owned),
-    ]
+    ]);
+    vars
 }

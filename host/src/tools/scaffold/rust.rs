@@ -1,22 +1,33 @@
 //! A Rust plugin: a cdylib crate with the SDK vendored as path dependencies.
 
-use super::names::{CustomKind, PluginName};
+use super::names::PluginName;
 use super::sdk::{APIMACHINERY, CARGO_LOCK, RUST_SDK, standalone_manifest, version};
-use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
+use super::shape::{Skeleton, Spelling, common_vars, lines};
 use super::{Project, ScaffoldError, owned_doc, render};
 
 const CARGO_TOML: &str = include_str!("templates/rust/Cargo.toml");
 const LIB_RS: &str = include_str!("templates/rust/lib.rs");
 const TESTS_RS: &str = include_str!("templates/rust/tests.rs");
 
-pub(super) fn project(
-    name: &PluginName,
-    kind: &CustomKind,
-    owns: &[&'static OwnedKind],
-    permissions: &[Permission],
-    project: &mut Project,
-) -> Result<(), ScaffoldError> {
-    let vars = vars(name, kind, owns, permissions);
+/// The spec's fields are checked by deserializing them: no check lines.
+const SPELLING: Spelling = Spelling {
+    indent: "            ",
+    list: "&[",
+    owned: |o| format!("{}::gvk()", o.kind),
+    field: |f| {
+        format!(
+            "    /// {}\n    pub {}: {},",
+            f.description,
+            snake(f.name),
+            f.ty.rust()
+        )
+    },
+    check: |_, _| String::new(),
+    sample: |f| format!("            {}: {}.into(),", snake(f.name), f.sample),
+};
+
+pub(super) fn project(s: Skeleton<'_>, project: &mut Project) -> Result<(), ScaffoldError> {
+    let vars = vars(s);
     project.file("Cargo.toml", render(CARGO_TOML, &vars));
     project.file("src/lib.rs", render(LIB_RS, &vars));
     project.file("src/tests.rs", render(TESTS_RS, &vars));
@@ -51,24 +62,10 @@ pub(super) fn component(name: &PluginName) -> String {
     format!("target/wasm32-wasip2/release/{}.wasm", name.snake)
 }
 
-fn vars(
-    name: &PluginName,
-    kind: &CustomKind,
-    owns: &[&'static OwnedKind],
-    permissions: &[Permission],
-) -> Vec<(&'static str, String)> {
-    let mut metadata = String::new();
-    for o in owns {
-        metadata.push_str(&format!("            .owns({}::gvk())\n", o.kind));
-    }
-    for p in permissions {
-        metadata.push_str(&format!(
-            "            .permission({:?}, &[{:?}], &[{}])\n",
-            p.group,
-            p.resource,
-            quoted_list(p.verbs)
-        ));
-    }
+fn vars(s: Skeleton<'_>) -> Vec<(&'static str, String)> {
+    let Skeleton {
+        name, kind, owns, ..
+    } = s;
     let mut uses = String::new();
     let mut apply_owned = String::new();
     let mut helpers = String::new();
@@ -114,41 +111,20 @@ fn owned<K: DeserializeOwned>(value: serde_json::Value) -> Result<K, Error> {
 "#,
         );
     }
-    let owned_doc = owned_doc(owns, "//! ");
-    let mut spec_fields = String::new();
-    let mut spec_sample = String::new();
-    for f in SPEC {
-        spec_fields.push_str(&format!(
-            "    /// {}\n    pub {}: {},\n",
-            f.description,
-            snake(f.name),
-            f.ty.rust()
-        ));
-        spec_sample.push_str(&format!(
-            "            {}: {}.into(),\n",
-            snake(f.name),
-            f.sample
-        ));
-    }
-    vec![
-        ("plugin", name.name.clone()),
+    let spelled = SPELLING.spell(s);
+    let mut vars = common_vars(s, owned_doc(owns, "//! "));
+    vars.extend([
         ("name", name.name.clone()),
         ("sdk_version", version().to_string()),
-        ("Kind", kind.kind.clone()),
-        ("Reconciler", format!("{}Reconciler", kind.kind)),
-        ("group", kind.group.clone()),
-        ("version", kind.version.clone()),
-        ("plural", kind.plural.clone()),
-        ("finalizer", super::finalizer(kind)),
-        ("owned_doc", owned_doc),
         ("uses", uses),
-        ("metadata", metadata),
+        ("metadata", lines(&spelled.metadata)),
         ("apply_owned", apply_owned),
         ("helpers", helpers),
-        ("spec_fields", spec_fields),
-        ("spec_sample", spec_sample),
+        ("spec_fields", lines(&spelled.spec_fields)),
+        ("spec_sample", lines(&spelled.spec_sample)),
         ("test_owned", test_owned),
-    ]
+    ]);
+    vars
 }
 
 /// `ConfigMap` → `config_map`, `observedGeneration` → `observed_generation`.

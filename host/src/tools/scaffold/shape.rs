@@ -143,6 +143,91 @@ pub(super) fn permissions(kind: &CustomKind, owns: &[&OwnedKind]) -> Vec<Permiss
     out
 }
 
+/// What `wasmctrl new` was asked for: every language's skeleton is
+/// generated from it.
+#[derive(Clone, Copy)]
+pub(super) struct Skeleton<'a> {
+    pub(super) name: &'a PluginName,
+    pub(super) kind: &'a CustomKind,
+    pub(super) owns: &'a [&'static OwnedKind],
+    pub(super) permissions: &'a [Permission],
+}
+
+/// How one language spells the lines a skeleton has one of per item: its
+/// metadata's owned kinds and permissions, and per spec field its
+/// declaration, its check and its sample value (each without a newline).
+pub(super) struct Spelling {
+    /// Where a metadata line (`.owns(…)`, `.permission(…)`) starts.
+    pub(super) indent: &'static str,
+    /// How a list literal of strings opens: `[` or `&[`.
+    pub(super) list: &'static str,
+    /// An owned kind as `.owns(…)` takes it.
+    pub(super) owned: fn(&OwnedKind) -> String,
+    pub(super) field: fn(&SpecField) -> String,
+    /// The check of a field of the kind named by the second argument.
+    pub(super) check: fn(&SpecField, &str) -> String,
+    pub(super) sample: fn(&SpecField) -> String,
+}
+
+/// The per-item lines of a skeleton, spelled in one language.
+pub(super) struct Spelled {
+    /// `.owns(…)` then `.permission(…)` lines.
+    pub(super) metadata: Vec<String>,
+    pub(super) spec_fields: Vec<String>,
+    pub(super) spec_checks: Vec<String>,
+    pub(super) spec_sample: Vec<String>,
+}
+
+impl Spelling {
+    pub(super) fn spell(&self, s: Skeleton<'_>) -> Spelled {
+        let Skeleton {
+            kind,
+            owns,
+            permissions,
+            ..
+        } = s;
+        Spelled {
+            metadata: owns
+                .iter()
+                .map(|o| format!("{}.owns({})", self.indent, (self.owned)(o)))
+                .chain(permissions.iter().map(|p| {
+                    format!(
+                        "{indent}.permission({:?}, {list}{:?}], {list}{}])",
+                        p.group,
+                        p.resource,
+                        quoted_list(p.verbs),
+                        indent = self.indent,
+                        list = self.list,
+                    )
+                }))
+                .collect(),
+            spec_fields: SPEC.iter().map(|f| (self.field)(f)).collect(),
+            spec_checks: SPEC.iter().map(|f| (self.check)(f, &kind.kind)).collect(),
+            spec_sample: SPEC.iter().map(|f| (self.sample)(f)).collect(),
+        }
+    }
+}
+
+/// Each line followed by a newline.
+pub(super) fn lines(lines: &[String]) -> String {
+    lines.iter().map(|l| format!("{l}\n")).collect()
+}
+
+/// The template variables every language's skeleton shares.
+pub(super) fn common_vars(s: Skeleton<'_>, owned_doc: String) -> Vec<(&'static str, String)> {
+    let Skeleton { name, kind, .. } = s;
+    vec![
+        ("plugin", name.name.clone()),
+        ("Kind", kind.kind.clone()),
+        ("Reconciler", format!("{}Reconciler", kind.kind)),
+        ("group", kind.group.clone()),
+        ("version", kind.version.clone()),
+        ("plural", kind.plural.clone()),
+        ("finalizer", super::finalizer(kind)),
+        ("owned_doc", owned_doc),
+    ]
+}
+
 /// `"a", "b"`: strings quoted for a list in Rust, Python, TypeScript or YAML.
 pub(super) fn quoted_list(items: &[&str]) -> String {
     items

@@ -1,9 +1,8 @@
 //! A TypeScript plugin: the reconciler, its entry module, a `node --test`
 //! test, both tsconfigs, and the SDK package in `vendor/wasmctrl-sdk`.
 
-use super::names::{CustomKind, PluginName};
 use super::sdk::TYPESCRIPT_SDK;
-use super::shape::{OwnedKind, Permission, SPEC, quoted_list};
+use super::shape::{Skeleton, Spelling, common_vars, lines};
 use super::{Project, owned_doc, render};
 
 const RECONCILER: &str = include_str!("templates/typescript/reconciler.ts");
@@ -13,14 +12,32 @@ const PACKAGE_JSON: &str = include_str!("templates/typescript/package.json");
 const TSCONFIG: &str = include_str!("templates/typescript/tsconfig.json");
 const TSCONFIG_TEST: &str = include_str!("templates/typescript/tsconfig.test.json");
 
-pub(super) fn project(
-    name: &PluginName,
-    kind: &CustomKind,
-    owns: &[&'static OwnedKind],
-    permissions: &[Permission],
-    project: &mut Project,
-) {
-    let vars = vars(name, kind, owns, permissions);
+const SPELLING: Spelling = Spelling {
+    indent: "      ",
+    list: "[",
+    owned: |o| format!("kinds.{}", o.kind),
+    field: |f| {
+        format!(
+            "  /** {} */\n  {}: {};",
+            f.description,
+            f.name,
+            f.ty.typescript()
+        )
+    },
+    check: |f, kind| {
+        format!(
+            "  if (typeof spec.{name} !== {ty:?}) throw new PermanentError(`{kind} ${{nameOf(object)}}: spec.{name} is not a {json}`);",
+            name = f.name,
+            ty = f.ty.typescript(),
+            json = f.ty.openapi(),
+        )
+    },
+    sample: |f| format!("{}: {}", f.name, f.sample),
+};
+
+pub(super) fn project(s: Skeleton<'_>, project: &mut Project) {
+    let name = s.name;
+    let vars = vars(s);
     project.file("package.json", render(PACKAGE_JSON, &vars));
     project.file("tsconfig.json", render(TSCONFIG, &vars));
     project.file("tsconfig.test.json", render(TSCONFIG_TEST, &vars));
@@ -32,28 +49,8 @@ pub(super) fn project(
     }
 }
 
-fn vars(
-    name: &PluginName,
-    kind: &CustomKind,
-    owns: &[&'static OwnedKind],
-    permissions: &[Permission],
-) -> Vec<(&'static str, String)> {
-    let mut metadata = String::new();
-    for o in owns {
-        metadata.push_str(&format!("      .owns(kinds.{})\n", o.kind));
-    }
-    let last = permissions.len().saturating_sub(1);
-    for (i, p) in permissions.iter().enumerate() {
-        metadata.push_str(&format!(
-            "      .permission({:?}, [{:?}], [{}])",
-            p.group,
-            p.resource,
-            quoted_list(p.verbs)
-        ));
-        if i != last {
-            metadata.push('\n');
-        }
-    }
+fn vars(s: Skeleton<'_>) -> Vec<(&'static str, String)> {
+    let Skeleton { kind, owns, .. } = s;
     let mut apply_owned = String::new();
     let mut test_owned = String::new();
     if !owns.is_empty() {
@@ -79,26 +76,7 @@ fn vars(
             ));
         }
     }
-    let owned_doc = owned_doc(owns, " * ");
-    let mut spec_fields = String::new();
-    let mut spec_checks = String::new();
-    let mut spec_sample = Vec::new();
-    for f in SPEC {
-        spec_fields.push_str(&format!(
-            "  /** {} */\n  {}: {};\n",
-            f.description,
-            f.name,
-            f.ty.typescript()
-        ));
-        spec_checks.push_str(&format!(
-            "  if (typeof spec.{name} !== {ty:?}) throw new PermanentError(`{kind} ${{nameOf(object)}}: spec.{name} is not a {json}`);\n",
-            name = f.name,
-            ty = f.ty.typescript(),
-            json = f.ty.openapi(),
-            kind = kind.kind,
-        ));
-        spec_sample.push(format!("{}: {}", f.name, f.sample));
-    }
+    let spelled = SPELLING.spell(s);
     let (owner_import, kinds_import) = if owns.is_empty() {
         (String::new(), String::new())
     } else {
@@ -107,22 +85,19 @@ fn vars(
             "\n  kinds,".to_string(),
         )
     };
-    vec![
-        ("plugin", name.name.clone()),
-        ("Kind", kind.kind.clone()),
-        ("Reconciler", format!("{}Reconciler", kind.kind)),
-        ("group", kind.group.clone()),
-        ("version", kind.version.clone()),
-        ("plural", kind.plural.clone()),
-        ("finalizer", super::finalizer(kind)),
-        ("owned_doc", owned_doc),
+    let mut vars = common_vars(s, owned_doc(owns, " * "));
+    vars.extend([
         ("ts_owner_import", owner_import),
         ("kinds_import", kinds_import),
-        ("metadata", metadata),
+        // The last permission ends where the template's chain goes on.
+        ("metadata", spelled.metadata.join("\n")),
         ("apply_owned", apply_owned),
-        ("spec_fields", spec_fields),
-        ("spec_checks", spec_checks),
-        ("spec_sample", format!("{{ {} }}", spec_sample.join(", "))),
+        ("spec_fields", lines(&spelled.spec_fields)),
+        ("spec_checks", lines(&spelled.spec_checks)),
+        (
+            "spec_sample",
+            format!("{{ {} }}", spelled.spec_sample.join(", ")),
+        ),
         ("test_owned", test_owned),
         (
             "test_imports",
@@ -133,5 +108,6 @@ fn vars(
             }
             .to_string(),
         ),
-    ]
+    ]);
+    vars
 }
