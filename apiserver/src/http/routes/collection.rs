@@ -187,17 +187,11 @@ pub(super) fn delete_collection(
     t: &Target<'_>,
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
-    let Req {
-        q,
-        headers,
-        body,
-        scope,
-        ..
-    } = req;
+    let (q, headers) = (req.q, req.headers);
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
-    let ctx = write_ctx(q, headers, scope)?;
-    let opts = delete_options(shared, q, headers, body)?;
+    let ctx = write_ctx(q, headers, req.scope)?;
+    let opts = delete_options(shared, q, headers, req.body)?;
     let (_, items, _) = shared
         .objects
         .store

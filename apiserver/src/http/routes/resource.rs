@@ -42,16 +42,9 @@ fn update(
     sub: Subresource,
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
-    let Req {
-        method,
-        q,
-        headers,
-        body,
-        scope,
-        ..
-    } = req;
-    let mut ctx = write_ctx(q, headers, scope)?;
-    let (object, code) = if *method == Method::PUT {
+    let (q, headers, body) = (req.q, req.headers, req.body);
+    let mut ctx = write_ctx(q, headers, req.scope)?;
+    let (object, code) = if *req.method == Method::PUT {
         let obj = parse_body(shared, headers, body)?;
         let object = shared
             .objects
