@@ -469,6 +469,21 @@ async fn a_list_past_list_bytes_and_calls_past_api_qps_are_refused_and_counted()
         })
         .await;
     }
+    // The plugin goes on: once the hostile keys are done (no worker busy,
+    // nothing queued), the bucket owes at most the last admitted call's
+    // second, and an honest key's one call fits in its deadline. Created
+    // earlier, it could meet the flood's reservations and, with
+    // `maxRetries: 0`, fail for good.
+    eventually("the hostile keys done", Duration::from_secs(60), || async {
+        let (_, metrics) = admin::http_get(host.admin, "/metrics").await;
+        let busy = metrics.lines().any(|l| {
+            (l.starts_with(r#"controller_runtime_active_workers{controller="hostile"}"#)
+                || l.starts_with(r#"workqueue_depth{name="hostile""#))
+                && !l.ends_with(" 0")
+        });
+        !busy
+    })
+    .await;
     create(&api, "honest").await;
     reconciled(&api, "honest").await;
     host.stop().await.unwrap();
