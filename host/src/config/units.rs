@@ -16,18 +16,28 @@ pub(super) const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 /// timers can then never overflow.
 const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
-/// `d` within `range`, said in the units a user writes.
-pub(super) fn within(d: Duration, range: RangeInclusive<Duration>) -> Result<(), String> {
+/// `v` within `range`; a refusal shows the bounds and `v` as `show` writes
+/// them.
+fn between<T: PartialOrd + Copy>(
+    v: T,
+    range: RangeInclusive<T>,
+    show: impl Fn(T) -> String,
+) -> Result<(), String> {
     let (min, max) = range.into_inner();
-    if d < min || d > max {
+    if v < min || v > max {
         return Err(format!(
             "must be between {} and {} (got {})",
-            show_duration(min),
-            show_duration(max),
-            show_duration(d)
+            show(min),
+            show(max),
+            show(v)
         ));
     }
     Ok(())
+}
+
+/// `d` within `range`, said in the units a user writes.
+pub(super) fn within(d: Duration, range: RangeInclusive<Duration>) -> Result<(), String> {
+    between(d, range, show_duration)
 }
 
 /// A duration as a user writes it (`90s`, `5m`, `250ms`).
@@ -43,24 +53,12 @@ pub fn show_duration(d: Duration) -> String {
 
 /// `n` within `range`.
 pub(super) fn count(n: u64, range: RangeInclusive<u64>) -> Result<(), String> {
-    let (min, max) = range.into_inner();
-    if n < min || n > max {
-        return Err(format!("must be between {min} and {max} (got {n})"));
-    }
-    Ok(())
+    between(n, range, |n| n.to_string())
 }
 
 /// A number of bytes `n` within `range`, said as quantities (`1Mi`).
 pub(super) fn bytes_within(n: u64, range: RangeInclusive<u64>) -> Result<(), String> {
-    let (min, max) = range.into_inner();
-    if n < min || n > max {
-        return Err(format!(
-            "must be between {} and {}",
-            show_quantity(min),
-            show_quantity(max)
-        ));
-    }
-    Ok(())
+    between(n, range, show_quantity)
 }
 
 /// A number of bytes as a user writes it: with the largest binary suffix

@@ -44,11 +44,11 @@ fn byte_ranges_are_said_in_quantities() {
     use crate::config::units::bytes_within;
     assert_eq!(
         bytes_within(1 << 19, (1 << 20)..=(4 << 30)),
-        Err("must be between 1Mi and 4Gi".to_string())
+        Err("must be between 1Mi and 4Gi (got 512Ki)".to_string())
     );
     assert_eq!(
         bytes_within(1, (64 << 10)..=(256 << 20)),
-        Err("must be between 64Ki and 256Mi".to_string())
+        Err("must be between 64Ki and 256Mi (got 1)".to_string())
     );
     assert_eq!(bytes_within(1 << 10, (1 << 10)..=(4 << 30)), Ok(()));
 }
