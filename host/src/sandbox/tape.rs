@@ -85,29 +85,37 @@ impl ContextTape {
         }
     }
 
-    /// The value the guest gets for `read`, given the `live` one: recorded
-    /// (and returned) while recording, the next recorded value of that kind
-    /// while replaying.
-    pub(crate) fn deadline_remaining_ms(&self, live: u64) -> u64 {
+    /// The value the guest gets for a read whose `live` value is given:
+    /// recorded (and returned) while recording, the next recorded value of
+    /// that kind (`replayed` takes it from its queue) while replaying.
+    fn read<T: Copy>(
+        &self,
+        live: T,
+        recorded: fn(T) -> ContextRead,
+        replayed: fn(&mut TapeState) -> Option<T>,
+    ) -> T {
         let mut state = self.state.lock().unwrap();
         match &mut *state {
             TapeState::Recording { .. } => {
-                state.record(ContextRead::DeadlineRemainingMs(live));
+                state.record(recorded(live));
                 live
             }
-            TapeState::Replaying { deadline, .. } => deadline.pop_front().unwrap_or(live),
+            TapeState::Replaying { .. } => replayed(&mut state).unwrap_or(live),
         }
     }
 
+    pub(crate) fn deadline_remaining_ms(&self, live: u64) -> u64 {
+        self.read(live, ContextRead::DeadlineRemainingMs, |s| match s {
+            TapeState::Replaying { deadline, .. } => deadline.pop_front(),
+            TapeState::Recording { .. } => None,
+        })
+    }
+
     pub(crate) fn cancelled(&self, live: bool) -> bool {
-        let mut state = self.state.lock().unwrap();
-        match &mut *state {
-            TapeState::Recording { .. } => {
-                state.record(ContextRead::Cancelled(live));
-                live
-            }
-            TapeState::Replaying { cancelled, .. } => cancelled.pop_front().unwrap_or(live),
-        }
+        self.read(live, ContextRead::Cancelled, |s| match s {
+            TapeState::Replaying { cancelled, .. } => cancelled.pop_front(),
+            TapeState::Recording { .. } => None,
+        })
     }
 
     pub(crate) fn log_enabled(&self, level: &str, live: bool) -> bool {
