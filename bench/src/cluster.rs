@@ -112,6 +112,11 @@ impl Cluster {
         self.process.pid()
     }
 
+    /// The API server process's resident memory, in MiB.
+    pub fn rss_mib(&self) -> anyhow::Result<f64> {
+        self.process.rss_mib()
+    }
+
     pub async fn stop(self) -> anyhow::Result<()> {
         self.process.stop(Duration::from_secs(10)).await
     }

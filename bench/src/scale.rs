@@ -5,7 +5,8 @@
 //! For each size, objects are topped up, then a fresh host process starts:
 //! - **sync**: from starting the process to every object cached and
 //!   reconciled once (ready, then the initial queue drained);
-//! - **RSS** after `--settle-secs` idle, and beside it the objects' JSON
+//! - **RSS** after `--settle-secs` idle (the host's, and the API server
+//!   process's), and beside it the objects' JSON
 //!   size, as the API server serves them and as the host caches them
 //!   (without managedFields, `cache.stripManagedFields`), so the host's
 //!   memory per cached object beyond the JSON it holds can be read off
@@ -46,6 +47,8 @@ struct JsonLine {
     drain_s: f64,
     json_mib: f64,
     cached_json_mib: f64,
+    /// The API server process's RSS holding the objects.
+    apiserver_rss_mib: f64,
 }
 
 struct Row {
@@ -60,6 +63,8 @@ struct Row {
     json_bytes: f64,
     /// The same without managedFields, as the host caches it.
     cached_json_bytes: f64,
+    /// The API server process's RSS, after the host's sync.
+    apiserver_rss_mib: f64,
 }
 
 /// The average JSON size of the objects, from one page of a list: as
@@ -114,6 +119,7 @@ async fn one(
     let sync_s = idle.saturating_sub(spawned) as f64 / 1e9;
     tokio::time::sleep(Duration::from_secs_f64(options.settle_secs)).await;
     let rss_mib = child.rss_mib()?;
+    let apiserver_rss_mib = cluster.rss_mib()?;
     child.send("heap").await?;
     let heap_bytes: f64 = child
         .expect("heap", Duration::from_secs(10))
@@ -134,6 +140,7 @@ async fn one(
         drain_s,
         json_bytes,
         cached_json_bytes,
+        apiserver_rss_mib,
     })
 }
 
@@ -186,6 +193,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
                 drain_s: round(r.drain_s, 2),
                 json_mib: round(mib(r.json_bytes, r), 1),
                 cached_json_mib: round(mib(r.cached_json_bytes, r), 1),
+                apiserver_rss_mib: round(r.apiserver_rss_mib, 1),
             };
             println!("{}", serde_json::to_string(&line)?);
         }
@@ -198,7 +206,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         load_average()
     );
     println!(
-        "  {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>11} {:>9} {:>13} {:>14} {:>15}",
+        "  {:>8} {:>8} {:>8} {:>9} {:>9} {:>9} {:>11} {:>9} {:>13} {:>14} {:>15} {:>11}",
         "objects",
         "ready s",
         "sync s",
@@ -209,10 +217,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         "drain s",
         "keys/s drain",
         "RSS B/obj>JSON",
-        "heap B/obj>JSON"
+        "heap B/obj>JSON",
+        "API RSS MiB"
     );
     println!(
-        "  {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9} {:>11} {:>9.3} {:>13} {:>14} {:>15}",
+        "  {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9} {:>11} {:>9.3} {:>13} {:>14} {:>15} {:>11.1}",
         0,
         baseline.ready_s,
         baseline.sync_s,
@@ -223,11 +232,12 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         baseline.drain_s,
         "-",
         "-",
-        "-"
+        "-",
+        baseline.apiserver_rss_mib
     );
     for r in &rows {
         println!(
-            "  {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9.1} {:>11.1} {:>9.3} {:>13.0} {:>14.0} {:>15.0}",
+            "  {:>8} {:>8.2} {:>8.2} {:>9.1} {:>9.1} {:>9.1} {:>11.1} {:>9.3} {:>13.0} {:>14.0} {:>15.0} {:>11.1}",
             r.objects,
             r.ready_s,
             r.sync_s,
@@ -238,7 +248,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             r.drain_s,
             r.objects as f64 / r.drain_s.max(1e-9),
             beyond(r),
-            heap_beyond(r)
+            heap_beyond(r),
+            r.apiserver_rss_mib
         );
     }
     if let Some(r) = rows.iter().max_by_key(|r| r.objects) {
@@ -253,6 +264,17 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             },
             beyond(r),
             if beyond(r) <= GOAL_BYTES_PER_OBJECT {
+                "met"
+            } else {
+                "MISSED"
+            }
+        );
+        let json = mib(r.json_bytes, r);
+        println!(
+            "  API server: {:.1} MiB RSS holding {json:.1} MiB of objects' JSON ({:.1}x; goal <= 2x: {})",
+            r.apiserver_rss_mib,
+            r.apiserver_rss_mib / json.max(1e-9),
+            if r.apiserver_rss_mib <= 2.0 * json {
                 "met"
             } else {
                 "MISSED"
