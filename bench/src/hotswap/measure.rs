@@ -36,7 +36,7 @@ plugins:
     reconcileTimeout: 5s
     namespaces: [default]
     permissions:
-      - { group: "", resources: [configmaps], verbs: [get, patch] }
+      - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
 "#;
 
 #[derive(Debug, Clone)]
