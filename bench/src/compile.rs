@@ -32,6 +32,7 @@ const PAIRS: &[(&str, &str, &str)] = &[
 
 #[derive(Debug, Serialize)]
 struct Row {
+    scenario: &'static str,
     language: &'static str,
     function_cache: bool,
     first_s: f64,
@@ -72,6 +73,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
                 seconds.push(b.as_secs_f64());
             }
             rows.push(Row {
+                scenario: "compile",
                 language,
                 function_cache: cache,
                 first_s: round(median(&mut firsts), 2),
