@@ -29,6 +29,11 @@ const CONFIG: &str = r#"
 apiVersion: wasmctrl.dev/v1alpha1
 kind: HostConfig
 shutdownTimeout: 10s
+# Compiled components are kept by digest: a swap back to a version loaded
+# before is a cache hit, as in a deployment (the in-memory cache holds only
+# the versions running).
+runtime:
+  cacheDir: cache
 plugins:
   - name: stamp
     path: stamp.wasm
