@@ -10,6 +10,7 @@
 //! cargo run --release -p wasmctrl-bench -- latency [--json]
 //! cargo run --release -p wasmctrl-bench -- density [--json]
 //! cargo run --release -p wasmctrl-bench -- scale [--json]
+//! cargo run --release -p wasmctrl-bench -- startup [--json]
 //! cargo run --release -p wasmctrl-bench -- shadow [--json]
 //! cargo run --release -p wasmctrl-bench -- skip [--json]
 //! ```
@@ -34,6 +35,7 @@ mod outbound;
 mod procs;
 mod rollout;
 mod scale;
+mod startup;
 mod stats;
 mod sweep;
 mod throughput;
@@ -150,6 +152,16 @@ enum Scenario {
         #[arg(long, default_value_t = 3.0)]
         settle_secs: f64,
         /// One JSON line per size instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// From starting a host with N plugins to every plugin's object
+    /// reconciled, with their compiled code not yet in `runtime.cacheDir`
+    /// (cold) and then in it (warm).
+    Startup {
+        /// Plugins, each a distinct component with its own kind.
+        #[arg(long, default_value_t = 100)]
+        plugins: usize,
         #[arg(long)]
         json: bool,
     },
@@ -533,6 +545,7 @@ fn main() -> anyhow::Result<()> {
             rounds,
             json,
         }),
+        Scenario::Startup { plugins, json } => startup::run(&startup::Options { plugins, json }),
         Scenario::Deadline {
             iterations,
             rounds,

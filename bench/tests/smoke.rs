@@ -141,6 +141,16 @@ fn scale() {
 }
 
 #[test]
+fn startup() {
+    let lines = run(
+        &["startup", "--plugins", "3"],
+        &["startup"],
+        &["cache", "plugins", "ready_s", "reconciled_s"],
+    );
+    assert_eq!(values(&lines, "cache"), [r#""cold""#, r#""warm""#]);
+}
+
+#[test]
 fn shadow_and_skip() {
     run(
         &["shadow", "--objects", "20", "--rounds", "1"],

@@ -1,0 +1,163 @@
+//! `startup`: from starting a host process with `--plugins` distinct
+//! plugins (density's components: one `bench-status` build with its kind
+//! rewritten per plugin, so no two share a digest) to every plugin's object
+//! reconciled, twice in a row against the same `runtime.cacheDir`:
+//! - **cold**: the cache is empty, so every component is compiled;
+//! - **warm**: the compiled components of the cold run are in the cache.
+//!
+//! Each run reports when the host said it was ready (every plugin loaded,
+//! informers synced, workers started) and when its queues first drained
+//! after that (every plugin's object reconciled once). A plugin's first
+//! reconcile comes between the two, so the second bounds it from above.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use serde::Serialize;
+use wasmctrl_plugin_artifacts as artifacts;
+
+use crate::cluster::Cluster;
+use crate::controllers::{ControllerArgs, Variant, child_args, host_config};
+use crate::density::component;
+use crate::procs::{Child, now_ns};
+use crate::stats::{load_average, round};
+
+/// From start to every plugin's object reconciled, with `GOAL_PLUGINS`.
+const GOAL_PLUGINS: usize = 100;
+const GOAL_WARM_S: f64 = 1.0;
+const GOAL_COLD_S: f64 = 20.0;
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub plugins: usize,
+    pub json: bool,
+}
+
+#[derive(Serialize)]
+struct JsonLine {
+    scenario: &'static str,
+    cache: &'static str,
+    plugins: usize,
+    ready_s: f64,
+    reconciled_s: f64,
+}
+
+struct Run {
+    cache: &'static str,
+    ready_s: f64,
+    reconciled_s: f64,
+}
+
+async fn one(
+    cluster: &Cluster,
+    config: &std::path::Path,
+    cache: &'static str,
+) -> anyhow::Result<Run> {
+    let args = ControllerArgs {
+        variant: Variant::Wasm,
+        kubeconfig: cluster.kubeconfig.clone(),
+        concurrency: 1,
+        config: Some(config.to_path_buf()),
+        hot: None,
+        count_heap: false,
+    };
+    let spawned = now_ns();
+    let started = Instant::now();
+    let mut child = Child::spawn("wasm host", &child_args(&args))?;
+    child.expect("ready", Duration::from_secs(900)).await?;
+    let ready_s = started.elapsed().as_secs_f64();
+    child.send("idle").await?;
+    let idle: u64 = child
+        .expect("idle", Duration::from_secs(300))
+        .await?
+        .parse()
+        .context("idle line")?;
+    child.stop(Duration::from_secs(30)).await?;
+    Ok(Run {
+        cache,
+        ready_s,
+        reconciled_s: idle.saturating_sub(spawned) as f64 / 1e9,
+    })
+}
+
+pub fn run(options: &Options) -> anyhow::Result<()> {
+    ensure!(
+        (1..=10_000).contains(&options.plugins),
+        "--plugins must be between 1 and 10000"
+    );
+    let load_before = load_average();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let runs = runtime.block_on(async {
+        let cluster = Cluster::start().await?;
+        cluster.create_crds(0..options.plugins).await?;
+        for i in 0..options.plugins {
+            cluster
+                .create_items(i, std::iter::once("item-0".to_string()), 8, false)
+                .await?;
+        }
+        let dir = tempfile::tempdir()?;
+        let original = std::fs::read(artifacts::BENCH_STATUS)
+            .with_context(|| format!("reading {}", artifacts::BENCH_STATUS))?;
+        for i in 0..options.plugins {
+            std::fs::write(
+                dir.path().join(format!("bench-{i:04}.wasm")),
+                component(&original, i)?,
+            )?;
+        }
+        // `host_config` keeps compiled components in `compiled/` beside it.
+        let config = dir.path().join("host.yaml");
+        std::fs::write(&config, host_config(options.plugins, 1, "fresh", &[]))?;
+        let cold = one(&cluster, &config, "cold").await?;
+        let warm = one(&cluster, &config, "warm").await?;
+        cluster.stop().await?;
+        anyhow::Ok([cold, warm])
+    })?;
+    if options.json {
+        for r in &runs {
+            let line = JsonLine {
+                scenario: "startup",
+                cache: r.cache,
+                plugins: options.plugins,
+                ready_s: round(r.ready_s, 3),
+                reconciled_s: round(r.reconciled_s, 3),
+            };
+            println!("{}", serde_json::to_string(&line)?);
+        }
+        return Ok(());
+    }
+    println!(
+        "startup: {} plugins, {} CPUs, load {load_before} before / {} after",
+        options.plugins,
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average()
+    );
+    println!("  {:<6} {:>9} {:>14}", "cache", "ready s", "reconciled s");
+    for r in &runs {
+        println!(
+            "  {:<6} {:>9.3} {:>14.3}",
+            r.cache, r.ready_s, r.reconciled_s
+        );
+    }
+    let [cold, warm] = &runs;
+    if options.plugins == GOAL_PLUGINS {
+        let verdict = |s: f64, goal: f64| if s <= goal { "met" } else { "MISSED" };
+        println!(
+            "  every plugin's object reconciled: warm {:.2} s (goal <= {GOAL_WARM_S:.0} s: {}), cold {:.2} s (goal <= {GOAL_COLD_S:.0} s: {})",
+            warm.reconciled_s,
+            verdict(warm.reconciled_s, GOAL_WARM_S),
+            cold.reconciled_s,
+            verdict(cold.reconciled_s, GOAL_COLD_S),
+        );
+    } else {
+        println!(
+            "  every plugin's object reconciled: warm {:.2} s, cold {:.2} s ({:.1} and {:.1} ms per plugin; the goals are for {GOAL_PLUGINS} plugins)",
+            warm.reconciled_s,
+            cold.reconciled_s,
+            warm.reconciled_s * 1e3 / options.plugins as f64,
+            cold.reconciled_s * 1e3 / options.plugins as f64,
+        );
+    }
+    Ok(())
+}
