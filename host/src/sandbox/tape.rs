@@ -40,14 +40,18 @@ enum TapeState {
         reads: Vec<ContextRead>,
         dropped: u64,
     },
-    /// Each kind of read is served from its own queue, in the recorded
-    /// order: a version that reads the deadline one more time does not
-    /// shift the answers it gets about cancellation.
-    Replaying {
-        deadline: VecDeque<u64>,
-        cancelled: VecDeque<bool>,
-        log_enabled: VecDeque<(String, bool)>,
-    },
+    Replaying(Replay),
+}
+
+/// The recorded reads a replaying tape answers with. Each kind of read is
+/// served from its own queue, in the recorded order: a version that reads
+/// the deadline one more time does not shift the answers it gets about
+/// cancellation.
+#[derive(Debug, Default)]
+struct Replay {
+    deadline: VecDeque<u64>,
+    cancelled: VecDeque<bool>,
+    log_enabled: VecDeque<(String, bool)>,
 }
 
 impl ContextTape {
@@ -64,35 +68,30 @@ impl ContextTape {
     /// A tape that answers with `reads`, in order; a read past the recorded
     /// ones gets the live value.
     pub fn replaying(reads: &[ContextRead]) -> Self {
-        let mut deadline = VecDeque::new();
-        let mut cancelled = VecDeque::new();
-        let mut log_enabled = VecDeque::new();
+        let mut replay = Replay::default();
         for r in reads {
             match r {
-                ContextRead::DeadlineRemainingMs(v) => deadline.push_back(*v),
-                ContextRead::Cancelled(v) => cancelled.push_back(*v),
+                ContextRead::DeadlineRemainingMs(v) => replay.deadline.push_back(*v),
+                ContextRead::Cancelled(v) => replay.cancelled.push_back(*v),
                 ContextRead::LogEnabled { level, enabled } => {
-                    log_enabled.push_back((level.clone(), *enabled))
+                    replay.log_enabled.push_back((level.clone(), *enabled))
                 }
             }
         }
         Self {
-            state: Mutex::new(TapeState::Replaying {
-                deadline,
-                cancelled,
-                log_enabled,
-            }),
+            state: Mutex::new(TapeState::Replaying(replay)),
         }
     }
 
     /// The value the guest gets for a read whose `live` value is given:
-    /// recorded (and returned) while recording, the next recorded value of
-    /// that kind (`replayed` takes it from its queue) while replaying.
+    /// recorded (as `recorded` makes it) and returned while recording; while
+    /// replaying, the next recorded value `replayed` takes from its queue,
+    /// or the live one past them.
     fn read<T: Copy>(
         &self,
         live: T,
-        recorded: fn(T) -> ContextRead,
-        replayed: fn(&mut TapeState) -> Option<T>,
+        recorded: impl FnOnce(T) -> ContextRead,
+        replayed: impl FnOnce(&mut Replay) -> Option<T>,
     ) -> T {
         let mut state = self.state.lock().unwrap();
         match &mut *state {
@@ -100,50 +99,40 @@ impl ContextTape {
                 state.record(recorded(live));
                 live
             }
-            TapeState::Replaying { .. } => replayed(&mut state).unwrap_or(live),
+            TapeState::Replaying(replay) => replayed(replay).unwrap_or(live),
         }
     }
 
     pub(crate) fn deadline_remaining_ms(&self, live: u64) -> u64 {
-        self.read(live, ContextRead::DeadlineRemainingMs, |s| match s {
-            TapeState::Replaying { deadline, .. } => deadline.pop_front(),
-            TapeState::Recording { .. } => None,
+        self.read(live, ContextRead::DeadlineRemainingMs, |r| {
+            r.deadline.pop_front()
         })
     }
 
     pub(crate) fn cancelled(&self, live: bool) -> bool {
-        self.read(live, ContextRead::Cancelled, |s| match s {
-            TapeState::Replaying { cancelled, .. } => cancelled.pop_front(),
-            TapeState::Recording { .. } => None,
-        })
+        self.read(live, ContextRead::Cancelled, |r| r.cancelled.pop_front())
     }
 
+    /// Replayed only while the next recorded answer is about `level`.
     pub(crate) fn log_enabled(&self, level: &str, live: bool) -> bool {
-        let mut state = self.state.lock().unwrap();
-        match &mut *state {
-            TapeState::Recording { .. } => {
-                state.record(ContextRead::LogEnabled {
-                    level: level.to_string(),
-                    enabled: live,
-                });
-                live
-            }
-            TapeState::Replaying { log_enabled, .. } => match log_enabled.front() {
-                Some((l, enabled)) if l == level => {
-                    let enabled = *enabled;
-                    log_enabled.pop_front();
-                    enabled
-                }
-                _ => live,
+        self.read(
+            live,
+            |enabled| ContextRead::LogEnabled {
+                level: level.to_string(),
+                enabled,
             },
-        }
+            |r| match r.log_enabled.front() {
+                Some((l, _)) if l == level => r.log_enabled.pop_front().map(|(_, e)| e),
+                _ => None,
+            },
+        )
     }
 
     /// What was recorded so far (empty for a replaying tape).
     pub fn reads(&self) -> Vec<ContextRead> {
         match &*self.state.lock().unwrap() {
             TapeState::Recording { reads, .. } => reads.clone(),
-            TapeState::Replaying { .. } => Vec::new(),
+            TapeState::Replaying(_) => Vec::new(),
         }
     }
 
@@ -151,7 +140,7 @@ impl ContextTape {
     pub fn dropped(&self) -> u64 {
         match &*self.state.lock().unwrap() {
             TapeState::Recording { dropped, .. } => *dropped,
-            TapeState::Replaying { .. } => 0,
+            TapeState::Replaying(_) => 0,
         }
     }
 }
