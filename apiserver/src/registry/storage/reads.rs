@@ -3,6 +3,7 @@
 
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
+use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -134,18 +135,18 @@ impl Store {
             });
         }
         let lower = lower_bound(ns, after);
-        let past_lower = |key: (&str, &str)| match &lower.0 {
-            std::ops::Bound::Excluded(k) => key > (k.0.as_str(), k.1.as_str()),
-            std::ops::Bound::Included(k) => key >= (k.0.as_str(), k.1.as_str()),
-            std::ops::Bound::Unbounded => true,
-        };
+        // The same bounds over the history's borrowed keys.
+        let borrowed = (
+            lower.0.as_ref().map(|k| (k.0.as_str(), k.1.as_str())),
+            std::ops::Bound::Unbounded,
+        );
         // Each key changed since `at`, with its state then (None: it did not
         // exist). The history is in resourceVersion order: walking back, the
         // last event seen for a key is its first change after `at`.
         let mut then: BTreeMap<(&str, &str), Option<&Arc<Value>>> = BTreeMap::new();
         for ev in st.history.iter().rev().take_while(|ev| ev.rv > at) {
             let key = (ev.namespace.as_str(), ev.name.as_str());
-            if ev.resource == *gr && past_lower(key) {
+            if ev.resource == *gr && borrowed.contains(&key) {
                 then.insert(key, ev.prev.as_ref());
             }
         }
