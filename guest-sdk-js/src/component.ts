@@ -28,15 +28,26 @@ function objectPatch(p: WirePatch): kube.ObjectPatch {
   return { tag: p.type, val: p.body };
 }
 
-/** The `api-error` an import threw: componentize-js throws the variant, jco wraps it in `payload`. */
+/**
+ * The variant a failed import threw (an `api-error`, an `error-code`, a
+ * `stream-error`): componentize-js throws the variant itself, jco wraps it
+ * in `payload`. Undefined when `e` is not a variant.
+ */
+function variantOf(e: unknown): { tag: string; val?: unknown } | undefined {
+  const payload = e !== null && typeof e === "object" && "payload" in e ? (e as { payload: unknown }).payload : e;
+  if (payload !== null && typeof payload === "object" && "tag" in payload && typeof payload.tag === "string") {
+    return payload as { tag: string; val?: unknown };
+  }
+  return undefined;
+}
+
+/** Calls an import of the `kube` or `secrets` interface, throwing its `api-error` as an {@link ApiError}. */
 function call<T>(f: () => T): T {
   try {
     return f();
   } catch (e) {
-    const payload = (e !== null && typeof e === "object" && "payload" in e ? (e as { payload: unknown }).payload : e) as
-      | { tag?: unknown; val?: unknown }
-      | undefined;
-    if (payload && typeof payload === "object" && typeof payload.tag === "string") {
+    const payload = variantOf(e);
+    if (payload !== undefined) {
       throw apiErrorOf(payload.tag, String(payload.val ?? ""));
     }
     throw e;
@@ -68,10 +79,9 @@ function method(name: string): httpTypes.Method {
 
 /** What a wasi:http call threw, as text: its `error-code` where it has one. */
 function reason(e: unknown): string {
-  const payload = e !== null && typeof e === "object" && "payload" in e ? (e as { payload: unknown }).payload : e;
-  if (payload !== null && typeof payload === "object" && "tag" in payload) {
-    const { tag, val } = payload as { tag: unknown; val?: unknown };
-    return val === undefined ? String(tag) : `${String(tag)}: ${JSON.stringify(val)}`;
+  const variant = variantOf(e);
+  if (variant !== undefined) {
+    return variant.val === undefined ? variant.tag : `${variant.tag}: ${JSON.stringify(variant.val)}`;
   }
   return e instanceof Error ? e.message : String(e);
 }
@@ -143,10 +153,7 @@ function httpSend(request: WireRequest): WireResponse {
     try {
       chunk = input.blockingRead(READ_CHUNK);
     } catch (e) {
-      const payload = (e !== null && typeof e === "object" && "payload" in e ? (e as { payload: unknown }).payload : e) as
-        | { tag?: unknown }
-        | undefined;
-      if (payload?.tag === "closed") break;
+      if (variantOf(e)?.tag === "closed") break;
       throw failed("reading the body", e);
     }
     chunks.push(chunk);
