@@ -155,6 +155,42 @@ pub fn child_args(args: &ControllerArgs) -> Vec<String> {
     v
 }
 
+/// A controller process started with `args`, once it has drained the
+/// queues of its first sync.
+pub struct Synced {
+    pub child: Child,
+    /// From just before the spawn to the child's `ready` line.
+    pub ready_s: f64,
+    /// From just before the spawn to every key of the first sync
+    /// reconciled (the child's own clock, as it saw its queues drain).
+    pub synced_s: f64,
+}
+
+/// Starts `args` in a child and waits, at most `ready_within` for it to be
+/// ready and then `synced_within` for its first sync to be reconciled.
+pub async fn start_synced(
+    args: &ControllerArgs,
+    ready_within: Duration,
+    synced_within: Duration,
+) -> anyhow::Result<Synced> {
+    let spawned = now_ns();
+    let started = std::time::Instant::now();
+    let mut child = Child::spawn("wasm host", &child_args(args))?;
+    child.expect("ready", ready_within).await?;
+    let ready_s = started.elapsed().as_secs_f64();
+    child.send("idle").await?;
+    let idle: u64 = child
+        .expect("idle", synced_within)
+        .await?
+        .parse()
+        .context("idle line")?;
+    Ok(Synced {
+        child,
+        ready_s,
+        synced_s: idle.saturating_sub(spawned) as f64 / 1e9,
+    })
+}
+
 /// The host config of the wasm variant: `plugins` plugins named
 /// `bench-NNNN`, each reconciling `BenchNNNN` from `bench-NNNN.wasm` in the
 /// config's directory, with `instanceMode: instance_mode` and each of

@@ -15,15 +15,14 @@
 //!   /plugins/{name}/reload`, the host's full re-enqueue) and the time until
 //!   every key has been reconciled.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use kube::api::ListParams;
 use serde::Serialize;
 
 use crate::cluster::Cluster;
-use crate::controllers::{ControllerArgs, Variant, child_args, resync};
-use crate::procs::{Child, now_ns};
+use crate::controllers::{ControllerArgs, Synced, Variant, resync, start_synced};
 use crate::stats::{load_average, round};
 use crate::throughput::{wasm_config, write_wasm_host};
 
@@ -105,18 +104,11 @@ async fn one(
         hot: None,
         count_heap: true,
     };
-    let spawned = now_ns();
-    let started = Instant::now();
-    let mut child = Child::spawn("wasm host", &child_args(&args))?;
-    child.expect("ready", Duration::from_secs(300)).await?;
-    let ready_s = started.elapsed().as_secs_f64();
-    child.send("idle").await?;
-    let idle: u64 = child
-        .expect("idle", Duration::from_secs(600))
-        .await?
-        .parse()
-        .context("idle line")?;
-    let sync_s = idle.saturating_sub(spawned) as f64 / 1e9;
+    let Synced {
+        mut child,
+        ready_s,
+        synced_s: sync_s,
+    } = start_synced(&args, Duration::from_secs(300), Duration::from_secs(600)).await?;
     tokio::time::sleep(Duration::from_secs_f64(options.settle_secs)).await;
     let rss_mib = child.rss_mib()?;
     let apiserver_rss_mib = cluster.rss_mib()?;

@@ -10,16 +10,15 @@
 //! after that (every plugin's object reconciled once). A plugin's first
 //! reconcile comes between the two, so the second bounds it from above.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, ensure};
 use serde::Serialize;
 use wasmctrl_plugin_artifacts as artifacts;
 
 use crate::cluster::Cluster;
-use crate::controllers::{ControllerArgs, Variant, child_args, host_config};
+use crate::controllers::{ControllerArgs, Variant, host_config, start_synced};
 use crate::density::component;
-use crate::procs::{Child, now_ns};
 use crate::stats::{load_average, round};
 
 /// From start to every plugin's object reconciled, with `GOAL_PLUGINS`.
@@ -61,22 +60,12 @@ async fn one(
         hot: None,
         count_heap: false,
     };
-    let spawned = now_ns();
-    let started = Instant::now();
-    let mut child = Child::spawn("wasm host", &child_args(&args))?;
-    child.expect("ready", Duration::from_secs(900)).await?;
-    let ready_s = started.elapsed().as_secs_f64();
-    child.send("idle").await?;
-    let idle: u64 = child
-        .expect("idle", Duration::from_secs(300))
-        .await?
-        .parse()
-        .context("idle line")?;
-    child.stop(Duration::from_secs(30)).await?;
+    let host = start_synced(&args, Duration::from_secs(900), Duration::from_secs(300)).await?;
+    host.child.stop(Duration::from_secs(30)).await?;
     Ok(Run {
         cache,
-        ready_s,
-        reconciled_s: idle.saturating_sub(spawned) as f64 / 1e9,
+        ready_s: host.ready_s,
+        reconciled_s: host.synced_s,
     })
 }
 
