@@ -86,6 +86,18 @@ pub(crate) enum ApiError {
     /// 504 Timeout: the request did not complete in the allotted time.
     #[error("Timeout: {0}")]
     Timeout(String),
+    /// A status someone else chose, answered as given: an admission
+    /// webhook's denial (its code, reason and details, upstream's message).
+    #[error("{message}")]
+    Status {
+        /// 400–599.
+        code: u16,
+        /// Empty when the webhook gave none (left out of the status).
+        reason: String,
+        message: String,
+        /// `details`, when the webhook sent an object.
+        details: Option<Value>,
+    },
 }
 
 impl ApiError {
@@ -197,11 +209,12 @@ impl ApiError {
             ApiError::Internal(_) => 500,
             ApiError::RequestEntityTooLarge(_) => 413,
             ApiError::Timeout(_) => 504,
+            ApiError::Status { code, .. } => *code,
         }
     }
 
     /// metav1.Status `reason`.
-    pub(crate) fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &str {
         match self {
             ApiError::NotFound { .. } => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
@@ -216,6 +229,7 @@ impl ApiError {
             ApiError::Internal(_) => "InternalError",
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             ApiError::Timeout(_) => "Timeout",
+            ApiError::Status { reason, .. } => reason,
         }
     }
 
@@ -260,10 +274,17 @@ impl ApiError {
                 causes,
                 ..
             } => Some(details(Some(name), group, kind, causes)),
+            ApiError::Status { details, .. } => details.clone(),
             _ => None,
         };
         if let Some(d) = details {
             status["details"] = d;
+        }
+        // Upstream's `omitempty`.
+        if self.reason().is_empty()
+            && let Some(m) = status.as_object_mut()
+        {
+            m.remove("reason");
         }
         status
     }

@@ -17,9 +17,9 @@
 //!
 //! Inside, the layers are folders, each importing only those below it:
 //! `http` (serving) → `auth` (who may) → `registry` (the objects and their
-//! semantics) → `patch` (pure patch functions) → the leaf modules `error`,
-//! `metrics`, `values` and `yaml`; `persist` (the data directory) and
-//! `testing` sit beside `http`.
+//! semantics) → `admission` (the webhooks writes call) → `patch` (pure
+//! patch functions) → the leaf modules `error`, `metrics`, `values` and
+//! `yaml`; `persist` (the data directory) and `testing` sit beside `http`.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), wasmctrl_apiserver::Error> {
@@ -30,6 +30,7 @@
 //! # Ok(()) }
 //! ```
 
+mod admission;
 mod auth;
 mod error;
 mod http;
@@ -283,6 +284,7 @@ impl ApiServer {
                 .map(|(.., obj)| obj.clone())
                 .collect();
             shared.objects.store.load(loaded.rv, loaded.objects);
+            shared.objects.observe_loaded_webhooks();
             for crd in crds {
                 let (storage, infos) = registry::crd::infos_for(&crd);
                 shared.objects.registry_mut().set_custom(&storage, infos);
@@ -374,6 +376,7 @@ impl ApiServer {
             self.shared
                 .objects
                 .create_object(&info, "", body, &ctx)
+                .await
                 .map_err(|e| seed_err(Box::new(e)))?;
             let pending =
                 std::mem::take(&mut *ctx.pending.lock().unwrap_or_else(|e| e.into_inner()));

@@ -6,16 +6,24 @@
 //!   at 0 so a dashboard can tell "never happened" from "not exported".
 //! - `wasmctrl_apiserver_requests_total{verb,code}`: every answered request
 //!   by Kubernetes verb and HTTP status.
+//! - upstream's admission webhook metrics, under upstream's names (a
+//!   counter gains OpenMetrics' `_total`):
+//!   `apiserver_admission_webhook_admission_duration_seconds{name,operation,rejected,type}`,
+//!   `apiserver_admission_webhook_rejection_count_total{name,operation,rejection_code,error_type,type}`
+//!   and `apiserver_admission_webhook_fail_open_count_total{name,type}`.
 //!
 //! Built on prometheus-client, as the host's metrics are, so both expose
 //! the same text format. Every label value comes from a fixed set (a
-//! [`Limit`], a known verb or `other`, a status code): a client can never
-//! mint a series. The registry lives in each server's state rather than in
+//! [`Limit`], a known verb or `other`, a status code) or, for the webhook
+//! metrics, from a webhook's name, which only a writer of webhook
+//! configurations (the cluster's administrators) chooses: a client can
+//! never mint a series. The registry lives in each server's state rather than in
 //! a global, so two servers in one process count apart.
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// A ceiling the server enforces; its label is the `limit` label value.
@@ -65,10 +73,15 @@ pub(crate) enum Limit {
     /// SubjectAccessReview with over 1 000 groups, extra keys or values of
     /// one extra key (400).
     ReviewLists,
+    /// A webhook configuration with over 64 webhooks (422), or a request
+    /// matching over 128 mutating or validating webhooks (500).
+    AdmissionWebhooks,
+    /// A webhook's answer over 16 MiB (a failed call).
+    WebhookResponse,
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 21] = [
+    pub(crate) const ALL: [Limit; 23] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -90,6 +103,8 @@ impl Limit {
         Limit::TokenAudiences,
         Limit::ImpersonationHeaders,
         Limit::ReviewLists,
+        Limit::AdmissionWebhooks,
+        Limit::WebhookResponse,
     ];
 
     /// The `limit` label value.
@@ -116,6 +131,8 @@ impl Limit {
             Limit::TokenAudiences => "tokenAudiences",
             Limit::ImpersonationHeaders => "impersonationHeaders",
             Limit::ReviewLists => "reviewLists",
+            Limit::AdmissionWebhooks => "admissionWebhooks",
+            Limit::WebhookResponse => "webhookResponse",
         }
     }
 
@@ -144,6 +161,58 @@ struct RequestLabels {
     code: u16,
 }
 
+/// Why a webhook call ended a request, upstream's `error_type` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WebhookErrorType {
+    /// The call failed under `failurePolicy: Fail`.
+    CallingWebhook,
+    /// The webhook denied the request.
+    NoError,
+    /// The server refused (a dry run the webhook cannot take, a patch that
+    /// cannot apply).
+    ApiserverInternal,
+}
+
+impl WebhookErrorType {
+    fn label(self) -> &'static str {
+        match self {
+            WebhookErrorType::CallingWebhook => "calling_webhook_error",
+            WebhookErrorType::NoError => "no_error",
+            WebhookErrorType::ApiserverInternal => "apiserver_internal_error",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookAdmissionLabels {
+    name: String,
+    operation: &'static str,
+    rejected: &'static str,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookRejectionLabels {
+    name: String,
+    operation: &'static str,
+    rejection_code: u16,
+    error_type: &'static str,
+    r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WebhookFailOpenLabels {
+    name: String,
+    r#type: &'static str,
+}
+
+/// Upstream's buckets for webhook call durations, in seconds.
+const WEBHOOK_BUCKETS: [f64; 8] = [0.005, 0.025, 0.1, 0.5, 1.0, 2.5, 10.0, 25.0];
+
+fn webhook_histogram() -> Histogram {
+    Histogram::new(WEBHOOK_BUCKETS)
+}
+
 /// Verbs a request is counted under; anything else (an unknown method) is
 /// `other`.
 const VERBS: &[&str] = &[
@@ -167,6 +236,9 @@ pub(crate) struct Metrics {
     registry: Registry,
     limits: Family<LimitLabel, Counter>,
     requests: Family<RequestLabels, Counter>,
+    webhook_durations: Family<WebhookAdmissionLabels, Histogram, fn() -> Histogram>,
+    webhook_rejections: Family<WebhookRejectionLabels, Counter>,
+    webhook_fail_open: Family<WebhookFailOpenLabels, Counter>,
 }
 
 impl Metrics {
@@ -188,11 +260,83 @@ impl Metrics {
             "Requests answered, by verb and HTTP status code",
             requests.clone(),
         );
+        let webhook_durations = Family::<_, _, fn() -> Histogram>::new_with_constructor(
+            webhook_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "apiserver_admission_webhook_admission_duration_seconds",
+            "Admission webhook latency in seconds, by webhook name, operation, whether it rejected and type (validating or admit)",
+            webhook_durations.clone(),
+        );
+        let webhook_rejections = Family::<WebhookRejectionLabels, Counter>::default();
+        registry.register(
+            "apiserver_admission_webhook_rejection_count",
+            "Admission webhook rejections, by webhook name, operation, status code, error type and type (validating or admit)",
+            webhook_rejections.clone(),
+        );
+        let webhook_fail_open = Family::<WebhookFailOpenLabels, Counter>::default();
+        registry.register(
+            "apiserver_admission_webhook_fail_open_count",
+            "Admission webhook calls that failed and were ignored (failurePolicy Ignore), by webhook name and type",
+            webhook_fail_open.clone(),
+        );
         Metrics {
             registry,
             limits,
             requests,
+            webhook_durations,
+            webhook_rejections,
+            webhook_fail_open,
         }
+    }
+
+    /// Times one webhook call (`kind`: `validating` or `admit`).
+    pub(crate) fn webhook_admission(
+        &self,
+        name: &str,
+        operation: &'static str,
+        rejected: bool,
+        kind: &'static str,
+        seconds: f64,
+    ) {
+        self.webhook_durations
+            .get_or_create(&WebhookAdmissionLabels {
+                name: name.to_string(),
+                operation,
+                rejected: if rejected { "true" } else { "false" },
+                r#type: kind,
+            })
+            .observe(seconds);
+    }
+
+    /// Counts a request a webhook call ended.
+    pub(crate) fn webhook_rejection(
+        &self,
+        name: &str,
+        operation: &'static str,
+        code: u16,
+        error_type: WebhookErrorType,
+        kind: &'static str,
+    ) {
+        self.webhook_rejections
+            .get_or_create(&WebhookRejectionLabels {
+                name: name.to_string(),
+                operation,
+                rejection_code: code,
+                error_type: error_type.label(),
+                r#type: kind,
+            })
+            .inc();
+    }
+
+    /// Counts a failed call `failurePolicy: Ignore` let pass.
+    pub(crate) fn webhook_fail_open(&self, name: &str, kind: &'static str) {
+        self.webhook_fail_open
+            .get_or_create(&WebhookFailOpenLabels {
+                name: name.to_string(),
+                r#type: kind,
+            })
+            .inc();
     }
 
     /// Counts one refusal by `limit`.

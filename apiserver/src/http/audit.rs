@@ -63,6 +63,10 @@ mod enabled {
         pub name: Option<String>,
         /// The HTTP status code of the response.
         pub code: u16,
+        /// Audit annotations admission webhooks added, keyed
+        /// `<webhook name>/<key>` (and upstream's `failed-open…` keys for
+        /// webhooks whose failure was ignored).
+        pub annotations: Vec<(String, String)>,
     }
 
     /// The bounded record of writes.
@@ -92,6 +96,7 @@ mod enabled {
             field_manager: Option<&str>,
             created_name: Option<&str>,
             code: u16,
+            annotations: Vec<(String, String)>,
         ) {
             if !info.is_mutating() {
                 return;
@@ -109,6 +114,7 @@ mod enabled {
                 namespace: info.namespace.clone(),
                 name: info.name.clone().or(created_name.map(str::to_string)),
                 code,
+                annotations,
             };
             let mut ring = self.inner.lock().unwrap_or_else(|e| e.into_inner());
             if ring.records.len() == CAPACITY {
@@ -153,6 +159,7 @@ mod disabled {
         }
 
         #[inline]
+        #[allow(clippy::too_many_arguments)]
         pub(crate) fn record(
             &self,
             _time: SystemTime,
@@ -161,6 +168,7 @@ mod disabled {
             _field_manager: Option<&str>,
             _created_name: Option<&str>,
             _code: u16,
+            _annotations: Vec<(String, String)>,
         ) {
         }
     }

@@ -124,6 +124,14 @@ fn columns(info: &ResourceInfo) -> Vec<Column> {
                 Cell::Path(".spec.clusterIP".into()),
             ));
         }
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration",
+        ) => cols.push(col(
+            "Webhooks",
+            "integer",
+            Cell::Fixed(|o| json!(o["webhooks"].as_array().map_or(0, Vec::len))),
+        )),
         ("apps", "Deployment" | "StatefulSet" | "ReplicaSet") => cols.push(col(
             "Ready",
             "string",

@@ -7,9 +7,10 @@ use serde_json::{Value, json};
 
 use super::Objects;
 use super::resources::ResourceInfo;
-use super::storage::{Change, Expect, StoreError};
+use super::storage::{Change, Expect, StoreError, Stored};
 use super::views::to_view;
 use super::writes::{MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace};
+use crate::admission::Operation;
 use crate::error::ApiError;
 use crate::values::{meta_str, metadata_mut, now_rfc3339};
 
@@ -30,11 +31,128 @@ pub(crate) struct DeleteOptions {
     pub(crate) precondition_rv: Option<String>,
 }
 
+/// The namespaces the real server refuses to delete answer 403.
+fn refuse_undeletable(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
+    if is_namespace(info) && UNDELETABLE_NAMESPACES.contains(&name) {
+        return Err(ApiError::Forbidden {
+            message: format!(
+                "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
+            ),
+            name: name.to_string(),
+            group: String::new(),
+            kind: "namespaces".into(),
+        });
+    }
+    Ok(())
+}
+
+/// The uid and resourceVersion preconditions of `opts` against `cur`.
+fn check_preconditions(
+    info: &ResourceInfo,
+    name: &str,
+    opts: &DeleteOptions,
+    cur: &Stored,
+) -> Result<(), ApiError> {
+    if let Some(uid) = &opts.precondition_uid
+        && meta_str(&cur.obj, "uid") != Some(uid.as_str())
+    {
+        return Err(ApiError::conflict(
+            &info.group,
+            &info.plural,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
+                meta_str(&cur.obj, "uid").unwrap_or("")
+            ),
+        ));
+    }
+    if let Some(rv) = &opts.precondition_rv
+        && *rv != cur.rv.to_string()
+    {
+        return Err(ApiError::conflict(
+            &info.group,
+            &info.plural,
+            name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
+                cur.rv
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `DeleteOptions` (meta.k8s.io/v1) as admission sends them.
+fn options_json(opts: &DeleteOptions, dry_run: bool) -> Value {
+    let mut o = json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+    if let Some(p) = &opts.propagation {
+        o["propagationPolicy"] = json!(p);
+    }
+    if let Some(g) = opts.grace_period {
+        o["gracePeriodSeconds"] = json!(g);
+    }
+    let mut pre = serde_json::Map::new();
+    if let Some(uid) = &opts.precondition_uid {
+        pre.insert("uid".into(), json!(uid));
+    }
+    if let Some(rv) = &opts.precondition_rv {
+        pre.insert("resourceVersion".into(), json!(rv));
+    }
+    if !pre.is_empty() {
+        o["preconditions"] = Value::Object(pre);
+    }
+    if dry_run {
+        o["dryRun"] = json!(["All"]);
+    }
+    o
+}
+
 impl Objects {
-    /// DELETE of one object. Returns the response body: the object while
-    /// finalizers hold it (or for kinds that return it), else a Success
-    /// status.
-    pub(crate) fn delete_object(
+    /// DELETE of one object for a request. Returns the response body: the
+    /// object while finalizers hold it (or for kinds that return it), else
+    /// a Success status. Each attempt is admitted anew (as a DELETE with
+    /// the object read as `oldObject`) once its preconditions hold.
+    pub(crate) async fn delete_object(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        ctx: &WriteCtx,
+    ) -> Result<Value, ApiError> {
+        let Some(admitting) = self.admitting(info, None, ctx) else {
+            return self.delete_now(info, ns, name, opts, ctx);
+        };
+        let ns = self.ns_for(info, ns);
+        refuse_undeletable(info, name)?;
+        for _ in 0..MAX_RETRIES {
+            let cur = self.load(info, &ns, name)?;
+            check_preconditions(info, name, opts, &cur)?;
+            let old = to_view(info, &cur.obj);
+            let options = options_json(opts, ctx.dry_run);
+            admitting
+                .mutate(
+                    Operation::Delete,
+                    (&ns, name),
+                    None,
+                    Some(&old),
+                    options.clone(),
+                )
+                .await?;
+            admitting
+                .validate(Operation::Delete, (&ns, name), None, Some(&old), options)
+                .await?;
+            if let Some(done) = self.delete_attempt(info, &ns, name, opts, &cur, ctx)? {
+                return Ok(done);
+            }
+        }
+        Err(ApiError::stale(&info.group, &info.plural, name))
+    }
+
+    /// [`Objects::delete_object`] without admission: the server's own
+    /// deletes (garbage collection), and requests when no webhook is
+    /// configured.
+    pub(crate) fn delete_now(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -43,112 +161,95 @@ impl Objects {
         ctx: &WriteCtx,
     ) -> Result<Value, ApiError> {
         let ns = self.ns_for(info, ns);
-        if is_namespace(info) && UNDELETABLE_NAMESPACES.contains(&name) {
-            return Err(ApiError::Forbidden {
-                message: format!(
-                    "namespaces \"{name}\" is forbidden: this namespace may not be deleted"
-                ),
-                name: name.to_string(),
-                group: String::new(),
-                kind: "namespaces".into(),
-            });
-        }
+        refuse_undeletable(info, name)?;
         for _ in 0..MAX_RETRIES {
             let cur = self.load(info, &ns, name)?;
-            if let Some(uid) = &opts.precondition_uid
-                && meta_str(&cur.obj, "uid") != Some(uid.as_str())
-            {
-                return Err(ApiError::conflict(
-                    &info.group,
-                    &info.plural,
-                    name,
-                    &format!(
-                        "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                        meta_str(&cur.obj, "uid").unwrap_or("")
-                    ),
-                ));
-            }
-            if let Some(rv) = &opts.precondition_rv
-                && *rv != cur.rv.to_string()
-            {
-                return Err(ApiError::conflict(
-                    &info.group,
-                    &info.plural,
-                    name,
-                    &format!(
-                        "Precondition failed: ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}",
-                        cur.rv
-                    ),
-                ));
-            }
-            let mut fins = finalizers(&cur.obj);
-            match opts.propagation.as_deref() {
-                Some("Foreground") if !fins.iter().any(|f| f == FOREGROUND) => {
-                    fins.push(FOREGROUND.into())
-                }
-                Some("Orphan") if !fins.iter().any(|f| f == ORPHAN) => fins.push(ORPHAN.into()),
-                _ => {}
-            }
-            let already = cur.obj["metadata"].get("deletionTimestamp").is_some();
-            let change = if fins.is_empty() && !is_namespace(info) {
-                Change::Delete
-            } else if already && fins == finalizers(&cur.obj) {
-                // Deletion already in progress; nothing new to record.
-                return Ok(to_view(info, &cur.obj));
-            } else {
-                let mut obj = (*cur.obj).clone();
-                let gen_bump = info.generation && !already;
-                {
-                    let md = metadata_mut(&mut obj);
-                    if !already {
-                        md.insert("deletionTimestamp".into(), json!(now_rfc3339()));
-                        md.insert(
-                            "deletionGracePeriodSeconds".into(),
-                            json!(opts.grace_period.unwrap_or(0)),
-                        );
-                    }
-                    if fins.is_empty() {
-                        md.remove("finalizers");
-                    } else {
-                        md.insert("finalizers".into(), json!(fins));
-                    }
-                    if gen_bump && let Some(g) = md.get("generation").and_then(Value::as_i64) {
-                        md.insert("generation".into(), json!(g + 1));
-                    }
-                    md.remove("resourceVersion");
-                }
-                if is_namespace(info) {
-                    obj["status"] = json!({"phase": "Terminating"});
-                }
-                Change::Put(obj)
-            };
-            let deleted_now = matches!(change, Change::Delete);
-            match self.commit(info, &ns, name, Expect::Rv(cur.rv), change, ctx) {
-                Ok(c) => {
-                    if !deleted_now || info.delete_returns_object {
-                        return Ok(to_view(info, &c.object));
-                    }
-                    let mut details = json!({
-                        "name": name,
-                        "kind": info.plural,
-                        "uid": meta_str(&c.object, "uid").unwrap_or(""),
-                    });
-                    if !info.group.is_empty() {
-                        details["group"] = json!(info.group);
-                    }
-                    return Ok(json!({
-                        "kind": "Status",
-                        "apiVersion": "v1",
-                        "metadata": {},
-                        "status": "Success",
-                        "details": details,
-                    }));
-                }
-                Err(StoreError::Mismatch(Some(_))) => continue,
-                Err(e) => return Err(self.store_error(info, name, e)),
+            if let Some(done) = self.delete_attempt(info, &ns, name, opts, &cur, ctx)? {
+                return Ok(done);
             }
         }
         Err(ApiError::stale(&info.group, &info.plural, name))
+    }
+
+    /// One attempt at deleting `cur`: its preconditions, the finalizers and
+    /// deletionTimestamp it gets or its removal, committed at the version
+    /// read. `None`: someone else wrote first; read again.
+    fn delete_attempt(
+        &self,
+        info: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOptions,
+        cur: &Stored,
+        ctx: &WriteCtx,
+    ) -> Result<Option<Value>, ApiError> {
+        check_preconditions(info, name, opts, cur)?;
+        let mut fins = finalizers(&cur.obj);
+        match opts.propagation.as_deref() {
+            Some("Foreground") if !fins.iter().any(|f| f == FOREGROUND) => {
+                fins.push(FOREGROUND.into())
+            }
+            Some("Orphan") if !fins.iter().any(|f| f == ORPHAN) => fins.push(ORPHAN.into()),
+            _ => {}
+        }
+        let already = cur.obj["metadata"].get("deletionTimestamp").is_some();
+        let change = if fins.is_empty() && !is_namespace(info) {
+            Change::Delete
+        } else if already && fins == finalizers(&cur.obj) {
+            // Deletion already in progress; nothing new to record.
+            return Ok(Some(to_view(info, &cur.obj)));
+        } else {
+            let mut obj = (*cur.obj).clone();
+            let gen_bump = info.generation && !already;
+            {
+                let md = metadata_mut(&mut obj);
+                if !already {
+                    md.insert("deletionTimestamp".into(), json!(now_rfc3339()));
+                    md.insert(
+                        "deletionGracePeriodSeconds".into(),
+                        json!(opts.grace_period.unwrap_or(0)),
+                    );
+                }
+                if fins.is_empty() {
+                    md.remove("finalizers");
+                } else {
+                    md.insert("finalizers".into(), json!(fins));
+                }
+                if gen_bump && let Some(g) = md.get("generation").and_then(Value::as_i64) {
+                    md.insert("generation".into(), json!(g + 1));
+                }
+                md.remove("resourceVersion");
+            }
+            if is_namespace(info) {
+                obj["status"] = json!({"phase": "Terminating"});
+            }
+            Change::Put(obj)
+        };
+        let deleted_now = matches!(change, Change::Delete);
+        match self.commit(info, ns, name, Expect::Rv(cur.rv), change, ctx) {
+            Ok(c) => {
+                if !deleted_now || info.delete_returns_object {
+                    return Ok(Some(to_view(info, &c.object)));
+                }
+                let mut details = json!({
+                    "name": name,
+                    "kind": info.plural,
+                    "uid": meta_str(&c.object, "uid").unwrap_or(""),
+                });
+                if !info.group.is_empty() {
+                    details["group"] = json!(info.group);
+                }
+                Ok(Some(json!({
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                })))
+            }
+            Err(StoreError::Mismatch(Some(_))) => Ok(None),
+            Err(e) => Err(self.store_error(info, name, e)),
+        }
     }
 
     /// Removes `finalizer` from an object if present (controllers inside the

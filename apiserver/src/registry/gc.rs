@@ -103,7 +103,7 @@ fn delete(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, policy: &
         propagation: Some(policy.to_string()),
         ..Default::default()
     };
-    if let Err(e) = objects.delete_object(&info, ns, name, &opts, &WriteCtx::system(MANAGER))
+    if let Err(e) = objects.delete_now(&info, ns, name, &opts, &WriteCtx::system(MANAGER))
         && e.code() != 404
     {
         tracing::warn!(error = %e, resource = ?gr, ns, name, "garbage collection delete");

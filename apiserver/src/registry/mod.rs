@@ -18,13 +18,17 @@
 //! | [`writes`], [`delete`], [`scale`] | object semantics of every write |
 //! | [`gc`] | owner references, propagation, namespace and CRD cleanup |
 //!
-//! May import: [`crate::error`], [`crate::metrics`], [`crate::values`],
-//! [`crate::yaml`] and [`crate::patch`]; never `auth`, `http` or `persist`,
-//! which build on it.
+//! Writes of requests go through admission ([`crate::admission`]) between
+//! computing an object and committing it.
+//!
+//! May import: [`crate::admission`], [`crate::error`], [`crate::metrics`],
+//! [`crate::values`], [`crate::yaml`] and [`crate::patch`]; never `auth`,
+//! `http` or `persist`, which build on it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use crate::admission::Webhooks;
 use crate::metrics::Metrics;
 
 pub(crate) mod crd;
@@ -52,6 +56,8 @@ pub(crate) struct Objects {
     /// Where refused writes (limits) are counted; shared with the rest of
     /// the server.
     pub(crate) metrics: Arc<Metrics>,
+    /// The admission webhooks the stored configurations name.
+    pub(crate) admission: Webhooks,
 }
 
 impl Objects {
@@ -60,6 +66,7 @@ impl Objects {
             store: Store::new(),
             registry: RwLock::new(Registry::new()),
             registry_generation: AtomicU64::new(1),
+            admission: Webhooks::new(metrics.clone()),
             metrics,
         }
     }

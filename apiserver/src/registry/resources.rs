@@ -221,6 +221,17 @@ pub(crate) fn builtins() -> Vec<ResourceInfo> {
         B::new("", "v1", "events", "Event", true)
             .short(&["ev"])
             .done(),
+        B::new("", "v1", "endpoints", "Endpoints", true)
+            .short(&["ep"])
+            .done(),
+        B::new(
+            "discovery.k8s.io",
+            "v1",
+            "endpointslices",
+            "EndpointSlice",
+            true,
+        )
+        .done(),
         B::new("apps", "v1", "deployments", "Deployment", true)
             .short(&["deploy"])
             .all()
@@ -300,6 +311,26 @@ pub(crate) fn builtins() -> Vec<ResourceInfo> {
             "ClusterRoleBinding",
             false,
         )
+        .done(),
+        B::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingwebhookconfigurations",
+            "ValidatingWebhookConfiguration",
+            false,
+        )
+        .cats(&["api-extensions"])
+        .generation()
+        .done(),
+        B::new(
+            "admissionregistration.k8s.io",
+            "v1",
+            "mutatingwebhookconfigurations",
+            "MutatingWebhookConfiguration",
+            false,
+        )
+        .cats(&["api-extensions"])
+        .generation()
         .done(),
         B::new(
             "apiextensions.k8s.io",

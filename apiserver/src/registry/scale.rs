@@ -8,6 +8,7 @@ use super::Objects;
 use super::resources::ResourceInfo;
 use super::views::from_view;
 use super::writes::{MAX_RETRIES, PatchKind, Subresource, WriteCtx, patch_error};
+use crate::admission::Operation;
 use crate::error::{ApiError, Cause};
 use crate::patch;
 use crate::values::meta_str;
@@ -64,7 +65,9 @@ impl Objects {
     }
 
     /// Writes a Scale (PUT or the result of a PATCH of the Scale view).
-    pub(crate) fn write_scale(
+    /// Admission sees Scales: the one sent and, to validate, the one the
+    /// write comes to.
+    pub(crate) async fn write_scale(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -81,10 +84,11 @@ impl Objects {
             self.metrics.exceeded_if(crate::metrics::json_limit(&e));
             ApiError::BadRequest(format!("error decoding body: {e}"))
         })?;
+        let admitting = self.admitting(info, Some("scale"), ctx);
         for _ in 0..MAX_RETRIES {
             let cur = self.load(info, &ns, name)?;
             let scale = self.scale_of(info, &cur.obj)?;
-            let new_scale = match kind {
+            let mut new_scale = match kind {
                 None => doc.clone(),
                 Some(PatchKind::Merge) | Some(PatchKind::Strategic) => {
                     patch::merge_patch(&scale, &doc)
@@ -108,6 +112,18 @@ impl Objects {
             {
                 return Err(ApiError::stale(&info.group, &info.plural, name));
             }
+            if let Some(a) = &admitting {
+                a.typed(&mut new_scale);
+                let options = a.write_options(Operation::Update);
+                a.mutate(
+                    Operation::Update,
+                    (&ns, name),
+                    Some(&mut new_scale),
+                    Some(&scale),
+                    options,
+                )
+                .await?;
+            }
             let Some(replicas) = new_scale["spec"]["replicas"].as_i64() else {
                 return Err(ApiError::invalid(
                     "autoscaling",
@@ -123,6 +139,18 @@ impl Objects {
             let mut obj = (*cur.obj).clone();
             crate::values::set_path(&mut obj, &paths.spec_replicas, json!(replicas));
             let outcome = self.prepare_update(info, &cur.obj, obj, Subresource::Main, ctx, true)?;
+            if let Some(a) = &admitting {
+                let options = a.write_options(Operation::Update);
+                let after = self.scale_of(info, outcome.object(&cur.obj))?;
+                a.validate(
+                    Operation::Update,
+                    (&ns, name),
+                    Some(&after),
+                    Some(&scale),
+                    options,
+                )
+                .await?;
+            }
             if let Some(v) = self.finish_update(info, &ns, name, &cur, outcome, ctx)? {
                 let stored = from_view(info, v);
                 return self.scale_of(info, &stored);

@@ -1,11 +1,14 @@
 //! What a request's body and parameters say about a write: the object,
 //! the patch kind, the delete options and the write context.
 
+use std::sync::Arc;
+
 use axum::http::{HeaderMap, header};
 use serde_json::Value;
 
 use super::params::{Query, header_str};
-use super::request::RequestScope;
+use super::request::Req;
+use crate::admission::Caller;
 use crate::error::ApiError;
 use crate::http::media::MediaType;
 use crate::http::protobuf;
@@ -15,11 +18,10 @@ use crate::registry::delete::DeleteOptions;
 use crate::registry::resources::ResourceInfo;
 use crate::registry::writes::{PatchKind, WriteCtx};
 
-pub(super) fn write_ctx(
-    q: &Query,
-    headers: &HeaderMap,
-    scope: &RequestScope,
-) -> Result<WriteCtx, ApiError> {
+/// The write parameters of `req`, sharing its scope's warnings, audit
+/// annotations and durable waits.
+pub(super) fn write_ctx(req: Req<'_>) -> Result<WriteCtx, ApiError> {
+    let (q, headers, scope) = (req.q, req.headers, req.scope);
     let dry_run = match q.get("dryRun") {
         None | Some("") => false,
         Some("All") => true,
@@ -37,11 +39,19 @@ pub(super) fn write_ctx(
             .unwrap_or("")
             .to_string(),
     };
+    let user = req.user;
     Ok(WriteCtx {
         manager,
         dry_run,
         strict: q.get("fieldValidation") == Some("Strict"),
-        warnings: Default::default(),
+        warnings: scope.warnings.clone(),
+        audit_annotations: scope.audit_annotations.clone(),
+        caller: Some(Arc::new(Caller {
+            username: user.name.clone(),
+            uid: user.uid.clone(),
+            groups: user.groups.clone(),
+            extra: user.extra.clone(),
+        })),
         pending: scope.pending.clone(),
     })
 }

@@ -182,7 +182,7 @@ pub(super) fn watch_params(
     })
 }
 
-pub(super) fn delete_collection(
+pub(super) async fn delete_collection(
     shared: &ServerState,
     t: &Target<'_>,
     req: Req<'_>,
@@ -190,7 +190,7 @@ pub(super) fn delete_collection(
     let (q, headers) = (req.q, req.headers);
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
-    let ctx = write_ctx(q, headers, req.scope)?;
+    let ctx = write_ctx(req)?;
     let opts = delete_options(shared, q, headers, req.body)?;
     let (_, items, _) = shared
         .objects
@@ -206,7 +206,11 @@ pub(super) fn delete_collection(
         let name = crate::values::meta_str(&obj, "name")
             .unwrap_or("")
             .to_string();
-        match shared.objects.delete_object(info, &ns, &name, &opts, &ctx) {
+        match shared
+            .objects
+            .delete_object(info, &ns, &name, &opts, &ctx)
+            .await
+        {
             Ok(_) => deleted.push(to_view(info, &obj)),
             // Someone else deleted it first: that is fine for a collection.
             Err(ApiError::NotFound { .. }) => {}

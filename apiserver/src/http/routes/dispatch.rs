@@ -22,14 +22,14 @@ const METRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0;
 
 /// Answers a request: a resource request as `info` (what authorization
 /// decided on) reads it, anything else by its path segments `s`.
-pub(super) fn dispatch(
+pub(super) async fn dispatch(
     shared: &Arc<ServerState>,
     s: &[&str],
     info: &RequestInfo,
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
     if info.is_resource {
-        return resource(shared, info, req);
+        return resource(shared, info, req).await;
     }
     let Req {
         method, headers, ..

@@ -100,6 +100,7 @@ async fn handle(State(shared): State<Arc<ServerState>>, req: Request) -> Respons
         query.get("fieldManager"),
         scope.created().as_deref(),
         response.status().as_u16(),
+        scope.take_audit_annotations(),
     );
     shared
         .metrics
@@ -140,11 +141,18 @@ async fn serve(
         scope,
         user,
     };
-    let result = dispatch(shared, segs, info, req);
+    let result = dispatch(shared, segs, info, req).await;
     let mut response = result.unwrap_or_else(|e| {
         tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code(), error = %e, "request failed");
         e.into_response()
     });
+    // Warnings go with any answer: a webhook may warn and then deny.
+    for w in scope.take_warnings() {
+        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
+        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
     for durable in scope.take_pending() {
         if let Err(message) = durable.wait().await {
             response = ApiError::Internal(message.to_string()).into_response();

@@ -1,5 +1,5 @@
-//! A request as the synchronous handlers see it, and the state they leave
-//! for the async layer.
+//! A request as the handlers see it, and the state they leave for the
+//! layer that answers it.
 
 use std::sync::{Arc, Mutex};
 
@@ -10,7 +10,7 @@ use super::params::Query;
 use crate::auth::identity::UserInfo;
 use crate::registry::storage::Durable;
 
-/// Per-request state the synchronous handlers leave for the async layer.
+/// Per-request state the handlers leave for the layer that answers.
 #[derive(Default)]
 pub(super) struct RequestScope {
     /// Staged writes the response must wait for (see [`WriteCtx::pending`]).
@@ -19,6 +19,13 @@ pub(super) struct RequestScope {
     pub(super) pending: Arc<Mutex<Vec<Durable>>>,
     /// The name a create gave its object (for the audit).
     created: Mutex<Option<String>>,
+    /// `Warning` headers of the response, whatever its status (see
+    /// [`WriteCtx::warnings`]).
+    ///
+    /// [`WriteCtx::warnings`]: crate::registry::writes::WriteCtx::warnings
+    pub(super) warnings: Arc<Mutex<Vec<String>>>,
+    /// Audit annotations admission webhooks added.
+    pub(super) audit_annotations: Arc<Mutex<Vec<(String, String)>>>,
 }
 
 impl RequestScope {
@@ -38,9 +45,22 @@ impl RequestScope {
     pub(super) fn take_pending(&self) -> Vec<Durable> {
         std::mem::take(&mut *self.pending.lock().unwrap_or_else(|e| e.into_inner()))
     }
+
+    pub(super) fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    pub(super) fn take_audit_annotations(&self) -> Vec<(String, String)> {
+        std::mem::take(
+            &mut *self
+                .audit_annotations
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
+    }
 }
 
-/// One request as the synchronous handlers see it.
+/// One request as the handlers see it.
 #[derive(Clone, Copy)]
 pub(super) struct Req<'a> {
     pub(super) method: &'a Method,

@@ -19,22 +19,11 @@ use crate::http::response;
 use crate::http::state::ServerState;
 use crate::http::watch;
 use crate::registry::resources::ResourceInfo;
-use crate::registry::writes::{PatchKind, Subresource, WriteCtx};
-
-/// Adds `Warning: 299 - "..."` headers, which kubectl and client-go print.
-fn with_warnings(mut resp: Response, ctx: &WriteCtx) -> Response {
-    for w in ctx.warnings.borrow().iter() {
-        let text = format!("299 - \"{}\"", w.replace('\\', "\\\\").replace('"', "\\\""));
-        if let Ok(v) = axum::http::HeaderValue::from_str(&text) {
-            resp.headers_mut().append(header::WARNING, v);
-        }
-    }
-    resp
-}
+use crate::registry::writes::{PatchKind, Subresource};
 
 /// A PUT or PATCH of object `name` or of its status (`sub`). A
 /// server-side apply may create the object, which is answered 201.
-fn update(
+async fn update(
     shared: &ServerState,
     info: &ResourceInfo,
     ns: &str,
@@ -43,12 +32,13 @@ fn update(
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
     let (q, headers, body) = (req.q, req.headers, req.body);
-    let mut ctx = write_ctx(q, headers, req.scope)?;
+    let mut ctx = write_ctx(req)?;
     let (object, code) = if *req.method == Method::PUT {
         let obj = parse_body(shared, headers, body)?;
         let object = shared
             .objects
-            .update_object(info, ns, name, obj, sub, &ctx)?;
+            .update_object(info, ns, name, obj, sub, &ctx)
+            .await?;
         (object, StatusCode::OK)
     } else {
         let kind = patch_kind(headers, q, info)?;
@@ -57,7 +47,8 @@ fn update(
         }
         let (object, created) = shared
             .objects
-            .patch_object(info, ns, name, kind, body, sub, &ctx)?;
+            .patch_object(info, ns, name, kind, body, sub, &ctx)
+            .await?;
         let code = if created {
             StatusCode::CREATED
         } else {
@@ -65,10 +56,10 @@ fn update(
         };
         (object, code)
     };
-    Ok(with_warnings(response::json(code, &object), &ctx))
+    Ok(response::json(code, &object))
 }
 
-pub(super) fn resource(
+pub(super) async fn resource(
     shared: &Arc<ServerState>,
     request: &RequestInfo,
     req: Req<'_>,
@@ -120,16 +111,13 @@ pub(super) fn resource(
                 if info.namespaced && t.namespace.is_none() {
                     return Err(not_allowed());
                 }
-                let ctx = write_ctx(q, headers, scope)?;
+                let ctx = write_ctx(req)?;
                 let obj = parse_body(shared, headers, body)?;
-                let created = shared.objects.create_object(&info, ns, obj, &ctx)?;
+                let created = shared.objects.create_object(&info, ns, obj, &ctx).await?;
                 scope.set_created(&created);
-                Ok(with_warnings(
-                    response::json(StatusCode::CREATED, &created),
-                    &ctx,
-                ))
+                Ok(response::json(StatusCode::CREATED, &created))
             }
-            Method::DELETE => delete_collection(shared, &t, req),
+            Method::DELETE => delete_collection(shared, &t, req).await,
             _ => Err(not_allowed()),
         },
         (Some(name), None) => match *method {
@@ -148,12 +136,17 @@ pub(super) fn resource(
                 };
                 Ok(response::json(StatusCode::OK, &body))
             }
-            Method::PUT | Method::PATCH => update(shared, &info, ns, name, Subresource::Main, req),
+            Method::PUT | Method::PATCH => {
+                update(shared, &info, ns, name, Subresource::Main, req).await
+            }
             Method::DELETE => {
-                let ctx = write_ctx(q, headers, scope)?;
+                let ctx = write_ctx(req)?;
                 let opts = delete_options(shared, q, headers, body)?;
-                let v = shared.objects.delete_object(&info, ns, name, &opts, &ctx)?;
-                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+                let v = shared
+                    .objects
+                    .delete_object(&info, ns, name, &opts, &ctx)
+                    .await?;
+                Ok(response::json(StatusCode::OK, &v))
             }
             _ => Err(not_allowed()),
         },
@@ -177,7 +170,7 @@ pub(super) fn resource(
                 &shared.objects.get_object(&info, ns, name)?,
             )),
             Method::PUT | Method::PATCH => {
-                update(shared, &info, ns, name, Subresource::Status, req)
+                update(shared, &info, ns, name, Subresource::Status, req).await
             }
             _ => Err(not_allowed()),
         },
@@ -203,19 +196,21 @@ pub(super) fn resource(
                 ))
             }
             Method::PUT => {
-                let ctx = write_ctx(q, headers, scope)?;
+                let ctx = write_ctx(req)?;
                 let v = shared
                     .objects
-                    .write_scale(&info, ns, name, None, body, &ctx)?;
-                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+                    .write_scale(&info, ns, name, None, body, &ctx)
+                    .await?;
+                Ok(response::json(StatusCode::OK, &v))
             }
             Method::PATCH => {
                 let kind = patch_kind(headers, q, &info)?;
-                let ctx = write_ctx(q, headers, scope)?;
+                let ctx = write_ctx(req)?;
                 let v = shared
                     .objects
-                    .write_scale(&info, ns, name, Some(kind), body, &ctx)?;
-                Ok(with_warnings(response::json(StatusCode::OK, &v), &ctx))
+                    .write_scale(&info, ns, name, Some(kind), body, &ctx)
+                    .await?;
+                Ok(response::json(StatusCode::OK, &v))
             }
             _ => Err(not_allowed()),
         },

@@ -64,6 +64,13 @@ impl Objects {
     /// Keeps the registry in step with CRDs as their changes become visible
     /// (the store's apply hook; runs under the store lock).
     pub(crate) fn after_apply(&self, ev: &crate::registry::storage::Event) {
+        if let Some(kind) =
+            crate::admission::ConfigKind::of(&ev.resource.group, &ev.resource.resource)
+        {
+            let stored = (ev.etype != EventType::Deleted).then_some(&*ev.object);
+            self.admission.observe(kind, &ev.name, stored);
+            return;
+        }
         if !(ev.resource.group == "apiextensions.k8s.io"
             && ev.resource.resource == "customresourcedefinitions")
         {
@@ -76,6 +83,29 @@ impl Objects {
             infos
         };
         self.registry_mut().set_custom(&storage, infos);
+    }
+
+    /// Takes the webhook configurations loaded from disk into admission
+    /// (loading applies no events).
+    pub(crate) fn observe_loaded_webhooks(&self) {
+        for kind in [
+            crate::admission::ConfigKind::Mutating,
+            crate::admission::ConfigKind::Validating,
+        ] {
+            let plural = match kind {
+                crate::admission::ConfigKind::Mutating => "mutatingwebhookconfigurations",
+                crate::admission::ConfigKind::Validating => "validatingwebhookconfigurations",
+            };
+            let gr = crate::registry::resources::GroupResource::new(
+                crate::admission::config::GROUP,
+                plural,
+            );
+            let (_, stored, _) = self.store.list(&gr, None, None, None, &|_| true);
+            for obj in stored {
+                let name = crate::values::meta_str(&obj, "name").unwrap_or("");
+                self.admission.observe(kind, name, Some(&obj));
+            }
+        }
     }
 
     /// Commits a change for a request; with persistence the request's

@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::admission::{Caller, Sink};
 use crate::registry::storage::Durable;
 
 /// How many times a write is recomputed when another writer commits first.
@@ -18,8 +19,15 @@ pub(crate) struct WriteCtx {
     /// 400 instead of being pruned.
     pub(crate) strict: bool,
     /// `Warning` headers for the response (pruned unknown fields under the
-    /// default `fieldValidation=Warn`).
-    pub(crate) warnings: std::cell::RefCell<Vec<String>>,
+    /// default `fieldValidation=Warn`, admission webhooks' warnings).
+    /// Shared with the HTTP layer, which adds them to the response whether
+    /// the write succeeded or not.
+    pub(crate) warnings: Arc<Mutex<Vec<String>>>,
+    /// Audit annotations admission webhooks added, for the audit log.
+    pub(crate) audit_annotations: Arc<Mutex<Vec<(String, String)>>>,
+    /// Who asks, for admission; `None` for the server's own writes, which
+    /// webhooks never see.
+    pub(crate) caller: Option<Arc<Caller>>,
     /// With persistence: the staged writes the response must wait for.
     /// Shared with the HTTP layer, which waits after the (synchronous)
     /// handler returns.
@@ -34,8 +42,18 @@ impl WriteCtx {
             dry_run: false,
             strict: false,
             warnings: Default::default(),
+            audit_annotations: Default::default(),
+            caller: None,
             pending: Default::default(),
         }
+    }
+
+    /// Adds a `Warning` header to the response.
+    pub(crate) fn warn(&self, text: String) {
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(text);
     }
 
     /// Makes the response wait until `durable` resolves (no-op for None).
@@ -46,6 +64,19 @@ impl WriteCtx {
                 .unwrap_or_else(|e| e.into_inner())
                 .push(d);
         }
+    }
+}
+
+impl Sink for WriteCtx {
+    fn warn(&self, text: String) {
+        WriteCtx::warn(self, text);
+    }
+
+    fn annotate(&self, key: String, value: String) {
+        self.audit_annotations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((key, value));
     }
 }
 

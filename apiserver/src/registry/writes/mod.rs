@@ -3,11 +3,14 @@
 //! (through [`crate::patch`]) and the CRD hooks. Deletion is in
 //! [`super::delete`], the scale subresource in [`super::scale`]. Writes follow the
 //! real server's GuaranteedUpdate: read, compute outside the store lock,
-//! commit at the read resourceVersion, retry if someone else got there first.
+//! admit (mutating webhooks, the server's rules, validating webhooks),
+//! commit at the read resourceVersion, retry (admitting again) if someone
+//! else got there first.
 //!
 //! | File | Job |
 //! |---|---|
 //! | `context` | a request's write parameters, the subresource and patch kind |
+//! | `admit` | admission of a request's write: its attributes, namespace labels, Service addresses |
 //! | `access` | reads, the body's type, commits for a request, the CRD hook |
 //! | `prepare` | the create and update rules, and what an update comes to |
 //! | `rules`, `defaults` | finalizers, schemas, no-op and generation checks; built-in defaults |
@@ -15,6 +18,7 @@
 //! | `errors` | store and patch errors as the real server's statuses |
 
 mod access;
+mod admit;
 mod context;
 mod create;
 mod defaults;

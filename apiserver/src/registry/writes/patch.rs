@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::context::{MAX_RETRIES, PatchKind, Subresource, WriteCtx};
 use super::errors::{patch_error, smp_unsupported};
+use crate::admission::Operation;
 use crate::error::{ApiError, Cause};
 use crate::patch::{self, ApplyRequest, PatchError};
 use crate::registry::Objects;
@@ -15,9 +16,10 @@ use crate::values::{meta_str, metadata_mut, now_rfc3339};
 
 impl Objects {
     /// PATCH (main resource or /status). Returns the object and whether an
-    /// apply created it (201).
+    /// apply created it (201). Each attempt is admitted anew against the
+    /// object it patched: as an UPDATE, or a CREATE when an apply creates.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn patch_object(
+    pub(crate) async fn patch_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
@@ -44,10 +46,11 @@ impl Objects {
         if let PatchKind::Apply { .. } = kind {
             self.check_apply_body(info, name, &doc, ctx)?;
         }
+        let admitting = self.admitting(info, sub.name(), ctx);
         for _ in 0..MAX_RETRIES {
             let cur = self.store.latest(&info.storage, &ns, name);
             let cur_view = cur.as_ref().map(|c| to_view(info, &c.obj));
-            let patched = match (kind, &cur_view) {
+            let mut patched = match (kind, &cur_view) {
                 (PatchKind::Apply { force }, _) => {
                     let now = now_rfc3339();
                     let api_version = info.api_version();
@@ -84,12 +87,34 @@ impl Objects {
             })?;
             let Some(cur) = cur else {
                 // Server-side apply of an absent object creates it.
-                let mut obj = from_view(info, patched);
-                metadata_mut(&mut obj).insert("name".into(), json!(name));
                 if sub == Subresource::Status {
                     return Err(ApiError::not_found(&info.group, &info.plural, name));
                 }
-                let obj = self.prepare_create(info, &ns, obj, ctx, false)?;
+                metadata_mut(&mut patched).insert("name".into(), json!(name));
+                if let Some(a) = &admitting {
+                    let options = a.write_options(Operation::Create);
+                    a.mutate(
+                        Operation::Create,
+                        (&ns, name),
+                        Some(&mut patched),
+                        None,
+                        options,
+                    )
+                    .await?;
+                    self.check_type(info, &patched)?;
+                }
+                let obj = self.prepare_create(info, &ns, from_view(info, patched), ctx, false)?;
+                if let Some(a) = &admitting {
+                    let options = a.write_options(Operation::Create);
+                    a.validate(
+                        Operation::Create,
+                        (&ns, name),
+                        Some(&to_view(info, &obj)),
+                        None,
+                        options,
+                    )
+                    .await?;
+                }
                 match self.commit(info, &ns, name, Expect::Absent, Change::Put(obj), ctx) {
                     Ok(c) => return Ok((to_view(info, &c.object), true)),
                     Err(StoreError::Mismatch(_)) => continue,
@@ -104,9 +129,32 @@ impl Objects {
             {
                 return Err(ApiError::stale(&info.group, &info.plural, name));
             }
+            if let (Some(a), Some(old_view)) = (&admitting, &cur_view) {
+                let options = a.write_options(Operation::Update);
+                a.mutate(
+                    Operation::Update,
+                    (&ns, name),
+                    Some(&mut patched),
+                    Some(old_view),
+                    options,
+                )
+                .await?;
+                self.check_type(info, &patched)?;
+            }
             let new = from_view(info, patched);
             let record = !matches!(kind, PatchKind::Apply { .. });
             let outcome = self.prepare_update(info, &cur.obj, new, sub, ctx, record)?;
+            if let (Some(a), Some(old_view)) = (&admitting, &cur_view) {
+                let options = a.write_options(Operation::Update);
+                a.validate(
+                    Operation::Update,
+                    (&ns, name),
+                    Some(&to_view(info, outcome.object(&cur.obj))),
+                    Some(old_view),
+                    options,
+                )
+                .await?;
+            }
             if let Some(v) = self.finish_update(info, &ns, name, &cur, outcome, ctx)? {
                 return Ok((v, false));
             }

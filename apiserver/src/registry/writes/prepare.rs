@@ -7,7 +7,7 @@ use super::context::{Subresource, WriteCtx};
 use super::defaults::{apply_builtin_defaults, fold_string_data};
 use super::rules::{
     CRD_CLEANUP_FINALIZER, apply_schema, comparable, finalizers, is_crd, is_namespace,
-    normalize_finalizers, obj_name, spec_part,
+    normalize_finalizers, obj_name, spec_part, webhook_configuration,
 };
 use crate::error::{ApiError, Cause};
 use crate::metrics::Limit;
@@ -23,11 +23,43 @@ pub(crate) enum Outcome {
     NoOp,
     /// Store this object.
     Put(Value),
-    /// The last finalizer of a deleting object is gone: delete it.
-    Delete,
+    /// The last finalizer of a deleting object is gone: delete it (the
+    /// object as the update left it, which admission still sees).
+    Delete(Value),
+}
+
+impl Outcome {
+    /// The object the update comes to, `stored` when nothing changed.
+    pub(crate) fn object<'a>(&'a self, stored: &'a Value) -> &'a Value {
+        match self {
+            Outcome::NoOp => stored,
+            Outcome::Put(v) | Outcome::Delete(v) => v,
+        }
+    }
 }
 
 impl Objects {
+    /// Defaults and checks a webhook configuration; a configuration over
+    /// its bound of webhooks is counted.
+    fn prepare_webhooks(
+        &self,
+        kind: crate::admission::ConfigKind,
+        obj: &mut Value,
+        old: Option<&Value>,
+        ctx: &WriteCtx,
+    ) -> Vec<Cause> {
+        let causes = crate::admission::config::prepare(kind, obj, old);
+        if causes.iter().any(|c| c.reason == "FieldValueTooMany") {
+            self.metrics.exceeded(Limit::AdmissionWebhooks);
+        }
+        for name in crate::admission::config::with_match_conditions(obj) {
+            ctx.warn(format!(
+                "webhook {name:?}: matchConditions are not evaluated by this server; the webhook is called for every request its rules and selectors match"
+            ));
+        }
+        causes
+    }
+
     /// Metadata the server owns on create, plus type-specific defaults.
     pub(crate) fn prepare_create(
         &self,
@@ -127,6 +159,9 @@ impl Objects {
                 fins.push(json!(CRD_CLEANUP_FINALIZER));
             }
             md.insert("finalizers".into(), Value::Array(fins));
+        }
+        if let Some(kind) = webhook_configuration(info) {
+            causes.extend(self.prepare_webhooks(kind, &mut obj, None, ctx));
         }
         if !causes.is_empty() {
             // A missing name is a required field, not the name rules.
@@ -282,6 +317,9 @@ impl Objects {
         if is_crd(info) {
             causes.extend(crate::registry::crd::prepare(&mut new, Some(old), &now));
         }
+        if let Some(kind) = webhook_configuration(info) {
+            causes.extend(self.prepare_webhooks(kind, &mut new, Some(old), ctx));
+        }
         if !causes.is_empty() {
             return Err(ApiError::invalid(&info.group, &info.kind, &name, causes));
         }
@@ -306,7 +344,7 @@ impl Objects {
             metadata_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
         if deleting && finalizers(&new).is_empty() {
-            return Ok(Outcome::Delete);
+            return Ok(Outcome::Delete(new));
         }
         Ok(Outcome::Put(new))
     }

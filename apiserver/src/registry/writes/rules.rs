@@ -95,9 +95,9 @@ pub(super) fn apply_schema(
             "strict decoding error: {fields}"
         )));
     }
-    ctx.warnings
-        .borrow_mut()
-        .extend(out.pruned.iter().map(|p| format!("unknown field \"{p}\"")));
+    for p in &out.pruned {
+        ctx.warn(format!("unknown field \"{p}\""));
+    }
     causes.extend(out.causes);
     Ok(())
 }
@@ -108,4 +108,9 @@ pub(crate) fn is_crd(info: &ResourceInfo) -> bool {
 
 pub(crate) fn is_namespace(info: &ResourceInfo) -> bool {
     info.group.is_empty() && info.plural == "namespaces"
+}
+
+/// The webhook configuration kind `info` stores, if it is one.
+pub(crate) fn webhook_configuration(info: &ResourceInfo) -> Option<crate::admission::ConfigKind> {
+    crate::admission::ConfigKind::of(&info.group, &info.plural)
 }

@@ -5,6 +5,7 @@ use serde_json::Value;
 
 use super::context::{MAX_RETRIES, Subresource, WriteCtx};
 use super::prepare::Outcome;
+use crate::admission::Operation;
 use crate::error::ApiError;
 use crate::registry::Objects;
 use crate::registry::resources::ResourceInfo;
@@ -42,7 +43,7 @@ impl Objects {
                 return Ok(Some(to_view(info, &cur.obj)));
             }
             Outcome::Put(v) => Change::Put(v),
-            Outcome::Delete => Change::Delete,
+            Outcome::Delete(_) => Change::Delete,
         };
         match self.commit(info, ns, name, Expect::Rv(cur.rv), change, ctx) {
             Ok(c) => Ok(Some(to_view(info, &c.object))),
@@ -51,13 +52,15 @@ impl Objects {
         }
     }
 
-    /// PUT (main resource or /status).
-    pub(crate) fn update_object(
+    /// PUT (main resource or /status). Each attempt is admitted anew
+    /// against the object it read: mutating webhooks see the object as
+    /// sent, validating ones the object as it would be stored.
+    pub(crate) async fn update_object(
         &self,
         info: &ResourceInfo,
         ns: &str,
         name: &str,
-        body: Value,
+        mut body: Value,
         sub: Subresource,
         ctx: &WriteCtx,
     ) -> Result<Value, ApiError> {
@@ -66,6 +69,10 @@ impl Objects {
         let want_rv = meta_str(&body, "resourceVersion")
             .filter(|s| !s.is_empty())
             .map(str::to_string);
+        let admitting = self.admitting(info, sub.name(), ctx);
+        if let Some(a) = &admitting {
+            a.typed(&mut body);
+        }
         for _ in 0..MAX_RETRIES {
             let cur = self.load(info, &ns, name)?;
             if let Some(rv) = &want_rv
@@ -73,8 +80,37 @@ impl Objects {
             {
                 return Err(ApiError::stale(&info.group, &info.plural, name));
             }
-            let new = from_view(info, body.clone());
+            let mut view = body.clone();
+            let old_view = match &admitting {
+                Some(a) => {
+                    let old_view = to_view(info, &cur.obj);
+                    let options = a.write_options(Operation::Update);
+                    a.mutate(
+                        Operation::Update,
+                        (&ns, name),
+                        Some(&mut view),
+                        Some(&old_view),
+                        options,
+                    )
+                    .await?;
+                    self.check_type(info, &view)?;
+                    Some(old_view)
+                }
+                None => None,
+            };
+            let new = from_view(info, view);
             let outcome = self.prepare_update(info, &cur.obj, new, sub, ctx, true)?;
+            if let (Some(a), Some(old_view)) = (&admitting, &old_view) {
+                let options = a.write_options(Operation::Update);
+                a.validate(
+                    Operation::Update,
+                    (&ns, name),
+                    Some(&to_view(info, outcome.object(&cur.obj))),
+                    Some(old_view),
+                    options,
+                )
+                .await?;
+            }
             if let Some(v) = self.finish_update(info, &ns, name, &cur, outcome, ctx)? {
                 return Ok(v);
             }

@@ -1,0 +1,434 @@
+//! The `admission.k8s.io/v1` AdmissionReview a webhook receives, and what
+//! its answer may say: upstream's `CreateV1AdmissionReview` and
+//! `VerifyAdmissionResponse`, and the status a denial becomes
+//! (`ToStatusErr`).
+
+use base64::Engine;
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+use super::matching::Invocation;
+use super::{Attributes, Caller};
+use crate::error::ApiError;
+use crate::values::go_quote;
+
+const API_VERSION: &str = "admission.k8s.io/v1";
+const KIND: &str = "AdmissionReview";
+
+impl Serialize for Caller {
+    /// `authentication.k8s.io/v1` `UserInfo`, empty fields left out as
+    /// upstream's `omitempty` leaves them.
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("username", &self.username)?;
+        if !self.uid.is_empty() {
+            m.serialize_entry("uid", &self.uid)?;
+        }
+        if !self.groups.is_empty() {
+            m.serialize_entry("groups", &self.groups)?;
+        }
+        if !self.extra.is_empty() {
+            m.serialize_entry("extra", &self.extra)?;
+        }
+        m.end()
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Review<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    request: Request<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Request<'a> {
+    uid: &'a str,
+    kind: &'a super::Gvk,
+    resource: &'a super::Gvr,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    sub_resource: &'a str,
+    request_kind: &'a super::Gvk,
+    request_resource: &'a super::Gvr,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    request_sub_resource: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    namespace: &'a str,
+    operation: &'static str,
+    user_info: &'a Caller,
+    /// `null` when there is none (a delete's object, a create's old one),
+    /// as upstream's empty `RawExtension` serializes.
+    object: Option<&'a Value>,
+    old_object: Option<&'a Value>,
+    dry_run: bool,
+    options: &'a Value,
+}
+
+/// The JSON body of the review `uid` of `attrs`, presenting the objects as
+/// `invocation` says (they are already in its version).
+pub(crate) fn request_body(
+    uid: &str,
+    attrs: &Attributes<'_>,
+    invocation: &Invocation,
+    object: Option<&Value>,
+    old: Option<&Value>,
+) -> Vec<u8> {
+    let review = Review {
+        api_version: API_VERSION,
+        kind: KIND,
+        request: Request {
+            uid,
+            kind: &invocation.kind,
+            resource: &invocation.resource,
+            sub_resource: attrs.subresource,
+            request_kind: &attrs.kind,
+            request_resource: &attrs.resource,
+            request_sub_resource: attrs.subresource,
+            name: attrs.name,
+            namespace: attrs.namespace,
+            operation: attrs.operation.as_str(),
+            user_info: attrs.caller,
+            object,
+            old_object: old,
+            dry_run: attrs.dry_run,
+            options: &attrs.options,
+        },
+    };
+    // Values and strings always serialize.
+    serde_json::to_vec(&review).unwrap_or_default()
+}
+
+/// What a webhook answered, once checked.
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    pub(crate) allowed: bool,
+    /// `response.status`, what a denial reports.
+    pub(crate) status: Option<Value>,
+    /// The JSON patch operations of a mutating webhook's `response.patch`.
+    pub(crate) patch: Option<Value>,
+    pub(crate) warnings: Vec<String>,
+    pub(crate) audit_annotations: Vec<(String, String)>,
+}
+
+/// Why an answer is not one, in upstream's words.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadResponse {
+    /// The body is not an AdmissionReview at all; upstream fails this
+    /// while decoding, before it checks anything.
+    #[error("{0}")]
+    Undecodable(String),
+    #[error("webhook response was absent")]
+    Absent,
+    #[error("expected response.uid={}, got {}", go_quote(.expected), go_quote(.got))]
+    Uid { expected: String, got: String },
+    #[error("expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {0}")]
+    Kind(String),
+    #[error("webhook returned response.patch but not response.patchType")]
+    PatchWithoutType,
+    #[error("webhook returned response.patchType but not response.patch")]
+    TypeWithoutPatch,
+    #[error("webhook returned invalid response.patchType of {}", go_quote(.0))]
+    EmptyPatchType(String),
+    #[error("validating webhook may not return response.patch")]
+    ValidatingPatch,
+    #[error("validating webhook may not return response.patchType")]
+    ValidatingPatchType,
+    /// Not an upstream check: a patch that does not decode, or of a type
+    /// other than JSONPatch.
+    #[error("{0}")]
+    Patch(String),
+}
+
+impl BadResponse {
+    /// How upstream introduces the error after `failed calling webhook`.
+    pub(crate) fn context(&self) -> &'static str {
+        match self {
+            BadResponse::Undecodable(_) => "failed to call webhook",
+            BadResponse::Patch(_) => "received undecodable patch in webhook response",
+            _ => "received invalid webhook response",
+        }
+    }
+}
+
+fn undecodable(e: impl std::fmt::Display) -> BadResponse {
+    BadResponse::Undecodable(e.to_string())
+}
+
+/// Reads and checks the answer to review `uid`; `mutating` says whether
+/// the webhook may patch.
+pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, BadResponse> {
+    let review: Value = serde_json::from_slice(body).map_err(undecodable)?;
+    if !review.is_object() {
+        return Err(undecodable("the answer is not a JSON object"));
+    }
+    let Some(response) = review.get("response").filter(|r| !r.is_null()) else {
+        return Err(BadResponse::Absent);
+    };
+    let got = response.get("uid").and_then(Value::as_str).unwrap_or("");
+    if got != uid {
+        return Err(BadResponse::Uid {
+            expected: uid.to_string(),
+            got: got.to_string(),
+        });
+    }
+    let av = review["apiVersion"].as_str().unwrap_or("");
+    let kind = review["kind"].as_str().unwrap_or("");
+    if (av, kind) != (API_VERSION, KIND) {
+        let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
+        return Err(BadResponse::Kind(format!("{group}/{version}, Kind={kind}")));
+    }
+    let allowed = match &response["allowed"] {
+        Value::Bool(b) => *b,
+        Value::Null => false,
+        other => {
+            return Err(undecodable(format!(
+                "response.allowed is not a boolean: {other}"
+            )));
+        }
+    };
+    let patch_text = match &response["patch"] {
+        Value::Null => None,
+        Value::String(s) if s.is_empty() => None,
+        Value::String(s) => Some(s.as_str()),
+        other => {
+            return Err(undecodable(format!(
+                "response.patch is not a string: {other}"
+            )));
+        }
+    };
+    let patch_type = match &response["patchType"] {
+        Value::Null => None,
+        Value::String(s) => Some(s.as_str()),
+        other => {
+            return Err(undecodable(format!(
+                "response.patchType is not a string: {other}"
+            )));
+        }
+    };
+    let mut patch = None;
+    if mutating {
+        match (patch_text, patch_type) {
+            (Some(_), None) => return Err(BadResponse::PatchWithoutType),
+            (None, Some(_)) => return Err(BadResponse::TypeWithoutPatch),
+            (Some(_), Some("")) => return Err(BadResponse::EmptyPatchType(String::new())),
+            (Some(text), Some("JSONPatch")) => patch = Some(decode_patch(text)?),
+            (Some(_), Some(other)) => {
+                return Err(BadResponse::Patch(format!(
+                    "unsupported patch type {}",
+                    go_quote(other)
+                )));
+            }
+            (None, None) => {}
+        }
+    } else if patch_text.is_some() {
+        return Err(BadResponse::ValidatingPatch);
+    } else if patch_type.is_some() {
+        return Err(BadResponse::ValidatingPatchType);
+    }
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.as_str().map(str::to_string))
+            .collect()
+    };
+    let audit_annotations = response["auditAnnotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+        .collect();
+    Ok(Verdict {
+        allowed,
+        status: response.get("status").filter(|s| s.is_object()).cloned(),
+        patch,
+        warnings: strings(&response["warnings"]),
+        audit_annotations,
+    })
+}
+
+/// A base64 JSON patch: its operations.
+fn decode_patch(text: &str) -> Result<Value, BadResponse> {
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .map_err(|e| BadResponse::Patch(format!("illegal base64 data: {e}")))?;
+    let ops: Value =
+        serde_json::from_slice(&bytes).map_err(|e| BadResponse::Patch(e.to_string()))?;
+    if !ops.is_array() {
+        return Err(BadResponse::Patch(
+            "a JSON patch must be a list of operations".into(),
+        ));
+    }
+    Ok(ops)
+}
+
+/// The error a denial by webhook `name` answers with: the webhook's own
+/// status, its code at least 400 and its message prefixed, as upstream's
+/// `ToStatusErr` makes it.
+pub(crate) fn denial(name: &str, status: Option<&Value>) -> ApiError {
+    let denied = format!("admission webhook {} denied the request", go_quote(name));
+    let empty = Value::Null;
+    let status = status.unwrap_or(&empty);
+    let text = |key: &str| status[key].as_str().filter(|s| !s.is_empty());
+    let message = match (text("message"), text("reason")) {
+        (Some(m), _) => format!("{denied}: {m}"),
+        (None, Some(r)) => format!("{denied}: {r}"),
+        (None, None) => format!("{denied} without explanation"),
+    };
+    // Upstream never answers a denial under 400; a code no HTTP status
+    // line can carry is a server error here.
+    let code = match status["code"].as_u64().unwrap_or(0) {
+        c if c < 400 => 400,
+        c if c > 599 => 500,
+        c => c as u16,
+    };
+    ApiError::Status {
+        code,
+        reason: text("reason").unwrap_or("").to_string(),
+        message,
+        details: status.get("details").filter(|d| d.is_object()).cloned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::{Gvk, Gvr, Operation};
+    use super::*;
+
+    fn answer(response: Value) -> Vec<u8> {
+        serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "response": response}))
+            .unwrap()
+    }
+
+    #[test]
+    fn the_request_carries_what_upstream_sends() {
+        let caller = Caller {
+            username: "alice".into(),
+            groups: vec!["system:authenticated".into()],
+            ..Default::default()
+        };
+        let kind = Gvk {
+            group: "apps".into(),
+            version: "v1".into(),
+            kind: "Deployment".into(),
+        };
+        let resource = Gvr {
+            group: "apps".into(),
+            version: "v1".into(),
+            resource: "deployments".into(),
+        };
+        let attrs = Attributes {
+            operation: Operation::Update,
+            kind: kind.clone(),
+            resource: resource.clone(),
+            subresource: "status",
+            name: "web",
+            namespace: "ns",
+            dry_run: true,
+            options: json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
+            caller: &caller,
+            equivalent_versions: &[],
+        };
+        let inv = Invocation { kind, resource };
+        let old = json!({"metadata": {"name": "web"}});
+        let body: Value =
+            serde_json::from_slice(&request_body("u-1", &attrs, &inv, None, Some(&old))).unwrap();
+        let r = &body["request"];
+        assert_eq!(body["apiVersion"], API_VERSION);
+        assert_eq!(r["uid"], "u-1");
+        assert_eq!(
+            r["kind"],
+            json!({"group": "apps", "version": "v1", "kind": "Deployment"})
+        );
+        assert_eq!(r["requestResource"]["resource"], "deployments");
+        assert_eq!(
+            (&r["subResource"], &r["requestSubResource"]),
+            (&json!("status"), &json!("status"))
+        );
+        assert_eq!(r["operation"], "UPDATE");
+        assert_eq!(
+            r["userInfo"],
+            json!({"username": "alice", "groups": ["system:authenticated"]})
+        );
+        assert_eq!(r["object"], Value::Null);
+        assert!(r.get("object").is_some());
+        assert_eq!(r["oldObject"], old);
+        assert_eq!(r["dryRun"], true);
+        assert_eq!(r["options"]["kind"], "UpdateOptions");
+    }
+
+    #[test]
+    fn answers_are_checked_as_upstream_checks_them() {
+        let ok = verify(
+            "u",
+            false,
+            &answer(json!({"uid": "u", "allowed": true, "warnings": ["w"]})),
+        )
+        .unwrap();
+        assert!(ok.allowed);
+        assert_eq!(ok.warnings, vec!["w".to_string()]);
+        let err = |mutating, response: Value| {
+            verify("u", mutating, &answer(response))
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            err(false, json!({"uid": "x", "allowed": true})),
+            "expected response.uid=\"u\", got \"x\""
+        );
+        assert_eq!(
+            err(
+                false,
+                json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": "JSONPatch"})
+            ),
+            "validating webhook may not return response.patch"
+        );
+        assert_eq!(
+            err(true, json!({"uid": "u", "allowed": true, "patch": "W10="})),
+            "webhook returned response.patch but not response.patchType"
+        );
+        let wrong_kind = serde_json::to_vec(
+            &json!({"apiVersion": "v1", "kind": "Status", "response": {"uid": "u"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            verify("u", false, &wrong_kind).unwrap_err().to_string(),
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got /v1, Kind=Status"
+        );
+        let patched = verify("u", true, &answer(json!({"uid": "u", "allowed": true, "patchType": "JSONPatch",
+            "patch": base64::engine::general_purpose::STANDARD.encode(br#"[{"op":"add","path":"/x","value":1}]"#)})))
+        .unwrap();
+        assert_eq!(patched.patch.unwrap()[0]["op"], "add");
+    }
+
+    #[test]
+    fn denials_read_as_upstream_s() {
+        let e = denial(
+            "v.example.com",
+            Some(&json!({"code": 403, "reason": "Forbidden", "message": "no"})),
+        );
+        let s = e.to_status();
+        assert_eq!(
+            s["message"],
+            "admission webhook \"v.example.com\" denied the request: no"
+        );
+        assert_eq!(
+            (s["code"].as_u64(), s["reason"].as_str()),
+            (Some(403), Some("Forbidden"))
+        );
+        let bare = denial("v.example.com", None).to_status();
+        assert_eq!(
+            bare["message"],
+            "admission webhook \"v.example.com\" denied the request without explanation"
+        );
+        assert_eq!(bare["code"], 400);
+        assert!(bare.get("reason").is_none());
+    }
+}
