@@ -18,3 +18,4 @@ mod protocol;
 mod python;
 mod rbac;
 mod timeouts;
+mod webhooks;
