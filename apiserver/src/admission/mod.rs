@@ -18,7 +18,7 @@
 //!
 //! | File | Job |
 //! |---|---|
-//! | [`config`] | the two configuration kinds: defaults, checks on write, the parsed form |
+//! | [`config`] | the two configuration kinds: the parsed form; `config/checks` the defaults and checks on write |
 //! | [`matching`] | rules, scopes, equivalent versions, namespace and object selectors |
 //! | [`review`] | the AdmissionReview sent, the response read and checked, denials |
 //! | [`client`] | one HTTPS POST: service resolution, `caBundle` roots, the deadline, the body bound |
