@@ -5,10 +5,10 @@
  * `wasmctrl build` componentizes); unit tests import the reconciler itself.
  */
 /// <reference path="./wit-imports.d.ts" />
-import * as context from "wasmctrl:reconciler/context@0.1.2";
-import * as kube from "wasmctrl:reconciler/kube@0.1.2";
-import * as secrets from "wasmctrl:reconciler/secrets@0.1.2";
-import type * as wit from "wasmctrl:reconciler/types@0.1.2";
+import * as context from "wasmctrl:reconciler/context@0.1.3";
+import * as kube from "wasmctrl:reconciler/kube@0.1.3";
+import * as secrets from "wasmctrl:reconciler/secrets@0.1.3";
+import type * as wit from "wasmctrl:reconciler/types@0.1.3";
 import * as outgoingHandler from "wasi:http/outgoing-handler@0.2.12";
 import * as httpTypes from "wasi:http/types@0.2.12";
 

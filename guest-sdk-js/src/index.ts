@@ -3,7 +3,7 @@
  *
  * A plugin implements {@link Reconciler}; its entry module exports it with
  * `exportReconciler` from `@wasmctrl/sdk/component`, and `wasmctrl build
- * <dir>` turns it into a component of the `wasmctrl:reconciler@0.1.2` world
+ * <dir>` turns it into a component of the `wasmctrl:reconciler@0.1.3` world
  * with componentize-js. Objects are the API's JSON ({@link KubeObject}).
  * Unit tests run natively against `FakeCluster` from `@wasmctrl/sdk/testing`.
  */

@@ -1,5 +1,5 @@
 // The host's imports as componentize-js presents them to a component of the
-// `wasmctrl:reconciler@0.1.2` `http-reconciler` world (wit/http.wit: the
+// `wasmctrl:reconciler@0.1.3` `http-reconciler` world (wit/http.wit: the
 // reconciler world and `wasi:http/outgoing-handler`), in jco's type
 // conventions: records are objects with camelCase fields, variants
 // `{ tag, val }`, enums strings, options `T | undefined`, u64 `bigint`, and a
@@ -7,7 +7,7 @@
 // `component.ts` imports these modules; the rest of the SDK goes through
 // `host.ts`, so it also runs natively under the testing fake.
 
-declare module "wasmctrl:reconciler/types@0.1.2" {
+declare module "wasmctrl:reconciler/types@0.1.3" {
   export interface ObjectKey {
     namespace?: string;
     name: string;
@@ -52,8 +52,8 @@ declare module "wasmctrl:reconciler/types@0.1.2" {
   export type LogLevel = "trace" | "debug" | "info" | "warn" | "error";
 }
 
-declare module "wasmctrl:reconciler/context@0.1.2" {
-  import type { LogLevel } from "wasmctrl:reconciler/types@0.1.2";
+declare module "wasmctrl:reconciler/context@0.1.3" {
+  import type { LogLevel } from "wasmctrl:reconciler/types@0.1.3";
   export function deadlineRemainingMs(): bigint;
   export function cancelled(): boolean;
   export function attempt(): number;
@@ -62,8 +62,8 @@ declare module "wasmctrl:reconciler/context@0.1.2" {
   export function logEnabled(level: LogLevel): boolean;
 }
 
-declare module "wasmctrl:reconciler/kube@0.1.2" {
-  import type { Gvk } from "wasmctrl:reconciler/types@0.1.2";
+declare module "wasmctrl:reconciler/kube@0.1.3" {
+  import type { Gvk } from "wasmctrl:reconciler/types@0.1.3";
   export interface ApplyPatch {
     body: string;
     fieldManager: string;
@@ -97,7 +97,7 @@ declare module "wasmctrl:reconciler/kube@0.1.2" {
   export function recordEvent(event: Event): void;
 }
 
-declare module "wasmctrl:reconciler/secrets@0.1.2" {
+declare module "wasmctrl:reconciler/secrets@0.1.3" {
   export function reveal(name: string): string;
 }
 

@@ -2,7 +2,7 @@
 
 A plugin subclasses :class:`Reconciler` and exports it with :func:`export`;
 ``wasmctrl build <dir>`` turns it into a component of the
-``wasmctrl:reconciler@0.1.2`` world with componentize-py. Objects are
+``wasmctrl:reconciler@0.1.3`` world with componentize-py. Objects are
 ``dict``s of the API's JSON. Unit tests run natively against
 :class:`wasmctrl_sdk.testing.FakeCluster`. The ``hello`` plugin
 (``plugins/hello-py/hello.py``) is a complete one, and

@@ -534,7 +534,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     assert_eq!(config["layerDigests"][0], file_digest(artifacts::STAMP_V1));
     assert_eq!(
         config["component"]["target"],
-        "wasmctrl:reconciler/reconciler@0.1.2"
+        "wasmctrl:reconciler/reconciler@0.1.3"
     );
     let exports = config["component"]["exports"].as_array().unwrap();
     assert!(
@@ -543,7 +543,7 @@ fn wasmctrl_push_then_inspect_oci_through_the_binary() {
     );
     let imports = config["component"]["imports"].as_array().unwrap();
     assert!(
-        imports.contains(&"wasmctrl:reconciler/kube@0.1.2".into()),
+        imports.contains(&"wasmctrl:reconciler/kube@0.1.3".into()),
         "{imports:?}"
     );
 

@@ -6,9 +6,9 @@
 //! ```json
 //! {"created": "2025-01-01T00:00:00Z", "architecture": "wasm", "os": "wasip2",
 //!  "layerDigests": ["sha256:…"],
-//!  "component": {"target": "wasmctrl:reconciler/reconciler@0.1.2",
+//!  "component": {"target": "wasmctrl:reconciler/reconciler@0.1.3",
 //!                "exports": ["metadata", "reconcile"],
-//!                "imports": ["wasmctrl:reconciler/context@0.1.2", …]}}
+//!                "imports": ["wasmctrl:reconciler/context@0.1.3", …]}}
 //! ```
 
 use std::collections::BTreeMap;
@@ -24,7 +24,7 @@ pub const WASM_LAYER_MEDIA_TYPE: &str = "application/wasm";
 /// The OCI image manifest media type.
 pub const OCI_MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
 /// The world every wasmctrl plugin targets.
-pub const RECONCILER_WORLD: &str = "wasmctrl:reconciler/reconciler@0.1.2";
+pub const RECONCILER_WORLD: &str = "wasmctrl:reconciler/reconciler@0.1.3";
 /// The largest config blob read from a registry.
 pub const MAX_CONFIG_SIZE: u64 = 1 << 20;
 

@@ -1,5 +1,5 @@
 //! `wasmctrl build`: turn a plugin directory into a component of the
-//! `wasmctrl:reconciler@0.1.2` world, whatever language it is written in.
+//! `wasmctrl:reconciler@0.1.3` world, whatever language it is written in.
 //!
 //! The language is detected from the project file in the directory:
 //!

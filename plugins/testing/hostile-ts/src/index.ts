@@ -10,7 +10,7 @@
 // - `host-call-flood`: `kube` gets in a loop until the host stops it;
 // - anything else: labels its ConfigMap `wasmctrl.dev/hostile: reconciled`.
 /// <reference path="../../../../guest-sdk-js/src/wit-imports.d.ts" />
-import * as kube from "wasmctrl:reconciler/kube@0.1.2";
+import * as kube from "wasmctrl:reconciler/kube@0.1.3";
 
 import {
   Action,
