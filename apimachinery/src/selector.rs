@@ -338,6 +338,33 @@ impl LabelSelector {
         Ok(Self(requirements))
     }
 
+    /// The object form (`{"matchExpressions": [...]}`) of the selector,
+    /// which [`Self::from_object`] reads back to an equal selector; `=`
+    /// and `!=` become one-value `In` and `NotIn`, which match the same
+    /// labels.
+    pub fn to_object(&self) -> Value {
+        let expression = |key: &str, operator: &str, values: &[String]| {
+            let mut e = serde_json::json!({"key": key, "operator": operator});
+            if !values.is_empty() {
+                e["values"] = serde_json::json!(values);
+            }
+            e
+        };
+        let expressions: Vec<Value> = self
+            .0
+            .iter()
+            .map(|r| match r {
+                Requirement::Equals(k, v) => expression(k, "In", std::slice::from_ref(v)),
+                Requirement::NotEquals(k, v) => expression(k, "NotIn", std::slice::from_ref(v)),
+                Requirement::In(k, set) => expression(k, "In", set),
+                Requirement::NotIn(k, set) => expression(k, "NotIn", set),
+                Requirement::Exists(k) => expression(k, "Exists", &[]),
+                Requirement::NotExists(k) => expression(k, "DoesNotExist", &[]),
+            })
+            .collect();
+        serde_json::json!({ "matchExpressions": expressions })
+    }
+
     /// True for the selector without requirements, which matches everything.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

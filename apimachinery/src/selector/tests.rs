@@ -302,3 +302,30 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn the_object_form_reads_back_to_an_equal_selector_matching_the_same_labels() {
+    let text = "app=web,tier!=db,zone in (a,b),stage notin (x),canary,!legacy";
+    let s = LabelSelector::parse(text).unwrap();
+    let object = s.to_object();
+    let back = LabelSelector::from_object(&object, SelectorBounds::DEFAULT).unwrap();
+    for labels in [
+        json!({"app": "web", "zone": "a", "canary": ""}),
+        json!({"app": "web", "zone": "a", "canary": "", "tier": "db"}),
+        json!({"app": "web", "zone": "c", "canary": ""}),
+        json!({"app": "web", "zone": "b", "canary": "", "legacy": "1"}),
+        json!({"zone": "a", "canary": ""}),
+    ] {
+        assert_eq!(
+            s.matches_json(&labels),
+            back.matches_json(&labels),
+            "{labels}"
+        );
+    }
+    assert!(s.matches_json(&json!({"app": "web", "zone": "a", "canary": ""})));
+    assert_eq!(object["matchExpressions"][0]["operator"], "In");
+    assert_eq!(
+        object["matchExpressions"][4],
+        json!({"key": "canary", "operator": "Exists"})
+    );
+}
