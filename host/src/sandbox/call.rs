@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use super::Runtime;
 use super::code::Code;
 use super::failure::CallFailure;
+pub(crate) use super::guest::Review;
 use super::limits::Limits;
 use super::outbound::OutboundGrant;
 use super::share::PluginActivity;
@@ -53,12 +54,19 @@ pub(crate) struct Sandbox {
 pub(crate) enum Export {
     Metadata,
     Reconcile(ObjectKey),
+    /// An admission review: `validate` or `mutate` with the request's JSON.
+    Review(Review, String),
 }
 
 /// What an export returned.
 pub(crate) enum Returned {
-    Metadata(types::PluginMetadata, Vec<types::OutboundRule>),
+    Metadata(
+        types::PluginMetadata,
+        Vec<types::OutboundRule>,
+        Vec<types::Webhook>,
+    ),
     Reconcile(Result<types::Action, types::ReconcileError>),
+    Review(types::AdmissionResponse),
 }
 
 /// A call's outcome and what it cost.
@@ -93,7 +101,7 @@ impl Sandbox {
         let http_made = context.http_made.clone();
         let strategy = match export {
             Export::Metadata => &InstanceStrategy::Fresh,
-            Export::Reconcile(_) => &self.strategy,
+            Export::Reconcile(_) | Export::Review(..) => &self.strategy,
         };
         let code = match self.code.enter(&self.runtime).await {
             Ok(code) => code,
@@ -125,7 +133,7 @@ impl Sandbox {
                         Export::Metadata => i
                             .call_metadata(&mut store)
                             .await
-                            .map(|(m, o)| Returned::Metadata(m, o)),
+                            .map(|(m, o, w)| Returned::Metadata(m, o, w)),
                         Export::Reconcile(key) => {
                             let key = types::ObjectKey {
                                 namespace: key.namespace,
@@ -135,6 +143,10 @@ impl Sandbox {
                                 .await
                                 .map(Returned::Reconcile)
                         }
+                        Export::Review(review, request) => i
+                            .call_review(&mut store, review, &request)
+                            .await
+                            .map(Returned::Review),
                     };
                     (Some(i), returned)
                 }
@@ -317,5 +329,6 @@ pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken
         tape: None,
         http_made: None,
         http_tape: None,
+        reviewing: false,
     }
 }

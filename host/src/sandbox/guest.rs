@@ -15,7 +15,7 @@ use wasmtime::component::{ComponentExportIndex, Func, Instance, InstancePre, Typ
 use super::store::StoreState;
 use crate::sandbox::wit::ReconcilerPre;
 use crate::sandbox::wit::wasmctrl::reconciler::types::{
-    Action, ObjectKey, OutboundRule, PluginMetadata, ReconcileError,
+    Action, AdmissionResponse, ObjectKey, OutboundRule, PluginMetadata, ReconcileError, Webhook,
 };
 
 /// The world's export that reconciles one key.
@@ -25,6 +25,28 @@ const METADATA: &str = "metadata";
 /// The `outbound-reconciler` world's export that declares the outside
 /// hosts the plugin calls; a component without it declares none.
 const OUTBOUND: &str = "outbound";
+/// The `admission-reconciler` world's exports: the webhooks a plugin
+/// serves, and the two calls a review makes. A component without them
+/// serves none.
+const WEBHOOKS: &str = "webhooks";
+const VALIDATE: &str = "validate";
+const MUTATE: &str = "mutate";
+
+/// A review's export: `validate` or `mutate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Review {
+    Validate,
+    Mutate,
+}
+
+impl Review {
+    fn export(self) -> &'static str {
+        match self {
+            Review::Validate => VALIDATE,
+            Review::Mutate => MUTATE,
+        }
+    }
+}
 
 /// A pre-linked component whose exports match the `reconciler` world.
 pub(crate) struct GuestPre {
@@ -32,6 +54,15 @@ pub(crate) struct GuestPre {
     reconcile: ComponentExportIndex,
     metadata: ComponentExportIndex,
     outbound: Option<ComponentExportIndex>,
+    admission: Option<Admission>,
+}
+
+/// The indices of the `admission-reconciler` world's exports.
+#[derive(Clone, Copy)]
+struct Admission {
+    webhooks: ComponentExportIndex,
+    validate: ComponentExportIndex,
+    mutate: ComponentExportIndex,
 }
 
 impl GuestPre {
@@ -51,6 +82,7 @@ impl GuestPre {
             reconcile: index(RECONCILE)?,
             metadata: index(METADATA)?,
             outbound: pre.component().get_export_index(None, OUTBOUND),
+            admission: admission(&pre)?,
             pre,
         })
     }
@@ -66,6 +98,7 @@ impl GuestPre {
             reconcile_index: self.reconcile,
             metadata_index: self.metadata,
             outbound_index: self.outbound,
+            admission: self.admission,
             reconcile: None,
         })
     }
@@ -77,6 +110,7 @@ pub(crate) struct Guest {
     reconcile_index: ComponentExportIndex,
     metadata_index: ComponentExportIndex,
     outbound_index: Option<ComponentExportIndex>,
+    admission: Option<Admission>,
     /// Looked up at the first reconcile; a reused instance keeps it.
     reconcile: Option<Func>,
 }
@@ -113,7 +147,7 @@ impl Guest {
     pub(crate) async fn call_metadata(
         &self,
         store: &mut Store<StoreState>,
-    ) -> wasmtime::Result<(PluginMetadata, Vec<OutboundRule>)> {
+    ) -> wasmtime::Result<(PluginMetadata, Vec<OutboundRule>, Vec<Webhook>)> {
         let func = export(&self.instance, store, self.metadata_index, METADATA)?;
         // SAFETY: as in `call_reconcile`, for the `metadata` export.
         let typed = unsafe { TypedFunc::<(), (PluginMetadata,)>::new_unchecked(func) };
@@ -132,7 +166,63 @@ impl Guest {
                 typed.call_async(&mut *store, ()).await?.0
             }
         };
-        Ok((metadata, outbound))
+        let webhooks = match self.admission {
+            None => Vec::new(),
+            Some(a) => {
+                let typed = self
+                    .instance
+                    .get_typed_func::<(), (Vec<Webhook>,)>(&mut *store, a.webhooks)
+                    .map_err(|e| e.context(wrong_admission(WEBHOOKS)))?;
+                typed.call_async(&mut *store, ()).await?.0
+            }
+        };
+        Ok((metadata, outbound, webhooks))
+    }
+
+    /// Calls the guest's `validate` or `mutate` export with an
+    /// AdmissionReview `request` (JSON).
+    pub(crate) async fn call_review(
+        &self,
+        store: &mut Store<StoreState>,
+        review: Review,
+        request: &str,
+    ) -> wasmtime::Result<AdmissionResponse> {
+        let Some(a) = self.admission else {
+            wasmtime::bail!(
+                "the component has no `{}` export: it does not serve admission webhooks",
+                review.export()
+            );
+        };
+        let index = match review {
+            Review::Validate => a.validate,
+            Review::Mutate => a.mutate,
+        };
+        let typed = self
+            .instance
+            .get_typed_func::<(&str,), (AdmissionResponse,)>(&mut *store, index)
+            .map_err(|e| e.context(wrong_admission(review.export())))?;
+        Ok(typed.call_async(&mut *store, (request,)).await?.0)
+    }
+}
+
+fn wrong_admission(export: &str) -> String {
+    format!("the export `{export}` is not the admission-reconciler world's")
+}
+
+/// The admission exports of a component: all three, or none. A component
+/// with only some of them is of no world the host knows.
+fn admission(pre: &InstancePre<StoreState>) -> wasmtime::Result<Option<Admission>> {
+    let index = |name| pre.component().get_export_index(None, name);
+    match (index(WEBHOOKS), index(VALIDATE), index(MUTATE)) {
+        (Some(webhooks), Some(validate), Some(mutate)) => Ok(Some(Admission {
+            webhooks,
+            validate,
+            mutate,
+        })),
+        (None, None, None) => Ok(None),
+        _ => Err(wasmtime::format_err!(
+            "the component exports only some of `{WEBHOOKS}`, `{VALIDATE}` and `{MUTATE}`; the admission-reconciler world has all three"
+        )),
     }
 }
 

@@ -5,6 +5,7 @@
 use crate::meta::kind::Gvk;
 use crate::meta::syntax as validate;
 use crate::sandbox::outbound::OutboundRule;
+use crate::sandbox::webhooks::Webhook;
 use crate::sandbox::wit::wasmctrl::reconciler::types;
 
 /// How an object of a watched kind maps to keys of the reconciled kind.
@@ -49,6 +50,9 @@ pub struct PluginMetadata {
     /// The destinations outside the cluster it calls (its `outbound`
     /// export; empty without one).
     pub outbound: Vec<OutboundRule>,
+    /// The admission webhooks it serves (its `webhooks` export; empty
+    /// without one).
+    pub webhooks: Vec<Webhook>,
 }
 
 impl PluginMetadata {
@@ -67,11 +71,13 @@ const MAX_PERMISSIONS: usize = 64;
 const MAX_ITEMS: usize = 64;
 
 impl PluginMetadata {
-    /// The metadata and outbound declaration a component returned,
-    /// checked: each declared rule must parse as a grant's rule does.
+    /// The metadata, outbound declaration and webhooks a component
+    /// returned, checked: each declared rule must parse as a grant's rule
+    /// does.
     pub(crate) fn from_wit(
         m: types::PluginMetadata,
         outbound: Vec<types::OutboundRule>,
+        webhooks: Vec<types::Webhook>,
     ) -> Result<Self, String> {
         if outbound.len() > MAX_PERMISSIONS {
             return Err(format!(
@@ -95,6 +101,7 @@ impl PluginMetadata {
             .collect::<Result<Vec<_>, String>>()?;
         let mut metadata = Self::try_from(m)?;
         metadata.outbound = outbound;
+        metadata.webhooks = Webhook::from_wit(webhooks)?;
         Ok(metadata)
     }
 }
@@ -183,6 +190,7 @@ impl TryFrom<types::PluginMetadata> for PluginMetadata {
             watches,
             permissions,
             outbound: Vec::new(),
+            webhooks: Vec::new(),
         })
     }
 }

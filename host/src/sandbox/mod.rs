@@ -20,13 +20,16 @@
 //! from its `strategy`, in a store (`store`) held to its `limits`, with the
 //! imports of `imports/` (one file per WIT interface, served by `hostapi`);
 //! `outbound` checks and sends the guest's `wasi:http` requests under the
-//! plugin's outbound grant; `failure` classifies how a call ended; `compiled` keeps compiled
+//! plugin's outbound grant; `admission` runs an admission review (the
+//! `validate` and `mutate` exports) with a read-only host API and checks
+//! the webhooks and verdicts a plugin returns; `failure` classifies how a call ended; `compiled` keeps compiled
 //! components; `code` holds a plugin's compiled code, or drops it while the
 //! plugin is idle (`idleUnload`).
 //!
 //! [`ReconcileError::Cancelled`]: crate::ReconcileError::Cancelled
 //! [`TrapKind::Deadline`]: crate::TrapKind::Deadline
 
+pub mod admission;
 mod call;
 mod code;
 mod compiled;
@@ -44,6 +47,7 @@ mod share;
 mod store;
 mod strategy;
 mod tape;
+mod webhooks;
 mod wit;
 
 use std::ops::RangeInclusive;

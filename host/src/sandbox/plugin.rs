@@ -81,14 +81,14 @@ pub enum LoadError {
     #[error("plugin {origin}: invalid component: {message}")]
     Compile { origin: String, message: String },
     #[error(
-        "plugin {origin}: missing export `{export}`: the component does not implement the wasmctrl:reconciler/reconciler@0.1.2 world"
+        "plugin {origin}: missing export `{export}`: the component does not implement the wasmctrl:reconciler/reconciler@0.1.3 world"
     )]
     MissingExport {
         origin: String,
         export: &'static str,
     },
     #[error(
-        "plugin {origin}: wrong world: the component's exports do not match wasmctrl:reconciler/reconciler@0.1.2: {message}"
+        "plugin {origin}: wrong world: the component's exports do not match wasmctrl:reconciler/reconciler@0.1.3: {message}"
     )]
     WrongWorld { origin: String, message: String },
     #[error("plugin {origin}: imports something the host does not provide: {message}")]
@@ -320,8 +320,8 @@ impl Runtime {
         let report = sandbox.call(Export::Metadata, context).await;
         self.inner.cache.settle(&digest);
         let metadata = match report.result {
-            Ok(Returned::Metadata(m, outbound)) => {
-                PluginMetadata::from_wit(m, outbound).map_err(|message| {
+            Ok(Returned::Metadata(m, outbound, webhooks)) => {
+                PluginMetadata::from_wit(m, outbound, webhooks).map_err(|message| {
                     self.inner.metrics.count_limit(&sandbox.name, "metadata");
                     LoadError::InvalidMetadata {
                         origin: path.clone(),
@@ -329,7 +329,9 @@ impl Runtime {
                     }
                 })?
             }
-            Ok(Returned::Reconcile(_)) => unreachable!("metadata returns metadata"),
+            Ok(Returned::Reconcile(_) | Returned::Review(_)) => {
+                unreachable!("metadata returns metadata")
+            }
             Err(CallFailure::Trap {
                 kind,
                 message,
@@ -485,7 +487,9 @@ impl Plugin {
             Ok(Returned::Reconcile(Err(types::ReconcileError::Permanent(m)))) => {
                 Err(ReconcileError::Permanent(m))
             }
-            Ok(Returned::Metadata(..)) => unreachable!("reconcile returns an action"),
+            Ok(Returned::Metadata(..) | Returned::Review(_)) => {
+                unreachable!("reconcile returns an action")
+            }
             Err(failure) => Err(failure.into()),
         };
         Invocation {

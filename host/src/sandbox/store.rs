@@ -38,6 +38,8 @@ pub(crate) struct CallContext {
     pub(crate) http_made: Option<Arc<std::sync::atomic::AtomicU32>>,
     /// Records (or replays) this call's outbound exchanges.
     pub(crate) http_tape: Option<Arc<crate::sandbox::outbound::HttpTape>>,
+    /// The call is an admission review: its outbound requests may only read.
+    pub(crate) reviewing: bool,
 }
 
 /// The call's context as the store keeps it.
@@ -256,6 +258,7 @@ impl StoreState {
                 spec.runtime.metrics().clone(),
                 context.deadline,
                 context.http_tape.clone(),
+                context.reviewing,
             ),
         );
         let state = StoreState {
@@ -355,8 +358,11 @@ impl StoreState {
     /// Starts another call in this store (an instance reused): a new
     /// context and fresh per-call budgets; memory and globals stay.
     pub(crate) fn begin_call(&mut self, context: CallContext) {
-        self.http
-            .begin_call(context.deadline, context.http_tape.clone());
+        self.http.begin_call(
+            context.deadline,
+            context.http_tape.clone(),
+            context.reviewing,
+        );
         self.call = CallState::new(context);
         self.budget.host_calls = 0;
         self.budget.log_calls = 0;

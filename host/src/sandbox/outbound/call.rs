@@ -29,6 +29,9 @@ pub(crate) struct HttpCall {
     /// The secrets this call revealed, by name: redacted from what the
     /// guest hands the host (its log lines and its error).
     pub(super) revealed: Mutex<Vec<(String, Vec<u8>)>>,
+    /// The call is an admission review: only GET and HEAD may be sent, as
+    /// its webhook is registered without side effects.
+    pub(super) reviewing: bool,
 }
 
 impl HttpCall {
@@ -38,6 +41,7 @@ impl HttpCall {
         metrics: Arc<Metrics>,
         deadline: Instant,
         tape: Option<Arc<HttpTape>>,
+        reviewing: bool,
     ) -> Self {
         Self {
             plugin,
@@ -48,6 +52,7 @@ impl HttpCall {
             refused: Mutex::new(None),
             tape,
             revealed: Mutex::default(),
+            reviewing,
         }
     }
 

@@ -33,13 +33,19 @@ impl OutboundHooks {
     /// A new call in the same store (a reused instance): new counts, no
     /// refusal, the new deadline. Requests of the last call still under
     /// way keep the state they started with.
-    pub(crate) fn begin_call(&mut self, deadline: Instant, tape: Option<Arc<HttpTape>>) {
+    pub(crate) fn begin_call(
+        &mut self,
+        deadline: Instant,
+        tape: Option<Arc<HttpTape>>,
+        reviewing: bool,
+    ) {
         let call = &self.call;
         self.call = Arc::new(HttpCall::new(
             call.plugin.clone(),
             call.metrics.clone(),
             deadline,
             tape,
+            reviewing,
         ));
     }
 
@@ -102,12 +108,17 @@ impl OutboundHooks {
                 }
             }
         }
-        if self.grant.read_only && !matches!(method, "GET" | "HEAD") {
+        if (self.grant.read_only || self.call.reviewing) && !matches!(method, "GET" | "HEAD") {
             return Err(Refusal {
                 reason: DenyReason::ReadOnly,
                 message: format!(
-                    "{method} {}: a shadow candidate sends only GET and HEAD requests",
-                    dest.shown
+                    "{method} {}: {} sends only GET and HEAD requests",
+                    dest.shown,
+                    if self.call.reviewing {
+                        "an admission review"
+                    } else {
+                        "a shadow candidate"
+                    }
                 ),
             });
         }
