@@ -53,7 +53,9 @@
 //! - [`Context`] (deadline, cancellation, attempt, settings) and logging
 //!   ([`info!`] and friends);
 //! - [`http`]: requests to hosts outside the cluster (`wasi:http`), as the
-//!   host's `outbound` grant allows and [`Metadata::outbound`] declares.
+//!   host's `outbound` grant allows and [`Metadata::outbound`] declares;
+//! - [`admission`]: validating and defaulting webhooks
+//!   ([`admission::Validator`], [`admission::Defaulter`]) served by the host.
 //!
 //! Each reconcile runs in a fresh instance: nothing survives between calls, so a
 //! reconciler reads the world, compares and writes, as level-triggered
@@ -62,6 +64,7 @@
 extern crate self as wasmctrl_sdk;
 
 mod action;
+pub mod admission;
 mod api;
 pub mod conditions;
 mod context;
@@ -82,7 +85,7 @@ pub mod testing;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        world: "outbound-reconciler",
+        world: "admission-reconciler",
         path: "../wit",
         pub_export_macro: true,
         export_macro_name: "__export_reconciler_world",
@@ -121,12 +124,40 @@ pub trait Reconciler {
     fn reconcile(key: ObjectKey, ctx: &Context) -> Result<Action, Error>;
 }
 
-/// Exports a [`Reconciler`] implementation as the plugin's component exports.
+/// Exports a [`Reconciler`] implementation as the plugin's component
+/// exports, with the plugin's admission webhooks if it serves any.
 ///
-/// Use it exactly once per plugin crate: `wasmctrl_sdk::export_reconciler!(MyReconciler);`
+/// Use it exactly once per plugin crate, in one of these forms:
+///
+/// ```text
+/// wasmctrl_sdk::export_reconciler!(MyReconciler);
+/// wasmctrl_sdk::export_reconciler!(MyReconciler, validator: MyValidator);
+/// wasmctrl_sdk::export_reconciler!(MyReconciler, defaulter: MyDefaulter);
+/// wasmctrl_sdk::export_reconciler!(MyReconciler, validator: MyValidator, defaulter: MyDefaulter);
+/// ```
+///
+/// where the validator implements [`admission::Validator`] and the
+/// defaulter [`admission::Defaulter`].
 #[macro_export]
 macro_rules! export_reconciler {
     ($reconciler:ty) => {
+        $crate::__export_plugin!($reconciler; []; []);
+    };
+    ($reconciler:ty, validator: $validator:ty) => {
+        $crate::__export_plugin!($reconciler; [$validator]; []);
+    };
+    ($reconciler:ty, defaulter: $defaulter:ty) => {
+        $crate::__export_plugin!($reconciler; []; [$defaulter]);
+    };
+    ($reconciler:ty, validator: $validator:ty, defaulter: $defaulter:ty) => {
+        $crate::__export_plugin!($reconciler; [$validator]; [$defaulter]);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_plugin {
+    ($reconciler:ty; [$($validator:ty)?]; [$($defaulter:ty)?]) => {
         #[doc(hidden)]
         struct __WasmctrlExport;
 
@@ -147,6 +178,30 @@ macro_rules! export_reconciler {
             > {
                 $crate::__private::reconcile::<$reconciler>(key)
             }
+
+            fn webhooks() -> ::std::vec::Vec<$crate::bindings::wasmctrl::reconciler::types::Webhook> {
+                #[allow(unused_mut)]
+                let mut webhooks = ::std::vec::Vec::new();
+                $(webhooks.push($crate::__private::validating::<$validator>());)?
+                $(webhooks.push($crate::__private::mutating::<$defaulter>());)?
+                webhooks
+            }
+
+            #[allow(unreachable_code)]
+            fn validate(
+                request: ::std::string::String,
+            ) -> $crate::bindings::wasmctrl::reconciler::types::AdmissionResponse {
+                $(return $crate::__private::validate::<$validator>(&request);)?
+                $crate::__private::not_served("validate")
+            }
+
+            #[allow(unreachable_code)]
+            fn mutate(
+                request: ::std::string::String,
+            ) -> $crate::bindings::wasmctrl::reconciler::types::AdmissionResponse {
+                $(return $crate::__private::mutate::<$defaulter>(&request);)?
+                $crate::__private::not_served("mutate")
+            }
         }
 
         $crate::bindings::__export_reconciler_world!(__WasmctrlExport with_types_in $crate::bindings);
@@ -155,6 +210,7 @@ macro_rules! export_reconciler {
 
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::admission::{mutate, mutating, not_served, validate, validating};
     use crate::bindings::wasmctrl::reconciler::types as wit;
     pub use crate::resource::plumbing::{ObjectParts, serialize_object};
     pub use serde;

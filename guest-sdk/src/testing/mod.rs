@@ -235,5 +235,6 @@ impl Drop for FakeCluster {
     }
 }
 
+mod admission;
 #[cfg(test)]
 mod tests;

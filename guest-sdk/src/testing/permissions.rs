@@ -22,6 +22,15 @@ impl State {
                 ))
             })
         });
+        let denied = denied.or_else(|| {
+            let review = self.read_only?;
+            (!matches!(verb, "get" | "list")).then(|| {
+                ApiError::Forbidden(format!(
+                    "{verb} {}: the host API is read-only during an admission review ({review}); write from `reconcile` instead",
+                    call.kind.kind
+                ))
+            })
+        });
         self.calls.push(call);
         if let Some(i) = self.faults.iter().position(|(v, _)| v == verb) {
             return Err(self.faults.remove(i).1);

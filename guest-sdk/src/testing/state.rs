@@ -36,6 +36,9 @@ pub(super) struct State {
     pub(super) http_sent: Vec<crate::http::Request>,
     /// The plugin's secrets: value, and whether `reveal` hands it out.
     pub(super) secrets: BTreeMap<String, (String, bool)>,
+    /// During a review: the export under review (`validate`, `mutate`),
+    /// whose writes are refused.
+    pub(super) read_only: Option<&'static str>,
 }
 
 thread_local! {

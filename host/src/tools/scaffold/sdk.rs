@@ -15,10 +15,11 @@ pub(super) type Files = &'static [(&'static str, &'static str)];
 
 /// The Rust SDK, crate `wasmctrl-sdk`.
 pub(super) const RUST_SDK: Files = embed!("guest-sdk":
-    "Cargo.toml", "src/action.rs", "src/api.rs", "src/conditions.rs", "src/context.rs",
+    "Cargo.toml", "src/action.rs", "src/admission.rs", "src/api.rs", "src/conditions.rs",
+    "src/context.rs",
     "src/error.rs", "src/events.rs", "src/finalizer.rs", "src/host.rs", "src/http.rs",
     "src/lib.rs", "src/log.rs", "src/metadata.rs", "src/resource.rs", "src/secrets.rs",
-    "src/testing/fake.rs", "src/testing/fake/context.rs", "src/testing/fake/http.rs",
+    "src/testing/admission.rs", "src/testing/fake.rs", "src/testing/fake/context.rs", "src/testing/fake/http.rs",
     "src/testing/fake/kube.rs", "src/testing/fake/secrets.rs", "src/testing/mod.rs",
     "src/testing/permissions.rs", "src/testing/state.rs", "src/testing/tests.rs",
     "src/testing/transcript.rs", "src/tests.rs",
