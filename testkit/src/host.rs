@@ -44,6 +44,10 @@ pub struct RunningHost {
     pub admin: SocketAddr,
     /// Its metrics, as the admin server serves them.
     pub metrics: Arc<Metrics>,
+    /// Its admission webhook server, with the config's `webhook`.
+    pub webhook: Option<SocketAddr>,
+    /// The PEM its webhook server's certificate verifies against.
+    pub webhook_ca: Option<String>,
     manager_queues: Vec<(String, WorkQueue<ObjectKey>)>,
     stop: Option<oneshot::Sender<()>>,
     done: Option<JoinHandle<Result<(), ManagerError>>>,
@@ -72,6 +76,8 @@ impl RunningHost {
         .expect("manager starts");
         let admin = manager.admin_addr();
         let metrics = manager.metrics().clone();
+        let webhook = manager.webhook_addr();
+        let webhook_ca = manager.webhook_ca_bundle();
         let manager_queues = names
             .into_iter()
             .filter_map(|n| manager.queue(&n).map(|q| (n, q)))
@@ -87,6 +93,8 @@ impl RunningHost {
         Self {
             admin,
             metrics,
+            webhook,
+            webhook_ca,
             manager_queues,
             stop: Some(stop),
             done: Some(done),

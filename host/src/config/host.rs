@@ -16,6 +16,7 @@ use super::plugin::{PluginConfig, check_plugin_name, check_rules};
 use super::plugins_from::PluginsFrom;
 use super::runtime::RuntimeSection;
 use super::units::{HOUR, SECOND, duration, within};
+use super::webhook::WebhookSection;
 use crate::control::informer::CacheOptions;
 use crate::sandbox::hostapi::PermissionRule;
 
@@ -63,6 +64,9 @@ pub struct HostConfig {
     /// (plugins of the config file are not limited by it).
     #[serde(default, deserialize_with = "optional_mappings")]
     pub max_grant: Option<Vec<PermissionRule>>,
+    /// Serve the plugins' admission webhooks (None: none are served).
+    #[serde(default, deserialize_with = "optional_mapping")]
+    pub webhook: Option<WebhookSection>,
     /// The directory of the config file; plugin paths are relative to it.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -146,6 +150,9 @@ impl HostConfig {
         top(self.check_document())?;
         top(self.leader_election.check(self.sharding.as_ref()))?;
         top(self.runtime.check())?;
+        if let Some(webhook) = &self.webhook {
+            top(webhook.check())?;
+        }
         let mut names = HashSet::new();
         for (i, p) in self.plugins.iter().enumerate() {
             self.check_plugin(p, &mut names)

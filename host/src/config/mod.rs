@@ -16,6 +16,7 @@
 //!     permissions:
 //!       - { group: apps, resources: [deployments], verbs: [get, patch] }
 //! pluginsFrom: { kind: WasmReconciler }   # also plugins defined as objects
+//! webhook: { bind: "127.0.0.1:9443" }     # serve the plugins' admission webhooks
 //! maxGrant:                               # … granted at most this
 //!   - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
 //! ```
@@ -35,6 +36,7 @@ mod source;
 #[cfg(test)]
 mod tests;
 mod units;
+mod webhook;
 
 pub use election::{LeaderElectionConfig, ShardingConfig};
 pub use error::{ConfigError, FieldProblem};
@@ -50,3 +52,4 @@ pub use source::{
     SourceProblem, SourceSpec, UrlSourceSpec, is_loopback_url, oci_reference, sha256_digest,
 };
 pub use units::{parse_cpu, parse_duration, parse_quantity, show_duration};
+pub use webhook::{AdmissionConfig, AdmissionMode, ServiceReference, WebhookSection};

@@ -17,6 +17,7 @@ use super::units::{
     MILLI, SECOND, YEAR, bytes_within, count, duration, optional_duration, optional_quantity,
     quantity, rate, within,
 };
+use super::webhook::AdmissionConfig;
 use crate::control::controller::ControllerOptions;
 use crate::control::secrets::SecretWatch;
 use crate::control::workqueue::ratelimit;
@@ -111,6 +112,10 @@ pub struct PluginConfig {
     /// answer, the context read, the result) for `wasmctrl replay`.
     #[serde(default, deserialize_with = "optional_mapping")]
     pub record: Option<RecordConfig>,
+    /// How the host answers with the plugin's admission verdicts (its
+    /// webhooks are declared by the plugin and served under `webhook`).
+    #[serde(default, deserialize_with = "mapping")]
+    pub admission: AdmissionConfig,
 }
 
 /// `instanceMode` values.

@@ -49,6 +49,13 @@ impl LabelSelector {
     }
 }
 
+impl LabelSelector {
+    /// The object form (`matchExpressions`) Kubernetes objects carry.
+    pub fn to_object(&self) -> serde_json::Value {
+        self.0.to_object()
+    }
+}
+
 impl fmt::Display for LabelSelector {
     /// The canonical string form, which parses back to an equal selector.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,6 +1,6 @@
 //! Running plugins in a process: the manager that wires a controller per
-//! plugin, where components come from, the admin server, RBAC, reconcile
-//! transcripts and the allocator settings. ops imports meta, control,
+//! plugin, where components come from, the admin server, the admission
+//! webhook server, RBAC, reconcile transcripts and the allocator settings. ops imports meta, control,
 //! config and sandbox.
 
 pub(crate) mod admin;
@@ -9,3 +9,4 @@ pub mod manager;
 pub mod rbac;
 pub mod source;
 pub mod transcript;
+pub mod webhook;

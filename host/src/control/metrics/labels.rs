@@ -47,6 +47,29 @@ pub struct PluginKindLabels {
 
 /// `wasmctrl_plugin_http_requests_total`: `host` is the host of the rule
 /// that allowed the request, as the grant writes it (a bounded set).
+/// controller-runtime's webhook families: `webhook` is the path served
+/// (`/validate/<plugin>`), a bounded set.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabel {
+    pub webhook: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookCodeLabels {
+    pub webhook: String,
+    pub code: String,
+}
+
+/// `wasmctrl_webhook_decisions_total`: `kind` is validate|mutate,
+/// `decision` allowed|denied|failed, `mode` protect|monitor.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookDecisionLabels {
+    pub plugin: String,
+    pub kind: String,
+    pub decision: String,
+    pub mode: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HttpRequestLabels {
     pub plugin: String,

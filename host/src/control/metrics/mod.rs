@@ -33,7 +33,7 @@ pub use labels::{
     ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
     NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
-    ResultLabels, TrapLabels, WhatLabel,
+    ResultLabels, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel, WhatLabel,
 };
 pub use plugin::{CallSeries, CallUsage};
 pub use refusals::{

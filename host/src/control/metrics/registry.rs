@@ -14,7 +14,7 @@ use super::labels::{
     ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
     NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
-    ResultLabels, TrapLabels,
+    ResultLabels, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
 };
 use super::refusals::{DISK_REFUSALS, SOURCE_REFUSALS};
 
@@ -95,6 +95,11 @@ pub struct Metrics {
     pub http_denied: Family<PluginReasonLabels, Counter>,
     /// `reveal` calls refused, per reason.
     pub secret_refusals: Family<PluginReasonLabels, Counter>,
+    // controller_runtime_webhook_*, and the decisions plugins made
+    pub webhook_requests: Family<WebhookCodeLabels, Counter>,
+    pub webhook_latency: HistogramFamily<WebhookLabel>,
+    pub webhook_in_flight: Family<WebhookLabel, Gauge>,
+    pub webhook_decisions: Family<WebhookDecisionLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -161,6 +166,10 @@ impl Metrics {
             http_duration: Family::new_with_constructor(seconds_histogram),
             http_denied: Family::default(),
             secret_refusals: Family::default(),
+            webhook_requests: Family::default(),
+            webhook_latency: Family::new_with_constructor(seconds_histogram),
+            webhook_in_flight: Family::default(),
+            webhook_decisions: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap();
@@ -384,6 +393,26 @@ impl Metrics {
                 "wasmctrl_plugin_secret_refusals",
                 "Secret reveals refused, per reason (unknown|reveal|unavailable)",
                 m.secret_refusals.clone(),
+            );
+            r.register(
+                "controller_runtime_webhook_requests",
+                "Total number of admission requests by HTTP status code",
+                m.webhook_requests.clone(),
+            );
+            r.register(
+                "controller_runtime_webhook_latency_seconds",
+                "Histogram of the latency of processing admission requests",
+                m.webhook_latency.clone(),
+            );
+            r.register(
+                "controller_runtime_webhook_requests_in_flight",
+                "Current number of admission requests being served",
+                m.webhook_in_flight.clone(),
+            );
+            r.register(
+                "wasmctrl_webhook_decisions",
+                "Admission reviews per plugin, export (validate|mutate), decision (allowed|denied|failed) and mode; in monitor mode a denial is counted but not answered",
+                m.webhook_decisions.clone(),
             );
             r.register(
                 "wasmctrl_object_refusals",

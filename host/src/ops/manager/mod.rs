@@ -47,6 +47,7 @@ use crate::control::shard::Shards;
 use crate::control::workqueue::WorkQueue;
 use crate::ops::admin;
 use crate::ops::source::{FileWatcher, SourceError};
+use crate::ops::webhook::{Registrar, Reviewers, WebhookError, WebhookServer};
 use crate::sandbox::{LoadError, Runtime, RuntimeError};
 
 pub use canary::{CanaryStatus, PromoteError, WindowStatus, in_canary};
@@ -107,6 +108,16 @@ pub enum ManagerError {
     },
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
+    #[error(transparent)]
+    Webhook(#[from] WebhookError),
+    #[error(
+        "plugin {plugin:?} ({origin}): its webhooks review resources the config does not grant it get on: {missing}"
+    )]
+    WebhooksExceedGrant {
+        plugin: String,
+        origin: String,
+        missing: String,
+    },
     #[error("leader election lost")]
     LeadershipLost,
     #[error("pluginsFrom: {message}")]
@@ -179,6 +190,10 @@ pub(crate) struct Host {
     watcher: Option<FileWatcher>,
     /// The WasmReconciler objects followed (None: no `pluginsFrom`).
     objects: Option<objects::ObjectPlugins>,
+    /// The admission webhook server, and what registers the plugins'
+    /// webhooks with the API server (None: `webhook.register: false`);
+    /// set once at start when the config has `webhook`.
+    webhook: std::sync::OnceLock<(WebhookServer, Option<Registrar>)>,
     stop: CancellationToken,
 }
 
@@ -278,6 +293,7 @@ impl Manager {
             shards,
             rbac_denied: Mutex::new(BTreeMap::new()),
             watcher: options.watch_sources.then(FileWatcher::new),
+            webhook: std::sync::OnceLock::new(),
             stop: CancellationToken::new(),
             config,
         });
@@ -290,6 +306,25 @@ impl Manager {
             })?;
             let name = entry.config().name.clone();
             host.plugins.lock().unwrap().insert(name, entry);
+        }
+        if let Some(section) = &host.config.webhook {
+            let reviewers: Arc<dyn Reviewers> = host.clone();
+            let server = WebhookServer::start(
+                section,
+                None,
+                &host.config.base_dir,
+                reviewers.clone(),
+                host.metrics.clone(),
+                host.stop.clone(),
+            )
+            .await?;
+            let registrar = section.register.then(|| {
+                Registrar::start(host.client.clone(), &server, reviewers, host.stop.clone())
+            });
+            let _ = host.webhook.set((server, registrar));
+            for name in host.plugins.lock().unwrap().keys() {
+                host.plugin_changed(name);
+            }
         }
         let bind = options.admin_bind.unwrap_or(host.config.admin.bind);
         let admin_addr = admin::serve(bind, host.clone(), admin_token, host.stop.clone()).await?;
@@ -305,6 +340,19 @@ impl Manager {
     /// Where the admin endpoints are served.
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// Where the admission webhook server listens (None without `webhook`).
+    pub fn webhook_addr(&self) -> Option<SocketAddr> {
+        self.host.webhook.get().map(|(s, _)| s.addr())
+    }
+
+    /// The PEM the webhook server's certificate verifies against.
+    pub fn webhook_ca_bundle(&self) -> Option<String> {
+        self.host
+            .webhook
+            .get()
+            .and_then(|(s, _)| s.ca_bundle().map(str::to_string))
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {
@@ -414,6 +462,17 @@ impl Manager {
         host.stop.cancel();
         tracing::info!("shutdown complete");
         outcome
+    }
+}
+
+impl Reviewers for Host {
+    fn reviewer(
+        &self,
+        name: &str,
+    ) -> Option<(Arc<crate::sandbox::Plugin>, crate::config::AdmissionMode)> {
+        let plugins = self.plugins.lock().unwrap();
+        let entry = plugins.get(name)?;
+        Some((entry.slot().current(), entry.config().admission.mode))
     }
 }
 

@@ -317,6 +317,9 @@ impl Host {
     /// Plugin `name` changed on its own (synced, swapped, a reload failed):
     /// its object's status follows.
     pub(super) fn plugin_changed(&self, name: &str) {
+        if let Some((_, Some(registrar))) = self.webhook.get() {
+            registrar.changed(name);
+        }
         if let Some(objects) = &self.objects
             && objects.owns(name)
         {

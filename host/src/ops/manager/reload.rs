@@ -234,6 +234,7 @@ impl Host {
             tracing::info!(plugin = %name, "plugin removed: draining");
             let _ = entry.drain(self.config.shutdown_timeout).await;
         }
+        self.plugin_changed(name);
     }
 
     /// Changed settings: a new controller on the same queue takes over. A

@@ -313,6 +313,29 @@ impl Host {
                 missing: missing.join(", "),
             });
         }
+        // Reviewing an object is reading it: every resource a webhook's
+        // rules name must be one the grant lets the plugin get.
+        let unreadable: Vec<String> = plugin
+            .webhooks()
+            .iter()
+            .flat_map(|w| &w.rules)
+            .flat_map(|r| {
+                r.groups.iter().flat_map(move |g| {
+                    r.resources.iter().map(move |res| {
+                        (g.clone(), res.split('/').next().unwrap_or(res).to_string())
+                    })
+                })
+            })
+            .filter(|(g, r)| !grant.covers("get", g, r))
+            .map(|(g, r)| format!("get {}/{r}", if g.is_empty() { "core" } else { &g }))
+            .collect();
+        if !unreadable.is_empty() {
+            return Err(ManagerError::WebhooksExceedGrant {
+                plugin: config.name.clone(),
+                origin,
+                missing: unreadable.join(", "),
+            });
+        }
         let uncovered = outbound.uncovered(&plugin.metadata().outbound);
         if !uncovered.is_empty() {
             let named: Vec<String> = plugin

@@ -34,6 +34,13 @@
 //!   `secretKeyRef`): `get`, `list` and `watch` limited by `resourceNames`
 //!   to the named Secrets, in their namespaces. The host watches each with
 //!   a `metadata.name` field selector, which `resourceNames` allows.
+//! - **Webhook configurations** (`webhook` with `register`, the default):
+//!   `get`, `patch` and `delete` on `admissionregistration.k8s.io`
+//!   `validatingwebhookconfigurations` and `mutatingwebhookconfigurations`
+//!   limited by `resourceNames` to each config plugin's `wasmctrl-<plugin>`.
+//!   The host writes them with server-side apply, a `patch` even when it
+//!   creates, so `create` (which `resourceNames` cannot limit) is not
+//!   needed. Plugins defined as objects are not registered this way.
 //!
 //! - **WasmReconcilers** (`pluginsFrom`): `list` and `watch` on
 //!   `wasmctrl.dev` `wasmreconcilers`, `patch` on their status, `get` on
@@ -147,6 +154,25 @@ pub fn generate(config: &HostConfig) -> Rbac {
                 "events",
                 None,
                 &["create", "patch"],
+            );
+        }
+    }
+    if config.webhook.as_ref().is_some_and(|w| w.register) && !config.plugins.is_empty() {
+        let names: Vec<String> = config
+            .plugins
+            .iter()
+            .map(|p| crate::ops::webhook::configuration_name(&p.name))
+            .collect();
+        for resource in [
+            "validatingwebhookconfigurations",
+            "mutatingwebhookconfigurations",
+        ] {
+            add(
+                &Scope::Cluster,
+                "admissionregistration.k8s.io",
+                resource,
+                Some(&names),
+                &["get", "patch", "delete"],
             );
         }
     }

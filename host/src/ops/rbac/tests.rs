@@ -268,3 +268,42 @@ fn secrets_used_by_reference_are_read_and_watched_by_name_only() {
     assert!(!rbac.cluster.iter().any(wide), "{:?}", rbac.cluster);
     assert!(!rbac.namespaced.values().flatten().any(wide), "{rbac:?}");
 }
+
+#[test]
+fn registered_webhooks_add_their_configurations_by_name_and_nothing_else() {
+    let plugins = "plugins:
+  - name: a
+    path: a.wasm
+  - name: b
+    path: b.wasm
+";
+    let with = generate(&config(&format!(
+        "{HEADER}webhook: {{ bind: \"127.0.0.1:9443\" }}\n{plugins}"
+    )));
+    let names: &[&str] = &["wasmctrl-a", "wasmctrl-b"];
+    assert!(
+        with.cluster.contains(&rule(
+            "admissionregistration.k8s.io",
+            &[
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations"
+            ],
+            &["get", "patch", "delete"],
+            Some(names)
+        )),
+        "{:?}",
+        with.cluster
+    );
+    let without = generate(&config(&format!(
+        "{HEADER}webhook: {{ bind: \"127.0.0.1:9443\", register: false }}\n{plugins}"
+    )));
+    assert!(
+        without
+            .cluster
+            .iter()
+            .all(|r| r.api_groups.as_deref()
+                != Some(&["admissionregistration.k8s.io".to_string()][..])),
+        "{:?}",
+        without.cluster
+    );
+}

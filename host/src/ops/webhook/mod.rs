@@ -1,0 +1,393 @@
+//! The admission webhook server: HTTPS (axum on hyper, rustls) on
+//! `webhook.bind`, serving `POST /validate/<plugin>` and `POST
+//! /mutate/<plugin>` with AdmissionReview v1 for the plugins that declare
+//! webhooks, and the registration of those webhooks with the API server.
+//!
+//! | File | Job |
+//! |---|---|
+//! | `certs` | the serving certificate: mounted (`certDir`) or the host's own CA, rotated |
+//! | `review` | one review: the plugin's verdict under its deadline, failure policy and mode |
+//! | `registration` | the Validating- and MutatingWebhookConfiguration of each plugin |
+//!
+//! # Bounds
+//! A review body is read up to [`MAX_REVIEW_BYTES`] (413 past it); at most
+//! [`MAX_CONNECTIONS`] connections are served at once (more are closed at
+//! once); a TLS handshake and a request's headers each have
+//! [`HANDSHAKE_TIMEOUT`]. Each review runs in the plugin's sandbox, with
+//! its limits, under the webhook's `timeoutSeconds` less a margin.
+
+mod certs;
+mod registration;
+mod review;
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, RawQuery, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use certs::{CertError, Certificates, Names, RENEW_BEFORE, SERVING_VALIDITY};
+pub use registration::{Endpoint, configuration, configuration_name, register, webhook_name};
+pub use review::{BadReview, MAX_REVIEW_BYTES};
+
+use crate::config::{AdmissionMode, WebhookSection};
+use crate::control::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
+use crate::sandbox::Plugin;
+use crate::sandbox::admission::{Webhook, WebhookKind};
+
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a client has to finish its TLS handshake, and to send a
+/// request's headers.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The plugins the server answers for.
+pub trait Reviewers: Send + Sync + 'static {
+    /// Plugin `name` as it serves reviews now, and how its verdicts are
+    /// answered; None when no such plugin runs.
+    fn reviewer(&self, name: &str) -> Option<(Arc<Plugin>, AdmissionMode)>;
+}
+
+/// Why the webhook server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("webhook.bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Cert(#[from] CertError),
+    #[error("webhook TLS: {0}")]
+    Tls(#[from] rustls::Error),
+}
+
+/// A running webhook server.
+#[derive(Debug)]
+pub struct WebhookServer {
+    addr: SocketAddr,
+    endpoint: Endpoint,
+    certs: Certificates,
+}
+
+#[derive(Clone)]
+struct Served {
+    reviewers: Arc<dyn Reviewers>,
+    metrics: Arc<Metrics>,
+}
+
+impl WebhookServer {
+    /// Binds `section.bind` (or `bind` when given), loads or makes the
+    /// certificate, and serves until `stop`.
+    pub async fn start(
+        section: &WebhookSection,
+        bind: Option<SocketAddr>,
+        base_dir: &Path,
+        reviewers: Arc<dyn Reviewers>,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> Result<Self, WebhookError> {
+        let bind = bind.unwrap_or(section.bind);
+        let listener = tokio::net::TcpListener::bind(bind)
+            .await
+            .map_err(|source| WebhookError::Bind { addr: bind, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| WebhookError::Bind { addr: bind, source })?;
+        let endpoint = endpoint(section, addr);
+        let certs = match &section.cert_dir {
+            Some(dir) => Certificates::mounted(&base_dir.join(dir))?,
+            None => Certificates::own(names(&endpoint, addr))?,
+        };
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_cert_resolver(certs.resolver());
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let app = Router::new()
+            .route("/validate/{plugin}", post(validate))
+            .route("/mutate/{plugin}", post(mutate))
+            .with_state(Served { reviewers, metrics });
+        tokio::spawn(accept(
+            listener,
+            tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
+            app,
+            stop,
+        ));
+        tracing::info!(%addr, ?endpoint, "webhook server listening");
+        Ok(Self {
+            addr,
+            endpoint,
+            certs,
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// How the API server reaches this server.
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    /// The PEM the API server verifies this server with.
+    pub fn ca_bundle(&self) -> Option<&str> {
+        self.certs.ca_bundle()
+    }
+}
+
+/// Where the API server calls: `url`, `service`, or the bound address.
+fn endpoint(section: &WebhookSection, addr: SocketAddr) -> Endpoint {
+    if let Some(url) = &section.url {
+        return Endpoint::Url(url.trim_end_matches('/').to_string());
+    }
+    if let Some(s) = &section.service {
+        return Endpoint::Service {
+            namespace: s.namespace.clone(),
+            name: s.name.clone(),
+            port: s.port,
+        };
+    }
+    let ip = match addr.ip() {
+        ip if ip.is_unspecified() => IpAddr::from([127, 0, 0, 1]),
+        ip => ip,
+    };
+    Endpoint::Url(format!("https://{}", SocketAddr::new(ip, addr.port())))
+}
+
+/// The names the host's own serving certificate is for.
+fn names(endpoint: &Endpoint, addr: SocketAddr) -> Names {
+    let mut names = Names {
+        dns: vec!["localhost".into()],
+        ips: vec![
+            IpAddr::from([127, 0, 0, 1]),
+            IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+        ],
+    };
+    if !addr.ip().is_unspecified() && !names.ips.contains(&addr.ip()) {
+        names.ips.push(addr.ip());
+    }
+    match endpoint {
+        Endpoint::Url(url) => {
+            if let Some(host) = url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.host().map(|h| h.to_owned()))
+            {
+                match host {
+                    url::Host::Domain(d) if d != "localhost" => names.dns.push(d),
+                    url::Host::Ipv4(ip) if !names.ips.contains(&ip.into()) => {
+                        names.ips.push(ip.into())
+                    }
+                    url::Host::Ipv6(ip) if !names.ips.contains(&ip.into()) => {
+                        names.ips.push(ip.into())
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Endpoint::Service {
+            namespace, name, ..
+        } => {
+            names.dns.push(format!("{name}.{namespace}.svc"));
+            names
+                .dns
+                .push(format!("{name}.{namespace}.svc.cluster.local"));
+        }
+    }
+    names
+}
+
+async fn accept(
+    listener: tokio::net::TcpListener,
+    tls: tokio_rustls::TlsAcceptor,
+    app: Router,
+    stop: CancellationToken,
+) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("webhook server: accept failed: {e}");
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "webhook server: {MAX_CONNECTIONS} connections open; closing a new one");
+            continue;
+        };
+        let (tls, app, stop) = (tls.clone(), app.clone(), stop.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, "webhook TLS handshake failed: {e}");
+                    return;
+                }
+                Err(_) => return,
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(HANDSHAKE_TIMEOUT)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.cancelled() => conn.as_mut().graceful_shutdown(),
+            }
+        });
+    }
+}
+
+async fn validate(
+    state: State<Served>,
+    plugin: UrlPath<String>,
+    query: RawQuery,
+    body: Body,
+) -> Response {
+    serve(state, plugin, query, body, WebhookKind::Validating).await
+}
+
+async fn mutate(
+    state: State<Served>,
+    plugin: UrlPath<String>,
+    query: RawQuery,
+    body: Body,
+) -> Response {
+    serve(state, plugin, query, body, WebhookKind::Mutating).await
+}
+
+async fn serve(
+    State(s): State<Served>,
+    UrlPath(name): UrlPath<String>,
+    RawQuery(query): RawQuery,
+    body: Body,
+    kind: WebhookKind,
+) -> Response {
+    let Some((plugin, mode)) = s.reviewers.reviewer(&name) else {
+        // Unknown names are not metric labels: anyone who reaches the
+        // port chooses them.
+        return (
+            StatusCode::NOT_FOUND,
+            BadReview::UnknownPlugin(name).to_string(),
+        )
+            .into_response();
+    };
+    let label = WebhookLabel {
+        webhook: format!("/{}/{}", registration::path_segment(kind), plugin.name()),
+    };
+    let in_flight = s.metrics.webhook_in_flight.get_or_create(&label).clone();
+    in_flight.inc();
+    let started = Instant::now();
+    let timeout = review::parse_timeout(query.as_deref());
+    let response = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
+        Err(_) => (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("an AdmissionReview is at most {MAX_REVIEW_BYTES} bytes"),
+        )
+            .into_response(),
+        Ok(body) => match review::answer(&plugin, mode, kind, &body, timeout, &s.metrics).await {
+            Ok(review) => axum::Json(review).into_response(),
+            Err(bad @ BadReview::NoWebhook { .. }) => {
+                (StatusCode::NOT_FOUND, bad.to_string()).into_response()
+            }
+            Err(bad) => (StatusCode::BAD_REQUEST, bad.to_string()).into_response(),
+        },
+    };
+    in_flight.dec();
+    s.metrics
+        .webhook_latency
+        .get_or_create(&label)
+        .observe(started.elapsed().as_secs_f64());
+    s.metrics
+        .webhook_requests
+        .get_or_create(&WebhookCodeLabels {
+            webhook: label.webhook,
+            code: response.status().as_u16().to_string(),
+        })
+        .inc();
+    response
+}
+
+/// Keeps every plugin's webhook configurations as its webhooks are: told
+/// of a change, it reads the plugin's webhooks then (so a burst of changes
+/// is one write) and applies them, retrying on failure.
+pub struct Registrar {
+    changes: mpsc::UnboundedSender<String>,
+}
+
+/// How long a failed registration waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(2);
+
+impl Registrar {
+    /// Starts registering with `client` toward `server`, reading each
+    /// plugin's webhooks from `reviewers`, until `stop`.
+    pub fn start(
+        client: kube::Client,
+        server: &WebhookServer,
+        reviewers: Arc<dyn Reviewers>,
+        stop: CancellationToken,
+    ) -> Self {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let retry = tx.clone();
+        let endpoint = server.endpoint().clone();
+        let ca = server.ca_bundle().map(str::to_string);
+        tokio::spawn(async move {
+            let mut applied: BTreeMap<String, Vec<Webhook>> = BTreeMap::new();
+            loop {
+                let name = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    name = rx.recv() => match name { Some(n) => n, None => return },
+                };
+                let webhooks = reviewers
+                    .reviewer(&name)
+                    .map(|(p, _)| p.webhooks().to_vec())
+                    .unwrap_or_default();
+                // The first look at a plugin always writes: configurations a
+                // former run left behind are brought in line (or deleted).
+                if applied.get(&name) == Some(&webhooks) {
+                    continue;
+                }
+                match register(&client, &name, &webhooks, &endpoint, ca.as_deref()).await {
+                    Ok(()) => {
+                        tracing::info!(plugin = %name, webhooks = webhooks.len(), "webhook configurations applied");
+                        applied.insert(name, webhooks);
+                    }
+                    Err(e) => {
+                        tracing::error!(plugin = %name, "cannot apply the plugin's webhook configurations (retrying): {e}");
+                        let retry = retry.clone();
+                        let stop = stop.clone();
+                        tokio::spawn(async move {
+                            tokio::select! {
+                                _ = stop.cancelled() => {}
+                                _ = tokio::time::sleep(RETRY) => { let _ = retry.send(name); }
+                            }
+                        });
+                    }
+                }
+            }
+        });
+        Self { changes: tx }
+    }
+
+    /// Plugin `name` was loaded, swapped or removed.
+    pub fn changed(&self, name: &str) {
+        let _ = self.changes.send(name.to_string());
+    }
+}
