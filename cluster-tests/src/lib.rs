@@ -136,6 +136,10 @@ pub fn quickstart_config(component: &str) -> HostConfig {
     let text = std::fs::read_to_string(format!("{QUICKSTART}/wasmctrl.yaml")).unwrap();
     let mut config = host_config(&text, Path::new(QUICKSTART));
     config.plugins[0].path = Some(component.into());
+    // Tests run side by side: each webhook server on a port of its own.
+    if let Some(webhook) = config.webhook.as_mut() {
+        webhook.bind = "127.0.0.1:0".parse().unwrap();
+    }
     config
 }
 

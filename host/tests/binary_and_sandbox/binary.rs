@@ -123,7 +123,9 @@ pub fn quickstart_config(dir: &Path) -> PathBuf {
         .replace(
             "../../target/wasm32-wasip2/release/webapp.wasm",
             wasmctrl_plugin_artifacts::WEBAPP,
-        );
+        )
+        // Tests run side by side: each webhook server on a port of its own.
+        .replace("127.0.0.1:9443", "127.0.0.1:0");
     assert!(
         text.contains(wasmctrl_plugin_artifacts::WEBAPP),
         "the quick start names its plugin"

@@ -32,8 +32,9 @@ fn wasmctrl_rbac_prints_the_roles_of_the_quick_start() {
         String::from_utf8_lossy(&out.stderr)
     );
     let yaml = String::from_utf8(out.stdout).unwrap();
-    // The quick start reconciles cluster-wide without leader election: one
-    // ClusterRole with the grant and events, bound to ops/ctl.
+    // The quick start reconciles cluster-wide without leader election and
+    // registers its webhooks: one ClusterRole with the grant, events and
+    // its webhook configurations by name, bound to ops/ctl.
     let docs: Vec<serde_json::Value> = yaml
         .split("---\n")
         .filter(|d| !d.trim().is_empty())
@@ -47,6 +48,12 @@ fn wasmctrl_rbac_prints_the_roles_of_the_quick_start() {
         serde_json::json!([
             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
             {"apiGroups": [""], "resources": ["services"], "verbs": ["list", "watch", "patch"]},
+            {
+                "apiGroups": ["admissionregistration.k8s.io"],
+                "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"],
+                "resourceNames": ["wasmctrl-webapp"],
+                "verbs": ["get", "patch", "delete"],
+            },
             {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch", "patch"]},
             {"apiGroups": ["demo.wasmctrl.dev"], "resources": ["webapps"], "verbs": ["get", "list", "watch", "patch"]},
             {"apiGroups": ["demo.wasmctrl.dev"], "resources": ["webapps/status"], "verbs": ["patch"]},

@@ -11,6 +11,8 @@
 //!   `webapp-registry` of its namespace (key: the WebApp's name). The
 //!   finalizer `demo.wasmctrl.dev/cleanup` removes the entry before the
 //!   WebApp goes away.
+//! - Admission webhooks (`admission`) refuse WebApps the operator cannot
+//!   run and label the rest as managed by wasmctrl.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +37,8 @@ use wasmctrl_sdk::{
 
 /// The field manager of every write, and the plugin's name.
 const MANAGER: &str = "webapp";
+mod admission;
+
 const FINALIZER: &str = "demo.wasmctrl.dev/cleanup";
 const REGISTRY: &str = "webapp-registry";
 /// How often a WebApp that is not ready yet is looked at again.
@@ -294,7 +298,11 @@ fn service(app: &WebApp, owner: OwnerReference) -> Service {
     }
 }
 
-wasmctrl_sdk::export_reconciler!(WebAppReconciler);
+wasmctrl_sdk::export_reconciler!(
+    WebAppReconciler,
+    validator: admission::WebAppAdmission,
+    defaulter: admission::WebAppAdmission
+);
 
 #[cfg(test)]
 mod tests;
