@@ -4,6 +4,7 @@
 //! [`wasmctrl_cluster_tests::Cluster`]) is the crate's library; what every
 //! suite shares is `wasmctrl_testkit`.
 
+mod admission;
 mod cache;
 mod deploy;
 mod dns;

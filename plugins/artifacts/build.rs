@@ -33,6 +33,7 @@ const PLUGINS: &[(&str, &str)] = &[
     ("MIRROR", "plugins/testing/mirror"),
     ("COMPAT_0_1_0", "plugins/testing/compat-0-1-0"),
     ("OUTBOUND", "plugins/testing/outbound"),
+    ("GATEKEEPER", "plugins/testing/gatekeeper"),
 ];
 
 /// (constant name, package, features): further builds of a package with
@@ -50,6 +51,16 @@ const VARIANTS: &[(&str, &str, &str)] = &[
         "hostile/block-in-metadata",
     ),
     ("HOSTILE_HUGE_METADATA", "hostile", "hostile/huge-metadata"),
+    (
+        "GATEKEEPER_IGNORE",
+        "gatekeeper",
+        "gatekeeper/ignore-failures",
+    ),
+    (
+        "GATEKEEPER_SECRETS",
+        "gatekeeper",
+        "gatekeeper/review-secrets",
+    ),
 ];
 
 /// (constant name, directory relative to the workspace root): plugins in

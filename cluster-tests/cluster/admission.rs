@@ -1,0 +1,430 @@
+//! Admission webhooks as plugins, end to end: the host serves a plugin's
+//! `validate` and `mutate` over HTTPS, registers them with the embedded
+//! API server, and the API server calls them for kubectl's writes. What a
+//! careless or hostile webhook does (`plugins/testing/gatekeeper`) is
+//! answered by the host's rules: the deadline and failure policy, no
+//! writes during a review, no renaming mutation, no oversized object, no
+//! rule outside the grant.
+
+use std::time::Duration;
+
+use wasmctrl::ops::manager::{Manager, ManagerOptions};
+use wasmctrl_cluster_tests::{Cluster, quickstart_config};
+use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::admin::metric_value;
+use wasmctrl_testkit::eventually;
+use wasmctrl_testkit::host::{RunningHost, host_config};
+
+const VALIDATING: &str = "gatekeeper.validate.wasmctrl.dev";
+
+fn config(component: &str, mode: &str) -> String {
+    format!(
+        r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 5s
+webhook: {{ bind: "127.0.0.1:0" }}
+plugins:
+  - name: gatekeeper
+    path: {component}
+    reconcileTimeout: 5s
+    admission: {{ mode: {mode} }}
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, create] }}
+"#
+    )
+}
+
+/// Waits until the API server holds both of the plugin's configurations.
+async fn registered(cluster: &Cluster, plugin: &str) {
+    let name = format!("wasmctrl-{plugin}");
+    eventually(
+        "the webhooks registered",
+        Duration::from_secs(60),
+        || async {
+            let found = [
+                "validatingwebhookconfigurations",
+                "mutatingwebhookconfigurations",
+            ]
+            .iter()
+            .all(|kind| cluster.kubectl_raw(&["get", kind, &name]).status.success());
+            found.then_some(())
+        },
+    )
+    .await;
+}
+
+/// `kubectl create configmap NAME`: its stdout and stderr, and whether it
+/// succeeded.
+fn create(cluster: &Cluster, name: &str, extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["create", "configmap", name];
+    args.extend_from_slice(extra);
+    let out = cluster.kubectl_raw(&args);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+fn refused(cluster: &Cluster, name: &str, says: &[&str]) -> String {
+    let (ok, text) = create(cluster, name, &[]);
+    assert!(!ok, "{name} was admitted: {text}");
+    for s in says {
+        assert!(text.contains(s), "{name}: expected {s:?} in: {text}");
+    }
+    assert!(
+        !cluster
+            .kubectl_raw(&["get", "configmap", name])
+            .status
+            .success(),
+        "{name} was stored"
+    );
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_writes_are_validated_and_defaulted_by_the_plugin_through_the_api_server() {
+    let cluster = Cluster::start().await;
+    let host = cluster
+        .host(&config(artifacts::GATEKEEPER, "protect"))
+        .await;
+    registered(&cluster, "gatekeeper").await;
+
+    // Mutating: the defaulter's label is stored.
+    let (ok, text) = create(&cluster, "plain", &[]);
+    assert!(ok, "{text}");
+    let labels = cluster.kubectl(&[
+        "get",
+        "configmap",
+        "plain",
+        "-o",
+        "jsonpath={.metadata.labels.gatekeeper}",
+    ]);
+    assert_eq!(labels, "seen");
+
+    // Validating: the plugin's denial, as the API server words it, and
+    // its field errors as kubectl shows the API server's own.
+    refused(
+        &cluster,
+        "forbid-1",
+        &[&format!(
+            "admission webhook \"{VALIDATING}\" denied the request: forbidden by the gatekeeper"
+        )],
+    );
+    refused(
+        &cluster,
+        "deny-1",
+        &[
+            "denied the request: ConfigMap \"deny-1\" is invalid: data.value: Invalid value: \"bad\": must not be bad",
+        ],
+    );
+
+    // A server-side dry run runs the webhooks and stores nothing.
+    let (ok, text) = create(&cluster, "dry", &["--dry-run=server", "-o", "yaml"]);
+    assert!(ok, "{text}");
+    assert!(text.contains("gatekeeper: seen"), "{text}");
+    assert!(
+        !cluster
+            .kubectl_raw(&["get", "configmap", "dry"])
+            .status
+            .success()
+    );
+    refused(&cluster, "deny-dry", &["denied the request"]);
+
+    // Reads work inside a review; the warning reaches kubectl.
+    cluster.kubectl(&["create", "configmap", "source", "--from-literal=value=42"]);
+    let (ok, text) = create(&cluster, "read-1", &[]);
+    assert!(ok, "{text}");
+    assert!(text.contains("Warning: source says 42"), "{text}");
+
+    // Writes do not.
+    refused(
+        &cluster,
+        "write-1",
+        &[
+            "write refused",
+            "read-only during an admission review (validate)",
+        ],
+    );
+    assert!(
+        !cluster
+            .kubectl_raw(&["get", "configmap", "write-1-side-effect"])
+            .status
+            .success()
+    );
+
+    // A mutation may not rename or move the object, nor make it huge.
+    refused(
+        &cluster,
+        "rename-1",
+        &["metadata.name", "no mutating webhook may change"],
+    );
+    refused(&cluster, "move-1", &["metadata.namespace"]);
+    refused(
+        &cluster,
+        "huge-1",
+        &["the patched object is", "at most 3145728"],
+    );
+
+    let reviews = metric_value(
+        host.admin,
+        r#"controller_runtime_webhook_requests_total{webhook="/validate/gatekeeper",code="200"}"#,
+    )
+    .await
+    .unwrap_or(0.0);
+    assert!(reviews >= 4.0, "{reviews} validating reviews counted");
+    let denied = metric_value(
+        host.admin,
+        r#"wasmctrl_webhook_decisions_total{plugin="gatekeeper",kind="validate",decision="denied",mode="protect"}"#,
+    )
+    .await
+    .unwrap_or(0.0);
+    assert!(denied >= 2.0, "{denied} denials counted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validator_that_loops_is_denied_under_fail_and_allowed_with_a_warning_under_ignore() {
+    let cluster = Cluster::start().await;
+    {
+        let _host = cluster
+            .host(&config(artifacts::GATEKEEPER, "protect"))
+            .await;
+        registered(&cluster, "gatekeeper").await;
+        refused(&cluster, "loop-1", &["could not validate", "deadline"]);
+    }
+    let host = cluster
+        .host(&config(artifacts::GATEKEEPER_IGNORE, "protect"))
+        .await;
+    eventually(
+        "failurePolicy Ignore registered",
+        Duration::from_secs(60),
+        || async {
+            let policy = cluster.kubectl(&[
+                "get",
+                "validatingwebhookconfiguration",
+                "wasmctrl-gatekeeper",
+                "-o",
+                "jsonpath={.webhooks[0].failurePolicy}",
+            ]);
+            (policy == "Ignore").then_some(())
+        },
+    )
+    .await;
+    let (ok, text) = create(&cluster, "loop-2", &[]);
+    assert!(ok, "{text}");
+    let failed = metric_value(
+        host.admin,
+        r#"wasmctrl_webhook_decisions_total{plugin="gatekeeper",kind="validate",decision="failed",mode="protect"}"#,
+    )
+    .await;
+    assert_eq!(failed, Some(1.0), "{text}");
+    assert!(text.contains("failurePolicy Ignore: allowed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn monitor_mode_admits_everything_and_records_what_it_would_have_denied() {
+    let cluster = Cluster::start().await;
+    let host = cluster
+        .host(&config(artifacts::GATEKEEPER, "monitor"))
+        .await;
+    registered(&cluster, "gatekeeper").await;
+    let (ok, text) = create(&cluster, "deny-2", &[]);
+    assert!(ok, "{text}");
+    // Monitor mode changes nothing: not even the defaulter's label.
+    let labels = cluster.kubectl(&[
+        "get",
+        "configmap",
+        "deny-2",
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(!labels.contains("gatekeeper"), "{labels}");
+    let would = metric_value(
+        host.admin,
+        r#"wasmctrl_webhook_decisions_total{plugin="gatekeeper",kind="validate",decision="denied",mode="monitor"}"#,
+    )
+    .await;
+    assert_eq!(would, Some(1.0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_for_a_resource_outside_the_grant_is_refused_at_load() {
+    let cluster = Cluster::start().await;
+    let refused = Manager::start(
+        host_config(
+            &config(artifacts::GATEKEEPER_SECRETS, "protect"),
+            cluster.dir.path(),
+        ),
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            watch_sources: false,
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .err()
+    .expect("a webhook on secrets without get on secrets is refused")
+    .to_string();
+    assert!(
+        refused.contains(
+            "webhooks review resources the config does not grant it get on: get core/secrets"
+        ),
+        "{refused}"
+    );
+}
+
+/// The quick start's operator, as the README's first command runs it:
+/// its webhooks registered by themselves, an invalid WebApp refused with
+/// the plugin's message, a WebApp without replicas admitted with 1 and
+/// the managed-by label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_quick_start_refuses_invalid_webapps_and_defaults_the_rest() {
+    let cluster = Cluster::start().await;
+    cluster.apply_webapp_crd();
+    let config = quickstart_config(artifacts::WEBAPP);
+    assert!(config.webhook.is_some(), "the quick start serves webhooks");
+    let _host = RunningHost::start(config, cluster.client.clone(), None).await;
+    registered(&cluster, "webapp").await;
+
+    let invalid = cluster.file(
+        "invalid.yaml",
+        "apiVersion: demo.wasmctrl.dev/v1alpha1\nkind: WebApp\nmetadata: { name: wide }\nspec: { image: nginx, replicas: 51 }\n",
+    );
+    let out = cluster.kubectl_raw(&["apply", "-f", invalid.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{text}");
+    for says in [
+        "The WebApp \"wide\" is invalid",
+        "spec.replicas: Invalid value: 51: must be between 0 and 50",
+        "spec.image: Invalid value: \"nginx\": must name a tag",
+    ] {
+        assert!(text.contains(says), "expected {says:?} in: {text}");
+    }
+
+    let plain = cluster.file(
+        "plain.yaml",
+        "apiVersion: demo.wasmctrl.dev/v1alpha1\nkind: WebApp\nmetadata: { name: plain }\nspec: { image: \"nginx:1.27\" }\n",
+    );
+    cluster.kubectl(&["apply", "-f", plain.to_str().unwrap()]);
+    let stored = cluster.kubectl(&[
+        "get",
+        "webapp",
+        "plain",
+        "-o",
+        "jsonpath={.spec.replicas} {.metadata.labels.app\\.kubernetes\\.io/managed-by}",
+    ]);
+    assert_eq!(stored, "1 wasmctrl");
+}
+
+/// An HTTPS client trusting only the host's webhook CA.
+fn webhook_client(ca: &str) -> reqwest::Client {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca.as_bytes()) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_server_refuses_what_is_not_a_review_within_its_bounds() {
+    let cluster = Cluster::start().await;
+    let host = cluster
+        .host(&config(artifacts::GATEKEEPER, "protect"))
+        .await;
+    let client = webhook_client(host.webhook_ca.as_deref().expect("the host's own CA"));
+    let base = format!("https://{}", host.webhook.expect("a webhook server"));
+    let post = |path: &str, body: Vec<u8>| {
+        client
+            .post(format!("{base}{path}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let garbage = post("/validate/gatekeeper", b"{".to_vec()).await.unwrap();
+    assert_eq!(garbage.status(), 400);
+    assert!(
+        garbage
+            .text()
+            .await
+            .unwrap()
+            .contains("not an AdmissionReview v1")
+    );
+    let unknown = post("/validate/nobody", b"{}".to_vec()).await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert!(
+        unknown
+            .text()
+            .await
+            .unwrap()
+            .contains("no plugin named \"nobody\"")
+    );
+
+    // A well-formed review, answered with its uid.
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "5e1f",
+            "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+            "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+            "operation": "CREATE",
+            "namespace": "default",
+            "name": "deny-3",
+            "userInfo": {"username": "tester"},
+            "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "deny-3", "namespace": "default"}},
+        },
+    });
+    let answer: serde_json::Value = post(
+        "/validate/gatekeeper?timeout=5s",
+        review.to_string().into_bytes(),
+    )
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(answer["response"]["uid"], "5e1f");
+    assert_eq!(answer["response"]["allowed"], false);
+    assert_eq!(answer["response"]["status"]["code"], 422);
+    assert_eq!(
+        answer["response"]["status"]["details"]["causes"][0]["field"],
+        "data.value"
+    );
+    // Past the bound the body is not read further: the server answers and
+    // closes the connection, so this is the last request.
+    let too_big = post("/validate/gatekeeper", vec![b' '; 8 << 20])
+        .await
+        .unwrap();
+    assert_eq!(too_big.status(), 413);
+    assert!(
+        too_big
+            .text()
+            .await
+            .unwrap()
+            .contains("at most 7340032 bytes")
+    );
+    for (code, at_least) in [("413", 1.0), ("400", 1.0), ("200", 1.0)] {
+        let counted = metric_value(
+            host.admin,
+            &format!(
+                r#"controller_runtime_webhook_requests_total{{webhook="/validate/gatekeeper",code="{code}"}}"#
+            ),
+        )
+        .await
+        .unwrap_or(0.0);
+        assert!(counted >= at_least, "{code}: {counted}");
+    }
+}
