@@ -428,3 +428,39 @@ async fn the_webhook_server_refuses_what_is_not_a_review_within_its_bounds() {
         assert!(counted >= at_least, "{code}: {counted}");
     }
 }
+
+/// Replicas behind one Service share the CA kept in `webhook.caSecret`: the
+/// first stores it, the next reads it, and the `caBundle` registered
+/// verifies both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_share_the_ca_kept_in_the_secret() {
+    let cluster = Cluster::start().await;
+    cluster.kubectl(&["create", "secret", "generic", "webhook-ca"]);
+    let text = config(artifacts::GATEKEEPER, "protect").replace(
+        "webhook: { bind: \"127.0.0.1:0\" }",
+        "webhook: { bind: \"127.0.0.1:0\", caSecret: { namespace: default, name: webhook-ca } }",
+    );
+    let first = cluster.host(&text).await;
+    let second = cluster.host(&text).await;
+    let ca = first.webhook_ca.clone().expect("a CA");
+    assert_eq!(second.webhook_ca.as_deref(), Some(ca.as_str()));
+    let stored = cluster.kubectl(&[
+        "get",
+        "secret",
+        "webhook-ca",
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    assert!(!stored.is_empty(), "the CA is stored");
+    // The second replica's own serving certificate verifies against it.
+    let review = webhook_client(&ca)
+        .post(format!(
+            "https://{}/validate/gatekeeper",
+            second.webhook.unwrap()
+        ))
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(review.status(), 400);
+}

@@ -59,6 +59,7 @@ async fn deploy_renders_and_a_server_side_dry_run_accepts_it() {
         "ConfigMap",
         "Deployment",
         "Service",
+        "Secret",
         "PodDisruptionBudget",
     ] {
         assert!(kinds.contains(kind), "{kind} missing from {kinds:?}");
@@ -114,7 +115,30 @@ async fn deploy_renders_and_a_server_side_dry_run_accepts_it() {
             .any(|v| v["configMap"]["name"] == configmap["metadata"]["name"]),
         "the generated ConfigMap (with its hash suffix) is mounted"
     );
-    let service = objects.iter().find(|o| o["kind"] == "Service").unwrap();
+    // The webhook server: its port, the Service the API server calls, and
+    // the config that names both and the shared CA's Secret.
+    let webhook = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "wasmctrl-webhook")
+        .unwrap();
+    assert_eq!(webhook["spec"]["ports"][0]["targetPort"], "webhook");
+    assert!(
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "webhook" && p["containerPort"] == 9443)
+    );
+    assert!(
+        host_config.contains("service: { namespace: wasmctrl-system, name: wasmctrl-webhook }")
+            && host_config
+                .contains("caSecret: { namespace: wasmctrl-system, name: wasmctrl-webhook-ca }"),
+        "{host_config}"
+    );
+    let service = objects
+        .iter()
+        .find(|o| o["kind"] == "Service" && o["metadata"]["name"] == "wasmctrl-metrics")
+        .unwrap();
     assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
     assert_eq!(
         service["metadata"]["annotations"]["prometheus.io/scrape"],
@@ -134,6 +158,8 @@ async fn deploy_renders_and_a_server_side_dry_run_accepts_it() {
         "clusterrole.rbac.authorization.k8s.io/wasmctrl:wasmctrl-system:wasmctrl created (server dry run)",
         "clusterrolebinding.rbac.authorization.k8s.io/wasmctrl:wasmctrl-system:wasmctrl created (server dry run)",
         "service/wasmctrl-metrics created (server dry run)",
+        "service/wasmctrl-webhook created (server dry run)",
+        "secret/wasmctrl-webhook-ca created (server dry run)",
         "deployment.apps/wasmctrl created (server dry run)",
         "poddisruptionbudget.policy/wasmctrl created (server dry run)",
     ] {

@@ -52,4 +52,6 @@ pub use source::{
     SourceProblem, SourceSpec, UrlSourceSpec, is_loopback_url, oci_reference, sha256_digest,
 };
 pub use units::{parse_cpu, parse_duration, parse_quantity, show_duration};
-pub use webhook::{AdmissionConfig, AdmissionMode, ServiceReference, WebhookSection};
+pub use webhook::{
+    AdmissionConfig, AdmissionMode, SecretReference, ServiceReference, WebhookSection,
+};

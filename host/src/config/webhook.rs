@@ -40,6 +40,12 @@ pub struct WebhookSection {
     /// The Service in front of the host that the API server calls.
     #[serde(default)]
     pub service: Option<ServiceReference>,
+    /// Without `certDir`: keep the host's CA in this Secret, so that every
+    /// replica behind `service` signs with the same CA and the one
+    /// `caBundle` registered verifies them all. The Secret must exist
+    /// (empty at first); the first replica stores its CA there.
+    #[serde(default)]
+    pub ca_secret: Option<SecretReference>,
     /// Create and update the Validating- and MutatingWebhookConfigurations
     /// of the plugins' webhooks (default true). Off, they are registered
     /// by hand (`wasmctrl rbac` still lists the permissions it would need).
@@ -65,6 +71,14 @@ fn https_port() -> u16 {
     443
 }
 
+/// A Secret by namespace and name.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SecretReference {
+    pub namespace: String,
+    pub name: String,
+}
+
 impl WebhookSection {
     pub(super) fn check(&self) -> Result<(), FieldProblem> {
         if self.url.is_some() && self.service.is_some() {
@@ -72,6 +86,18 @@ impl WebhookSection {
                 "webhook.url",
                 "give url or service, not both",
             ));
+        }
+        if self.cert_dir.is_some() && self.ca_secret.is_some() {
+            return Err(FieldProblem::new(
+                "webhook.caSecret",
+                "a mounted certificate (certDir) brings its own CA; give one or the other",
+            ));
+        }
+        if let Some(s) = &self.ca_secret {
+            validate::namespace(&s.namespace)
+                .map_err(|e| FieldProblem::new("webhook.caSecret.namespace", e.to_string()))?;
+            validate::dns_subdomain("name", &s.name)
+                .map_err(|e| FieldProblem::new("webhook.caSecret.name", e.to_string()))?;
         }
         if let Some(url) = &self.url {
             check_url(url).map_err(|m| FieldProblem::new("webhook.url", m))?;

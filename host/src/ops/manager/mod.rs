@@ -311,6 +311,7 @@ impl Manager {
             let reviewers: Arc<dyn Reviewers> = host.clone();
             let server = WebhookServer::start(
                 section,
+                &host.client,
                 None,
                 &host.config.base_dir,
                 reviewers.clone(),

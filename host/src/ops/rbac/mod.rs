@@ -40,7 +40,8 @@
 //!   limited by `resourceNames` to each config plugin's `wasmctrl-<plugin>`.
 //!   The host writes them with server-side apply, a `patch` even when it
 //!   creates, so `create` (which `resourceNames` cannot limit) is not
-//!   needed. Plugins defined as objects are not registered this way.
+//!   needed. Plugins defined as objects are not registered this way. With
+//!   `webhook.caSecret`, `get` and `update` on that Secret by name.
 //!
 //! - **WasmReconcilers** (`pluginsFrom`): `list` and `watch` on
 //!   `wasmctrl.dev` `wasmreconcilers`, `patch` on their status, `get` on
@@ -175,6 +176,15 @@ pub fn generate(config: &HostConfig) -> Rbac {
                 &["get", "patch", "delete"],
             );
         }
+    }
+    if let Some(s) = config.webhook.as_ref().and_then(|w| w.ca_secret.as_ref()) {
+        add(
+            &Scope::Namespace(s.namespace.clone()),
+            "",
+            "secrets",
+            Some(std::slice::from_ref(&s.name)),
+            &["get", "update"],
+        );
     }
     // The Secrets plugins use by reference: the host reads and watches
     // each by name (a watch pinned to it by a field selector, which

@@ -37,6 +37,12 @@ pub enum CertError {
     Mounted { path: PathBuf, message: String },
     #[error("webhook certificate: {0}")]
     Generate(String),
+    #[error("webhook.caSecret {namespace}/{name}: {message}")]
+    Shared {
+        namespace: String,
+        name: String,
+        message: String,
+    },
 }
 
 /// The names a serving certificate is for: DNS names and IP addresses.
@@ -82,12 +88,72 @@ impl Certificates {
 
     /// A new CA of the host's own and a serving certificate for `names`.
     pub fn own(names: Names) -> Result<Self, CertError> {
-        let ca = OwnCa::new(names, SystemTime::now())?;
+        Ok(Self::of(OwnCa::new(names, SystemTime::now())?))
+    }
+
+    /// The CA kept in the Secret `namespace/name` (`ca.crt`, `ca.key`),
+    /// made and stored there by the first replica that finds the Secret
+    /// empty, and a serving certificate of this replica's own signed by
+    /// it: every replica behind a Service then verifies against the one
+    /// `caBundle` registered. The Secret must exist (`deploy/` has it
+    /// empty), so the host needs only `get` and `update` on it by name.
+    pub async fn shared(
+        client: &kube::Client,
+        namespace: &str,
+        name: &str,
+        names: Names,
+    ) -> Result<Self, CertError> {
+        use k8s_openapi::ByteString;
+        use k8s_openapi::api::core::v1::Secret;
+        let err = |message: String| CertError::Shared {
+            namespace: namespace.into(),
+            name: name.into(),
+            message,
+        };
+        let api: kube::Api<Secret> = kube::Api::namespaced(client.clone(), namespace);
+        // A conflict means another replica stored its CA first: read that.
+        for _ in 0..5 {
+            let mut secret = api.get(name).await.map_err(|e| err(e.to_string()))?;
+            let data = secret.data.get_or_insert_with(Default::default);
+            let text = |key: &str| {
+                data.get(key)
+                    .map(|v| {
+                        String::from_utf8(v.0.clone())
+                            .map_err(|_| err(format!("{key} is not PEM text")))
+                    })
+                    .transpose()
+            };
+            if let (Some(cert), Some(key)) = (text("ca.crt")?, text("ca.key")?) {
+                let ca = OwnCa::restore(&cert, &key, names, SystemTime::now())
+                    .map_err(|e| err(format!("holds a CA that cannot sign: {e}")))?;
+                return Ok(Self::of(ca));
+            }
+            let ca = OwnCa::new(names.clone(), SystemTime::now())?;
+            data.insert("ca.crt".into(), ByteString(ca.ca_pem.clone().into_bytes()));
+            data.insert(
+                "ca.key".into(),
+                ByteString(ca.key.serialize_pem().into_bytes()),
+            );
+            match api.replace(name, &Default::default(), &secret).await {
+                Ok(_) => {
+                    tracing::info!(%namespace, %name, "stored a new webhook CA");
+                    return Ok(Self::of(ca));
+                }
+                Err(kube::Error::Api(s)) if s.code == 409 => continue,
+                Err(e) => return Err(err(e.to_string())),
+            }
+        }
+        Err(err(
+            "kept changing while this host tried to store its CA".into()
+        ))
+    }
+
+    fn of(ca: OwnCa) -> Self {
         let ca_bundle = Some(ca.ca_pem.clone());
-        Ok(Self {
+        Self {
             resolver: Arc::new(ca),
             ca_bundle,
-        })
+        }
     }
 
     pub fn resolver(&self) -> Arc<dyn ResolvesServerCert> {
@@ -126,22 +192,51 @@ struct Serving {
     not_after: SystemTime,
 }
 
+/// The CA's parameters. The name is fixed, so a CA restored from its
+/// key issues certificates whose issuer is the stored certificate's
+/// subject.
+fn ca_params(now: SystemTime) -> Result<CertificateParams, CertError> {
+    let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "wasmctrl-webhook-ca");
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = (now - Duration::from_secs(60)).into();
+    params.not_after = (now + CA_VALIDITY).into();
+    Ok(params)
+}
+
 impl OwnCa {
     fn new(names: Names, now: SystemTime) -> Result<Self, CertError> {
         let key = KeyPair::generate().map_err(generate)?;
-        let mut params = CertificateParams::new(Vec::<String>::new()).map_err(generate)?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "wasmctrl-webhook-ca");
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.not_before = (now - Duration::from_secs(60)).into();
-        params.not_after = (now + CA_VALIDITY).into();
+        let params = ca_params(now)?;
         let ca_pem = params.self_signed(&key).map_err(generate)?.pem();
+        Self::with(key, params, ca_pem, names, now)
+    }
+
+    /// A CA from its stored certificate and key.
+    fn restore(
+        cert_pem: &str,
+        key_pem: &str,
+        names: Names,
+        now: SystemTime,
+    ) -> Result<Self, CertError> {
+        let key = KeyPair::from_pem(key_pem).map_err(generate)?;
+        Self::with(key, ca_params(now)?, cert_pem.to_string(), names, now)
+    }
+
+    fn with(
+        key: KeyPair,
+        params: CertificateParams,
+        ca_pem: String,
+        names: Names,
+        now: SystemTime,
+    ) -> Result<Self, CertError> {
         let serving = issue(&params, &key, &names, now)?;
         Ok(Self {
             key,

@@ -90,6 +90,7 @@ impl WebhookServer {
     /// certificate, and serves until `stop`.
     pub async fn start(
         section: &WebhookSection,
+        client: &kube::Client,
         bind: Option<SocketAddr>,
         base_dir: &Path,
         reviewers: Arc<dyn Reviewers>,
@@ -104,9 +105,12 @@ impl WebhookServer {
             .local_addr()
             .map_err(|source| WebhookError::Bind { addr: bind, source })?;
         let endpoint = endpoint(section, addr);
-        let certs = match &section.cert_dir {
-            Some(dir) => Certificates::mounted(&base_dir.join(dir))?,
-            None => Certificates::own(names(&endpoint, addr))?,
+        let certs = match (&section.cert_dir, &section.ca_secret) {
+            (Some(dir), _) => Certificates::mounted(&base_dir.join(dir))?,
+            (None, Some(s)) => {
+                Certificates::shared(client, &s.namespace, &s.name, names(&endpoint, addr)).await?
+            }
+            (None, None) => Certificates::own(names(&endpoint, addr))?,
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut tls = rustls::ServerConfig::builder_with_provider(provider)
