@@ -13,10 +13,12 @@
 //! cargo run --release -p wasmctrl-bench -- startup [--json]
 //! cargo run --release -p wasmctrl-bench -- shadow [--json]
 //! cargo run --release -p wasmctrl-bench -- skip [--json]
+//! cargo run --release -p wasmctrl-bench -- admission [--json]
 //! ```
 //!
 //! docs/BENCHMARKS.md describes the scenarios and records results.
 
+mod admission;
 mod apiserver;
 mod breakdown;
 mod cluster;
@@ -288,6 +290,27 @@ enum Scenario {
         #[arg(long)]
         json: bool,
     },
+    /// AdmissionReviews over HTTPS to the host's webhook server, answered
+    /// by the webapp validator as wasm (fresh, reuse) and as native Rust in
+    /// the same server: p50/p99 at a fixed rate, the highest rate with p99
+    /// under 10 ms, and sustained reviews/s.
+    Admission {
+        /// Reviews per second of the fixed-rate row.
+        #[arg(long, default_value_t = 500)]
+        rate: u32,
+        /// Seconds per row.
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Clients of the sustained row.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+        /// The highest rate the doubling search tries.
+        #[arg(long, default_value_t = 16_000)]
+        max_rate: u32,
+        /// One JSON line per variant and row instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// One GET to a loopback server per reconcile: a wasm plugin through
     /// the host's outbound hook against the same request sent natively.
     Outbound {
@@ -494,6 +517,19 @@ fn main() -> anyhow::Result<()> {
             rounds,
             json,
             only,
+        }),
+        Scenario::Admission {
+            rate,
+            seconds,
+            concurrency,
+            max_rate,
+            json,
+        } => admission::run(&admission::Options {
+            rate,
+            seconds,
+            concurrency,
+            max_rate,
+            json,
         }),
         Scenario::Outbound {
             iterations,

@@ -271,6 +271,41 @@ fn outbound() {
 }
 
 #[test]
+fn admission() {
+    let lines = run(
+        &[
+            "admission",
+            "--rate",
+            "20",
+            "--seconds",
+            "0.5",
+            "--concurrency",
+            "2",
+            "--max-rate",
+            "40",
+        ],
+        &["admission"],
+        &[
+            "variant",
+            "row",
+            "p50_us",
+            "p99_us",
+            "reviews_per_s",
+            "errors",
+        ],
+    );
+    assert_eq!(values(&lines, "variant").len(), 3);
+    assert_eq!(
+        lines.len(),
+        6,
+        "a fixed-rate and a sustained row per variant"
+    );
+    for line in &lines {
+        assert_eq!(line["errors"], 0, "{line}");
+    }
+}
+
+#[test]
 fn compile() {
     let lines = run(
         &["compile", "--rounds", "1"],

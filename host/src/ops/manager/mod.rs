@@ -311,7 +311,7 @@ impl Manager {
             let reviewers: Arc<dyn Reviewers> = host.clone();
             let server = WebhookServer::start(
                 section,
-                &host.client,
+                Some(&host.client),
                 None,
                 &host.config.base_dir,
                 reviewers.clone(),
@@ -470,7 +470,10 @@ impl Reviewers for Host {
     fn reviewer(
         &self,
         name: &str,
-    ) -> Option<(Arc<crate::sandbox::Plugin>, crate::config::AdmissionMode)> {
+    ) -> Option<(
+        Arc<dyn crate::ops::webhook::Reviewer>,
+        crate::config::AdmissionMode,
+    )> {
         let plugins = self.plugins.lock().unwrap();
         let entry = plugins.get(name)?;
         Some((entry.slot().current(), entry.config().admission.mode))

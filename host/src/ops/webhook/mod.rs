@@ -42,7 +42,8 @@ pub use review::{BadReview, MAX_REVIEW_BYTES};
 use crate::config::{AdmissionMode, WebhookSection};
 use crate::control::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
 use crate::sandbox::Plugin;
-use crate::sandbox::admission::{Webhook, WebhookKind};
+use crate::sandbox::admission::{Review, ReviewError, Verdict, Webhook, WebhookKind};
+use futures::future::BoxFuture;
 
 /// Connections served at once.
 pub const MAX_CONNECTIONS: usize = 256;
@@ -50,11 +51,51 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// request's headers.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The plugins the server answers for.
+/// What answers a webhook's reviews: a plugin; or, in benchmarks, native
+/// code served by the same server, to measure the sandbox against it.
+pub trait Reviewer: Send + Sync + 'static {
+    /// The name its webhooks are served under (`/validate/<name>`).
+    fn name(&self) -> &str;
+    /// The webhooks it serves.
+    fn webhooks(&self) -> &[Webhook];
+    /// Its verdict on `request` (an AdmissionReview v1 `request`, JSON),
+    /// within `timeout`.
+    fn review(
+        &self,
+        review: Review,
+        request: String,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Verdict, ReviewError>>;
+}
+
+impl Reviewer for Plugin {
+    fn name(&self) -> &str {
+        Plugin::name(self)
+    }
+
+    fn webhooks(&self) -> &[Webhook] {
+        Plugin::webhooks(self)
+    }
+
+    fn review(
+        &self,
+        review: Review,
+        request: String,
+        timeout: Duration,
+    ) -> BoxFuture<'_, Result<Verdict, ReviewError>> {
+        Box::pin(async move {
+            Plugin::review(self, review, request, timeout, CancellationToken::new())
+                .await
+                .0
+        })
+    }
+}
+
+/// The reviewers the server answers for.
 pub trait Reviewers: Send + Sync + 'static {
-    /// Plugin `name` as it serves reviews now, and how its verdicts are
+    /// Reviewer `name` as it serves reviews now, and how its verdicts are
     /// answered; None when no such plugin runs.
-    fn reviewer(&self, name: &str) -> Option<(Arc<Plugin>, AdmissionMode)>;
+    fn reviewer(&self, name: &str) -> Option<(Arc<dyn Reviewer>, AdmissionMode)>;
 }
 
 /// Why the webhook server could not start.
@@ -88,9 +129,10 @@ struct Served {
 impl WebhookServer {
     /// Binds `section.bind` (or `bind` when given), loads or makes the
     /// certificate, and serves until `stop`.
+    /// `client` reads and stores the shared CA of `webhook.caSecret`.
     pub async fn start(
         section: &WebhookSection,
-        client: &kube::Client,
+        client: Option<&kube::Client>,
         bind: Option<SocketAddr>,
         base_dir: &Path,
         reviewers: Arc<dyn Reviewers>,
@@ -108,6 +150,11 @@ impl WebhookServer {
         let certs = match (&section.cert_dir, &section.ca_secret) {
             (Some(dir), _) => Certificates::mounted(&base_dir.join(dir))?,
             (None, Some(s)) => {
+                let client = client.ok_or_else(|| CertError::Shared {
+                    namespace: s.namespace.clone(),
+                    name: s.name.clone(),
+                    message: "no API server to read it from".into(),
+                })?;
                 Certificates::shared(client, &s.namespace, &s.name, names(&endpoint, addr)).await?
             }
             (None, None) => Certificates::own(names(&endpoint, addr))?,
@@ -306,7 +353,7 @@ async fn serve(
             format!("an AdmissionReview is at most {MAX_REVIEW_BYTES} bytes"),
         )
             .into_response(),
-        Ok(body) => match review::answer(&plugin, mode, kind, &body, timeout, &s.metrics).await {
+        Ok(body) => match review::answer(&*plugin, mode, kind, &body, timeout, &s.metrics).await {
             Ok(review) => axum::Json(review).into_response(),
             Err(bad @ BadReview::NoWebhook { .. }) => {
                 (StatusCode::NOT_FOUND, bad.to_string()).into_response()

@@ -21,9 +21,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
 
+use super::Reviewer;
 use crate::config::AdmissionMode;
 use crate::control::metrics::{Metrics, WebhookDecisionLabels};
-use crate::sandbox::Plugin;
 use crate::sandbox::admission::{
     FailurePolicy, Review, ReviewError, Verdict, Webhook, WebhookKind,
 };
@@ -98,7 +98,7 @@ enum Outcome {
 /// within `timeout` (the API server's `?timeout=`, capped by the webhook's
 /// own `timeoutSeconds`). The answer is an AdmissionReview v1 response.
 pub async fn answer(
-    plugin: &Plugin,
+    plugin: &dyn Reviewer,
     mode: AdmissionMode,
     kind: WebhookKind,
     body: &[u8],
@@ -115,13 +115,8 @@ pub async fn answer(
             kind: kind_name(kind),
         })?;
     let budget = budget(webhook, timeout);
-    let (result, _) = plugin
-        .review(
-            kind.review(),
-            request.get().to_string(),
-            budget,
-            tokio_util::sync::CancellationToken::new(),
-        )
+    let result = plugin
+        .review(kind.review(), request.get().to_string(), budget)
         .await;
     let outcome = match result {
         Ok(verdict) => match mutation(kind, &head.object, &verdict) {
