@@ -282,9 +282,19 @@ async fn a_webhook_for_a_resource_outside_the_grant_is_refused_at_load() {
 /// the managed-by label.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_quick_start_refuses_invalid_webapps_and_defaults_the_rest() {
+    quick_start_webhooks(artifacts::WEBAPP).await;
+}
+
+/// The Python webapp serves the same webhooks, through the Python SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_webapp_refuses_and_defaults_as_the_rust_one() {
+    quick_start_webhooks(artifacts::WEBAPP_PY).await;
+}
+
+async fn quick_start_webhooks(component: &str) {
     let cluster = Cluster::start().await;
     cluster.apply_webapp_crd();
-    let config = quickstart_config(artifacts::WEBAPP);
+    let config = quickstart_config(component);
     assert!(config.webhook.is_some(), "the quick start serves webhooks");
     let _host = RunningHost::start(config, cluster.client.clone(), None).await;
     registered(&cluster, "webapp").await;

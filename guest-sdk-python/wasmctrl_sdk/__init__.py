@@ -9,7 +9,7 @@ A plugin subclasses :class:`Reconciler` and exports it with :func:`export`;
 ``docs/writing-plugins.md`` the guide.
 """
 
-from . import conditions, http, kinds, log, objects, secrets
+from . import admission, conditions, http, kinds, log, objects, secrets
 from .action import Action
 from .api import Api, Patch, escape_pointer, op_add, op_remove, op_replace, op_test
 from .context import Context
@@ -61,6 +61,7 @@ __all__ = [
     "TransientError",
     "Unavailable",
     "WatchMapping",
+    "admission",
     "conditions",
     "escape_pointer",
     "export",

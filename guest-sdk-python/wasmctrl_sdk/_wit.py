@@ -154,6 +154,38 @@ def metadata_to_wit(m: Metadata) -> wit_types.PluginMetadata:
     )
 
 
+def webhook_to_wit(validating: bool, w) -> wit_types.Webhook:
+    return wit_types.Webhook(
+        kind=wit_types.WebhookKind.VALIDATING if validating else wit_types.WebhookKind.MUTATING,
+        rules=[
+            wit_types.WebhookRule(
+                operations=list(ops),
+                groups=[group],
+                versions=[version],
+                resources=list(resources),
+                scope=wit_types.RuleScope.ANY,
+            )
+            for ops, group, version, resources in w.rules
+        ],
+        failure_policy=wit_types.FailurePolicy.IGNORE if w.ignore_failures_ else wit_types.FailurePolicy.FAIL,
+        timeout_seconds=w.timeout_seconds_,
+        namespace_selector=w.namespace_selector_,
+        object_selector=w.object_selector_,
+    )
+
+
+def verdict_to_wit(v) -> wit_types.AdmissionResponse:
+    return wit_types.AdmissionResponse(
+        allowed=v.allowed,
+        code=v.code,
+        message=v.message,
+        causes=[wit_types.FieldCause(field=c.field, reason=c.reason, message=c.message) for c in v.causes],
+        warnings=list(v.warnings),
+        audit_annotations=[],
+        patched=v.patched,
+    )
+
+
 def action_to_wit(requeue: bool, requeue_after_ms: int) -> wit_types.Action:
     return wit_types.Action(requeue=requeue, requeue_after_ms=requeue_after_ms)
 

@@ -6,7 +6,7 @@ import sys
 import traceback
 from typing import Optional, Union
 
-from . import _host
+from . import _host, admission
 from .action import Action
 from .context import Context
 from .errors import ApiError, PermanentError, ReconcileError, TransientError
@@ -71,9 +71,37 @@ def run(reconciler: Reconciler, key: ObjectKey, *, contain_unexpected: bool) -> 
     return result
 
 
-def export(reconciler: Union[type, Reconciler]):
+def _instance(what, cls, role):
+    if what is None:
+        return None
+    instance = what() if isinstance(what, type) else what
+    if not isinstance(instance, cls):
+        raise TypeError(f"export: {role} {what!r} is not a wasmctrl_sdk.admission.{cls.__name__}")
+    return instance
+
+
+def _not_served(export: str) -> "admission.Verdict":
+    return admission.Verdict(
+        allowed=False, code=500, message=f"this plugin declares no webhook that `{export}` answers"
+    )
+
+
+def _contained(review) -> "admission.Verdict":
+    """A review whose unexpected exception is a 500 denial with its
+    traceback in the host's log (the failure policy is for traps)."""
+    try:
+        return review()
+    except Exception as e:
+        _host.backend().log("error", f"admission review raised:\n{traceback.format_exc()}", [])
+        return admission.Verdict(allowed=False, code=500, message=f"unexpected {type(e).__name__}: {e}")
+
+
+def export(reconciler: Union[type, Reconciler], *, validator=None, defaulter=None):
     """Exports a :class:`Reconciler` (class or instance) as the component's
-    ``metadata`` and ``reconcile``. Use it once, as a class decorator or a
+    ``metadata`` and ``reconcile``, and a
+    :class:`~wasmctrl_sdk.admission.Validator` and
+    :class:`~wasmctrl_sdk.admission.Defaulter` (classes or instances) as its
+    admission webhooks when given. Use it once, as a class decorator or a
     call, in the module ``wasmctrl build`` componentizes (``[tool.wasmctrl]
     module`` in pyproject.toml)::
 
@@ -88,6 +116,8 @@ def export(reconciler: Union[type, Reconciler]):
     instance = reconciler() if isinstance(reconciler, type) else reconciler
     if not isinstance(instance, Reconciler):
         raise TypeError(f"export: {reconciler!r} is not a wasmctrl_sdk.Reconciler")
+    checker = _instance(validator, admission.Validator, "validator")
+    defaults = _instance(defaulter, admission.Defaulter, "defaulter")
     try:
         import wit_world
     except ImportError:
@@ -105,6 +135,29 @@ def export(reconciler: Union[type, Reconciler]):
             except ReconcileError as e:
                 raise _wit.reconcile_error(e.permanent, e.message) from None
             return _wit.action_to_wit(action.requeue_, action.requeue_after_ms)
+
+        def outbound(self):
+            # Python plugins declare no destinations: the host config's
+            # `outbound` grant alone decides what is sent.
+            return []
+
+        def webhooks(self):
+            declared = []
+            if checker is not None:
+                declared.append(_wit.webhook_to_wit(True, checker.webhook()))
+            if defaults is not None:
+                declared.append(_wit.webhook_to_wit(False, defaults.webhook()))
+            return declared
+
+        def validate(self, request):
+            if checker is None:
+                return _wit.verdict_to_wit(_not_served("validate"))
+            return _wit.verdict_to_wit(_contained(lambda: admission.validate(checker, request)))
+
+        def mutate(self, request):
+            if defaults is None:
+                return _wit.verdict_to_wit(_not_served("mutate"))
+            return _wit.verdict_to_wit(_contained(lambda: admission.mutate(defaults, request)))
 
     # componentize-py looks for `WitWorld` in the module it componentizes:
     # the module calling export.

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Optional
 
-from . import _host
+from . import _host, admission
 from .action import Action
 from .conditions import now
 from .errors import AlreadyExists, ApiError, Conflict, Forbidden, Invalid, NotFound
@@ -127,6 +127,8 @@ class FakeCluster:
         #: Every outbound HTTP request the reconciler made, as written
         #: (``${secret:NAME}`` placeholders included).
         self.http_requests: list = []
+        # During a review: the export under review, whose writes are refused.
+        self._reviewing: Optional[str] = None
         _host.install(self)
 
     def close(self) -> None:
@@ -152,6 +154,61 @@ class FakeCluster:
             return run(reconciler, key, contain_unexpected=False)
         finally:
             self._permissions = None
+
+    # --- admission reviews ----------------------------------------------------
+
+    def _review(self, export: str, run_review, operation: str, kind, obj, old) -> "admission.Verdict":
+        any_obj = obj if obj is not None else old
+        meta = (any_obj or {}).get("metadata") or {}
+        request = json.dumps(
+            {
+                "uid": "00000000-0000-0000-0000-000000000000",
+                "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
+                "resource": {"group": kind.group, "version": kind.version, "resource": kind.plural},
+                "name": meta.get("name", ""),
+                "namespace": meta.get("namespace"),
+                "operation": operation,
+                "userInfo": {"username": "tester", "groups": ["system:authenticated"]},
+                "object": obj,
+                "oldObject": old,
+                "dryRun": False,
+            }
+        )
+        self._reviewing = export
+        try:
+            return run_review(request)
+        finally:
+            self._reviewing = None
+
+    @staticmethod
+    def _result(verdict: "admission.Verdict") -> list[str]:
+        if not verdict.allowed:
+            raise admission.Denied(verdict.message, code=verdict.code, causes=verdict.causes)
+        return verdict.warnings
+
+    def validate_create(self, validator: "admission.Validator", obj: dict) -> list[str]:
+        """Runs ``validator`` on a CREATE of ``obj`` as the host would (reads
+        from this cluster, writes refused): its warnings, or the
+        :class:`~wasmctrl_sdk.admission.Denied` it answered."""
+        v = self._review("validate", lambda r: admission.validate(validator, r), "CREATE", validator.kind, obj, None)
+        return self._result(v)
+
+    def validate_update(self, validator: "admission.Validator", old: dict, new: dict) -> list[str]:
+        v = self._review("validate", lambda r: admission.validate(validator, r), "UPDATE", validator.kind, new, old)
+        return self._result(v)
+
+    def validate_delete(self, validator: "admission.Validator", obj: dict) -> list[str]:
+        v = self._review("validate", lambda r: admission.validate(validator, r), "DELETE", validator.kind, None, obj)
+        return self._result(v)
+
+    def default_object(self, defaulter: "admission.Defaulter", obj: dict) -> dict:
+        """Runs ``defaulter`` on a CREATE of ``obj``: the object as it would be
+        admitted (``obj`` itself is left as it was)."""
+        v = self._review(
+            "mutate", lambda r: admission.mutate(defaulter, r), "CREATE", defaulter.kind, copy.deepcopy(obj), None
+        )
+        self._result(v)
+        return json.loads(v.patched) if v.patched is not None else copy.deepcopy(obj)
 
     def set_attempt(self, attempt: int) -> None:
         """The value ``Context.attempt`` returns."""
@@ -326,6 +383,11 @@ class FakeCluster:
                 denied = Forbidden(
                     f"{verb} on {group or 'core'}/{resource} is not in the plugin's permissions"
                 )
+        if denied is None and self._reviewing is not None and call.verb not in ("get", "list"):
+            denied = Forbidden(
+                f"{call.verb} {call.kind.kind}: the host API is read-only during an admission review "
+                f"({self._reviewing}); write from `reconcile` instead"
+            )
         self._calls.append(copy.deepcopy(call))
         for i, (verb, error) in enumerate(self._faults):
             if verb == call.verb:

@@ -12,10 +12,15 @@ job, metadata and behaviour as the Rust ``plugins/webapp``.
   ``webapp-registry`` of its namespace (key: the WebApp's name). The
   finalizer ``demo.wasmctrl.dev/cleanup`` removes the entry before the
   WebApp goes away.
+- Admission webhooks refuse WebApps the operator cannot run (``replicas``
+  outside 0–50, an image with neither a tag nor a digest) and default the
+  rest: ``replicas`` 1, ``port`` 80, and the label
+  ``app.kubernetes.io/managed-by: wasmctrl``.
 """
 
 from typing import Optional
 
+from wasmctrl_sdk.admission import Defaulter, FieldErrors, Validator
 from wasmctrl_sdk import (
     Action,
     AlreadyExists,
@@ -65,7 +70,6 @@ def spec_of(app: dict) -> tuple[str, int, int]:
     return spec["image"], replicas, port
 
 
-@export
 class WebAppReconciler(Reconciler):
     def metadata(self) -> Metadata:
         return (
@@ -213,3 +217,40 @@ def service_for(app: dict, owner: dict, port: int) -> dict:
             "ports": [{"name": "http", "port": port, "targetPort": "http"}],
         },
     }
+
+
+#: The most replicas a WebApp may ask for.
+MAX_REPLICAS = 50
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+def pinned(image: str) -> bool:
+    """Whether ``image`` names a tag or a digest. A registry's port
+    (``localhost:5000/web``) is not a tag: the tag is after the last ``/``."""
+    return "@" in image or ":" in image.rsplit("/", 1)[-1]
+
+
+class WebAppAdmission(Validator, Defaulter):
+    """Refuses WebApps the operator cannot run; labels and defaults the rest."""
+
+    kind = WEBAPP
+
+    def validate_create(self, app, request):
+        spec = app.get("spec") or {}
+        replicas, image = spec.get("replicas", 1), spec.get("image", "")
+        errors = FieldErrors()
+        if not isinstance(replicas, int) or not 0 <= replicas <= MAX_REPLICAS:
+            errors.invalid("spec.replicas", replicas, f"must be between 0 and {MAX_REPLICAS}")
+        if not pinned(image):
+            errors.invalid("spec.image", image, "must name a tag (name:tag) or a digest (name@sha256:…)")
+        errors.raise_if_any(WEBAPP, app)
+        return []
+
+    def default(self, app, request):
+        spec = app.setdefault("spec", {})
+        spec.setdefault("replicas", 1)
+        spec.setdefault("port", 80)
+        app.setdefault("metadata", {}).setdefault("labels", {})[MANAGED_BY] = "wasmctrl"
+
+
+export(WebAppReconciler, validator=WebAppAdmission, defaulter=WebAppAdmission)

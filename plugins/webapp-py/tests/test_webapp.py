@@ -10,7 +10,9 @@ import unittest
 from wasmctrl_sdk import Action, AlreadyExists, Api, Conflict, ObjectKey, Patch, TransientError, conditions, kinds, objects
 from wasmctrl_sdk.testing import FakeCluster
 
-from webapp import FINALIZER, POLL, REGISTRY, WEBAPP, WebAppReconciler
+from wasmctrl_sdk.admission import Denied
+
+from webapp import FINALIZER, MANAGED_BY, POLL, REGISTRY, WEBAPP, WebAppAdmission, WebAppReconciler
 
 NS = "default"
 URL = "http://hello.default.svc.cluster.local:80"
@@ -214,3 +216,36 @@ class WebAppTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class AdmissionTest(unittest.TestCase):
+    def setUp(self):
+        self.cluster = FakeCluster()
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def app(self, image, replicas):
+        app = WEBAPP.new("hello", spec={"image": image, "replicas": replicas})
+        app["metadata"]["namespace"] = NS
+        return app
+
+    def test_a_webapp_outside_the_rules_is_refused_naming_each_field(self):
+        self.assertEqual(self.cluster.validate_create(WebAppAdmission(), self.app("nginx:1.27", 3)), [])
+        with self.assertRaises(Denied) as refused:
+            self.cluster.validate_create(WebAppAdmission(), self.app("registry:5000/nginx", 51))
+        self.assertEqual(refused.exception.code, 422)
+        self.assertEqual(
+            refused.exception.message,
+            'WebApp.demo.wasmctrl.dev "hello" is invalid: [spec.replicas: Invalid value: 51: must be between 0 and 50, '
+            'spec.image: Invalid value: "registry:5000/nginx": must name a tag (name:tag) or a digest (name@sha256:\u2026)]',
+        )
+        self.assertEqual([c.field for c in refused.exception.causes], ["spec.replicas", "spec.image"])
+
+    def test_a_webapp_is_labelled_and_defaulted_and_keeps_everything_else(self):
+        given = WEBAPP.new("hello", spec={"image": "nginx:1.27"})
+        given["metadata"]["labels"] = {"team": "web"}
+        admitted = self.cluster.default_object(WebAppAdmission(), given)
+        self.assertEqual(admitted["metadata"]["labels"], {"team": "web", MANAGED_BY: "wasmctrl"})
+        self.assertEqual(admitted["spec"], {"image": "nginx:1.27", "replicas": 1, "port": 80})
+        self.assertEqual(given["metadata"]["labels"], {"team": "web"}, "the request's object is left as it was")

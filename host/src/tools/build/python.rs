@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::command::{run, tail};
-use super::componentize::{WORLD, file_stem_of, prepare_out, publish, string_list, write_wit};
+use super::componentize::{
+    PYTHON_WORLD, file_stem_of, prepare_out, publish, string_list, write_wit,
+};
 use super::error::BuildError;
 use super::language::Language;
 use super::options::{BuildOptions, progress};
@@ -99,10 +101,12 @@ pub(super) fn build_python(
         &format!("componentizing {module} with componentize-py {COMPONENTIZE_PY} …"),
     );
     let mut cmd = Command::new(venv.join("bin").join("componentize-py"));
-    cmd.current_dir(dir)
-        .arg("-d")
-        .arg(&wit.path)
-        .args(["-w", WORLD, "componentize", &module]);
+    cmd.current_dir(dir).arg("-d").arg(&wit.path).args([
+        "-w",
+        PYTHON_WORLD,
+        "componentize",
+        &module,
+    ]);
     for p in &search {
         cmd.arg("-p").arg(p);
     }

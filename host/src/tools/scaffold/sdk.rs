@@ -34,6 +34,7 @@ pub(super) const APIMACHINERY: Files = embed!("apimachinery":
 /// The Python SDK, package `wasmctrl_sdk`.
 pub(super) const PYTHON_SDK: Files = embed!("guest-sdk-python":
     "wasmctrl_sdk/__init__.py", "wasmctrl_sdk/_host.py", "wasmctrl_sdk/_wit.py",
+    "wasmctrl_sdk/admission.py",
     "wasmctrl_sdk/_wit_http.py", "wasmctrl_sdk/http.py",
     "wasmctrl_sdk/action.py", "wasmctrl_sdk/api.py", "wasmctrl_sdk/conditions.py",
     "wasmctrl_sdk/context.py", "wasmctrl_sdk/errors.py", "wasmctrl_sdk/events.py",
