@@ -291,6 +291,12 @@ async fn the_python_webapp_refuses_and_defaults_as_the_rust_one() {
     quick_start_webhooks(artifacts::WEBAPP_PY).await;
 }
 
+/// And the TypeScript one, through the TypeScript SDK.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_webapp_refuses_and_defaults_as_the_rust_one() {
+    quick_start_webhooks(artifacts::WEBAPP_TS).await;
+}
+
 async fn quick_start_webhooks(component: &str) {
     let cluster = Cluster::start().await;
     cluster.apply_webapp_crd();

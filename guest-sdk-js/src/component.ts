@@ -12,6 +12,7 @@ import type * as wit from "wasmctrl:reconciler/types@0.1.3";
 import * as outgoingHandler from "wasi:http/outgoing-handler@0.2.12";
 import * as httpTypes from "wasi:http/types@0.2.12";
 
+import * as admission from "./admission.js";
 import { apiErrorOf, ReconcileError } from "./errors.js";
 import { type Backend, install, type WirePatch } from "./host.js";
 import { HttpError, type WireRequest, type WireResponse } from "./http.js";
@@ -211,6 +212,58 @@ const witBackend: Backend = {
 export interface WorldExports {
   metadata(): unknown;
   reconcile(key: { namespace?: string; name: string }): unknown;
+  /** The `admission-reconciler` world's exports: export them all, with
+   * `metadata` and `reconcile`, and `wasmctrl build` builds against that
+   * world (a plugin without a validator or defaulter declares no webhook). */
+  outbound(): unknown;
+  webhooks(): unknown;
+  validate(request: string): unknown;
+  mutate(request: string): unknown;
+}
+
+/** The admission webhooks a plugin serves besides reconciling. */
+export interface Admission {
+  validator?: admission.Validator;
+  defaulter?: admission.Defaulter;
+}
+
+function webhookToWit(kind: "validating" | "mutating", w: admission.Webhook): unknown {
+  return {
+    kind,
+    rules: w.rules.map((r) => ({
+      operations: [...r.operations],
+      groups: [r.group],
+      versions: [r.version],
+      resources: [...r.resources],
+      scope: "any",
+    })),
+    failurePolicy: w.failurePolicyIgnore ? "ignore" : "fail",
+    timeoutSeconds: w.timeout,
+    namespaceSelector: w.namespaceSelectorText,
+    objectSelector: w.objectSelectorText,
+  };
+}
+
+function verdictToWit(v: admission.Verdict): unknown {
+  return {
+    allowed: v.allowed,
+    code: v.code,
+    message: v.message,
+    causes: v.causes.map((c) => ({ field: c.field, reason: c.reason, message: c.message })),
+    warnings: [...v.warnings],
+    auditAnnotations: [],
+    patched: v.patched,
+  };
+}
+
+function notServed(exportName: string): admission.Verdict {
+  return {
+    allowed: false,
+    code: 500,
+    message: `this plugin declares no webhook that \`${exportName}\` answers`,
+    causes: [],
+    warnings: [],
+  };
 }
 
 /**
@@ -224,8 +277,29 @@ export interface WorldExports {
  * The reconciler is built when the component is (componentize-js
  * snapshots the initialised engine): its constructor must not call the host.
  */
-export function exportReconciler(reconciler: Reconciler): WorldExports {
+export function exportReconciler(reconciler: Reconciler, reviewers: Admission = {}): WorldExports {
+  const { validator, defaulter } = reviewers;
   return {
+    outbound(): unknown[] {
+      // TypeScript plugins declare no destinations: the host config's
+      // `outbound` grant alone decides what is sent.
+      return [];
+    },
+    webhooks(): unknown[] {
+      install(witBackend);
+      const declared: unknown[] = [];
+      if (validator) declared.push(webhookToWit("validating", admission.webhookOf(validator)));
+      if (defaulter) declared.push(webhookToWit("mutating", admission.webhookOf(defaulter)));
+      return declared;
+    },
+    validate(request: string): unknown {
+      install(witBackend);
+      return verdictToWit(validator ? admission.validate(validator, request) : notServed("validate"));
+    },
+    mutate(request: string): unknown {
+      install(witBackend);
+      return verdictToWit(defaulter ? admission.mutate(defaulter, request) : notServed("mutate"));
+    },
     metadata(): wit.PluginMetadata {
       install(witBackend);
       const m = metadataOf(reconciler);

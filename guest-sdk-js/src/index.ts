@@ -8,6 +8,7 @@
  * Unit tests run natively against `FakeCluster` from `@wasmctrl/sdk/testing`.
  */
 export { Action } from "./action.js";
+export * as admission from "./admission.js";
 export { Api, Patch, PatchOp, escapePointer } from "./api.js";
 export * as conditions from "./conditions.js";
 export type { Condition } from "./conditions.js";

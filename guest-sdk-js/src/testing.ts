@@ -34,10 +34,11 @@
  * Kubernetes does by default.
  */
 import type { Action } from "./action.js";
+import * as admission from "./admission.js";
 import { AlreadyExists, type ApiError, Conflict, Forbidden, Invalid, NotFound } from "./errors.js";
 import { type Backend, install, installed, type LogLevel, type WirePatch, type WireEvent } from "./host.js";
 import { HttpError, type WireRequest, type WireResponse } from "./http.js";
-import type { Gvk, ObjectKey, Permission } from "./metadata.js";
+import type { Gvk, Kind, ObjectKey, Permission } from "./metadata.js";
 import { now } from "./conditions.js";
 import type { Json } from "./objects.js";
 import { metadataOf, type Reconciler, run } from "./reconciler.js";
@@ -158,6 +159,8 @@ export class FakeCluster implements Backend {
   private deadlineMs = 10_000;
   private secretValues = new Map<string, [string, boolean]>();
   private httpAnswers: [string, string, WireResponse][] = [];
+  /** During a review: the export under review, whose writes are refused. */
+  private reviewing: string | undefined;
   /** Every outbound request the plugin sent, in order, answered or not. */
   readonly httpRequests: WireRequest[] = [];
   /** Every log line, in order. */
@@ -175,6 +178,67 @@ export class FakeCluster implements Backend {
   }
 
   // --- driving --------------------------------------------------------------
+
+  private review(
+    exportName: string,
+    run: (request: string) => admission.Verdict,
+    operation: admission.Operation,
+    kind: Kind,
+    obj: any,
+    old: any,
+  ): admission.Verdict {
+    const meta = (obj ?? old)?.metadata ?? {};
+    const request = JSON.stringify({
+      uid: "00000000-0000-0000-0000-000000000000",
+      kind: { group: kind.group, version: kind.version, kind: kind.kind },
+      resource: { group: kind.group, version: kind.version, resource: kind.plural },
+      name: meta.name ?? "",
+      namespace: meta.namespace,
+      operation,
+      userInfo: { username: "tester", groups: ["system:authenticated"] },
+      object: obj ?? null,
+      oldObject: old ?? null,
+      dryRun: false,
+    });
+    this.reviewing = exportName;
+    try {
+      return run(request);
+    } finally {
+      this.reviewing = undefined;
+    }
+  }
+
+  private static warnings(v: admission.Verdict): string[] {
+    if (!v.allowed) throw new admission.Denied(v.message, v.code, v.causes);
+    return v.warnings;
+  }
+
+  /** Runs `validator` on a CREATE of `obj` as the host would (reads from
+   * this cluster, writes refused): its warnings, or throws the `Denied` it
+   * answered. */
+  validateCreate(validator: admission.Validator, obj: any): string[] {
+    const run = (r: string) => admission.validate(validator, r);
+    return FakeCluster.warnings(this.review("validate", run, "CREATE", validator.kind, obj, null));
+  }
+
+  validateUpdate(validator: admission.Validator, old: any, obj: any): string[] {
+    const run = (r: string) => admission.validate(validator, r);
+    return FakeCluster.warnings(this.review("validate", run, "UPDATE", validator.kind, obj, old));
+  }
+
+  validateDelete(validator: admission.Validator, obj: any): string[] {
+    const run = (r: string) => admission.validate(validator, r);
+    return FakeCluster.warnings(this.review("validate", run, "DELETE", validator.kind, null, obj));
+  }
+
+  /** Runs `defaulter` on a CREATE of `obj`: the object as it would be
+   * admitted (`obj` itself is left as it was). */
+  defaultObject(defaulter: admission.Defaulter, obj: any): any {
+    const run = (r: string) => admission.mutate(defaulter, r);
+    const v = this.review("mutate", run, "CREATE", defaulter.kind, clone(obj), null);
+    FakeCluster.warnings(v);
+    return v.patched !== undefined ? JSON.parse(v.patched) : clone(obj);
+  }
 
   /**
    * Runs `reconciler.reconcile(key)` as the host would, with every call
@@ -404,6 +468,11 @@ export class FakeCluster implements Backend {
   /** Records the call, then applies an injected fault or the permission check. */
   private admit(call: Call): void {
     let denied: ApiError | undefined;
+    if (this.reviewing !== undefined && call.verb !== "get" && call.verb !== "list") {
+      denied = new Forbidden(
+        `${call.verb} ${call.kind.kind}: the host API is read-only during an admission review (${this.reviewing}); write from \`reconcile\` instead`,
+      );
+    }
     if (this.held !== undefined) {
       const [verb, group, resource] = needed(call);
       this.used.add(JSON.stringify([verb, group, resource]));
@@ -413,7 +482,7 @@ export class FakeCluster implements Backend {
           p.resources.some((r) => r === resource || r === "*") &&
           p.verbs.some((v) => v === verb || v === "*"),
       );
-      if (!allowed) denied = new Forbidden(`${verb} on ${group || "core"}/${resource} is not in the plugin's permissions`);
+      if (!allowed && !denied) denied = new Forbidden(`${verb} on ${group || "core"}/${resource} is not in the plugin's permissions`);
     }
     this.callLog.push({ ...call, kind: { group: call.kind.group, version: call.kind.version, kind: call.kind.kind }, body: clone(call.body) });
     const i = this.faults.findIndex(([verb]) => verb === call.verb);

@@ -22,7 +22,7 @@ fn request(attempt: u32) -> ReconcileRequest {
 }
 
 /// Loads the Rust webapp and `path`, and checks that `path` behaves the same.
-async fn behaves_like_the_rust_webapp(name: &str, path: &str, serves_webhooks: bool) {
+async fn behaves_like_the_rust_webapp(name: &str, path: &str) {
     let rt = runtime();
     let rust = load(&rt, "webapp", artifacts::WEBAPP, Limits::default()).await;
     let guest = rt
@@ -31,14 +31,10 @@ async fn behaves_like_the_rust_webapp(name: &str, path: &str, serves_webhooks: b
         .unwrap_or_else(|e| panic!("{name} does not load: {e}"));
 
     // The same metadata: kinds, watches, permissions and webhooks, field by
-    // field (the TypeScript SDK serves no admission webhooks yet).
-    let mut expected = rust.metadata().clone();
-    if !serves_webhooks {
-        expected.webhooks.clear();
-    }
+    // field.
     assert_eq!(
         format!("{:#?}", guest.metadata()),
-        format!("{:#?}", expected),
+        format!("{:#?}", rust.metadata()),
         "{name}'s metadata differs from the Rust webapp's"
     );
 
@@ -60,12 +56,12 @@ async fn behaves_like_the_rust_webapp(name: &str, path: &str, serves_webhooks: b
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_python_webapp_behaves_like_the_rust_one() {
-    behaves_like_the_rust_webapp("webapp-py", artifacts::WEBAPP_PY, true).await;
+    behaves_like_the_rust_webapp("webapp-py", artifacts::WEBAPP_PY).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typescript_webapp_behaves_like_the_rust_one() {
-    behaves_like_the_rust_webapp("webapp-ts", artifacts::WEBAPP_TS, false).await;
+    behaves_like_the_rust_webapp("webapp-ts", artifacts::WEBAPP_TS).await;
 }
 
 /// Runs `program args` in `dir` (relative to the workspace root) as a user

@@ -13,9 +13,14 @@
  *   `webapp-registry` of its namespace (key: the WebApp's name). The
  *   finalizer `demo.wasmctrl.dev/cleanup` removes the entry before the
  *   WebApp goes away.
+ * - Admission webhooks refuse WebApps the operator cannot run (`replicas`
+ *   outside 0–50, an image with neither a tag nor a digest) and default the
+ *   rest: `replicas` 1, `port` 80, and the label
+ *   `app.kubernetes.io/managed-by: wasmctrl`.
  */
 import {
   Action,
+  admission,
   AlreadyExists,
   Api,
   ApiError,
@@ -240,4 +245,40 @@ function serviceFor(app: WebAppObject, owner: OwnerReference, port: number): Kub
     metadata: ownedMeta(app, owner),
     spec: { selector: labels(app), ports: [{ name: "http", port, targetPort: "http" }] },
   };
+}
+
+/** The most replicas a WebApp may ask for. */
+export const MAX_REPLICAS = 50;
+export const MANAGED_BY = "app.kubernetes.io/managed-by";
+
+/** Whether `image` names a tag or a digest. A registry's port
+ * (`localhost:5000/web`) is not a tag: the tag is after the last `/`. */
+export function pinned(image: string): boolean {
+  const last = image.slice(image.lastIndexOf("/") + 1);
+  return image.includes("@") || last.includes(":");
+}
+
+/** Refuses WebApps the operator cannot run; labels and defaults the rest. */
+export class WebAppAdmission implements admission.Validator, admission.Defaulter {
+  readonly kind = WebApp;
+
+  validateCreate(app: WebAppObject): string[] {
+    const replicas = app.spec?.replicas ?? 1;
+    const image = app.spec?.image ?? "";
+    const errors = new admission.FieldErrors();
+    if (!Number.isInteger(replicas) || replicas < 0 || replicas > MAX_REPLICAS) {
+      errors.invalid("spec.replicas", replicas, `must be between 0 and ${MAX_REPLICAS}`);
+    }
+    if (!pinned(image)) errors.invalid("spec.image", image, "must name a tag (name:tag) or a digest (name@sha256:…)");
+    errors.throwIfAny(WebApp, app);
+    return [];
+  }
+
+  default(app: WebAppObject): void {
+    const spec = (app.spec ??= { image: "" });
+    spec.replicas ??= 1;
+    spec.port ??= 80;
+    const metadata = (app.metadata ??= {});
+    metadata.labels = { ...(metadata.labels ?? {}), [MANAGED_BY]: "wasmctrl" };
+  }
 }

@@ -6,6 +6,7 @@ import { afterEach, beforeEach, test } from "node:test";
 
 import {
   Action,
+  admission,
   AlreadyExists,
   Api,
   conditions,
@@ -23,7 +24,16 @@ import {
 } from "@wasmctrl/sdk";
 import { FakeCluster } from "@wasmctrl/sdk/testing";
 
-import { FINALIZER, POLL_MS, REGISTRY, WebApp, type WebAppObject, WebAppReconciler } from "../src/webapp.js";
+import {
+  FINALIZER,
+  MANAGED_BY,
+  POLL_MS,
+  REGISTRY,
+  WebApp,
+  WebAppAdmission,
+  type WebAppObject,
+  WebAppReconciler,
+} from "../src/webapp.js";
 
 type Deployment = KubeObject<
   {
@@ -236,4 +246,39 @@ test("a missing webapp needs nothing", () => {
 test("a spec without an image is permanent", () => {
   webapps().create(newObject<WebAppObject>(WebApp, "hello", { spec: { replicas: 1 } as never }));
   assert.throws(reconcile, PermanentError);
+});
+
+test("a webapp outside the rules is refused naming each field", () => {
+  const app = (image: string, replicas: number) => {
+    const a = newObject<WebAppObject>(WebApp, "hello", { spec: { image, replicas } });
+    a.metadata!.namespace = "default";
+    return a;
+  };
+  assert.deepEqual(cluster.validateCreate(new WebAppAdmission(), app("nginx:1.27", 3)), []);
+  assert.throws(
+    () => cluster.validateCreate(new WebAppAdmission(), app("registry:5000/nginx", 51)),
+    (e: unknown) => {
+      assert.ok(e instanceof admission.Denied);
+      assert.equal(e.code, 422);
+      assert.equal(
+        e.message,
+        'WebApp.demo.wasmctrl.dev "hello" is invalid: [spec.replicas: Invalid value: 51: must be between 0 and 50, ' +
+          'spec.image: Invalid value: "registry:5000/nginx": must name a tag (name:tag) or a digest (name@sha256:…)]',
+      );
+      assert.deepEqual(
+        e.causes.map((c) => c.field),
+        ["spec.replicas", "spec.image"],
+      );
+      return true;
+    },
+  );
+});
+
+test("a webapp is labelled and defaulted and keeps everything else", () => {
+  const given = newObject<WebAppObject>(WebApp, "hello", { spec: { image: "nginx:1.27" } });
+  given.metadata!.labels = { team: "web" };
+  const admitted = cluster.defaultObject(new WebAppAdmission(), given);
+  assert.deepEqual(admitted.metadata.labels, { team: "web", [MANAGED_BY]: "wasmctrl" });
+  assert.deepEqual(admitted.spec, { image: "nginx:1.27", replicas: 1, port: 80 });
+  assert.deepEqual(given.metadata!.labels, { team: "web" }, "the request's object is left as it was");
 });

@@ -8,16 +8,18 @@ use std::time::SystemTime;
 use super::error::{BuildError, io_error};
 use super::limits::{MAX_FIELD_LEN, MAX_PATH_ENTRIES};
 
-/// The world JavaScript plugins are built against: the reconciler world
-/// with `wasi:http/outgoing-handler` named among its imports
-/// (`wit/http.wit`). A plugin that sends no request imports no more than a
-/// `reconciler` one; the host serves both. Its entry module exports
-/// `metadata` and `reconcile`, which is all this world asks of it.
+/// The reconciler world with `wasi:http/outgoing-handler` named among its
+/// imports (`wit/http.wit`): a plugin that sends no request imports no
+/// more than a `reconciler` one; the host serves both. A JavaScript plugin
+/// whose entry module exports `metadata` and `reconcile` only is built
+/// against it.
 pub(super) const WORLD: &str = "http-reconciler";
 
-/// The world Python plugins are built against: `WORLD` with the
-/// admission exports, which the Python SDK's `export` always supplies.
-pub(super) const PYTHON_WORLD: &str = "http-admission-reconciler";
+/// `WORLD` with the admission exports (`webhooks`, `validate`, `mutate`,
+/// `outbound`): Python plugins are always built against it (the Python
+/// SDK's `export` supplies every export), and a JavaScript plugin whose
+/// entry module exports `validate`.
+pub(super) const ADMISSION_WORLD: &str = "http-admission-reconciler";
 
 /// The world's WIT files and the WASI packages they need, as
 /// `(path in the WIT directory, text)`.

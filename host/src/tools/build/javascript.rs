@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use super::command::run;
-use super::componentize::{TempDir, WORLD, file_stem_of, prepare_out, publish, write_wit};
+use super::componentize::{
+    ADMISSION_WORLD, TempDir, WORLD, file_stem_of, prepare_out, publish, write_wit,
+};
 use super::error::{BuildError, io_error};
 use super::language::Language;
 use super::limits::MAX_FIELD_LEN;
@@ -95,6 +97,7 @@ pub(super) fn build_javascript(
     };
     let work = TempDir::new("js")?;
     let bundle = work.path.join("plugin.js");
+    let meta = work.path.join("meta.json");
     progress(options, &format!("bundling {entry} with esbuild …"));
     let mut esbuild = Command::new(bin.join("esbuild"));
     esbuild
@@ -113,7 +116,8 @@ pub(super) fn build_javascript(
             "--external:wasi:*",
             "--log-level=warning",
         ])
-        .arg(format!("--outfile={}", bundle.display()));
+        .arg(format!("--outfile={}", bundle.display()))
+        .arg(format!("--metafile={}", meta.display()));
     if tsconfig.is_file() {
         esbuild.arg(format!("--tsconfig={}", tsconfig.display()));
     }
@@ -135,7 +139,7 @@ pub(super) fn build_javascript(
         .arg(&bundle)
         .arg("--wit")
         .arg(&wit.path)
-        .args(["-n", WORLD])
+        .args(["-n", world_of(&meta)])
         // StarlingMonkey's own `fetch` and incoming handler stay out: the
         // SDK's `http` module calls `wasi:http/outgoing-handler` itself,
         // synchronously, as `reconcile` is.
@@ -148,6 +152,30 @@ pub(super) fn build_javascript(
     componentized?;
     publish("componentize-js", &staged, &out)?;
     Ok((name, out, installed))
+}
+
+/// The world a bundle is built against, from the names its entry module
+/// exports (esbuild's metafile): the admission world when it exports
+/// `validate`, the reconciler world otherwise, so an entry module written
+/// before plugins could serve webhooks builds unchanged.
+pub(super) fn world_of(metafile: &Path) -> &'static str {
+    let exports_validate = std::fs::read(metafile)
+        .ok()
+        .and_then(|text| serde_json::from_slice::<serde_json::Value>(&text).ok())
+        .is_some_and(|meta| {
+            meta["outputs"].as_object().is_some_and(|outputs| {
+                outputs.values().any(|o| {
+                    o["exports"]
+                        .as_array()
+                        .is_some_and(|e| e.iter().any(|name| name == "validate"))
+                })
+            })
+        });
+    if exports_validate {
+        ADMISSION_WORLD
+    } else {
+        WORLD
+    }
 }
 
 fn run_js(step: &'static str, cmd: &mut Command) -> Result<Output, BuildError> {

@@ -5,7 +5,7 @@ use std::process::Command;
 
 use super::command::{run, tail};
 use super::componentize::{
-    PYTHON_WORLD, file_stem_of, prepare_out, publish, string_list, write_wit,
+    ADMISSION_WORLD, file_stem_of, prepare_out, publish, string_list, write_wit,
 };
 use super::error::BuildError;
 use super::language::Language;
@@ -103,7 +103,7 @@ pub(super) fn build_python(
     let mut cmd = Command::new(venv.join("bin").join("componentize-py"));
     cmd.current_dir(dir).arg("-d").arg(&wit.path).args([
         "-w",
-        PYTHON_WORLD,
+        ADMISSION_WORLD,
         "componentize",
         &module,
     ]);

@@ -1,7 +1,8 @@
 use std::path::{Path, PathBuf};
 
-use super::componentize::{TempDir, file_stem_of, string_list};
+use super::componentize::{ADMISSION_WORLD, TempDir, WORLD, file_stem_of, string_list};
 use super::error::io_error;
+use super::javascript::world_of;
 use super::plugin::check_component;
 use super::python::{is_module_name, missing_module, missing_module_hint};
 use super::rust::ensure_target;
@@ -183,4 +184,23 @@ fn a_python_build_missing_the_sdk_says_so_in_one_line() {
         other.contains("module yaml") && other.contains("(., lib)"),
         "{other}"
     );
+}
+
+#[test]
+fn a_javascript_entry_exporting_validate_is_built_against_the_admission_world() {
+    let dir = scratch(&[]);
+    let meta = dir.path.join("meta.json");
+    let write = |exports: &str| {
+        std::fs::write(
+            &meta,
+            format!(r#"{{"outputs": {{"plugin.js": {{"exports": {exports}}}}}}}"#),
+        )
+        .unwrap()
+    };
+    write(r#"["metadata", "reconcile"]"#);
+    assert_eq!(world_of(&meta), WORLD);
+    write(r#"["metadata", "reconcile", "outbound", "webhooks", "validate", "mutate"]"#);
+    assert_eq!(world_of(&meta), ADMISSION_WORLD);
+    std::fs::remove_file(&meta).unwrap();
+    assert_eq!(world_of(&meta), WORLD, "no metafile: the reconciler world");
 }

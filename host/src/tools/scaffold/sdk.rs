@@ -45,7 +45,7 @@ pub(super) const PYTHON_SDK: Files = embed!("guest-sdk-python":
 
 /// The TypeScript SDK, npm package `@wasmctrl/sdk`.
 pub(super) const TYPESCRIPT_SDK: Files = embed!("guest-sdk-js":
-    "README.md", "package.json", "tsconfig.json", "src/action.ts", "src/api.ts",
+    "README.md", "package.json", "tsconfig.json", "src/action.ts", "src/admission.ts", "src/api.ts",
     "src/component.ts", "src/conditions.ts", "src/context.ts", "src/errors.ts",
     "src/events.ts", "src/finalizer.ts", "src/host.ts", "src/http.ts", "src/index.ts",
     "src/kinds.ts", "src/log.ts", "src/metadata.ts", "src/objects.ts",
