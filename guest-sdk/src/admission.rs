@@ -183,7 +183,8 @@ pub struct UserInfo {
     pub groups: Vec<String>,
 }
 
-/// The request under review (AdmissionReview v1's `request`).
+/// The request under review (AdmissionReview v1's `request`). The objects
+/// it carries reach a [`Validator`] or [`Defaulter`] typed, as arguments.
 #[derive(Debug, Clone)]
 pub struct AdmissionRequest {
     pub uid: String,
@@ -196,52 +197,69 @@ pub struct AdmissionRequest {
     pub user: UserInfo,
     /// True when nothing will be stored (`--dry-run=server`).
     pub dry_run: bool,
-    object: Value,
-    old_object: Value,
+}
+
+/// An AdmissionReview v1 `request` as sent, its objects read as `O`: the
+/// typed kind for a validation (one parse, no tree), a JSON value for a
+/// mutation (whose unknown fields must be kept).
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase", bound = "O: DeserializeOwned")]
+struct Wire<O> {
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    user_info: WireUser,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    object: Option<O>,
+    #[serde(default)]
+    old_object: Option<O>,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct WireUser {
+    #[serde(default)]
+    username: String,
+    #[serde(default)]
+    groups: Vec<String>,
+}
+
+/// The request and its objects, read from the review's JSON.
+type Read<O> = (AdmissionRequest, Option<O>, Option<O>);
+
+fn read<O: DeserializeOwned>(request: &str) -> Result<Read<O>, Denied> {
+    let w: Wire<O> = serde_json::from_str(request)
+        .map_err(|e| Denied::bad_request(format!("cannot read the admission request: {e}")))?;
+    let operation = Operation::parse(&w.operation)
+        .ok_or_else(|| Denied::bad_request(format!("unknown operation {:?}", w.operation)))?;
+    let request = AdmissionRequest {
+        uid: w.uid,
+        operation,
+        name: w.name,
+        namespace: w.namespace.filter(|n| !n.is_empty()),
+        sub_resource: w.sub_resource.filter(|s| !s.is_empty()),
+        user: UserInfo {
+            username: w.user_info.username,
+            groups: w.user_info.groups,
+        },
+        dry_run: w.dry_run,
+    };
+    Ok((request, w.object, w.old_object))
 }
 
 impl AdmissionRequest {
-    /// Reads an AdmissionReview v1 `request`.
+    /// Reads an AdmissionReview v1 `request` (its objects are not kept).
     pub fn from_json(request: &str) -> Result<Self, Denied> {
-        let mut r: Value = serde_json::from_str(request)
-            .map_err(|e| Denied::bad_request(format!("the admission request is not JSON: {e}")))?;
-        let text = |r: &Value, key: &str| r[key].as_str().unwrap_or_default().to_string();
-        let operation = Operation::parse(r["operation"].as_str().unwrap_or_default())
-            .ok_or_else(|| Denied::bad_request(format!("unknown operation {}", r["operation"])))?;
-        let namespace = Some(text(&r, "namespace")).filter(|n| !n.is_empty());
-        let sub_resource = Some(text(&r, "subResource")).filter(|s| !s.is_empty());
-        let user = UserInfo {
-            username: text(&r["userInfo"], "username"),
-            groups: r["userInfo"]["groups"]
-                .as_array()
-                .map(|g| {
-                    g.iter()
-                        .filter_map(|g| g.as_str().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
-        };
-        Ok(Self {
-            uid: text(&r, "uid"),
-            operation,
-            name: text(&r, "name"),
-            namespace,
-            sub_resource,
-            user,
-            dry_run: r["dryRun"].as_bool().unwrap_or(false),
-            object: r["object"].take(),
-            old_object: r["oldObject"].take(),
-        })
-    }
-
-    /// The object as it would be stored (null for a delete).
-    pub fn object(&self) -> &Value {
-        &self.object
-    }
-
-    /// The object as it is stored now (null for a create).
-    pub fn old_object(&self) -> &Value {
-        &self.old_object
+        read::<serde::de::IgnoredAny>(request).map(|(r, _, _)| r)
     }
 
     /// The review's context: its deadline (the webhook's `timeoutSeconds`
@@ -524,19 +542,20 @@ fn allowed(warnings: Warnings, patched: Option<String>) -> wit::AdmissionRespons
 #[doc(hidden)]
 pub fn validate<V: Validator>(request: &str) -> wit::AdmissionResponse {
     let run = || -> Result<Warnings, Denied> {
-        let request = AdmissionRequest::from_json(request)?;
+        let (request, object, old) = read::<V::Kind>(request)?;
+        let present = |o: Option<V::Kind>, what: &str| {
+            o.ok_or_else(|| Denied::bad_request(format!("the request has no {what}")))
+        };
         match request.operation {
             Operation::Create | Operation::Connect => {
-                V::validate_create(&decode(request.object(), "object")?, &request)
+                V::validate_create(&present(object, "object")?, &request)
             }
             Operation::Update => V::validate_update(
-                &decode(request.old_object(), "old object")?,
-                &decode(request.object(), "object")?,
+                &present(old, "old object")?,
+                &present(object, "object")?,
                 &request,
             ),
-            Operation::Delete => {
-                V::validate_delete(&decode(request.old_object(), "old object")?, &request)
-            }
+            Operation::Delete => V::validate_delete(&present(old, "old object")?, &request),
         }
     };
     match run() {
@@ -553,22 +572,22 @@ pub fn validate<V: Validator>(request: &str) -> wit::AdmissionResponse {
 #[doc(hidden)]
 pub fn mutate<D: Defaulter>(request: &str) -> wit::AdmissionResponse {
     let run = || -> Result<Option<String>, Denied> {
-        let request = AdmissionRequest::from_json(request)?;
-        if request.object().is_null() {
+        let (request, raw, _) = read::<Value>(request)?;
+        let Some(raw) = raw.filter(|o| !o.is_null()) else {
             return Ok(None);
-        }
+        };
         let write = |o: &D::Kind| {
             serde_json::to_value(o)
                 .map_err(|e| Denied::with_code(500, format!("cannot write the object: {e}")))
         };
-        let mut object: D::Kind = decode(request.object(), "object")?;
-        let read = write(&object)?;
+        let mut object: D::Kind = decode(&raw, "object")?;
+        let typed = write(&object)?;
         D::default(&mut object, &request)?;
-        let change = merge_diff(request.object(), &read, &write(&object)?);
+        let change = merge_diff(&raw, &typed, &write(&object)?);
         if change.as_object().is_some_and(|c| c.is_empty()) {
             return Ok(None);
         }
-        let mut patched = request.object().clone();
+        let mut patched = raw;
         wasmctrl_apimachinery::patch::merge_patch(&mut patched, &change);
         Ok(Some(patched.to_string()))
     };

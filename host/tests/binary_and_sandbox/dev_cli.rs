@@ -126,6 +126,31 @@ async fn dev_with_rbac_runs_the_host_as_a_service_account_with_the_rbac_of_wasmc
     assert_eq!(dev.host_can("patch", "deployments.apps"), "yes");
     assert_eq!(dev.host_can("delete", "secrets"), "no");
 
+    // The plugin's webhooks registered by the host itself, within the
+    // least-privilege RBAC: its configurations by name, nothing more.
+    let registered: Api<
+        k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration,
+    > = Api::all(admin.clone());
+    eventually("the webapp's webhooks registered", LIMIT, || {
+        let registered = registered.clone();
+        async move { registered.get_opt("wasmctrl-webapp").await.ok().flatten() }
+    })
+    .await;
+    assert_eq!(
+        dev.host_can(
+            "patch",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io/wasmctrl-webapp"
+        ),
+        "yes"
+    );
+    assert_eq!(
+        dev.host_can(
+            "patch",
+            "validatingwebhookconfigurations.admissionregistration.k8s.io/someone-else"
+        ),
+        "no"
+    );
+
     // Take `patch` on Deployments out of the host's ClusterRole: the host
     // (not the admin, whom RBAC never refuses) can no longer reconcile a
     // new WebApp.

@@ -69,7 +69,9 @@ struct ReviewBody<'a> {
 #[derive(Debug, Deserialize)]
 struct RequestHead {
     uid: String,
-    #[serde(default)]
+    /// Read only for a mutating review, which compares it with the
+    /// mutation: a validating one skips over it without building a tree.
+    #[serde(skip)]
     object: Value,
     #[serde(default)]
     name: String,
@@ -105,7 +107,7 @@ pub async fn answer(
     timeout: Option<Duration>,
     metrics: &Metrics,
 ) -> Result<Value, BadReview> {
-    let (request, head) = read(body)?;
+    let (request, head) = read(body, kind == WebhookKind::Mutating)?;
     let webhook = plugin
         .webhooks()
         .iter()
@@ -137,8 +139,9 @@ pub async fn answer(
     }))
 }
 
-/// The review's `request`, as sent, and the parts the host reads of it.
-fn read(body: &[u8]) -> Result<(&RawValue, RequestHead), BadReview> {
+/// The review's `request`, as sent, and the parts the host reads of it
+/// (the object only `with_object`).
+fn read(body: &[u8], with_object: bool) -> Result<(&RawValue, RequestHead), BadReview> {
     let review: ReviewBody<'_> =
         serde_json::from_slice(body).map_err(|e| BadReview::NotAReview(e.to_string()))?;
     if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
@@ -147,8 +150,18 @@ fn read(body: &[u8]) -> Result<(&RawValue, RequestHead), BadReview> {
             review.api_version, review.kind
         )));
     }
-    let head: RequestHead = serde_json::from_str(review.request.get())
+    let mut head: RequestHead = serde_json::from_str(review.request.get())
         .map_err(|e| BadReview::NotAReview(format!("request: {e}")))?;
+    if with_object {
+        #[derive(Deserialize)]
+        struct Object {
+            #[serde(default)]
+            object: Value,
+        }
+        head.object = serde_json::from_str::<Object>(review.request.get())
+            .map_err(|e| BadReview::NotAReview(format!("request: {e}")))?
+            .object;
+    }
     Ok((review.request, head))
 }
 
@@ -502,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_an_admission_review_v1_is_refused_naming_why() {
-        let refused = |body: &str| read(body.as_bytes()).unwrap_err().to_string();
+        let refused = |body: &str| read(body.as_bytes(), false).unwrap_err().to_string();
         assert!(refused("{").contains("not an AdmissionReview v1"));
         assert!(
             refused(
@@ -516,10 +529,14 @@ mod tests {
             )
             .contains("missing field `uid`")
         );
-        let (request, head) = read(
-            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1}}}"#,
-        )
-        .unwrap();
+        let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1}}}"#;
+        let (_, validating) = read(body, false).unwrap();
+        assert_eq!(
+            validating.object,
+            Value::Null,
+            "a validating review skips the object"
+        );
+        let (request, head) = read(body, true).unwrap();
         assert_eq!((head.uid.as_str(), &head.object), ("u", &json!({"a": 1})));
         assert_eq!(request.get(), r#"{"uid":"u","object":{"a":1}}"#);
     }
