@@ -195,6 +195,20 @@ impl Admitting<'_> {
             .validate(&self.configs, &attrs, object, old, self.objects, self.ctx)
             .await
     }
+
+    /// Validating webhooks on an update from `old` to `new` (views), with
+    /// the update's options: what an update and a patch both run before
+    /// they commit.
+    pub(crate) async fn validate_update(
+        &self,
+        at: (&str, &str),
+        new: &Value,
+        old: &Value,
+    ) -> Result<(), ApiError> {
+        let options = self.write_options(Operation::Update);
+        self.validate(Operation::Update, at, Some(new), Some(old), options)
+            .await
+    }
 }
 
 /// The first address of a Service's Endpoints or EndpointSlices that

@@ -101,15 +101,8 @@ impl Objects {
             let new = from_view(info, view);
             let outcome = self.prepare_update(info, &cur.obj, new, sub, ctx, true)?;
             if let (Some(a), Some(old_view)) = (&admitting, &old_view) {
-                let options = a.write_options(Operation::Update);
-                a.validate(
-                    Operation::Update,
-                    (&ns, name),
-                    Some(&to_view(info, outcome.object(&cur.obj))),
-                    Some(old_view),
-                    options,
-                )
-                .await?;
+                let new_view = to_view(info, outcome.object(&cur.obj));
+                a.validate_update((&ns, name), &new_view, old_view).await?;
             }
             if let Some(v) = self.finish_update(info, &ns, name, &cur, outcome, ctx)? {
                 return Ok(v);
