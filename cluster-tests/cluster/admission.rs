@@ -92,6 +92,21 @@ async fn kubectl_writes_are_validated_and_defaulted_by_the_plugin_through_the_ap
         .await;
     registered(&cluster, "gatekeeper").await;
 
+    // `/plugins` shows what is served, where, and how failures are answered.
+    let plugin = host.plugin("gatekeeper").await.expect("listed");
+    assert_eq!(
+        plugin["webhooks"][0],
+        serde_json::json!({
+            "name": VALIDATING,
+            "path": "/validate/gatekeeper",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 1,
+            "mode": "protect",
+            "rules": ["CREATE,UPDATE /v1 configmaps"],
+        })
+    );
+    assert_eq!(plugin["webhooks"][1]["path"], "/mutate/gatekeeper");
+
     // Mutating: the defaulter's label is stored.
     let (ok, text) = create(&cluster, "plain", &[]);
     assert!(ok, "{text}");

@@ -55,7 +55,7 @@ pub use engine::EngineLimits;
 pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState, SlotPromoteError};
 pub use objects::CRD as WASMRECONCILER_CRD;
 pub use shadow::{Diff, Divergence, ShadowReport, Side, Write};
-pub use status::{CandidateStatus, PluginStatus};
+pub use status::{CandidateStatus, PluginStatus, WebhookStatus};
 
 use lifecycle::PluginEntry;
 

@@ -52,6 +52,26 @@ pub struct PluginStatus {
     /// never a value.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<SecretBinding>,
+    /// The admission webhooks the running version declares.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<WebhookStatus>,
+}
+
+/// An admission webhook as `/plugins` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookStatus {
+    /// The name the API server knows it by (`<plugin>.validate.wasmctrl.dev`).
+    pub name: String,
+    /// The path the host serves it on, or None when the config has no
+    /// `webhook` section (declared, but not served).
+    pub path: Option<String>,
+    pub failure_policy: &'static str,
+    pub timeout_seconds: u32,
+    /// `protect` or `monitor` (the plugin's `admission.mode`).
+    pub mode: &'static str,
+    /// Each rule as `OPERATIONS group/version resources`.
+    pub rules: Vec<String>,
 }
 
 /// A candidate version as `/plugins` shows it.
@@ -102,6 +122,37 @@ impl Host {
                 }),
             outbound: plugin.outbound().rules().cloned().collect(),
             secrets: plugin.outbound().secrets().bindings().cloned().collect(),
+            webhooks: plugin
+                .webhooks()
+                .iter()
+                .map(|w| {
+                    let segment = crate::ops::webhook::path_segment(w.kind);
+                    WebhookStatus {
+                        name: crate::ops::webhook::webhook_name(name, w.kind),
+                        path: self
+                            .config
+                            .webhook
+                            .as_ref()
+                            .map(|_| format!("/{segment}/{name}")),
+                        failure_policy: w.failure_policy.as_str(),
+                        timeout_seconds: w.timeout_seconds,
+                        mode: entry.config().admission.mode.as_str(),
+                        rules: w
+                            .rules
+                            .iter()
+                            .map(|r| {
+                                format!(
+                                    "{} {}/{} {}",
+                                    r.operations.join(","),
+                                    r.groups.join(","),
+                                    r.versions.join(","),
+                                    r.resources.join(",")
+                                )
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
         }
     }
 

@@ -36,7 +36,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use certs::{CertError, Certificates, Names, RENEW_BEFORE, SERVING_VALIDITY};
-pub use registration::{Endpoint, configuration, configuration_name, register, webhook_name};
+pub use registration::{
+    Endpoint, configuration, configuration_name, path_segment, register, webhook_name,
+};
 pub use review::{BadReview, MAX_REVIEW_BYTES};
 
 use crate::config::{AdmissionMode, WebhookSection};
