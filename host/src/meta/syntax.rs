@@ -43,7 +43,7 @@ fn invalid(field: &'static str, value: &str, rule: &str) -> Invalid {
 }
 
 /// `"value"`, cut to 64 characters (a refusal must not echo a megabyte).
-fn quoted(value: &str) -> String {
+pub(crate) fn quoted(value: &str) -> String {
     if value.chars().count() <= 64 {
         format!("{value:?}")
     } else {

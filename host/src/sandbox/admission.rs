@@ -208,10 +208,8 @@ impl Plugin {
             .sandbox
             .call(Export::Review(review, request), context)
             .await;
+        self.observe(&report.usage);
         let metrics = self.sandbox.runtime.metrics();
-        let version = crate::control::metrics::current_version();
-        let series = metrics.call_series(self.name(), version, self.sandbox.runtime.config().fuel);
-        metrics.observe_call_in(&series, self.name(), version, &report.usage);
         let result = match report.result {
             Ok(Returned::Review(response)) => {
                 Verdict::from_wit(response, review).map_err(|message| {

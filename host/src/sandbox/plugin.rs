@@ -510,13 +510,19 @@ impl Plugin {
     ) -> Result<Action, ReconcileError> {
         tracing::Span::current().record("digest", self.digest());
         let invocation = self.invoke_through(request, through).await;
+        self.observe(&invocation.usage);
+        invocation.result
+    }
+
+    /// Records one call's cost in the plugin metrics, through the series
+    /// of the version it ran as (looked up once per version, not per call).
+    pub(crate) fn observe(&self, usage: &CallUsage) {
         let version = crate::control::metrics::current_version();
         let metrics = self.sandbox.runtime.metrics();
         let series = self.series[version as usize].get_or_init(|| {
             metrics.call_series(self.name(), version, self.sandbox.runtime.config().fuel)
         });
-        metrics.observe_call_in(series, self.name(), version, &invocation.usage);
-        invocation.result
+        metrics.observe_call_in(series, self.name(), version, usage);
     }
 
     /// The API the plugin's `kube` calls go to.

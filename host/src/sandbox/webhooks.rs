@@ -158,8 +158,8 @@ fn rule(r: types::WebhookRule) -> Result<WebhookRule, String> {
     for op in &r.operations {
         if !OPERATIONS.contains(&op.as_str()) {
             return Err(format!(
-                "operations: {:?} is not one of {}",
-                cut(op),
+                "operations: {} is not one of {}",
+                validate::quoted(op),
                 OPERATIONS.join(", ")
             ));
         }
@@ -185,8 +185,8 @@ fn rule(r: types::WebhookRule) -> Result<WebhookRule, String> {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
                 {
                     return Err(format!(
-                        "resources: {:?} is not a resource name (lower-case plural, `name/subresource` or `*`)",
-                        cut(resource)
+                        "resources: {} is not a resource name (lower-case plural, `name/subresource` or `*`)",
+                        validate::quoted(resource)
                     ));
                 }
             }
@@ -203,14 +203,6 @@ fn rule(r: types::WebhookRule) -> Result<WebhookRule, String> {
             types::RuleScope::Namespaced => "Namespaced",
         },
     })
-}
-
-/// `value` cut to 64 characters, for quoting guest text in a refusal.
-fn cut(value: &str) -> String {
-    match value.char_indices().nth(64) {
-        Some((end, _)) => format!("{}…", &value[..end]),
-        None => value.to_string(),
-    }
 }
 
 #[cfg(test)]
