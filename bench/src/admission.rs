@@ -158,19 +158,13 @@ fn review_body() -> Vec<u8> {
     .into_bytes()
 }
 
+/// An HTTPS client trusting the server's CA, as a plugin's outbound
+/// requests trust `runtime.caBundle`.
 fn client(ca: &str) -> anyhow::Result<reqwest::Client> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca.as_bytes()) {
-        roots.add(cert?)?;
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls =
+        wasmctrl::sandbox::outbound::tls_config(Some(ca.as_bytes())).map_err(anyhow::Error::msg)?;
     Ok(reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+        .use_preconfigured_tls((*tls).clone())
         .pool_max_idle_per_host(256)
         .build()?)
 }

@@ -8,12 +8,11 @@
 
 use std::time::Duration;
 
-use wasmctrl::ops::manager::{Manager, ManagerOptions};
 use wasmctrl_cluster_tests::{Cluster, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::admin::metric_value;
 use wasmctrl_testkit::eventually;
-use wasmctrl_testkit::host::{RunningHost, host_config};
+use wasmctrl_testkit::host::RunningHost;
 
 const VALIDATING: &str = "gatekeeper.validate.wasmctrl.dev";
 
@@ -267,22 +266,12 @@ async fn monitor_mode_admits_everything_and_records_what_it_would_have_denied() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_webhook_for_a_resource_outside_the_grant_is_refused_at_load() {
     let cluster = Cluster::start().await;
-    let refused = Manager::start(
-        host_config(
+    let refused = cluster
+        .refused_host(
             &config(artifacts::GATEKEEPER_SECRETS, "protect"),
-            cluster.dir.path(),
-        ),
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            watch_sources: false,
-            ..ManagerOptions::default()
-        },
-    )
-    .await
-    .err()
-    .expect("a webhook on secrets without get on secrets is refused")
-    .to_string();
+            "a webhook on secrets without get on secrets is refused",
+        )
+        .await;
     assert!(
         refused.contains(
             "webhooks review resources the config does not grant it get on: get core/secrets"
@@ -350,21 +339,12 @@ async fn quick_start_webhooks(component: &str) {
     assert_eq!(stored, "1 wasmctrl");
 }
 
-/// An HTTPS client trusting only the host's webhook CA.
+/// An HTTPS client trusting the host's webhook CA, as a plugin's
+/// outbound requests trust `runtime.caBundle`.
 fn webhook_client(ca: &str) -> reqwest::Client {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(ca.as_bytes()) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    let tls = wasmctrl::sandbox::outbound::tls_config(Some(ca.as_bytes())).unwrap();
     reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+        .use_preconfigured_tls((*tls).clone())
         .build()
         .unwrap()
 }

@@ -6,13 +6,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use wasmctrl::ops::manager::{Manager, ManagerOptions};
 use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::{
     admin::{self, metric_line, metric_value},
     eventually,
-    host::host_config,
 };
 
 /// The quick start's kind of grant: ConfigMaps in every namespace.
@@ -58,20 +56,10 @@ pub(crate) async fn reconciled_within(api: &Api<ConfigMap>, name: &str, limit: D
 
 /// Why the host refused to start with `component` as its plugin.
 async fn refused_at_load(component: &str, why: &str) -> String {
-    let cluster = Cluster::start().await;
-    Manager::start(
-        host_config(&config(component), cluster.dir.path()),
-        cluster.client.clone(),
-        ManagerOptions {
-            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
-            watch_sources: false,
-            ..ManagerOptions::default()
-        },
-    )
-    .await
-    .err()
-    .expect(why)
-    .to_string()
+    Cluster::start()
+        .await
+        .refused_host(&config(component), why)
+        .await
 }
 
 /// Waits until the plugin ran into `limit`, counted as such and as a

@@ -86,6 +86,24 @@ impl Cluster {
         .await
     }
 
+    /// Why a host with the config `text` refuses to start (the manager's
+    /// error); panics with `why` if it starts.
+    pub async fn refused_host(&self, text: &str, why: &str) -> String {
+        wasmctrl::ops::manager::Manager::start(
+            host_config(text, self.dir.path()),
+            self.client.clone(),
+            wasmctrl::ops::manager::ManagerOptions {
+                admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+                watch_sources: false,
+                ..wasmctrl::ops::manager::ManagerOptions::default()
+            },
+        )
+        .await
+        .err()
+        .expect(why)
+        .to_string()
+    }
+
     /// Like [`Cluster::host`], with the config written to `wasmctrl.yaml` in
     /// the test's directory and watched (edits reload it).
     pub async fn host_watching_config(&self, text: &str) -> RunningHost {
