@@ -13,7 +13,8 @@ fn kubectl(h: &Harness, args: &[&str]) -> Output {
     kubectl_stdin(h, args, None)
 }
 
-fn kubectl_stdin(h: &Harness, args: &[&str], stdin: Option<&str>) -> Output {
+/// kubectl with `stdin` written to it (None: no input).
+pub(crate) fn kubectl_stdin(h: &Harness, args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = kubectl_command(&h.kubeconfig_path());
     cmd.args(args)
         .stdin(if stdin.is_some() {

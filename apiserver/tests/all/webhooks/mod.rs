@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::{Value, json};
 use server::{Reply, WebhookServer, allow, deny, patch};
-use wasmctrl_testkit::kubectl::command as kubectl_command;
 
 use crate::common::{Harness, metrics_text};
 
@@ -63,31 +62,10 @@ fn configmap(name: &str, labels: Value) -> String {
         .to_string()
 }
 
-/// kubectl with `stdin`, off the runtime's workers: (success, stdout, stderr).
+/// kubectl with `stdin`, off the runtime's workers (the webhook answers
+/// on them): (success, stdout, stderr).
 async fn kubectl(h: &Harness, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut cmd = kubectl_command(&h.kubeconfig_path());
-    cmd.args(args)
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = tokio::task::block_in_place(|| {
-        let mut child = cmd.spawn().expect("kubectl runs");
-        if let Some(input) = stdin {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
-    });
+    let out = tokio::task::block_in_place(|| crate::kubectl::kubectl_stdin(h, args, stdin));
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
