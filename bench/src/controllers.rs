@@ -269,10 +269,7 @@ async fn run_wasm(args: &ControllerArgs, client: kube::Client) -> anyhow::Result
     )
     .await?;
     let admin = manager.admin_addr();
-    let queues: Vec<WorkQueue<ObjectKey>> = names
-        .iter()
-        .map(|n| manager.queue(n).context("plugin queue"))
-        .collect::<anyhow::Result<_>>()?;
+    let queue = manager.queue_reader();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let host = tokio::spawn(manager.run(async move {
         let _ = stop_rx.await;
@@ -286,6 +283,11 @@ async fn run_wasm(args: &ControllerArgs, client: kube::Client) -> anyhow::Result
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     say(&format!("ready {admin}"));
+    // Every plugin has loaded once the host is ready.
+    let queues: Vec<WorkQueue<ObjectKey>> = names
+        .iter()
+        .map(|n| queue(n).context("plugin queue"))
+        .collect::<anyhow::Result<_>>()?;
     let mut commands = commands();
     while let Some(command) = commands.recv().await {
         match command.as_str() {

@@ -267,7 +267,7 @@ async fn monitor_mode_admits_everything_and_records_what_it_would_have_denied() 
 async fn a_webhook_for_a_resource_outside_the_grant_is_refused_at_load() {
     let cluster = Cluster::start().await;
     let refused = cluster
-        .refused_host(
+        .refused_plugin(
             &config(artifacts::GATEKEEPER_SECRETS, "protect"),
             "a webhook on secrets without get on secrets is refused",
         )

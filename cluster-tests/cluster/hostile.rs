@@ -58,7 +58,7 @@ pub(crate) async fn reconciled_within(api: &Api<ConfigMap>, name: &str, limit: D
 async fn refused_at_load(component: &str, why: &str) -> String {
     Cluster::start()
         .await
-        .refused_host(&config(component), why)
+        .refused_plugin(&config(component), why)
         .await
 }
 

@@ -19,4 +19,5 @@ mod objects;
 mod outbound;
 mod replay;
 mod rollout;
+mod startup;
 mod webapp;

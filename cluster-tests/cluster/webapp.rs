@@ -220,7 +220,7 @@ async fn a_plugin_asking_for_more_than_its_grant_does_not_load() {
     let mut config = quickstart_config(artifacts::WEBAPP);
     // Take away one permission the plugin's metadata asks for.
     config.plugins[0].permissions.retain(|r| r.group != "apps");
-    let err = Manager::start(
+    let manager = Manager::start(
         config,
         cluster.client.clone(),
         ManagerOptions {
@@ -229,9 +229,13 @@ async fn a_plugin_asking_for_more_than_its_grant_does_not_load() {
         },
     )
     .await
-    .err()
-    .expect("the plugin is refused");
-    let message = err.to_string();
+    .expect("the host itself starts");
+    let failures = manager.loaded().await;
+    let message = failures
+        .first()
+        .expect("the plugin is refused")
+        .error
+        .clone();
     assert!(
         message.contains("webapp") && message.contains("does not grant"),
         "{message}"

@@ -86,10 +86,11 @@ impl Cluster {
         .await
     }
 
-    /// Why a host with the config `text` refuses to start (the manager's
-    /// error); panics with `why` if it starts.
-    pub async fn refused_host(&self, text: &str, why: &str) -> String {
-        wasmctrl::ops::manager::Manager::start(
+    /// Why a host with the config `text` refuses its first plugin that
+    /// does not load (the load's error, as `/plugins` shows it); panics
+    /// with `why` if every plugin loads.
+    pub async fn refused_plugin(&self, text: &str, why: &str) -> String {
+        let manager = wasmctrl::ops::manager::Manager::start(
             host_config(text, self.dir.path()),
             self.client.clone(),
             wasmctrl::ops::manager::ManagerOptions {
@@ -99,9 +100,9 @@ impl Cluster {
             },
         )
         .await
-        .err()
-        .expect(why)
-        .to_string()
+        .expect("the host itself starts");
+        let failures = manager.loaded().await;
+        failures.first().expect(why).error.clone()
     }
 
     /// Like [`Cluster::host`], with the config written to `wasmctrl.yaml` in

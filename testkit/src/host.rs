@@ -74,6 +74,8 @@ impl RunningHost {
         )
         .await
         .expect("manager starts");
+        let failures = manager.loaded().await;
+        assert!(failures.is_empty(), "plugins did not load: {failures:?}");
         let admin = manager.admin_addr();
         let metrics = manager.metrics().clone();
         let webhook = manager.webhook_addr();

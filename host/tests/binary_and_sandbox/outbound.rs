@@ -722,7 +722,7 @@ async fn a_declaration_beyond_the_grant_is_refused_naming_the_rule() {
         r#"[{ url: "https://api.example.com/v1", methods: [GET] }, { url: "https://*.example.net" }]"#,
         r#"[{ url: "https://api.example.com", methods: [GET, PUT] }]"#,
     );
-    let error = Manager::start(
+    let manager = Manager::start(
         host_config(&text, dir.path()),
         client,
         ManagerOptions {
@@ -732,9 +732,14 @@ async fn a_declaration_beyond_the_grant_is_refused_naming_the_rule() {
         },
     )
     .await
-    .err()
-    .expect("a declaration beyond the grant is refused")
-    .to_string();
+    .expect("the host itself starts");
+    let error = manager
+        .loaded()
+        .await
+        .first()
+        .expect("a declaration beyond the grant is refused")
+        .error
+        .clone();
     assert!(
         error.contains("declares outbound destinations its `outbound` grant does not cover")
             && error.contains("outbound[1] https://*.example.net")

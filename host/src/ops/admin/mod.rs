@@ -25,8 +25,11 @@ pub trait AdminState: Send + Sync + 'static {
     fn metrics(&self) -> String;
     /// Ok while the process is alive and able to work.
     fn healthz(&self) -> Result<(), String>;
-    /// Ok once every informer synced and the host is leader or standby.
+    /// Ok once every plugin loaded and its informers synced.
     fn readyz(&self) -> Result<(), String>;
+    /// Each plugin's readiness, by name: Ok once it loaded and its
+    /// informers synced; Err says what it waits for.
+    fn plugin_readiness(&self) -> Vec<(String, Result<(), String>)>;
     /// A line `/readyz` adds to its answer (the shards held, with sharding).
     fn ready_detail(&self) -> Option<String> {
         None
@@ -117,6 +120,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/readyz/plugin/{name}", get(plugin_readyz))
         .route("/plugins", get(plugins))
         .route("/plugins/{name}/shadow", guarded(get(shadow)))
         .route("/plugins/{name}/reload", guarded(post(reload)))
@@ -181,14 +185,65 @@ async fn healthz(State(state): State<Arc<dyn AdminState>>) -> Response {
     check(state.healthz())
 }
 
-async fn readyz(State(state): State<Arc<dyn AdminState>>) -> Response {
+/// `?verbose` of `/readyz`.
+#[derive(serde::Deserialize)]
+struct ReadyQuery {
+    verbose: Option<String>,
+}
+
+/// `/readyz`: 200 once every plugin is ready, else 503 naming what each
+/// waits for. With `?verbose`, one line per plugin as kube-apiserver lists
+/// its checks (`[+]plugin/NAME ok`, `[-]plugin/NAME loading`).
+async fn readyz(
+    State(state): State<Arc<dyn AdminState>>,
+    Query(query): Query<ReadyQuery>,
+) -> Response {
     let detail = state
         .ready_detail()
         .map(|d| format!("{d}\n"))
         .unwrap_or_default();
-    match state.readyz() {
-        Ok(()) => (StatusCode::OK, format!("ok\n{detail}")).into_response(),
-        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n{detail}")).into_response(),
+    let verdict = state.readyz();
+    let status = match verdict {
+        Ok(()) => StatusCode::OK,
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    if query.verbose.is_some() {
+        let mut body = String::new();
+        for (name, ready) in state.plugin_readiness() {
+            match ready {
+                Ok(()) => body.push_str(&format!("[+]plugin/{name} ok\n")),
+                Err(why) => body.push_str(&format!("[-]plugin/{name} {why}\n")),
+            }
+        }
+        body.push_str(&detail);
+        body.push_str(match verdict {
+            Ok(()) => "readyz check passed\n",
+            Err(_) => "readyz check failed\n",
+        });
+        return (status, body).into_response();
+    }
+    match verdict {
+        Ok(()) => (status, format!("ok\n{detail}")).into_response(),
+        Err(e) => (status, format!("{e}\n{detail}")).into_response(),
+    }
+}
+
+/// `/readyz/plugin/{name}`: one plugin's readiness (404: no such plugin).
+async fn plugin_readyz(
+    State(state): State<Arc<dyn AdminState>>,
+    Path(name): Path<String>,
+) -> Response {
+    match state
+        .plugin_readiness()
+        .into_iter()
+        .find(|(n, _)| *n == name)
+    {
+        Some((_, ready)) => check(ready),
+        None => (
+            StatusCode::NOT_FOUND,
+            format!("no plugin named {}\n", crate::meta::syntax::quoted(&name)),
+        )
+            .into_response(),
     }
 }
 

@@ -30,20 +30,40 @@ impl AdminState for Host {
 
     fn readyz(&self) -> Result<(), String> {
         self.healthz()?;
-        let plugins = self.plugins.lock().unwrap();
-        let waiting: Vec<String> = plugins
-            .iter()
-            .filter(|(_, e)| !e.lifecycle().synced())
-            .map(|(n, e)| match e.lifecycle().last_error() {
-                Some(err) => format!("{n}: {err}"),
-                None => format!("{n}: informers not synced yet"),
-            })
+        let waiting: Vec<String> = self
+            .plugin_readiness()
+            .into_iter()
+            .filter_map(|(name, ready)| ready.err().map(|why| format!("{name}: {why}")))
             .collect();
         if waiting.is_empty() {
             Ok(())
         } else {
             Err(waiting.join("; "))
         }
+    }
+
+    fn plugin_readiness(&self) -> Vec<(String, Result<(), String>)> {
+        let mut readiness: Vec<(String, Result<(), String>)> = {
+            let plugins = self.plugins.lock().unwrap();
+            plugins
+                .iter()
+                .map(|(n, e)| {
+                    let ready = if e.lifecycle().synced() {
+                        Ok(())
+                    } else {
+                        Err(e
+                            .lifecycle()
+                            .last_error()
+                            .unwrap_or("informers not synced yet")
+                            .to_string())
+                    };
+                    (n.clone(), ready)
+                })
+                .collect()
+        };
+        readiness.extend(self.pending_readiness());
+        readiness.sort_by(|a, b| a.0.cmp(&b.0));
+        readiness
     }
 
     fn ready_detail(&self) -> Option<String> {
@@ -136,6 +156,24 @@ impl AdminState for Host {
 
     fn reload(&self, name: String) -> BoxFuture<'_, Result<serde_json::Value, Refusal>> {
         Box::pin(async move {
+            if let Some(config) = self.refused_config(&name)
+                && let Some(host) = self.me.upgrade()
+            {
+                return match host.start_config_plugin(config).await {
+                    Ok(()) => Ok(self
+                        .statuses()
+                        .into_iter()
+                        .find(|s| s.name == name)
+                        .map(|s| serde_json::to_value(s).expect("a status serializes"))
+                        .unwrap_or_default()),
+                    Err(e) => Err(Refusal::Invalid(e.to_string())),
+                };
+            }
+            if self.is_pending(&name) {
+                return Err(Refusal::Conflict(format!(
+                    "plugin {name:?} is still loading"
+                )));
+            }
             match self.reload_plugin(&name).await {
                 Ok(status) => Ok(serde_json::to_value(status).expect("a status serializes")),
                 Err(e @ ReloadError::Unknown(_)) => Err(Refusal::NotFound(e.to_string())),

@@ -8,6 +8,8 @@
 //!   (grant checks, watches → informers → queue);
 //! - `reload`: every way a plugin or the config is reloaded (source change,
 //!   admin API, SIGHUP, config file);
+//! - `startup`: the config's plugins loaded in the background at start,
+//!   and those that did not load;
 //! - `status`: the typed [`PluginStatus`] of `/plugins`, `/readyz`, logs;
 //! - `engine`: engine settings fixed at start, and the check a plugin loaded
 //!   later must pass against them;
@@ -24,6 +26,7 @@ mod reload;
 mod shadow;
 mod sharding;
 mod skip;
+mod startup;
 mod status;
 mod wiring;
 
@@ -55,6 +58,7 @@ pub use engine::EngineLimits;
 pub use lifecycle::{InvalidTransition, Lifecycle, PluginSlot, PluginState, SlotPromoteError};
 pub use objects::CRD as WASMRECONCILER_CRD;
 pub use shadow::{Diff, Divergence, ShadowReport, Side, Write};
+pub use startup::LoadFailure;
 pub use status::{CandidateStatus, PluginStatus, WebhookStatus};
 
 use lifecycle::PluginEntry;
@@ -162,6 +166,8 @@ impl Default for ManagerOptions {
 /// What the manager's tasks share: the config it started with, the API
 /// client, the wasm runtime, the shared cache and discovery, and the plugins.
 pub(crate) struct Host {
+    /// This host, for the admin answers that start a plugin's tasks.
+    me: std::sync::Weak<Host>,
     config: HostConfig,
     client: Client,
     /// What plugins' requests go through (fenced with leader election).
@@ -177,6 +183,12 @@ pub(crate) struct Host {
     /// `runtime.caBundle`'s roots (None: the platform's roots only).
     outbound_tls: Option<Arc<rustls::ClientConfig>>,
     plugins: Mutex<BTreeMap<String, PluginEntry>>,
+    /// The config's plugins not in `plugins`: loading, or refused.
+    pending: Mutex<BTreeMap<String, startup::PendingPlugin>>,
+    /// True once [`Manager::run`] runs: plugins sync and start workers.
+    running: watch::Sender<bool>,
+    /// True once every plugin of the config at start loaded or failed to.
+    loaded: watch::Sender<bool>,
     /// Whether this host leads (always true without leader election).
     leader: watch::Receiver<bool>,
     /// Open while this host surely holds the lease; guards plugins' requests.
@@ -200,15 +212,20 @@ pub(crate) struct Host {
 /// A running host.
 pub struct Manager {
     host: Arc<Host>,
+    /// Loads the config's plugins (see `startup`).
+    loader: tokio::task::JoinHandle<()>,
     admin_addr: SocketAddr,
     leader_tx: Option<watch::Sender<bool>>,
     options: ManagerOptions,
 }
 
 impl Manager {
-    /// Loads every plugin of `config` (any failure is an error: at start-up
-    /// a bad plugin stops the host), starts their informers and the admin
-    /// server. Workers start in [`Manager::run`].
+    /// Starts the admin and webhook servers and begins loading every
+    /// plugin of `config` in the background, at most one per CPU at a time
+    /// (see [`Manager::loaded`]). A plugin that does not load is reported
+    /// (`/plugins`, `/readyz`) and the others run; an error here is the
+    /// host's own (a CA bundle, an admin token, a server's address).
+    /// Informers sync and workers start in [`Manager::run`].
     pub async fn start(
         config: HostConfig,
         client: Client,
@@ -276,7 +293,8 @@ impl Manager {
             &metrics,
         )
         .await?;
-        let host = Arc::new(Host {
+        let host = Arc::new_cyclic(|me| Host {
+            me: me.clone(),
             cache,
             resolver,
             secret_watch: SecretWatch::new(client.clone()),
@@ -288,6 +306,9 @@ impl Manager {
             engine,
             metrics,
             plugins: Mutex::new(BTreeMap::new()),
+            pending: Mutex::new(BTreeMap::new()),
+            running: watch::Sender::new(false),
+            loaded: watch::Sender::new(false),
             leader,
             fence,
             shards,
@@ -297,16 +318,6 @@ impl Manager {
             stop: CancellationToken::new(),
             config,
         });
-        for plugin in &host.config.plugins {
-            host.check_rbac(plugin).await;
-        }
-        for plugin in host.config.plugins.clone() {
-            let entry = host.build(plugin, 1, None).await.inspect_err(|e| {
-                tracing::error!("{e}");
-            })?;
-            let name = entry.config().name.clone();
-            host.plugins.lock().unwrap().insert(name, entry);
-        }
         if let Some(section) = &host.config.webhook {
             let reviewers: Arc<dyn Reviewers> = host.clone();
             let server = WebhookServer::start(
@@ -323,19 +334,31 @@ impl Manager {
                 Registrar::start(host.client.clone(), &server, reviewers, host.stop.clone())
             });
             let _ = host.webhook.set((server, registrar));
-            for name in host.plugins.lock().unwrap().keys() {
-                host.plugin_changed(name);
-            }
         }
         let bind = options.admin_bind.unwrap_or(host.config.admin.bind);
         let admin_addr = admin::serve(bind, host.clone(), admin_token, host.stop.clone()).await?;
-        tracing::info!(admin = %admin_addr, plugins = host.config.plugins.len(), "wasmctrl started");
+        tracing::info!(admin = %admin_addr, plugins = host.config.plugins.len(), "wasmctrl started: loading plugins");
+        let loader = host.load_config_plugins();
         Ok(Self {
             host,
+            loader,
             admin_addr,
             leader_tx: Some(leader_tx),
             options,
         })
+    }
+
+    /// Waits until every plugin of the config at start has loaded or failed
+    /// to, and returns those that failed, in config order (each also shown
+    /// in `/plugins` as `failed`, and retried when its source or the config
+    /// changes).
+    pub fn loaded(&self) -> impl std::future::Future<Output = Vec<LoadFailure>> + Send + use<> {
+        let host = self.host.clone();
+        async move {
+            let mut loaded = host.loaded.subscribe();
+            let _ = loaded.wait_for(|done| *done).await;
+            host.load_failures()
+        }
     }
 
     /// Where the admin endpoints are served.
@@ -364,6 +387,18 @@ impl Manager {
     pub fn queue(&self, name: &str) -> Option<WorkQueue<ObjectKey>> {
         let plugins = self.host.plugins.lock().unwrap();
         plugins.get(name).map(|e| e.controller().queue().clone())
+    }
+
+    /// A reader of [`Manager::queue`] that lives on while the manager runs
+    /// (plugins load after [`Manager::start`] returns).
+    pub fn queue_reader(
+        &self,
+    ) -> impl Fn(&str) -> Option<WorkQueue<ObjectKey>> + Send + Sync + use<> {
+        let host = self.host.clone();
+        move |name| {
+            let plugins = host.plugins.lock().unwrap();
+            plugins.get(name).map(|e| e.controller().queue().clone())
+        }
     }
 
     /// The status of every plugin, as `/plugins` serves it.
@@ -404,11 +439,8 @@ impl Manager {
         };
         let coordinator = host.start_sharding(&self.options.identity, election_stop.clone());
 
-        let names: Vec<String> = host.plugins.lock().unwrap().keys().cloned().collect();
-        for name in names {
-            let host = host.clone();
-            tokio::spawn(async move { host.sync_and_start(&name).await });
-        }
+        // Plugins loaded so far sync now; the rest as they load.
+        host.running.send_replace(true);
 
         let objects = host.run_objects();
         let pruning = pruning::prune_periodically(&host);
@@ -441,6 +473,7 @@ impl Manager {
         if let Some(w) = config_changes {
             w.abort();
         }
+        self.loader.abort();
         pruning.abort();
         if let Some(o) = objects {
             o.stop().await;

@@ -170,6 +170,8 @@ impl Host {
             }
         };
         self.count_config_reload("success");
+        // A change during start applies to what the start loaded.
+        let _ = self.loaded.subscribe().wait_for(|done| *done).await;
         let current: BTreeMap<String, PluginConfig> = self
             .plugins
             .lock()
@@ -183,10 +185,14 @@ impl Host {
                 self.remove_plugin(name).await;
             }
         }
+        let names: Vec<String> = new.plugins.iter().map(|p| p.name.clone()).collect();
+        self.forget_pending_except(&names);
         for plugin in new.plugins {
             let name = plugin.name.clone();
-            // Errors are logged where they happen.
+            // Errors are logged where they happen; a plugin that did not
+            // load is tried again, changed or not.
             let _ = match current.get(&name) {
+                None if !self.owned_by_object(&name) => self.start_config_plugin(plugin).await,
                 None => self.add_plugin(plugin).await,
                 Some(old) if *old != plugin => self.rebuild_plugin(old, plugin).await,
                 Some(_) => Ok(()),
@@ -215,15 +221,7 @@ impl Host {
         let entry = self.build(plugin, 1, None).await.inspect_err(|e| {
             tracing::error!(plugin = %name, "cannot start the added plugin: {e}");
         })?;
-        match self.plugins.lock().unwrap().entry(name.clone()) {
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(entry);
-            }
-            std::collections::btree_map::Entry::Occupied(_) => return Err(taken()),
-        }
-        let host = self.clone();
-        tokio::spawn(async move { host.sync_and_start(&name).await });
-        Ok(())
+        self.insert_and_start(&name, entry)
     }
 
     /// Drains and stops a plugin (removed from the config, or its object

@@ -20,8 +20,12 @@ pub struct PluginStatus {
     pub digest: String,
     /// The version the plugin's metadata declares.
     pub version: String,
-    /// `starting`, `running`, `standby`, `failed`, `draining`, `stopped`.
+    /// `loading` (at start, not compiled yet), `starting` (informers
+    /// syncing), `running`, `standby`, `failed`, `draining`, `stopped`.
     pub state: String,
+    /// Whether it loaded and its informers synced, as
+    /// `/readyz/plugin/{name}` answers.
+    pub ready: bool,
     /// When the running version was loaded (RFC 3339).
     pub loaded_at: String,
     /// 1 at start, +1 per swap or rebuild.
@@ -87,6 +91,33 @@ pub struct CandidateStatus {
     pub canary: Option<CanaryStatus>,
 }
 
+impl PluginStatus {
+    /// A plugin of the config that is not running: still `loading`, or
+    /// `failed` to load with `error`.
+    pub(super) fn pending(name: &str, origin: &str, error: Option<&str>) -> Self {
+        Self {
+            name: name.to_string(),
+            source: origin.to_string(),
+            digest: String::new(),
+            version: String::new(),
+            state: if error.is_some() { "failed" } else { "loading" }.into(),
+            ready: false,
+            loaded_at: String::new(),
+            generation: 0,
+            queue_depth: 0,
+            last_error: error.map(str::to_string),
+            resident: false,
+            unloads: 0,
+            shards: None,
+            rbac_denied: Vec::new(),
+            candidate: None,
+            outbound: Vec::new(),
+            secrets: Vec::new(),
+            webhooks: Vec::new(),
+        }
+    }
+}
+
 impl Host {
     pub(super) fn status_of(&self, name: &str, entry: &PluginEntry) -> PluginStatus {
         let plugin = entry.slot().current();
@@ -97,6 +128,7 @@ impl Host {
             digest: plugin.digest().to_string(),
             version: plugin.metadata().version.clone(),
             state: lifecycle.state().as_str().to_string(),
+            ready: lifecycle.synced(),
             loaded_at: time::format_seconds(lifecycle.loaded_at()),
             generation: lifecycle.generation(),
             queue_depth: entry.controller().queue().len(),
@@ -156,11 +188,17 @@ impl Host {
         }
     }
 
+    /// Every plugin, running or pending, by name.
     pub(super) fn statuses(&self) -> Vec<PluginStatus> {
-        let plugins = self.plugins.lock().unwrap();
-        plugins
-            .iter()
-            .map(|(name, e)| self.status_of(name, e))
-            .collect()
+        let mut statuses: Vec<PluginStatus> = {
+            let plugins = self.plugins.lock().unwrap();
+            plugins
+                .iter()
+                .map(|(name, e)| self.status_of(name, e))
+                .collect()
+        };
+        statuses.extend(self.pending_statuses());
+        statuses.sort_by(|a, b| a.name.cmp(&b.name));
+        statuses
     }
 }

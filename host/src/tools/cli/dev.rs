@@ -100,6 +100,12 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
     let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
     let watched = watch.then(|| super::watch::watched_plugins(&config));
     let manager = Manager::start(config, client, options).await?;
+    for failure in manager.loaded().await {
+        eprintln!(
+            "plugin {:?} did not load (the others run; it loads again when its source or the config changes): {}",
+            failure.plugin, failure.error
+        );
+    }
     let watcher = match watched {
         Some(plugins) => {
             let status = std::sync::Arc::new(manager.status_reader());

@@ -1,0 +1,268 @@
+//! Start-up: plugins load in the background, each reconciling as soon as
+//! it has loaded; readiness is reported per plugin; a plugin that does not
+//! load leaves the others running and loads once its source is fixed.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, PostParams};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::watch;
+use wasmctrl::ops::manager::{Manager, ManagerOptions};
+use wasmctrl_cluster_tests::{Cluster, configmap};
+use wasmctrl_plugin_artifacts as artifacts;
+use wasmctrl_testkit::admin::{http, http_get};
+use wasmctrl_testkit::eventually;
+use wasmctrl_testkit::host::{file_digest, host_config};
+
+/// A stamp plugin `name` in namespace `namespace`, its component from
+/// `source` (a YAML source line).
+fn plugin(name: &str, namespace: &str, source: &str) -> String {
+    format!(
+        r#"
+  - name: {name}
+    {source}
+    namespaces: [{namespace}]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}"#
+    )
+}
+
+fn config(plugins: &[String]) -> String {
+    format!(
+        "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\nshutdownTimeout: 5s\nplugins:{}\n",
+        plugins.concat()
+    )
+}
+
+/// Serves `body` over plain HTTP on loopback to every request, each answer
+/// held until `release` turns true.
+async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let body = body.clone();
+            let mut release = release.clone();
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                if release.wait_for(|r| *r).await.is_err() {
+                    return;
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/wasm\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Starts a manager with `text` and runs it; returns its admin address, a
+/// future of its load failures, and what stops it.
+async fn run_host(
+    cluster: &Cluster,
+    text: &str,
+) -> (
+    SocketAddr,
+    impl std::future::Future<Output = Vec<wasmctrl::ops::manager::LoadFailure>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let manager = Manager::start(
+        host_config(text, cluster.dir.path()),
+        cluster.client.clone(),
+        ManagerOptions {
+            admin_bind: Some("127.0.0.1:0".parse().unwrap()),
+            ..ManagerOptions::default()
+        },
+    )
+    .await
+    .expect("the host starts");
+    let admin = manager.admin_addr();
+    let loaded = manager.loaded();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(manager.run(async move {
+        let _ = stopped.await;
+    }));
+    (admin, loaded, stop)
+}
+
+/// Waits until ConfigMap `name` in `namespace` carries the stamp.
+async fn stamped(cluster: &Cluster, namespace: &str, name: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), namespace);
+    eventually(
+        &format!("{namespace}/{name} stamped"),
+        Duration::from_secs(60),
+        || async {
+            let cm = api.get(name).await.ok()?;
+            cm.metadata.labels?.get("wasmctrl.dev/stamp").map(|_| ())
+        },
+    )
+    .await;
+}
+
+async fn create(cluster: &Cluster, namespace: &str, name: &str) {
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), namespace);
+    api.create(&PostParams::default(), &configmap(name))
+        .await
+        .unwrap();
+}
+
+/// The `/plugins` entry of `name`.
+async fn status(admin: SocketAddr, name: &str) -> serde_json::Value {
+    let (_, body) = http_get(admin, "/plugins").await;
+    let plugins: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    plugins
+        .into_iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in /plugins: {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reconciles_while_another_still_loads_and_readiness_is_per_plugin() {
+    let cluster = Cluster::start().await;
+    cluster.kubectl(&["create", "namespace", "later"]);
+    create(&cluster, "default", "cm-first").await;
+    create(&cluster, "later", "cm-later").await;
+    let (release, gate) = watch::channel(false);
+    let held = held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
+    let digest = file_digest(artifacts::STAMP_V1);
+    let url_source = format!(
+        "source: {{ url: \"http://{held}/stamp.wasm\", sha256: \"{}\", insecure: true }}",
+        digest.trim_start_matches("sha256:")
+    );
+    let text = config(&[
+        plugin(
+            "first",
+            "default",
+            &format!("path: {}", artifacts::STAMP_V1),
+        ),
+        plugin("later", "later", &url_source),
+    ]);
+    let (admin, loaded, stop) = run_host(&cluster, &text).await;
+
+    // The first plugin serves while the second's component is held back.
+    stamped(&cluster, "default", "cm-first").await;
+    let first = status(admin, "first").await;
+    assert_eq!(
+        (&first["state"], &first["ready"]),
+        (&"running".into(), &true.into())
+    );
+    let later = status(admin, "later").await;
+    assert_eq!(
+        (&later["state"], &later["ready"]),
+        (&"loading".into(), &false.into())
+    );
+    assert!(
+        later["source"].as_str().unwrap().contains("stamp.wasm"),
+        "{later}"
+    );
+
+    let (code, body) = http_get(admin, "/readyz").await;
+    assert_eq!((code, body.as_str()), (503, "later: loading\n"));
+    let (code, body) = http_get(admin, "/readyz?verbose").await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "[+]plugin/first ok\n[-]plugin/later loading\nreadyz check failed\n"
+    );
+    assert_eq!(
+        http_get(admin, "/readyz/plugin/first").await,
+        (200, "ok\n".into())
+    );
+    assert_eq!(
+        http_get(admin, "/readyz/plugin/later").await,
+        (503, "loading\n".into())
+    );
+    let (code, body) = http_get(admin, "/readyz/plugin/nobody").await;
+    assert_eq!((code, body.as_str()), (404, "no plugin named \"nobody\"\n"));
+    // A reload of a plugin still loading is refused, not queued.
+    let (code, body) = http(admin, "POST", "/plugins/later/reload", &[]).await;
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("still loading"), "{body}");
+
+    release.send_replace(true);
+    assert_eq!(loaded.await, Vec::new());
+    stamped(&cluster, "later", "cm-later").await;
+    eventually("the host ready", Duration::from_secs(60), || async {
+        (http_get(admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    let (_, body) = http_get(admin, "/readyz?verbose").await;
+    assert_eq!(
+        body,
+        "[+]plugin/first ok\n[+]plugin/later ok\nreadyz check passed\n"
+    );
+    let _ = stop.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_that_does_not_load_leaves_the_others_running_and_loads_once_fixed() {
+    let cluster = Cluster::start().await;
+    cluster.kubectl(&["create", "namespace", "broken"]);
+    create(&cluster, "default", "cm-good").await;
+    create(&cluster, "broken", "cm-broken").await;
+    let broken = cluster.dir.path().join("broken.wasm");
+    std::fs::write(&broken, b"not a component").unwrap();
+    let text = config(&[
+        plugin("good", "default", &format!("path: {}", artifacts::STAMP_V1)),
+        plugin("broken", "broken", "path: broken.wasm"),
+    ]);
+    let (admin, loaded, stop) = run_host(&cluster, &text).await;
+
+    let failures = loaded.await;
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert_eq!(failures[0].plugin, "broken");
+    assert!(failures[0].error.contains("broken.wasm"), "{failures:?}");
+    stamped(&cluster, "default", "cm-good").await;
+    let status_of_broken = status(admin, "broken").await;
+    assert_eq!(status_of_broken["state"], "failed");
+    assert_eq!(status_of_broken["ready"], false);
+    assert_eq!(
+        status_of_broken["last_error"].as_str(),
+        Some(failures[0].error.as_str())
+    );
+    let (code, body) = http_get(admin, "/readyz").await;
+    assert_eq!(code, 503);
+    assert!(
+        body.starts_with("broken: not loaded: ") && body.contains("broken.wasm"),
+        "{body}"
+    );
+    assert_eq!(
+        http_get(admin, "/readyz/plugin/good").await,
+        (200, "ok\n".into())
+    );
+
+    // An admin reload tries again, and says why it still fails.
+    let (code, body) = http(admin, "POST", "/plugins/broken/reload", &[]).await;
+    assert_eq!(code, 422, "{body}");
+    assert!(body.contains("broken.wasm"), "{body}");
+
+    // Writing a good component where the source points loads it.
+    let partial = broken.with_extension("partial");
+    std::fs::copy(artifacts::STAMP_V1, &partial).unwrap();
+    std::fs::rename(&partial, &broken).unwrap();
+    stamped(&cluster, "broken", "cm-broken").await;
+    eventually("the host ready", Duration::from_secs(60), || async {
+        (http_get(admin, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    let fixed = status(admin, "broken").await;
+    assert_eq!(
+        (&fixed["state"], &fixed["ready"]),
+        (&"running".into(), &true.into())
+    );
+    assert_eq!(fixed["last_error"], serde_json::Value::Null);
+    let _ = stop.send(());
+}
