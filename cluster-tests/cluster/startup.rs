@@ -243,6 +243,14 @@ async fn a_plugin_that_does_not_load_leaves_the_others_running_and_loads_once_fi
         http_get(admin, "/readyz/plugin/good").await,
         (200, "ok\n".into())
     );
+    // The status page shows it too, with why.
+    let (code, page) = http_get(admin, "/status/fragment").await;
+    assert_eq!(code, 200);
+    assert!(
+        page.contains(r#"data-plugin="broken" data-state="failed""#)
+            && page.contains(r#"data-plugin="good" data-state="running""#),
+        "{page}"
+    );
 
     // An admin reload tries again, and says why it still fails.
     let (code, body) = http(admin, "POST", "/plugins/broken/reload", &[]).await;

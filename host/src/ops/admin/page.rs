@@ -31,7 +31,7 @@ pub struct PluginPage {
     pub version: String,
     /// `sha256:<hex>`.
     pub digest: String,
-    /// `starting`, `running`, `standby`, `failed`, …
+    /// `loading`, `starting`, `running`, `standby`, `failed`, …
     pub state: String,
     /// 1 at start, +1 per swap.
     pub generation: u64,

@@ -86,7 +86,7 @@ impl AdminState for Host {
             (None, false) => "single replica".into(),
         };
         let plugins = self.plugins.lock().unwrap();
-        let rows = plugins
+        let mut rows: Vec<PluginPage> = plugins
             .iter()
             .map(|(name, entry)| {
                 let status = self.status_of(name, entry);
@@ -120,6 +120,19 @@ impl AdminState for Host {
             })
             .collect();
         drop(plugins);
+        let idle = crate::control::controller::Activity::default().summary(now);
+        rows.extend(self.pending_statuses().into_iter().map(|s| PluginPage {
+            name: s.name,
+            version: s.version,
+            digest: s.digest,
+            state: s.state,
+            generation: s.generation,
+            candidate: None,
+            queue: Vec::new(),
+            last_error: s.last_error,
+            activity: idle.clone(),
+        }));
+        rows.sort_by(|a, b| a.name.cmp(&b.name));
         PageData {
             role,
             ready: self.readyz(),
