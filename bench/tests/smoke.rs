@@ -145,7 +145,7 @@ fn startup() {
     let lines = run(
         &["startup", "--plugins", "3"],
         &["startup"],
-        &["cache", "plugins", "ready_s", "reconciled_s"],
+        &["cache", "plugins", "first_s", "ready_s", "reconciled_s"],
     );
     assert_eq!(values(&lines, "cache"), [r#""cold""#, r#""warm""#]);
 }
