@@ -274,3 +274,38 @@ async fn a_plugin_that_does_not_load_leaves_the_others_running_and_loads_once_fi
     assert_eq!(fixed["last_error"], serde_json::Value::Null);
     let _ = stop.send(());
 }
+
+/// The API server's count of answered requests with `verb` and `code`.
+async fn requests(cluster: &Cluster, verb: &str, code: u16) -> u64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = cluster.client.request_text(request).await.unwrap();
+    let series = format!("wasmctrl_apiserver_requests_total{{verb=\"{verb}\",code=\"{code}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// How many lists a host with `plugins` stamp plugins (all reconciling
+/// ConfigMaps in `default`) makes before it is ready.
+async fn lists_of_a_host_with(cluster: &Cluster, plugins: usize) -> u64 {
+    let source = format!("path: {}", artifacts::STAMP_V1);
+    let all: Vec<String> = (0..plugins)
+        .map(|i| plugin(&format!("stamp-{i}"), "default", &source))
+        .collect();
+    let before = requests(cluster, "list", 200).await;
+    let host = cluster.host(&config(&all)).await;
+    let after = requests(cluster, "list", 200).await;
+    host.stop().await.unwrap();
+    after - before
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plugins_reconciling_one_kind_share_one_informer() {
+    let cluster = Cluster::start().await;
+    create(&cluster, "default", "cm-shared").await;
+    let one = lists_of_a_host_with(&cluster, 1).await;
+    stamped(&cluster, "default", "cm-shared").await;
+    let many = lists_of_a_host_with(&cluster, 40).await;
+    assert!(one >= 1, "the host listed ConfigMaps: {one}");
+    assert_eq!(many, one, "40 plugins of one kind list it as often as one");
+}
