@@ -426,7 +426,8 @@ impl ComponentCache {
     /// beside `written` (just written), never `written` itself nor a pinned
     /// one (a loaded plugin's): a host that swaps versions for weeks keeps a
     /// bounded cache, and a plugin that unloads while idle finds its
-    /// artifact again (`written` is pinned only once its plugin has loaded).
+    /// artifact again (a load pins its artifact before writing it, so the
+    /// prune of a load running beside it spares it).
     fn prune(&self, written: &std::path::Path) {
         let dir = written.parent().unwrap_or(std::path::Path::new("."));
         let Ok(entries) = std::fs::read_dir(dir) else {

@@ -277,6 +277,10 @@ impl Runtime {
         let path: String = origin.into();
         check_header(&path, &bytes)?;
         let digest = compiled::digest(&bytes);
+        // Pinned before the artifact is written: a load running beside this
+        // one prunes the cache directory, and an artifact written but not
+        // yet pinned would be among what it removes.
+        let pin = self.inner.cache.pin(&digest);
         let runtime = self.clone();
         let pre_digest = digest.clone();
         let compile_path = path.clone();
@@ -294,7 +298,7 @@ impl Runtime {
                 pre: Arc::new(pre),
                 _component: component,
             },
-            self.inner.cache.pin(&digest),
+            pin,
         );
         let name: Arc<str> = spec.name.into();
         let sandbox = Sandbox {
