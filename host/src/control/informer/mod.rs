@@ -29,6 +29,7 @@
 //! (`sandbox/hostapi/answer.rs`), so a guest never sees it unless the host
 //! keeps it.
 
+mod fanout;
 mod key;
 mod object;
 
@@ -41,18 +42,16 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use key::InformerKey;
 
 pub use object::{CacheObjectError, CachedObject, Owner};
 
-/// Events buffered per informer before a slow subscriber must resync. The
-/// buffer is allocated whole when the informer starts (~36 B a slot): at
-/// 4096 slots, 144 KiB per informer was the largest single cost of an idle
-/// plugin (docs/BENCHMARKS.md, `density`). A subscriber only maps events
-/// to keys, so it falls this far behind only in a burst, such as a relist's
+/// Events buffered per informer before a slow subscriber must resync. Only
+/// unread events take memory (`fanout`). A subscriber only maps events to
+/// keys, so it falls this far behind only in a burst, such as a relist's
 /// announcements, where a resync (every key enqueued) is the same work.
 const EVENT_BUFFER: usize = 1024;
 /// Objects of a listing between two progress lines.
@@ -80,7 +79,7 @@ pub struct Informer {
     pub key: InformerKey,
     pub resource: ApiResource,
     store: Arc<RwLock<Objects>>,
-    events: broadcast::Sender<ObjectEvent>,
+    events: fanout::Sender<ObjectEvent>,
     synced: watch::Receiver<bool>,
     task: JoinHandle<()>,
 }
@@ -122,16 +121,16 @@ impl Drop for Informer {
 
 /// A subscriber's view of an informer's events.
 pub struct Subscription {
-    events: broadcast::Receiver<ObjectEvent>,
+    events: fanout::Receiver<ObjectEvent>,
 }
 
 impl Subscription {
     /// The next notification, or None once the informer stopped.
     pub async fn next(&mut self) -> Option<Notification> {
         match self.events.recv().await {
-            Ok(e) => Some(Notification::Object(e)),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some(Notification::Resync),
-            Err(broadcast::error::RecvError::Closed) => None,
+            fanout::Received::Event(e) => Some(Notification::Object(e)),
+            fanout::Received::Lagged => Some(Notification::Resync),
+            fanout::Received::Closed => None,
         }
     }
 }
@@ -290,7 +289,7 @@ fn start(
         None => Api::all_with(client, &resource),
     };
     let store = Arc::new(RwLock::new(Objects::default()));
-    let (events, _) = broadcast::channel(EVENT_BUFFER);
+    let events = fanout::channel(EVENT_BUFFER);
     let (synced_tx, synced) = watch::channel(false);
     let tx = events.clone();
     let label = key.to_string();
@@ -356,7 +355,7 @@ fn start(
                         let before = std::mem::replace(&mut *store.write().unwrap(), listed);
                         let now = store.read().unwrap();
                         for object in now.iter() {
-                            let _ = tx.send(ObjectEvent {
+                            tx.send(ObjectEvent {
                                 object: object.clone(),
                                 deleted: false,
                             });
@@ -364,7 +363,7 @@ fn start(
                         // Deleted while the watch was down: no event told us.
                         for object in before.iter() {
                             if now.get(object.namespace(), object.name()).is_none() {
-                                let _ = tx.send(ObjectEvent {
+                                tx.send(ObjectEvent {
                                     object: object.clone(),
                                     deleted: true,
                                 });
@@ -376,7 +375,7 @@ fn start(
                     Event::Apply(o) => {
                         if let Some(object) = cache_form(o) {
                             store.write().unwrap().insert(object.clone());
-                            let _ = tx.send(ObjectEvent {
+                            tx.send(ObjectEvent {
                                 object,
                                 deleted: false,
                             });
@@ -388,7 +387,7 @@ fn start(
                                 .write()
                                 .unwrap()
                                 .remove(object.namespace(), object.name());
-                            let _ = tx.send(ObjectEvent {
+                            tx.send(ObjectEvent {
                                 object,
                                 deleted: true,
                             });
