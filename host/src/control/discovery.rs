@@ -1,8 +1,18 @@
 //! Resolving a plugin's group/version/kind to an API resource (plural,
 //! scope) through the API server's discovery, cached.
 //!
+//! # One listing per group version
+//! Discovery answers a whole group version at once (every resource in it),
+//! so a listing resolves every kind it names, and they are all kept: a
+//! thousand plugins whose CRDs share a group make one discovery request, not
+//! a thousand, each answering with the thousand resources. Kinds of a group
+//! version being listed wait for that listing instead of starting their
+//! own; a listing of a big group version grows the read buffer of the
+//! connection it arrives on, which the pool keeps (and a watch may go on to
+//! hold for its life), so one grown connection instead of one per plugin.
+//!
 //! # Bounded by what the server serves
-//! Only kinds the server resolved are kept, so the cache holds at most the
+//! Only kinds the server served are kept, so the cache holds at most the
 //! server's kinds. A miss is remembered for [`MISS_TTL`] (and at most
 //! [`MAX_MISSES`] of them), so a guest asking again and again for a kind
 //! that does not exist costs the API server one discovery request per TTL,
@@ -14,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::api::{ApiResource, GroupVersionKind};
-use kube::discovery::ApiCapabilities;
+use kube::core::GroupVersion;
 
 use crate::meta::kind::Gvk;
 
@@ -38,6 +48,13 @@ pub struct Resolved {
     pub namespaced: bool,
 }
 
+/// A group and version, the unit discovery answers.
+type GroupVersionKey = (String, String);
+
+/// One group version's listing: held while it runs, and the failure of
+/// the last one (when and why), which the kinds that waited for it share.
+type Listing = tokio::sync::Mutex<Option<(Instant, String)>>;
+
 /// Discovery results per kind, shared by every plugin.
 pub struct Resolver {
     client: Client,
@@ -45,6 +62,9 @@ pub struct Resolver {
     // `ApiResource` is six strings.
     known: Mutex<HashMap<Gvk, Arc<Resolved>>>,
     misses: Mutex<HashMap<Gvk, (Instant, ResolveError)>>,
+    /// The group versions being listed now, each behind the lock its
+    /// listing holds (dropped from here when no one waits for it).
+    listing: Mutex<HashMap<GroupVersionKey, Arc<Listing>>>,
 }
 
 impl Resolver {
@@ -53,51 +73,161 @@ impl Resolver {
             client,
             known: Mutex::new(HashMap::new()),
             misses: Mutex::new(HashMap::new()),
+            listing: Mutex::new(HashMap::new()),
         }
     }
 
     /// The resource serving `gvk`. Callers validate `gvk`'s syntax first:
     /// its strings become a discovery URL.
     pub async fn resolve(&self, gvk: &Gvk) -> Result<Arc<Resolved>, ResolveError> {
-        if let Some(r) = self.known.lock().unwrap().get(gvk) {
-            return Ok(r.clone());
+        if let Some(known) = self.remembered(gvk) {
+            return known;
         }
-        if let Some((at, e)) = self.misses.lock().unwrap().get(gvk)
-            && at.elapsed() < MISS_TTL
-        {
-            return Err(e.clone());
-        }
-        let query = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
-        let found: Result<(ApiResource, ApiCapabilities), _> =
-            kube::discovery::pinned_kind(&self.client, &query).await;
-        match found {
-            Ok((resource, caps)) => {
-                let resolved = Arc::new(Resolved {
-                    resource,
-                    namespaced: caps.scope == kube::discovery::Scope::Namespaced,
-                });
-                self.known
-                    .lock()
-                    .unwrap()
-                    .insert(gvk.clone(), resolved.clone());
-                self.misses.lock().unwrap().remove(gvk);
-                Ok(resolved)
+        let key = (gvk.group.clone(), gvk.version.clone());
+        let listing = self
+            .listing
+            .lock()
+            .unwrap()
+            .entry(key.clone())
+            .or_default()
+            .clone();
+        let mut failed = listing.lock().await;
+        // The listing waited for may have answered this kind, or failed.
+        let result = match (self.remembered(gvk), &*failed) {
+            (Some(known), _) => known,
+            (None, Some((at, message))) if at.elapsed() < MISS_TTL => {
+                Err(self.missed(gvk, message.clone()))
             }
-            Err(e) => {
-                let error = ResolveError {
-                    gvk: gvk.to_string(),
-                    message: e.to_string(),
-                };
-                let mut misses = self.misses.lock().unwrap();
-                if misses.len() >= MAX_MISSES {
-                    misses.retain(|_, (at, _)| at.elapsed() < MISS_TTL);
-                    if misses.len() >= MAX_MISSES {
-                        misses.clear();
-                    }
+            (None, _) => match self.list(gvk).await {
+                Ok(Some(resolved)) => {
+                    *failed = None;
+                    self.misses.lock().unwrap().remove(gvk);
+                    Ok(resolved)
                 }
-                misses.insert(gvk.clone(), (Instant::now(), error.clone()));
-                Err(error)
+                Ok(None) => {
+                    *failed = None;
+                    let query = GroupVersionKind::gvk(&gvk.group, &gvk.version, &gvk.kind);
+                    let missing = kube::Error::Discovery(kube::error::DiscoveryError::MissingKind(
+                        format!("{query:?}"),
+                    ));
+                    Err(self.missed(gvk, missing.to_string()))
+                }
+                Err(e) => {
+                    *failed = Some((Instant::now(), e.to_string()));
+                    Err(self.missed(gvk, e.to_string()))
+                }
+            },
+        };
+        drop(failed);
+        let mut listings = self.listing.lock().unwrap();
+        // Only the map and this call hold it: no one waits for it.
+        if listings.get(&key).is_some_and(|l| Arc::ptr_eq(l, &listing))
+            && Arc::strong_count(&listing) == 2
+        {
+            listings.remove(&key);
+        }
+        result
+    }
+
+    /// What is known of `gvk`: resolved, or missed within [`MISS_TTL`].
+    fn remembered(&self, gvk: &Gvk) -> Option<Result<Arc<Resolved>, ResolveError>> {
+        if let Some(r) = self.known.lock().unwrap().get(gvk) {
+            return Some(Ok(r.clone()));
+        }
+        match self.misses.lock().unwrap().get(gvk) {
+            Some((at, e)) if at.elapsed() < MISS_TTL => Some(Err(e.clone())),
+            _ => None,
+        }
+    }
+
+    /// Lists `gvk`'s group version and keeps every kind it serves; answers
+    /// `gvk` from it (None: not served). A kind named by several resources
+    /// is the first one's, as a lookup of that kind alone would find.
+    async fn list(&self, gvk: &Gvk) -> Result<Option<Arc<Resolved>>, kube::Error> {
+        let group_version = GroupVersion::gv(&gvk.group, &gvk.version);
+        let group = kube::discovery::pinned_group(&self.client, &group_version).await?;
+        let mut known = self.known.lock().unwrap();
+        for (resource, caps) in group.versioned_resources(&gvk.version) {
+            known
+                .entry(Gvk::new(&gvk.group, &gvk.version, &resource.kind))
+                .or_insert_with(|| {
+                    Arc::new(Resolved {
+                        resource,
+                        namespaced: caps.scope == kube::discovery::Scope::Namespaced,
+                    })
+                });
+        }
+        Ok(known.get(gvk).cloned())
+    }
+
+    /// Remembers that `gvk` is not served (`message` says why) for
+    /// [`MISS_TTL`].
+    fn missed(&self, gvk: &Gvk, message: String) -> ResolveError {
+        let error = ResolveError {
+            gvk: gvk.to_string(),
+            message,
+        };
+        let mut misses = self.misses.lock().unwrap();
+        if misses.len() >= MAX_MISSES {
+            misses.retain(|_, (at, _)| at.elapsed() < MISS_TTL);
+            if misses.len() >= MAX_MISSES {
+                misses.clear();
             }
         }
+        misses.insert(gvk.clone(), (Instant::now(), error.clone()));
+        error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Requests the API server answered so far (its own metrics).
+    async fn answered(client: &Client) -> f64 {
+        let scrape = http::Request::get("/metrics").body(Vec::new()).unwrap();
+        let text = client.request_text(scrape).await.unwrap();
+        text.lines()
+            .filter(|l| l.starts_with("wasmctrl_apiserver_requests_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_kinds_of_a_group_version_share_one_listing() {
+        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+            .await
+            .unwrap();
+        let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
+        let resolver = Resolver::new(client.clone());
+        let before = answered(&client).await;
+        let kinds = ["Pod", "ConfigMap", "Secret", "Namespace"].map(|k| Gvk::new("", "v1", k));
+        let resolved = futures::future::join_all(kinds.iter().map(|k| resolver.resolve(k))).await;
+        let resolved: Vec<_> = resolved.into_iter().map(Result::unwrap).collect();
+        assert_eq!(resolved[0].resource.plural, "pods");
+        assert!(resolved[0].namespaced);
+        assert_eq!(resolved[3].resource.plural, "namespaces");
+        assert!(!resolved[3].namespaced);
+        // The listing and the first scrape.
+        assert_eq!(answered(&client).await - before, 2.0);
+
+        let before = answered(&client).await;
+        let missing = Gvk::new("", "v1", "NoSuchKind");
+        let e = resolver.resolve(&missing).await.unwrap_err();
+        assert!(e.message.contains("Missing Kind"), "{e}");
+        assert!(resolver.resolve(&missing).await.is_err());
+        assert!(resolver.resolve(&Gvk::new("", "v1", "Pod")).await.is_ok());
+        assert_eq!(
+            answered(&client).await - before,
+            2.0,
+            "a miss is remembered and a listed kind is known"
+        );
+
+        let e = resolver
+            .resolve(&Gvk::new("example.com", "v1", "Widget"))
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("404"), "{e}");
+        assert!(resolver.listing.lock().unwrap().is_empty());
     }
 }
