@@ -170,7 +170,10 @@ impl<R: Reconcile> Controller<R> {
                         item = this.inner.queue.get() => item,
                     };
                     let Some(item) = item else { break };
-                    this.process(item).await;
+                    // Boxed: the reconcile's state (~5 KB) is allocated only
+                    // while a key is in hand, not by every idle worker of
+                    // every plugin.
+                    Box::pin(this.process(item)).await;
                 }
             });
         }

@@ -475,7 +475,9 @@ impl Host {
                 let Some(host) = host.upgrade() else {
                     return;
                 };
-                host.reload_plugin_if_changed(&name).await;
+                // Boxed: a reload's state is allocated only while one
+                // runs, not by every plugin's follower while it waits.
+                Box::pin(host.reload_plugin_if_changed(&name)).await;
             }
         })
     }
