@@ -327,6 +327,22 @@ impl<K: QueueKey> WorkQueue<K> {
             .update(|state, now| state.add(key, now, priority));
     }
 
+    /// [`add_with_priority`](Self::add_with_priority) of every key of
+    /// `keys`, under one lock: a bulk enqueue (a resync) takes the queue
+    /// once per batch instead of once per key, and wakes the waiting
+    /// workers once.
+    pub fn add_all_with_priority(&self, keys: Vec<K>, priority: Priority) {
+        self.inner.update(|state, now| {
+            for key in keys {
+                state.add(key, now, priority);
+            }
+            if state.wake.getters > 1 {
+                state.wake.getters = 0;
+                state.wake.all_getters = true;
+            }
+        });
+    }
+
     /// Queues `key` as `opts` say (controller-runtime's `AddWithOpts`):
     /// at `opts.priority`, after `opts.after` and/or the rate limiter's delay
     /// (the shorter of the two when both are asked for). A delayed or

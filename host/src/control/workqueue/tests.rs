@@ -789,3 +789,30 @@ async fn get_yields_before_a_ready_key() {
     }
     other.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_is_added_as_its_keys_one_by_one_and_wakes_every_waiting_getter() {
+    let q = queue::<&str>();
+    q.add("change");
+    let held = q.get().await.unwrap();
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let q = q.clone();
+            tokio::spawn(async move { q.get().await.map(|item| *item.key()) })
+        })
+        .collect();
+    settle().await;
+    // "change" is in flight: it is queued again on done, not handed out twice.
+    q.add_all_with_priority(vec!["a", "b", "a", "change", "c"], Priority::LOW);
+    let mut got = Vec::new();
+    for w in waiting {
+        got.push(w.await.unwrap().unwrap());
+    }
+    got.sort();
+    assert_eq!(got, ["a", "b", "c"]);
+    // A batch never lowers a queued key's priority.
+    q.add_all_with_priority(vec!["d"], Priority::NORMAL);
+    q.add_all_with_priority(vec!["d"], Priority::LOW);
+    drop(held);
+    assert_eq!(q.pending_keys(), ["d", "change"]);
+}

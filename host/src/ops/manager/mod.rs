@@ -578,15 +578,20 @@ impl Host {
             wait_all.await;
             tracing::info!(plugin = name, "informers synced after all");
         }
-        let mut plugins = self.plugins.lock().unwrap();
-        let Some(entry) = plugins.get_mut(name) else {
-            return;
+        let resync = {
+            let mut plugins = self.plugins.lock().unwrap();
+            let Some(entry) = plugins.get_mut(name) else {
+                return;
+            };
+            let leader = *self.leader.borrow();
+            entry
+                .start(leader)
+                .is_ok()
+                .then(|| wiring::enqueue_all(entry))
         };
-        let leader = *self.leader.borrow();
-        if entry.start(leader).is_ok() {
-            wiring::enqueue_all(entry);
+        if let Some(resync) = resync {
+            resync.await;
         }
-        drop(plugins);
         self.plugin_changed(name);
     }
 

@@ -113,7 +113,7 @@ impl Host {
         } else {
             None
         };
-        let status = {
+        let (resync, previous) = {
             let mut plugins = self.plugins.lock().unwrap();
             let entry = plugins
                 .get_mut(name)
@@ -123,19 +123,25 @@ impl Host {
             let previous = entry
                 .swap(plugin.clone(), feeds)
                 .map_err(|_| ReloadError::Removing(name.to_string()))?;
-            enqueue_all(entry);
-            let status = self.status_of(name, entry);
-            tracing::info!(
-                plugin = name,
-                from = previous.digest(),
-                to = plugin.digest(),
-                version = %new_meta.version,
-                generation = status.generation,
-                watches_changed,
-                "plugin swapped"
-            );
-            status
+            (enqueue_all(entry), previous)
         };
+        resync.await;
+        let status = {
+            let plugins = self.plugins.lock().unwrap();
+            let entry = plugins
+                .get(name)
+                .ok_or_else(|| ReloadError::Removing(name.to_string()))?;
+            self.status_of(name, entry)
+        };
+        tracing::info!(
+            plugin = name,
+            from = previous.digest(),
+            to = plugin.digest(),
+            version = %new_meta.version,
+            generation = status.generation,
+            watches_changed,
+            "plugin swapped"
+        );
         self.count_reload(name, "success");
         self.plugin_changed(name);
         Ok(status)
@@ -280,8 +286,9 @@ impl Host {
             w.detach(self.config.shutdown_timeout).await;
         }
         if synced {
-            if let Some(e) = self.plugins.lock().unwrap().get(&name) {
-                enqueue_all(e);
+            let resync = self.plugins.lock().unwrap().get(&name).map(enqueue_all);
+            if let Some(resync) = resync {
+                resync.await;
             }
         } else {
             let host = self.clone();

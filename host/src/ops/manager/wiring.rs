@@ -530,7 +530,8 @@ fn forward_events(
                         &mapping,
                         &reconciled,
                         Priority::NORMAL,
-                    );
+                    )
+                    .await;
                 }
             }
         }
@@ -554,19 +555,27 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            enqueue_resync(&slot, &queue, &informer, &for_kind);
+            enqueue_resync(&slot, &queue, &informer, &for_kind).await;
         }
     })
 }
 
 /// Every key the plugin's informers of its reconciled kind hold, once
-/// (after sync and swaps).
-pub(super) fn enqueue_all(entry: &PluginEntry) {
+/// (after sync and swaps): what to await once the plugins' lock is
+/// released, since a resync of 100,000 keys takes tens of milliseconds.
+pub(super) fn enqueue_all(entry: &PluginEntry) -> impl Future<Output = ()> + Send + use<> {
     let for_kind = entry.slot().current().metadata().for_.clone();
-    let queue = entry.controller().queue();
-    for informer in entry.informers() {
-        if informer.resource.group == for_kind.group && informer.resource.kind == for_kind.kind {
-            enqueue_resync(entry.slot(), queue, informer, &for_kind);
+    let queue = entry.controller().queue().clone();
+    let slot = entry.slot().clone();
+    let informers: Vec<Arc<Informer>> = entry
+        .informers()
+        .iter()
+        .filter(|i| i.resource.group == for_kind.group && i.resource.kind == for_kind.kind)
+        .cloned()
+        .collect();
+    async move {
+        for informer in informers {
+            enqueue_resync(&slot, &queue, &informer, &for_kind).await;
         }
     }
 }
@@ -575,7 +584,7 @@ pub(super) fn enqueue_all(entry: &PluginEntry) {
 /// `informer` holds (those `slot` admits), at low priority: these are not
 /// changes, so events jump ahead of them (controller-runtime's priority
 /// queue does the same for the initial list).
-fn enqueue_resync(
+async fn enqueue_resync(
     slot: &PluginSlot,
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
@@ -588,12 +597,18 @@ fn enqueue_resync(
         &KeyMapping::Itself,
         for_kind,
         Priority::LOW,
-    );
+    )
+    .await;
 }
 
+/// Keys a bulk enqueue adds under one lock of the queue, between yields to
+/// the runtime: a change that arrives during a resync of 100,000 keys is
+/// queued (ahead of them) at once, instead of after the whole burst.
+const ENQUEUE_BATCH: usize = 512;
+
 /// Adds the key of every object `informer` holds, as `mapping` maps it
-/// (those `slot` admits), at `priority`.
-fn enqueue_store(
+/// (those `slot` admits), at `priority`, a batch at a time.
+async fn enqueue_store(
     slot: &PluginSlot,
     queue: &WorkQueue<ObjectKey>,
     informer: &Informer,
@@ -601,12 +616,15 @@ fn enqueue_store(
     reconciled: &Gvk,
     priority: Priority,
 ) {
-    for o in informer.objects() {
-        for k in keys(mapping, reconciled, &o) {
-            if slot.admits(&k) {
-                queue.add_with_priority(k, priority);
-            }
-        }
+    let objects = informer.objects();
+    for batch in objects.chunks(ENQUEUE_BATCH) {
+        let keys: Vec<ObjectKey> = batch
+            .iter()
+            .flat_map(|o| keys(mapping, reconciled, o))
+            .filter(|k| slot.admits(k))
+            .collect();
+        queue.add_all_with_priority(keys, priority);
+        tokio::task::yield_now().await;
     }
 }
 
