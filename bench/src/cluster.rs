@@ -212,6 +212,18 @@ impl Cluster {
             .await
     }
 
+    /// The resourceVersion of a list of kind `index` now: where a watch
+    /// that must miss nothing from now on starts.
+    pub async fn resource_version(&self, index: usize) -> anyhow::Result<String> {
+        Ok(self
+            .items(index)
+            .list(&ListParams::default().limit(1))
+            .await?
+            .metadata
+            .resource_version
+            .unwrap_or_default())
+    }
+
     /// Starts watching kind 0 from now; the task ends when `n` objects
     /// have had a status with `observed: 1` written (each counted once),
     /// with when the last was seen.
@@ -220,12 +232,7 @@ impl Cluster {
         n: usize,
     ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<Instant>>> {
         let api = self.items(0);
-        let rv = api
-            .list(&ListParams::default().limit(1))
-            .await?
-            .metadata
-            .resource_version
-            .unwrap_or_default();
+        let rv = self.resource_version(0).await?;
         Ok(tokio::spawn(async move {
             let mut done = HashSet::with_capacity(n);
             let stream = api.watch(&WatchParams::default(), &rv).await?;

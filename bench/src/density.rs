@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail, ensure};
 use futures::TryStreamExt;
-use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
 use serde::Serialize;
 use serde_json::json;
 use wasmctrl_plugin_artifacts as artifacts;
@@ -117,12 +117,7 @@ async fn heap_mib(child: &mut Child) -> anyhow::Result<f64> {
 /// Writes one object of kind `index` and times response → status seen.
 async fn wake(cluster: &Cluster, index: usize) -> anyhow::Result<f64> {
     let api = cluster.items(index);
-    let rv = api
-        .list(&ListParams::default().limit(1))
-        .await?
-        .metadata
-        .resource_version
-        .unwrap_or_default();
+    let rv = cluster.resource_version(index).await?;
     let stream = api.watch(&WatchParams::default(), &rv).await?;
     let mut stream = std::pin::pin!(stream);
     let written = api

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail, ensure};
 use futures::TryStreamExt;
-use kube::api::{ListParams, Patch, PatchParams, WatchEvent, WatchParams};
+use kube::api::{Patch, PatchParams, WatchEvent, WatchParams};
 use serde::Serialize;
 use wasmctrl_plugin_artifacts as artifacts;
 
@@ -62,12 +62,7 @@ async fn first_reconcile(
     seq: u64,
 ) -> anyhow::Result<tokio::task::JoinHandle<anyhow::Result<std::time::Instant>>> {
     let api = cluster.items(0);
-    let rv = api
-        .list(&ListParams::default().limit(1))
-        .await?
-        .metadata
-        .resource_version
-        .unwrap_or_default();
+    let rv = cluster.resource_version(0).await?;
     let stream = api.watch(&WatchParams::default(), &rv).await?;
     api.patch(
         "item-0",
