@@ -601,6 +601,64 @@ async fn an_object_cannot_take_the_name_of_a_config_plugin() {
     host.stop().await.unwrap();
 }
 
+/// A config plugin still loading holds its name: an object created before
+/// the host starts does not take it while the config's component is held
+/// back, and is refused once it has loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_cannot_take_the_name_of_a_config_plugin_still_loading() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let source = format!("{{ file: {} }}", artifacts::STAMP_V2);
+    let file = cluster.file("stamp.yaml", &object("stamp", &source, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let (release, gate) = tokio::sync::watch::channel(false);
+    let held = crate::startup::held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
+    let digest = file_digest(artifacts::STAMP_V1);
+    let config = host_config(&format!(
+        r#"plugins:
+  - name: stamp
+    source: {{ url: "http://{held}/stamp.wasm", sha256: "{}", insecure: true }}
+    namespaces: [default]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#,
+        digest.trim_start_matches("sha256:")
+    ));
+    let (admin, loaded, stop) = crate::startup::run_host(&cluster, &config).await;
+    let s = status_where(&cluster, "stamp", "the name held while loading", |s, _| {
+        condition(s, "Degraded").1 == "NameTaken"
+    })
+    .await;
+    let (_, _, message) = condition(&s, "Degraded");
+    assert!(message.contains("not loaded yet"), "{message}");
+
+    release.send_replace(true);
+    assert_eq!(loaded.await, Vec::new());
+    status_where(
+        &cluster,
+        "stamp",
+        "the name taken by the loaded plugin",
+        |s, _| {
+            condition(s, "Degraded")
+                .2
+                .contains("already runs a plugin named")
+        },
+    )
+    .await;
+    let (_, body) = admin::http_get(admin, "/plugins").await;
+    let plugins: Vec<Value> = serde_json::from_str(&body).unwrap();
+    let stamp: Vec<&Value> = plugins.iter().filter(|p| p["name"] == "stamp").collect();
+    assert_eq!(stamp.len(), 1, "{body}");
+    assert_eq!(stamp[0]["version"], "1.0.0");
+    assert!(
+        stamp[0]["source"]
+            .as_str()
+            .unwrap()
+            .contains(&held.to_string())
+    );
+    let _ = stop.send(());
+}
+
 /// The config plugin entry `name` running the stamp v1 component.
 fn config_plugin(name: &str) -> String {
     format!(

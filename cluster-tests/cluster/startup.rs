@@ -38,7 +38,7 @@ fn config(plugins: &[String]) -> String {
 
 /// Serves `body` over plain HTTP on loopback to every request, each answer
 /// held until `release` turns true.
-async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -> SocketAddr {
+pub(crate) async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -> SocketAddr {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -71,7 +71,7 @@ async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -> SocketAdd
 
 /// Starts a manager with `text` and runs it; returns its admin address, a
 /// future of its load failures, and what stops it.
-async fn run_host(
+pub(crate) async fn run_host(
     cluster: &Cluster,
     text: &str,
 ) -> (

@@ -480,6 +480,8 @@ impl Host {
             .unwrap()
             .get(&name)
             .map(|e| e.config().clone());
+        // A config plugin still loading (or refused) holds its name too.
+        let held_by_config = self.is_pending(&name);
         match running {
             Some(_) if !objects.owns(&name) => Err((
                 Refusal::new(
@@ -488,6 +490,16 @@ impl Host {
                         "the host config already runs a plugin named {name:?}; a plugin name is taken once"
                     ),
                 ),
+                None,
+            )),
+            None if held_by_config => Err((
+                Refusal::new(
+                    "NameTaken",
+                    format!(
+                        "the host config has a plugin named {name:?} (not loaded yet); a plugin name is taken once"
+                    ),
+                )
+                .transient(),
                 None,
             )),
             None => {
