@@ -54,7 +54,7 @@ pub(crate) async fn reconciled_within(api: &Api<ConfigMap>, name: &str, limit: D
     .await;
 }
 
-/// Why the host refused to start with `component` as its plugin.
+/// Why the host refused to load `component` as its plugin.
 async fn refused_at_load(component: &str, why: &str) -> String {
     Cluster::start()
         .await
