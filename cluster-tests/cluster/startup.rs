@@ -119,6 +119,18 @@ async fn create(cluster: &Cluster, namespace: &str, name: &str) {
         .unwrap();
 }
 
+/// `wasmctrl_plugins{state}` as the admin server reports it.
+async fn plugins_in(admin: SocketAddr, state: &str) -> u64 {
+    let line = format!("wasmctrl_plugins{{state=\"{state}\"}} ");
+    let (_, text) = http_get(admin, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .unwrap_or_else(|| panic!("no {line} in the metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// The `/plugins` entry of `name`.
 async fn status(admin: SocketAddr, name: &str) -> serde_json::Value {
     let (_, body) = http_get(admin, "/plugins").await;
@@ -185,6 +197,8 @@ async fn a_plugin_reconciles_while_another_still_loads_and_readiness_is_per_plug
         http_get(admin, "/readyz/plugin/later").await,
         (503, "loading\n".into())
     );
+    assert_eq!(plugins_in(admin, "loading").await, 1);
+    assert_eq!(plugins_in(admin, "running").await, 1);
     let (code, body) = http_get(admin, "/readyz/plugin/nobody").await;
     assert_eq!((code, body.as_str()), (404, "no plugin named \"nobody\"\n"));
     // A reload of a plugin still loading is refused, not queued.
@@ -243,6 +257,8 @@ async fn a_plugin_that_does_not_load_leaves_the_others_running_and_loads_once_fi
         http_get(admin, "/readyz/plugin/good").await,
         (200, "ok\n".into())
     );
+    assert_eq!(plugins_in(admin, "failed").await, 1);
+    assert_eq!(plugins_in(admin, "running").await, 1);
     // The status page shows it too, with why.
     let (code, page) = http_get(admin, "/status/fragment").await;
     assert_eq!(code, 200);

@@ -33,7 +33,8 @@ pub use labels::{
     ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
     NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
-    ResultLabels, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel, WhatLabel,
+    ResultLabels, StateLabel, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
+    WhatLabel,
 };
 pub use plugin::{CallSeries, CallUsage};
 pub use refusals::{

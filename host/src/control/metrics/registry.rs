@@ -14,7 +14,7 @@ use super::labels::{
     ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
     NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
-    ResultLabels, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
+    ResultLabels, StateLabel, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
 };
 use super::refusals::{DISK_REFUSALS, SOURCE_REFUSALS};
 
@@ -76,6 +76,9 @@ pub struct Metrics {
     pub plugin_fuel: HistogramFamily<PluginVersionLabels>,
     pub plugin_reloads: Family<ReloadLabels, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
+    /// Plugins per state (`loading`, `running`, `failed`, …), set when the
+    /// metrics are read.
+    pub plugins: Family<StateLabel, Gauge>,
     pub hostapi_calls: Family<HostApiLabels, Counter>,
     pub plugin_instantiate: HistogramFamily<PluginVersionLabels>,
     // wasmctrl_plugin_* usage and ceilings
@@ -152,6 +155,7 @@ impl Metrics {
             }),
             plugin_reloads: Family::default(),
             config_reloads: Family::default(),
+            plugins: Family::default(),
             hostapi_calls: Family::default(),
             plugin_instantiate: Family::new_with_constructor(seconds_histogram),
             plugin_guest_seconds: Family::default(),
@@ -318,6 +322,11 @@ impl Metrics {
                 "wasmctrl_plugin_reloads",
                 "Plugin loads and hot swaps per plugin and result",
                 m.plugin_reloads.clone(),
+            );
+            r.register(
+                "wasmctrl_plugins",
+                "Plugins per state: loading (not compiled yet), starting, running, standby, failed (did not load, or informers not synced), draining",
+                m.plugins.clone(),
             );
             r.register(
                 "wasmctrl_config_reloads",

@@ -18,6 +18,21 @@ impl AdminState for Host {
             entry.controller().queue().unfinished_work();
         }
         self.runtime.observe_pool();
+        let mut states: std::collections::BTreeMap<String, i64> = [
+            "loading", "starting", "running", "standby", "failed", "draining",
+        ]
+        .into_iter()
+        .map(|s| (s.to_string(), 0))
+        .collect();
+        for status in self.statuses() {
+            *states.entry(status.state).or_default() += 1;
+        }
+        for (state, n) in states {
+            self.metrics
+                .plugins
+                .get_or_create(&crate::control::metrics::StateLabel { state })
+                .set(n);
+        }
         self.metrics.encode()
     }
 
