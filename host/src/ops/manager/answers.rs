@@ -18,19 +18,21 @@ impl AdminState for Host {
             entry.controller().queue().unfinished_work();
         }
         self.runtime.observe_pool();
-        let mut states: std::collections::BTreeMap<String, i64> = [
+        let mut states: std::collections::BTreeMap<&str, i64> = [
             "loading", "starting", "running", "standby", "failed", "draining",
         ]
         .into_iter()
-        .map(|s| (s.to_string(), 0))
+        .map(|s| (s, 0))
         .collect();
-        for status in self.statuses() {
-            *states.entry(status.state).or_default() += 1;
+        for state in self.states() {
+            *states.entry(state).or_default() += 1;
         }
         for (state, n) in states {
             self.metrics
                 .plugins
-                .get_or_create(&crate::control::metrics::StateLabel { state })
+                .get_or_create(&crate::control::metrics::StateLabel {
+                    state: state.into(),
+                })
                 .set(n);
         }
         self.metrics.encode()
@@ -189,9 +191,7 @@ impl AdminState for Host {
             {
                 return match host.start_config_plugin(config).await {
                     Ok(()) => Ok(self
-                        .statuses()
-                        .into_iter()
-                        .find(|s| s.name == name)
+                        .status(&name)
                         .map(|s| serde_json::to_value(s).expect("a status serializes"))
                         .unwrap_or_default()),
                     Err(e) => Err(Refusal::Invalid(e.to_string())),

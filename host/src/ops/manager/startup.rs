@@ -36,6 +36,17 @@ pub(super) struct PendingPlugin {
     follower: Option<JoinHandle<()>>,
 }
 
+impl PendingPlugin {
+    /// `loading`, or `failed` once a load refused it (`/plugins`' state).
+    fn state(&self) -> &'static str {
+        if self.error.is_some() {
+            "failed"
+        } else {
+            "loading"
+        }
+    }
+}
+
 impl Drop for PendingPlugin {
     fn drop(&mut self) {
         if let Some(f) = &self.follower {
@@ -115,11 +126,12 @@ impl Host {
             Err(e) => {
                 let error = e.to_string();
                 tracing::error!(plugin = %name, "plugin not loaded, the others run: {error}");
-                let follower = self.retry_on_change(&config);
+                let source = self.source_for(&config);
+                let follower = self.retry_on_change(&config, &*source);
                 self.pending.lock().unwrap().insert(
                     name.clone(),
                     PendingPlugin {
-                        origin: self.source_for(&config).origin(),
+                        origin: source.origin(),
                         config,
                         error: Some(error),
                         follower: Some(follower),
@@ -165,10 +177,14 @@ impl Host {
     /// Tries a refused plugin again when its source reports a change (a
     /// rebuilt file, a new tag), as long as it is still pending with this
     /// config.
-    fn retry_on_change(self: &Arc<Self>, config: &PluginConfig) -> JoinHandle<()> {
+    fn retry_on_change(
+        self: &Arc<Self>,
+        config: &PluginConfig,
+        source: &dyn crate::ops::source::PluginSource,
+    ) -> JoinHandle<()> {
         let host = Arc::downgrade(self);
         let config = config.clone();
-        let mut changes = self.source_for(&config).changes();
+        let mut changes = source.changes();
         tokio::spawn(async move {
             while changes.next().await.is_some() {
                 let Some(host) = host.upgrade() else {
@@ -238,9 +254,15 @@ impl Host {
             .iter()
             .map(|(name, p)| PluginStatus {
                 rbac_denied: denied.get(name).cloned().unwrap_or_default(),
-                ..PluginStatus::pending(name, &p.origin, p.error.as_deref())
+                ..PluginStatus::pending(name, &p.origin, p.state(), p.error.as_deref())
             })
             .collect()
+    }
+
+    /// The state of each pending plugin.
+    pub(super) fn pending_states(&self) -> Vec<&'static str> {
+        let pending = self.pending.lock().unwrap();
+        pending.values().map(PendingPlugin::state).collect()
     }
 
     /// Why each pending plugin is not ready, by name.

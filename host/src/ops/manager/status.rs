@@ -94,13 +94,13 @@ pub struct CandidateStatus {
 impl PluginStatus {
     /// A plugin of the config that is not running: still `loading`, or
     /// `failed` to load with `error`.
-    pub(super) fn pending(name: &str, origin: &str, error: Option<&str>) -> Self {
+    pub(super) fn pending(name: &str, origin: &str, state: &str, error: Option<&str>) -> Self {
         Self {
             name: name.to_string(),
             source: origin.to_string(),
             digest: String::new(),
             version: String::new(),
-            state: if error.is_some() { "failed" } else { "loading" }.into(),
+            state: state.into(),
             ready: false,
             loaded_at: String::new(),
             generation: 0,
@@ -186,6 +186,29 @@ impl Host {
                 })
                 .collect(),
         }
+    }
+
+    /// The status of plugin `name`, running or pending.
+    pub(super) fn status(&self, name: &str) -> Option<PluginStatus> {
+        let running = {
+            let plugins = self.plugins.lock().unwrap();
+            plugins.get(name).map(|e| self.status_of(name, e))
+        };
+        running.or_else(|| self.pending_statuses().into_iter().find(|s| s.name == name))
+    }
+
+    /// Every plugin's state, running or pending (what `/plugins` shows in
+    /// `state`, without building the statuses).
+    pub(super) fn states(&self) -> Vec<&'static str> {
+        let mut states: Vec<&'static str> = {
+            let plugins = self.plugins.lock().unwrap();
+            plugins
+                .values()
+                .map(|e| e.lifecycle().state().as_str())
+                .collect()
+        };
+        states.extend(self.pending_states());
+        states
     }
 
     /// Every plugin, running or pending, by name.
