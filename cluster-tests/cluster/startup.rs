@@ -293,8 +293,7 @@ async fn a_plugin_that_does_not_load_leaves_the_others_running_and_loads_once_fi
 
 /// The API server's count of answered requests with `verb` and `code`.
 async fn requests(cluster: &Cluster, verb: &str, code: u16) -> u64 {
-    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    let text = cluster.client.request_text(request).await.unwrap();
+    let text = wasmctrl_testkit::client::metrics_text(&cluster.client).await;
     let series = format!("wasmctrl_apiserver_requests_total{{verb=\"{verb}\",code=\"{code}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(series.as_str()))

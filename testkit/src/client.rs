@@ -48,3 +48,10 @@ pub async fn client_for<K: KubeconfigSource + ?Sized>(kubeconfig: &K) -> kube::C
     kube::Client::try_from(config_for(kubeconfig).await)
         .expect("a client for the test's kubeconfig")
 }
+
+/// The API server's `GET /metrics` as `client` reads it (panics unless
+/// 200).
+pub async fn metrics_text(client: &kube::Client) -> String {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    client.request_text(request).await.expect("GET /metrics")
+}

@@ -86,11 +86,7 @@ pub async fn raw(
     (status, json)
 }
 
-/// The server's `GET /metrics` as `client` reads it (panics unless 200).
-pub async fn metrics_text(client: &kube::Client) -> String {
-    let req = http::Request::get("/metrics").body(Vec::new()).unwrap();
-    client.request_text(req).await.expect("GET /metrics")
-}
+pub use wasmctrl_testkit::client::metrics_text;
 
 /// The value of `wasmctrl_apiserver_limit_exceeded_total{limit="LIMIT"}` in
 /// a metrics text (panics if the series is missing).

@@ -185,8 +185,7 @@ mod tests {
 
     /// Requests the API server answered so far (its own metrics).
     async fn answered(client: &Client) -> f64 {
-        let scrape = http::Request::get("/metrics").body(Vec::new()).unwrap();
-        let text = client.request_text(scrape).await.unwrap();
+        let text = wasmctrl_testkit::client::metrics_text(client).await;
         text.lines()
             .filter(|l| l.starts_with("wasmctrl_apiserver_requests_total{"))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
