@@ -196,6 +196,18 @@ async fn kubectl_writes_are_validated_and_defaulted_by_the_plugin_through_the_ap
     .await
     .unwrap_or(0.0);
     assert!(denied >= 2.0, "{denied} denials counted");
+    // The plugin's per-call families tell its reviews from its reconciles.
+    for (kind, at_least) in [("validate", reviews), ("mutate", 1.0)] {
+        let calls = metric_value(
+            host.admin,
+            &format!(
+                r#"wasmctrl_plugin_instantiate_seconds_count{{plugin="gatekeeper",version="stable",kind="{kind}"}}"#
+            ),
+        )
+        .await
+        .unwrap_or(0.0);
+        assert!(calls >= at_least, "{calls} {kind} calls counted");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,6 +247,12 @@ async fn a_validator_that_loops_is_denied_under_fail_and_allowed_with_a_warning_
     .await;
     assert_eq!(failed, Some(1.0), "{text}");
     assert!(text.contains("failurePolicy Ignore: allowed"), "{text}");
+    let traps = metric_value(
+        host.admin,
+        r#"wasmctrl_plugin_traps_total{plugin="gatekeeper",reason="deadline",version="stable",kind="validate"}"#,
+    )
+    .await;
+    assert_eq!(traps, Some(1.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -77,7 +77,7 @@ async fn stopped_at_limit(admin: std::net::SocketAddr, limit: &str) {
     eventually("the limit trap counted", Duration::from_secs(60), || {
         metric_line(
             admin,
-            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable"}"#,
+            r#"wasmctrl_plugin_traps_total{plugin="hostile",reason="limit",version="stable",kind="reconcile"}"#,
         )
     })
     .await;
@@ -214,7 +214,7 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
         || async {
             metric_value(
                 host.admin,
-                r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable"}"#,
+                r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable",kind="reconcile"}"#,
             )
             .await
             .filter(|b| *b >= (64 << 20) as f64)
@@ -420,7 +420,7 @@ async fn a_huge_error_message_is_counted_as_output_and_cut() {
     .await;
     let written = metric_value(
         host.admin,
-        r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable"}"#,
+        r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable",kind="reconcile"}"#,
     )
     .await
     .unwrap_or(0.0);

@@ -103,7 +103,7 @@ async fn contained(plugin: &str, component: &str) {
     )
     .await;
     let trap = format!(
-        r#"wasmctrl_plugin_traps_total{{plugin="{plugin}",reason="limit",version="stable"}}"#
+        r#"wasmctrl_plugin_traps_total{{plugin="{plugin}",reason="limit",version="stable",kind="reconcile"}}"#
     );
     eventually("the limit trap counted", Duration::from_secs(60), || {
         metric_line(host.admin, &trap)
@@ -117,8 +117,9 @@ async fn contained(plugin: &str, component: &str) {
         metric_line(host.admin, &error_cut)
     })
     .await;
-    let output =
-        format!(r#"wasmctrl_plugin_output_bytes_total{{plugin="{plugin}",version="stable"}}"#);
+    let output = format!(
+        r#"wasmctrl_plugin_output_bytes_total{{plugin="{plugin}",version="stable",kind="reconcile"}}"#
+    );
     let written = flood_bytes() + (8 << 20) as f64;
     eventually("the output measured", Duration::from_secs(120), || async {
         metric_value(host.admin, &output)

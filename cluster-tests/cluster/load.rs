@@ -183,7 +183,7 @@ async fn bursts_of_updates_are_deduplicated_and_the_last_one_always_wins() {
 const TIMEOUTS: &str =
     "controller_runtime_reconcile_timeouts_total{controller=\"misbehave\",version=\"stable\"}";
 const SUCCESSES: &str = "controller_runtime_reconcile_total{controller=\"misbehave\",result=\"success\",version=\"stable\"}";
-const GUEST: &str = "wasmctrl_plugin_guest_seconds_total{plugin=\"misbehave\",version=\"stable\"}";
+const GUEST: &str = "wasmctrl_plugin_guest_seconds_total{plugin=\"misbehave\",version=\"stable\",kind=\"reconcile\"}";
 const FAILURES: &str = "controller_runtime_reconcile_total{controller=\"misbehave\",result=\"error\",version=\"stable\"}";
 const ACTIVE: &str = "controller_runtime_active_workers{controller=\"misbehave\"}";
 
@@ -441,8 +441,7 @@ async fn a_plugin_failing_or_looping_does_not_starve_another() {
     let looping = interleaved(&host, &good, &bad, n, Neighbour::Spinning).await;
     // Past their burst, the looping guests were held to their share of the
     // CPU while mirror had work (runtime.guestCpu).
-    let needle =
-        "wasmctrl_plugin_cpu_throttled_seconds_total{plugin=\"misbehave\",version=\"stable\"}";
+    let needle = "wasmctrl_plugin_cpu_throttled_seconds_total{plugin=\"misbehave\",version=\"stable\",kind=\"reconcile\"}";
     let throttled = admin::metric_value(host.admin, needle).await.unwrap_or(0.0);
     assert!(throttled > 0.0, "the looping guests were never held back");
     host.stop().await.unwrap();

@@ -21,7 +21,7 @@ pub use super::webhooks::{
     DEFAULT_TIMEOUT_SECONDS, FailurePolicy, MAX_RULE_ITEMS, MAX_RULES, MAX_TIMEOUT_SECONDS,
     Webhook, WebhookKind, WebhookRule,
 };
-use crate::control::metrics::CallUsage;
+use crate::control::metrics::{CallKind, CallUsage};
 use crate::control::reconcile::ReconcileError;
 use crate::meta::syntax as validate;
 use crate::sandbox::wit::wasmctrl::reconciler::types;
@@ -191,7 +191,7 @@ impl Plugin {
     /// instance from its strategy, under `timeout` and `cancel`, with reads
     /// of the plugin's grant and no writes. Never panics and never leaves
     /// the guest running. The call's cost is recorded in the plugin's
-    /// metrics as a reconcile's is.
+    /// metrics, with the `kind` label of its export.
     pub async fn review(
         &self,
         review: Review,
@@ -208,7 +208,11 @@ impl Plugin {
             .sandbox
             .call(Export::Review(review, request), context)
             .await;
-        self.observe(&report.usage);
+        let kind = match review {
+            Review::Validate => CallKind::Validate,
+            Review::Mutate => CallKind::Mutate,
+        };
+        self.observe(kind, &report.usage);
         let metrics = self.sandbox.runtime.metrics();
         let result = match report.result {
             Ok(Returned::Review(response)) => {

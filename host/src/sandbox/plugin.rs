@@ -19,7 +19,7 @@ use super::outbound::OutboundGrant;
 use super::store::Spares;
 use super::strategy::{AUTO_REUSE_PAGES, InstanceMode, InstanceStrategy, ReuseLimits};
 use super::tape::ContextTape;
-use crate::control::metrics::CallUsage;
+use crate::control::metrics::{CallKind, CallUsage};
 use crate::control::reconcile::{Action, ReconcileError, ReconcileRequest, TrapKind};
 use crate::sandbox::hostapi::KubeApi;
 use crate::sandbox::wit::wasmctrl::reconciler::types;
@@ -151,8 +151,9 @@ pub struct Plugin {
     metadata: PluginMetadata,
     cache_hit: CacheHit,
     /// The metric series of this plugin's calls, per
-    /// [`crate::control::metrics::Version`].
-    series: [std::sync::OnceLock<crate::control::metrics::CallSeries>; 2],
+    /// [`crate::control::metrics::Version`] and
+    /// [`crate::control::metrics::CallKind`].
+    series: [[std::sync::OnceLock<crate::control::metrics::CallSeries>; 3]; 2],
 }
 
 impl std::fmt::Debug for Plugin {
@@ -514,17 +515,19 @@ impl Plugin {
     ) -> Result<Action, ReconcileError> {
         tracing::Span::current().record("digest", self.digest());
         let invocation = self.invoke_through(request, through).await;
-        self.observe(&invocation.usage);
+        self.observe(CallKind::Reconcile, &invocation.usage);
         invocation.result
     }
 
-    /// Records one call's cost in the plugin metrics, through the series
-    /// of the version it ran as (looked up once per version, not per call).
-    pub(crate) fn observe(&self, usage: &CallUsage) {
+    /// Records one `kind` of call's cost in the plugin metrics, through the
+    /// series of the version it ran as (looked up once per version and
+    /// kind, not per call).
+    pub(crate) fn observe(&self, kind: CallKind, usage: &CallUsage) {
         let version = crate::control::metrics::current_version();
         let metrics = self.sandbox.runtime.metrics();
-        let series = self.series[version as usize].get_or_init(|| {
-            metrics.call_series(self.name(), version, self.sandbox.runtime.config().fuel)
+        let series = self.series[version as usize][kind as usize].get_or_init(|| {
+            let fuel = self.sandbox.runtime.config().fuel;
+            metrics.call_series(self.name(), version, kind, fuel)
         });
         metrics.observe_call_in(series, self.name(), version, usage);
     }

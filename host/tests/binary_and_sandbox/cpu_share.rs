@@ -83,7 +83,7 @@ async fn a_spinning_guest_is_held_to_its_share_while_another_plugin_has_work() {
 
 /// The spinner's value of the counter `family`.
 fn spinner_seconds(text: &str, family: &str) -> f64 {
-    let series = format!("{family}{{plugin=\"spinner\",version=\"stable\"}} ");
+    let series = format!("{family}{{plugin=\"spinner\",version=\"stable\",kind=\"reconcile\"}} ");
     let line = text
         .lines()
         .find(|l| l.starts_with(&series))

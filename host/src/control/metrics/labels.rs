@@ -110,6 +110,17 @@ pub struct TrapLabels {
     pub plugin: String,
     pub reason: String,
     pub version: String,
+    /// The call that trapped: `reconcile`, `validate` or `mutate`.
+    pub kind: String,
+}
+
+/// A per-call `wasmctrl_plugin_*` family's labels: the plugin, the version
+/// that ran, and the kind of call (`reconcile`, `validate` or `mutate`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabels {
+    pub plugin: String,
+    pub version: String,
+    pub kind: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

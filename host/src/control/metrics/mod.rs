@@ -16,7 +16,8 @@
 //! - `workqueue` and `reconcile`: the controller-runtime families a queue
 //!   and a controller update.
 //! - `plugin`: wasmctrl's per-call plugin families ([`CallUsage`],
-//!   [`CallSeries`]) and the ceilings a plugin ran into.
+//!   [`CallSeries`]) and the ceilings a plugin ran into. Their `kind` label
+//!   ([`CallKind`]) tells a plugin's reconciles from its admission reviews.
 //! - `refusals`: the process-wide refusal counters of sources and of what
 //!   the host reads back from its disk.
 //! - `version` and `labels`: the `version` label and every label set.
@@ -30,13 +31,13 @@ mod version;
 mod workqueue;
 
 pub use labels::{
-    ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
-    NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
+    CallLabels, ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels,
+    LimitLabels, NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
     ResultLabels, StateLabel, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
     WhatLabel,
 };
-pub use plugin::{CallSeries, CallUsage};
+pub use plugin::{CallKind, CallSeries, CallUsage};
 pub use refusals::{
     DiskRefusal, SourceRefusal, count_disk_refusal, count_source_refusal, disk_refusals,
     source_refusals,

@@ -11,8 +11,8 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use super::labels::{
-    ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels, LimitLabels,
-    NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
+    CallLabels, ControllerLabel, ControllerVersionLabels, HostApiLabels, HttpRequestLabels,
+    LimitLabels, NameLabel, PluginKindLabels, PluginLabel, PluginReasonLabels, PluginVersionLabels,
     PluginVersionResultLabels, PoolLabel, QueueDepthLabels, ReasonLabel, ReloadLabels, ResultLabel,
     ResultLabels, StateLabel, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
 };
@@ -73,20 +73,20 @@ pub struct Metrics {
     pub active_workers: Family<ControllerLabel, Gauge>,
     // wasmctrl_*
     pub plugin_traps: Family<TrapLabels, Counter>,
-    pub plugin_fuel: HistogramFamily<PluginVersionLabels>,
+    pub plugin_fuel: HistogramFamily<CallLabels>,
     pub plugin_reloads: Family<ReloadLabels, Counter>,
     pub config_reloads: Family<ResultLabel, Counter>,
     /// Plugins per state (`loading`, `running`, `failed`, …), set when the
     /// metrics are read.
     pub plugins: Family<StateLabel, Gauge>,
     pub hostapi_calls: Family<HostApiLabels, Counter>,
-    pub plugin_instantiate: HistogramFamily<PluginVersionLabels>,
+    pub plugin_instantiate: HistogramFamily<CallLabels>,
     // wasmctrl_plugin_* usage and ceilings
-    pub plugin_guest_seconds: Family<PluginVersionLabels, Counter<f64, AtomicU64>>,
-    pub plugin_cpu_throttled_seconds: Family<PluginVersionLabels, Counter<f64, AtomicU64>>,
-    pub plugin_memory_peak: Family<PluginVersionLabels, Gauge>,
-    pub plugin_output_bytes: Family<PluginVersionLabels, Counter>,
-    pub plugin_host_calls: Family<PluginVersionLabels, Counter>,
+    pub plugin_guest_seconds: Family<CallLabels, Counter<f64, AtomicU64>>,
+    pub plugin_cpu_throttled_seconds: Family<CallLabels, Counter<f64, AtomicU64>>,
+    pub plugin_memory_peak: Family<CallLabels, Gauge>,
+    pub plugin_output_bytes: Family<CallLabels, Counter>,
+    pub plugin_host_calls: Family<CallLabels, Counter>,
     pub api_requests: Family<PluginLabel, Counter>,
     pub api_throttled_seconds: Family<PluginLabel, Counter<f64, AtomicU64>>,
     pub limit_exceeded: Family<LimitLabels, Counter>,
