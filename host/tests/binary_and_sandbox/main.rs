@@ -8,6 +8,7 @@
 
 mod apiserver_cli;
 mod binary;
+mod build_session;
 mod controller;
 mod cpu_share;
 mod dev_cli;

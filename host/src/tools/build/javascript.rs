@@ -14,6 +14,7 @@ use super::language::Language;
 use super::limits::MAX_FIELD_LEN;
 use super::options::{BuildOptions, progress};
 use super::toolchain::{ensure_installed, install_step, toolchains_dir};
+use super::warm::{BuildSession, JsRequest, Warm};
 
 /// The pinned npm packages of the JavaScript toolchain.
 pub const JS_TOOLS: [(&str, &str); 4] = [
@@ -24,6 +25,10 @@ pub const JS_TOOLS: [(&str, &str); 4] = [
 ];
 /// The oldest Node componentize-js is used with here.
 const MIN_NODE: u32 = 20;
+/// StarlingMonkey's own `fetch` and incoming handler stay out: the SDK's
+/// `http` module calls `wasi:http/outgoing-handler` itself, synchronously,
+/// as `reconcile` is.
+const DISABLED_FEATURES: [&str; 2] = ["http", "fetch-event"];
 
 pub(super) fn build_javascript(
     dir: &Path,
@@ -133,25 +138,101 @@ pub(super) fn build_javascript(
         .unwrap_or_else(|| dir.join("target").join(format!("{name}.wasm")));
     let staged = prepare_out(&out)?;
     progress(options, "componentizing with componentize-js …");
-    let mut componentize = Command::new(bin.join("componentize-js"));
-    componentize
-        .current_dir(&work.path)
-        .arg(&bundle)
-        .arg("--wit")
-        .arg(&wit.path)
-        .args(["-n", world_of(&meta)])
-        // StarlingMonkey's own `fetch` and incoming handler stay out: the
-        // SDK's `http` module calls `wasi:http/outgoing-handler` itself,
-        // synchronously, as `reconcile` is.
-        .args(["-d", "http", "fetch-event"])
-        .arg("-o")
-        .arg(&staged);
-    let componentized = run_js("componentize-js", &mut componentize);
+    let request = JsRequest {
+        source: &bundle,
+        wit: &wit.path,
+        world: world_of(&meta),
+        disable: &DISABLED_FEATURES,
+        out: &staged,
+        cwd: &work.path,
+    };
+    let componentized = componentize(&tools, &request, options.session.as_ref());
     // A type error is the more useful report when both fail.
     checked()?;
     componentized?;
     publish("componentize-js", &staged, &out)?;
     Ok((name, out, installed))
+}
+
+/// Runs componentize-js for `request`: in the session's warm worker if
+/// there is one that can, else the one-shot CLI.
+fn componentize(
+    tools: &Path,
+    request: &JsRequest<'_>,
+    session: Option<&BuildSession>,
+) -> Result<(), BuildError> {
+    if let Some(session) = session {
+        match session.componentize_js(tools, request) {
+            Warm::Built => return Ok(()),
+            Warm::Failed(output) => {
+                return Err(BuildError::Step {
+                    step: "componentize-js",
+                    command: format!(
+                        "componentize-js {} (warm, in the watch's worker)",
+                        request.source.display()
+                    ),
+                    status: "failed".into(),
+                    output,
+                });
+            }
+            Warm::Unavailable => {}
+        }
+    }
+    let bin = tools.join("node_modules").join(".bin");
+    let mut cli = Command::new(bin.join("componentize-js"));
+    cli.current_dir(request.cwd)
+        .arg(request.source)
+        .arg("--wit")
+        .arg(request.wit)
+        .args(["-n", request.world, "-d"])
+        .args(request.disable)
+        .arg("-o")
+        .arg(request.out);
+    run_js("componentize-js", &mut cli).map(|_| ())
+}
+
+/// Starts the session's componentize-js worker and warms it up with a
+/// build of a stub plugin, so that the first rebuild is already warm.
+pub(super) fn prewarm_javascript(
+    options: &BuildOptions,
+    session: &BuildSession,
+) -> Result<(), BuildError> {
+    let root = match &options.toolchains {
+        Some(root) => root.clone(),
+        None => toolchains_dir()?,
+    };
+    let (tools, _) = js_toolchain(&root, options)?;
+    let work = TempDir::new("js-warm")?;
+    let stub = work.path.join("stub.js");
+    std::fs::write(
+        &stub,
+        "export function metadata() {}\nexport function reconcile() {}\n",
+    )
+    .map_err(io_error(&stub))?;
+    let wit = write_wit()?;
+    let request = JsRequest {
+        source: &stub,
+        wit: &wit.path,
+        world: WORLD,
+        disable: &DISABLED_FEATURES,
+        out: &work.path.join("stub.wasm"),
+        cwd: &work.path,
+    };
+    match session.componentize_js(&tools, &request) {
+        Warm::Built => Ok(()),
+        Warm::Failed(output) => Err(BuildError::Step {
+            step: "componentize-js (warm-up)",
+            command: "componentize-js stub.js".into(),
+            status: "failed".into(),
+            output,
+        }),
+        Warm::Unavailable => Err(BuildError::Step {
+            step: "componentize-js (warm-up)",
+            command: format!("node {}", tools.display()),
+            status: "could not start".into(),
+            output: String::new(),
+        }),
+    }
 }
 
 /// The world a bundle is built against, from the names its entry module

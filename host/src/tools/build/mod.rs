@@ -49,6 +49,8 @@
 //! - `toolchain`: the toolchain cache the Python and JavaScript tools are
 //!   installed into; `componentize` what those two builds share.
 //! - `command`: running a tool and keeping the tail of its output.
+//! - `warm`: [`BuildSession`], toolchain processes kept warm between the
+//!   builds of a watch.
 
 mod command;
 mod componentize;
@@ -63,12 +65,14 @@ mod rust;
 #[cfg(test)]
 mod tests;
 mod toolchain;
+mod warm;
 
 pub use error::BuildError;
 pub use javascript::JS_TOOLS;
 pub use language::Language;
 pub use options::{BuildOptions, Built};
-pub use plugin::{build, detect, source_of};
+pub use plugin::{build, detect, prewarm, source_of};
 pub use python::COMPONENTIZE_PY;
 pub use rust::{WASM_TARGET, ensure_wasm_target};
 pub use toolchain::toolchains_dir;
+pub use warm::BuildSession;

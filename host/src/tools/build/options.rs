@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::language::Language;
+use super::warm::BuildSession;
 
 /// How to build.
 #[derive(Debug, Clone, Default)]
@@ -18,6 +19,9 @@ pub struct BuildOptions {
     pub toolchains: Option<PathBuf>,
     /// Print progress (installs, steps) to stderr.
     pub verbose: bool,
+    /// Warm toolchain processes to build in (repeated builds of a watch);
+    /// none: every tool starts cold.
+    pub session: Option<BuildSession>,
 }
 
 /// A built component.

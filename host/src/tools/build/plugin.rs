@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::error::{BuildError, io_error};
-use super::javascript::build_javascript;
+use super::javascript::{build_javascript, prewarm_javascript};
 use super::language::Language;
 use super::options::{BuildOptions, Built};
 use super::python::build_python;
@@ -98,6 +98,22 @@ pub fn build(dir: &Path, options: &BuildOptions) -> Result<Built, BuildError> {
         installed_toolchain,
         took: started.elapsed(),
     })
+}
+
+/// Warms up the tools of `options.session` for rebuilds of the plugin in
+/// `dir` (see [`super::BuildSession`]): a JavaScript plugin's
+/// componentize-js worker is started and run once on a stub. Nothing to do
+/// for the other languages, or without a session.
+pub fn prewarm(dir: &Path, options: &BuildOptions) -> Result<(), BuildError> {
+    let Some(session) = &options.session else {
+        return Ok(());
+    };
+    match detect(dir, options.language)? {
+        Language::JavaScript if !session.js_worker_running() => {
+            prewarm_javascript(options, session)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Checks the file is a WebAssembly component (not a core module); its size.
