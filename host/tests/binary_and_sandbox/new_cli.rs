@@ -18,7 +18,7 @@ const READY_LIMIT: Duration = Duration::from_secs(60);
 
 /// The toolchain cache the suite's own Python and TypeScript builds fill
 /// (`plugins/artifacts`): `<target dir>/wasmctrl-toolchains`.
-fn toolchains() -> PathBuf {
+pub(crate) fn toolchains() -> PathBuf {
     let exe = Path::new(env!("CARGO_BIN_EXE_wasmctrl"));
     match std::env::var_os("WASMCTRL_TOOLCHAINS") {
         Some(dir) => dir.into(),
@@ -177,6 +177,15 @@ async fn edits_are_rebuilt_and_swapped_in(dir: &Path, resource: &str, dev: &Dev)
     let _log = LogOnFailure(dev);
     let source = reconciler_source(dir);
     let original = std::fs::read_to_string(&source).unwrap();
+    if dir.join("package.json").is_file() {
+        // The watch keeps componentize-js warm for rebuilds: what is timed
+        // is a rebuild in the warm worker, as an author's edits get.
+        eventually("componentize-js to be warm", READY_LIMIT, || {
+            let warm = dev.log().contains("componentize-js is warm for rebuilds");
+            async move { warm }
+        })
+        .await;
+    }
     let failed = "the build failed; the running version keeps serving";
     std::fs::write(&source, format!("{original}\n)]}} this does not parse\n")).unwrap();
     eventually("the broken build to be reported", READY_LIMIT, || {

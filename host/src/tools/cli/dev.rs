@@ -98,7 +98,11 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         ..ManagerOptions::default()
     };
     let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
-    let watched = watch.then(|| super::watch::watched_plugins(&config));
+    let watched = watch.then(|| {
+        let mut plugins = super::watch::watched_plugins(&config);
+        super::watch::share_warm_tools(&mut plugins);
+        plugins
+    });
     let manager = Manager::start(config, client, options).await?;
     for failure in manager.loaded().await {
         eprintln!(

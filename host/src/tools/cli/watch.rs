@@ -11,7 +11,9 @@
 //! points, and the host's file source (which watches that file) swaps it
 //! in, reusing the compiled-component cache when the bytes did not change.
 //! Each rebuild prints the time from the first save to the new version
-//! serving.
+//! serving. The rebuilds share a [`build::BuildSession`]: a JavaScript
+//! plugin's componentize-js stays warm in one Node process, started in the
+//! background when watching starts.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,6 +103,32 @@ pub(super) fn is_source_change(dir: &Path, component: &Path, path: &Path) -> boo
         || name.ends_with(".tmp")
         || name == "4913";
     !(skipped_dir || scratch)
+}
+
+/// Gives `plugins` one [`build::BuildSession`], so that their rebuilds
+/// share warm tools, and warms a JavaScript plugin's componentize-js in the
+/// background (from now, while the host starts), saying on stderr when it
+/// is warm.
+pub(super) fn share_warm_tools(plugins: &mut [WatchedPlugin]) {
+    let session = build::BuildSession::new();
+    for plugin in plugins.iter_mut() {
+        plugin.options.session = Some(session.clone());
+    }
+    let Some(js) = plugins.iter().find(|p| {
+        matches!(
+            build::detect(&p.dir, p.options.language),
+            Ok(build::Language::JavaScript)
+        )
+    }) else {
+        return;
+    };
+    let (dir, options) = (js.dir.clone(), js.options.clone());
+    tokio::task::spawn_blocking(move || match build::prewarm(&dir, &options) {
+        Ok(()) => eprintln!("--watch: componentize-js is warm for rebuilds"),
+        Err(e) => eprintln!(
+            "--watch: componentize-js could not be kept warm, rebuilds start it cold: {e}"
+        ),
+    });
 }
 
 /// Watches every plugin of `plugins` until the process ends; `status`
