@@ -319,8 +319,11 @@ impl<'a> Resolver<'a> {
 
     fn bindings(&self, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
         self.store
-            .list(&gr(resource), namespace, None, None, &|_| true)
+            .list(&gr(resource), namespace, None, None, None)
             .1
+            .iter()
+            .map(|o| crate::registry::storage::parse_json_arc(o))
+            .collect()
     }
 
     /// Visits every rule that applies to `user` in `namespace` (all

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::{broadcast, mpsc};
 
 use super::faults::{WatchFault, WatchFaults};
@@ -19,8 +19,8 @@ use crate::error::{ApiError, Cause};
 use crate::metrics::{Limit, Metrics};
 use crate::registry::resources::ResourceInfo;
 use crate::registry::selectors::{FieldSelector, LabelSelector};
-use crate::registry::storage::{Event, EventType, StoreError, WatchFrom};
-use crate::registry::views::{to_view, view_is_identity};
+use crate::registry::storage::{Event, EventType, StoreError, WatchFrom, parse_json};
+use crate::registry::views::{stored_view_is_identity, to_view};
 
 /// How often an idle watch that asked for bookmarks gets one.
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(30);
@@ -47,13 +47,19 @@ pub(crate) struct WatchParams {
 }
 
 impl WatchParams {
-    fn matches(&self, ev_ns: &str, obj: &Value) -> bool {
+    /// Whether this watch sees the object `json` in namespace `ev_ns`; the
+    /// object is parsed only for a selector.
+    fn matches(&self, ev_ns: &str, json: &[u8]) -> bool {
         if let Some(ns) = &self.namespace
             && ns != ev_ns
         {
             return false;
         }
-        self.labels.matches(obj) && self.fields.matches(obj)
+        if self.labels.is_empty() && self.fields.is_empty() {
+            return true;
+        }
+        let obj = parse_json(json);
+        self.labels.matches(&obj) && self.fields.matches(&obj)
     }
 }
 
@@ -67,8 +73,13 @@ fn line(kind: &str, object: &[u8]) -> Bytes {
     b.freeze()
 }
 
-fn render(info: &ResourceInfo, p: &WatchParams, obj: &Value) -> Vec<u8> {
-    let view = to_view(info, obj);
+/// The object of an event line: the stored JSON as it is where the view is
+/// the stored object, else its view (or one-row Table) rendered.
+fn render(info: &ResourceInfo, p: &WatchParams, json: &Bytes) -> Bytes {
+    if p.table.is_none() && stored_view_is_identity(info, json) {
+        return json.clone();
+    }
+    let view = to_view(info, &parse_json(json));
     match p.table {
         Some((version, include)) => {
             let t = super::table::table(
@@ -79,9 +90,9 @@ fn render(info: &ResourceInfo, p: &WatchParams, obj: &Value) -> Vec<u8> {
                 include,
                 true,
             );
-            serde_json::to_vec(&t).unwrap_or_default()
+            serde_json::to_vec(&t).unwrap_or_default().into()
         }
-        None => serde_json::to_vec(&view).unwrap_or_default(),
+        None => serde_json::to_vec(&view).unwrap_or_default().into(),
     }
 }
 
@@ -126,12 +137,7 @@ fn translate(info: &ResourceInfo, p: &WatchParams, ev: &Event) -> Option<Bytes> 
             }
         }
     };
-    let body = if p.table.is_none() && view_is_identity(info, &ev.object) {
-        return Some(line(kind.as_str(), ev.rendered()));
-    } else {
-        render(info, p, &ev.object)
-    };
-    Some(line(kind.as_str(), &body))
+    Some(line(kind.as_str(), &render(info, p, &ev.object)))
 }
 
 /// Events held back by the "withhold events" fault before the watcher is
@@ -211,8 +217,7 @@ pub(crate) fn serve(
         Ok(start) => start,
     };
     let mut snapshot = Vec::new();
-    for obj in &start.snapshot {
-        let ns = crate::values::meta_str(obj, "namespace").unwrap_or("");
+    for (ns, obj) in &start.snapshot {
         if p.matches(ns, obj) {
             snapshot.push(line("ADDED", &render(&info, &p, obj)));
         }
@@ -461,7 +466,7 @@ mod tests {
         while let Some(Ok(chunk)) = out.recv().await {
             lines.push(chunk);
         }
-        let last: Value = serde_json::from_slice(lines.last().unwrap()).unwrap();
+        let last: serde_json::Value = serde_json::from_slice(lines.last().unwrap()).unwrap();
         assert_eq!(last["type"], "ERROR");
         assert_eq!(last["object"]["code"], 410);
         assert_eq!(metrics.exceeded_count("slowWatcher"), 1);

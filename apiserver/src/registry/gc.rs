@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use super::Objects;
 use super::delete::{DeleteOptions, FOREGROUND, ORPHAN};
 use super::resources::GroupResource;
-use super::storage::{Event, EventType};
+use super::storage::{self, Event, EventType};
 use super::writes::{CRD_CLEANUP_FINALIZER, WriteCtx};
 use crate::values::meta_str;
 
@@ -42,24 +42,18 @@ fn namespace_key() -> GroupResource {
     GroupResource::new("", "namespaces")
 }
 
-/// Reacts to one event.
+/// Reacts to one event. Most events are of objects not being deleted:
+/// those are passed over without parsing their JSON.
 pub(crate) fn handle(objects: &Objects, ev: &Event) {
-    let obj = &ev.object;
-    let uid = meta_str(obj, "uid").unwrap_or("").to_string();
     match ev.etype {
         EventType::Deleted => {
-            if !uid.is_empty() {
+            let (uid, owners) = storage::uid_and_owners(&ev.object);
+            if let Some(uid) = uid.filter(|u| !u.is_empty()) {
                 collect_dependents(objects, &uid);
             }
             // Owners waiting in foreground deletion may now be free.
-            for owner in obj["metadata"]["ownerReferences"]
-                .as_array()
-                .into_iter()
-                .flatten()
-            {
-                if let Some(ouid) = owner["uid"].as_str() {
-                    check_foreground_by_uid(objects, ouid);
-                }
+            for ouid in &owners {
+                check_foreground_by_uid(objects, ouid);
             }
             if !ev.namespace.is_empty() {
                 check_namespace(objects, &ev.namespace);
@@ -76,9 +70,14 @@ pub(crate) fn handle(objects: &Objects, ev: &Event) {
             }
         }
         EventType::Added | EventType::Modified => {
+            if !storage::mentions(&ev.object, b"\"deletionTimestamp\"") {
+                return;
+            }
+            let obj = &ev.value();
             if !deleting(obj) {
                 return;
             }
+            let uid = meta_str(obj, "uid").unwrap_or("").to_string();
             if has_finalizer(obj, ORPHAN) {
                 orphan(objects, ev, &uid);
             }

@@ -43,6 +43,11 @@ impl LabelSelector {
             .map(Self)
     }
 
+    /// Whether it matches every object.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether the object's labels satisfy every requirement.
     pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.0
@@ -128,6 +133,11 @@ impl FieldSelector {
     }
 
     /// Whether every requirement holds. Objects are matched in stored form.
+    /// Whether it matches every object.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
     pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(f, eq, v)| {
             let actual = field_value(obj, f);

@@ -43,11 +43,13 @@ pub(crate) fn from_view(info: &ResourceInfo, obj: Value) -> Value {
     }
 }
 
-/// Whether the stored form already equals the served form (no conversion
-/// needed, so cached serializations can be reused).
-pub(crate) fn view_is_identity(info: &ResourceInfo, obj: &Value) -> bool {
+/// Whether the stored object `json` already equals its served form (no
+/// conversion needed, so the stored bytes are the answer), read without
+/// parsing it (the store writes `apiVersion` first).
+pub(crate) fn stored_view_is_identity(info: &ResourceInfo, json: &[u8]) -> bool {
     info.view == View::Plain
-        && obj.get("apiVersion").and_then(Value::as_str) == Some(info.api_version().as_str())
+        && crate::registry::storage::api_version_of(json).as_deref()
+            == Some(info.api_version().as_str())
 }
 
 /// Field renames between the two APIs: (core v1, events.k8s.io/v1).

@@ -18,6 +18,7 @@ use crate::http::state::ServerState;
 use crate::http::watch::WatchParams;
 use crate::registry::resources::ResourceInfo;
 use crate::registry::selectors::{FieldSelector, LabelSelector, SelectorError};
+use crate::registry::storage::parse_json;
 use crate::registry::views::to_view;
 
 fn selector_error(e: SelectorError) -> ApiError {
@@ -96,18 +97,21 @@ pub(super) fn list(
             && labels.matches(o)
             && fields.matches(o)
     };
+    // Without a selector nothing is parsed: the stored JSON is the answer.
+    let selective = name_pin.is_some() || !labels.is_empty() || !fields.is_empty();
+    let filter: Option<&dyn Fn(&Value) -> bool> = selective.then_some(&filter);
     // Later pages show the objects as they stood at the first page's
     // resourceVersion, and report it, as kube-apiserver's do.
     let (list_rv, items, next) = match &cont {
         None => shared
             .objects
             .store
-            .list(&info.storage, t.namespace, None, limit, &filter),
+            .list(&info.storage, t.namespace, None, limit, filter),
         Some((at, after)) => {
             let (items, next) = shared
                 .objects
                 .store
-                .list_at(&info.storage, t.namespace, *at, Some(after), limit, &filter)
+                .list_at(&info.storage, t.namespace, *at, Some(after), limit, filter)
                 .map_err(|_| ApiError::Expired(CONTINUE_EXPIRED.into()))?;
             (*at, items, next)
         }
@@ -117,7 +121,10 @@ pub(super) fn list(
         metadata["continue"] = json!(encode_continue(list_rv, k));
     }
     if let Some(version) = table {
-        let objects: Vec<Value> = items.iter().map(|o| to_view(info, o)).collect();
+        let objects: Vec<Value> = items
+            .iter()
+            .map(|o| to_view(info, &parse_json(o)))
+            .collect();
         let include = crate::http::table::Include::parse(q.get("includeObject"));
         return Ok(response::json(
             StatusCode::OK,
@@ -140,12 +147,12 @@ pub(super) fn list(
         if i > 0 {
             out.push(b',');
         }
-        if crate::registry::views::view_is_identity(info, obj) {
-            serde_json::to_writer(&mut out, &**obj)
+        if crate::registry::views::stored_view_is_identity(info, obj) {
+            out.extend_from_slice(obj);
         } else {
-            serde_json::to_writer(&mut out, &to_view(info, obj))
+            serde_json::to_writer(&mut out, &to_view(info, &parse_json(obj)))
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
         }
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
     }
     out.extend_from_slice(b"]}");
     Ok(response::bytes_with_type(
@@ -192,14 +199,15 @@ pub(super) async fn delete_collection(
     let (labels, fields) = selectors(q, info)?;
     let ctx = write_ctx(req)?;
     let opts = delete_options(shared, q, headers, req.body)?;
-    let (_, items, _) = shared
-        .objects
-        .store
-        .list(&info.storage, t.namespace, None, None, &|o| {
-            labels.matches(o) && fields.matches(o)
-        });
+    let (_, items, _) = shared.objects.store.list(
+        &info.storage,
+        t.namespace,
+        None,
+        None,
+        Some(&|o: &Value| labels.matches(o) && fields.matches(o)),
+    );
     let mut deleted = Vec::new();
-    for obj in items {
+    for obj in items.iter().map(|o| parse_json(o)) {
         let ns = crate::values::meta_str(&obj, "namespace")
             .unwrap_or("")
             .to_string();

@@ -2,12 +2,13 @@
 //! computed against, applied at once or staged for the persister, and
 //! made visible in resourceVersion order.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::durable::{Durable, PersistOp, durable_pair};
 use super::event::{Event, EventType};
+use super::json;
 use super::state::{Entry, ObjKey, StagedEntry, State, is_deleting, namespace_key};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
@@ -84,22 +85,25 @@ impl Store {
         }
         let key: ObjKey = (ns.to_string(), name.to_string());
         let mut st = self.lock();
-        let current = st.latest(gr, &key);
+        let current = st.latest_json(gr, &key);
         match (expect, &current) {
             (Expect::Absent, None) => {
                 if !ns.is_empty() {
                     let nskey = (String::new(), ns.to_string());
-                    match st.latest(&namespace_key(), &nskey) {
+                    match st.latest_json(&namespace_key(), &nskey) {
                         None => return Err(StoreError::NamespaceMissing(ns.to_string())),
-                        Some(n) if is_deleting(&n.obj) && matches!(change, Change::Put(_)) => {
+                        Some((_, n, _))
+                            if matches!(change, Change::Put(_))
+                                && is_deleting(&json::decode(&n)) =>
+                        {
                             return Err(StoreError::NamespaceTerminating(ns.to_string()));
                         }
                         Some(_) => {}
                     }
                 }
             }
-            (Expect::Rv(want), Some(cur)) if cur.rv == want => {}
-            _ => return Err(StoreError::Mismatch(current.map(|c| c.rv))),
+            (Expect::Rv(want), Some((rv, ..))) if *rv == want => {}
+            _ => return Err(StoreError::Mismatch(current.map(|c| c.0))),
         }
         if st.durable && st.persist.is_none() && !dry_run {
             return Err(StoreError::ShuttingDown);
@@ -119,10 +123,10 @@ impl Store {
                 (et, Arc::new(obj))
             }
             Change::Delete => {
-                let Some(cur) = &current else {
+                let Some((_, cur, _)) = &current else {
                     return Err(StoreError::Mismatch(None));
                 };
-                let mut last = (*cur.obj).clone();
+                let mut last = json::decode(cur);
                 if !dry_run {
                     crate::values::metadata_mut(&mut last)
                         .insert("resourceVersion".into(), Value::String(rv.to_string()));
@@ -136,17 +140,17 @@ impl Store {
                 durable: None,
             });
         }
+        let stored = json::encode(&object);
         let event = Arc::new(Event {
             rv,
             etype,
             resource: gr.clone(),
             namespace: key.0.clone(),
             name: key.1.clone(),
-            object: object.clone(),
+            object: stored.clone(),
             // Writes become visible in order, so the latest state now is
             // the visible state just before this one.
-            prev: current.map(|c| c.obj),
-            rendered: OnceLock::new(),
+            prev: current.map(|c| c.1),
         });
         if !st.durable {
             st.assigned = rv;
@@ -170,7 +174,7 @@ impl Store {
             (gr.clone(), key),
             StagedEntry {
                 rv,
-                obj: (etype != EventType::Deleted).then(|| object.clone()),
+                obj: (etype != EventType::Deleted).then_some(stored),
                 durable: durable.clone(),
             },
         );

@@ -1,9 +1,12 @@
 //! One change, as watchers, the garbage collector and the persister see it.
 
-use std::sync::{Arc, OnceLock};
+#[cfg(test)]
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::Value;
+
+use super::json::{self, Json};
 
 use crate::registry::resources::GroupResource;
 
@@ -33,12 +36,11 @@ pub(crate) struct Event {
     pub(crate) resource: GroupResource,
     pub(crate) namespace: String,
     pub(crate) name: String,
-    /// The new state (for DELETED, the last state carrying the deletion RV).
-    pub(crate) object: Arc<Value>,
+    /// The new state (for DELETED, the last state carrying the deletion
+    /// RV), as the stored JSON.
+    pub(crate) object: Json,
     /// The state before, so watchers can tell an object left their selector.
-    pub(crate) prev: Option<Arc<Value>>,
-    /// `object` serialized, computed once on first use.
-    pub(super) rendered: OnceLock<Bytes>,
+    pub(crate) prev: Option<Json>,
 }
 
 impl Event {
@@ -54,17 +56,21 @@ impl Event {
             resource,
             namespace: String::new(),
             name,
-            object: Arc::new(object),
+            object: json::encode(&object),
             prev: None,
-            rendered: OnceLock::new(),
         })
     }
 
-    /// `object` serialized once and shared by the persister and every
+    /// `object` as stored: the same bytes for the persister and every
     /// watcher of the stored version (the common case), which keeps fan-out
     /// cheap.
     pub(crate) fn rendered(&self) -> &Bytes {
-        self.rendered
-            .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
+        &self.object
+    }
+
+    /// `object` parsed (each call parses: events in the history hold only
+    /// their JSON).
+    pub(crate) fn value(&self) -> Value {
+        json::decode(&self.object)
     }
 }

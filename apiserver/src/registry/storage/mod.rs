@@ -24,11 +24,13 @@
 //! | `commit` | optimistic writes, and making events visible |
 //! | `watch` | the consistent start of a watch, and forced expiry |
 //! | `event` | [`Event`], one change |
+//! | `json` | objects as the store holds them: compact JSON, parsed on use |
 //! | `durable` | staged writes and the persister's queue |
 
 mod commit;
 mod durable;
 mod event;
+mod json;
 mod reads;
 mod state;
 mod store;
@@ -39,6 +41,12 @@ mod watch;
 pub(crate) use commit::{Change, Committed, Expect, StoreError};
 pub(crate) use durable::{Durable, PersistOp};
 pub(crate) use event::{Event, EventType};
+#[cfg(test)]
+pub(crate) use json::Json;
+pub(crate) use json::{
+    api_version as api_version_of, decode as parse_json, decode_arc as parse_json_arc, mentions,
+    uid_and_owners,
+};
 pub(crate) use state::{HISTORY_LEN, ObjKey, Stored};
 pub(crate) use store::Store;
 pub(crate) use watch::WatchFrom;

@@ -4,11 +4,11 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::RangeBounds;
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use super::commit::StoreError;
+use super::json::{self, Json};
 use super::state::{ObjKey, Stored};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
@@ -16,22 +16,28 @@ use crate::registry::resources::GroupResource;
 impl Store {
     /// One visible object (what GET answers).
     pub(crate) fn get(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<Stored> {
+        let (rv, json) = self.get_json(gr, ns, name)?;
+        Some(Stored::parse((rv, json, None)))
+    }
+
+    /// One visible object's resourceVersion and JSON, unparsed.
+    pub(crate) fn get_json(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<(u64, Json)> {
         self.lock()
             .tables
             .get(gr)?
             .get(&(ns.to_string(), name.to_string()))
-            .map(|e| Stored {
-                rv: e.rv,
-                obj: e.obj.clone(),
-                durable: None,
-            })
+            .map(|e| (e.rv, e.obj.clone()))
     }
 
     /// The state the next write to an object must build on: a staged write
     /// if one is pending, else the visible object. Equal to [`Store::get`]
     /// without persistence.
     pub(crate) fn latest(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<Stored> {
-        self.lock().latest(gr, &(ns.to_string(), name.to_string()))
+        let found = self
+            .lock()
+            .latest_json(gr, &(ns.to_string(), name.to_string()))?;
+        // Parsed outside the lock.
+        Some(Stored::parse(found))
     }
 
     /// Where the object with this uid is stored.
@@ -90,17 +96,18 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// A filtered, ordered page of objects. `ns` None lists all namespaces;
-    /// `after` is the exclusive start key of a continued list; at most `limit`
-    /// matches are returned, with the key to continue from when more remain.
+    /// A filtered, ordered page of objects, as their JSON. `ns` None lists
+    /// all namespaces; `after` is the exclusive start key of a continued
+    /// list; at most `limit` matches are returned, with the key to continue
+    /// from when more remain. Objects are parsed only for a `filter`.
     pub(crate) fn list(
         &self,
         gr: &GroupResource,
         ns: Option<&str>,
         after: Option<&ObjKey>,
         limit: Option<usize>,
-        filter: &dyn Fn(&Value) -> bool,
-    ) -> (u64, Vec<Arc<Value>>, Option<ObjKey>) {
+        filter: Option<&dyn Fn(&Value) -> bool>,
+    ) -> (u64, Vec<Json>, Option<ObjKey>) {
         let st = self.lock();
         let Some(table) = st.tables.get(gr) else {
             return (st.rv, Vec::new(), None);
@@ -125,8 +132,8 @@ impl Store {
         at: u64,
         after: Option<&ObjKey>,
         limit: Option<usize>,
-        filter: &dyn Fn(&Value) -> bool,
-    ) -> Result<(Vec<Arc<Value>>, Option<ObjKey>), StoreError> {
+        filter: Option<&dyn Fn(&Value) -> bool>,
+    ) -> Result<(Vec<Json>, Option<ObjKey>), StoreError> {
         let st = self.lock();
         if at < st.floor || at > st.rv {
             return Err(StoreError::Expired {
@@ -143,7 +150,7 @@ impl Store {
         // Each key changed since `at`, with its state then (None: it did not
         // exist). The history is in resourceVersion order: walking back, the
         // last event seen for a key is its first change after `at`.
-        let mut then: BTreeMap<(&str, &str), Option<&Arc<Value>>> = BTreeMap::new();
+        let mut then: BTreeMap<(&str, &str), Option<&Json>> = BTreeMap::new();
         for ev in st.history.iter().rev().take_while(|ev| ev.rv > at) {
             let key = (ev.namespace.as_str(), ev.name.as_str());
             if ev.resource == *gr && borrowed.contains(&key) {
@@ -197,11 +204,11 @@ fn lower_bound(
 /// bound) that are in `ns` and pass `filter`, and the key to continue from
 /// when more remain.
 fn page<'a>(
-    objects: impl Iterator<Item = ((&'a str, &'a str), &'a Arc<Value>)>,
+    objects: impl Iterator<Item = ((&'a str, &'a str), &'a Json)>,
     ns: Option<&str>,
     limit: Option<usize>,
-    filter: &dyn Fn(&Value) -> bool,
-) -> (Vec<Arc<Value>>, Option<ObjKey>) {
+    filter: Option<&dyn Fn(&Value) -> bool>,
+) -> (Vec<Json>, Option<ObjKey>) {
     let mut out = Vec::new();
     let mut last: Option<(&str, &str)> = None;
     for (key, obj) in objects {
@@ -210,7 +217,9 @@ fn page<'a>(
         {
             break;
         }
-        if !filter(obj) {
+        if let Some(filter) = filter
+            && !filter(&json::decode(obj))
+        {
             continue;
         }
         if let Some(limit) = limit

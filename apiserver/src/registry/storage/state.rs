@@ -9,6 +9,7 @@ use tokio::sync::mpsc;
 
 use super::durable::{Durable, PersistOp};
 use super::event::Event;
+use super::json::{self, Json};
 use crate::registry::resources::GroupResource;
 
 /// `(namespace, name)`; the namespace is empty for cluster-scoped objects.
@@ -32,7 +33,7 @@ pub(crate) struct Stored {
 #[derive(Debug, Clone)]
 pub(super) struct Entry {
     pub(super) rv: u64,
-    pub(super) obj: Arc<Value>,
+    pub(super) obj: Json,
 }
 
 /// The newest staged state of one key.
@@ -40,7 +41,7 @@ pub(super) struct Entry {
 pub(super) struct StagedEntry {
     pub(super) rv: u64,
     /// None for a staged deletion.
-    pub(super) obj: Option<Arc<Value>>,
+    pub(super) obj: Option<Json>,
     pub(super) durable: Durable,
 }
 
@@ -75,20 +76,6 @@ pub(super) fn namespace_key() -> GroupResource {
     GroupResource::new("", "namespaces")
 }
 
-fn owner_uids(obj: &Value) -> Vec<String> {
-    obj.get("metadata")
-        .and_then(|m| m.get("ownerReferences"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_string))
-        .collect()
-}
-
-fn uid_of(obj: &Value) -> Option<String> {
-    crate::values::meta_str(obj, "uid").map(str::to_string)
-}
-
 pub(super) fn is_deleting(obj: &Value) -> bool {
     obj.get("metadata")
         .and_then(|m| m.get("deletionTimestamp"))
@@ -96,11 +83,12 @@ pub(super) fn is_deleting(obj: &Value) -> bool {
 }
 
 impl State {
-    pub(super) fn index_remove(&mut self, gr: &GroupResource, key: &ObjKey, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
+    pub(super) fn index_remove(&mut self, gr: &GroupResource, key: &ObjKey, obj: &[u8]) {
+        let (uid, owners) = json::uid_and_owners(obj);
+        if let Some(uid) = uid {
             self.uids.remove(&uid);
         }
-        for owner in owner_uids(obj) {
+        for owner in owners {
             if let Some(set) = self.dependents.get_mut(&owner) {
                 set.remove(&(gr.clone(), key.clone()));
                 if set.is_empty() {
@@ -110,11 +98,12 @@ impl State {
         }
     }
 
-    pub(super) fn index_add(&mut self, gr: &GroupResource, key: &ObjKey, obj: &Value) {
-        if let Some(uid) = uid_of(obj) {
+    pub(super) fn index_add(&mut self, gr: &GroupResource, key: &ObjKey, obj: &[u8]) {
+        let (uid, owners) = json::uid_and_owners(obj);
+        if let Some(uid) = uid {
             self.uids.insert(uid, (gr.clone(), key.clone()));
         }
-        for owner in owner_uids(obj) {
+        for owner in owners {
             self.dependents
                 .entry(owner)
                 .or_default()
@@ -131,23 +120,35 @@ impl State {
         }
     }
 
-    /// The state the next write to `key` builds on: staged if any, else
-    /// visible.
-    pub(super) fn latest(&self, gr: &GroupResource, key: &ObjKey) -> Option<Stored> {
-        if let Some(s) = self.staged.get(&(gr.clone(), key.clone())) {
-            return s.obj.as_ref().map(|obj| Stored {
-                rv: s.rv,
-                obj: obj.clone(),
-                durable: Some(s.durable.clone()),
-            });
+    /// The JSON and resourceVersion the next write to `key` builds on:
+    /// staged if any, else visible; with the staged write's durability.
+    pub(super) fn latest_json(
+        &self,
+        gr: &GroupResource,
+        key: &ObjKey,
+    ) -> Option<(u64, Json, Option<Durable>)> {
+        if !self.staged.is_empty()
+            && let Some(s) = self.staged.get(&(gr.clone(), key.clone()))
+        {
+            return s
+                .obj
+                .as_ref()
+                .map(|obj| (s.rv, obj.clone(), Some(s.durable.clone())));
         }
         self.tables
             .get(gr)
             .and_then(|t| t.get(key))
-            .map(|e| Stored {
-                rv: e.rv,
-                obj: e.obj.clone(),
-                durable: None,
-            })
+            .map(|e| (e.rv, e.obj.clone(), None))
+    }
+}
+
+impl Stored {
+    /// The stored state `(rv, json, durable)` with its object parsed.
+    pub(super) fn parse((rv, obj, durable): (u64, Json, Option<Durable>)) -> Stored {
+        Stored {
+            rv,
+            obj: json::decode_arc(&obj),
+            durable,
+        }
     }
 }

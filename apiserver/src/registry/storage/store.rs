@@ -7,6 +7,7 @@ use tokio::sync::{broadcast, mpsc};
 
 use super::durable::PersistOp;
 use super::event::{Event, EventType};
+use super::json;
 use super::state::{Entry, ObjKey, State, is_deleting};
 use crate::registry::resources::GroupResource;
 
@@ -84,14 +85,12 @@ impl Store {
         st.rv = st.rv.max(rv);
         for (gr, key, orv, obj) in objects {
             st.rv = st.rv.max(orv);
+            let obj = json::encode(&obj);
             st.index_add(&gr, &key, &obj);
-            st.tables.entry(gr).or_default().insert(
-                key,
-                Entry {
-                    rv: orv,
-                    obj: Arc::new(obj),
-                },
-            );
+            st.tables
+                .entry(gr)
+                .or_default()
+                .insert(key, Entry { rv: orv, obj });
         }
         st.assigned = st.rv;
         // Nothing before the restart can be replayed.
@@ -105,7 +104,10 @@ impl Store {
         let mut out = Vec::new();
         for (gr, table) in &st.tables {
             for (key, e) in table {
-                if is_deleting(&e.obj) {
+                // Parsed only when the bytes could say so.
+                if json::mentions(&e.obj, b"\"deletionTimestamp\"")
+                    && is_deleting(&json::decode(&e.obj))
+                {
                     out.push(Arc::new(Event {
                         rv: e.rv,
                         etype: EventType::Modified,
@@ -114,7 +116,6 @@ impl Store {
                         name: key.1.clone(),
                         object: e.obj.clone(),
                         prev: Some(e.obj.clone()),
-                        rendered: OnceLock::new(),
                     }));
                 }
             }

@@ -3,12 +3,12 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio::sync::broadcast;
 
 use super::commit::StoreError;
 use super::durable::PersistOp;
 use super::event::Event;
+use super::json::Json;
 use super::store::Store;
 use crate::registry::resources::GroupResource;
 
@@ -23,8 +23,9 @@ pub(crate) enum WatchFrom {
 
 /// The consistent starting point of a watch.
 pub(crate) struct WatchStart {
-    /// Current objects (Snapshot) — filter by namespace/selectors outside.
-    pub(crate) snapshot: Vec<Arc<Value>>,
+    /// Current objects' namespaces and JSON (Snapshot) — filter by
+    /// namespace/selectors outside.
+    pub(crate) snapshot: Vec<(String, Json)>,
     /// History after the requested RV (Rv).
     pub(crate) backlog: Vec<Arc<Event>>,
     pub(crate) rx: broadcast::Receiver<Arc<Event>>,
@@ -46,7 +47,11 @@ impl Store {
                 snapshot: st
                     .tables
                     .get(gr)
-                    .map(|t| t.values().map(|e| e.obj.clone()).collect())
+                    .map(|t| {
+                        t.iter()
+                            .map(|(k, e)| (k.0.clone(), e.obj.clone()))
+                            .collect()
+                    })
                     .unwrap_or_default(),
                 backlog: Vec::new(),
                 rx,

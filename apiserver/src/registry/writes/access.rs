@@ -67,8 +67,8 @@ impl Objects {
         if let Some(kind) =
             crate::admission::ConfigKind::of(&ev.resource.group, &ev.resource.resource)
         {
-            let stored = (ev.etype != EventType::Deleted).then_some(&*ev.object);
-            self.admission.observe(kind, &ev.name, stored);
+            let stored = (ev.etype != EventType::Deleted).then(|| ev.value());
+            self.admission.observe(kind, &ev.name, stored.as_ref());
             return;
         }
         if !(ev.resource.group == "apiextensions.k8s.io"
@@ -76,7 +76,7 @@ impl Objects {
         {
             return;
         }
-        let (storage, infos) = crate::registry::crd::infos_for(&ev.object);
+        let (storage, infos) = crate::registry::crd::infos_for(&ev.value());
         let infos = if ev.etype == EventType::Deleted {
             Vec::new()
         } else {
@@ -100,8 +100,11 @@ impl Objects {
                 crate::admission::config::GROUP,
                 plural,
             );
-            let (_, stored, _) = self.store.list(&gr, None, None, None, &|_| true);
-            for obj in stored {
+            let (_, stored, _) = self.store.list(&gr, None, None, None, None);
+            for obj in stored
+                .iter()
+                .map(|o| crate::registry::storage::parse_json(o))
+            {
                 let name = crate::values::meta_str(&obj, "name").unwrap_or("");
                 self.admission.observe(kind, name, Some(&obj));
             }

@@ -261,9 +261,12 @@ fn endpoint_address(objects: &Objects, ns: &str, svc: &Value, port: u16) -> Opti
         Some(ns),
         None,
         None,
-        &|o| o.pointer("/metadata/labels/kubernetes.io~1service-name") == Some(&json!(name)),
+        Some(&|o: &Value| {
+            o.pointer("/metadata/labels/kubernetes.io~1service-name") == Some(&json!(name))
+        }),
     );
     slices.iter().find_map(|slice| {
+        let slice = crate::registry::storage::parse_json(slice);
         let addr = slice["endpoints"]
             .as_array()
             .into_iter()
