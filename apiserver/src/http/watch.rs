@@ -2,6 +2,7 @@
 //! resourceVersion inside the history window (410 Expired past it), with
 //! bookmarks, `sendInitialEvents` and selector enter/leave semantics.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,9 +76,9 @@ fn line(kind: &str, object: &[u8]) -> Bytes {
 
 /// The object of an event line: the stored JSON as it is where the view is
 /// the stored object, else its view (or one-row Table) rendered.
-fn render(info: &ResourceInfo, p: &WatchParams, json: &Bytes) -> Bytes {
+fn render<'a>(info: &ResourceInfo, p: &WatchParams, json: &'a [u8]) -> Cow<'a, [u8]> {
     if p.table.is_none() && stored_view_is_identity(info, json) {
-        return json.clone();
+        return Cow::Borrowed(json);
     }
     let view = to_view(info, &parse_json(json));
     match p.table {
@@ -90,9 +91,9 @@ fn render(info: &ResourceInfo, p: &WatchParams, json: &Bytes) -> Bytes {
                 include,
                 true,
             );
-            serde_json::to_vec(&t).unwrap_or_default().into()
+            Cow::Owned(serde_json::to_vec(&t).unwrap_or_default())
         }
-        None => serde_json::to_vec(&view).unwrap_or_default().into(),
+        None => Cow::Owned(serde_json::to_vec(&view).unwrap_or_default()),
     }
 }
 

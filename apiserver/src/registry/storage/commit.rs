@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::durable::{Durable, PersistOp, durable_pair};
 use super::event::{Event, EventType};
 use super::json;
-use super::state::{Entry, ObjKey, StagedEntry, State, is_deleting, namespace_key};
+use super::state::{Entry, ObjKey, StagedEntry, State, TableKey, is_deleting, namespace_key};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
 
@@ -189,20 +189,21 @@ impl Store {
     fn apply_locked(&self, st: &mut State, ev: Arc<Event>) {
         st.rv = st.rv.max(ev.rv);
         let key: ObjKey = (ev.namespace.clone(), ev.name.clone());
+        let table_key = TableKey::new(&ev.namespace, &ev.name);
         let prev = st
             .tables
             .get(&ev.resource)
-            .and_then(|t| t.get(&key))
+            .and_then(|t| t.get(&table_key))
             .map(|e| e.obj.clone());
         if let Some(prev) = prev {
             st.index_remove(&ev.resource, &key, &prev);
         }
         let table = st.tables.entry(ev.resource.clone()).or_default();
         if ev.etype == EventType::Deleted {
-            table.remove(&key);
+            table.remove(&table_key);
         } else {
             table.insert(
-                key.clone(),
+                table_key,
                 Entry {
                     rv: ev.rv,
                     obj: ev.object.clone(),

@@ -3,7 +3,6 @@
 #[cfg(test)]
 use std::sync::Arc;
 
-use bytes::Bytes;
 use serde_json::Value;
 
 use super::json::{self, Json};
@@ -64,7 +63,7 @@ impl Event {
     /// `object` as stored: the same bytes for the persister and every
     /// watcher of the stored version (the common case), which keeps fan-out
     /// cheap.
-    pub(crate) fn rendered(&self) -> &Bytes {
+    pub(crate) fn rendered(&self) -> &[u8] {
         &self.object
     }
 

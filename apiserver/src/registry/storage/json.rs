@@ -19,8 +19,14 @@ pub(crate) type Json = Bytes;
 
 /// `value` as stored.
 pub(crate) fn encode(value: &Value) -> Json {
-    // Serializing a `Value` cannot fail: its keys are strings.
-    Bytes::from(serde_json::to_vec(value).unwrap_or_default())
+    // Serializing a `Value` cannot fail: its keys are strings. A boxed
+    // slice holds no spare capacity (a `Vec` grown by doubling does, and
+    // `Bytes` would keep it).
+    Bytes::from(
+        serde_json::to_vec(value)
+            .unwrap_or_default()
+            .into_boxed_slice(),
+    )
 }
 
 /// The object `json` holds. The store wrote it from a `Value`, so it parses;

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::commit::StoreError;
 use super::json::{self, Json};
-use super::state::{ObjKey, Stored};
+use super::state::{ObjKey, Stored, TableKey};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
 
@@ -25,7 +25,7 @@ impl Store {
         self.lock()
             .tables
             .get(gr)?
-            .get(&(ns.to_string(), name.to_string()))
+            .get(&TableKey::new(ns, name))
             .map(|e| (e.rv, e.obj.clone()))
     }
 
@@ -42,7 +42,7 @@ impl Store {
 
     /// Where the object with this uid is stored.
     pub(crate) fn locate_uid(&self, uid: &str) -> Option<(GroupResource, ObjKey)> {
-        self.lock().uids.get(uid).cloned()
+        self.lock().uids.get(uid)
     }
 
     /// Objects whose ownerReferences name `uid`.
@@ -59,12 +59,12 @@ impl Store {
         let st = self.lock();
         let mut out = Vec::new();
         for (gr, table) in &st.tables {
-            let start = (ns.to_string(), String::new());
-            for ((kns, name), _) in table.range(start..) {
+            for (key, _) in table.range(TableKey::namespace_start(ns)..) {
+                let (kns, name) = key.parts();
                 if kns != ns {
                     break;
                 }
-                out.push((gr.clone(), name.clone()));
+                out.push((gr.clone(), name.to_string()));
             }
         }
         out
@@ -76,9 +76,9 @@ impl Store {
         let st = self.lock();
         st.tables.values().all(|table| {
             table
-                .range((ns.to_string(), String::new())..)
+                .range(TableKey::namespace_start(ns)..)
                 .next()
-                .is_none_or(|((kns, _), _)| kns != ns)
+                .is_none_or(|(key, _)| key.parts().0 != ns)
         })
     }
 
@@ -92,7 +92,7 @@ impl Store {
         self.lock()
             .tables
             .get(gr)
-            .map(|t| t.keys().cloned().collect())
+            .map(|t| t.keys().map(TableKey::to_obj_key).collect())
             .unwrap_or_default()
     }
 
@@ -114,7 +114,7 @@ impl Store {
         };
         let objects = table
             .range(lower_bound(ns, after))
-            .map(|(k, e)| ((k.0.as_str(), k.1.as_str()), &e.obj));
+            .map(|(k, e)| (k.parts(), &e.obj));
         let (items, next) = page(objects, ns, limit, filter);
         (st.rv, items, next)
     }
@@ -144,7 +144,7 @@ impl Store {
         let lower = lower_bound(ns, after);
         // The same bounds over the history's borrowed keys.
         let borrowed = (
-            lower.0.as_ref().map(|k| (k.0.as_str(), k.1.as_str())),
+            lower.0.as_ref().map(TableKey::parts),
             std::ops::Bound::Unbounded,
         );
         // Each key changed since `at`, with its state then (None: it did not
@@ -161,7 +161,7 @@ impl Store {
         let table = st.tables.get(gr).unwrap_or(&empty);
         let mut current = table
             .range(lower.clone())
-            .map(|(k, e)| ((k.0.as_str(), k.1.as_str()), &e.obj))
+            .map(|(k, e)| (k.parts(), &e.obj))
             .peekable();
         let mut changed = then.into_iter().peekable();
         let merged = std::iter::from_fn(move || {
@@ -191,10 +191,10 @@ impl Store {
 fn lower_bound(
     ns: Option<&str>,
     after: Option<&ObjKey>,
-) -> (std::ops::Bound<ObjKey>, std::ops::Bound<ObjKey>) {
+) -> (std::ops::Bound<TableKey>, std::ops::Bound<TableKey>) {
     let lower = match (after, ns) {
-        (Some(k), _) => std::ops::Bound::Excluded(k.clone()),
-        (None, Some(ns)) => std::ops::Bound::Included((ns.to_string(), String::new())),
+        (Some(k), _) => std::ops::Bound::Excluded(TableKey::of(k)),
+        (None, Some(ns)) => std::ops::Bound::Included(TableKey::namespace_start(ns)),
         (None, None) => std::ops::Bound::Unbounded,
     };
     (lower, std::ops::Bound::Unbounded)

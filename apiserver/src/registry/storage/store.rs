@@ -8,7 +8,7 @@ use tokio::sync::{broadcast, mpsc};
 use super::durable::PersistOp;
 use super::event::{Event, EventType};
 use super::json;
-use super::state::{Entry, ObjKey, State, is_deleting};
+use super::state::{Entry, ObjKey, State, TableKey, is_deleting};
 use crate::registry::resources::GroupResource;
 
 /// Broadcast buffer per watcher; a watcher further behind than this is closed
@@ -90,7 +90,7 @@ impl Store {
             st.tables
                 .entry(gr)
                 .or_default()
-                .insert(key, Entry { rv: orv, obj });
+                .insert(TableKey::of(&key), Entry { rv: orv, obj });
         }
         st.assigned = st.rv;
         // Nothing before the restart can be replayed.
@@ -112,8 +112,8 @@ impl Store {
                         rv: e.rv,
                         etype: EventType::Modified,
                         resource: gr.clone(),
-                        namespace: key.0.clone(),
-                        name: key.1.clone(),
+                        namespace: key.parts().0.to_string(),
+                        name: key.parts().1.to_string(),
                         object: e.obj.clone(),
                         prev: Some(e.obj.clone()),
                     }));

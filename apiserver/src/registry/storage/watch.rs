@@ -49,7 +49,7 @@ impl Store {
                     .get(gr)
                     .map(|t| {
                         t.iter()
-                            .map(|(k, e)| (k.0.clone(), e.obj.clone()))
+                            .map(|(k, e)| (k.parts().0.to_string(), e.obj.clone()))
                             .collect()
                     })
                     .unwrap_or_default(),
