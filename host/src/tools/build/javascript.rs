@@ -168,7 +168,7 @@ fn componentize(
                 return Err(BuildError::Step {
                     step: "componentize-js",
                     command: format!(
-                        "componentize-js {} (warm, in the watch's worker)",
+                        "componentize-js {} (warm, in the build session's worker)",
                         request.source.display()
                     ),
                     status: "failed".into(),
@@ -228,9 +228,12 @@ pub(super) fn prewarm_javascript(
         }),
         Warm::Unavailable => Err(BuildError::Step {
             step: "componentize-js (warm-up)",
-            command: format!("node {}", tools.display()),
+            command: "node, with componentize-js from the toolchain cache".into(),
             status: "could not start".into(),
-            output: String::new(),
+            output: format!(
+                "the worker could not start or stopped ({})",
+                tools.display()
+            ),
         }),
     }
 }
