@@ -115,9 +115,11 @@ pub(super) struct State {
 /// string.
 #[derive(Default)]
 pub(super) struct UidIndex {
-    /// By the UUID's two halves: a `u128` key would align each entry to 16
-    /// bytes, 8 of them padding.
-    uuids: HashMap<[u64; 2], Located>,
+    /// By the UUID's two halves (a `u128` key would align each entry to 16
+    /// bytes, 8 of them padding), in a B-tree: random keys fill its nodes
+    /// to about 70%, where a hash table of a million entries, its capacity
+    /// a power of two, is half empty.
+    uuids: BTreeMap<[u64; 2], Located>,
     /// Uids that are not UUIDs (written by another server into a restored
     /// data directory, say).
     others: HashMap<Box<str>, Located>,
