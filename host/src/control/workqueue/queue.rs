@@ -24,6 +24,9 @@ const KEPT_LEVELS: usize = 8;
 
 /// Stale entries tolerated whatever the number of live ones.
 const MIN_COMPACTION: usize = 64;
+/// Capacity a table or line keeps however empty it is: below this, giving
+/// room back is not worth its rehash.
+const MIN_SHRINK: usize = 1024;
 
 pub(super) struct Queue<K> {
     /// Keys ready to be handed out: one FIFO line per priority, highest
@@ -127,11 +130,36 @@ impl<K: QueueKey> Queue<K> {
         }
         let (key, priority, dirty) = self.take_first_live();
         self.ready_len -= 1;
+        self.release_spare();
         self.metrics
             .observe_queue_duration(now.saturating_duration_since(dirty.added_at));
         self.processing.insert(key.clone(), now);
         self.count(priority, -1);
         Some((key, priority))
+    }
+
+    /// Gives back the room of a burst: a table or line holding less than an
+    /// eighth of its capacity shrinks to twice what it holds, so a queue
+    /// that once held a million keys (an initial list, a full resync) does
+    /// not keep their room, ~200 bytes per key. Amortized O(1): a shrink
+    /// costs what it keeps, after seven eighths were removed.
+    fn release_spare(&mut self) {
+        let spare = |len: usize, capacity: usize| capacity >= MIN_SHRINK && len < capacity / 8;
+        if spare(self.dirty.len(), self.dirty.capacity()) {
+            self.dirty.shrink_to(self.dirty.len() * 2);
+        }
+        for line in self.ready.values_mut() {
+            if spare(line.len(), line.capacity()) {
+                line.shrink_to(line.len() * 2);
+            }
+        }
+    }
+
+    /// The capacities of `dirty` and of the largest line of `ready`.
+    #[cfg(test)]
+    pub(super) fn capacities(&self) -> (usize, usize) {
+        let line = self.ready.values().map(VecDeque::capacity).max();
+        (self.dirty.capacity(), line.unwrap_or(0))
     }
 
     /// Removes the first live entry of `ready` and its key's `dirty` record,
@@ -183,6 +211,7 @@ impl<K: QueueKey> Queue<K> {
         self.ready_len = 0;
         self.stale = 0;
         self.dirty.clear();
+        self.dirty.shrink_to(MIN_SHRINK);
         for (&priority, depth) in &mut self.depth {
             *depth = 0;
             self.metrics.set_depth(priority, 0);
@@ -282,4 +311,27 @@ fn file<K>(
         .or_default()
         .push_back((seq, key));
     seq
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::control::workqueue::metrics::NoopQueueMetrics;
+
+    #[test]
+    fn a_drained_burst_gives_its_room_back() {
+        let mut queue: Queue<String> = Queue::new(Arc::new(NoopQueueMetrics));
+        let now = Instant::now();
+        for i in 0..100_000 {
+            queue.add(format!("key-{i}"), now, Priority::LOW);
+        }
+        let (dirty, line) = queue.capacities();
+        assert!(dirty >= 100_000 && line >= 100_000, "{dirty} {line}");
+        while let Some((key, _)) = queue.pop(now) {
+            queue.done(&key, now);
+        }
+        let (dirty, line) = queue.capacities();
+        assert!(dirty < 2 * MIN_SHRINK, "dirty keeps room for {dirty}");
+        assert!(line < 2 * MIN_SHRINK, "the line keeps room for {line}");
+    }
 }
