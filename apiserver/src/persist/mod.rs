@@ -366,7 +366,7 @@ fn write_batch(db: &Database, batch: &[PersistOp]) -> Result<(), PersistError> {
                         objects.remove(key.as_str()).map_err(db_err)?;
                     } else {
                         objects
-                            .insert(key.as_str(), event.rendered().as_ref())
+                            .insert(key.as_str(), event.object.as_ref())
                             .map_err(db_err)?;
                     }
                     max_rv = max_rv.max(event.rv);

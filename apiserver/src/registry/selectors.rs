@@ -132,12 +132,12 @@ impl FieldSelector {
         Ok(FieldSelector { reqs })
     }
 
-    /// Whether every requirement holds. Objects are matched in stored form.
     /// Whether it matches every object.
     pub(crate) fn is_empty(&self) -> bool {
         self.reqs.is_empty()
     }
 
+    /// Whether every requirement holds. Objects are matched in stored form.
     pub(crate) fn matches(&self, obj: &Value) -> bool {
         self.reqs.iter().all(|(f, eq, v)| {
             let actual = field_value(obj, f);

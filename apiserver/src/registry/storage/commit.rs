@@ -92,10 +92,7 @@ impl Store {
                     let nskey = (String::new(), ns.to_string());
                     match st.latest_json(&namespace_key(), &nskey) {
                         None => return Err(StoreError::NamespaceMissing(ns.to_string())),
-                        Some((_, n, _))
-                            if matches!(change, Change::Put(_))
-                                && is_deleting(&json::decode(&n)) =>
-                        {
+                        Some((_, n, _)) if matches!(change, Change::Put(_)) && is_deleting(&n) => {
                             return Err(StoreError::NamespaceTerminating(ns.to_string()));
                         }
                         Some(_) => {}

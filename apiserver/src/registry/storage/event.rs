@@ -36,7 +36,8 @@ pub(crate) struct Event {
     pub(crate) namespace: String,
     pub(crate) name: String,
     /// The new state (for DELETED, the last state carrying the deletion
-    /// RV), as the stored JSON.
+    /// RV), as the stored JSON: the same bytes for the persister and every
+    /// watcher of the stored version, which keeps fan-out cheap.
     pub(crate) object: Json,
     /// The state before, so watchers can tell an object left their selector.
     pub(crate) prev: Option<Json>,
@@ -58,13 +59,6 @@ impl Event {
             object: json::encode(&object),
             prev: None,
         })
-    }
-
-    /// `object` as stored: the same bytes for the persister and every
-    /// watcher of the stored version (the common case), which keeps fan-out
-    /// cheap.
-    pub(crate) fn rendered(&self) -> &[u8] {
-        &self.object
     }
 
     /// `object` parsed (each call parses: events in the history hold only

@@ -16,17 +16,14 @@ use crate::registry::resources::GroupResource;
 impl Store {
     /// One visible object (what GET answers).
     pub(crate) fn get(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<Stored> {
-        let (rv, json) = self.get_json(gr, ns, name)?;
-        Some(Stored::parse((rv, json, None)))
-    }
-
-    /// One visible object's resourceVersion and JSON, unparsed.
-    pub(crate) fn get_json(&self, gr: &GroupResource, ns: &str, name: &str) -> Option<(u64, Json)> {
-        self.lock()
+        let (rv, json) = self
+            .lock()
             .tables
             .get(gr)?
             .get(&TableKey::new(ns, name))
-            .map(|e| (e.rv, e.obj.clone()))
+            .map(|e| (e.rv, e.obj.clone()))?;
+        // Parsed outside the lock.
+        Some(Stored::parse((rv, json, None)))
     }
 
     /// The state the next write to an object must build on: a staged write

@@ -182,10 +182,14 @@ pub(super) fn namespace_key() -> GroupResource {
     GroupResource::new("", "namespaces")
 }
 
-pub(super) fn is_deleting(obj: &Value) -> bool {
-    obj.get("metadata")
-        .and_then(|m| m.get("deletionTimestamp"))
-        .is_some()
+/// Whether the stored object `json` is being deleted; parsed only when the
+/// bytes could say so.
+pub(super) fn is_deleting(json: &[u8]) -> bool {
+    json::mentions(json, b"\"deletionTimestamp\"")
+        && json::decode(json)
+            .get("metadata")
+            .and_then(|m| m.get("deletionTimestamp"))
+            .is_some()
 }
 
 impl State {

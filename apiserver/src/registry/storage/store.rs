@@ -104,10 +104,7 @@ impl Store {
         let mut out = Vec::new();
         for (gr, table) in &st.tables {
             for (key, e) in table {
-                // Parsed only when the bytes could say so.
-                if json::mentions(&e.obj, b"\"deletionTimestamp\"")
-                    && is_deleting(&json::decode(&e.obj))
-                {
+                if is_deleting(&e.obj) {
                     out.push(Arc::new(Event {
                         rv: e.rv,
                         etype: EventType::Modified,
