@@ -192,9 +192,8 @@ impl Store {
             .get(&ev.resource)
             .and_then(|t| t.get(&table_key))
             .map(|e| e.obj.clone());
-        if let Some(prev) = prev {
-            st.index_remove(&ev.resource, &key, &prev);
-        }
+        let after = (ev.etype != EventType::Deleted).then_some(&*ev.object);
+        st.reindex(&ev.resource, &key, prev.as_deref(), after);
         let table = st.tables.entry(ev.resource.clone()).or_default();
         if ev.etype == EventType::Deleted {
             table.remove(&table_key);
@@ -206,7 +205,6 @@ impl Store {
                     obj: ev.object.clone(),
                 },
             );
-            st.index_add(&ev.resource, &key, &ev.object);
         }
         st.push_history(ev.clone());
         if let Some(hook) = self.on_apply.get() {

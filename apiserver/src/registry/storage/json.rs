@@ -61,9 +61,12 @@ pub(crate) fn mentions(json: &[u8], needle: &[u8]) -> bool {
     json.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The object's `metadata.uid` and the uids its ownerReferences name, read
-/// without building the tree (the store's indexes, under its lock).
-pub(crate) fn uid_and_owners(json: &[u8]) -> (Option<String>, Vec<String>) {
+/// An object's `metadata.uid` and the uids its ownerReferences name.
+pub(crate) type Index = (Option<String>, Vec<String>);
+
+/// The object's [`Index`], read without building the tree (the store's
+/// indexes, under its lock).
+pub(crate) fn uid_and_owners(json: &[u8]) -> Index {
     #[derive(serde::Deserialize)]
     struct Object {
         #[serde(default)]

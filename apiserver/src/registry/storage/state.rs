@@ -134,9 +134,12 @@ struct Located {
 
 impl UidIndex {
     fn uuid(uid: &str) -> Option<[u64; 2]> {
+        // The canonical form only (an uppercase one is another uid), checked
+        // without allocating: this runs on every write.
+        let mut canonical = [0; uuid::fmt::Hyphenated::LENGTH];
         uuid::Uuid::try_parse(uid)
             .ok()
-            .filter(|u| u.hyphenated().to_string() == uid)
+            .filter(|u| u.hyphenated().encode_lower(&mut canonical) == uid)
             .map(|u| {
                 let (high, low) = u.as_u64_pair();
                 [high, low]
@@ -193,8 +196,31 @@ pub(super) fn is_deleting(json: &[u8]) -> bool {
 }
 
 impl State {
-    pub(super) fn index_remove(&mut self, gr: &GroupResource, key: &ObjKey, obj: &[u8]) {
-        let (uid, owners) = json::uid_and_owners(obj);
+    /// Moves the uid and owner indexes of `key` from its state `before` to
+    /// its state `after` (None: absent). An update that keeps the uid and
+    /// owners, nearly every one, leaves them as they are.
+    pub(super) fn reindex(
+        &mut self,
+        gr: &GroupResource,
+        key: &ObjKey,
+        before: Option<&[u8]>,
+        after: Option<&[u8]>,
+    ) {
+        let before = before.map(json::uid_and_owners);
+        let after = after.map(json::uid_and_owners);
+        if before == after {
+            return;
+        }
+        if let Some(index) = before {
+            self.index_remove(gr, key, index);
+        }
+        if let Some(index) = after {
+            self.index_add(gr, key, index);
+        }
+    }
+
+    fn index_remove(&mut self, gr: &GroupResource, key: &ObjKey, index: json::Index) {
+        let (uid, owners) = index;
         if let Some(uid) = uid {
             self.uids.remove(&uid);
         }
@@ -208,8 +234,8 @@ impl State {
         }
     }
 
-    pub(super) fn index_add(&mut self, gr: &GroupResource, key: &ObjKey, obj: &[u8]) {
-        let (uid, owners) = json::uid_and_owners(obj);
+    fn index_add(&mut self, gr: &GroupResource, key: &ObjKey, index: json::Index) {
+        let (uid, owners) = index;
         if let Some(uid) = uid {
             self.uids.insert(&uid, gr, key);
         }

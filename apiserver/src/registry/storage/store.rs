@@ -86,7 +86,7 @@ impl Store {
         for (gr, key, orv, obj) in objects {
             st.rv = st.rv.max(orv);
             let obj = json::encode(&obj);
-            st.index_add(&gr, &key, &obj);
+            st.reindex(&gr, &key, None, Some(&obj));
             st.tables
                 .entry(gr)
                 .or_default()

@@ -210,6 +210,36 @@ fn tracks_dependents() {
     assert!(s.locate_uid("u-child").is_some());
 }
 
+#[test]
+fn updates_and_deletes_move_the_indexes() {
+    let s = store();
+    let gr = GroupResource::new("", "configmaps");
+    let owned_by = |owner: &str, data: &str| {
+        let mut child = cm("child");
+        child["metadata"]["ownerReferences"] = json!([{"uid": owner}]);
+        child["data"] = json!({"k": data});
+        child
+    };
+    let put = |expect, obj| {
+        s.commit(&gr, "default", "child", expect, Change::Put(obj), false)
+            .unwrap()
+    };
+    let rv = |c: Committed| Expect::Rv(rv_of(&c));
+    let c = put(Expect::Absent, owned_by("u-a", "1"));
+    // The same owner: the indexes stay.
+    let c = put(rv(c), owned_by("u-a", "2"));
+    assert_eq!(s.dependents("u-a").len(), 1);
+    assert!(s.locate_uid("u-child").is_some());
+    // Another owner: the dependent moves.
+    let c = put(rv(c), owned_by("u-b", "2"));
+    assert!(s.dependents("u-a").is_empty());
+    assert_eq!(s.dependents("u-b").len(), 1);
+    s.commit(&gr, "default", "child", rv(c), Change::Delete, false)
+        .unwrap();
+    assert!(s.dependents("u-b").is_empty());
+    assert!(s.locate_uid("u-child").is_none());
+}
+
 fn durable_store() -> (Store, mpsc::UnboundedReceiver<PersistOp>) {
     let s = store();
     let (tx, rx) = mpsc::unbounded_channel();
