@@ -25,9 +25,6 @@ pub enum CallKind {
 }
 
 impl CallKind {
-    /// Every kind, in the order of their discriminants.
-    pub const ALL: [CallKind; 3] = [CallKind::Reconcile, CallKind::Validate, CallKind::Mutate];
-
     pub fn as_str(self) -> &'static str {
         match self {
             CallKind::Reconcile => "reconcile",
