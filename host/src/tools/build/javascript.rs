@@ -13,7 +13,7 @@ use super::error::{BuildError, io_error};
 use super::language::Language;
 use super::limits::MAX_FIELD_LEN;
 use super::options::{BuildOptions, progress};
-use super::toolchain::{ensure_installed, install_step, toolchains_dir};
+use super::toolchain::{cache_root, ensure_installed, install_step};
 use super::warm::{BuildSession, JsRequest, Warm};
 
 /// The pinned npm packages of the JavaScript toolchain.
@@ -64,10 +64,7 @@ pub(super) fn build_javascript(
         )));
     }
 
-    let root = match &options.toolchains {
-        Some(root) => root.clone(),
-        None => toolchains_dir()?,
-    };
+    let root = cache_root(options)?;
     let (tools, installed) = js_toolchain(&root, options)?;
     let bin = tools.join("node_modules").join(".bin");
     let tsconfig = dir.join("tsconfig.json");
@@ -197,10 +194,7 @@ pub(super) fn prewarm_javascript(
     options: &BuildOptions,
     session: &BuildSession,
 ) -> Result<(), BuildError> {
-    let root = match &options.toolchains {
-        Some(root) => root.clone(),
-        None => toolchains_dir()?,
-    };
+    let root = cache_root(options)?;
     let (tools, _) = js_toolchain(&root, options)?;
     let work = TempDir::new("js-warm")?;
     let stub = work.path.join("stub.js");

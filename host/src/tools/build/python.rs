@@ -10,7 +10,7 @@ use super::componentize::{
 use super::error::BuildError;
 use super::language::Language;
 use super::options::{BuildOptions, progress};
-use super::toolchain::{ensure_installed, install_step, toolchains_dir};
+use super::toolchain::{cache_root, ensure_installed, install_step};
 
 /// The pinned componentize-py (PyPI).
 pub const COMPONENTIZE_PY: &str = "0.25.1";
@@ -32,10 +32,7 @@ pub(super) fn build_python(
     dir: &Path,
     options: &BuildOptions,
 ) -> Result<(String, PathBuf, bool), BuildError> {
-    let root = match &options.toolchains {
-        Some(root) => root.clone(),
-        None => toolchains_dir()?,
-    };
+    let root = cache_root(options)?;
     let (venv, installed) = python_toolchain(&root, options)?;
     let python = venv.join("bin").join("python");
     let pyproject = dir.join("pyproject.toml");

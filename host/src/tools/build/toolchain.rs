@@ -8,6 +8,16 @@ use std::time::{Duration, Instant, SystemTime};
 use super::command::tail;
 use super::error::{BuildError, io_error};
 use super::limits::LOCK_WAIT;
+use super::options::BuildOptions;
+
+/// The toolchain cache a build uses: `options.toolchains`, else
+/// [`toolchains_dir`].
+pub(super) fn cache_root(options: &BuildOptions) -> Result<PathBuf, BuildError> {
+    match &options.toolchains {
+        Some(root) => Ok(root.clone()),
+        None => toolchains_dir(),
+    }
+}
 
 /// The toolchain cache: `$WASMCTRL_TOOLCHAINS`, else
 /// `$XDG_CACHE_HOME/wasmctrl/toolchains`, else `~/.cache/wasmctrl/toolchains`.

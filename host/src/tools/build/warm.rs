@@ -127,9 +127,8 @@ impl BuildSession {
             return Warm::Unavailable;
         };
         match worker.build(request) {
-            Ok(Reply::Built) => Warm::Built,
-            Ok(Reply::Failed(error)) => Warm::Failed(error),
-            Err(()) => {
+            Some(warm) => warm,
+            None => {
                 *slot = None;
                 Warm::Unavailable
             }
@@ -141,11 +140,6 @@ impl BuildSession {
     pub fn js_worker_running(&self) -> bool {
         self.js.lock().map(|w| w.is_some()).unwrap_or(false)
     }
-}
-
-enum Reply {
-    Built,
-    Failed(String),
 }
 
 struct JsWorker {
@@ -184,9 +178,9 @@ impl JsWorker {
         })
     }
 
-    /// Sends `request` and reads until its reply; `Err` when the worker is
-    /// gone or broke the protocol.
-    fn build(&mut self, request: &JsRequest<'_>) -> Result<Reply, ()> {
+    /// Sends `request` and reads until its reply: built or failed; None
+    /// when the worker is gone or broke the protocol.
+    fn build(&mut self, request: &JsRequest<'_>) -> Option<Warm> {
         let text = |p: &Path| p.to_string_lossy().into_owned();
         let line = serde_json::json!({
             "source": text(request.source),
@@ -196,30 +190,30 @@ impl JsWorker {
             "out": text(request.out),
             "cwd": text(request.cwd),
         });
-        writeln!(self.stdin, "{line}").map_err(|_| ())?;
-        self.stdin.flush().map_err(|_| ())?;
+        writeln!(self.stdin, "{line}").ok()?;
+        self.stdin.flush().ok()?;
         let mut printed = String::new();
         loop {
             let mut bytes = Vec::new();
             let read = (&mut self.stdout)
                 .take(MAX_LINE)
                 .read_until(b'\n', &mut bytes)
-                .map_err(|_| ())?;
+                .ok()?;
             if read == 0 {
-                return Err(());
+                return None;
             }
             let line = String::from_utf8_lossy(&bytes);
             let Some(reply) = line.strip_prefix(MARK) else {
                 keep_tail(&mut printed, &line);
                 continue;
             };
-            let reply: serde_json::Value = serde_json::from_str(reply.trim()).map_err(|_| ())?;
+            let reply: serde_json::Value = serde_json::from_str(reply.trim()).ok()?;
             if reply["ok"] == serde_json::Value::Bool(true) {
-                return Ok(Reply::Built);
+                return Some(Warm::Built);
             }
             let error = reply["error"].as_str().unwrap_or("componentize-js failed");
             keep_tail(&mut printed, error);
-            return Ok(Reply::Failed(printed.trim().to_string()));
+            return Some(Warm::Failed(printed.trim().to_string()));
         }
     }
 }
