@@ -32,6 +32,7 @@
 mod fanout;
 mod key;
 mod object;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -48,6 +49,7 @@ use tokio::task::JoinHandle;
 pub use key::InformerKey;
 
 pub use object::{CacheObjectError, CachedObject, Owner};
+use wire::WireObject;
 
 /// Events buffered per informer before a slow subscriber must resync. Only
 /// unread events take memory (`fanout`). A subscriber only maps events to
@@ -284,7 +286,7 @@ fn start(
     resource: ApiResource,
     options: CacheOptions,
 ) -> Informer {
-    let api: Api<DynamicObject> = match &key.namespace {
+    let api: Api<WireObject> = match &key.namespace {
         Some(ns) => Api::namespaced_with(client, ns, &resource),
         None => Api::all_with(client, &resource),
     };
@@ -301,16 +303,14 @@ fn start(
             // A relist's objects, swapped in whole at its end (until then
             // reads see the previous state).
             let mut relist: Option<Objects> = None;
-            let cache_form = |mut o: DynamicObject| {
-                options.trim(&mut o);
-                match CachedObject::new(o) {
+            let cache_form =
+                |o: WireObject| match CachedObject::from_wire(o, options.strip_managed_fields) {
                     Ok(c) => Some(Arc::new(c)),
                     Err(e) => {
                         tracing::warn!(informer = %label, "object not cached: {e}");
                         None
                     }
-                }
-            };
+                };
             // A listing of many objects takes seconds: its progress is
             // logged every PROGRESS_EVERY objects, and its end when slow.
             let mut listing = (Instant::now(), 0usize);

@@ -8,8 +8,9 @@
 //! JSON anyway, so a cached read hands it these bytes as they are; the
 //! rare host reader that wants a tree parses it ([`CachedObject::parse`]).
 
-use kube::api::DynamicObject;
 use serde::de::DeserializeOwned;
+
+use super::wire::{WireObject, member_span};
 
 /// An ownerReference, as much of it as maps events to keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,32 +76,35 @@ impl std::fmt::Debug for CachedObject {
 pub enum CacheObjectError {
     #[error("the object has no metadata.name")]
     NoName,
-    #[error("the object cannot be encoded as JSON: {0}")]
-    Encode(#[from] serde_json::Error),
+    #[error("the object is not a JSON object: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("the object's JSON is not UTF-8")]
+    NotUtf8,
 }
 
 impl CachedObject {
-    /// The cached form of `object` (its JSON encoded compactly).
-    pub fn new(object: DynamicObject) -> Result<Self, CacheObjectError> {
-        let json = serde_json::to_string(&object)?;
-        let meta = object.metadata;
+    /// The cached form of an object read off the wire, without
+    /// `metadata.managedFields` when `strip_managed_fields`.
+    pub(super) fn from_wire(
+        wire: WireObject,
+        strip_managed_fields: bool,
+    ) -> Result<Self, CacheObjectError> {
+        let WireObject {
+            meta,
+            json,
+            managed_fields,
+            owners,
+        } = wire;
+        let cut = match managed_fields {
+            Some(member) if strip_managed_fields => member_span(&json, member),
+            _ => 0..0,
+        };
         let name = meta.name.ok_or(CacheObjectError::NoName)?;
         let labels = meta
             .labels
-            .unwrap_or_default()
             .into_iter()
+            .flatten()
             .map(|(k, v)| (k.into_boxed_str(), v.into_boxed_str()))
-            .collect();
-        let owners = meta
-            .owner_references
-            .unwrap_or_default()
-            .into_iter()
-            .map(|r| Owner {
-                api_version: r.api_version.into_boxed_str(),
-                kind: r.kind.into_boxed_str(),
-                name: r.name.into_boxed_str(),
-                controller: r.controller == Some(true),
-            })
             .collect();
         // Each part with the flag that says it is there (a name always is).
         let parts = [
@@ -109,14 +113,18 @@ impl CachedObject {
             (meta.uid.as_deref(), HAS_UID),
             (meta.resource_version.as_deref(), HAS_RESOURCE_VERSION),
         ];
+        // Sized exactly: the object stays cached, and a grown or shrunk
+        // allocation leaves holes between a million of them.
+        let json = std::str::from_utf8(&json).map_err(|_| CacheObjectError::NotUtf8)?;
         let mut text = String::with_capacity(
-            json.len()
+            json.len() - cut.len()
                 + parts
                     .iter()
                     .filter_map(|(p, _)| p.map(str::len))
                     .sum::<usize>(),
         );
-        text.push_str(&json);
+        text.push_str(&json[..cut.start]);
+        text.push_str(&json[cut.end..]);
         let json_end = text.len();
         let mut ends = [0; 4];
         let mut present = 0;
@@ -127,21 +135,23 @@ impl CachedObject {
             }
             *end = text.len();
         }
+        let text = text.into_boxed_str();
         Ok(Self {
-            text: text.into_boxed_str(),
+            text,
             json_end,
             name_end: ends[0],
             namespace_end: ends[1],
             uid_end: ends[2],
             present,
             labels,
-            owners,
+            owners: owners.into_boxed_slice(),
         })
     }
 
-    /// The cached form of the object `json` encodes.
+    /// The cached form of the object `json` encodes, as it is (its
+    /// managedFields kept).
     pub fn from_json(json: &str) -> Result<Self, CacheObjectError> {
-        Self::new(serde_json::from_str(json)?)
+        Self::from_wire(serde_json::from_str(json)?, false)
     }
 
     pub fn name(&self) -> &str {
@@ -196,7 +206,7 @@ mod tests {
     use serde_json::json;
 
     fn cached(value: serde_json::Value) -> CachedObject {
-        CachedObject::new(serde_json::from_value(value).unwrap()).unwrap()
+        CachedObject::from_json(&value.to_string()).unwrap()
     }
 
     #[test]
@@ -252,12 +262,9 @@ mod tests {
 
     #[test]
     fn an_object_without_a_name_is_refused() {
-        let o: DynamicObject = serde_json::from_value(
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}),
-        )
-        .unwrap();
+        let o = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}});
         assert!(matches!(
-            CachedObject::new(o),
+            CachedObject::from_json(&o.to_string()),
             Err(CacheObjectError::NoName)
         ));
     }
