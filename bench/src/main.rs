@@ -153,6 +153,10 @@ enum Scenario {
         /// Idle seconds before the RSS is read.
         #[arg(long, default_value_t = 3.0)]
         settle_secs: f64,
+        /// The host's instance mode: `wasm` (a fresh instance per
+        /// reconcile, the default) or `wasm-reuse`.
+        #[arg(long, default_value = "wasm")]
+        variant: Variant,
         /// One JSON line per size instead of the table.
         #[arg(long)]
         json: bool,
@@ -444,11 +448,13 @@ fn main() -> anyhow::Result<()> {
             objects,
             concurrency,
             settle_secs,
+            variant,
             json,
         } => scale::run(&scale::Options {
             objects,
             concurrency,
             settle_secs,
+            variant,
             json,
         }),
         Scenario::Shadow {

@@ -59,6 +59,8 @@ pub struct Options {
     pub objects: Vec<usize>,
     pub concurrency: usize,
     pub settle_secs: f64,
+    /// `Wasm` or `WasmReuse`.
+    pub variant: Variant,
     pub json: bool,
 }
 
@@ -122,7 +124,7 @@ async fn one(
     options: &Options,
 ) -> anyhow::Result<Row> {
     let args = ControllerArgs {
-        variant: Variant::Wasm,
+        variant: options.variant,
         kubeconfig: cluster.kubeconfig.clone(),
         concurrency: options.concurrency,
         config: Some(config.to_path_buf()),
@@ -166,6 +168,10 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
     sizes.sort_unstable();
     sizes.dedup();
     ensure!(!sizes.is_empty(), "no size to run");
+    ensure!(
+        matches!(options.variant, Variant::Wasm | Variant::WasmReuse),
+        "scale measures the wasm host: --variant wasm or wasm-reuse"
+    );
     let load_before = load_average();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -175,7 +181,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         cluster.create_crds(0..1).await?;
         let dir = tempfile::tempdir()?;
         write_wasm_host(dir.path(), options.concurrency)?;
-        let config = wasm_config(dir.path(), Variant::Wasm);
+        let config = wasm_config(dir.path(), options.variant);
         let baseline = one(&cluster, &config, 0, options).await?;
         let mut rows = Vec::new();
         let mut have = 0;
@@ -217,7 +223,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         return Ok(());
     }
     println!(
-        "scale: wasm host, concurrency {}, {} CPUs, load {load_before} before / {} after",
+        "scale: {} host, concurrency {}, {} CPUs, load {load_before} before / {} after",
+        options.variant.name(),
         options.concurrency,
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average()
