@@ -96,6 +96,8 @@ struct Inner<R> {
     metrics: Arc<Metrics>,
     terminal: Arc<dyn TerminalErrors>,
     activity: Activity,
+    /// This controller's reconcile series, by version (stable, candidate).
+    series: [metrics::ReconcileSeries; 2],
     /// Cancels in-flight reconciles (shutdown past its timeout).
     cancel: CancellationToken,
     next_id: AtomicU64,
@@ -117,6 +119,7 @@ impl<R: Reconcile> Controller<R> {
                 metrics,
                 terminal,
                 activity: Activity::default(),
+                series: Default::default(),
                 cancel: CancellationToken::new(),
                 next_id: AtomicU64::new(1),
             }),
@@ -253,9 +256,10 @@ impl<R: Reconcile> Controller<R> {
         });
         active.dec();
         let took = started.elapsed();
+        let series = &inner.series[usize::from(version == metrics::Version::Candidate)];
         inner
             .metrics
-            .observe_reconcile(&inner.options.name, version, took, &result);
+            .observe_reconcile_in(series, &inner.options.name, version, took, &result);
         inner
             .activity
             .record(SystemTime::now(), &key, version, took, &result);

@@ -38,6 +38,7 @@ pub use labels::{
     WhatLabel,
 };
 pub use plugin::{CallKind, CallSeries, CallUsage};
+pub use reconcile::ReconcileSeries;
 pub use refusals::{
     DiskRefusal, SourceRefusal, count_disk_refusal, count_source_refusal, disk_refusals,
     source_refusals,

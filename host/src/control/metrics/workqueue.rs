@@ -2,10 +2,13 @@
 //!
 //! [`WorkQueue`]: crate::control::workqueue::WorkQueue
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 
 use super::labels::{NameLabel, QueueDepthLabels};
 use super::registry::Metrics;
@@ -17,70 +20,112 @@ impl Metrics {
         Arc::new(QueueMetricsHandle {
             metrics: self.clone(),
             label: NameLabel { name: name.into() },
+            series: Series::default(),
             depth: Mutex::default(),
         })
     }
 }
 
+/// The queue's series, each looked up in its family on first use and kept:
+/// a queue reports on every add, get and done, and a family lookup hashes
+/// the label set under the family's lock.
+#[derive(Default)]
+struct Series {
+    adds: OnceLock<Counter>,
+    retries: OnceLock<Counter>,
+    queue_duration: OnceLock<Histogram>,
+    work_duration: OnceLock<Histogram>,
+    unfinished_work: OnceLock<Gauge<f64, AtomicU64>>,
+    longest_running: OnceLock<Gauge<f64, AtomicU64>>,
+    depth_normal: OnceLock<Gauge>,
+    depth_low: OnceLock<Gauge>,
+}
+
 struct QueueMetricsHandle {
     metrics: Arc<Metrics>,
     label: NameLabel,
-    /// The depth gauge of each priority seen: the queue reports depth on
-    /// every add and get, which must not build label strings each time.
+    series: Series,
+    /// The depth gauge of each other priority seen.
     depth: Mutex<Vec<(Priority, Gauge)>>,
+}
+
+impl QueueMetricsHandle {
+    fn depth_gauge(&self, priority: Priority) -> Gauge {
+        self.metrics
+            .queue_depth
+            .get_or_create(&QueueDepthLabels {
+                name: self.label.name.clone(),
+                priority: priority.to_string(),
+            })
+            .clone()
+    }
 }
 
 impl QueueMetrics for QueueMetricsHandle {
     fn set_depth(&self, priority: Priority, depth: usize) {
-        let mut gauges = self.depth.lock().unwrap_or_else(|e| e.into_inner());
-        let gauge = match gauges.iter().find(|(p, _)| *p == priority) {
-            Some((_, gauge)) => gauge,
-            None => {
-                let gauge = self
-                    .metrics
-                    .queue_depth
-                    .get_or_create(&QueueDepthLabels {
-                        name: self.label.name.clone(),
-                        priority: priority.to_string(),
-                    })
-                    .clone();
-                gauges.push((priority, gauge));
-                &gauges.last().expect("just pushed").1
+        let depth = depth as i64;
+        let known = match priority {
+            Priority::NORMAL => &self.series.depth_normal,
+            Priority::LOW => &self.series.depth_low,
+            _ => {
+                let mut gauges = self.depth.lock().unwrap_or_else(|e| e.into_inner());
+                match gauges.iter().find(|(p, _)| *p == priority) {
+                    Some((_, gauge)) => {
+                        gauge.set(depth);
+                    }
+                    None => {
+                        let gauge = self.depth_gauge(priority);
+                        gauge.set(depth);
+                        gauges.push((priority, gauge));
+                    }
+                }
+                return;
             }
         };
-        gauge.set(depth as i64);
+        known.get_or_init(|| self.depth_gauge(priority)).set(depth);
     }
 
     fn inc_adds(&self) {
-        self.metrics.queue_adds.get_or_create(&self.label).inc();
+        let m = &self.metrics;
+        self.series
+            .adds
+            .get_or_init(|| m.queue_adds.get_or_create(&self.label).clone())
+            .inc();
     }
 
     fn inc_retries(&self) {
-        self.metrics.queue_retries.get_or_create(&self.label).inc();
+        let m = &self.metrics;
+        self.series
+            .retries
+            .get_or_init(|| m.queue_retries.get_or_create(&self.label).clone())
+            .inc();
     }
 
     fn observe_queue_duration(&self, waited: Duration) {
-        self.metrics
+        let m = &self.metrics;
+        self.series
             .queue_duration
-            .get_or_create(&self.label)
+            .get_or_init(|| m.queue_duration.get_or_create(&self.label).clone())
             .observe(waited.as_secs_f64());
     }
 
     fn observe_work_duration(&self, worked: Duration) {
-        self.metrics
+        let m = &self.metrics;
+        self.series
             .work_duration
-            .get_or_create(&self.label)
+            .get_or_init(|| m.work_duration.get_or_create(&self.label).clone())
             .observe(worked.as_secs_f64());
     }
 
     fn set_unfinished_work(&self, unfinished_seconds: f64, longest_running_seconds: f64) {
-        self.metrics
+        let m = &self.metrics;
+        self.series
             .unfinished_work
-            .get_or_create(&self.label)
+            .get_or_init(|| m.unfinished_work.get_or_create(&self.label).clone())
             .set(unfinished_seconds);
-        self.metrics
+        self.series
             .longest_running
-            .get_or_create(&self.label)
+            .get_or_init(|| m.longest_running.get_or_create(&self.label).clone())
             .set(longest_running_seconds);
     }
 }
