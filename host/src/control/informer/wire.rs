@@ -706,4 +706,17 @@ mod tests {
             assert!(e.contains(says), "{text}: {e}");
         }
     }
+
+    #[test]
+    fn nesting_past_the_parsers_limit_is_refused_not_followed() {
+        let deep = format!(
+            r#"{{"metadata":{{"name":"a"}},"spec":{}1{}}}"#,
+            "[".repeat(10_000),
+            "]".repeat(10_000)
+        );
+        let e = serde_json::from_str::<WireObject>(&deep)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("recursion limit exceeded"), "{e}");
+    }
 }
