@@ -10,7 +10,7 @@
 
 use serde::de::DeserializeOwned;
 
-use super::wire::{WireObject, member_span};
+use kube::api::ObjectMeta;
 
 /// An ownerReference, as much of it as maps events to keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,22 +83,14 @@ pub enum CacheObjectError {
 }
 
 impl CachedObject {
-    /// The cached form of an object read off the wire, without
-    /// `metadata.managedFields` when `strip_managed_fields`.
-    pub(super) fn from_wire(
-        wire: WireObject,
-        strip_managed_fields: bool,
+    /// A cached object of the JSON `json` (its pieces, joined), and the
+    /// header `meta` (name, namespace, uid, resourceVersion and labels;
+    /// nothing else of it is read) and `owners` read from it.
+    pub(super) fn from_parts(
+        json: [&str; 2],
+        meta: ObjectMeta,
+        owners: Vec<Owner>,
     ) -> Result<Self, CacheObjectError> {
-        let WireObject {
-            meta,
-            json,
-            managed_fields,
-            owners,
-        } = wire;
-        let cut = match managed_fields {
-            Some(member) if strip_managed_fields => member_span(&json, member),
-            _ => 0..0,
-        };
         let name = meta.name.ok_or(CacheObjectError::NoName)?;
         let labels = meta
             .labels
@@ -115,16 +107,14 @@ impl CachedObject {
         ];
         // Sized exactly: the object stays cached, and a grown or shrunk
         // allocation leaves holes between a million of them.
-        let json = std::str::from_utf8(&json).map_err(|_| CacheObjectError::NotUtf8)?;
         let mut text = String::with_capacity(
-            json.len() - cut.len()
+            json.iter().map(|j| j.len()).sum::<usize>()
                 + parts
                     .iter()
                     .filter_map(|(p, _)| p.map(str::len))
                     .sum::<usize>(),
         );
-        text.push_str(&json[..cut.start]);
-        text.push_str(&json[cut.end..]);
+        json.iter().for_each(|j| text.push_str(j));
         let json_end = text.len();
         let mut ends = [0; 4];
         let mut present = 0;
@@ -135,9 +125,8 @@ impl CachedObject {
             }
             *end = text.len();
         }
-        let text = text.into_boxed_str();
         Ok(Self {
-            text,
+            text: text.into_boxed_str(),
             json_end,
             name_end: ends[0],
             namespace_end: ends[1],
@@ -146,12 +135,6 @@ impl CachedObject {
             labels,
             owners: owners.into_boxed_slice(),
         })
-    }
-
-    /// The cached form of the object `json` encodes, as it is (its
-    /// managedFields kept).
-    pub fn from_json(json: &str) -> Result<Self, CacheObjectError> {
-        Self::from_wire(serde_json::from_str(json)?, false)
     }
 
     pub fn name(&self) -> &str {

@@ -24,7 +24,7 @@ use kube::api::{ApiResource, ObjectMeta};
 use kube::core::{DynamicResourceScope, Resource};
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 
-use super::object::Owner;
+use super::object::{CacheObjectError, CachedObject, Owner};
 
 /// One object read off the wire. Its metadata holds only the name,
 /// namespace, uid, resourceVersion and labels; the rest is in its JSON.
@@ -47,6 +47,34 @@ pub(super) fn member_span(json: &[u8], member: Range<usize>) -> Range<usize> {
         member.start..member.end + 1
     } else {
         member
+    }
+}
+
+impl CachedObject {
+    /// The cached form of an object read off the wire, without
+    /// `metadata.managedFields` when `strip_managed_fields`.
+    pub(super) fn from_wire(
+        wire: WireObject,
+        strip_managed_fields: bool,
+    ) -> Result<Self, CacheObjectError> {
+        let WireObject {
+            meta,
+            json,
+            managed_fields,
+            owners,
+        } = wire;
+        let cut = match managed_fields {
+            Some(member) if strip_managed_fields => member_span(&json, member),
+            _ => 0..0,
+        };
+        let json = std::str::from_utf8(&json).map_err(|_| CacheObjectError::NotUtf8)?;
+        Self::from_parts([&json[..cut.start], &json[cut.end..]], meta, owners)
+    }
+
+    /// The cached form of the object `json` encodes, as it is (its
+    /// managedFields kept).
+    pub fn from_json(json: &str) -> Result<Self, CacheObjectError> {
+        Self::from_wire(serde_json::from_str(json)?, false)
     }
 }
 
