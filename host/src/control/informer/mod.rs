@@ -34,7 +34,9 @@ mod key;
 mod object;
 mod wire;
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::{HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -250,33 +252,64 @@ impl SharedCache {
 /// allocation.
 #[derive(Default)]
 struct Objects {
-    by_namespace: HashMap<Box<str>, HashMap<Box<str>, Arc<CachedObject>>>,
+    by_namespace: HashMap<Box<str>, HashSet<ByName>>,
 }
+
+/// A cached object in its namespace's set, found by its name. The set holds
+/// no copy of the name: a key of its own cost ~60 bytes per object (the
+/// key's allocation and its room in a table sized for a million).
+struct ByName(Arc<CachedObject>);
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        self.0.name()
+    }
+}
+
+impl Hash for ByName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.name().hash(state);
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name() == other.0.name()
+    }
+}
+
+impl Eq for ByName {}
 
 impl Objects {
     fn get(&self, namespace: Option<&str>, name: &str) -> Option<&Arc<CachedObject>> {
-        self.by_namespace.get(namespace.unwrap_or(""))?.get(name)
+        Some(&self.by_namespace.get(namespace.unwrap_or(""))?.get(name)?.0)
     }
 
     fn insert(&mut self, object: Arc<CachedObject>) {
-        self.by_namespace
-            .entry(object.namespace().unwrap_or("").into())
-            .or_default()
-            .insert(object.name().into(), object);
+        let namespace = object.namespace().unwrap_or("");
+        if let Some(names) = self.by_namespace.get_mut(namespace) {
+            names.replace(ByName(object));
+        } else {
+            let namespace = namespace.into();
+            self.by_namespace
+                .insert(namespace, HashSet::from([ByName(object)]));
+        }
     }
 
     fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
         let ns = namespace.unwrap_or("");
         let names = self.by_namespace.get_mut(ns)?;
-        let removed = names.remove(name);
+        let removed = names.take(name);
         if names.is_empty() {
             self.by_namespace.remove(ns);
         }
-        removed
+        removed.map(|r| r.0)
     }
 
     fn iter(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
-        self.by_namespace.values().flat_map(HashMap::values)
+        self.by_namespace
+            .values()
+            .flat_map(|names| names.iter().map(|n| &n.0))
     }
 }
 
@@ -409,3 +442,41 @@ fn start(
 
 /// How long to wait between readiness checks of a cache sync.
 pub const SYNC_POLL: Duration = Duration::from_millis(50);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(namespace: Option<&str>, name: &str, rv: &str) -> Arc<CachedObject> {
+        let mut metadata = serde_json::json!({"name": name, "resourceVersion": rv});
+        if let Some(ns) = namespace {
+            metadata["namespace"] = ns.into();
+        }
+        let json =
+            serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata});
+        Arc::new(CachedObject::from_json(&json.to_string()).unwrap())
+    }
+
+    #[test]
+    fn the_store_finds_replaces_and_removes_objects_by_namespace_and_name() {
+        let mut objects = Objects::default();
+        objects.insert(object(Some("a"), "x", "1"));
+        objects.insert(object(Some("b"), "x", "2"));
+        objects.insert(object(None, "x", "3"));
+        objects.insert(object(Some("a"), "x", "4"));
+        let rv = |ns, name| objects.get(ns, name).and_then(|o| o.resource_version());
+        assert_eq!(rv(Some("a"), "x"), Some("4"), "an insert replaces");
+        assert_eq!(rv(Some("b"), "x"), Some("2"));
+        assert_eq!(rv(None, "x"), Some("3"), "cluster-scoped apart");
+        assert_eq!(rv(Some("a"), "y"), None);
+        assert_eq!(objects.iter().count(), 3);
+        let removed = objects.remove(Some("a"), "x").unwrap();
+        assert_eq!(removed.resource_version(), Some("4"));
+        assert!(objects.remove(Some("a"), "x").is_none());
+        assert!(
+            !objects.by_namespace.contains_key("a"),
+            "an emptied namespace is dropped"
+        );
+        assert_eq!(objects.iter().count(), 2);
+    }
+}
