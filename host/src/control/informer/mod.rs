@@ -156,9 +156,10 @@ impl Default for CacheOptions {
 }
 
 impl CacheOptions {
-    /// Drops from `object` what the host does not keep (the same rule for
-    /// the cache and for objects the host API lists live; single-object
-    /// answers are cut as text in `sandbox/hostapi/answer.rs`).
+    /// Drops from `object`, listed live by the host API, what the host
+    /// does not keep. The cache applies the same rule while it reads an
+    /// object off the wire (`wire.rs`), and single-object answers are cut
+    /// as text (`sandbox/hostapi/answer.rs`).
     pub fn trim(&self, object: &mut DynamicObject) {
         if self.strip_managed_fields {
             object.metadata.managed_fields = None;

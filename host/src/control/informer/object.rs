@@ -8,9 +8,8 @@
 //! JSON anyway, so a cached read hands it these bytes as they are; the
 //! rare host reader that wants a tree parses it ([`CachedObject::parse`]).
 
-use serde::de::DeserializeOwned;
-
 use kube::api::ObjectMeta;
+use serde::de::DeserializeOwned;
 
 /// An ownerReference, as much of it as maps events to keys.
 #[derive(Debug, Clone, PartialEq, Eq)]

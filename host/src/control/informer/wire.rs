@@ -30,19 +30,19 @@ use super::object::{CacheObjectError, CachedObject, Owner};
 /// namespace, uid, resourceVersion and labels; the rest is in its JSON.
 #[derive(Clone, Debug, Default)]
 pub struct WireObject {
-    pub(super) meta: ObjectMeta,
+    meta: ObjectMeta,
     /// The whole object as compact JSON (valid UTF-8).
-    pub(super) json: Vec<u8>,
+    json: Vec<u8>,
     /// Where `metadata.managedFields` is in `json`: its member, with the
     /// comma before it unless it is the first member.
-    pub(super) managed_fields: Option<Range<usize>>,
-    pub(super) owners: Vec<Owner>,
+    managed_fields: Option<Range<usize>>,
+    owners: Vec<Owner>,
 }
 
 /// What to remove from an object's JSON to drop the member at `member` (as
 /// [`WireObject::managed_fields`] marks it): the member, and the comma that
 /// joined it to the next member when it was the first.
-pub(super) fn member_span(json: &[u8], member: Range<usize>) -> Range<usize> {
+fn member_span(json: &[u8], member: Range<usize>) -> Range<usize> {
     if json[member.start] != b',' && json.get(member.end) == Some(&b',') {
         member.start..member.end + 1
     } else {
