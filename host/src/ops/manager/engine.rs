@@ -11,6 +11,8 @@ use crate::sandbox::RuntimeConfig;
 const SPARE_INSTANCES: u32 = 16;
 /// Warm pool slots kept beyond the plugins' concurrency.
 const WARM_SPARE: u32 = 4;
+/// Warm pool slots kept per CPU at most, whatever the plugins' concurrency.
+const WARM_PER_CPU: u32 = 16;
 
 /// What the engine was built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,11 +41,7 @@ impl EngineLimits {
                 .fuel
                 .unwrap_or_else(|| config.plugins.iter().any(|p| p.fuel.is_some())),
             max_instances,
-            // Room for every instance the plugins run at once to find its
-            // own warm slot (two memories each, and a few spare), and no
-            // more: a hot swap then reuses a warm slot instead of warming
-            // one more (docs/RELIABILITY.md, the soak).
-            warm_slots: (concurrency * 2 + WARM_SPARE).min(max_instances),
+            warm_slots: warm_slots(concurrency, cpus(), max_instances),
         }
     }
 
@@ -88,6 +86,28 @@ impl EngineLimits {
     }
 }
 
+/// The pool slots kept warm (resident, for their component's next
+/// instance) when the plugins' concurrency adds up to `concurrency`.
+///
+/// Room for every instance the plugins run at once to find its own warm
+/// slot (two memories each, and a few spare), and no more: a hot swap then
+/// reuses a warm slot instead of warming one more (docs/RELIABILITY.md, the
+/// soak). At most [`WARM_PER_CPU`] per CPU, though: only `cpus` guests run
+/// at a time, so beyond that the slots kept are those of plugins that ran
+/// least recently, each holding up to `linear_memory_keep_resident` for a
+/// reconcile that may come minutes later. A plugin whose slot went cold
+/// pays a fresh slot's page faults on its next instance (tens of
+/// microseconds), once.
+fn warm_slots(concurrency: u32, cpus: u32, max_instances: u32) -> u32 {
+    (concurrency * 2 + WARM_SPARE)
+        .min(cpus.max(1) * WARM_PER_CPU + WARM_SPARE)
+        .min(max_instances)
+}
+
+fn cpus() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(u32::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +135,19 @@ plugins:
         ));
         assert!(!none.fuel);
         assert_eq!(none.max_instances, 20);
+    }
+
+    #[test]
+    fn warm_slots_cover_the_plugins_concurrency_up_to_a_budget_per_cpu() {
+        // One plugin of 4: each instance finds its own two memory slots.
+        assert_eq!(warm_slots(4, 2, 64), 12);
+        // A hundred plugins of 1 on 2 CPUs: the slots of the 16 plugins
+        // that ran last, not of all 100.
+        assert_eq!(warm_slots(100, 2, 216), 36);
+        assert_eq!(warm_slots(100, 8, 216), 132);
+        // Never more than the pool has.
+        assert_eq!(warm_slots(100, 64, 120), 120);
+        assert_eq!(warm_slots(0, 0, 64), 4);
     }
 
     #[test]
