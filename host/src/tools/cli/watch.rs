@@ -122,7 +122,9 @@ pub(super) fn share_warm_tools(plugins: &mut [WatchedPlugin]) {
     }) else {
         return;
     };
-    let (dir, options) = (js.dir.clone(), js.options.clone());
+    let (dir, mut options) = (js.dir.clone(), js.options.clone());
+    // Found above: the warm-up need not look at the project files again.
+    options.language = Some(build::Language::JavaScript);
     tokio::task::spawn_blocking(move || match build::prewarm(&dir, &options) {
         Ok(()) => eprintln!("--watch: componentize-js is warm for rebuilds"),
         Err(e) => eprintln!(
