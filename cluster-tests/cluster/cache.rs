@@ -89,6 +89,50 @@ async fn nothing_is_missed_across_a_forced_relist() {
 
 /// An event hands subscribers the object the store holds, not a copy: a
 /// relist's events were a second copy of every listed object.
+/// A subscriber reads the first listing from the store once synced; it is
+/// told only of what changes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_listing_is_read_from_the_store_not_announced() {
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    for name in ["listed-1", "listed-2"] {
+        api.create(&PostParams::default(), &configmap(name))
+            .await
+            .unwrap();
+    }
+    let cache = SharedCache::new(cluster.client.clone());
+    let resource = ApiResource::erase::<ConfigMap>(&());
+    let informer = cache.informer(InformerKey::new(&resource, Some("default")), resource);
+    // Subscribed before the listing's answer can have arrived: the informer
+    // starts listing when made, over HTTP.
+    let mut events = informer.subscribe();
+    tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
+        .await
+        .expect("the informer syncs");
+    assert!(informer.get(Some("default"), "listed-1").is_some());
+    assert!(informer.get(Some("default"), "listed-2").is_some());
+    api.create(&PostParams::default(), &configmap("changed"))
+        .await
+        .unwrap();
+    // The first of our objects announced (the API server's own, such as a
+    // root CA ConfigMap, may come and go).
+    let first = loop {
+        let next = tokio::time::timeout(Duration::from_secs(30), events.next())
+            .await
+            .expect("an event within 30 s");
+        match next {
+            Some(Notification::Object(e))
+                if ["listed-1", "listed-2", "changed"].contains(&e.object.name()) =>
+            {
+                break e.object.name().to_string();
+            }
+            Some(Notification::Object(_)) => continue,
+            other => panic!("expected an object's event, got {other:?}"),
+        }
+    };
+    assert_eq!(first, "changed", "the first listing was announced");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_carries_the_cached_object_itself() {
     let cluster = Cluster::start().await;

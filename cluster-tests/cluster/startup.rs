@@ -324,3 +324,66 @@ async fn plugins_reconciling_one_kind_share_one_informer() {
     assert!(one >= 1, "the host listed ConfigMaps: {one}");
     assert_eq!(many, one, "40 plugins of one kind list it as often as one");
 }
+
+/// The keys of the first listing are queued at low priority, behind any
+/// change, as controller-runtime's priority queue queues its initial list.
+/// A standby runs no workers (the Lease is held by another host for the
+/// test's length), so its queue shows every key it queued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_listing_is_queued_at_low_priority() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::jiff::Timestamp;
+    use wasmctrl::control::workqueue::Priority;
+    use wasmctrl_testkit::host::RunningHost;
+
+    let cluster = Cluster::start().await;
+    for name in ["listed-1", "listed-2", "listed-3"] {
+        create(&cluster, "default", name).await;
+    }
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    let held = Lease {
+        metadata: ObjectMeta {
+            name: Some("first-listing".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("another-host".into()),
+            lease_duration_seconds: Some(3600),
+            acquire_time: Some(MicroTime(Timestamp::now())),
+            renew_time: Some(MicroTime(Timestamp::now())),
+            ..LeaseSpec::default()
+        }),
+    };
+    leases.create(&PostParams::default(), &held).await.unwrap();
+    let text = format!(
+        r#"
+apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+shutdownTimeout: 5s
+leaderElection: {{ enabled: true, leaseName: first-listing, namespace: default, leaseDuration: 60s, renewDeadline: 40s, retryPeriod: 200ms }}
+plugins:
+  - name: mirror
+    path: {}
+    maxConcurrentReconciles: 2
+    namespaces: [default]
+    permissions:
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, patch] }}
+"#,
+        artifacts::MIRROR
+    );
+    let config = host_config(&text, std::path::Path::new("/"));
+    let host = RunningHost::start(config, cluster.client.clone(), None).await;
+    let queue = host.queue("mirror");
+    let depth = eventually("the listed keys queued", Duration::from_secs(30), || {
+        let depth = queue.depth_by_priority();
+        let queued: usize = depth.iter().map(|(_, n)| n).sum();
+        async move { (queued >= 3).then_some(depth) }
+    })
+    .await;
+    assert!(
+        depth.iter().all(|(p, _)| *p == Priority::LOW),
+        "keys of the first listing queued above low priority: {depth:?}"
+    );
+    host.stop().await.unwrap();
+}

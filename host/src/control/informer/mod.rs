@@ -9,6 +9,15 @@
 //! so a key enqueued by the relist reads the relisted object, never the old
 //! one or a NotFound for an object created while the watch was down.
 //!
+//! # The first listing is not announced
+//! Subscribers learn what the first listing held from the store, once
+//! [`Informer::wait_synced`] returns, as a subscriber that arrives after it
+//! must anyway; only changes after it, and relists, are announced. A listing
+//! of a million objects is then one pass over the store instead of a million
+//! events through a channel that would overflow into a resync, and the keys it
+//! implies can be queued for what they are: not changes, so at low priority,
+//! as controller-runtime queues its initial list.
+//!
 //! # Nothing is missed across a relist
 //! When a watch expires (410 Gone) the watcher lists again. Objects deleted
 //! while the watch was down never produce a delete event, so on the end of
@@ -388,11 +397,15 @@ fn start(
                         let listed = relist.take().unwrap_or_default();
                         let before = std::mem::replace(&mut *store.write().unwrap(), listed);
                         let now = store.read().unwrap();
-                        for object in now.iter() {
-                            tx.send(ObjectEvent {
-                                object: object.clone(),
-                                deleted: false,
-                            });
+                        // The first listing is read from the store once
+                        // synced, not announced (see the module's doc).
+                        if *synced_tx.borrow() {
+                            for object in now.iter() {
+                                tx.send(ObjectEvent {
+                                    object: object.clone(),
+                                    deleted: false,
+                                });
+                            }
                         }
                         // Deleted while the watch was down: no event told us.
                         for object in before.iter() {

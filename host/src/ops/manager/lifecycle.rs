@@ -31,6 +31,7 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 use crate::config::PluginConfig;
+use crate::control::controller::watches::KeyMapping;
 use crate::control::controller::{Controller, Workers};
 use crate::control::informer::Informer;
 use crate::control::shard::Shards;
@@ -433,12 +434,19 @@ impl Reconcile for PluginSlot {
 
 pub(crate) type PluginController = Controller<Arc<PluginSlot>>;
 
-/// What feeds a plugin's queue: the informers it holds and the tasks that
-/// turn their events (and resyncs) into keys.
+/// What feeds a plugin's queue: the informers it holds, each with how its
+/// objects map to keys, and the tasks that turn their events (and resyncs)
+/// into keys.
 #[derive(Default)]
 pub(crate) struct Feeds {
-    pub(crate) informers: Vec<Arc<Informer>>,
+    pub(crate) watched: Vec<Watched>,
     pub(crate) tasks: Vec<JoinHandle<()>>,
+}
+
+/// An informer a plugin holds, and the keys its objects imply.
+pub(crate) struct Watched {
+    pub(crate) informer: Arc<Informer>,
+    pub(crate) mapping: KeyMapping,
 }
 
 impl Feeds {
@@ -446,7 +454,7 @@ impl Feeds {
         for t in self.tasks.drain(..) {
             t.abort();
         }
-        self.informers.clear();
+        self.watched.clear();
     }
 }
 
@@ -539,8 +547,9 @@ impl PluginEntry {
         &self.controller
     }
 
-    pub(crate) fn informers(&self) -> &[Arc<Informer>] {
-        &self.feeds.informers
+    /// The informers the plugin holds, with their key mappings.
+    pub(crate) fn watched(&self) -> &[Watched] {
+        &self.feeds.watched
     }
 
     pub(crate) fn lifecycle(&self) -> &Lifecycle {

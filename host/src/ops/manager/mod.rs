@@ -547,7 +547,11 @@ impl Host {
     /// imply and starts workers if leading.
     async fn sync_and_start(&self, name: &str) {
         let informers = match self.plugins.lock().unwrap().get(name) {
-            Some(e) => e.informers().to_vec(),
+            Some(e) => e
+                .watched()
+                .iter()
+                .map(|w| w.informer.clone())
+                .collect::<Vec<_>>(),
             None => return,
         };
         let wait_all = async {

@@ -50,7 +50,7 @@ impl Host {
         for entry in self.plugins.lock().unwrap().values() {
             let for_kind = entry.slot().current().metadata().for_.clone();
             let queue = entry.controller().queue();
-            for informer in entry.informers() {
+            for informer in entry.watched().iter().map(|w| &w.informer) {
                 if informer.resource.group != for_kind.group
                     || informer.resource.kind != for_kind.kind
                 {

@@ -10,7 +10,7 @@ use futures::StreamExt;
 use kube::api::ApiResource;
 
 use super::canary::Canary;
-use super::lifecycle::{Feeds, PluginController, PluginEntry, PluginSlot};
+use super::lifecycle::{Feeds, PluginController, PluginEntry, PluginSlot, Watched};
 use super::shadow::Shadow;
 use super::{Host, ManagerError};
 use crate::config::{CandidateMode, PluginConfig, RateLimiterConfig};
@@ -454,7 +454,10 @@ impl Host {
                         for_kind.clone(),
                     ));
                 }
-                feeds.informers.push(informer);
+                feeds.watched.push(Watched {
+                    informer,
+                    mapping: watch.mapping.clone(),
+                });
             }
         }
         feeds
@@ -560,22 +563,25 @@ fn resync_every(
     })
 }
 
-/// Every key the plugin's informers of its reconciled kind hold, once
-/// (after sync and swaps): what to await once the plugins' lock is
-/// released, since a resync of 100,000 keys takes tens of milliseconds.
+/// Every key the plugin's informers imply, at low priority, once (after
+/// sync and swaps): its reconciled kind's objects, and the objects of the
+/// kinds it watches as their mappings map them (the owners, namesakes or
+/// labelled objects they wake). A first listing is not announced as
+/// events, so this is how its keys reach the queue, behind any change.
+/// What to await once the plugins' lock is released, since 100,000 keys
+/// take tens of milliseconds.
 pub(super) fn enqueue_all(entry: &PluginEntry) -> impl Future<Output = ()> + Send + use<> {
     let for_kind = entry.slot().current().metadata().for_.clone();
     let queue = entry.controller().queue().clone();
     let slot = entry.slot().clone();
-    let informers: Vec<Arc<Informer>> = entry
-        .informers()
+    let watched: Vec<(Arc<Informer>, KeyMapping)> = entry
+        .watched()
         .iter()
-        .filter(|i| i.resource.group == for_kind.group && i.resource.kind == for_kind.kind)
-        .cloned()
+        .map(|w| (w.informer.clone(), w.mapping.clone()))
         .collect();
     async move {
-        for informer in informers {
-            enqueue_resync(&slot, &queue, &informer, &for_kind).await;
+        for (informer, mapping) in watched {
+            enqueue_store(&slot, &queue, &informer, &mapping, &for_kind, Priority::LOW).await;
         }
     }
 }
