@@ -544,7 +544,8 @@ impl Host {
 
     /// Waits for a plugin's informers (reporting Failed past
     /// `cacheSyncTimeout`, and still waiting), then enqueues every key they
-    /// imply and starts workers if leading.
+    /// imply and, that done, marks the plugin synced and starts workers if
+    /// leading.
     async fn sync_and_start(&self, name: &str) {
         let informers = match self.plugins.lock().unwrap().get(name) {
             Some(e) => e
@@ -582,19 +583,21 @@ impl Host {
             wait_all.await;
             tracing::info!(plugin = name, "informers synced after all");
         }
-        let resync = {
+        // The first listing's keys are queued before the plugin counts as
+        // synced (ready) and its workers start, as controller-runtime's
+        // handlers have seen the initial list before it reports synced.
+        let first_listing = match self.plugins.lock().unwrap().get(name) {
+            Some(entry) => wiring::enqueue_all(entry),
+            None => return,
+        };
+        first_listing.await;
+        {
             let mut plugins = self.plugins.lock().unwrap();
             let Some(entry) = plugins.get_mut(name) else {
                 return;
             };
             let leader = *self.leader.borrow();
-            entry
-                .start(leader)
-                .is_ok()
-                .then(|| wiring::enqueue_all(entry))
-        };
-        if let Some(resync) = resync {
-            resync.await;
+            let _ = entry.start(leader);
         }
         self.plugin_changed(name);
     }
