@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DeleteParams, PostParams};
-use wasmctrl::control::informer::{CacheOptions, InformerKey, Notification, SharedCache};
+use wasmctrl::control::informer::{
+    CacheOptions, Informer, InformerKey, Notification, SharedCache, Subscription,
+};
 
 use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_testkit::eventually;
@@ -89,13 +91,15 @@ async fn nothing_is_missed_across_a_forced_relist() {
 
 /// An event hands subscribers the object the store holds, not a copy: a
 /// relist's events were a second copy of every listed object.
-/// A subscriber reads the first listing from the store once synced; it is
-/// told only of what changes after it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_first_listing_is_read_from_the_store_not_announced() {
-    let cluster = Cluster::start().await;
+/// ConfigMaps `names` created in `default`, then a synced informer of the
+/// ConfigMaps there (with its cache), subscribed to before it could have
+/// listed: it starts listing when made, over HTTP.
+async fn synced(
+    cluster: &Cluster,
+    names: &[&str],
+) -> (Api<ConfigMap>, SharedCache, Arc<Informer>, Subscription) {
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
-    for name in ["listed-1", "listed-2"] {
+    for name in names {
         api.create(&PostParams::default(), &configmap(name))
             .await
             .unwrap();
@@ -103,12 +107,19 @@ async fn the_first_listing_is_read_from_the_store_not_announced() {
     let cache = SharedCache::new(cluster.client.clone());
     let resource = ApiResource::erase::<ConfigMap>(&());
     let informer = cache.informer(InformerKey::new(&resource, Some("default")), resource);
-    // Subscribed before the listing's answer can have arrived: the informer
-    // starts listing when made, over HTTP.
-    let mut events = informer.subscribe();
+    let events = informer.subscribe();
     tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
         .await
         .expect("the informer syncs");
+    (api, cache, informer, events)
+}
+
+/// A subscriber reads the first listing from the store once synced; it is
+/// told only of what changes after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_listing_is_read_from_the_store_not_announced() {
+    let cluster = Cluster::start().await;
+    let (api, _cache, informer, mut events) = synced(&cluster, &["listed-1", "listed-2"]).await;
     assert!(informer.get(Some("default"), "listed-1").is_some());
     assert!(informer.get(Some("default"), "listed-2").is_some());
     api.create(&PostParams::default(), &configmap("changed"))
@@ -136,21 +147,10 @@ async fn the_first_listing_is_read_from_the_store_not_announced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_carries_the_cached_object_itself() {
     let cluster = Cluster::start().await;
-    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
-    api.create(&PostParams::default(), &configmap("listed"))
-        .await
-        .unwrap();
-    let cache = SharedCache::new(cluster.client.clone());
-    let resource = ApiResource::erase::<ConfigMap>(&());
-    let informer = cache.informer(InformerKey::new(&resource, Some("default")), resource);
-    let mut events = informer.subscribe();
-    tokio::time::timeout(Duration::from_secs(30), informer.wait_synced())
-        .await
-        .expect("the informer syncs");
-    // The first list may have been announced before `subscribe` (the
-    // informer starts at once): a relist announces every object again, now
-    // to this subscriber. Expiring the watches forces one only once the
-    // informer's watch is open, so it is repeated until `listed` comes.
+    let (api, _cache, informer, mut events) = synced(&cluster, &["listed"]).await;
+    // The first listing is not announced; a relist announces every object.
+    // Expiring the watches forces one only once the informer's watch is
+    // open, so it is repeated until `listed` comes.
     cluster.server().expire_watches();
     api.create(&PostParams::default(), &configmap("watched"))
         .await
