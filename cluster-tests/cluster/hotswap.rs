@@ -383,3 +383,48 @@ async fn an_idle_unloaded_plugin_reconciles_its_next_key() {
     assert_eq!(status["unloads"], 0, "{status}");
     host.stop().await.unwrap();
 }
+
+/// A settings change that adds a namespace rebuilds the plugin on its
+/// queue with a new informer for it: the objects already there are
+/// reconciled, though a first listing is not announced as events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_added_by_a_settings_change_has_its_objects_reconciled() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::ObjectMeta;
+
+    let cluster = Cluster::start().await;
+    install(artifacts::STAMP_V1, &cluster.dir.path().join("stamp.wasm"));
+    let namespaces: Api<Namespace> = Api::all(cluster.client.clone());
+    let extra = Namespace {
+        metadata: ObjectMeta {
+            name: Some("extra".into()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    namespaces
+        .create(&PostParams::default(), &extra)
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "extra");
+    api.create(&PostParams::default(), &configmap("cm-extra"))
+        .await
+        .unwrap();
+    let host = start(&cluster, stamp_config(), true).await;
+    assert_eq!(
+        unstamped(&api, "v1").await,
+        ["cm-extra"],
+        "outside the plugin's namespaces"
+    );
+    cluster.file(
+        "wasmctrl.yaml",
+        &stamp_config().replace("namespaces: [default]", "namespaces: [default, extra]"),
+    );
+    eventually(
+        "the object of the added namespace stamped",
+        Duration::from_secs(30),
+        || async { unstamped(&api, "v1").await.is_empty().then_some(()) },
+    )
+    .await;
+    host.stop().await.unwrap();
+}

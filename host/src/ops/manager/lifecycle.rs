@@ -31,7 +31,6 @@ use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
 use crate::config::PluginConfig;
-use crate::control::controller::watches::KeyMapping;
 use crate::control::controller::{Controller, Workers};
 use crate::control::informer::Informer;
 use crate::control::shard::Shards;
@@ -434,19 +433,19 @@ impl Reconcile for PluginSlot {
 
 pub(crate) type PluginController = Controller<Arc<PluginSlot>>;
 
-/// What feeds a plugin's queue: the informers it holds, each with how its
-/// objects map to keys, and the tasks that turn their events (and resyncs)
-/// into keys.
+/// What feeds a plugin's queue: the informers it holds, and the tasks that
+/// turn their stores once synced, their events and resyncs into keys.
 #[derive(Default)]
 pub(crate) struct Feeds {
     pub(crate) watched: Vec<Watched>,
     pub(crate) tasks: Vec<JoinHandle<()>>,
 }
 
-/// An informer a plugin holds, and the keys its objects imply.
+/// An informer a plugin holds, and whether its feed has queued the keys of
+/// what the informer held when it synced.
 pub(crate) struct Watched {
     pub(crate) informer: Arc<Informer>,
-    pub(crate) mapping: KeyMapping,
+    pub(crate) primed: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Feeds {
@@ -547,7 +546,7 @@ impl PluginEntry {
         &self.controller
     }
 
-    /// The informers the plugin holds, with their key mappings.
+    /// The informers the plugin holds, each with its feed's progress.
     pub(crate) fn watched(&self) -> &[Watched] {
         &self.feeds.watched
     }

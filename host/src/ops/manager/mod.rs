@@ -543,9 +543,9 @@ impl Host {
     }
 
     /// Waits for a plugin's informers (reporting Failed past
-    /// `cacheSyncTimeout`, and still waiting), then enqueues every key they
-    /// imply and, that done, marks the plugin synced and starts workers if
-    /// leading.
+    /// `cacheSyncTimeout`, and still waiting) and for its feeds to queue
+    /// every key they imply, then marks the plugin synced and starts
+    /// workers if leading.
     async fn sync_and_start(&self, name: &str) {
         let informers = match self.plugins.lock().unwrap().get(name) {
             Some(e) => e
@@ -583,14 +583,18 @@ impl Host {
             wait_all.await;
             tracing::info!(plugin = name, "informers synced after all");
         }
-        // The first listing's keys are queued before the plugin counts as
-        // synced (ready) and its workers start, as controller-runtime's
-        // handlers have seen the initial list before it reports synced.
-        let first_listing = match self.plugins.lock().unwrap().get(name) {
-            Some(entry) => wiring::enqueue_all(entry),
+        // The first listing's keys are queued (by the feeds) before the
+        // plugin counts as synced (ready) and its workers start, as
+        // controller-runtime's handlers have seen the initial list before it
+        // reports synced.
+        let primed: Vec<_> = match self.plugins.lock().unwrap().get(name) {
+            Some(entry) => entry.watched().iter().map(|w| w.primed.clone()).collect(),
             None => return,
         };
-        first_listing.await;
+        for mut primed in primed {
+            // Err: the feed is gone with its plugin, found missing below.
+            let _ = primed.wait_for(|p| *p).await;
+        }
         {
             let mut plugins = self.plugins.lock().unwrap();
             let Some(entry) = plugins.get_mut(name) else {

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::ApiResource;
+use tokio::sync::watch;
 
 use super::canary::Canary;
 use super::lifecycle::{Feeds, PluginController, PluginEntry, PluginSlot, Watched};
@@ -436,13 +437,14 @@ impl Host {
             for ns in scopes(config) {
                 let key = InformerKey::new(&watch.resource, ns.as_deref());
                 let informer = self.cache.informer(key, watch.resource.clone());
-                feeds.tasks.push(forward_events(
+                let (task, primed) = forward_events(
                     &informer,
                     controller.reconciler().clone(),
                     controller.queue().clone(),
                     watch.mapping.clone(),
                     for_kind.clone(),
-                ));
+                );
+                feeds.tasks.push(task);
                 if watch.mapping == KeyMapping::Itself
                     && let Some(period) = config.resync_period
                 {
@@ -454,10 +456,7 @@ impl Host {
                         for_kind.clone(),
                     ));
                 }
-                feeds.watched.push(Watched {
-                    informer,
-                    mapping: watch.mapping.clone(),
-                });
+                feeds.watched.push(Watched { informer, primed });
             }
         }
         feeds
@@ -503,16 +502,39 @@ fn scopes(config: &PluginConfig) -> Vec<Option<String>> {
 }
 
 /// Turns an informer's events into keys of `queue` (those `slot` admits).
+///
+/// Once the informer has synced, the feed first queues the keys of every
+/// object its store holds, at low priority: a first listing is not
+/// announced as events, and a feed that joins an informer already synced
+/// (a new plugin, a swap or rebuild that watches anew) has missed it
+/// anyway. The receiver turns true once those keys are queued.
 fn forward_events(
     informer: &Arc<Informer>,
     slot: Arc<PluginSlot>,
     queue: WorkQueue<ObjectKey>,
     mapping: KeyMapping,
     reconciled: Gvk,
-) -> tokio::task::JoinHandle<()> {
+) -> (tokio::task::JoinHandle<()>, watch::Receiver<bool>) {
     let mut subscription = informer.subscribe();
+    let (primed_tx, primed) = watch::channel(false);
     let weak = Arc::downgrade(informer);
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
+        {
+            let Some(informer) = weak.upgrade() else {
+                return;
+            };
+            informer.wait_synced().await;
+            enqueue_store(
+                &slot,
+                &queue,
+                &informer,
+                &mapping,
+                &reconciled,
+                Priority::LOW,
+            )
+            .await;
+        }
+        let _ = primed_tx.send(true);
         while let Some(n) = subscription.next().await {
             match n {
                 Notification::Object(e) => {
@@ -538,7 +560,8 @@ fn forward_events(
                 }
             }
         }
-    })
+    });
+    (task, primed)
 }
 
 /// Enqueues every key of the reconciled kind's informer each `period`.
@@ -563,25 +586,23 @@ fn resync_every(
     })
 }
 
-/// Every key the plugin's informers imply, at low priority, once (after
-/// sync and swaps): its reconciled kind's objects, and the objects of the
-/// kinds it watches as their mappings map them (the owners, namesakes or
-/// labelled objects they wake). A first listing is not announced as
-/// events, so this is how its keys reach the queue, behind any change.
-/// What to await once the plugins' lock is released, since 100,000 keys
-/// take tens of milliseconds.
+/// Every key the plugin's informers of its reconciled kind hold, once
+/// (after swaps): what to await once the plugins' lock is released, since
+/// a resync of 100,000 keys takes tens of milliseconds.
 pub(super) fn enqueue_all(entry: &PluginEntry) -> impl Future<Output = ()> + Send + use<> {
     let for_kind = entry.slot().current().metadata().for_.clone();
     let queue = entry.controller().queue().clone();
     let slot = entry.slot().clone();
-    let watched: Vec<(Arc<Informer>, KeyMapping)> = entry
+    let informers: Vec<Arc<Informer>> = entry
         .watched()
         .iter()
-        .map(|w| (w.informer.clone(), w.mapping.clone()))
+        .map(|w| &w.informer)
+        .filter(|i| i.resource.group == for_kind.group && i.resource.kind == for_kind.kind)
+        .cloned()
         .collect();
     async move {
-        for (informer, mapping) in watched {
-            enqueue_store(&slot, &queue, &informer, &mapping, &for_kind, Priority::LOW).await;
+        for informer in informers {
+            enqueue_resync(&slot, &queue, &informer, &for_kind).await;
         }
     }
 }
