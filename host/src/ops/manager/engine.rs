@@ -99,8 +99,11 @@ impl EngineLimits {
 /// pays a fresh slot's page faults on its next instance (tens of
 /// microseconds), once.
 fn warm_slots(concurrency: u32, cpus: u32, max_instances: u32) -> u32 {
-    (concurrency * 2 + WARM_SPARE)
-        .min(cpus.max(1) * WARM_PER_CPU + WARM_SPARE)
+    let per_cpu = cpus.max(1).saturating_mul(WARM_PER_CPU);
+    concurrency
+        .saturating_mul(2)
+        .min(per_cpu)
+        .saturating_add(WARM_SPARE)
         .min(max_instances)
 }
 
@@ -148,6 +151,8 @@ plugins:
         // Never more than the pool has.
         assert_eq!(warm_slots(100, 64, 120), 120);
         assert_eq!(warm_slots(0, 0, 64), 4);
+        // However large the counts, no overflow.
+        assert_eq!(warm_slots(u32::MAX, u32::MAX, 64), 64);
     }
 
     #[test]
