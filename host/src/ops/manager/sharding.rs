@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::Host;
-use crate::control::controller::watches::{KeyMapping, keys};
+use super::wiring::enqueue_taken;
 use crate::control::shard::{AcquiredShards, ShardCoordinator};
 
 impl Host {
@@ -40,30 +40,20 @@ impl Host {
     }
 
     /// Enqueues, for every plugin, the keys of the objects of its reconciled
-    /// kind that fall in `taken` (a plugin still syncing enqueues all its
-    /// admitted keys once synced).
+    /// kind that fall in `taken`, in a task of its own (a plugin still
+    /// syncing enqueues all its admitted keys once synced).
     fn enqueue_shards(&self, taken: &[u32]) {
         let Some(shards) = &self.shards else {
             return;
         };
         let taken: BTreeSet<u32> = taken.iter().copied().collect();
-        for entry in self.plugins.lock().unwrap().values() {
-            let for_kind = entry.slot().current().metadata().for_.clone();
-            let queue = entry.controller().queue();
-            for informer in entry.watched().iter().map(|w| &w.informer) {
-                if informer.resource.group != for_kind.group
-                    || informer.resource.kind != for_kind.kind
-                {
-                    continue;
-                }
-                for object in informer.objects() {
-                    for key in keys(&KeyMapping::Itself, &for_kind, &object) {
-                        if taken.contains(&shards.shard_of(&key)) {
-                            queue.add(key);
-                        }
-                    }
-                }
-            }
-        }
+        let enqueues: Vec<_> = self
+            .plugins
+            .lock()
+            .unwrap()
+            .values()
+            .map(|entry| enqueue_taken(entry, shards.clone(), taken.clone()))
+            .collect();
+        tokio::spawn(futures::future::join_all(enqueues));
     }
 }

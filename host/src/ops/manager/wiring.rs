@@ -3,6 +3,7 @@
 //! its queue.
 
 use crate::ops::transcript::record::{RecordOptions, Recorder};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::control::controller::watches::{KeyMapping, keys};
 use crate::control::controller::{Controller, ControllerOptions, TerminalErrors};
 use crate::control::informer::{Informer, InformerKey, Notification};
 use crate::control::metrics::Version;
+use crate::control::shard::Shards;
 use crate::control::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
 use crate::control::workqueue::{Priority, WorkQueue};
 use crate::ops::source::PluginSource;
@@ -531,6 +533,7 @@ fn forward_events(
                 &mapping,
                 &reconciled,
                 Priority::LOW,
+                &|_| true,
             )
             .await;
         }
@@ -555,6 +558,7 @@ fn forward_events(
                         &mapping,
                         &reconciled,
                         Priority::NORMAL,
+                        &|_| true,
                     )
                     .await;
                 }
@@ -581,7 +585,18 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            enqueue_resync(&slot, &queue, &informer, &for_kind).await;
+            // Low priority: these are not changes, so events jump ahead of
+            // them (controller-runtime's priority queue does the same).
+            enqueue_store(
+                &slot,
+                &queue,
+                &informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+                &|_| true,
+            )
+            .await;
         }
     })
 }
@@ -590,6 +605,24 @@ fn resync_every(
 /// (after swaps): what to await once the plugins' lock is released, since
 /// a resync of 100,000 keys takes tens of milliseconds.
 pub(super) fn enqueue_all(entry: &PluginEntry) -> impl Future<Output = ()> + Send + use<> {
+    enqueue_reconciled(entry, |_| true)
+}
+
+/// The keys of the reconciled kind that fall in the shards just `taken`,
+/// at low priority as a first listing's: a shard taken over brings objects
+/// this replica has not reconciled, not changes.
+pub(super) fn enqueue_taken(
+    entry: &PluginEntry,
+    shards: Arc<Shards>,
+    taken: BTreeSet<u32>,
+) -> impl Future<Output = ()> + Send + use<> {
+    enqueue_reconciled(entry, move |k| taken.contains(&shards.shard_of(k)))
+}
+
+fn enqueue_reconciled<F>(entry: &PluginEntry, wanted: F) -> impl Future<Output = ()> + Send + use<F>
+where
+    F: Fn(&ObjectKey) -> bool + Send + Sync + 'static,
+{
     let for_kind = entry.slot().current().metadata().for_.clone();
     let queue = entry.controller().queue().clone();
     let slot = entry.slot().clone();
@@ -602,30 +635,18 @@ pub(super) fn enqueue_all(entry: &PluginEntry) -> impl Future<Output = ()> + Sen
         .collect();
     async move {
         for informer in informers {
-            enqueue_resync(&slot, &queue, &informer, &for_kind).await;
+            enqueue_store(
+                &slot,
+                &queue,
+                &informer,
+                &KeyMapping::Itself,
+                &for_kind,
+                Priority::LOW,
+                &wanted,
+            )
+            .await;
         }
     }
-}
-
-/// Adds the key of every object of the reconciled kind `for_kind` that
-/// `informer` holds (those `slot` admits), at low priority: these are not
-/// changes, so events jump ahead of them (controller-runtime's priority
-/// queue does the same for the initial list).
-async fn enqueue_resync(
-    slot: &PluginSlot,
-    queue: &WorkQueue<ObjectKey>,
-    informer: &Informer,
-    for_kind: &Gvk,
-) {
-    enqueue_store(
-        slot,
-        queue,
-        informer,
-        &KeyMapping::Itself,
-        for_kind,
-        Priority::LOW,
-    )
-    .await;
 }
 
 /// Keys a bulk enqueue adds under one lock of the queue, between yields to
@@ -634,7 +655,7 @@ async fn enqueue_resync(
 const ENQUEUE_BATCH: usize = 512;
 
 /// Adds the key of every object `informer` holds, as `mapping` maps it
-/// (those `slot` admits), at `priority`, a batch at a time.
+/// (those `wanted` and `slot` admit), at `priority`, a batch at a time.
 async fn enqueue_store(
     slot: &PluginSlot,
     queue: &WorkQueue<ObjectKey>,
@@ -642,13 +663,14 @@ async fn enqueue_store(
     mapping: &KeyMapping,
     reconciled: &Gvk,
     priority: Priority,
+    wanted: &(dyn Fn(&ObjectKey) -> bool + Sync),
 ) {
     let objects = informer.objects();
     for batch in objects.chunks(ENQUEUE_BATCH) {
         let keys: Vec<ObjectKey> = batch
             .iter()
             .flat_map(|o| keys(mapping, reconciled, o))
-            .filter(|k| slot.admits(k))
+            .filter(|k| wanted(k) && slot.admits(k))
             .collect();
         queue.add_all_with_priority(keys, priority);
         tokio::task::yield_now().await;
