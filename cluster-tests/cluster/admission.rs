@@ -6,6 +6,7 @@
 //! writes during a review, no renaming mutation, no oversized object, no
 //! rule outside the grant.
 
+use futures::StreamExt;
 use std::time::Duration;
 
 use wasmctrl_cluster_tests::{Cluster, quickstart_config};
@@ -432,6 +433,31 @@ async fn the_webhook_server_refuses_what_is_not_a_review_within_its_bounds() {
         answer["response"]["status"]["details"]["causes"][0]["field"],
         "data.value"
     );
+    // A body that stops arriving is answered once the review's timeout
+    // passes, and holds its connection no longer.
+    let stalled =
+        futures::stream::once(async { Ok::<_, std::io::Error>(b"{\"apiVersion\"".to_vec()) })
+            .chain(futures::stream::pending());
+    let waited = std::time::Instant::now();
+    let late = tokio::time::timeout(
+        Duration::from_secs(60),
+        client
+            .post(format!("{base}/validate/gatekeeper?timeout=1s"))
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(stalled))
+            .send(),
+    )
+    .await
+    .expect("a stalled body is answered, not waited for forever")
+    .unwrap();
+    assert_eq!(late.status(), 408);
+    assert!(waited.elapsed() >= Duration::from_secs(1));
+    assert!(
+        late.text()
+            .await
+            .unwrap()
+            .contains("did not arrive within 1s")
+    );
     // Past the bound the body is not read further: the server answers and
     // closes the connection, so this is the last request.
     let too_big = post("/validate/gatekeeper", vec![b' '; 8 << 20])
@@ -445,7 +471,7 @@ async fn the_webhook_server_refuses_what_is_not_a_review_within_its_bounds() {
             .unwrap()
             .contains("at most 7340032 bytes")
     );
-    for (code, at_least) in [("413", 1.0), ("400", 1.0), ("200", 1.0)] {
+    for (code, at_least) in [("413", 1.0), ("408", 1.0), ("400", 1.0), ("200", 1.0)] {
         let counted = metric_value(
             host.admin,
             &format!(

@@ -7,16 +7,21 @@
 //! |---|---|
 //! | `certs` | the serving certificate: mounted (`certDir`) or the host's own CA, rotated |
 //! | `review` | one review: the plugin's verdict under its deadline, failure policy and mode |
+//! | `patch` | the JSONPatch of a mutation, within bounds |
 //! | `registration` | the Validating- and MutatingWebhookConfiguration of each plugin |
 //!
 //! # Bounds
-//! A review body is read up to [`MAX_REVIEW_BYTES`] (413 past it); at most
+//! A review body is read up to [`MAX_REVIEW_BYTES`] (413 past it) within
+//! the review's timeout (408 past it); at most
 //! [`MAX_CONNECTIONS`] connections are served at once (more are closed at
 //! once); a TLS handshake and a request's headers each have
 //! [`HANDSHAKE_TIMEOUT`]. Each review runs in the plugin's sandbox, with
-//! its limits, under the webhook's `timeoutSeconds` less a margin.
+//! its limits, under the webhook's `timeoutSeconds` less a margin. A
+//! mutation is compared with the reviewed object only when that is at most
+//! 3 MiB, one per CPU at a time, and its patch is bounded ([`patch`]).
 
 mod certs;
+pub mod patch;
 mod registration;
 mod review;
 
@@ -349,19 +354,34 @@ async fn serve(
     in_flight.inc();
     let started = Instant::now();
     let timeout = review::parse_timeout(query.as_deref());
-    let response = match axum::body::to_bytes(body, MAX_REVIEW_BYTES).await {
+    let patience = review::body_patience(timeout);
+    let response = match tokio::time::timeout(
+        patience,
+        axum::body::to_bytes(body, MAX_REVIEW_BYTES),
+    )
+    .await
+    {
         Err(_) => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the AdmissionReview body did not arrive within {patience:?} (the review's timeout)"
+            ),
+        )
+            .into_response(),
+        Ok(Err(_)) => (
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("an AdmissionReview is at most {MAX_REVIEW_BYTES} bytes"),
         )
             .into_response(),
-        Ok(body) => match review::answer(&*plugin, mode, kind, &body, timeout, &s.metrics).await {
-            Ok(review) => axum::Json(review).into_response(),
-            Err(bad @ BadReview::NoWebhook { .. }) => {
-                (StatusCode::NOT_FOUND, bad.to_string()).into_response()
+        Ok(Ok(body)) => {
+            match review::answer(&*plugin, mode, kind, &body, timeout, &s.metrics).await {
+                Ok(review) => axum::Json(review).into_response(),
+                Err(bad @ BadReview::NoWebhook { .. }) => {
+                    (StatusCode::NOT_FOUND, bad.to_string()).into_response()
+                }
+                Err(bad) => (StatusCode::BAD_REQUEST, bad.to_string()).into_response(),
             }
-            Err(bad) => (StatusCode::BAD_REQUEST, bad.to_string()).into_response(),
-        },
+        }
     };
     in_flight.dec();
     s.metrics

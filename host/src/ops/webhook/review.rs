@@ -14,18 +14,20 @@
 //! - In monitor mode every request is allowed unchanged; what the plugin
 //!   would have done is an audit annotation, a log line and a metric.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use base64::Engine;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
+use tokio::sync::Semaphore;
 
-use super::Reviewer;
+use super::{Reviewer, patch};
 use crate::config::AdmissionMode;
 use crate::control::metrics::{Metrics, WebhookDecisionLabels};
 use crate::sandbox::admission::{
-    FailurePolicy, Review, ReviewError, Verdict, Webhook, WebhookKind,
+    FailurePolicy, MAX_PATCHED_BYTES, Review, ReviewError, Verdict, Webhook, WebhookKind,
 };
 
 /// The largest AdmissionReview body read: kube-apiserver's own request
@@ -38,6 +40,14 @@ pub const MAX_REVIEW_BYTES: usize = 7 << 20;
 /// gives up: a tenth, at least this much.
 const MIN_MARGIN: Duration = Duration::from_millis(250);
 /// Fields of the object a mutation may not change.
+/// The longest review uid read (kube-apiserver sends a UUID, 36 bytes).
+const MAX_UID_BYTES: usize = 128;
+/// Mutations compared at once, process-wide: each holds the reviewed
+/// object and the mutated one as trees (up to about 18 times their text
+/// each), and the comparison is CPU-bound work, so more than one per CPU
+/// would only queue with more memory held.
+static TREES: LazyLock<Semaphore> =
+    LazyLock::new(|| Semaphore::new(std::thread::available_parallelism().map_or(1, |n| n.get())));
 const IMMUTABLE: [&str; 5] = [
     "/apiVersion",
     "/kind",
@@ -67,12 +77,12 @@ struct ReviewBody<'a> {
 }
 
 #[derive(Debug, Deserialize)]
-struct RequestHead {
+struct RequestHead<'a> {
     uid: String,
-    /// Read only for a mutating review, which compares it with the
-    /// mutation: a validating one skips over it without building a tree.
-    #[serde(skip)]
-    object: Value,
+    /// Its text: a tree is built only when a mutation is to be compared
+    /// with it.
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
     #[serde(default)]
     name: String,
     #[serde(default)]
@@ -107,7 +117,7 @@ pub async fn answer(
     timeout: Option<Duration>,
     metrics: &Metrics,
 ) -> Result<Value, BadReview> {
-    let (request, head) = read(body, kind == WebhookKind::Mutating)?;
+    let (request, head) = read(body)?;
     let webhook = plugin
         .webhooks()
         .iter()
@@ -121,7 +131,7 @@ pub async fn answer(
         .review(kind.review(), request.get().to_string(), budget)
         .await;
     let outcome = match result {
-        Ok(verdict) => match mutation(kind, &head.object, &verdict) {
+        Ok(verdict) => match mutation(kind, head.object, &verdict).await {
             Ok(patch) => Outcome::Verdict(verdict, patch),
             Err(refused) => {
                 metrics.count_limit(plugin.name(), "admissionMutation");
@@ -139,9 +149,8 @@ pub async fn answer(
     }))
 }
 
-/// The review's `request`, as sent, and the parts the host reads of it
-/// (the object only `with_object`).
-fn read(body: &[u8], with_object: bool) -> Result<(&RawValue, RequestHead), BadReview> {
+/// The review's `request`, as sent, and the parts the host reads of it.
+fn read(body: &[u8]) -> Result<(&RawValue, RequestHead<'_>), BadReview> {
     let review: ReviewBody<'_> =
         serde_json::from_slice(body).map_err(|e| BadReview::NotAReview(e.to_string()))?;
     if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
@@ -150,17 +159,19 @@ fn read(body: &[u8], with_object: bool) -> Result<(&RawValue, RequestHead), BadR
             review.api_version, review.kind
         )));
     }
-    let mut head: RequestHead = serde_json::from_str(review.request.get())
+    let head: RequestHead = serde_json::from_str(review.request.get())
         .map_err(|e| BadReview::NotAReview(format!("request: {e}")))?;
-    if with_object {
-        #[derive(Deserialize)]
-        struct Object {
-            #[serde(default)]
-            object: Value,
-        }
-        head.object = serde_json::from_str::<Object>(review.request.get())
-            .map_err(|e| BadReview::NotAReview(format!("request: {e}")))?
-            .object;
+    // The uid is echoed and logged: kube-apiserver sends a UUID.
+    if head.uid.len() > MAX_UID_BYTES || head.uid.chars().any(char::is_control) {
+        return Err(BadReview::NotAReview(format!(
+            "request.uid is {} bytes{}; a uid is at most {MAX_UID_BYTES} bytes without control characters",
+            head.uid.len(),
+            if head.uid.chars().any(char::is_control) {
+                " with control characters"
+            } else {
+                ""
+            }
+        )));
     }
     Ok((review.request, head))
 }
@@ -189,14 +200,29 @@ fn budget(webhook: &Webhook, asked: Option<Duration>) -> Duration {
 
 /// The JSONPatch (RFC 6902) from the request's object to the verdict's
 /// patched object, or None when it changes nothing; refused when it is
-/// not JSON or changes a field no mutation may change.
-fn mutation(kind: WebhookKind, object: &Value, verdict: &Verdict) -> Result<Option<Value>, String> {
+/// not JSON, changes a field no mutation may change, or passes a bound
+/// (the reviewed object's size, the patch's).
+async fn mutation(
+    kind: WebhookKind,
+    object: Option<&RawValue>,
+    verdict: &Verdict,
+) -> Result<Option<Value>, String> {
     let Some(patched) = verdict.patched.as_deref() else {
         return Ok(None);
     };
     if kind != WebhookKind::Mutating || !verdict.allowed {
         return Ok(None);
     }
+    let object = object.map_or("null", RawValue::get);
+    if object.len() > MAX_PATCHED_BYTES {
+        return Err(format!(
+            "the reviewed object is {} bytes; a mutation is compared only with an object of at most {MAX_PATCHED_BYTES} bytes (what the API server accepts as a body)",
+            object.len()
+        ));
+    }
+    let _permit = TREES.acquire().await.map_err(|e| e.to_string())?;
+    let object: Value = serde_json::from_str(object)
+        .map_err(|e| format!("the reviewed object is not JSON: {e}"))?;
     let patched: Value = serde_json::from_str(patched)
         .map_err(|e| format!("the patched object is not JSON: {e}"))?;
     if !patched.is_object() {
@@ -210,13 +236,8 @@ fn mutation(kind: WebhookKind, object: &Value, verdict: &Verdict) -> Result<Opti
             ));
         }
     }
-    let patch = json_patch::diff(object, &patched);
-    if patch.0.is_empty() {
-        return Ok(None);
-    }
-    serde_json::to_value(patch)
-        .map(Some)
-        .map_err(|e| format!("cannot write the patch: {e}"))
+    let operations = patch::diff(&object, &patched).map_err(|e| e.to_string())?;
+    Ok((!operations.is_empty()).then_some(Value::Array(operations)))
 }
 
 fn reason(code: u16) -> &'static str {
@@ -369,6 +390,15 @@ fn one_line(text: &str) -> String {
 }
 
 /// The API server's `?timeout=` (a Go duration as it writes it: `10s`).
+/// How long the server waits for a review's body: the API server's
+/// `?timeout=` (at most the 30 s a webhook may take), else the 10 s it
+/// defaults to. A caller that sends its headers and then trickles, or
+/// stops, is answered 408 and holds its connection no longer.
+pub fn body_patience(timeout: Option<Duration>) -> Duration {
+    timeout.map_or(Duration::from_secs(10), |t| t.min(Duration::from_secs(30)))
+}
+
+/// The API server's `?timeout=` of a review, if it sent one.
 pub fn parse_timeout(query: Option<&str>) -> Option<Duration> {
     let value = query?
         .split('&')
@@ -410,25 +440,27 @@ mod tests {
         }
     }
 
-    fn head() -> RequestHead {
+    fn head() -> RequestHead<'static> {
         RequestHead {
             name: "a".into(),
             kind: KindRef::default(),
             uid: "u-1".into(),
-            object: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}}),
+            object: None,
         }
     }
 
-    #[test]
-    fn a_mutation_is_a_patch_the_host_writes_and_may_not_rename_the_object() {
-        let object = head().object;
+    #[tokio::test]
+    async fn a_mutation_is_a_patch_the_host_writes_and_may_not_rename_the_object() {
+        let object = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
+        let text = serde_json::value::to_raw_value(&object).unwrap();
         let mut labelled = object.clone();
         labelled["metadata"]["labels"] = json!({"x": "y"});
         let patch = mutation(
             WebhookKind::Mutating,
-            &object,
+            Some(&text),
             &verdict(true, Some(labelled)),
         )
+        .await
         .unwrap()
         .unwrap();
         assert_eq!(
@@ -440,20 +472,54 @@ mod tests {
             renamed["metadata"][field] = json!(value);
             let e = mutation(
                 WebhookKind::Mutating,
-                &object,
+                Some(&text),
                 &verdict(true, Some(renamed)),
             )
+            .await
             .unwrap_err();
             assert!(e.contains(&format!("metadata.{field}")), "{e}");
         }
         assert_eq!(
             mutation(
                 WebhookKind::Mutating,
-                &object,
+                Some(&text),
                 &verdict(true, Some(object.clone()))
-            ),
+            )
+            .await,
             Ok(None)
         );
+    }
+
+    #[tokio::test]
+    async fn a_mutation_is_refused_past_the_reviewed_objects_bound_or_the_patchs() {
+        let metadata = json!({"name": "a", "namespace": "ns"});
+        let big = json!({"metadata": metadata, "data": {"x": "y".repeat(MAX_PATCHED_BYTES)}});
+        let text = serde_json::value::to_raw_value(&big).unwrap();
+        let e = mutation(
+            WebhookKind::Mutating,
+            Some(&text),
+            &verdict(true, Some(json!({"metadata": metadata}))),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            e.contains("the reviewed object is") && e.contains("at most 3145728 bytes"),
+            "{e}"
+        );
+
+        // Every element of a long array changed: one operation each.
+        let many = patch::MAX_OPERATIONS + 1;
+        let object = json!({"metadata": metadata, "a": vec![0; many]});
+        let text = serde_json::value::to_raw_value(&object).unwrap();
+        let flipped = json!({"metadata": metadata, "a": vec![1; many]});
+        let e = mutation(
+            WebhookKind::Mutating,
+            Some(&text),
+            &verdict(true, Some(flipped)),
+        )
+        .await
+        .unwrap_err();
+        assert!(e.contains("more than 10000 operations"), "{e}");
     }
 
     #[test]
@@ -515,7 +581,7 @@ mod tests {
 
     #[test]
     fn a_body_that_is_not_an_admission_review_v1_is_refused_naming_why() {
-        let refused = |body: &str| read(body.as_bytes(), false).unwrap_err().to_string();
+        let refused = |body: &str| read(body.as_bytes()).unwrap_err().to_string();
         assert!(refused("{").contains("not an AdmissionReview v1"));
         assert!(
             refused(
@@ -530,14 +596,24 @@ mod tests {
             .contains("missing field `uid`")
         );
         let body = br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","object":{"a":1}}}"#;
-        let (_, validating) = read(body, false).unwrap();
+        let (request, head) = read(body).unwrap();
         assert_eq!(
-            validating.object,
-            Value::Null,
-            "a validating review skips the object"
+            (head.uid.as_str(), head.object.map(RawValue::get)),
+            ("u", Some(r#"{"a":1}"#))
         );
-        let (request, head) = read(body, true).unwrap();
-        assert_eq!((head.uid.as_str(), &head.object), ("u", &json!({"a": 1})));
+        let long = format!(
+            r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"{}"}}}}"#,
+            "u".repeat(MAX_UID_BYTES + 1)
+        );
+        assert!(
+            refused(&long).contains("request.uid is 129 bytes"),
+            "{}",
+            refused(&long)
+        );
+        assert!(
+            refused(r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"a\nb"}}"#)
+                .contains("control characters")
+        );
         assert_eq!(request.get(), r#"{"uid":"u","object":{"a":1}}"#);
     }
 
