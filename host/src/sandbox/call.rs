@@ -185,6 +185,13 @@ impl Sandbox {
                 self.measure(&store, &mut usage);
                 let refused = store.data().limiter.refused;
                 let mut result = returned.map_err(|e| CallFailure::classify(&e, refused));
+                if let Err(CallFailure::Trap { message, .. }) = &result
+                    && message.ends_with(super::failure::CUT)
+                {
+                    self.runtime
+                        .metrics()
+                        .count_limit(&self.name, "errorMessage");
+                }
                 if let Some(made) = &http_made {
                     made.store(store.data().http.requests(), Ordering::Relaxed);
                 }

@@ -1,10 +1,13 @@
 //! How a guest call ended when it did not return: one classification for
 //! `metadata` and `reconcile` alike.
 
+use std::fmt::{self, Write as _};
+
 use wasmtime::Trap;
 use wasmtime::component::ResourceTableError;
 
 use super::limits::Ceiling;
+use super::output::MAX_ERROR_MESSAGE;
 use crate::control::reconcile::{ReconcileError, TrapKind};
 
 /// Raised from the epoch callback when the host cancels a running guest.
@@ -47,7 +50,7 @@ impl CallFailure {
     /// wasmtime has no trap code for a refused grow, and the guest then
     /// aborts (Rust prints "memory allocation failed" and hits `unreachable`).
     pub(crate) fn classify(error: &wasmtime::Error, refused: Option<Ceiling>) -> Self {
-        let message = format!("{error:#}");
+        let message = trap_message(error);
         if error.is::<Cancelled>() {
             return CallFailure::Cancelled;
         }
@@ -128,6 +131,41 @@ impl CallFailure {
     }
 }
 
+/// What ends a trap's message that was cut to [`MAX_ERROR_MESSAGE`].
+pub(crate) const CUT: &str = " … [wasmctrl: the rest of this message was dropped]";
+
+/// `error` with its causes, cut to [`MAX_ERROR_MESSAGE`] bytes while it is
+/// written: a trap's wasm backtrace has a line per frame, with the guest's
+/// own module and function names (up to 100,000 bytes each), and a stack
+/// overflow has tens of thousands of frames. Written whole, that message
+/// could take gigabytes.
+fn trap_message(error: &wasmtime::Error) -> String {
+    /// Keeps the first `MAX_ERROR_MESSAGE` bytes, then fails every write,
+    /// so the formatter stops.
+    struct Capped(String, bool);
+    impl fmt::Write for Capped {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let room = MAX_ERROR_MESSAGE - self.0.len();
+            if s.len() <= room {
+                self.0.push_str(s);
+                return Ok(());
+            }
+            let mut end = room;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.0.push_str(&s[..end]);
+            self.1 = true;
+            Err(fmt::Error)
+        }
+    }
+    let mut capped = Capped(String::new(), false);
+    if write!(capped, "{error:#}").is_err() && capped.1 {
+        capped.0.push_str(CUT);
+    }
+    capped.0
+}
+
 /// wasmtime refuses a store's count limits (`ResourceLimiter::instances`,
 /// `memories`, `tables`) with "resource limit exceeded: {what} count too
 /// high at {n}", not with a typed error.
@@ -151,5 +189,41 @@ impl From<CallFailure> for ReconcileError {
             CallFailure::Cancelled => ReconcileError::Cancelled,
             CallFailure::PoolExhausted(m) => ReconcileError::Host(m),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trap_message_is_cut_while_it_is_written() {
+        // Infinite recursion in a function with a 10,000-byte name: a stack
+        // overflow whose backtrace names it once per frame.
+        let name = "f".repeat(10_000);
+        let wat = format!(r#"(module (func ${name} (export "run") (call ${name})))"#);
+        let engine = wasmtime::Engine::default();
+        let module = wasmtime::Module::new(&engine, wat::parse_str(&wat).unwrap()).unwrap();
+        let mut store = wasmtime::Store::new(&engine, ());
+        let instance = wasmtime::Instance::new(&mut store, &module, &[]).unwrap();
+        let run = instance
+            .get_typed_func::<(), ()>(&mut store, "run")
+            .unwrap();
+        let error = run.call(&mut store, ()).unwrap_err();
+        let failure = CallFailure::classify(&error, None);
+        let CallFailure::Trap { kind, message, .. } = failure else {
+            panic!("{failure:?}");
+        };
+        assert_eq!(kind, TrapKind::Stack);
+        assert!(
+            message.len() <= MAX_ERROR_MESSAGE + CUT.len(),
+            "{}",
+            message.len()
+        );
+        assert!(message.ends_with(CUT));
+        assert!(
+            message.contains(&"f".repeat(1_000)),
+            "the first frame is kept"
+        );
     }
 }
