@@ -116,6 +116,11 @@ async fn answer(mut conn: TcpStream, seen: Arc<Seen>) {
             );
             let _ = conn.write_all(r.as_bytes()).await;
         }
+        "/encoded" => {
+            // A server that compresses whatever the client asked for.
+            let r = "HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 4\r\nconnection: close\r\n\r\n\x1f\x08\x08\x00";
+            let _ = conn.write_all(r.as_bytes()).await;
+        }
         "/redirect" => {
             let r = "HTTP/1.1 302 Found\r\nlocation: http://evil.test/stolen\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
             let _ = conn.write_all(r.as_bytes()).await;

@@ -264,6 +264,20 @@ pub(super) async fn send(
         }));
     }
     if let Some(redactor) = &redactor {
+        if let Some(encoding) = response
+            .headers()
+            .get(http::header::CONTENT_ENCODING)
+            .filter(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
+        {
+            let encoding = String::from_utf8_lossy(&encoding.as_bytes()[..encoding.len().min(64)])
+                .into_owned();
+            return Err(call.refuse(Refusal {
+                reason: DenyReason::Secret,
+                message: format!(
+                    "{shown}: the answer to a request carrying a secret is encoded ({encoding:?}); only an unencoded answer can be checked for the secret's value, and the request asked for one"
+                ),
+            }));
+        }
         redact_headers(response.headers_mut(), redactor);
     }
     let slot = plan.record.as_ref().and_then(|(tape, headers)| {
@@ -371,6 +385,28 @@ impl Body for BoundedResponse {
     type Error = Error;
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> NextFrame {
+        loop {
+            let next = self.as_mut().next_frame(cx);
+            // Trailers come after the redactor's held-back tail, and
+            // redaction reads only data: with a secret on the request they
+            // are dropped.
+            if let Poll::Ready(Some(Ok(f))) = &next
+                && f.is_trailers()
+                && self.redactor.is_some()
+            {
+                continue;
+            }
+            return next;
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended || (self.redactor.is_none() && self.slot.is_none() && self.inner.is_end_stream())
+    }
+}
+
+impl BoundedResponse {
+    fn next_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> NextFrame {
         let this = &mut *self;
         if this.ended {
             return Poll::Ready(None);
@@ -433,10 +469,6 @@ impl Body for BoundedResponse {
             }
         }
     }
-
-    fn is_end_stream(&self) -> bool {
-        self.ended || (self.redactor.is_none() && self.slot.is_none() && self.inner.is_end_stream())
-    }
 }
 
 /// Reads the values of the secrets `plan` places and substitutes them into
@@ -496,6 +528,22 @@ async fn place_secrets(
             .collect(),
     );
     let redactor = (!redactor.is_empty()).then_some(redactor);
+    if redactor.is_some() {
+        // Redaction reads the answer's bytes as they come: a compressed
+        // answer, or a range of one, would carry an echoed value in a form
+        // it cannot see.
+        for h in [
+            http::header::RANGE,
+            http::header::IF_RANGE,
+            http::header::TE,
+        ] {
+            parts.headers.remove(h);
+        }
+        parts.headers.insert(
+            http::header::ACCEPT_ENCODING,
+            http::HeaderValue::from_static("identity"),
+        );
+    }
     Ok((http::Request::from_parts(parts, body), redactor))
 }
 

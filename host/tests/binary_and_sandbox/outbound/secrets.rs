@@ -54,6 +54,16 @@ async fn a_placeholder_is_replaced_only_toward_its_hosts_and_redacted_from_the_a
     let cases = json!({
         "echo": { "url": format!("http://localhost:{port}/echo"), "headers": bearer("tok"), "echo": true },
         "ok": { "url": format!("http://localhost:{port}/ok"), "headers": bearer("tok") },
+        "asks-gzip": {
+            "url": format!("http://localhost:{port}/echo"),
+            "headers": [
+                ["authorization", "Bearer ${secret:tok}"],
+                ["accept-encoding", "gzip"],
+                ["range", "bytes=0-3"],
+            ],
+            "echo": true,
+        },
+        "encoded": { "url": format!("http://localhost:{port}/encoded"), "headers": bearer("tok") },
     });
     let p = plugin(&rt, cases, grant_with(&server, &secrets)).await;
 
@@ -75,6 +85,29 @@ async fn a_placeholder_is_replaced_only_toward_its_hosts_and_redacted_from_the_a
             && seen.contains("authorization: Bearer <secret:tok>\r\n"),
         "the echo comes back redacted in headers and body: {seen}"
     );
+
+    // Redaction reads the answer's bytes: a request carrying a secret asks
+    // for an unencoded, whole answer whatever the guest asked, and an
+    // encoded one is refused.
+    let seen = match run(&p, "asks-gzip", TIMEOUT).await {
+        Err(ReconcileError::Permanent(m)) => m,
+        other => panic!("expected the echo case to report its answer, got {other:?}"),
+    };
+    let head = server.heads().pop().unwrap();
+    assert!(
+        head.contains("accept-encoding: identity\r\n") && !head.contains("gzip"),
+        "{head}"
+    );
+    assert!(!head.contains("range:"), "{head}");
+    assert!(!seen.contains("s3cr3t-one"), "{seen}");
+    let before = denied(&rt, "secret");
+    let result = run(&p, "encoded", TIMEOUT).await;
+    let (_, message) = refusal(&result);
+    assert!(
+        message.contains("the answer to a request carrying a secret is encoded (\"gzip\")"),
+        "{message}"
+    );
+    assert_eq!(denied(&rt, "secret"), before + 1);
 
     // A rotation is in force at the next request.
     std::fs::write(&file, "s3cr3t-two").unwrap();
