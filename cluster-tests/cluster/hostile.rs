@@ -396,9 +396,78 @@ async fn the_shadow_report_and_the_status_page_need_the_admin_token() {
         page.contains("/status/fragment?token=s3cret"),
         "the page refreshes with its token"
     );
+    // Only the pages a browser opens take the token in their query.
+    let (status, _) = admin::http_get(host.admin, "/plugins/hostile/shadow?token=s3cret").await;
+    assert_eq!(status, 401);
     // Scrapers and probes stay open.
     assert_eq!(admin::http_get(host.admin, "/metrics").await.0, 200);
     assert_eq!(admin::http_get(host.admin, "/plugins").await.0, 200);
+    host.stop().await.unwrap();
+}
+
+/// Any web page a local browser opens can send requests to a loopback
+/// port. On a loopback admin address without a token, a request addressed
+/// to another name (a DNS rebinding page) is refused, and a POST from
+/// another site's page is refused; curl's requests, and the status page's
+/// own, are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_refuses_what_a_page_of_another_site_sends() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cluster = Cluster::start().await;
+    let host = cluster.host(&config(artifacts::HOSTILE)).await;
+    let port = host.admin.port();
+    let send = |method: &str, path: &str, headers: &str| {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\n{headers}Connection: close\r\nContent-Length: 0\r\n\r\n"
+        );
+        let addr = host.admin;
+        async move {
+            let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+            conn.write_all(request.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            conn.read_to_end(&mut got).await.unwrap();
+            let text = String::from_utf8_lossy(&got).into_owned();
+            let status: u16 = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+            (status, text)
+        }
+    };
+    let (status, text) = send(
+        "GET",
+        "/plugins",
+        &format!("Host: rebind.example:{port}\r\n"),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains(r#"not \"rebind.example\""#), "{text}");
+    for name in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "[::1]".into(),
+    ] {
+        let (status, text) = send("GET", "/plugins", &format!("Host: {name}\r\n")).await;
+        assert_eq!(status, 200, "{name}: {text}");
+    }
+    let reload = "/plugins/hostile/reload";
+    let (status, text) = send(
+        "POST",
+        reload,
+        &format!("Host: 127.0.0.1:{port}\r\nOrigin: https://evil.example\r\n"),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert!(
+        text.contains("a POST from a page of another site"),
+        "{text}"
+    );
+    let (status, text) = send(
+        "POST",
+        reload,
+        &format!("Host: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:{port}\r\n"),
+    )
+    .await;
+    assert_eq!(status, 200, "the page's own origin: {text}");
+    let (status, text) = send("POST", reload, &format!("Host: 127.0.0.1:{port}\r\n")).await;
+    assert_eq!(status, 200, "no Origin (curl): {text}");
     host.stop().await.unwrap();
 }
 

@@ -19,6 +19,16 @@ use tokio_util::sync::CancellationToken;
 
 use page::PageData;
 
+use crate::ops::serving;
+
+/// Connections the admin server serves at once.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client has to send a request's headers (and an idle
+/// connection is kept).
+const QUIET: std::time::Duration = std::time::Duration::from_secs(10);
+/// The pages a browser opens, which may carry the token in their query.
+const PAGES: [&str; 2] = ["/", "/status/fragment"];
+
 /// What the admin endpoints report on; implemented by the manager.
 pub trait AdminState: Send + Sync + 'static {
     /// The Prometheus exposition.
@@ -95,6 +105,17 @@ pub struct AdminError {
 /// not loopback. Metrics, probes and `/plugins` (state, digests, counts and
 /// bounded error messages, no object bodies) stay open for scrapers,
 /// kubelets and dashboards.
+///
+/// # Browsers on the same machine
+/// Any web page a local browser opens can send requests to a loopback
+/// port. So a `POST` whose `Origin` is another site is refused (a page can
+/// send a POST without asking first), and on a loopback address without a
+/// token, a request addressed to another name (`Host`: a DNS rebinding
+/// page reaches the port under its own name) is refused too.
+///
+/// # Bounds
+/// At most [`MAX_CONNECTIONS`] connections at once; a client has 10 s to
+/// send each request's headers ([`serving`]).
 pub async fn serve(
     bind: SocketAddr,
     state: Arc<dyn AdminState>,
@@ -114,6 +135,7 @@ pub async fn serve(
             require_token,
         ))
     };
+    let loopback_only = bind.ip().is_loopback() && token.is_none();
     let app = Router::new()
         .route("/", guarded(get(status_page)))
         .route("/status/fragment", guarded(get(status_fragment)))
@@ -125,15 +147,23 @@ pub async fn serve(
         .route("/plugins/{name}/shadow", guarded(get(shadow)))
         .route("/plugins/{name}/reload", guarded(post(reload)))
         .route("/plugins/{name}/promote", guarded(post(promote)))
+        .layer(axum::middleware::from_fn_with_state(
+            loopback_only,
+            same_site,
+        ))
         .with_state(state);
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!("admin server failed: {e}");
-        }
-    });
+    let bounds = serving::Bounds {
+        connections: MAX_CONNECTIONS,
+        quiet: QUIET,
+    };
+    tokio::spawn(serving::serve(
+        "admin",
+        listener,
+        app,
+        bounds,
+        stop,
+        |tcp| async { Some(tcp) },
+    ));
     Ok(addr)
 }
 
@@ -296,13 +326,14 @@ async fn require_token(
             .map(str::to_string);
         // A browser opening the status page cannot set a header: a GET may
         // carry the token in its query instead.
-        let in_query = (request.method() == axum::http::Method::GET)
-            .then(|| {
-                Query::<PageQuery>::try_from_uri(request.uri())
-                    .ok()
-                    .and_then(|q| q.0.token)
-            })
-            .flatten();
+        let in_query = (request.method() == axum::http::Method::GET
+            && PAGES.contains(&request.uri().path()))
+        .then(|| {
+            Query::<PageQuery>::try_from_uri(request.uri())
+                .ok()
+                .and_then(|q| q.0.token)
+        })
+        .flatten();
         let ok = bearer
             .or(in_query)
             .is_some_and(|p| constant_time_eq(p.as_bytes(), token.as_bytes()));
@@ -315,6 +346,70 @@ async fn require_token(
         }
     }
     next.run(request).await
+}
+
+/// Refuses what a web page in a local browser could send: a `POST` from
+/// another site's page, and, when `loopback_only`, a request addressed to
+/// a name other than a loopback one.
+async fn same_site(
+    State(loopback_only): State<bool>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let host_of = |authority: &str| -> String {
+        let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => v6.split_once(']').map_or(v6, |(h, _)| h),
+            None => authority.split_once(':').map_or(authority, |(h, _)| h),
+        };
+        host.to_ascii_lowercase()
+    };
+    let headers = request.headers();
+    let text = |v: &axum::http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+    let host = headers.get(header::HOST).map(|h| host_of(&text(h)));
+    let origin = headers.get(header::ORIGIN).map(text);
+    if loopback_only
+        && let Some(host) = &host
+        && !(host == "localhost"
+            || host.ends_with(".localhost")
+            || host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback()))
+    {
+        return refuse(format!(
+            "this admin address answers only requests addressed to a loopback name or address, not {:?} (set admin.token to serve other names)",
+            cut(host)
+        ));
+    }
+    if request.method() == axum::http::Method::POST
+        && let Some(origin) = origin
+    {
+        let origin_host = origin.split_once("://").map(|(_, rest)| host_of(rest));
+        if origin_host.is_none() || origin_host != host {
+            return refuse(format!(
+                "a POST from a page of another site (Origin {:?}) is refused",
+                cut(&origin)
+            ));
+        }
+    }
+    next.run(request).await
+}
+
+/// At most 256 bytes of `text`, for a refusal that quotes it.
+fn cut(text: &str) -> &str {
+    let mut end = text.len().min(256);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+fn refuse(error: String) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Json(serde_json::json!({ "error": error })),
+    )
+        .into_response()
 }
 
 /// Compares without an early exit, so timing does not reveal the token.

@@ -48,6 +48,7 @@ pub use review::{BadReview, MAX_REVIEW_BYTES};
 
 use crate::config::{AdmissionMode, WebhookSection};
 use crate::control::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
+use crate::ops::serving;
 use crate::sandbox::Plugin;
 use crate::sandbox::admission::{Review, ReviewError, Verdict, Webhook, WebhookKind};
 use futures::future::BoxFuture;
@@ -176,11 +177,23 @@ impl WebhookServer {
             .route("/validate/{plugin}", post(validate))
             .route("/mutate/{plugin}", post(mutate))
             .with_state(Served { reviewers, metrics });
-        tokio::spawn(accept(
-            listener,
-            tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
-            app,
-            stop,
+        let tls = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let handshake = move |tcp: tokio::net::TcpStream| {
+            let tls = tls.clone();
+            async move {
+                let peer = tcp.peer_addr().ok();
+                tls.accept(tcp)
+                    .await
+                    .inspect_err(|e| tracing::debug!(?peer, "webhook TLS handshake failed: {e}"))
+                    .ok()
+            }
+        };
+        let bounds = serving::Bounds {
+            connections: MAX_CONNECTIONS,
+            quiet: HANDSHAKE_TIMEOUT,
+        };
+        tokio::spawn(serving::serve(
+            "webhook", listener, app, bounds, stop, handshake,
         ));
         tracing::info!(%addr, ?endpoint, "webhook server listening");
         Ok(Self {
@@ -264,53 +277,6 @@ fn names(endpoint: &Endpoint, addr: SocketAddr) -> Names {
         }
     }
     names
-}
-
-async fn accept(
-    listener: tokio::net::TcpListener,
-    tls: tokio_rustls::TlsAcceptor,
-    app: Router,
-    stop: CancellationToken,
-) {
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let (tcp, peer) = tokio::select! {
-            _ = stop.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!("webhook server: accept failed: {e}");
-                    continue;
-                }
-            },
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "webhook server: {MAX_CONNECTIONS} connections open; closing a new one");
-            continue;
-        };
-        let (tls, app, stop) = (tls.clone(), app.clone(), stop.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, "webhook TLS handshake failed: {e}");
-                    return;
-                }
-                Err(_) => return,
-            };
-            let service = hyper_util::service::TowerToHyperService::new(app);
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(HANDSHAKE_TIMEOUT)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = stop.cancelled() => conn.as_mut().graceful_shutdown(),
-            }
-        });
-    }
 }
 
 async fn validate(

@@ -1,0 +1,150 @@
+//! Serving a router to whoever reaches a port, within bounds: at most so
+//! many connections at once, and a client that goes quiet before its
+//! request's headers are in is hung up on.
+//!
+//! The admin and webhook servers use this rather than `axum::serve`, whose
+//! hyper-util server has no timer (so no header timeout) and no connection
+//! cap: anyone who reaches the port could hold silent connections until
+//! the process runs out of file descriptors, which the host's API client,
+//! outbound requests and other servers need too.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+/// The bounds of one server.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Connections served at once; one more is closed at once, logged.
+    pub connections: usize,
+    /// How long a client has to send each request's headers, counted from
+    /// the connection's start or the previous answer (an idle keep-alive
+    /// connection is closed after it), and to finish a TLS handshake.
+    pub quiet: Duration,
+}
+
+/// Serves `app` on `listener` until `stop`, each connection first made a
+/// stream by `open` (a TLS handshake, or the TCP stream itself), which has
+/// [`Bounds::quiet`] to finish and may refuse the connection with None.
+/// On `stop` new connections are no longer taken, and open ones finish the
+/// request they are answering (within [`Bounds::quiet`]).
+pub async fn serve<S, F, Fut>(
+    name: &'static str,
+    listener: TcpListener,
+    app: Router,
+    bounds: Bounds,
+    stop: CancellationToken,
+    open: F,
+) where
+    F: Fn(TcpStream) -> Fut + Clone + Send + 'static,
+    Fut: Future<Output = Option<S>> + Send,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let slots = Arc::new(tokio::sync::Semaphore::new(bounds.connections));
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!("{name} server: accept failed: {e}");
+                    continue;
+                }
+            },
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "{name} server: {} connections open; closing a new one", bounds.connections);
+            continue;
+        };
+        let (app, stop, open) = (app.clone(), stop.clone(), open.clone());
+        tokio::spawn(async move {
+            let _slot = slot;
+            let Ok(Some(stream)) = tokio::time::timeout(bounds.quiet, open(tcp)).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(bounds.quiet)
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => return,
+                _ = stop.cancelled() => {}
+            }
+            // The answer in progress finishes, for a while.
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(bounds.quiet, conn).await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Reads until the server closes the connection; what it sent.
+    async fn until_closed(conn: &mut TcpStream) -> String {
+        let mut got = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), conn.read_to_end(&mut got))
+            .await
+            .expect("the server closes the connection")
+            .unwrap();
+        String::from_utf8_lossy(&got).into_owned()
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_cap_are_closed_and_quiet_ones_hung_up_on() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "served" }));
+        let bounds = Bounds {
+            connections: 2,
+            quiet: Duration::from_secs(2),
+        };
+        let stop = CancellationToken::new();
+        tokio::spawn(serve(
+            "test",
+            listener,
+            app,
+            bounds,
+            stop.clone(),
+            |tcp| async { Some(tcp) },
+        ));
+
+        // Two clients that say nothing hold both slots; a third is closed
+        // at once, before the quiet ones are hung up on.
+        let mut quiet = [
+            TcpStream::connect(addr).await.unwrap(),
+            TcpStream::connect(addr).await.unwrap(),
+        ];
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(
+            until_closed(&mut third).await,
+            "",
+            "past the cap: closed unanswered"
+        );
+        let mut byte = [0u8; 1];
+        assert!(
+            matches!(quiet[0].try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the third was closed for the cap, while the quiet ones still held their slots"
+        );
+        for conn in &mut quiet {
+            assert_eq!(until_closed(conn).await, "", "a quiet client is hung up on");
+        }
+        // The slots are free again.
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(until_closed(&mut client).await.ends_with("served"));
+        stop.cancel();
+    }
+}
