@@ -279,8 +279,13 @@ impl Webhooks {
                     go_quote(&dest.shown)
                 ))
             })?;
-        let verdict = review::verify(&uid, hook.kind == ConfigKind::Mutating, &answer)
-            .map_err(|e| calling(format!("{}: {e}", e.context())))?;
+        let verdict =
+            review::verify(&uid, hook.kind == ConfigKind::Mutating, &answer).map_err(|e| {
+                if matches!(e, review::BadResponse::Shape(_)) {
+                    self.metrics.exceeded(Limit::WebhookResponse);
+                }
+                calling(format!("{}: {e}", e.context()))
+            })?;
         for (key, value) in &verdict.audit_annotations {
             sink.annotate(format!("{}/{key}", hook.name), value.clone());
         }

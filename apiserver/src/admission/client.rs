@@ -245,11 +245,30 @@ async fn exchange(
 /// client-go's words for a non-2xx answer: the message of a Status body,
 /// else the body quoted.
 fn status_cause(code: u16, body: &[u8]) -> String {
-    if let Ok(status) = serde_json::from_slice::<serde_json::Value>(body)
-        && status["kind"] == "Status"
-        && let Some(message) = status["message"].as_str()
+    /// Only what is read of a Status: the rest is skipped, not built.
+    #[derive(serde::Deserialize)]
+    struct Status {
+        #[serde(default)]
+        kind: String,
+        message: Option<String>,
+    }
+    if let Ok(status) = serde_json::from_slice::<Status>(body)
+        && status.kind == "Status"
+        && let Some(message) = status.message.as_deref()
     {
-        return message.to_string();
+        let mut end = message.len().min(QUOTED_BODY);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        return if end < message.len() {
+            format!(
+                "{}… ({} more bytes not shown)",
+                &message[..end],
+                message.len() - end
+            )
+        } else {
+            message.to_string()
+        };
     }
     let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BODY)]);
     if text.trim().is_empty() {
@@ -319,6 +338,16 @@ mod tests {
         assert_eq!(d.shown, "https://admit.hooks.svc:443/mutate?timeout=1s");
         assert_eq!(d.server_name, "admit.hooks.svc");
         assert!(matches!(d.connect, Connect::Unreachable(_)));
+    }
+
+    #[test]
+    fn an_error_answers_status_message_is_cut() {
+        let body = serde_json::json!({"kind": "Status", "message": "m".repeat(3000), "details": {"x": [1, 2, 3]}});
+        let cause = status_cause(500, body.to_string().as_bytes());
+        assert_eq!(
+            cause,
+            format!("{}… (1976 more bytes not shown)", "m".repeat(QUOTED_BODY))
+        );
     }
 
     #[test]

@@ -13,6 +13,16 @@ use crate::error::ApiError;
 use crate::values::go_quote;
 
 const API_VERSION: &str = "admission.k8s.io/v1";
+/// Values (keys included) an answer may hold, and how deep it may nest,
+/// before it is parsed. Not an upstream check: upstream decodes into typed
+/// structs, which skip what they do not know without building it; here the
+/// answer becomes a tree, which costs many times its text (an honest answer
+/// holds a few dozen values, its patch one string).
+pub(crate) const MAX_ANSWER_VALUES: usize = 10_000;
+const MAX_ANSWER_DEPTH: usize = 64;
+/// The most of a denial's `status.message` kept (it is returned to the
+/// client and logged). Not an upstream check.
+pub(crate) const MAX_STATUS_MESSAGE: usize = 4 << 10;
 const KIND: &str = "AdmissionReview";
 
 impl Serialize for Caller {
@@ -142,6 +152,10 @@ pub(crate) enum BadResponse {
     /// other than JSONPatch.
     #[error("{0}")]
     Patch(String),
+    /// Not an upstream check: an answer past [`MAX_ANSWER_VALUES`] or
+    /// nested too deep.
+    #[error("the answer {0}; it is not read")]
+    Shape(&'static str),
 }
 
 impl BadResponse {
@@ -162,6 +176,13 @@ fn undecodable(e: impl std::fmt::Display) -> BadResponse {
 /// Reads and checks the answer to review `uid`; `mutating` says whether
 /// the webhook may patch.
 pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, BadResponse> {
+    use wasmctrl_apimachinery::json::{Exceeded, check_shape};
+    check_shape(body, MAX_ANSWER_DEPTH, MAX_ANSWER_VALUES).map_err(|e| {
+        BadResponse::Shape(match e {
+            Exceeded::Depth => "nests deeper than 64 levels",
+            Exceeded::Values => "holds more than 10000 values",
+        })
+    })?;
     let review: Value = serde_json::from_slice(body).map_err(undecodable)?;
     if !review.is_object() {
         return Err(undecodable("the answer is not a JSON object"));
@@ -243,9 +264,22 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
         .flatten()
         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
         .collect();
+    let mut status = response.get("status").filter(|s| s.is_object()).cloned();
+    if let Some(message) = status.as_mut().and_then(|s| s.get_mut("message"))
+        && let Value::String(text) = message
+        && text.len() > MAX_STATUS_MESSAGE
+    {
+        let mut end = MAX_STATUS_MESSAGE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let dropped = text.len() - end;
+        text.truncate(end);
+        text.push_str(&format!("… ({dropped} more bytes not shown)"));
+    }
     Ok(Verdict {
         allowed,
-        status: response.get("status").filter(|s| s.is_object()).cloned(),
+        status,
         patch,
         warnings: strings(&response["warnings"]),
         audit_annotations,
@@ -305,6 +339,30 @@ mod tests {
     fn answer(response: Value) -> Vec<u8> {
         serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "response": response}))
             .unwrap()
+    }
+
+    #[test]
+    fn an_answer_is_measured_before_it_is_parsed_and_a_long_message_cut() {
+        let many = answer(json!({"uid": "u", "allowed": true, "x": vec![0; MAX_ANSWER_VALUES]}));
+        let e = verify("u", false, &many).unwrap_err();
+        assert!(matches!(e, BadResponse::Shape(_)), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "the answer holds more than 10000 values; it is not read"
+        );
+        let deep = format!("{}{}", "[".repeat(65), "]".repeat(65));
+        assert!(matches!(
+            verify("u", false, deep.as_bytes()),
+            Err(BadResponse::Shape(_))
+        ));
+
+        let long = "é".repeat(MAX_STATUS_MESSAGE);
+        let denied =
+            answer(json!({"uid": "u", "allowed": false, "status": {"code": 403, "message": long}}));
+        let v = verify("u", false, &denied).unwrap();
+        let message = v.status.unwrap()["message"].as_str().unwrap().to_string();
+        assert!(message.len() < MAX_STATUS_MESSAGE + 64, "{}", message.len());
+        assert!(message.ends_with(&format!("… ({} more bytes not shown)", MAX_STATUS_MESSAGE)));
     }
 
     #[test]

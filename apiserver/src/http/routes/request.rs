@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::params::Query;
 use crate::auth::identity::UserInfo;
 use crate::registry::storage::Durable;
+use crate::registry::writes::Warnings;
 
 /// Per-request state the handlers leave for the layer that answers.
 #[derive(Default)]
@@ -23,7 +24,7 @@ pub(super) struct RequestScope {
     /// [`WriteCtx::warnings`]).
     ///
     /// [`WriteCtx::warnings`]: crate::registry::writes::WriteCtx::warnings
-    pub(super) warnings: Arc<Mutex<Vec<String>>>,
+    pub(super) warnings: Arc<Mutex<Warnings>>,
     /// Audit annotations admission webhooks added.
     pub(super) audit_annotations: Arc<Mutex<Vec<(String, String)>>>,
 }
@@ -47,7 +48,10 @@ impl RequestScope {
     }
 
     pub(super) fn take_warnings(&self) -> Vec<String> {
-        std::mem::take(&mut *self.warnings.lock().unwrap_or_else(|e| e.into_inner()))
+        self.warnings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
     }
 
     pub(super) fn take_audit_annotations(&self) -> Vec<(String, String)> {

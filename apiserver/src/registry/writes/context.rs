@@ -2,6 +2,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use super::warnings::Warnings;
 use crate::admission::{Caller, Sink};
 use crate::registry::storage::Durable;
 
@@ -22,7 +23,7 @@ pub(crate) struct WriteCtx {
     /// default `fieldValidation=Warn`, admission webhooks' warnings).
     /// Shared with the HTTP layer, which adds them to the response whether
     /// the write succeeded or not.
-    pub(crate) warnings: Arc<Mutex<Vec<String>>>,
+    pub(crate) warnings: Arc<Mutex<Warnings>>,
     /// Audit annotations admission webhooks added, for the audit log.
     pub(crate) audit_annotations: Arc<Mutex<Vec<(String, String)>>>,
     /// Who asks, for admission; `None` for the server's own writes, which
@@ -53,7 +54,7 @@ impl WriteCtx {
         self.warnings
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(text);
+            .add(text);
     }
 
     /// Makes the response wait until `durable` resolves (no-op for None).

@@ -27,7 +27,9 @@ mod patch;
 mod prepare;
 mod rules;
 mod update;
+mod warnings;
 
 pub(crate) use context::{MAX_RETRIES, PatchKind, Subresource, WriteCtx};
 pub(crate) use errors::{patch_error, smp_unsupported};
 pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace};
+pub(crate) use warnings::Warnings;
