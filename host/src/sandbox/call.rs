@@ -171,6 +171,21 @@ impl Sandbox {
                     // host's error (logs, events, status, `/plugins`).
                     *message = store.data().http.redact(message);
                 }
+                // Nor the verdict's texts (the API server returns and logs
+                // them).
+                if let Ok(Returned::Review(verdict)) = &mut returned {
+                    let http = &store.data().http;
+                    verdict.message = http.redact(&verdict.message);
+                    for warning in &mut verdict.warnings {
+                        *warning = http.redact(warning);
+                    }
+                    for cause in &mut verdict.causes {
+                        cause.message = http.redact(&cause.message);
+                    }
+                    for (_, value) in &mut verdict.audit_annotations {
+                        *value = http.redact(value);
+                    }
+                }
                 if let Ok(Returned::Reconcile(Err(
                     types::ReconcileError::Transient(message)
                     | types::ReconcileError::Permanent(message),

@@ -18,6 +18,8 @@ use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+use super::outbound::HttpCall;
+
 /// Most bytes of a reconcile's error message the host keeps: it is logged
 /// on every retry and shown in events, `/plugins` and shadow divergences.
 pub const MAX_ERROR_MESSAGE: usize = 4 << 10;
@@ -58,6 +60,8 @@ struct SinkState {
     pending: [Vec<u8>; 2],
     /// Bytes cut from the pending lines.
     cut: [usize; 2],
+    /// The call whose revealed secrets are redacted from the lines.
+    call: Option<Arc<HttpCall>>,
 }
 
 impl OutputSink {
@@ -72,6 +76,7 @@ impl OutputSink {
                 exhausted: false,
                 pending: [Vec::new(), Vec::new()],
                 cut: [0, 0],
+                call: None,
             })),
         }
     }
@@ -84,12 +89,14 @@ impl OutputSink {
         }
     }
 
-    /// Starts a new call's budget (an instance reused for another call).
-    pub(crate) fn begin_call(&self) {
+    /// Starts a new call's budget (an instance reused for another call);
+    /// a secret `call` reveals is redacted from the lines it writes.
+    pub(crate) fn begin_call(&self, call: Arc<HttpCall>) {
         let mut s = self.state.lock().unwrap();
         s.emitted = 0;
         s.written = 0;
         s.exhausted = false;
+        s.call = Some(call);
     }
 
     /// Bytes the guest wrote or logged this call.
@@ -133,6 +140,10 @@ impl OutputSink {
         let cut = std::mem::take(&mut s.cut[i]);
         if self.admit(s, line.len()) {
             let text = String::from_utf8_lossy(&line);
+            let text = match &s.call {
+                Some(call) => std::borrow::Cow::Owned(call.redact(&text)),
+                None => text,
+            };
             let stream = stream.as_str();
             if cut > 0 {
                 tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{text}… [wasmctrl: {cut} more bytes of this line dropped]");
@@ -298,8 +309,52 @@ mod tests {
         assert!(s.exhausted);
         assert_eq!(s.written, 18 + 4 + 5);
         drop(s);
-        sink.begin_call();
+        sink.begin_call(call());
         assert_eq!(sink.admit_log("héllo"), Some(("héllo", 0)));
+    }
+
+    fn call() -> Arc<HttpCall> {
+        Arc::new(HttpCall::new(
+            "p".into(),
+            Arc::new(crate::control::metrics::Metrics::new()),
+            std::time::Instant::now(),
+            None,
+            false,
+        ))
+    }
+
+    #[test]
+    fn a_revealed_secret_is_redacted_from_the_lines_a_guest_writes() {
+        #[derive(Clone, Default)]
+        struct Lines(Arc<Mutex<Vec<u8>>>);
+        impl io::Write for Lines {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let sink = OutputSink::new("p".into(), 1 << 20, 1 << 10);
+            let call = call();
+            call.revealed("tok", b"s3cr3t");
+            sink.begin_call(call);
+            sink.write(Stream::Stdout, b"the token is s3cr3t\n");
+            sink.write(Stream::Stderr, b"again: s3cr3t");
+            sink.flush();
+        });
+        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        assert!(!logged.contains("s3cr3t"), "{logged}");
+        assert!(logged.contains("the token is <secret:tok>"), "{logged}");
+        assert!(logged.contains("again: <secret:tok>"), "{logged}");
     }
 
     #[test]

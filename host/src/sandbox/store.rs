@@ -229,7 +229,6 @@ impl StoreState {
         let limits = spec.limits;
         let (wasi, output, insecure, uses) = match spec.spares.take() {
             Some(spare) => {
-                spare.output.begin_call();
                 spare.insecure.reseed();
                 (spare.wasi, spare.output, spare.insecure, spare.uses + 1)
             }
@@ -261,6 +260,7 @@ impl StoreState {
                 context.reviewing,
             ),
         );
+        output.begin_call(http.call().clone());
         let state = StoreState {
             wasi,
             table,
@@ -368,7 +368,7 @@ impl StoreState {
         self.budget.log_calls = 0;
         self.budget.log_exhausted = false;
         self.limiter.refused = None;
-        self.output.begin_call();
+        self.output.begin_call(self.http.call().clone());
     }
 }
 

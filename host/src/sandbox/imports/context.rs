@@ -90,7 +90,7 @@ impl context::Host for ContextView<'_> {
         let message = self.http.redact(&message);
         let fields: Vec<(String, String)> = fields
             .into_iter()
-            .map(|(k, v)| (k, self.http.redact(&v)))
+            .map(|(k, v)| (self.http.redact(&k), self.http.redact(&v)))
             .collect();
         let fields = format_fields(&fields);
         let Some((message, cut)) = self.output.admit_log(&message) else {
