@@ -23,15 +23,24 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 || v4.is_broadcast()
                 || a == 0
                 || (a == 100 && (64..128).contains(&b))
+                // Benchmarking networks (RFC 2544) and the reserved 240/4:
+                // never public destinations.
+                || (a == 198 && (18..20).contains(&b))
+                || a >= 240
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = embedded_v4(v6) {
                 return is_internal(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let s = v6.segments();
+            let first = s[0];
             v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
+                // NAT64 for local use (RFC 8215) and Teredo, whose IPv4
+                // addresses sit in forms not unpacked here: refused whole.
+                || (s[0], s[1], s[2]) == (0x64, 0xff9b, 1)
+                || (s[0], s[1]) == (0x2001, 0)
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
                 || (first & 0xffc0) == 0xfec0
@@ -91,6 +100,12 @@ mod tests {
             "64:ff9b::7f00:1",
             "2002:7f00:1::",
             "2002:a9fe:a9fe::1",
+            "64:ff9b:1::7f00:1",
+            "64:ff9b:1:ffff::1",
+            "2001:0:4136:e378:8000:63bf:3fff:fdd2",
+            "198.18.0.1",
+            "198.19.255.255",
+            "240.0.0.1",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
@@ -101,6 +116,9 @@ mod tests {
             "172.32.0.1",
             "64:ff9b::808:808",
             "2002:808:808::",
+            "2001:db9::1",
+            "2001:4860:4860::8888",
+            "198.20.0.1",
         ] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }

@@ -77,6 +77,12 @@ impl Destination {
             format!("{host}:{port}")
         };
         let path = parsed.path().to_string();
+        if let Some(segment) = hidden_dot_segment(&path) {
+            return Err(refused(format!(
+                "{written}: the path segment {:?} decodes to a dot segment (through an encoded `/` or `\\`, or a `;`) that a server could resolve outside the path checked",
+                cut_url(segment)
+            )));
+        }
         let path_and_query = match parsed.query() {
             Some(q) => format!("{path}?{q}"),
             None => path.clone(),
@@ -136,6 +142,20 @@ impl Destination {
     }
 }
 
+/// The first segment of `path` that a server decoding `%2F` or `%5C`, or
+/// dropping a `;` parameter (`..;` in servlet containers), would read as
+/// `.` or `..`: the URL parser resolved the dot segments it could see, but
+/// not these.
+fn hidden_dot_segment(path: &str) -> Option<&str> {
+    path.split('/').find(|segment| {
+        let decoded = percent_encoding::percent_decode_str(segment).decode_utf8_lossy();
+        decoded.split(['/', '\\']).any(|piece| {
+            let piece = piece.split(';').next().unwrap_or_default();
+            piece == "." || piece == ".."
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,6 +192,26 @@ mod tests {
             ("/x", "/x?q=1")
         );
         assert_eq!(d.port, 443);
+    }
+
+    #[test]
+    fn a_dot_segment_hidden_by_an_encoded_slash_or_a_parameter_is_refused() {
+        for uri in [
+            "http://api.test/api/..%2Fadmin",
+            "http://api.test/api/..%2fadmin",
+            "http://api.test/api/..%5Cadmin",
+            "http://api.test/api/.%2E%2Fadmin",
+            "http://api.test/api/..;/admin",
+            "http://api.test/api/x%2F..%2F..%2Fadmin",
+        ] {
+            let e = dest(uri).unwrap_err();
+            assert_eq!(e.reason, DenyReason::Url, "{uri}");
+            assert!(e.message.contains("decodes to a dot segment"), "{uri}: {e}");
+        }
+        // An encoded slash inside a name is a name (GitLab's project paths).
+        let d = dest("https://gitlab.test/api/v4/projects/group%2Fproject").unwrap();
+        assert_eq!(d.path, "/api/v4/projects/group%2Fproject");
+        assert!(dest("https://api.test/a/.../b;v=1").is_ok());
     }
 
     #[test]
