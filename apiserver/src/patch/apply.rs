@@ -2,7 +2,7 @@
 //! other write needs, modelled on `sigs.k8s.io/structured-merge-diff` and
 //! the API server's field manager.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
@@ -493,6 +493,13 @@ fn merge_applied_list(live: &mut Vec<Value>, applied: &[Value], field: Field) {
     let id = |item: &Value| item_element(item, field.list, 0);
     let live_ids: Vec<Option<String>> = live.iter().map(id).collect();
     let applied_ids: Vec<Option<String>> = applied.iter().map(id).collect();
+    // Found by maps, not searched: a list of hundreds of thousands of items
+    // costs its length, not its square.
+    let applied_set: HashSet<&Option<String>> = applied_ids.iter().collect();
+    let mut live_at: HashMap<&Option<String>, usize> = HashMap::with_capacity(live_ids.len());
+    for (i, id) in live_ids.iter().enumerate() {
+        live_at.entry(id).or_insert(i);
+    }
     let mut live_items: Vec<Option<Value>> = std::mem::take(live).into_iter().map(Some).collect();
     let mut seen = HashSet::new();
     let (mut l, mut r) = (0, 0);
@@ -507,7 +514,7 @@ fn merge_applied_list(live: &mut Vec<Value>, applied: &[Value], field: Field) {
             continue;
         }
         if l < live_items.len() {
-            if !applied_ids.contains(&live_ids[l]) {
+            if !applied_set.contains(&live_ids[l]) {
                 live.extend(live_items[l].take());
                 l += 1;
                 continue;
@@ -518,8 +525,8 @@ fn merge_applied_list(live: &mut Vec<Value>, applied: &[Value], field: Field) {
             }
         }
         let pe = &applied_ids[r];
-        let mut item = match live_ids.iter().position(|x| x == pe) {
-            Some(at) => live_items[at].take().unwrap_or(Value::Null),
+        let mut item = match live_at.get(pe) {
+            Some(&at) => live_items[at].take().unwrap_or(Value::Null),
             None => Value::Null,
         };
         merge_applied(&mut item, &applied[r], item_field(field));
@@ -563,14 +570,19 @@ fn prune(
             }
         }
         Value::Array(items) if field.list != ListKind::Atomic => {
+            let mut at_element: HashMap<String, usize> = HashMap::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                if let Some(element) = item_element(item, field.list, i) {
+                    at_element.entry(element).or_insert(i);
+                }
+            }
+            let mut removed = HashSet::new();
             for (element, child) in &stale.children {
-                let Some(at) = items.iter().enumerate().position(|(i, item)| {
-                    item_element(item, field.list, i).as_deref() == Some(element)
-                }) else {
+                let Some(&at) = at_element.get(element.as_str()) else {
                     continue;
                 };
                 if orphaned(element, child) {
-                    items.remove(at);
+                    removed.insert(at);
                 } else {
                     let kept = kept.and_then(|k| k.child(element));
                     prune(
@@ -581,6 +593,13 @@ fn prune(
                         &field.key_names(),
                     );
                 }
+            }
+            if !removed.is_empty() {
+                let mut i = 0;
+                items.retain(|_| {
+                    i += 1;
+                    !removed.contains(&(i - 1))
+                });
             }
         }
         _ => {}

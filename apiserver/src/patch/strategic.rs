@@ -4,7 +4,7 @@
 //! Follows `k8s.io/apimachinery/pkg/util/strategicpatch` as the API server
 //! runs it (parallel-list directives merged, unmatched nulls ignored).
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -121,7 +121,8 @@ fn merge_map(
                 return Err(invalid(path, format!("{key} must be a list")));
             };
             if let Some(Value::Array(items)) = original.get_mut(name) {
-                items.retain(|item| !remove.contains(item));
+                let remove: HashSet<String> = remove.iter().map(Value::to_string).collect();
+                items.retain(|item| !remove.contains(&item.to_string()));
             }
         } else if let Some(name) = key.strip_prefix(SET_ELEMENT_ORDER) {
             let Value::Array(order) = value else {
@@ -252,13 +253,14 @@ fn merge_set(
         ));
     }
     let mut merged: Vec<Value> = Vec::new();
+    let mut seen = HashSet::new();
     let base = if replace {
         Vec::new()
     } else {
         original.clone()
     };
     for item in base.into_iter().chain(additions.iter().cloned()) {
-        if !merged.contains(&item) {
+        if seen.insert(item.to_string()) {
             merged.push(item);
         }
     }
@@ -282,8 +284,8 @@ fn merge_keyed(
 ) -> Result<Vec<Value>, PatchError> {
     let key_of = |item: &Value| item.get(merge_key).map(Value::to_string);
     let live_ids: Vec<String> = original.iter().filter_map(key_of).collect();
-    let mut merged = original;
     let mut plain = Vec::new();
+    let mut deleted = HashSet::new();
     let mut replace = false;
     for item in patch {
         let Value::Object(map) = item else {
@@ -291,38 +293,47 @@ fn merge_keyed(
         };
         match map.get(PATCH).and_then(Value::as_str) {
             Some("delete") => {
-                let id = key_of(item).ok_or_else(|| missing_key(path, item, merge_key))?;
-                merged.retain(|m| key_of(m).as_deref() != Some(&id));
+                deleted.insert(key_of(item).ok_or_else(|| missing_key(path, item, merge_key))?);
             }
             Some("replace") => replace = true,
             Some("merge") | None => plain.push(map),
             Some(other) => return Err(invalid(path, format!("unknown $patch directive {other}"))),
         }
     }
-    if replace {
-        merged.clear();
+    // Each item's key is read once, and found again by a map: a list of
+    // hundreds of thousands of items costs its length, not its square.
+    let mut merged: Vec<Option<Value>> = if replace {
+        Vec::new()
+    } else {
+        original
+            .into_iter()
+            .filter(|m| key_of(m).is_none_or(|id| !deleted.contains(&id)))
+            .map(Some)
+            .collect()
+    };
+    let mut at_key: HashMap<String, usize> = HashMap::new();
+    for (i, item) in merged.iter().enumerate() {
+        if let Some(id) = item.as_ref().and_then(key_of) {
+            at_key.entry(id).or_insert(i);
+        }
     }
     let mut order_ids = Vec::new();
     for map in plain {
         let item = Value::Object(map.clone());
         let id = key_of(&item).ok_or_else(|| missing_key(path, &item, merge_key))?;
         let item_path = format!("{path}[{merge_key}={id}]");
-        match merged
-            .iter()
-            .position(|m| key_of(m).as_deref() == Some(&id))
-        {
+        match at_key.get(&id).copied() {
             Some(at) => {
-                let live = match merged.remove(at) {
-                    Value::Object(live) => live,
+                let live = match merged[at].take() {
+                    Some(Value::Object(live)) => live,
                     _ => Map::new(),
                 };
-                if let Some(m) = merge_map(live, map, field.ty, &item_path)? {
-                    merged.insert(at, Value::Object(m));
-                }
+                merged[at] = merge_map(live, map, field.ty, &item_path)?.map(Value::Object);
             }
             None => {
                 if let Some(m) = merge_map(Map::new(), map, field.ty, &item_path)? {
-                    merged.push(Value::Object(m));
+                    at_key.insert(id.clone(), merged.len());
+                    merged.push(Some(Value::Object(m)));
                 }
             }
         }
@@ -337,6 +348,7 @@ fn merge_keyed(
             .map(|item| key_of(item).ok_or_else(|| missing_key(path, item, merge_key)))
             .collect::<Result<_, _>>()?;
     }
+    let merged = merged.into_iter().flatten().collect();
     Ok(order_items(merged, key_of, &order_ids, &live_ids))
 }
 
@@ -357,14 +369,28 @@ fn order_items(
     order: &[String],
     live: &[String],
 ) -> Vec<Value> {
-    let position =
-        |ids: &[String], item: &Value| id(item).and_then(|id| ids.iter().position(|x| *x == id));
-    let (mut ordered, mut rest): (Vec<Value>, Vec<Value>) = items
+    // Positions by id (the first of equal ids), each item's id read once.
+    let positions = |ids: &[String]| {
+        let mut at: HashMap<String, usize> = HashMap::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            at.entry(id.clone()).or_insert(i);
+        }
+        at
+    };
+    let (order_at, live_at) = (positions(order), positions(live));
+    // Each item with its position in `order` and in `live`.
+    type Placed = (Option<usize>, Option<usize>, Value);
+    let (mut ordered, mut rest): (Vec<Placed>, Vec<Placed>) = items
         .into_iter()
-        .partition(|item| position(order, item).is_some());
-    ordered.sort_by_key(|item| position(order, item));
+        .map(|item| {
+            let id = id(&item);
+            let at = |map: &HashMap<String, usize>| id.as_ref().and_then(|id| map.get(id).copied());
+            (at(&order_at), at(&live_at), item)
+        })
+        .partition(|(in_order, _, _)| in_order.is_some());
+    ordered.sort_by_key(|(in_order, _, _)| *in_order);
     // Stable: items unknown to the live list keep their merged position.
-    rest.sort_by_key(|item| position(live, item).unwrap_or(usize::MAX));
+    rest.sort_by_key(|(_, in_live, _)| in_live.unwrap_or(usize::MAX));
 
     let mut out = Vec::with_capacity(ordered.len() + rest.len());
     let mut ordered = ordered.into_iter().peekable();
@@ -372,15 +398,12 @@ fn order_items(
     loop {
         match (rest.peek(), ordered.peek()) {
             (Some(left), Some(right)) => {
-                let before = matches!(
-                    (position(live, left), position(live, right)),
-                    (Some(l), Some(r)) if l < r
-                );
+                let before = matches!((left.1, right.1), (Some(l), Some(r)) if l < r);
                 let next = if before { rest.next() } else { ordered.next() };
-                out.extend(next);
+                out.extend(next.map(|(_, _, item)| item));
             }
-            (Some(_), None) => out.extend(rest.next()),
-            (None, Some(_)) => out.extend(ordered.next()),
+            (Some(_), None) => out.extend(rest.next().map(|(_, _, item)| item)),
+            (None, Some(_)) => out.extend(ordered.next().map(|(_, _, item)| item)),
             (None, None) => return out,
         }
     }
@@ -390,6 +413,54 @@ fn order_items(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn long_lists_are_merged_by_maps_not_searches() {
+        // 3 MiB of finalizers or owner references is a few hundred thousand
+        // items: merged in one pass, not one search per item.
+        let n = 50_000;
+        let names = |step: usize| -> Vec<String> {
+            (0..n).step_by(step).map(|i| format!("f{i}")).collect()
+        };
+        let target = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "finalizers": names(2)}});
+        let mut patch_names = names(1);
+        patch_names.extend(names(3));
+        let merged = strategic_merge_patch(
+            &target,
+            &json!({"metadata": {"finalizers": patch_names}}),
+            "v1",
+            "ConfigMap",
+        )
+        .unwrap();
+        let finalizers = merged["metadata"]["finalizers"].as_array().unwrap();
+        assert_eq!(finalizers.len(), n, "each once");
+        assert_eq!(
+            (finalizers[0].as_str(), finalizers[n - 1].as_str()),
+            (Some("f0"), Some("f49999"))
+        );
+
+        let owners = |range: std::ops::Range<usize>, name: &str| -> Vec<Value> {
+            range
+                .map(|i| json!({"apiVersion": "v1", "kind": "X", "name": name, "uid": format!("u{i}")}))
+                .collect()
+        };
+        let target = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "ownerReferences": owners(0..n, "old")}});
+        let mut patch = owners(n / 2..n + n / 2, "new");
+        patch.push(json!({"uid": "u0", "$patch": "delete"}));
+        let merged = strategic_merge_patch(
+            &target,
+            &json!({"metadata": {"ownerReferences": patch}}),
+            "v1",
+            "ConfigMap",
+        )
+        .unwrap();
+        let refs = merged["metadata"]["ownerReferences"].as_array().unwrap();
+        assert_eq!(refs.len(), n + n / 2 - 1, "u0 deleted");
+        assert_eq!(refs[0]["uid"], "u1");
+        assert_eq!(refs.iter().filter(|r| r["name"] == "new").count(), n);
+    }
 
     fn smp(target: &Value, patch: Value) -> Value {
         strategic_merge_patch(target, &patch, "apps/v1", "Deployment").unwrap()
