@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -144,6 +145,12 @@ fn translate(info: &ResourceInfo, p: &WatchParams, ev: &Event) -> Option<Bytes> 
 /// Events held back by the "withhold events" fault before the watcher is
 /// treated as fallen behind (410 Expired; it relists).
 const MAX_WITHHELD: usize = 1 << 16;
+/// Bytes a watch may have waiting for its client before it counts as
+/// fallen behind (closed with 410; the client relists).
+pub(crate) const MAX_QUEUED_BYTES: usize = 16 << 20;
+/// How long a watch waits for its client to take anything before it
+/// counts as fallen behind.
+const SEND_PATIENCE: Duration = Duration::from_secs(30);
 
 /// Ends a watch stream without its final chunk, so the client sees the
 /// connection drop mid-stream (fault injection).
@@ -155,8 +162,25 @@ struct WatchCut;
 type Chunk = Result<Bytes, WatchCut>;
 
 fn streaming(rx: mpsc::Receiver<Chunk>) -> Result<Response, ApiError> {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
+    streaming_counted(rx, Arc::default())
+}
+
+/// The response streaming `rx`'s chunks, taking each chunk's bytes off
+/// `queued` as it is handed on.
+fn streaming_counted(
+    rx: mpsc::Receiver<Chunk>,
+    queued: Arc<AtomicUsize>,
+) -> Result<Response, ApiError> {
+    let stream = futures::stream::unfold((rx, queued), |(mut rx, queued)| async move {
+        let chunk = rx.recv().await?;
+        if let Ok(bytes) = &chunk {
+            // Saturating: the last ERROR line is sent uncounted.
+            let n = bytes.len();
+            let _ = queued.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
+                Some(q.saturating_sub(n))
+            });
+        }
+        Some((chunk, (rx, queued)))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -227,18 +251,20 @@ pub(crate) fn serve(
         snapshot.push(bookmark(&info, start.rv, true));
     }
     let (tx, rx) = mpsc::channel::<Chunk>(256);
+    let queued = Arc::new(AtomicUsize::new(0));
     let pump = Pump {
         info,
         p,
         seen: start.rv,
         withheld: VecDeque::new(),
         tx,
+        queued: queued.clone(),
         faults: shared.faults.watch_faults(),
         metrics: shared.metrics.clone(),
     };
     let epoch = shared.watch_epoch.subscribe();
     tokio::spawn(pump.run(snapshot, start.backlog, start.rx, epoch));
-    streaming(rx)
+    streaming_counted(rx, queued)
 }
 
 /// Feeds one watch response: translates store events for this watcher,
@@ -252,6 +278,8 @@ struct Pump {
     /// Events held back while the "withhold events" fault is on.
     withheld: VecDeque<Arc<Event>>,
     tx: mpsc::Sender<Chunk>,
+    /// Bytes sent to the response and not yet handed on to the connection.
+    queued: Arc<AtomicUsize>,
     faults: WatchFaults,
     metrics: Arc<Metrics>,
 }
@@ -260,8 +288,22 @@ struct Pump {
 struct Stop;
 
 impl Pump {
+    /// Queues `bytes` for the client; a client that has more than
+    /// [`MAX_QUEUED_BYTES`] waiting, or takes nothing for [`SEND_PATIENCE`],
+    /// fell behind.
     async fn send(&self, bytes: Bytes) -> Result<(), Stop> {
-        self.tx.send(Ok(bytes)).await.map_err(|_| Stop)
+        let n = bytes.len();
+        let before = self.queued.fetch_add(n, Ordering::Relaxed);
+        // One chunk always goes: a single event may be larger than the bound.
+        if before > 0 && before + n > MAX_QUEUED_BYTES {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            return Err(self.fell_behind());
+        }
+        match tokio::time::timeout(SEND_PATIENCE, self.tx.send(Ok(bytes))).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(Stop),
+            Err(_) => Err(self.fell_behind()),
+        }
     }
 
     /// Adds an event to `batch`, or holds it back while withholding.
@@ -283,18 +325,20 @@ impl Pump {
             self.send(batch.freeze()).await?;
         }
         if self.withheld.len() > MAX_WITHHELD {
-            return Err(self.fell_behind().await);
+            return Err(self.fell_behind());
         }
         Ok(())
     }
 
-    async fn fell_behind(&self) -> Stop {
+    /// Ends the watch with 410 Expired, if the client has room for it (it
+    /// relists either way, when the stream ends).
+    fn fell_behind(&self) -> Stop {
         self.metrics.exceeded(Limit::SlowWatcher);
         let msg = format!(
             "too old resource version: {}: watcher fell behind",
             self.seen
         );
-        let _ = self.send(expired_line(&msg)).await;
+        let _ = self.tx.try_send(Ok(expired_line(&msg)));
         Stop
     }
 
@@ -330,7 +374,11 @@ impl Pump {
             }
         }
         self.flush(chunk).await?;
-        let deadline = self.p.timeout.map(|t| tokio::time::Instant::now() + t);
+        // A timeout too long to add is none at all.
+        let deadline = self
+            .p
+            .timeout
+            .and_then(|t| tokio::time::Instant::now().checked_add(t));
         let mut ticker = tokio::time::interval_at(
             tokio::time::Instant::now() + BOOKMARK_INTERVAL,
             BOOKMARK_INTERVAL,
@@ -362,11 +410,11 @@ impl Pump {
                         }
                         self.flush(batch).await?;
                         if lagged {
-                            return Err(self.fell_behind().await);
+                            return Err(self.fell_behind());
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Err(self.fell_behind().await);
+                        return Err(self.fell_behind());
                     }
                     Err(broadcast::error::RecvError::Closed) => return Ok(()),
                 },
@@ -458,6 +506,7 @@ mod tests {
             seen: 0,
             withheld: VecDeque::new(),
             tx,
+            queued: Arc::default(),
             faults: faults.watch_faults(),
             metrics: metrics.clone(),
         };

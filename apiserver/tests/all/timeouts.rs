@@ -239,3 +239,45 @@ async fn a_slow_body_is_answered_504() {
     assert_eq!(h.server.limit_exceeded("bodyTime"), 1);
     assert_eq!(h.server.limit_exceeded("requestBody"), 0);
 }
+
+/// A watcher that stops reading is closed once more than 16 MiB wait for
+/// it (counted as `slowWatcher`); the server holds no more for it, and
+/// other clients go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watcher_that_stops_reading_is_let_go_past_its_queued_bytes() {
+    let h = Harness::start().await;
+    create_cm(&h, "big").await;
+    let mut tls = tls_connect(&h).await;
+    let request = format!(
+        "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion={} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+        h.server.resource_version(),
+        h.server.token()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    // It reads nothing from here on. Forty updates of 1 MiB each: more than
+    // the 16 MiB a watch may hold for its client, and the socket's buffers.
+    let before = h.server.limit_exceeded("slowWatcher");
+    for i in 0..40 {
+        let value = format!("{i}{}", "x".repeat(1 << 20));
+        let patch = json!({"data": {"v": value}});
+        let (code, body) = h
+            .raw(
+                "PATCH",
+                "/api/v1/namespaces/default/configmaps/big",
+                Some("application/merge-patch+json"),
+                &patch.to_string(),
+            )
+            .await;
+        assert_eq!(code, 200, "{body}");
+        if h.server.limit_exceeded("slowWatcher") > before {
+            break;
+        }
+    }
+    wasmctrl_testkit::eventually(
+        "the silent watcher let go",
+        Duration::from_secs(60),
+        || async { (h.server.limit_exceeded("slowWatcher") > before).then_some(()) },
+    )
+    .await;
+    drop(tls);
+}
