@@ -63,6 +63,9 @@ pub(crate) enum Limit {
     WatchExpired,
     /// Watcher fallen too far behind the event stream (closed with 410).
     SlowWatcher,
+    /// Watch history events dropped early because the history's events
+    /// held more than 256 MiB of JSON.
+    WatchHistoryBytes,
     /// Bearer or reviewed token over 16 KiB (401, or unauthenticated).
     TokenSize,
     /// TokenRequest or TokenReview naming over 100 audiences, or one over
@@ -81,7 +84,7 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 23] = [
+    pub(crate) const ALL: [Limit; 24] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -99,6 +102,7 @@ impl Limit {
         Limit::PathSegment,
         Limit::WatchExpired,
         Limit::SlowWatcher,
+        Limit::WatchHistoryBytes,
         Limit::TokenSize,
         Limit::TokenAudiences,
         Limit::ImpersonationHeaders,
@@ -127,6 +131,7 @@ impl Limit {
             Limit::PathSegment => "pathSegment",
             Limit::WatchExpired => "watchExpired",
             Limit::SlowWatcher => "slowWatcher",
+            Limit::WatchHistoryBytes => "watchHistoryBytes",
             Limit::TokenSize => "tokenSize",
             Limit::TokenAudiences => "tokenAudiences",
             Limit::ImpersonationHeaders => "impersonationHeaders",
@@ -346,6 +351,15 @@ impl Metrics {
                 limit: limit.label(),
             })
             .inc();
+    }
+
+    /// Counts `n` refusals by `limit`.
+    pub(crate) fn exceeded_by(&self, limit: Limit, n: u64) {
+        self.limits
+            .get_or_create(&LimitLabel {
+                limit: limit.label(),
+            })
+            .inc_by(n);
     }
 
     /// Counts one refusal by `limit`, if it was one.

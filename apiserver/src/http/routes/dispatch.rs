@@ -54,6 +54,10 @@ pub(super) async fn dispatch(
         // A non-resource URL as upstream's: system:masters may read it,
         // others only with a rule for `get` on nonResourceURL `/metrics`.
         ["metrics"] => get_only(Value::Null).map(|_| {
+            shared.metrics.exceeded_by(
+                crate::metrics::Limit::WatchHistoryBytes,
+                shared.objects.store.take_history_trims(),
+            );
             response::bytes_with_type(
                 StatusCode::OK,
                 METRICS_CONTENT_TYPE,

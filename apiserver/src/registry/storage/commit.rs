@@ -206,7 +206,11 @@ impl Store {
                 },
             );
         }
-        st.push_history(ev.clone());
+        let trimmed = st.push_history(ev.clone());
+        if trimmed > 0 {
+            self.history_trims
+                .fetch_add(trimmed as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         if let Some(hook) = self.on_apply.get() {
             hook(&ev);
         }

@@ -54,6 +54,9 @@ impl TableKey {
 /// How many events are kept for watch resumption; older resourceVersions get
 /// 410 Expired, as past the real server's watch cache.
 pub(crate) const HISTORY_LEN: usize = 50_000;
+/// How many bytes of object JSON the kept events may hold between them:
+/// 50,000 updates of one 3 MiB object would otherwise keep 150 GiB.
+pub(crate) const HISTORY_BYTES: usize = 256 << 20;
 
 /// An object and its resourceVersion as a reader or writer sees it.
 #[derive(Debug, Clone)]
@@ -93,6 +96,8 @@ pub(super) struct State {
     pub(super) floor: u64,
     pub(super) tables: HashMap<GroupResource, BTreeMap<TableKey, Entry>>,
     pub(super) history: VecDeque<Arc<Event>>,
+    /// The bytes of the objects' JSON the history's events hold.
+    pub(super) history_bytes: usize,
     /// Where each object is, by uid.
     pub(super) uids: UidIndex,
     /// owner uid → dependents that name it in ownerReferences.
@@ -247,13 +252,25 @@ impl State {
         }
     }
 
-    pub(super) fn push_history(&mut self, ev: Arc<Event>) {
+    /// Keeps `ev` for watches that resume; the oldest go (raising the
+    /// floor) past [`HISTORY_LEN`] events or [`HISTORY_BYTES`] of JSON.
+    /// Returns how many went for the bytes.
+    pub(super) fn push_history(&mut self, ev: Arc<Event>) -> usize {
+        self.history_bytes += ev.object.len();
         self.history.push_back(ev);
-        while self.history.len() > HISTORY_LEN {
+        let mut for_bytes = 0;
+        while self.history.len() > HISTORY_LEN
+            || (self.history_bytes > HISTORY_BYTES && self.history.len() > 1)
+        {
+            if self.history.len() <= HISTORY_LEN {
+                for_bytes += 1;
+            }
             if let Some(old) = self.history.pop_front() {
+                self.history_bytes -= old.object.len();
                 self.floor = self.floor.max(old.rv);
             }
         }
+        for_bytes
     }
 
     /// The JSON and resourceVersion the next write to `key` builds on:
@@ -292,6 +309,31 @@ impl Stored {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_history_keeps_at_most_its_bytes_of_json() {
+        use super::super::event::{Event, EventType};
+        // One 1 MiB object shared by every event: counted per event, as
+        // each update of a real object holds JSON of its own.
+        let object = Json::from(vec![b' '; 1 << 20]);
+        let mut st = State::default();
+        let mut for_bytes = 0;
+        for rv in 1..=300u64 {
+            for_bytes += st.push_history(Arc::new(Event {
+                rv,
+                etype: EventType::Modified,
+                resource: GroupResource::new("", "configmaps"),
+                namespace: "default".into(),
+                name: "big".into(),
+                object: object.clone(),
+                prev: None,
+            }));
+        }
+        assert_eq!(st.history.len(), HISTORY_BYTES >> 20);
+        assert_eq!(st.history_bytes, HISTORY_BYTES);
+        assert_eq!(for_bytes, 300 - (HISTORY_BYTES >> 20));
+        assert_eq!(st.floor, 300 - (HISTORY_BYTES >> 20) as u64);
+    }
 
     #[test]
     fn table_keys_sort_as_their_namespace_and_name_pairs() {

@@ -1,5 +1,6 @@
 //! [`Store`]: the shared store, its setup, loading from disk and shutdown.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::Value;
@@ -25,6 +26,9 @@ pub(crate) struct Store {
     /// Keeps derived state (the CRD registry) in step with visible objects.
     /// Runs under the store lock, so lock order is store, then the hook's.
     pub(super) on_apply: OnceLock<ApplyHook>,
+    /// Events the history dropped early for its bytes, not yet counted in
+    /// the metrics.
+    pub(super) history_trims: AtomicU64,
 }
 
 impl Default for Store {
@@ -41,7 +45,14 @@ impl Store {
             state: Mutex::new(State::default()),
             tx,
             on_apply: OnceLock::new(),
+            history_trims: AtomicU64::new(0),
         }
+    }
+
+    /// Events the watch history dropped early for its bytes since the last
+    /// call.
+    pub(crate) fn take_history_trims(&self) -> u64 {
+        self.history_trims.swap(0, Ordering::Relaxed)
     }
 
     pub(super) fn lock(&self) -> MutexGuard<'_, State> {
