@@ -366,3 +366,84 @@ async fn a_guest_reads_no_managed_fields_from_the_api_server_either_unless_kept(
         assert!(live.metadata.managed_fields.is_some_and(|m| !m.is_empty()));
     }
 }
+
+/// A guest's list of a kind no informer holds is read from the API server
+/// in pages: every object comes back, and a list past the plugin's
+/// `listBytes` is refused, counted, after reading about that much.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_list_of_an_unwatched_kind_is_read_in_pages_within_list_bytes() {
+    use std::time::Instant;
+
+    use futures::StreamExt;
+    use wasmctrl::control::discovery::Resolver;
+    use wasmctrl::control::leader::Fence;
+    use wasmctrl::control::metrics::Metrics;
+    use wasmctrl::sandbox::hostapi::{
+        ApiLimits, ClusterApi, ClusterContext, Grant, Gvk, KubeApi, KubeRequest, KubeResponse,
+        PermissionRule,
+    };
+
+    let cluster = Cluster::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
+    futures::stream::iter(0..250)
+        .map(|i| {
+            let api = api.clone();
+            async move {
+                api.create(&PostParams::default(), &configmap(&format!("paged-{i}")))
+                    .await
+                    .unwrap();
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<()>>()
+        .await;
+    let metrics = Arc::new(Metrics::new());
+    let context = ClusterContext {
+        client: cluster.client.clone(),
+        resolver: Arc::new(Resolver::new(cluster.client.clone())),
+        cache: Arc::new(SharedCache::new(cluster.client.clone())),
+        metrics: metrics.clone(),
+        fence: Fence::open(),
+    };
+    let grant = || {
+        Grant::new(
+            vec![PermissionRule {
+                group: String::new(),
+                resources: vec!["configmaps".into()],
+                verbs: ["list"].map(String::from).into(),
+                namespaces: None,
+            }],
+            None,
+        )
+    };
+    let list = || KubeRequest::List {
+        kind: Gvk {
+            group: String::new(),
+            version: "v1".into(),
+            kind: "ConfigMap".into(),
+        },
+        namespace: Some("default".into()),
+        label_selector: None,
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let whole = ClusterApi::new("guest", &context, grant(), ApiLimits::default());
+    let Ok(KubeResponse::Objects(objects)) = whole.call(list(), deadline).await else {
+        panic!("the list failed");
+    };
+    let paged = objects.iter().filter(|o| o.contains("\"paged-")).count();
+    assert_eq!(paged, 250, "every page read");
+
+    let small = ApiLimits {
+        list_bytes: 4 << 10,
+        ..ApiLimits::default()
+    };
+    let bounded = ClusterApi::new("guest", &context, grant(), small);
+    let refused = bounded.call(list(), deadline).await.unwrap_err();
+    assert!(refused.to_string().contains("4096"), "{refused}");
+    assert!(
+        metrics
+            .encode()
+            .contains(r#"wasmctrl_plugin_limit_exceeded_total{plugin="guest",limit="listBytes""#),
+        "counted"
+    );
+}

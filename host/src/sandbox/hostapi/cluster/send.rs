@@ -75,16 +75,24 @@ impl ClusterApi {
                     }
                     return Ok(KubeResponse::Objects(list.objects));
                 }
-                self.throttle(deadline).await?;
-                let mut lp = ListParams::default();
+                // In pages, so that a list past `listBytes` is refused after
+                // reading about that much, not after reading all of it.
+                let mut lp = ListParams::default().limit(LIST_PAGE);
                 if let Some(s) = &selector {
                     lp = lp.labels(&s.to_string());
                 }
-                let found = api().list(&lp).await.map_err(map_error)?;
                 let options = self.cache.options();
-                for mut o in found.items {
-                    options.trim(&mut o);
-                    list.push(&o).map_err(|e| self.list_too_big(e))?;
+                loop {
+                    self.throttle(deadline).await?;
+                    let found = api().list(&lp).await.map_err(map_error)?;
+                    for mut o in found.items {
+                        options.trim(&mut o);
+                        list.push(&o).map_err(|e| self.list_too_big(e))?;
+                    }
+                    match found.metadata.continue_.filter(|c| !c.is_empty()) {
+                        Some(token) => lp = lp.continue_token(&token),
+                        None => break,
+                    }
                 }
                 Ok(KubeResponse::Objects(list.objects))
             }
@@ -175,6 +183,10 @@ impl ClusterApi {
         e
     }
 }
+
+/// Objects a list of a kind the plugin does not watch asks the API server
+/// for at a time.
+const LIST_PAGE: u32 = 100;
 
 /// A list's objects as JSON, refused once they pass `limit` bytes together.
 struct ListJson {
