@@ -13,10 +13,11 @@ pub enum Exceeded {
 }
 
 /// Checks that the arrays and objects of `text` nest at most `max_depth`
-/// deep and that it holds at most `max_values` values, keys included.
+/// deep and that it holds at most `max_values` values, keys included; the
+/// number of values it holds.
 /// Brackets, commas and colons inside strings do not count; whether the
 /// text is JSON at all is the parser's business.
-pub fn check_shape(text: &[u8], max_depth: usize, max_values: usize) -> Result<(), Exceeded> {
+pub fn check_shape(text: &[u8], max_depth: usize, max_values: usize) -> Result<usize, Exceeded> {
     let (mut depth, mut values) = (0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     // Whether the next byte that is not white space starts a value (or a
@@ -54,7 +55,7 @@ pub fn check_shape(text: &[u8], max_depth: usize, max_values: usize) -> Result<(
             _ => {}
         }
     }
-    Ok(())
+    Ok(values)
 }
 
 #[cfg(test)]
@@ -66,11 +67,11 @@ mod tests {
         let text = br#"{"a": [1, 2, {"b": "[[[,,:"}], "c": null}"#;
         // Values: the object, "a", the array, 1, 2, the inner object, "b",
         // its string, "c", null.
-        assert_eq!(check_shape(text, 3, 10), Ok(()));
+        assert_eq!(check_shape(text, 3, 10), Ok(10));
         assert_eq!(check_shape(text, 3, 9), Err(Exceeded::Values));
         assert_eq!(check_shape(text, 2, 10), Err(Exceeded::Depth));
-        assert_eq!(check_shape(br#""\"[[[""#, 0, 1), Ok(()));
-        assert_eq!(check_shape(b"[]", 1, 1), Ok(()));
+        assert_eq!(check_shape(br#""\"[[[""#, 0, 1), Ok(1));
+        assert_eq!(check_shape(b"[]", 1, 1), Ok(1));
         assert_eq!(
             check_shape(&b"[".repeat(1 << 20), 100, usize::MAX),
             Err(Exceeded::Depth)

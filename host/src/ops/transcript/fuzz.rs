@@ -252,7 +252,7 @@ fn bounds(line: usize, file: u64, transcripts: usize) -> Bounds {
 fn a_line_at_its_value_bound_is_read_and_one_value_more_is_refused() {
     let line = sample().to_string();
     let values = (1..)
-        .find(|&n| shape_within(line.as_bytes(), MAX_NESTING, n).is_ok())
+        .find(|&n| shape_within(line.as_bytes(), MAX_NESTING, n, n).is_ok())
         .unwrap();
     let within = |values| Bounds {
         values,
@@ -273,10 +273,47 @@ fn a_line_at_its_value_bound_is_read_and_one_value_more_is_refused() {
         "{e}"
     );
     // An object, its key and its value; what is inside a string is text.
-    assert!(shape_within(br#"{"a": "[{,:\"]"}"#, 1, 3).is_ok());
-    assert!(shape_within(br#"{"a": "[{,:\"]"}"#, 1, 2).is_err());
-    assert!(shape_within(b"[[]]", 1, 10).is_err());
-    assert!(shape_within(b" [ ] ", 1, 1).is_ok());
+    assert_eq!(shape_within(br#"{"a": "[{,:\"]"}"#, 1, 3, 3), Ok(3));
+    assert!(shape_within(br#"{"a": "[{,:\"]"}"#, 1, 2, 2).is_err());
+    assert!(shape_within(b"[[]]", 1, 10, 10).is_err());
+    assert!(shape_within(b" [ ] ", 1, 1, 1).is_ok());
+
+    // Every line within the bound, the file's lines together past it.
+    let two = format!("{line}\n{line}\n");
+    let both = Bounds {
+        transcripts: 2,
+        ..within(2 * values)
+    };
+    assert_eq!(
+        read_within(
+            FILE,
+            two.as_bytes(),
+            &Bounds {
+                file: 1 << 21,
+                ..both
+            }
+        )
+        .unwrap()
+        .len(),
+        2
+    );
+    let e = read_within(
+        FILE,
+        two.as_bytes(),
+        &Bounds {
+            file: 1 << 21,
+            transcripts: 2,
+            ..within(2 * values - 1)
+        },
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().starts_with(&format!(
+            "t.jsonl:2: not a transcript: with this line the file's lines hold more than {} JSON values together",
+            2 * values - 1
+        )),
+        "{e}"
+    );
 }
 
 #[test]

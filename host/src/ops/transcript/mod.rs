@@ -365,6 +365,7 @@ fn read_within(
     let mut out = Vec::new();
     let mut line = Vec::new();
     let mut total = 0u64;
+    let mut values_left = bounds.values;
     for line_no in 1usize.. {
         line.clear();
         // A line may end in `\r\n`: two bytes past its text.
@@ -406,13 +407,17 @@ fn read_within(
                 bounds.transcripts
             )));
         }
-        shape_within(text, MAX_NESTING, bounds.values).map_err(|message| {
-            TranscriptError::Parse {
-                path: path.into(),
-                line: line_no,
-                message,
-            }
-        })?;
+        // The parsed transcripts are all kept: the file's lines together
+        // hold at most as many values as one line may.
+        let values =
+            shape_within(text, MAX_NESTING, bounds.values, values_left).map_err(|message| {
+                TranscriptError::Parse {
+                    path: path.into(),
+                    line: line_no,
+                    message,
+                }
+            })?;
+        values_left -= values;
         out.push((line_no, parse_line(path, line_no, text)?));
     }
     Ok(out)
@@ -440,12 +445,16 @@ fn parse_line(path: &str, line: usize, text: &[u8]) -> Result<Transcript, Transc
 }
 
 /// Refuses a line whose arrays and objects nest deeper than `depth`, or
-/// that holds more than `values` JSON values (keys included), in one pass
-/// over its bytes before anything is parsed. Brackets, commas and colons
-/// inside strings do not count; whether it is JSON at all is the parser's
-/// business.
-fn shape_within(text: &[u8], depth: usize, values: usize) -> Result<(), String> {
-    json::check_shape(text, depth, values).map_err(|exceeded| match exceeded {
+/// that holds more than `values` JSON values (keys included), or more than
+/// the `left` of them the file's earlier lines left, in one pass over its
+/// bytes before anything is parsed; the values it holds. Brackets, commas
+/// and colons inside strings do not count; whether it is JSON at all is
+/// the parser's business.
+fn shape_within(text: &[u8], depth: usize, values: usize, left: usize) -> Result<usize, String> {
+    json::check_shape(text, depth, left).map_err(|exceeded| match exceeded {
+        json::Exceeded::Values if left < values => format!(
+            "with this line the file's lines hold more than {values} JSON values together, more than the recorder writes to one file (one per 16 bytes of the longest line)"
+        ),
         json::Exceeded::Values => format!(
             "the line holds more than {values} JSON values, more than any transcript the recorder writes (one per 16 bytes of the longest line)"
         ),
