@@ -112,8 +112,15 @@ impl Store {
         let objects = table
             .range(lower_bound(ns, after))
             .map(|(k, e)| (k.parts(), &e.obj));
-        let (items, next) = page(objects, ns, limit, filter);
-        (st.rv, items, next)
+        let Some(filter) = filter else {
+            let (items, next) = page(objects, ns, limit, None);
+            return (st.rv, items, next);
+        };
+        let rv = st.rv;
+        let candidates = candidates(objects, ns);
+        drop(st);
+        let (items, next) = page_owned(&candidates, ns, limit, filter);
+        (rv, items, next)
     }
 
     /// [`Store::list`] as the objects stood at resourceVersion `at`: what a
@@ -181,8 +188,40 @@ impl Store {
                 }
             }
         });
-        Ok(page(merged, ns, limit, filter))
+        let Some(filter) = filter else {
+            return Ok(page(merged, ns, limit, None));
+        };
+        let candidates = candidates(merged, ns);
+        drop(st);
+        Ok(page_owned(&candidates, ns, limit, filter))
     }
+}
+
+/// The objects of `objects` in `ns`, copied (their JSON shared) so that a
+/// filter, which parses each, runs after the store's lock is released:
+/// writes wait for that lock, and parsing every object of a large resource
+/// takes seconds.
+fn candidates<'a>(
+    objects: impl Iterator<Item = ((&'a str, &'a str), &'a Json)>,
+    ns: Option<&str>,
+) -> Vec<(String, String, Json)> {
+    objects
+        .take_while(|((kns, _), _)| ns.is_none_or(|ns| *kns == ns))
+        .map(|((kns, name), obj)| (kns.to_string(), name.to_string(), obj.clone()))
+        .collect()
+}
+
+/// [`page`] over [`candidates`].
+fn page_owned(
+    candidates: &[(String, String, Json)],
+    ns: Option<&str>,
+    limit: Option<usize>,
+    filter: &dyn Fn(&Value) -> bool,
+) -> (Vec<Json>, Option<ObjKey>) {
+    let objects = candidates
+        .iter()
+        .map(|(kns, name, obj)| ((kns.as_str(), name.as_str()), obj));
+    page(objects, ns, limit, Some(filter))
 }
 
 fn lower_bound(
