@@ -585,18 +585,7 @@ fn resync_every(
             let Some(informer) = weak.upgrade() else {
                 break;
             };
-            // Low priority: these are not changes, so events jump ahead of
-            // them (controller-runtime's priority queue does the same).
-            enqueue_store(
-                &slot,
-                &queue,
-                &informer,
-                &KeyMapping::Itself,
-                &for_kind,
-                Priority::LOW,
-                &|_| true,
-            )
-            .await;
+            enqueue_resync(&slot, &queue, &informer, &for_kind, &|_| true).await;
         }
     })
 }
@@ -635,18 +624,32 @@ where
         .collect();
     async move {
         for informer in informers {
-            enqueue_store(
-                &slot,
-                &queue,
-                &informer,
-                &KeyMapping::Itself,
-                &for_kind,
-                Priority::LOW,
-                &wanted,
-            )
-            .await;
+            enqueue_resync(&slot, &queue, &informer, &for_kind, &wanted).await;
         }
     }
+}
+
+/// Adds the key of every object of the reconciled kind `for_kind` that
+/// `informer` holds (those `wanted` and `slot` admit), at low priority:
+/// these are not changes, so events jump ahead of them (controller-runtime's
+/// priority queue does the same for the initial list).
+async fn enqueue_resync(
+    slot: &PluginSlot,
+    queue: &WorkQueue<ObjectKey>,
+    informer: &Informer,
+    for_kind: &Gvk,
+    wanted: &(dyn Fn(&ObjectKey) -> bool + Sync),
+) {
+    enqueue_store(
+        slot,
+        queue,
+        informer,
+        &KeyMapping::Itself,
+        for_kind,
+        Priority::LOW,
+        wanted,
+    )
+    .await;
 }
 
 /// Keys a bulk enqueue adds under one lock of the queue, between yields to
