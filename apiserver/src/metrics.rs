@@ -35,6 +35,8 @@ pub(crate) enum Limit {
     RequestHead,
     /// Keep-alive connection idle past its timeout (connection closed).
     IdleConnection,
+    /// A connection past the 1,024 served at once (closed at once).
+    Connections,
     /// Request body over 3 MiB (413).
     RequestBody,
     /// Request body not received within its timeout (504).
@@ -84,10 +86,11 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 24] = [
+    pub(crate) const ALL: [Limit; 25] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
+        Limit::Connections,
         Limit::RequestBody,
         Limit::BodyTime,
         Limit::JsonPatchOperations,
@@ -117,6 +120,7 @@ impl Limit {
             Limit::TlsHandshake => "tlsHandshake",
             Limit::RequestHead => "requestHead",
             Limit::IdleConnection => "idleConnection",
+            Limit::Connections => "connections",
             Limit::RequestBody => "requestBody",
             Limit::BodyTime => "bodyTime",
             Limit::JsonPatchOperations => "jsonPatchOperations",

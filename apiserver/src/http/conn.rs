@@ -8,9 +8,10 @@
 //! | [`TLS_HANDSHAKE_TIMEOUT`] | 10 s | a connection that does not finish TLS (e.g. sends nothing) |
 //! | [`HEADER_READ_TIMEOUT`] | 10 s | a connection that does not send a complete request head, counted from the connection's start or the first byte of the next request |
 //! | [`IDLE_TIMEOUT`] | 120 s | a keep-alive connection with no request in flight |
+//! | [`MAX_CONNECTIONS`] | 1,024 at once | a new connection past them, at once |
 //!
 //! Each close is counted in `wasmctrl_apiserver_limit_exceeded_total`
-//! (`tlsHandshake`, `requestHead`, `idleConnection`). The request body
+//! (`tlsHandshake`, `requestHead`, `idleConnection`, `connections`). The request body
 //! timeout is enforced per request by the router, but configured here
 //! with the others.
 //!
@@ -46,6 +47,12 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// close when it reuses one.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Connections served at once (not an upstream bound: kube-apiserver limits
+/// requests in flight instead). Each holds a task, a TLS session and, for a
+/// watch, what waits for its client, so without a cap anyone who can open
+/// connections could hold memory and file descriptors without end.
+pub(crate) const MAX_CONNECTIONS: usize = 1024;
+
 /// How long shutdown waits for responses in flight (watches are ended
 /// first by the caller).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -55,7 +62,8 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The default of [`Timeouts::request_body`].
 pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The connection timeouts of one server (see the module docs).
+/// The connection bounds of one server: its timeouts, and how many
+/// connections it serves at once (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// Time a client gets to complete the TLS handshake.
@@ -69,6 +77,8 @@ pub struct Timeouts {
     /// Time a client gets to send a request body once its head arrived
     /// (504 after).
     pub request_body: Duration,
+    /// Connections served at once; a new one past them is closed at once.
+    pub max_connections: usize,
 }
 
 impl Default for Timeouts {
@@ -78,6 +88,7 @@ impl Default for Timeouts {
             request_head: HEADER_READ_TIMEOUT,
             idle: IDLE_TIMEOUT,
             request_body: BODY_READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -100,6 +111,7 @@ pub(crate) async fn serve(
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let tracker = TaskTracker::new();
+    let slots = Arc::new(tokio::sync::Semaphore::new(timeouts.max_connections));
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -113,8 +125,13 @@ pub(crate) async fn serve(
             },
             _ = &mut stopped => break,
         };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            metrics.exceeded(Limit::Connections);
+            tracing::warn!(%peer, "{} connections open; closing a new one", timeouts.max_connections);
+            continue;
+        };
         let _ = tcp.set_nodelay(true);
-        tracker.spawn(connection(
+        let served = connection(
             tcp,
             peer,
             acceptor.clone(),
@@ -122,7 +139,11 @@ pub(crate) async fn serve(
             timeouts,
             metrics.clone(),
             shutdown_rx.clone(),
-        ));
+        );
+        tracker.spawn(async move {
+            let _slot = slot;
+            served.await
+        });
     }
     drop(listener);
     let _ = shutdown_tx.send(true);

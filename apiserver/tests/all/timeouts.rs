@@ -281,3 +281,34 @@ async fn a_watcher_that_stops_reading_is_let_go_past_its_queued_bytes() {
     .await;
     drop(tls);
 }
+
+/// Past its connections at once, the server closes a new connection
+/// unanswered (counted as `connections`), and serves again once one ends.
+#[tokio::test]
+async fn connections_past_the_cap_are_closed_at_once() {
+    let h = Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts: wasmctrl_apiserver::Timeouts {
+            max_connections: 2,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    let held = [tls_connect(&h).await, tls_connect(&h).await];
+    let third = TcpStream::connect(h.server.addr()).await.unwrap();
+    closed_within(third, Duration::from_secs(5)).await;
+    assert_eq!(h.server.limit_exceeded("connections"), 1);
+    drop(held);
+    wasmctrl_testkit::eventually("a connection served again", Duration::from_secs(30), || async {
+        let mut tls = tls_connect(&h).await;
+        let request = format!(
+            "GET /version HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            h.server.token()
+        );
+        tls.write_all(request.as_bytes()).await.ok()?;
+        let mut got = Vec::new();
+        let _ = tls.read_to_end(&mut got).await;
+        String::from_utf8_lossy(&got).contains("gitVersion").then_some(())
+    })
+    .await;
+}
