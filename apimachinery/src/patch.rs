@@ -35,6 +35,11 @@ pub struct PatchBounds {
     /// Deepest nesting of arrays and objects a value may reach in the
     /// document (a scalar at the root is depth 0, `{"a": 1}` is 1).
     pub max_depth: usize,
+    /// Most values the depth checks of the patch's `move`s may walk
+    /// together. A move deeper than its source walks the moved value to
+    /// learn its nesting; moving a large value back and forth would
+    /// otherwise cost a walk of it per operation. Not an upstream bound.
+    pub max_move_walk: usize,
 }
 
 impl PatchBounds {
@@ -48,6 +53,7 @@ impl PatchBounds {
         max_operations: 10_000,
         max_copy_bytes: 3 * 1024 * 1024,
         max_depth: 100,
+        max_move_walk: 1 << 24,
     };
 }
 
@@ -128,6 +134,19 @@ pub enum PatchError {
         /// The limit.
         max: usize,
     },
+    /// A `move` whose depth check would take the values walked past
+    /// [`PatchBounds::max_move_walk`]; refused before applying it.
+    #[error(
+        "json patch operation {index} (move) failed at path \"{path}\": the depth checks of this patch's moves would walk more than {max} values"
+    )]
+    MoveLimit {
+        /// The operation's index in the patch.
+        index: usize,
+        /// Its `path`.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
     /// An operation that would nest a value deeper than
     /// [`PatchBounds::max_depth`]; refused before applying it.
     #[error(
@@ -188,8 +207,9 @@ pub fn json_patch(doc: &Value, ops: &Value, bounds: PatchBounds) -> Result<Value
         .collect::<Result<Vec<_>, _>>()?;
     let mut doc = doc.clone();
     let mut copied = 0;
+    let mut walked = 0;
     for op in &ops {
-        op.apply(&mut doc, &mut copied, bounds)?;
+        op.apply(&mut doc, &mut copied, &mut walked, bounds)?;
     }
     Ok(doc)
 }
@@ -291,7 +311,13 @@ impl<'a> Op<'a> {
     /// Refuses `value` if placing it at this operation's path would nest
     /// deeper than the bound.
     fn check_depth(&self, value: &Value, bounds: PatchBounds) -> Result<(), PatchError> {
-        let depth = self.path.matches('/').count() + nesting(value);
+        self.check_nesting(nesting(value), bounds)
+    }
+
+    /// Refuses a value of `nesting` levels at this operation's path past
+    /// [`PatchBounds::max_depth`].
+    fn check_nesting(&self, nesting: usize, bounds: PatchBounds) -> Result<(), PatchError> {
+        let depth = self.path.matches('/').count() + nesting;
         if depth > bounds.max_depth {
             return Err(PatchError::TooDeep {
                 index: self.index,
@@ -308,6 +334,7 @@ impl<'a> Op<'a> {
         &self,
         doc: &mut Value,
         copied: &mut usize,
+        walked: &mut usize,
         bounds: PatchBounds,
     ) -> Result<(), PatchError> {
         use PatchOperation as P;
@@ -332,11 +359,24 @@ impl<'a> Op<'a> {
                 self.check_depth(source, bounds)?;
                 *copied += size;
             }
-            P::Move(mv) => {
+            // A value moved no deeper than it was nests nothing deeper
+            // than before; one moved deeper is walked, within the budget.
+            P::Move(mv)
+                if self.path.matches('/').count() > mv.from.as_str().matches('/').count() =>
+            {
                 if let Some(source) = doc.pointer(mv.from.as_str()) {
-                    self.check_depth(source, bounds)?;
+                    let budget = bounds.max_move_walk.saturating_sub(*walked);
+                    let (depth, visited) =
+                        nesting_within(source, budget).ok_or_else(|| PatchError::MoveLimit {
+                            index: self.index,
+                            path: self.path.to_string(),
+                            max: bounds.max_move_walk,
+                        })?;
+                    *walked += visited;
+                    self.check_nesting(depth, bounds)?;
                 }
             }
+            P::Move(_) => {}
             P::Add(_) | P::Remove(_) | P::Replace(_) => {}
         }
         json_patch::patch_unsafe(doc, std::slice::from_ref(operation)).map_err(|e| {
@@ -415,6 +455,32 @@ fn nesting(value: &Value) -> usize {
         }
     }
     deepest
+}
+
+/// [`nesting`] of `value` and the values walked to learn it, or `None`
+/// once more than `budget` would be walked (the walk stops there).
+fn nesting_within(value: &Value, budget: usize) -> Option<(usize, usize)> {
+    let mut deepest = 0;
+    let mut visited = 0usize;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        visited += 1;
+        if visited > budget {
+            return None;
+        }
+        match v {
+            Value::Array(a) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(a.iter().map(|c| (c, d + 1)));
+            }
+            Value::Object(m) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(m.values().map(|c| (c, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    Some((deepest, visited))
 }
 
 /// The compact JSON size of `value` in bytes, or `None` once it exceeds

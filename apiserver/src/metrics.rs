@@ -47,6 +47,8 @@ pub(crate) enum Limit {
     JsonPatchCopyBytes,
     /// JSON patch operation nesting a value past 100 levels (422).
     JsonPatchDepth,
+    /// JSON patch whose moves' depth checks walk past 16 Mi values (422).
+    JsonPatchMoveWalk,
     /// JSON body nested past serde_json's 128 levels (400).
     JsonDepth,
     /// YAML body whose aliases expand it past its own size (400).
@@ -86,7 +88,7 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 25] = [
+    pub(crate) const ALL: [Limit; 26] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -96,6 +98,7 @@ impl Limit {
         Limit::JsonPatchOperations,
         Limit::JsonPatchCopyBytes,
         Limit::JsonPatchDepth,
+        Limit::JsonPatchMoveWalk,
         Limit::JsonDepth,
         Limit::YamlExpansion,
         Limit::YamlDepth,
@@ -126,6 +129,7 @@ impl Limit {
             Limit::JsonPatchOperations => "jsonPatchOperations",
             Limit::JsonPatchCopyBytes => "jsonPatchCopyBytes",
             Limit::JsonPatchDepth => "jsonPatchDepth",
+            Limit::JsonPatchMoveWalk => "jsonPatchMoveWalk",
             Limit::JsonDepth => "jsonDepth",
             Limit::YamlExpansion => "yamlExpansion",
             Limit::YamlDepth => "yamlDepth",

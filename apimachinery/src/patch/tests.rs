@@ -587,7 +587,7 @@ proptest! {
         max_copy_bytes in 0usize..200,
         max_depth in 1usize..8,
     ) {
-        let bounds = PatchBounds { max_operations, max_copy_bytes, max_depth };
+        let bounds = PatchBounds { max_operations, max_copy_bytes, max_depth, max_move_walk: 1 << 20 };
         let before = doc.clone();
         match json_patch(&doc, &Value::Array(ops.clone()), bounds) {
             Ok(out) => {
@@ -622,4 +622,32 @@ proptest! {
         merge_patch(&mut twice, &patch);
         prop_assert_eq!(once, twice);
     }
+}
+
+#[test]
+fn moves_deeper_are_walked_within_a_budget_and_moves_up_are_not_walked() {
+    // A 1,000-element array moved down and back up 100 times: the moves up
+    // cost no walk, the moves down a walk each, against the budget.
+    let doc = json!({"a": vec![0; 1000], "b": {}});
+    let mut ops = Vec::new();
+    for _ in 0..100 {
+        ops.push(json!({"op": "move", "from": "/a", "path": "/b/c"}));
+        ops.push(json!({"op": "move", "from": "/b/c", "path": "/a"}));
+    }
+    let patch = Value::Array(ops);
+    let within = PatchBounds {
+        max_move_walk: 100 * 1001,
+        ..PatchBounds::KUBERNETES
+    };
+    assert_eq!(json_patch(&doc, &patch, within).unwrap(), doc);
+    let past = PatchBounds {
+        max_move_walk: 100 * 1001 - 1,
+        ..PatchBounds::KUBERNETES
+    };
+    let e = json_patch(&doc, &patch, past).unwrap_err();
+    assert!(matches!(e, PatchError::MoveLimit { index: 198, .. }), "{e}");
+    assert!(
+        e.to_string().contains("would walk more than 100099 values"),
+        "{e}"
+    );
 }

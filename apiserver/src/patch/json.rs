@@ -79,6 +79,7 @@ fn refusal(e: apimachinery::PatchError) -> Refusal {
             Some(Limit::JsonPatchCopyBytes),
         ),
         E::TooDeep { .. } => (PatchError::Invalid(message), Some(Limit::JsonPatchDepth)),
+        E::MoveLimit { .. } => (PatchError::Invalid(message), Some(Limit::JsonPatchMoveWalk)),
         _ => (PatchError::Invalid(message), None),
     }
 }
