@@ -30,7 +30,7 @@ plugins:
     reconcileTimeout: 5s
     admission: {{ mode: {mode} }}
     permissions:
-      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, create] }}
+      - {{ group: "", resources: [configmaps], verbs: [get, list, watch, create, patch] }}
 "#
     )
 }
@@ -293,7 +293,37 @@ async fn a_webhook_for_a_resource_outside_the_grant_is_refused_at_load() {
         .await;
     assert!(
         refused.contains(
-            "webhooks review resources the config does not grant it get on: get core/secrets"
+            "webhooks review resources the config does not grant it: get core/secrets in all namespaces"
+        ),
+        "{refused}"
+    );
+    // The API server sends a webhook the objects of every namespace: a
+    // grant limited to some namespaces, or a mutating webhook without
+    // patch, is refused too.
+    let in_default = config(artifacts::GATEKEEPER, "protect").replace(
+        "verbs: [get, list, watch, create, patch] }",
+        "verbs: [get, list, watch, create, patch], namespaces: [default] }",
+    );
+    let refused = cluster
+        .refused_plugin(
+            &in_default,
+            "webhooks of a namespace-limited grant are refused",
+        )
+        .await;
+    assert!(
+        refused.contains("get core/configmaps in all namespaces"),
+        "{refused}"
+    );
+    let read_only = config(artifacts::GATEKEEPER, "protect").replace(
+        "verbs: [get, list, watch, create, patch]",
+        "verbs: [get, list, watch, create]",
+    );
+    let refused = cluster
+        .refused_plugin(&read_only, "a mutating webhook without patch is refused")
+        .await;
+    assert!(
+        refused.contains(
+            "patch core/configmaps in all namespaces (a mutating webhook changes what it reviews)"
         ),
         "{refused}"
     );

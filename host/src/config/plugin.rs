@@ -282,6 +282,11 @@ fn empty_object() -> serde_json::Value {
     serde_json::json!({})
 }
 
+/// The most namespaces a plugin names.
+pub const MAX_NAMESPACES: usize = 64;
+/// The most rules a `permissions` or `maxGrant` list holds.
+pub const MAX_RULES: usize = 64;
+
 const DNS_LABEL: &str =
     "must be a DNS label (lowercase letters, digits and '-', at most 63 characters)";
 
@@ -324,6 +329,15 @@ impl PluginConfig {
                 return Err(FieldProblem::new(
                     "namespaces",
                     "must name at least one namespace (omit it for all)",
+                ));
+            }
+            if list.len() > MAX_NAMESPACES {
+                return Err(FieldProblem::new(
+                    "namespaces",
+                    format!(
+                        "names {} namespaces; a plugin names at most {MAX_NAMESPACES} (each is an informer of every kind it watches; omit it for all)",
+                        list.len()
+                    ),
                 ));
             }
             for ns in list {
@@ -429,6 +443,12 @@ pub fn check_plugin_name(name: &str) -> Result<(), String> {
 /// Checks permission rules (a plugin's `permissions`, the host's
 /// `maxGrant`); `at` names the list in errors.
 pub(super) fn check_rules(rules: &[PermissionRule], at: &str) -> Result<(), FieldProblem> {
+    if rules.len() > MAX_RULES {
+        return Err(FieldProblem::new(
+            at,
+            format!("names {} rules; at most {MAX_RULES}", rules.len()),
+        ));
+    }
     for (j, rule) in rules.iter().enumerate() {
         rule.check()
             .map_err(|RuleProblem { field, message }| match field {

@@ -189,3 +189,47 @@ fn secrets_are_checked_naming_the_entry_and_never_widen_the_grant() {
         "{err}"
     );
 }
+
+#[test]
+fn a_grant_names_at_most_64_namespaces_rules_and_entries_per_list() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let plugin = |extra: &str| {
+        parse(&format!(
+            "{head}plugins:\n  - {{ name: a, path: a.wasm{extra} }}\n"
+        ))
+    };
+    let list = |n: usize, prefix: &str| {
+        (0..n)
+            .map(|i| format!("{prefix}{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    assert!(plugin(&format!(", namespaces: [{}]", list(64, "n"))).is_ok());
+    let e = plugin(&format!(", namespaces: [{}]", list(65, "n")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("names 65 namespaces; a plugin names at most 64"),
+        "{e}"
+    );
+
+    let rule = "{ group: \"\", resources: [configmaps], verbs: [get] }";
+    let rules = |n: usize| vec![rule; n].join(", ");
+    assert!(plugin(&format!(", permissions: [{}]", rules(64))).is_ok());
+    let e = plugin(&format!(", permissions: [{}]", rules(65)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("names 65 rules; at most 64"), "{e}");
+
+    let e = plugin(&format!(
+        ", permissions: [{{ group: \"\", resources: [{}], verbs: [get] }}]",
+        list(65, "r")
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("permissions[0].resources")
+            && e.contains("names 65 entries; a rule names at most 64"),
+        "{e}"
+    );
+}

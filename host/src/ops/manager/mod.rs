@@ -115,7 +115,7 @@ pub enum ManagerError {
     #[error(transparent)]
     Webhook(#[from] WebhookError),
     #[error(
-        "plugin {plugin:?} ({origin}): its webhooks review resources the config does not grant it get on: {missing}"
+        "plugin {plugin:?} ({origin}): its webhooks review resources the config does not grant it: {missing}"
     )]
     WebhooksExceedGrant {
         plugin: String,

@@ -24,6 +24,7 @@ use crate::control::shard::Shards;
 use crate::control::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
 use crate::control::workqueue::{Priority, WorkQueue};
 use crate::ops::source::PluginSource;
+use crate::sandbox::admission::WebhookKind;
 use crate::sandbox::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::sandbox::{Plugin, PluginSpec, WatchMapping};
 use crate::{ObjectKey, ReconcileError};
@@ -295,7 +296,7 @@ impl Host {
             )
             .await?;
         let grant = api.grant();
-        let missing: Vec<String> = plugin
+        let missing = plugin
             .metadata()
             .permissions
             .iter()
@@ -307,36 +308,56 @@ impl Host {
                 })
             })
             .filter(|(g, r, v)| !grant.covers(v, g, r))
-            .map(|(g, r, v)| format!("{v} {}/{r}", if g.is_empty() { "core" } else { &g }))
-            .collect();
-        if !missing.is_empty() {
+            .map(|(g, r, v)| format!("{v} {}/{r}", if g.is_empty() { "core" } else { &g }));
+        if let Some(missing) = name_some(missing) {
             return Err(ManagerError::PermissionsExceedGrant {
                 plugin: config.name.clone(),
                 origin,
-                missing: missing.join(", "),
+                missing,
             });
         }
-        // Reviewing an object is reading it: every resource a webhook's
-        // rules name must be one the grant lets the plugin get.
-        let unreadable: Vec<String> = plugin
+        // Reviewing an object is reading it, and the API server sends a
+        // webhook the objects of every namespace its rules match: every
+        // resource a webhook's rules name must be one the grant lets the
+        // plugin get in all namespaces, and patch (or update) too for a
+        // mutating webhook, which changes what it reviews.
+        let cluster_wide = |verb: &str, group: &str, resource: &str| {
+            grant.allows(&Access {
+                verb,
+                group,
+                resource,
+                namespace: None,
+            })
+        };
+        let unreadable = plugin
             .webhooks()
             .iter()
-            .flat_map(|w| &w.rules)
-            .flat_map(|r| {
+            .flat_map(|w| w.rules.iter().map(move |r| (w.kind, r)))
+            .flat_map(|(kind, r)| {
                 r.groups.iter().flat_map(move |g| {
                     r.resources.iter().map(move |res| {
-                        (g.clone(), res.split('/').next().unwrap_or(res).to_string())
+                        (kind, g.clone(), res.split('/').next().unwrap_or(res).to_string())
                     })
                 })
             })
-            .filter(|(g, r)| !grant.covers("get", g, r))
-            .map(|(g, r)| format!("get {}/{r}", if g.is_empty() { "core" } else { &g }))
-            .collect();
-        if !unreadable.is_empty() {
+            .filter_map(|(kind, g, r)| {
+                let shown = if g.is_empty() { "core" } else { &g };
+                if !cluster_wide("get", &g, &r) {
+                    Some(format!("get {shown}/{r} in all namespaces"))
+                } else if kind == WebhookKind::Mutating
+                    && !cluster_wide("patch", &g, &r)
+                    && !cluster_wide("update", &g, &r)
+                {
+                    Some(format!("patch {shown}/{r} in all namespaces (a mutating webhook changes what it reviews)"))
+                } else {
+                    None
+                }
+            });
+        if let Some(missing) = name_some(unreadable) {
             return Err(ManagerError::WebhooksExceedGrant {
                 plugin: config.name.clone(),
                 origin,
-                missing: unreadable.join(", "),
+                missing,
             });
         }
         let uncovered = outbound.uncovered(&plugin.metadata().outbound);
@@ -678,6 +699,29 @@ async fn enqueue_store(
         queue.add_all_with_priority(keys, priority);
         tokio::task::yield_now().await;
     }
+}
+
+/// The first 20 of `items`, joined, and how many more (None when there are
+/// none): a load error names what is missing without growing with it.
+fn name_some(items: impl Iterator<Item = String>) -> Option<String> {
+    const NAMED: usize = 20;
+    let mut named = Vec::new();
+    let mut more = 0usize;
+    for item in items {
+        if named.len() < NAMED {
+            named.push(item);
+        } else {
+            more += 1;
+        }
+    }
+    if named.is_empty() {
+        return None;
+    }
+    let mut text = named.join(", ");
+    if more > 0 {
+        text.push_str(&format!(" and {more} more"));
+    }
+    Some(text)
 }
 
 /// The controller rate limiter of a plugin's config.

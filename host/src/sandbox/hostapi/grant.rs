@@ -32,12 +32,29 @@ pub struct RuleProblem {
     pub message: String,
 }
 
+/// The most resources, verbs or namespaces one rule names.
+pub const MAX_RULE_LIST: usize = 64;
+
 impl PermissionRule {
     /// Checks that the rule names only [`VERBS`], at least one resource and
     /// one verb, and a group (or `*`) and namespaces that are valid names:
     /// anything else could never match a request, or match one by accident.
     pub fn check(&self) -> Result<(), RuleProblem> {
         let problem = |field, message: String| RuleProblem { field, message };
+        // Grants are compared access by access (resource × verb ×
+        // namespace), so their lists are bounded like everything else.
+        for (field, len) in [
+            ("resources", self.resources.len()),
+            ("verbs", self.verbs.len()),
+            ("namespaces", self.namespaces.as_ref().map_or(0, Vec::len)),
+        ] {
+            if len > MAX_RULE_LIST {
+                return Err(problem(
+                    Some(field),
+                    format!("names {len} entries; a rule names at most {MAX_RULE_LIST}"),
+                ));
+            }
+        }
         if let Some(verb) = self.verbs.iter().find(|v| !VERBS.contains(&v.as_str())) {
             return Err(problem(
                 Some("verbs"),

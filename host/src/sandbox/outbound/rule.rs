@@ -150,7 +150,8 @@ impl OutboundRule {
         }
         if let Some(m) = self.methods.iter().find(|m| !is_method(m)) {
             return Err(format!(
-                "method {m:?} is not an uppercase HTTP method token (GET, POST, …)"
+                "method {} is not an uppercase HTTP method token (GET, POST, …)",
+                crate::meta::syntax::quoted(m)
             ));
         }
         let (scheme, rest) = self
