@@ -94,6 +94,31 @@ fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(
             format!("{at}.source.{}: {}", p.field, p.message),
         ));
     }
+    // What an object downloads is held in memory and compiled, on every
+    // host: it may lower the fetch defaults, not raise them.
+    if let Some(source) = &config.source {
+        use crate::config::{DEFAULT_FETCH_TIMEOUT, DEFAULT_MAX_SIZE};
+        if let Some(n) = source.max_size
+            && n > DEFAULT_MAX_SIZE
+        {
+            return Err(Refusal::new(
+                "SourceNotAllowed",
+                format!(
+                    "{at}.source.maxSize: {n} bytes is more than an object may download ({DEFAULT_MAX_SIZE} bytes, the default)"
+                ),
+            ));
+        }
+        if let Some(t) = source.timeout
+            && t > DEFAULT_FETCH_TIMEOUT
+        {
+            return Err(Refusal::new(
+                "SourceNotAllowed",
+                format!(
+                    "{at}.source.timeout: {t:?} is longer than an object's fetch may take ({DEFAULT_FETCH_TIMEOUT:?}, the default)"
+                ),
+            ));
+        }
+    }
     if let Some(source) = &config.source
         && source.docker_config.is_some()
     {
@@ -337,6 +362,32 @@ mod tests {
 
     fn refusal(name: &str, spec: Value) -> Refusal {
         plugin_config(&object(name, spec), &from(false), Some(&ceiling())).unwrap_err()
+    }
+
+    #[test]
+    fn an_object_may_lower_the_fetch_defaults_not_raise_them() {
+        let with = |extra: Value| {
+            let mut source = serde_json::json!({"oci": "127.0.0.1:5000/p/stamp:1"});
+            source
+                .as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            serde_json::json!({ "source": source })
+        };
+        let r = refusal("stamp", with(serde_json::json!({"maxSize": "4Gi"})));
+        assert!(
+            r.message.contains(
+                "spec.source.maxSize: 4294967296 bytes is more than an object may download"
+            ),
+            "{r}"
+        );
+        let r = refusal("stamp", with(serde_json::json!({"timeout": "1h"})));
+        assert!(
+            r.message.contains("spec.source.timeout: 3600s is longer"),
+            "{r}"
+        );
+        let lowered = with(serde_json::json!({"maxSize": "64Mi", "timeout": "1m"}));
+        assert!(plugin_config(&object("stamp", lowered), &from(false), Some(&ceiling())).is_ok());
     }
 
     #[test]
