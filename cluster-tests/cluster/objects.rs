@@ -1183,3 +1183,83 @@ async fn an_objects_source_on_loopback_is_refused_unless_allow_hosts_names_it_an
     assert!(host.plugin("probe").await.is_none());
     host.stop().await.unwrap();
 }
+
+/// An object whose download stalls holds up no other object: while its
+/// fetch waits on a server that answers nothing (for up to its timeout,
+/// 5 minutes), another object's plugin loads and, once that object is
+/// deleted, stops; the stalled one loads once its server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_whose_download_stalls_holds_up_no_other_object() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let host = cluster.host_watching_config(&host_config("")).await;
+
+    // A server that reads a request, says so, then answers only once let.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let held = listener.local_addr().unwrap();
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let (release, gate) = tokio::sync::watch::channel(false);
+    let body = std::fs::read(artifacts::STAMP_V1).unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            let (body, asked, mut gate) = (body.clone(), asked_tx.clone(), gate.clone());
+            tokio::spawn(async move {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = asked.send(());
+                if gate.wait_for(|open| *open).await.is_err() {
+                    return;
+                }
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/wasm\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            });
+        }
+    });
+    let digest = file_digest(artifacts::STAMP_V1);
+    let stalled = format!(
+        "{{ url: \"http://{held}/stamp.wasm\", sha256: \"{}\", insecure: true }}",
+        digest.trim_start_matches("sha256:")
+    );
+    let file = cluster.file("stalled.yaml", &object("stalled", &stalled, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    tokio::time::timeout(LIMIT, asked.recv())
+        .await
+        .expect("the stalled object's download began");
+
+    let quick = format!("{{ file: {} }}", artifacts::STAMP_V2);
+    let file = cluster.file("quick.yaml", &object("quick", &quick, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    eventually(
+        "the other object's plugin loaded meanwhile",
+        LIMIT,
+        || async { host.plugin("quick").await },
+    )
+    .await;
+    cluster.kubectl(&["delete", "wasmreconciler", "quick"]);
+    eventually(
+        "the other object's plugin stopped meanwhile",
+        LIMIT,
+        || async { host.plugin("quick").await.is_none().then_some(()) },
+    )
+    .await;
+    assert!(host.plugin("stalled").await.is_none(), "still downloading");
+
+    release.send_replace(true);
+    eventually(
+        "the stalled object's plugin loaded once let",
+        LIMIT,
+        || async { host.plugin("stalled").await },
+    )
+    .await;
+    host.stop().await.unwrap();
+}

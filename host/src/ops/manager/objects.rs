@@ -133,6 +133,9 @@ struct Record {
     rebuild_error: Option<String>,
 }
 
+/// Objects reconciled at once (each may be downloading or compiling).
+const OBJECT_WORKERS: usize = 4;
+
 impl ObjectPlugins {
     /// With `pluginsFrom` set: checks the cluster serves WasmReconcilers
     /// (cluster-scoped) and starts their informer. None without it.
@@ -342,7 +345,12 @@ impl Host {
         let controller = Controller::new(
             ControllerOptions {
                 name: CONTROLLER.into(),
-                max_concurrent_reconciles: 1,
+                // Objects are independent (each its own plugin name), and a
+                // reconcile may wait minutes on a download an object's
+                // author chose: several at once, so that one stalled
+                // download never holds up another team's loads, edits or
+                // deletes. The same object is never reconciled twice at once.
+                max_concurrent_reconciles: OBJECT_WORKERS,
                 // A reconcile may pull and compile a component; it is
                 // bounded by the source's own timeout.
                 reconcile_timeout: Duration::from_secs(3600),
