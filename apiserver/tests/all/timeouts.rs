@@ -312,3 +312,23 @@ async fn connections_past_the_cap_are_closed_at_once() {
     })
     .await;
 }
+
+/// A `timeoutSeconds` too large to add to the current time is no timeout:
+/// the watch streams as any other.
+#[tokio::test]
+async fn a_watch_timeout_too_large_to_add_is_no_timeout() {
+    let h = Harness::start().await;
+    let client = h.client().await;
+    let rv = h.server.resource_version();
+    let req = http::Request::get(format!(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&timeoutSeconds={}",
+        u64::MAX
+    ))
+    .body(Vec::new())
+    .unwrap();
+    let mut watch = client.request_stream(req).await.unwrap().lines();
+    create_cm(&h, "after-a-huge-timeout").await;
+    let ev = next_event(&mut watch).await;
+    assert_eq!(ev["type"], "ADDED");
+    assert_eq!(ev["object"]["metadata"]["name"], "after-a-huge-timeout");
+}
