@@ -439,22 +439,8 @@ fn json_equal(a: &Value, b: &Value) -> bool {
 /// Nesting depth: 0 for a scalar, 1 for `[]`, 2 for `[[]]`. Iterative, so
 /// it cannot overflow the stack whatever it is given.
 fn nesting(value: &Value) -> usize {
-    let mut deepest = 0;
-    let mut stack = vec![(value, 0usize)];
-    while let Some((v, d)) = stack.pop() {
-        match v {
-            Value::Array(a) => {
-                deepest = deepest.max(d + 1);
-                stack.extend(a.iter().map(|c| (c, d + 1)));
-            }
-            Value::Object(m) => {
-                deepest = deepest.max(d + 1);
-                stack.extend(m.values().map(|c| (c, d + 1)));
-            }
-            _ => {}
-        }
-    }
-    deepest
+    // No budget: a walk cannot visit more than usize::MAX values.
+    nesting_within(value, usize::MAX).map_or(0, |(depth, _)| depth)
 }
 
 /// [`nesting`] of `value` and the values walked to learn it, or `None`
