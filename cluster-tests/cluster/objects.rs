@@ -612,7 +612,8 @@ async fn an_object_cannot_take_the_name_of_a_config_plugin_still_loading() {
     let file = cluster.file("stamp.yaml", &object("stamp", &source, ""));
     cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
     let (release, gate) = tokio::sync::watch::channel(false);
-    let held = crate::startup::held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
+    let (held, _) =
+        crate::startup::held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
     let digest = file_digest(artifacts::STAMP_V1);
     let config = host_config(&format!(
         r#"plugins:
@@ -1194,37 +1195,10 @@ async fn an_object_whose_download_stalls_holds_up_no_other_object() {
     install_crd(&cluster).await;
     let host = cluster.host_watching_config(&host_config("")).await;
 
-    // A server that reads a request, says so, then answers only once let.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let held = listener.local_addr().unwrap();
-    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel::<()>();
+    // A server that answers only once let, and says when it is asked.
     let (release, gate) = tokio::sync::watch::channel(false);
-    let body = std::fs::read(artifacts::STAMP_V1).unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut conn, _)) = listener.accept().await {
-            let (body, asked, mut gate) = (body.clone(), asked_tx.clone(), gate.clone());
-            tokio::spawn(async move {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = asked.send(());
-                if gate.wait_for(|open| *open).await.is_err() {
-                    return;
-                }
-                let head = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/wasm\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = conn.write_all(head.as_bytes()).await;
-                let _ = conn.write_all(&body).await;
-            });
-        }
-    });
+    let (held, mut asked) =
+        crate::startup::held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
     let digest = file_digest(artifacts::STAMP_V1);
     let stalled = format!(
         "{{ url: \"http://{held}/stamp.wasm\", sha256: \"{}\", insecure: true }}",

@@ -37,13 +37,18 @@ fn config(plugins: &[String]) -> String {
 }
 
 /// Serves `body` over plain HTTP on loopback to every request, each answer
-/// held until `release` turns true.
-pub(crate) async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -> SocketAddr {
+/// held until `release` turns true; the receiver hears of each request as
+/// soon as it is read.
+pub(crate) async fn held_server(
+    body: Vec<u8>,
+    release: watch::Receiver<bool>,
+) -> (SocketAddr, tokio::sync::mpsc::UnboundedReceiver<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let (asked_tx, asked) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(async move {
         while let Ok((mut conn, _)) = listener.accept().await {
-            let body = body.clone();
+            let (body, asked) = (body.clone(), asked_tx.clone());
             let mut release = release.clone();
             tokio::spawn(async move {
                 let mut request = Vec::new();
@@ -54,6 +59,7 @@ pub(crate) async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -
                         Ok(n) => request.extend_from_slice(&buf[..n]),
                     }
                 }
+                let _ = asked.send(());
                 if release.wait_for(|r| *r).await.is_err() {
                     return;
                 }
@@ -66,7 +72,7 @@ pub(crate) async fn held_server(body: Vec<u8>, release: watch::Receiver<bool>) -
             });
         }
     });
-    addr
+    (addr, asked)
 }
 
 /// Starts a manager with `text` and runs it; returns its admin address, a
@@ -148,7 +154,7 @@ async fn a_plugin_reconciles_while_another_still_loads_and_readiness_is_per_plug
     create(&cluster, "default", "cm-first").await;
     create(&cluster, "later", "cm-later").await;
     let (release, gate) = watch::channel(false);
-    let held = held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
+    let (held, _) = held_server(std::fs::read(artifacts::STAMP_V1).unwrap(), gate).await;
     let digest = file_digest(artifacts::STAMP_V1);
     let url_source = format!(
         "source: {{ url: \"http://{held}/stamp.wasm\", sha256: \"{}\", insecure: true }}",
