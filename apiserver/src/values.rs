@@ -49,6 +49,22 @@ pub(crate) fn go_quote(value: &str) -> String {
 /// generated names never spell words).
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
+/// `text` cut to at most `max` bytes on a character boundary, ending in
+/// how many bytes were left out (a message another party wrote, returned
+/// and logged). Not an upstream behaviour.
+pub(crate) fn cut_message(text: &mut String, max: usize) {
+    if text.len() <= max {
+        return;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let dropped = text.len() - end;
+    text.truncate(end);
+    text.push_str(&format!("… ({dropped} more bytes not shown)"));
+}
+
 /// Five random characters for a `generateName` suffix.
 pub(crate) fn random_suffix() -> String {
     let bytes = uuid::Uuid::new_v4().into_bytes();

@@ -254,21 +254,10 @@ fn status_cause(code: u16, body: &[u8]) -> String {
     }
     if let Ok(status) = serde_json::from_slice::<Status>(body)
         && status.kind == "Status"
-        && let Some(message) = status.message.as_deref()
+        && let Some(mut message) = status.message
     {
-        let mut end = message.len().min(QUOTED_BODY);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        return if end < message.len() {
-            format!(
-                "{}… ({} more bytes not shown)",
-                &message[..end],
-                message.len() - end
-            )
-        } else {
-            message.to_string()
-        };
+        crate::values::cut_message(&mut message, QUOTED_BODY);
+        return message;
     }
     let text = String::from_utf8_lossy(&body[..body.len().min(QUOTED_BODY)]);
     if text.trim().is_empty() {

@@ -265,17 +265,8 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
         .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
         .collect();
     let mut status = response.get("status").filter(|s| s.is_object()).cloned();
-    if let Some(message) = status.as_mut().and_then(|s| s.get_mut("message"))
-        && let Value::String(text) = message
-        && text.len() > MAX_STATUS_MESSAGE
-    {
-        let mut end = MAX_STATUS_MESSAGE;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        let dropped = text.len() - end;
-        text.truncate(end);
-        text.push_str(&format!("… ({dropped} more bytes not shown)"));
+    if let Some(Value::String(text)) = status.as_mut().and_then(|s| s.get_mut("message")) {
+        crate::values::cut_message(text, MAX_STATUS_MESSAGE);
     }
     Ok(Verdict {
         allowed,
