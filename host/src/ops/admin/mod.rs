@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 
 use page::PageData;
 
+use crate::meta::syntax::quoted;
 use crate::ops::serving;
 
 /// Connections the admin server serves at once.
@@ -377,8 +378,8 @@ async fn same_site(
                 .is_ok_and(|ip| ip.is_loopback()))
     {
         return refuse(format!(
-            "this admin address answers only requests addressed to a loopback name or address, not {:?} (set admin.token to serve other names)",
-            cut(host)
+            "this admin address answers only requests addressed to a loopback name or address, not {} (set admin.token to serve other names)",
+            quoted(host)
         ));
     }
     if request.method() == axum::http::Method::POST
@@ -387,21 +388,12 @@ async fn same_site(
         let origin_host = origin.split_once("://").map(|(_, rest)| host_of(rest));
         if origin_host.is_none() || origin_host != host {
             return refuse(format!(
-                "a POST from a page of another site (Origin {:?}) is refused",
-                cut(&origin)
+                "a POST from a page of another site (Origin {}) is refused",
+                quoted(&origin)
             ));
         }
     }
     next.run(request).await
-}
-
-/// At most 256 bytes of `text`, for a refusal that quotes it.
-fn cut(text: &str) -> &str {
-    let mut end = text.len().min(256);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 fn refuse(error: String) -> Response {
