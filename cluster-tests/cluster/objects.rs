@@ -272,10 +272,23 @@ async fn kubectl_creates_edits_and_deletes_a_wasmreconciler_from_a_private_regis
     );
     wait_stamp(&configmaps, "cm-a", "v2").await;
 
-    // A delete drains and stops it.
+    // A delete drains and stops it, and its metric series leave with it:
+    // object names come and go, and a gone name's series would pile up.
+    let series_of_stamp = |text: &str| {
+        text.lines()
+            .filter(|l| !l.starts_with('#') && l.contains("\"stamp\""))
+            .count()
+    };
+    let (_, before) = admin::http_get(host.admin, "/metrics").await;
+    assert!(series_of_stamp(&before) >= 10, "{before}");
     cluster.kubectl(&["delete", "wasmreconciler", "stamp"]);
     eventually("the plugin stopped", LIMIT, || async {
         host.plugin("stamp").await.is_none().then_some(())
+    })
+    .await;
+    eventually("its series dropped", LIMIT, || async {
+        let (_, text) = admin::http_get(host.admin, "/metrics").await;
+        (series_of_stamp(&text) == 0).then_some(())
     })
     .await;
     host.stop().await.unwrap();

@@ -20,9 +20,13 @@
 //!   ([`CallKind`]) tells a plugin's reconciles from its admission reviews.
 //! - `refusals`: the process-wide refusal counters of sources and of what
 //!   the host reads back from its disk.
+//! - `per_plugin`: [`PluginFamily`], the families whose series belong to
+//!   one plugin each and are dropped when it is removed
+//!   ([`Metrics::forget_plugin`]).
 //! - `version` and `labels`: the `version` label and every label set.
 
 mod labels;
+mod per_plugin;
 mod plugin;
 mod reconcile;
 mod refusals;
@@ -37,6 +41,7 @@ pub use labels::{
     ResultLabels, StateLabel, TrapLabels, WebhookCodeLabels, WebhookDecisionLabels, WebhookLabel,
     WhatLabel,
 };
+pub use per_plugin::{OfPlugin, PluginFamily};
 pub use plugin::{CallKind, CallSeries, CallUsage};
 pub use reconcile::ReconcileSeries;
 pub use refusals::{

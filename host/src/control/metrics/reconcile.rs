@@ -4,8 +4,8 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use super::per_plugin::PluginFamily;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
 use super::labels::{ControllerVersionLabels, ResultLabels};
@@ -68,7 +68,8 @@ impl Metrics {
             .observe(took.as_secs_f64());
         if let Err(e) = result {
             let count =
-                |cell: &OnceLock<Counter>, family: &Family<ControllerVersionLabels, Counter>| {
+                |cell: &OnceLock<Counter>,
+                 family: &PluginFamily<ControllerVersionLabels, Counter>| {
                     cell.get_or_init(|| family.get_or_create(&label()).clone())
                         .inc();
                 };

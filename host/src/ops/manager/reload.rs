@@ -237,6 +237,9 @@ impl Host {
         if let Some(mut entry) = entry {
             tracing::info!(plugin = %name, "plugin removed: draining");
             let _ = entry.drain(self.config.shutdown_timeout).await;
+            // Names come and go with objects; series of gone names would
+            // pile up in memory and in every scrape.
+            self.metrics.forget_plugin(name);
         }
         self.plugin_changed(name);
     }

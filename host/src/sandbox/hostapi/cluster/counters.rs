@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
+use crate::control::metrics::PluginFamily;
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 
 use crate::control::metrics::HostApiLabels;
 use crate::sandbox::hostapi::api::KubeResponse;
@@ -29,7 +29,7 @@ impl CallCounters {
     /// Adds one to `family`'s counter of these labels.
     pub(super) fn inc(
         &self,
-        family: &Family<HostApiLabels, Counter>,
+        family: &PluginFamily<HostApiLabels, Counter>,
         plugin: &str,
         verb: &'static str,
         resource: &str,

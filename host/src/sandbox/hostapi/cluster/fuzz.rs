@@ -5,13 +5,12 @@
 //! docs/RELIABILITY.md for the long one).
 
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use proptest::prelude::*;
 
 use super::counters::CallCounters;
 use super::payload::{SentPatch, to_patch, write_body};
 use super::send::within_response_limit;
-use crate::control::metrics::HostApiLabels;
+use crate::control::metrics::{HostApiLabels, PluginFamily};
 use crate::sandbox::hostapi::error::ApiError;
 use crate::sandbox::hostapi::request::{MAX_PAYLOAD, ObjectPatch};
 
@@ -112,7 +111,7 @@ proptest! {
 
 #[test]
 fn call_counters_count_every_call_under_its_own_labels() {
-    let family = Family::<HostApiLabels, Counter>::default();
+    let family = PluginFamily::<HostApiLabels, Counter>::default();
     let counters = CallCounters::default();
     for _ in 0..3 {
         counters.inc(&family, "p", "get", "configmaps", "ok");
