@@ -327,6 +327,10 @@ enum Scenario {
         /// One JSON line per variant instead of the table.
         #[arg(long)]
         json: bool,
+        /// Run only this variant (`wasm`, `wasm-reuse` or `native`);
+        /// repeatable. For profilers.
+        #[arg(long)]
+        only: Vec<String>,
     },
     /// What the in-memory function cache saves on a second component of the
     /// same language (a `dev --watch` rebuild): compile times, cache off
@@ -541,10 +545,12 @@ fn main() -> anyhow::Result<()> {
             iterations,
             rounds,
             json,
+            only,
         } => outbound::run(&outbound::Options {
             iterations,
             rounds,
             json,
+            only,
         }),
         Scenario::Compile { rounds, json } => compile::run(&compile::Options { rounds, json }),
         Scenario::InstanceCost {

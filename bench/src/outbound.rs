@@ -33,6 +33,9 @@ pub struct Options {
     pub iterations: usize,
     pub rounds: usize,
     pub json: bool,
+    /// The variants to run (`wasm`, `wasm-reuse`, `native`); empty runs all.
+    /// One variant alone is what a profiler or `strace -c` should watch.
+    pub only: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -95,6 +98,17 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         options.iterations >= options.rounds,
         "--iterations must be at least --rounds"
     );
+    let names = ["wasm", "wasm-reuse", "native"];
+    for name in &options.only {
+        ensure!(
+            names.contains(&name.as_str()),
+            "--only {name:?}: the variants are {names:?}"
+        );
+    }
+    let selected: Vec<bool> = names
+        .iter()
+        .map(|n| options.only.is_empty() || options.only.iter().any(|o| o == n))
+        .collect();
     let load_before = load_average();
     let tokio = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -134,6 +148,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         let mut totals = [Duration::ZERO; 3];
         for measured in std::iter::once(false).chain(std::iter::repeat_n(true, options.rounds)) {
             for variant in 0..3 {
+                if !selected[variant] {
+                    continue;
+                }
                 let round_started = Instant::now();
                 for _ in 0..per_round {
                     let start = Instant::now();
@@ -170,9 +187,14 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .map(|(s, t)| s.summary().count as f64 / t.as_secs_f64())
         .collect();
     let summaries: Vec<_> = samples.iter().map(Samples::summary).collect();
-    let names = ["wasm", "wasm-reuse", "native"];
     if options.json {
-        for ((name, s), rate) in names.iter().zip(&summaries).zip(&rates) {
+        for (((name, s), rate), _) in names
+            .iter()
+            .zip(&summaries)
+            .zip(&rates)
+            .zip(&selected)
+            .filter(|(_, on)| **on)
+        {
             let line = JsonLine {
                 scenario: "outbound",
                 variant: name,
@@ -195,7 +217,13 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         "  {:<10} {:>10} {:>10} {:>12}",
         "variant", "median µs", "p99 µs", "reconciles/s"
     );
-    for ((name, s), rate) in names.iter().zip(&summaries).zip(&rates) {
+    for (((name, s), rate), _) in names
+        .iter()
+        .zip(&summaries)
+        .zip(&rates)
+        .zip(&selected)
+        .filter(|(_, on)| **on)
+    {
         println!(
             "  {:<10} {:>10.1} {:>10.1} {:>12.0}",
             name,
@@ -205,6 +233,9 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         );
     }
     for (i, name) in names[..2].iter().enumerate() {
+        if !(selected[i] && selected[2]) {
+            continue;
+        }
         println!(
             "  {name}: reconciles/s against native {:.2} (goal ≥ 0.8); p99 overhead {:.0} µs (goal ≤ 1000)",
             rates[i] / rates[2],
