@@ -236,6 +236,7 @@ impl ApiServer {
             (None, None) => http::tls::Ca::generate()?,
         };
         let tls = ca.server(addr.ip())?;
+        let admission_client = ca.admission_client()?;
         // Service-account tokens outlive a restart only with a data
         // directory (their service accounts do not survive one without).
         let sa_key = creds
@@ -253,6 +254,10 @@ impl ApiServer {
             &sa_key,
             config.timeouts.request_body,
         ));
+        shared
+            .objects
+            .admission
+            .set_client_identity(admission_client);
         // Derived state (the CRD registry) follows every visible change.
         let weak = Arc::downgrade(&shared.objects);
         shared.objects.store.set_apply_hook(move |ev| {

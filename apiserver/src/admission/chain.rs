@@ -260,7 +260,9 @@ impl Webhooks {
         };
         let tls = hook
             .tls
-            .get_or_init(|| client::tls_config(hook.ca_bundle.as_deref()))
+            .get_or_init(|| {
+                client::tls_config(hook.ca_bundle.as_deref(), self.client_identity.get())
+            })
             .clone()
             .map_err(|e| calling(format!("could not get REST client: {e}")))?;
         let uid = uuid::Uuid::new_v4().to_string();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::rt::TokioIo;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 
 use super::config::Endpoint;
 
@@ -24,6 +24,26 @@ use super::config::Endpoint;
 pub(crate) const MAX_RESPONSE_BYTES: usize = 16 * 1024 * 1024;
 /// How much of an error answer's body an error message quotes.
 const QUOTED_BODY: usize = 1024;
+
+/// The certificate the server presents to a webhook server that asks for
+/// one, and its key (PKCS #8 DER).
+pub(crate) struct ClientIdentity {
+    cert: CertificateDer<'static>,
+    key: Vec<u8>,
+}
+
+impl ClientIdentity {
+    pub(crate) fn new(cert: CertificateDer<'static>, key: Vec<u8>) -> Self {
+        ClientIdentity { cert, key }
+    }
+
+    fn chain_and_key(&self) -> (Vec<CertificateDer<'static>>, PrivateKeyDer<'static>) {
+        (
+            vec![self.cert.clone()],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone())),
+        )
+    }
+}
 
 /// Where one call goes, resolved.
 #[derive(Debug)]
@@ -123,14 +143,19 @@ pub(crate) enum CallError {
 }
 
 /// The TLS client a webhook is called with: only `ca_pem`'s certificates
-/// as roots when given (as client-go's `CAData`), else the platform's.
-pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, String> {
+/// as roots when given (as client-go's `CAData`), else the platform's;
+/// presenting `identity` when the webhook server asks for a client
+/// certificate.
+pub(crate) fn tls_config(
+    ca_pem: Option<&[u8]>,
+    identity: Option<&ClientIdentity>,
+) -> Result<Arc<rustls::ClientConfig>, String> {
     use rustls::pki_types::pem::PemObject;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
-    let mut config = match ca_pem {
+    let builder = match ca_pem {
         Some(pem) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_slice_iter(pem) {
@@ -139,7 +164,7 @@ pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<Arc<rustls::ClientConf
                     .add(cert)
                     .map_err(|e| format!("unable to load root certificates: {e}"))?;
             }
-            builder.with_root_certificates(roots).with_no_client_auth()
+            builder.with_root_certificates(roots)
         }
         None => {
             let verifier =
@@ -147,8 +172,16 @@ pub(crate) fn tls_config(ca_pem: Option<&[u8]>) -> Result<Arc<rustls::ClientConf
             builder
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(verifier))
-                .with_no_client_auth()
         }
+    };
+    let mut config = match identity {
+        Some(id) => {
+            let (chain, key) = id.chain_and_key();
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| e.to_string())?
+        }
+        None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))

@@ -32,7 +32,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use serde::Serialize;
 use serde_json::Value;
@@ -45,6 +45,7 @@ pub(crate) mod config;
 mod matching;
 mod review;
 
+pub(crate) use client::ClientIdentity;
 pub(crate) use config::ConfigKind;
 
 /// Most mutating, and most validating, webhooks one request may call; a
@@ -163,6 +164,8 @@ pub(crate) struct Webhooks {
     /// that without configurations admission costs one atomic load.
     any: AtomicBool,
     metrics: Arc<Metrics>,
+    /// The certificate presented to a webhook server that asks for one.
+    client_identity: OnceLock<ClientIdentity>,
 }
 
 impl Webhooks {
@@ -171,7 +174,14 @@ impl Webhooks {
             stored: RwLock::default(),
             any: AtomicBool::new(false),
             metrics,
+            client_identity: OnceLock::new(),
         }
+    }
+
+    /// Presents `identity` to every webhook server that asks for a client
+    /// certificate (set once, before serving).
+    pub(crate) fn set_client_identity(&self, identity: ClientIdentity) {
+        let _ = self.client_identity.set(identity);
     }
 
     /// Takes the configuration `name` of `kind` as stored now (`None`:

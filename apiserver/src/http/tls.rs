@@ -12,6 +12,8 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
+use crate::admission::ClientIdentity;
+
 /// Why TLS material could not be created.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
@@ -20,6 +22,9 @@ pub enum TlsError {
     #[error("configuring TLS: {0}")]
     Config(#[from] rustls::Error),
 }
+
+/// The common name of [`Ca::admission_client`]'s certificate.
+pub(crate) const ADMISSION_CLIENT_NAME: &str = "wasmctrl-apiserver-admission";
 
 /// The server configuration a CA signed.
 pub(crate) struct TlsMaterial {
@@ -70,6 +75,27 @@ impl Ca {
     /// PEM of the CA private key (persisted with the data directory).
     pub(crate) fn key_pem(&self) -> String {
         self.key.serialize_pem()
+    }
+
+    /// A client certificate (`clientAuth` only, common name
+    /// [`ADMISSION_CLIENT_NAME`]) the server presents to the admission
+    /// webhooks it calls, so that a webhook server may require it. The
+    /// server issues no other client certificate: clients authenticate
+    /// with tokens.
+    pub(crate) fn admission_client(&self) -> Result<ClientIdentity, TlsError> {
+        let key = KeyPair::generate()?;
+        let mut leaf = CertificateParams::new(Vec::<String>::new())?;
+        leaf.distinguished_name
+            .push(DnType::CommonName, ADMISSION_CLIENT_NAME);
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        leaf.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        let params = ca_params()?;
+        let issuer = Issuer::from_params(&params, &self.key);
+        let cert = leaf.signed_by(&key, &issuer)?;
+        Ok(ClientIdentity::new(
+            CertificateDer::from(cert.der().to_vec()),
+            key.serialize_der(),
+        ))
     }
 
     /// A server certificate for `ip`, 127.0.0.1, ::1 and `localhost`, and

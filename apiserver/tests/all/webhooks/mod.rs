@@ -542,6 +542,59 @@ async fn an_unreachable_url_and_a_wrong_ca_bundle_are_call_failures() {
     assert!(hooks.calls("/ca").is_empty());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_requiring_a_client_certificate_gets_one_the_servers_ca_signed() {
+    let h = Harness::start().await;
+    let hooks =
+        WebhookServer::start_requiring_client_certificate(h.server.ca_pem(), |_| allow()).await;
+    configure(
+        &h,
+        VALIDATING,
+        "mtls",
+        vec![hook(
+            "mtls.example.com",
+            &hooks,
+            "/",
+            rule(&["CREATE"], &["configmaps"]),
+        )],
+    )
+    .await;
+    let (code, body) = h
+        .raw("POST", CONFIGMAPS, None, &configmap("m", json!({})))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(hooks.calls("/").len(), 1);
+
+    // A webhook server trusting another CA refuses the server's certificate.
+    let (other_ca, _) = server::certificates();
+    let picky = WebhookServer::start_requiring_client_certificate(&other_ca, |_| allow()).await;
+    configure(
+        &h,
+        VALIDATING,
+        "picky",
+        vec![hook(
+            "picky.example.com",
+            &picky,
+            "/",
+            rule(&["CREATE"], &["secrets"]),
+        )],
+    )
+    .await;
+    let secret =
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"}}).to_string();
+    let (code, status) = h
+        .raw("POST", "/api/v1/namespaces/default/secrets", None, &secret)
+        .await;
+    assert_eq!(code, 500, "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("Internal error occurred: failed calling webhook \"picky.example.com\""),
+        "{message}"
+    );
+    assert!(picky.calls("/").is_empty());
+}
+
 #[tokio::test]
 async fn an_answer_past_its_bound_is_a_call_failure() {
     let h = Harness::start().await;

@@ -65,6 +65,12 @@ impl Drop for WebhookServer {
 
 /// A CA and a server configuration whose certificate it signed.
 pub fn certificates() -> (String, Arc<rustls::ServerConfig>) {
+    certificates_asking(None)
+}
+
+/// [`certificates`], with a server that requires a client certificate
+/// signed by `client_ca` (PEM) when given.
+pub fn certificates_asking(client_ca: Option<&str>) -> (String, Arc<rustls::ServerConfig>) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -82,10 +88,25 @@ pub fn certificates() -> (String, Arc<rustls::ServerConfig>) {
         .push(SanType::IpAddress([127, 0, 0, 1].into()));
     let leaf_cert = leaf.signed_by(&leaf_key, &issuer).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
+        .unwrap();
+    let builder = match client_ca {
+        Some(pem) => {
+            use rustls::pki_types::pem::PemObject;
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                roots.add(cert.unwrap()).unwrap();
+            }
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots.into(), provider)
+                    .build()
+                    .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
         .with_single_cert(
             vec![CertificateDer::from(leaf_cert.der().to_vec())],
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
@@ -101,7 +122,27 @@ impl WebhookServer {
     pub async fn start_async(
         handler: impl Fn(Call) -> BoxFuture<'static, Reply> + Send + Sync + 'static,
     ) -> WebhookServer {
-        let (ca_pem, config) = certificates();
+        Self::serve_with(certificates(), handler).await
+    }
+
+    /// Serves reviews as [`WebhookServer::start`] does, only to clients
+    /// presenting a certificate `client_ca` (PEM) signed.
+    pub async fn start_requiring_client_certificate(
+        client_ca: &str,
+        answer: impl Fn(&Call) -> Reply + Send + Sync + 'static,
+    ) -> WebhookServer {
+        let answer = Arc::new(answer);
+        Self::serve_with(certificates_asking(Some(client_ca)), move |call| {
+            let reply = answer(&call);
+            Box::pin(async move { reply })
+        })
+        .await
+    }
+
+    async fn serve_with(
+        (ca_pem, config): (String, Arc<rustls::ServerConfig>),
+        handler: impl Fn(Call) -> BoxFuture<'static, Reply> + Send + Sync + 'static,
+    ) -> WebhookServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let calls = Arc::new(Mutex::new(Vec::new()));
