@@ -289,6 +289,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             url: None,
             service: None,
             ca_secret: None,
+            client_ca_file: None,
             register: false,
         };
         let stop = CancellationToken::new();

@@ -399,6 +399,48 @@ fn webhook_client(ca: &str) -> reqwest::Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_client_ca_only_the_api_server_s_certificate_gets_a_review() {
+    let cluster = Cluster::start().await;
+    let ca = cluster.file("apiserver-ca.crt", cluster.server().ca_pem());
+    let text = config(artifacts::GATEKEEPER, "protect").replace(
+        "webhook: { bind: \"127.0.0.1:0\" }",
+        &format!(
+            "webhook: {{ bind: \"127.0.0.1:0\", clientCAFile: {} }}",
+            ca.display()
+        ),
+    );
+    let host = cluster.host(&text).await;
+    registered(&cluster, "gatekeeper").await;
+
+    // The API server presents the certificate its CA signed: reviews flow.
+    refused(
+        &cluster,
+        "forbid-1",
+        &["denied the request: forbidden by the gatekeeper"],
+    );
+    let (ok, text) = create(&cluster, "plain", &[]);
+    assert!(ok, "{text}");
+
+    // Anyone else is refused during the handshake, and counted.
+    let client = webhook_client(host.webhook_ca.as_deref().expect("the host's own CA"));
+    let base = format!("https://{}", host.webhook.expect("a webhook server"));
+    let anonymous = client
+        .post(format!("{base}/validate/gatekeeper"))
+        .header("content-type", "application/json")
+        .body("{}")
+        .send()
+        .await;
+    assert!(anonymous.is_err(), "{anonymous:?}");
+    let counted = metric_value(
+        host.admin,
+        r#"wasmctrl_webhook_refused_handshakes_total{reason="clientCertificate"}"#,
+    )
+    .await;
+    assert!(counted.is_some_and(|n| n >= 1.0), "{counted:?}");
+    host.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_webhook_server_refuses_what_is_not_a_review_within_its_bounds() {
     let cluster = Cluster::start().await;
     let host = cluster

@@ -6,6 +6,7 @@
 //! webhook:
 //!   bind: "0.0.0.0:9443"
 //!   certDir: /certs                  # tls.crt, tls.key (and ca.crt): cert-manager's Secret
+//!   clientCAFile: /etc/kubernetes/admission-client-ca.crt   # only callers this CA signed
 //!   service: { namespace: wasmctrl, name: wasmctrl-webhook }   # or url: https://host:port
 //! plugins:
 //!   - name: webapp
@@ -46,6 +47,13 @@ pub struct WebhookSection {
     /// (empty at first); the first replica stores its CA there.
     #[serde(default)]
     pub ca_secret: Option<SecretReference>,
+    /// A PEM file of the CAs whose client certificates the server requires
+    /// (mutual TLS): the API server's admission client identity. A caller
+    /// without such a certificate is refused during the handshake. None:
+    /// any caller that reaches the port (`wasmctrl dev` requires the
+    /// embedded API server's certificate unless this is set).
+    #[serde(default, rename = "clientCAFile")]
+    pub client_ca_file: Option<PathBuf>,
     /// Create and update the Validating- and MutatingWebhookConfigurations
     /// of the plugins' webhooks (default true). Off, they are registered
     /// by hand (`wasmctrl rbac` still lists the permissions it would need).

@@ -73,13 +73,40 @@ async fn deployment(client: &kube::Client, name: &str) -> Option<Deployment> {
         .unwrap()
 }
 
-fn webapps(client: &kube::Client) -> Api<DynamicObject> {
-    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk(
+fn webapp_resource() -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(
         "demo.wasmctrl.dev",
         "v1alpha1",
         "WebApp",
-    ));
-    Api::namespaced_with(client.clone(), "default", &ar)
+    ))
+}
+
+fn webapps(client: &kube::Client) -> Api<DynamicObject> {
+    Api::namespaced_with(client.clone(), "default", &webapp_resource())
+}
+
+/// A review POSTed to the webhook server at `url` (trusting `ca`) without
+/// a client certificate: what came back before the connection ended.
+async fn anonymous_post(url: &str, ca: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.trim_start_matches("https://");
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let tcp = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let tls = wasmctrl::sandbox::outbound::tls_config(Some(ca)).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let Ok(mut stream) = tokio_rustls::TlsConnector::from(tls)
+        .connect(name, tcp)
+        .await
+    else {
+        return String::new();
+    };
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+    );
+    let _ = stream.write_all(request.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(LIMIT, stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 async fn create_webapp(client: &kube::Client, name: &str) {
@@ -142,6 +169,33 @@ async fn dev_with_rbac_runs_the_host_as_a_service_account_with_the_rbac_of_wasmc
             "validatingwebhookconfigurations.admissionregistration.k8s.io/wasmctrl-webapp"
         ),
         "yes"
+    );
+    // The webhook server takes reviews from the embedded API server alone,
+    // which presents the certificate its CA signed.
+    let invalid = DynamicObject {
+        data: serde_json::json!({"spec": {"image": "nginx:1.27", "replicas": 99}}),
+        ..DynamicObject::new("too-many", &webapp_resource()).within("default")
+    };
+    let denied = webapps(&admin)
+        .create(&PostParams::default(), &invalid)
+        .await
+        .expect_err("a WebApp of 99 replicas is refused");
+    assert!(denied.to_string().contains("replicas"), "{denied}");
+    let hook = registered
+        .get("wasmctrl-webapp")
+        .await
+        .unwrap()
+        .webhooks
+        .unwrap();
+    let client_config = &hook[0].client_config;
+    let answered = anonymous_post(
+        client_config.url.as_deref().expect("the host's URL"),
+        &client_config.ca_bundle.as_ref().expect("the host's CA").0,
+    )
+    .await;
+    assert!(
+        !answered.starts_with("HTTP/1.1"),
+        "a caller without the API server's certificate was answered: {answered}"
     );
     assert_eq!(
         dev.host_can(

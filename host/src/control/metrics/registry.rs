@@ -106,6 +106,9 @@ pub struct Metrics {
     pub webhook_latency: PluginHistograms<WebhookLabel>,
     pub webhook_in_flight: PluginFamily<WebhookLabel, Gauge>,
     pub webhook_decisions: PluginFamily<WebhookDecisionLabels, Counter>,
+    /// Webhook server handshakes refused, per reason (`clientCertificate`
+    /// or `tls`).
+    pub webhook_refused_handshakes: Family<ReasonLabel, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -178,6 +181,7 @@ impl Metrics {
             webhook_latency: PluginFamily::new_with_constructor(seconds_histogram),
             webhook_in_flight: PluginFamily::default(),
             webhook_decisions: PluginFamily::default(),
+            webhook_refused_handshakes: Family::default(),
         };
         {
             let mut r = m.registry.lock().unwrap();
@@ -531,6 +535,11 @@ impl Metrics {
                 "wasmctrl_webhook_decisions",
                 "Admission reviews per plugin, export (validate|mutate), decision (allowed|denied|failed) and mode; in monitor mode a denial is counted but not answered",
                 m.webhook_decisions
+            );
+            r.register(
+                "wasmctrl_webhook_refused_handshakes",
+                "TLS handshakes the webhook server refused, per reason (clientCertificate: none presented, or not signed by webhook.clientCAFile; tls: any other failure)",
+                m.webhook_refused_handshakes.clone(),
             );
             r.register(
                 "wasmctrl_object_refusals",

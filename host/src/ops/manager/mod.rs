@@ -148,6 +148,11 @@ pub struct ManagerOptions {
     /// writes check the leader's fence (`control::client::fenced_client`);
     /// without it, the fence is checked before each request only.
     pub kube_config: Option<kube::Config>,
+    /// PEM of the CA whose client certificates the webhook server requires
+    /// when the config names no `webhook.clientCAFile` (`wasmctrl dev`:
+    /// the embedded API server's, which signs the certificate it presents
+    /// to webhooks).
+    pub webhook_client_ca: Option<String>,
 }
 
 impl Default for ManagerOptions {
@@ -159,6 +164,7 @@ impl Default for ManagerOptions {
             config_path: None,
             watch_sources: true,
             kube_config: None,
+            webhook_client_ca: None,
         }
     }
 }
@@ -323,7 +329,7 @@ impl Manager {
             let server = WebhookServer::start(
                 section,
                 Some(&host.client),
-                None,
+                options.webhook_client_ca.as_deref(),
                 &host.config.base_dir,
                 reviewers.clone(),
                 host.metrics.clone(),

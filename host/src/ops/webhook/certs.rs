@@ -43,6 +43,9 @@ pub enum CertError {
         name: String,
         message: String,
     },
+    /// The CA whose client certificates the server requires.
+    #[error("webhook.clientCAFile {file}: {message}")]
+    ClientCa { file: String, message: String },
 }
 
 /// The names a serving certificate is for: DNS names and IP addresses.

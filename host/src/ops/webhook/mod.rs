@@ -6,6 +6,7 @@
 //! | File | Job |
 //! |---|---|
 //! | `certs` | the serving certificate: mounted (`certDir`) or the host's own CA, rotated |
+//! | `callers` | who may call: with a client CA, only callers it signed a certificate for |
 //! | `review` | one review: the plugin's verdict under its deadline, failure policy and mode |
 //! | `patch` | the JSONPatch of a mutation, within bounds |
 //! | `registration` | the Validating- and MutatingWebhookConfiguration of each plugin |
@@ -20,6 +21,7 @@
 //! mutation is compared with the reviewed object only when that is at most
 //! 3 MiB, one per CPU at a time, and its patch is bounded ([`patch`]).
 
+mod callers;
 mod certs;
 pub mod patch;
 mod registration;
@@ -40,6 +42,7 @@ use axum::routing::post;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+pub use callers::ClientCa;
 pub use certs::{CertError, Certificates, Names, RENEW_BEFORE, SERVING_VALIDITY};
 pub use registration::{
     Endpoint, configuration, configuration_name, path_segment, register, webhook_name,
@@ -47,7 +50,7 @@ pub use registration::{
 pub use review::{BadReview, MAX_REVIEW_BYTES};
 
 use crate::config::{AdmissionMode, WebhookSection};
-use crate::control::metrics::{Metrics, WebhookCodeLabels, WebhookLabel};
+use crate::control::metrics::{Metrics, ReasonLabel, WebhookCodeLabels, WebhookLabel};
 use crate::ops::serving;
 use crate::sandbox::Plugin;
 use crate::sandbox::admission::{Review, ReviewError, Verdict, Webhook, WebhookKind};
@@ -135,19 +138,20 @@ struct Served {
 }
 
 impl WebhookServer {
-    /// Binds `section.bind` (or `bind` when given), loads or makes the
-    /// certificate, and serves until `stop`.
-    /// `client` reads and stores the shared CA of `webhook.caSecret`.
+    /// Binds `section.bind`, loads or makes the certificate, and serves
+    /// until `stop`. `client` reads and stores the shared CA of
+    /// `webhook.caSecret`. Callers must present a certificate that
+    /// `webhook.clientCAFile` signed, or else `client_ca` (PEM) when given.
     pub async fn start(
         section: &WebhookSection,
         client: Option<&kube::Client>,
-        bind: Option<SocketAddr>,
+        client_ca: Option<&str>,
         base_dir: &Path,
         reviewers: Arc<dyn Reviewers>,
         metrics: Arc<Metrics>,
         stop: CancellationToken,
     ) -> Result<Self, WebhookError> {
-        let bind = bind.unwrap_or(section.bind);
+        let bind = section.bind;
         let listener = tokio::net::TcpListener::bind(bind)
             .await
             .map_err(|source| WebhookError::Bind { addr: bind, source })?;
@@ -168,23 +172,44 @@ impl WebhookServer {
             (None, None) => Certificates::own(names(&endpoint, addr))?,
         };
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_cert_resolver(certs.resolver());
+        let client_ca_file = section.client_ca_file.as_ref().map(|f| base_dir.join(f));
+        let callers = match (&client_ca_file, client_ca) {
+            (Some(file), _) => Some(ClientCa::File(file)),
+            (None, Some(pem)) => Some(ClientCa::Pem(pem)),
+            (None, None) => None,
+        };
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?;
+        let builder = match callers {
+            Some(ca) => builder.with_client_cert_verifier(callers::verifier(ca, provider)?),
+            None => builder.with_no_client_auth(),
+        };
+        let mut tls = builder.with_cert_resolver(certs.resolver());
         tls.alpn_protocols = vec![b"http/1.1".to_vec()];
         let app = Router::new()
             .route("/validate/{plugin}", post(validate))
             .route("/mutate/{plugin}", post(mutate))
-            .with_state(Served { reviewers, metrics });
+            .with_state(Served {
+                reviewers,
+                metrics: metrics.clone(),
+            });
         let tls = tokio_rustls::TlsAcceptor::from(Arc::new(tls));
+        let refused = metrics.webhook_refused_handshakes.clone();
         let handshake = move |tcp: tokio::net::TcpStream| {
-            let tls = tls.clone();
+            let (tls, refused) = (tls.clone(), refused.clone());
             async move {
                 let peer = tcp.peer_addr().ok();
                 tls.accept(tcp)
                     .await
-                    .inspect_err(|e| tracing::debug!(?peer, "webhook TLS handshake failed: {e}"))
+                    .inspect_err(|e| {
+                        let reason = callers::refusal_reason(e);
+                        refused
+                            .get_or_create(&ReasonLabel {
+                                reason: reason.into(),
+                            })
+                            .inc();
+                        tracing::debug!(?peer, reason, "webhook TLS handshake failed: {e}");
+                    })
                     .ok()
             }
         };

@@ -95,6 +95,7 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         admin_bind: admin,
         config_path: Some(config_path.clone()),
         kube_config: Some(kube_config),
+        webhook_client_ca: Some(server.ca_pem().to_string()),
         ..ManagerOptions::default()
     };
     let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
