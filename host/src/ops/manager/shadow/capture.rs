@@ -114,7 +114,7 @@ impl Layer for Recording {
                         .or_default()
                         .push_back(answer.clone());
                 }
-                (None, Some(w)) if answer.is_ok() && seen.keep(w.canonical.len()) => {
+                (None, Some(w)) if answer.is_ok() && seen.keep(w.bytes()) => {
                     seen.writes.push(w);
                 }
                 _ => {}
@@ -248,7 +248,7 @@ impl Layer for Capture {
                 && let Some(write) = Write::of(&request)
             {
                 let mut state = self.state.lock().unwrap();
-                if state.keep(write.canonical.len()) {
+                if state.keep(write.bytes()) {
                     state.writes.push(write);
                 }
             }

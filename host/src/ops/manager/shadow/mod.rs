@@ -21,7 +21,10 @@
 //! a divergence. Each divergence is counted per kind of object written (or
 //! `result` when the results differ) in
 //! `wasmctrl_shadow_divergences_total{plugin,kind}`; the last
-//! `keepDivergences` are kept with both write sets and their difference.
+//! `keepDivergences` are kept with both write sets and their difference
+//! (each list its first 100 writes, each body its first 64 KiB, and all
+//! of a plugin's kept divergences at most 32 MiB of bodies, the oldest
+//! dropped first).
 //!
 //! # Never in the stable version's way
 //! Shadow runs have their own `maxConcurrentShadows` permits, taken without
@@ -60,7 +63,7 @@ use crate::sandbox::{Plugin, Through};
 pub(crate) use capture::Recording;
 use capture::{Capture, Seen};
 pub use write::Write;
-use write::minus;
+use write::{kept, minus};
 
 /// A reconcile's result, as compared and shown.
 fn outcome(result: &Result<Action, ReconcileError>) -> String {
@@ -78,6 +81,14 @@ fn outcome(result: &Result<Action, ReconcileError>) -> String {
     }
 }
 
+/// Bytes of write bodies the kept divergences of one plugin hold at most,
+/// all together; past it the oldest are dropped.
+const MAX_KEPT_DIVERGENCE_BYTES: usize = 32 << 20;
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 /// One version's side of a divergence.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,15 +96,21 @@ pub struct Side {
     pub result: String,
     /// The error message, when the result is an error.
     pub error: Option<String>,
+    /// The first [`MAX_KEPT_WRITES`](write::MAX_KEPT_WRITES) writes.
     pub writes: Vec<Write>,
+    /// How many writes past those were made.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub writes_omitted: usize,
 }
 
 impl Side {
     fn new(result: &Result<Action, ReconcileError>, writes: &[Write]) -> Self {
+        let (writes, writes_omitted) = kept(writes.iter());
         Side {
             result: outcome(result),
             error: result.as_ref().err().map(|e| e.to_string()),
-            writes: writes.iter().map(Write::kept).collect(),
+            writes,
+            writes_omitted,
         }
     }
 }
@@ -102,10 +119,30 @@ impl Side {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Diff {
-    /// Writes the stable version made and the candidate would not.
+    /// Writes the stable version made and the candidate would not (the
+    /// first [`MAX_KEPT_WRITES`](write::MAX_KEPT_WRITES)).
     pub only_stable: Vec<Write>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub only_stable_omitted: usize,
     /// Writes the candidate would make and the stable version did not.
     pub only_candidate: Vec<Write>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub only_candidate_omitted: usize,
+}
+
+impl Diff {
+    fn of(stable: &[Write], candidate: &[Write]) -> Self {
+        let only_stable = minus(stable, candidate);
+        let only_candidate = minus(candidate, stable);
+        let (only_stable, only_stable_omitted) = kept(only_stable.into_iter());
+        let (only_candidate, only_candidate_omitted) = kept(only_candidate.into_iter());
+        Diff {
+            only_stable,
+            only_stable_omitted,
+            only_candidate,
+            only_candidate_omitted,
+        }
+    }
 }
 
 /// One key on which the candidate did not do what the stable version did.
@@ -120,6 +157,22 @@ pub struct Divergence {
     pub stable: Side,
     pub candidate: Side,
     pub diff: Diff,
+}
+
+impl Divergence {
+    /// The bytes of the writes it keeps.
+    fn bytes(&self) -> usize {
+        [
+            &self.stable.writes,
+            &self.candidate.writes,
+            &self.diff.only_stable,
+            &self.diff.only_candidate,
+        ]
+        .iter()
+        .flat_map(|list| list.iter())
+        .map(Write::bytes)
+        .sum()
+    }
 }
 
 /// What `/plugins/{name}/shadow` shows.
@@ -145,6 +198,26 @@ struct Tally {
     divergent: u64,
     skipped: u64,
     recent: VecDeque<Divergence>,
+    /// What `recent` holds, as [`Divergence::bytes`] counts it.
+    recent_bytes: usize,
+}
+
+impl Tally {
+    /// Keeps `divergence` as the newest of at most `keep`, dropping the
+    /// oldest past `keep` or past [`MAX_KEPT_DIVERGENCE_BYTES`].
+    fn keep(&mut self, divergence: Divergence, keep: usize) {
+        let bytes = divergence.bytes();
+        while let Some(oldest) = self.recent.front()
+            && (self.recent.len() >= keep || self.recent_bytes + bytes > MAX_KEPT_DIVERGENCE_BYTES)
+        {
+            self.recent_bytes -= oldest.bytes();
+            self.recent.pop_front();
+        }
+        if keep > 0 {
+            self.recent_bytes += bytes;
+            self.recent.push_back(divergence);
+        }
+    }
 }
 
 /// The shadow runs of one plugin's candidate.
@@ -287,10 +360,7 @@ impl Shadow {
         writes: &[Write],
     ) {
         self.metrics.shadow_runs.get_or_create(&self.label()).inc();
-        let diff = Diff {
-            only_stable: minus(stable_writes, writes),
-            only_candidate: minus(writes, stable_writes),
-        };
+        let diff = Diff::of(stable_writes, writes);
         let mut kinds: Vec<String> = diff
             .only_stable
             .iter()
@@ -318,17 +388,15 @@ impl Shadow {
                 .inc();
         }
         tracing::info!(plugin = %self.plugin, %key, kinds = ?kinds, "the candidate diverged from the stable version");
-        if tally.recent.len() >= self.keep {
-            tally.recent.pop_front();
-        }
-        tally.recent.push_back(Divergence {
+        let divergence = Divergence {
             key: key.to_string(),
             at: wasmctrl_apimachinery::time::format_seconds(SystemTime::now()),
             kinds,
             stable,
             candidate: Side::new(result, writes),
             diff,
-        });
+        };
+        tally.keep(divergence, self.keep);
     }
 
     pub(crate) fn report(&self) -> ShadowReport {

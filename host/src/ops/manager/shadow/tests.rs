@@ -174,9 +174,9 @@ fn a_large_write_is_compared_by_digest_without_a_tree() {
         create(object("1")),
     );
     assert_eq!(a.name.as_deref(), Some("big"));
-    assert_eq!(a.canonical, b.canonical);
-    assert_ne!(a.canonical, c.canonical);
-    assert!(a.canonical.len() < 300, "{}", a.canonical);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    assert!(a.bytes() < 300, "{a:?}");
 }
 
 #[test]
@@ -254,7 +254,7 @@ fn writes_compare_as_normalized_json_in_any_order() {
         object: r#"{"status":{"conditions":[{"lastTransitionTime":"y","type":"Ready"}]},"spec":{"replicas":2},"metadata":{"resourceVersion":"9","name":"web"}}"#.into(),
     })
     .unwrap();
-    assert_eq!(a.canonical, b.canonical);
+    assert_eq!(a, b);
     let delete = Write::of(&KubeRequest::Delete {
         kind: deployment(),
         namespace: Some("ns".into()),
@@ -262,9 +262,69 @@ fn writes_compare_as_normalized_json_in_any_order() {
     })
     .unwrap();
     assert!(minus(&[a.clone(), delete.clone()], &[delete.clone(), b.clone()]).is_empty());
-    let only = minus(&[a.clone(), delete.clone()], std::slice::from_ref(&b));
+    let made = [a.clone(), delete.clone()];
+    let only = minus(&made, std::slice::from_ref(&b));
     assert_eq!(only.len(), 1);
     assert_eq!(only[0].verb, "delete");
     assert_eq!(only[0].kind, "apps/Deployment");
     assert_eq!(minus(&[a.clone(), a.clone()], &[b]).len(), 1, "a multiset");
+}
+
+#[test]
+fn what_divergences_keep_is_bounded_in_writes_and_bytes() {
+    use super::write::MAX_KEPT_WRITES;
+    use super::{Diff, Divergence, MAX_KEPT_DIVERGENCE_BYTES, Side, Tally};
+    use crate::control::reconcile::Action;
+
+    // Bodies of tiny values, each kept whole (within 64 KiB): as text, not
+    // as a tree of about 16 times its size.
+    let body = format!(
+        r#"{{"metadata":{{"name":"cm"}},"data":[{}0]}}"#,
+        "0,".repeat(30_000)
+    );
+    let writes: Vec<Write> = (0..150)
+        .map(|i| {
+            Write::of(&KubeRequest::Replace {
+                kind: configmap(),
+                namespace: Some("default".into()),
+                name: format!("cm{i}"),
+                object: body.clone().into(),
+            })
+            .unwrap()
+        })
+        .collect();
+    assert!(writes[0].bytes() < body.len() + 100);
+
+    let side = Side::new(&Ok(Action::done()), &writes);
+    assert_eq!(
+        (side.writes.len(), side.writes_omitted),
+        (MAX_KEPT_WRITES, 150 - MAX_KEPT_WRITES)
+    );
+    let diff = Diff::of(&[], &writes);
+    assert_eq!(
+        (diff.only_candidate.len(), diff.only_candidate_omitted),
+        (MAX_KEPT_WRITES, 150 - MAX_KEPT_WRITES)
+    );
+
+    let mut tally = Tally::default();
+    for i in 0..50 {
+        let divergence = Divergence {
+            key: format!("default/cm{i}"),
+            at: String::new(),
+            kinds: vec!["ConfigMap".into()],
+            stable: Side::new(&Ok(Action::done()), &[]),
+            candidate: Side::new(&Ok(Action::done()), &writes),
+            diff: Diff::of(&[], &writes),
+        };
+        tally.keep(divergence, 1000);
+    }
+    let held: usize = tally.recent.iter().map(Divergence::bytes).sum();
+    assert_eq!(held, tally.recent_bytes);
+    assert!(held <= MAX_KEPT_DIVERGENCE_BYTES, "{held}");
+    assert_eq!(
+        tally.recent.back().unwrap().key,
+        "default/cm49",
+        "the newest stays"
+    );
+    assert!(tally.recent.len() < 50);
 }
