@@ -175,16 +175,7 @@ impl Sandbox {
                 // them).
                 if let Ok(Returned::Review(verdict)) = &mut returned {
                     let http = &store.data().http;
-                    verdict.message = http.redact(&verdict.message);
-                    for warning in &mut verdict.warnings {
-                        *warning = http.redact(warning);
-                    }
-                    for cause in &mut verdict.causes {
-                        cause.message = http.redact(&cause.message);
-                    }
-                    for (_, value) in &mut verdict.audit_annotations {
-                        *value = http.redact(value);
-                    }
+                    super::admission::redact(verdict, |text| http.redact(text));
                 }
                 if let Ok(Returned::Reconcile(Err(
                     types::ReconcileError::Transient(message)
