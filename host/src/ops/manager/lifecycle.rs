@@ -253,9 +253,13 @@ impl PluginSlot {
     }
 
     /// Skips reconciles whose inputs are unchanged.
-    pub(crate) fn skipping_unchanged(mut self) -> Self {
+    pub(crate) fn skipping_unchanged(
+        mut self,
+        metrics: Arc<crate::control::metrics::Metrics>,
+    ) -> Self {
         let for_kind = self.current().metadata().for_.clone();
-        self.skip = Some(SkipRecords::new(for_kind));
+        let name = self.current().name().to_string();
+        self.skip = Some(SkipRecords::new(for_kind, Some((metrics, name))));
         self
     }
 

@@ -20,9 +20,17 @@
 //! API server; these reads are not counted as the plugin's calls) and skips
 //! only if each is exactly as recorded and the digest and settings match.
 //! Anything else — an error, a failed or non-done reconcile, a read that
-//! failed during the reconcile, more than [`MAX_DEPENDENCIES`] reads, the
-//! key's object gone, an outbound HTTP request (whose answer no version
-//! vouches for) — runs the reconcile and drops the record.
+//! failed during the reconcile, more than [`MAX_DEPENDENCIES`] reads or
+//! [`MAX_LISTED`] listed objects, the key's object gone, an outbound HTTP
+//! request (whose answer no version vouches for) — runs the reconcile and
+//! drops the record.
+//!
+//! # What records cost
+//! A list is recorded as its object count and a SHA-256 of the sorted
+//! names and versions, not as the list. A plugin's records hold at most
+//! [`MAX_HELD_READS`] reads together; a reconcile whose record would pass
+//! that is not recorded (its key is reconciled every time), and is counted
+//! as the plugin's `skipRecords` ceiling.
 //!
 //! Versions the guest saw are never newer than the truth at the time, so a
 //! change that raced a reconcile always makes the next check re-run it.
@@ -36,6 +44,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use crate::control::metrics::Metrics;
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
 use crate::sandbox::hostapi::{
     ApiError, Gvk, KubeApi, KubeRequest, KubeResponse, Layer, Layered, Next,
@@ -45,6 +54,13 @@ use crate::sandbox::{Plugin, Through};
 /// A reconcile that read more objects (or lists) than this is never
 /// skipped: re-checking would cost about as much as running it.
 pub const MAX_DEPENDENCIES: usize = 256;
+
+/// A reconcile whose lists returned more objects than this, all together,
+/// is never skipped, and what it listed is not held while it runs.
+pub const MAX_LISTED: usize = 100_000;
+
+/// The reads one plugin's records hold at most, all keys together.
+pub const MAX_HELD_READS: usize = 1 << 20;
 
 /// Whether `read` (a `get` or `list`) is of `kind`, whatever its version.
 fn same_kind(read: &KubeRequest, kind: &Gvk) -> bool {
@@ -68,8 +84,26 @@ enum Seen {
         after: Option<String>,
         before: Option<String>,
     },
-    /// Every listed object's resourceVersion.
+    /// Every listed object's resourceVersion (while the reconcile runs:
+    /// its own writes update it).
     List(BTreeMap<Name, String>),
+    /// A list as a record keeps it: its length and digest.
+    Listed { count: usize, digest: [u8; 32] },
+}
+
+/// The digest of a list's names and versions, in name order.
+fn list_digest(items: &BTreeMap<Name, String>) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for ((namespace, name), rv) in items {
+        // Length-prefixed, so that no two lists write the same bytes.
+        for part in [namespace.as_deref().unwrap_or(""), name, rv] {
+            h.update((part.len() as u64).to_le_bytes());
+            h.update(part.as_bytes());
+        }
+        h.update([u8::from(namespace.is_some())]);
+    }
+    h.finalize().into()
 }
 
 /// The metadata a fingerprint needs, parsed without the rest.
@@ -98,7 +132,21 @@ impl Seen {
             (Seen::Written { after, before }, Seen::Object(v)) => {
                 v == after || (v.is_some() && v == before)
             }
+            (Seen::Listed { count, digest }, Seen::List(items)) => {
+                *count == items.len() && *digest == list_digest(items)
+            }
             (recorded, now) => recorded == now,
+        }
+    }
+
+    /// This as a record keeps it.
+    fn kept(self) -> Seen {
+        match self {
+            Seen::List(items) => Seen::Listed {
+                count: items.len(),
+                digest: list_digest(&items),
+            },
+            other => other,
         }
     }
 
@@ -129,16 +177,43 @@ impl Seen {
 #[derive(Debug, Default)]
 struct Dependencies {
     reads: Vec<(KubeRequest, Seen)>,
+    /// Objects the lists in `reads` hold.
+    listed: usize,
     /// A read or write failed, or there were too many: never skip.
     unusable: bool,
 }
 
 impl Dependencies {
+    /// Never skippable: what was noted goes, and nothing more is noted.
+    fn give_up(&mut self) {
+        self.unusable = true;
+        self.reads = Vec::new();
+        self.listed = 0;
+    }
+
     fn set(&mut self, read: KubeRequest, seen: Seen) {
+        if self.unusable {
+            return;
+        }
+        let size = |seen: &Seen| match seen {
+            Seen::List(items) => items.len(),
+            _ => 0,
+        };
+        let replaced = self
+            .reads
+            .iter()
+            .find(|(r, _)| *r == read)
+            .map_or(0, |(_, s)| size(s));
+        let listed = self.listed - replaced + size(&seen);
+        if listed > MAX_LISTED {
+            self.give_up();
+            return;
+        }
+        self.listed = listed;
         if let Some(slot) = self.reads.iter_mut().find(|(r, _)| *r == read) {
             slot.1 = seen;
         } else if self.reads.len() >= MAX_DEPENDENCIES {
-            self.unusable = true;
+            self.give_up();
         } else {
             self.reads.push((read, seen));
         }
@@ -157,7 +232,9 @@ impl Dependencies {
                         }
                     }
                     None => {
-                        items.remove(&name);
+                        if items.remove(&name).is_some() {
+                            self.listed -= 1;
+                        }
                     }
                 }
             }
@@ -174,7 +251,7 @@ impl Dependencies {
             .and_then(|(_, s)| match s {
                 Seen::Object(v) => v.clone(),
                 Seen::Written { before, .. } => before.clone(),
-                Seen::List(_) => None,
+                Seen::List(_) | Seen::Listed { .. } => None,
             });
         self.set(
             read,
@@ -188,9 +265,10 @@ impl Dependencies {
     /// Notes a call the guest made and what it returned.
     fn note(&mut self, call: Call, result: &Result<KubeResponse, ApiError>) {
         match call {
+            Call::Read(_) if self.unusable => {}
             Call::Read(read) => match Seen::of(&read, result) {
                 Some(seen) => self.set(read, seen),
-                None => self.unusable = true,
+                None => self.give_up(),
             },
             Call::Write {
                 kind,
@@ -203,13 +281,13 @@ impl Dependencies {
                         namespace: own,
                         resource_version: Some(rv),
                     }) => self.wrote(&kind, (own.or(namespace), written), Some(rv)),
-                    _ => self.unusable = true,
+                    _ => self.give_up(),
                 },
                 Ok(_) => match name {
                     Some(name) => self.wrote(&kind, (namespace, name), None),
-                    None => self.unusable = true,
+                    None => self.give_up(),
                 },
-                Err(_) => self.unusable = true,
+                Err(_) => self.give_up(),
             },
             Call::Event => {}
         }
@@ -278,7 +356,16 @@ struct Record {
 pub(crate) struct SkipRecords {
     /// The kind the plugin reconciles: a key's own object.
     for_kind: Gvk,
-    records: Mutex<HashMap<ObjectKey, Arc<Record>>>,
+    records: Mutex<Held>,
+    /// Where a record refused past [`MAX_HELD_READS`] is counted.
+    counted: Option<(Arc<Metrics>, String)>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    by_key: HashMap<ObjectKey, Arc<Record>>,
+    /// The reads of every record.
+    reads: usize,
 }
 
 fn settings_hash(plugin: &Plugin) -> u64 {
@@ -292,16 +379,45 @@ fn is_done(action: &Action) -> bool {
 }
 
 impl SkipRecords {
-    pub(crate) fn new(for_kind: Gvk) -> Self {
+    /// The records of plugin `name`, whose refused records `metrics`
+    /// counts (None: not counted).
+    pub(crate) fn new(for_kind: Gvk, counted: Option<(Arc<Metrics>, String)>) -> Self {
         Self {
             for_kind,
-            records: Mutex::new(HashMap::new()),
+            records: Mutex::new(Held::default()),
+            counted,
         }
     }
 
     /// Keys with a record.
     pub(crate) fn len(&self) -> usize {
-        self.records.lock().unwrap().len()
+        self.records.lock().unwrap().by_key.len()
+    }
+
+    /// Keeps `record` for `key` (None: drops the key's), within
+    /// [`MAX_HELD_READS`]; whether it was kept.
+    fn set(&self, key: ObjectKey, record: Option<Record>) -> bool {
+        self.set_within(key, record, MAX_HELD_READS)
+    }
+
+    fn set_within(&self, key: ObjectKey, record: Option<Record>, max_reads: usize) -> bool {
+        let mut held = self.records.lock().unwrap();
+        if let Some(old) = held.by_key.remove(&key) {
+            held.reads -= old.reads.len();
+        }
+        let Some(record) = record else {
+            return false;
+        };
+        if held.reads + record.reads.len() > max_reads {
+            drop(held);
+            if let Some((metrics, plugin)) = &self.counted {
+                metrics.count_limit(plugin, "skipRecords");
+            }
+            return false;
+        }
+        held.reads += record.reads.len();
+        held.by_key.insert(key, Arc::new(record));
+        true
     }
 
     fn own_object(&self, key: &ObjectKey) -> KubeRequest {
@@ -321,7 +437,7 @@ impl SkipRecords {
         key: &ObjectKey,
         timeout: Duration,
     ) -> bool {
-        let Some(record) = self.records.lock().unwrap().get(key).cloned() else {
+        let Some(record) = self.records.lock().unwrap().by_key.get(key).cloned() else {
             return false;
         };
         if record.digest != plugin.digest() || record.settings != settings_hash(plugin) {
@@ -387,19 +503,16 @@ impl SkipRecords {
             }
             _ => false,
         };
-        let mut records = self.records.lock().unwrap();
-        if keep {
-            records.insert(
-                key,
-                Arc::new(Record {
-                    digest: plugin.digest().to_string(),
-                    settings: settings_hash(plugin),
-                    reads: deps.reads,
-                }),
-            );
-        } else {
-            records.remove(&key);
-        }
+        let record = keep.then(|| Record {
+            digest: plugin.digest().to_string(),
+            settings: settings_hash(plugin),
+            reads: deps
+                .reads
+                .into_iter()
+                .map(|(read, seen)| (read, seen.kept()))
+                .collect(),
+        });
+        self.set(key, record);
         result
     }
 }
@@ -488,6 +601,90 @@ mod tests {
                 before: None
             }
         );
+    }
+
+    fn list_call() -> Call {
+        Call::of(&KubeRequest::List {
+            kind: cm(),
+            namespace: Some("default".into()),
+            label_selector: None,
+        })
+    }
+
+    fn listed(n: usize, rv: &str) -> Result<KubeResponse, ApiError> {
+        Ok(KubeResponse::Objects(
+            (0..n).map(|i| object(&format!("o{i}"), rv)).collect(),
+        ))
+    }
+
+    #[test]
+    fn a_record_keeps_a_list_as_its_count_and_digest() {
+        let mut d = Dependencies::default();
+        d.note(list_call(), &listed(1000, "1"));
+        let (_, seen) = d.reads.pop().unwrap();
+        let kept = seen.clone().kept();
+        let Seen::Listed { count, .. } = &kept else {
+            panic!("{kept:?}")
+        };
+        assert_eq!(*count, 1000);
+        let read = |result| {
+            let Call::Read(read) = list_call() else {
+                unreachable!()
+            };
+            Seen::of(&read, &result).unwrap()
+        };
+        assert!(kept.matches(&read(listed(1000, "1"))));
+        assert!(!kept.matches(&read(listed(1000, "2"))), "a version changed");
+        assert!(!kept.matches(&read(listed(999, "1"))), "an object went");
+    }
+
+    #[test]
+    fn lists_past_the_listed_bound_make_a_reconcile_unskippable_and_are_not_held() {
+        let mut d = Dependencies::default();
+        d.note(list_call(), &listed(MAX_LISTED / 2, "1"));
+        d.note(list_call(), &listed(MAX_LISTED / 2, "2"));
+        assert!(!d.unusable, "the same list read again counts once");
+        let other = Call::of(&KubeRequest::List {
+            kind: cm(),
+            namespace: Some("default".into()),
+            label_selector: Some("a!=1".into()),
+        });
+        d.note(other, &listed(MAX_LISTED / 2 + 1, "1"));
+        assert!(d.unusable);
+        assert!(d.reads.is_empty() && d.listed == 0);
+        d.note(list_call(), &listed(10, "1"));
+        assert!(d.reads.is_empty(), "nothing is noted once unusable");
+    }
+
+    #[test]
+    fn records_past_the_held_reads_are_not_kept() {
+        let records = SkipRecords::new(cm(), None);
+        let record = |reads: usize| Record {
+            digest: "d".into(),
+            settings: 0,
+            reads: (0..reads)
+                .map(|i| {
+                    let Call::Read(read) = get(&format!("o{i}")) else {
+                        unreachable!()
+                    };
+                    (read, Seen::Object(Some("1".into())))
+                })
+                .collect(),
+        };
+        let key = |i: usize| ObjectKey::namespaced("default", format!("k{i}"));
+        for i in 0..4 {
+            assert!(records.set_within(key(i), Some(record(256)), 1024));
+        }
+        assert!(!records.set_within(key(4), Some(record(1)), 1024));
+        assert!(
+            records.set_within(key(0), Some(record(100)), 1024),
+            "a key's own record makes room for its next"
+        );
+        assert!(records.set_within(key(4), Some(record(156)), 1024));
+        assert_eq!(records.len(), 5);
+        assert_eq!(records.records.lock().unwrap().reads, 1024);
+        records.set_within(key(1), None, 1024);
+        assert_eq!(records.records.lock().unwrap().reads, 768);
     }
 
     #[test]

@@ -113,7 +113,7 @@ impl Host {
         let for_kind = plugin.metadata().for_.clone();
         let mut slot = PluginSlot::new(plugin);
         if config.skip_unchanged {
-            slot = slot.skipping_unchanged();
+            slot = slot.skipping_unchanged(self.metrics.clone());
         }
         if let (Some(candidate), Some(candidate_plugin)) = (&config.candidate, candidate_plugin) {
             match candidate.mode {
