@@ -9,7 +9,7 @@
 //!
 //! # Rollback
 //! Each version's reconciles within the last `window` are kept (time,
-//! failed, duration). Once the candidate has `minReconciles` in the window,
+//! failed, duration), the last [`MAX_WINDOW_SAMPLES`] of them at most. Once the candidate has `minReconciles` in the window,
 //! it is rolled back when its failure rate (errors, traps, timeouts) exceeds
 //! the stable version's by more than `maxFailureRateIncrease`, or its p99
 //! exceeds `maxP99Ratio` times the stable version's. Rolled back, the
@@ -53,6 +53,10 @@ pub fn in_canary(key: &ObjectKey, percent: u32) -> bool {
     key_hash(key) % 100 < u64::from(percent)
 }
 
+/// The most reconciles of one version a window keeps: the newest, so a
+/// window of hours over a busy plugin costs what a few seconds of it do.
+pub const MAX_WINDOW_SAMPLES: usize = 10_000;
+
 /// One version's reconciles within the window.
 #[derive(Debug, Default)]
 struct Window {
@@ -69,6 +73,9 @@ struct Measure {
 
 impl Window {
     fn push(&mut self, at: Instant, failed: bool, took: Duration, window: Duration) {
+        if self.samples.len() >= MAX_WINDOW_SAMPLES {
+            self.samples.pop_front();
+        }
         self.samples.push_back((at, failed, took));
         self.trim(at, window);
     }
@@ -87,10 +94,14 @@ impl Window {
         let n = self.samples.len();
         let failed = self.samples.iter().filter(|(_, f, _)| *f).count();
         let mut times: Vec<Duration> = self.samples.iter().map(|(.., d)| *d).collect();
-        times.sort();
+        // Measured on every reconcile: a selection, not a sort.
         let p99 = match n {
             0 => Duration::ZERO,
-            n => times[((n * 99).div_ceil(100)).clamp(1, n) - 1],
+            n => {
+                *times
+                    .select_nth_unstable(((n * 99).div_ceil(100)).clamp(1, n) - 1)
+                    .1
+            }
         };
         Measure {
             reconciles: n,
@@ -161,6 +172,41 @@ struct State {
     candidate_keys: HashSet<ObjectKey>,
 }
 
+impl State {
+    fn new() -> Self {
+        State {
+            phase: Phase::Running,
+            decided_at: None,
+            requeued: 0,
+            stable: Window::default(),
+            candidate: Window::default(),
+            stable_keys: HashSet::new(),
+            candidate_keys: HashSet::new(),
+        }
+    }
+
+    /// One reconcile of `key` by `version`. Its key is remembered only
+    /// while the canary runs: once decided, no key changes hands again.
+    fn record(
+        &mut self,
+        key: &ObjectKey,
+        version: Version,
+        sample: (Instant, bool, Duration),
+        window: Duration,
+    ) {
+        let running = self.phase == Phase::Running;
+        let (measured, keys) = match version {
+            Version::Stable => (&mut self.stable, &mut self.stable_keys),
+            Version::Candidate => (&mut self.candidate, &mut self.candidate_keys),
+        };
+        let (at, failed, took) = sample;
+        measured.push(at, failed, took, window);
+        if running {
+            keys.insert(key.clone());
+        }
+    }
+}
+
 /// A candidate reconciling a share of one plugin's keys.
 pub(crate) struct Canary {
     plugin: String,
@@ -200,15 +246,7 @@ impl Canary {
             queue,
             metrics,
             started: Instant::now(),
-            state: Mutex::new(State {
-                phase: Phase::Running,
-                decided_at: None,
-                requeued: 0,
-                stable: Window::default(),
-                candidate: Window::default(),
-                stable_keys: HashSet::new(),
-                candidate_keys: HashSet::new(),
-            }),
+            state: Mutex::new(State::new()),
             decided,
         }
     }
@@ -272,16 +310,7 @@ impl Canary {
             self.queue.add(key.clone());
             return false;
         }
-        match version {
-            Version::Stable => {
-                state.stable.push(now, failed, took, window);
-                state.stable_keys.insert(key.clone());
-            }
-            Version::Candidate => {
-                state.candidate.push(now, failed, took, window);
-                state.candidate_keys.insert(key.clone());
-            }
-        }
+        state.record(key, version, (now, failed, took), window);
         if state.phase != Phase::Running {
             return false;
         }
@@ -423,6 +452,37 @@ mod tests {
                 "a larger share keeps its keys"
             );
         }
+    }
+
+    #[test]
+    fn a_window_keeps_its_newest_samples_and_a_decided_canary_no_keys() {
+        let mut w = Window::default();
+        let t0 = Instant::now();
+        let year = Duration::from_secs(365 * 24 * 3600);
+        for i in 0..3 * MAX_WINDOW_SAMPLES as u64 {
+            w.push(t0, false, Duration::from_micros(i), year);
+        }
+        assert_eq!(w.samples.len(), MAX_WINDOW_SAMPLES);
+        let m = w.measure();
+        assert_eq!(m.reconciles, MAX_WINDOW_SAMPLES);
+        let oldest = 2 * MAX_WINDOW_SAMPLES as u64;
+        assert_eq!(
+            m.p99,
+            Duration::from_micros(oldest + (MAX_WINDOW_SAMPLES as u64 * 99 / 100) - 1),
+            "the p99 of the newest samples"
+        );
+
+        let mut state = State::new();
+        let key = |i: usize| ObjectKey::namespaced("default", format!("k{i}"));
+        let sample = (t0, false, Duration::from_millis(1));
+        state.record(&key(0), Version::Stable, sample, year);
+        state.phase = Phase::RolledBack("worse".into());
+        state.stable_keys.clear();
+        for i in 0..1000 {
+            state.record(&key(i), Version::Stable, sample, year);
+        }
+        assert!(state.stable_keys.is_empty() && state.candidate_keys.is_empty());
+        assert_eq!(state.stable.samples.len(), 1001);
     }
 
     #[test]
