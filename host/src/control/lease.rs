@@ -150,9 +150,11 @@ pub type LeaseRecord = Option<Observed<LeaseSpec>>;
 
 /// Whether the Lease whose record is `seen` may be taken at `now`: nobody
 /// holds it (no holder, or no `renewTime`: released), or its record has not
-/// changed for its `leaseDurationSeconds`, and at least `at_least`, since
-/// this replica saw it change. A Lease never read is not free: it has to be
-/// read first.
+/// changed for its `leaseDurationSeconds` (at most the longest a replica
+/// writes, [`LeaseSettings::LEASE_DURATION`]'s end, so that one write of a
+/// huge duration cannot stall the election for decades), and at least
+/// `at_least`, since this replica saw it change. A Lease never read is not
+/// free: it has to be read first.
 pub fn is_free(seen: &LeaseRecord, at_least: Duration, now: Instant) -> bool {
     let Some(seen) = seen else {
         return false;
@@ -168,7 +170,8 @@ pub fn is_free(seen: &LeaseRecord, at_least: Duration, now: Instant) -> bool {
         return true;
     }
     let written = u64::try_from(spec.lease_duration_seconds.unwrap_or(0)).unwrap_or(0);
-    seen.unchanged_for(Duration::from_secs(written).max(at_least), now)
+    let written = Duration::from_secs(written).min(*LeaseSettings::LEASE_DURATION.end());
+    seen.unchanged_for(written.max(at_least), now)
 }
 
 /// `duration` in whole seconds, rounded up (at least 1), as a Lease's
@@ -445,6 +448,23 @@ mod tests {
         );
         t.advance(Duration::from_secs(3));
         assert!(!is_free(&seen, Duration::from_secs(3), clock.now()));
+    }
+
+    #[test]
+    fn a_written_duration_counts_up_to_the_longest_a_replica_writes() {
+        let t = Timeline::new();
+        let clock = t.clock(0);
+        let mut seen: LeaseRecord = None;
+        Observed::note_in(
+            &mut seen,
+            held_by("x", Timestamp::UNIX_EPOCH, i32::MAX),
+            clock.now(),
+        );
+        let longest = *LeaseSettings::LEASE_DURATION.end();
+        t.advance(longest - Duration::from_secs(1));
+        assert!(!is_free(&seen, Duration::from_secs(15), clock.now()));
+        t.advance(Duration::from_secs(1));
+        assert!(is_free(&seen, Duration::from_secs(15), clock.now()));
     }
 
     #[test]

@@ -155,11 +155,29 @@ pub struct ManagerOptions {
     pub webhook_client_ca: Option<String>,
 }
 
+/// This process's identity for leader election and sharding: the host
+/// name, the process id and a random part. Containers usually run as pid 1
+/// and pods on the host network share the node's name, so the first two
+/// alone can name two replicas alike, and both would think they lead. At
+/// most 253 bytes, as a sharding member's identity must be.
+fn process_identity(host: &str) -> String {
+    let mut end = host.len().min(220);
+    while !host.is_char_boundary(end) {
+        end -= 1;
+    }
+    let host = &host[..end];
+    format!(
+        "{host}-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    )
+}
+
 impl Default for ManagerOptions {
     fn default() -> Self {
         let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "wasmctrl".into());
         Self {
-            identity: format!("{host}-{}", std::process::id()),
+            identity: process_identity(&host),
             admin_bind: None,
             config_path: None,
             watch_sources: true,
@@ -638,5 +656,19 @@ impl Host {
                 result: result.into(),
             })
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::process_identity;
+
+    #[test]
+    fn two_processes_of_one_host_and_pid_have_different_identities() {
+        assert_ne!(process_identity("web-0"), process_identity("web-0"));
+        assert!(process_identity("web-0").starts_with("web-0-"));
+        let long = "é".repeat(200);
+        let id = process_identity(&long);
+        assert!(id.len() <= 253, "{}", id.len());
     }
 }
