@@ -12,6 +12,9 @@ use super::reload::ReloadError;
 use crate::ops::admin::page::{PageData, PluginPage};
 use crate::ops::admin::{AdminState, Refusal};
 
+/// What an admin reload answers: the plugin's status, or the refusal.
+pub(super) type ReloadAnswer = Result<serde_json::Value, Refusal>;
+
 impl AdminState for Host {
     fn metrics(&self) -> String {
         for entry in self.plugins.lock().unwrap().values() {
@@ -202,12 +205,21 @@ impl AdminState for Host {
                     "plugin {name:?} is still loading"
                 )));
             }
-            match self.reload_plugin(&name).await {
-                Ok(status) => Ok(serde_json::to_value(status).expect("a status serializes")),
-                Err(e @ ReloadError::Unknown(_)) => Err(Refusal::NotFound(e.to_string())),
-                Err(e @ ReloadError::Removing(_)) => Err(Refusal::Conflict(e.to_string())),
-                Err(ReloadError::Failed(e)) => Err(Refusal::Invalid(e.to_string())),
-            }
+            let Some(host) = self.me.upgrade() else {
+                return Err(Refusal::Conflict("the host is stopping".into()));
+            };
+            let key = name.clone();
+            let reload = async move {
+                match host.reload_plugin(&name).await {
+                    Ok(status) => Ok(serde_json::to_value(status).expect("a status serializes")),
+                    Err(e @ ReloadError::Unknown(_)) => Err(Refusal::NotFound(e.to_string())),
+                    Err(e @ ReloadError::Removing(_)) => Err(Refusal::Conflict(e.to_string())),
+                    Err(ReloadError::Failed(e)) => Err(Refusal::Invalid(e.to_string())),
+                }
+            };
+            let stopped =
+                |why: String| Err(Refusal::Conflict(format!("the reload stopped: {why}")));
+            self.admin_reloads.run(&key, || reload, stopped).await
         })
     }
 }

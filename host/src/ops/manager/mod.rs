@@ -14,7 +14,9 @@
 //! - `engine`: engine settings fixed at start, and the check a plugin loaded
 //!   later must pass against them;
 //! - `objects`: plugins defined as WasmReconciler objects (`pluginsFrom`);
-//! - `pruning`: pruning what URL and registry sources downloaded.
+//! - `pruning`: pruning what URL and registry sources downloaded;
+//! - `single_flight`: one admin reload per plugin at a time, shared by
+//!   whoever asks while it runs.
 
 mod answers;
 mod canary;
@@ -25,6 +27,7 @@ mod pruning;
 mod reload;
 mod shadow;
 mod sharding;
+mod single_flight;
 mod skip;
 mod startup;
 mod status;
@@ -222,6 +225,10 @@ pub(crate) struct Host {
     /// Per plugin: the accesses of its grant the API server's authorization
     /// refused this host at start (see [`crate::ops::rbac::denied`]).
     rbac_denied: Mutex<BTreeMap<String, Vec<String>>>,
+    /// The admin API's reloads in flight, per plugin: a request made
+    /// while one runs waits for that one's answer instead of loading the
+    /// plugin once more.
+    admin_reloads: single_flight::SingleFlight<answers::ReloadAnswer>,
     /// Reports source and config file changes (None: not watching).
     watcher: Option<FileWatcher>,
     /// The WasmReconciler objects followed (None: no `pluginsFrom`).
@@ -337,6 +344,7 @@ impl Manager {
             fence,
             shards,
             rbac_denied: Mutex::new(BTreeMap::new()),
+            admin_reloads: single_flight::SingleFlight::new(),
             watcher: options.watch_sources.then(FileWatcher::new),
             webhook: std::sync::OnceLock::new(),
             stop: CancellationToken::new(),
