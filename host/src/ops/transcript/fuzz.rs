@@ -249,6 +249,36 @@ fn bounds(line: usize, file: u64, transcripts: usize) -> Bounds {
 }
 
 #[test]
+fn files_read_together_share_one_budget_of_values_and_transcripts() {
+    let line = sample().to_string();
+    let values = (1..)
+        .find(|&n| shape_within(line.as_bytes(), MAX_NESTING, n, n).is_ok())
+        .unwrap();
+    let bounds = Bounds {
+        values: values * 3 / 2,
+        ..bounds(line.len(), 1 << 20, 10)
+    };
+    let mut left = Left::of(&bounds);
+    read_budgeted(FILE, line.as_bytes(), &bounds, &mut left).expect("the first file");
+    let e = read_budgeted(FILE, line.as_bytes(), &bounds, &mut left).unwrap_err();
+    assert!(e.to_string().contains("lines hold more than"), "{e}");
+
+    let bounds = bounds_with_transcripts(&line, 1);
+    let mut left = Left::of(&bounds);
+    read_budgeted(FILE, line.as_bytes(), &bounds, &mut left).expect("the first file");
+    let e = read_budgeted(FILE, line.as_bytes(), &bounds, &mut left).unwrap_err();
+    assert!(e.to_string().contains("more than 1 transcripts"), "{e}");
+    assert!(
+        read_within(FILE, line.as_bytes(), &bounds).is_ok(),
+        "each file alone is within its bounds"
+    );
+}
+
+fn bounds_with_transcripts(line: &str, transcripts: usize) -> Bounds {
+    bounds(line.len(), 1 << 20, transcripts)
+}
+
+#[test]
 fn a_line_at_its_value_bound_is_read_and_one_value_more_is_refused() {
     let line = sample().to_string();
     let values = (1..)

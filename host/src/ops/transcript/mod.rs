@@ -321,6 +321,27 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<(usize, Transcript)>, Tra
     read(&shown, std::io::BufReader::new(file))
 }
 
+/// The transcripts of several JSONL files (a replay's), each with its file
+/// and line number: each file within the bounds of [`read_file`], and all
+/// of them together within one file's transcripts and JSON values, so
+/// that a directory of files at the bound costs what one file may.
+pub fn read_files(
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<(std::path::PathBuf, usize, Transcript)>, TranscriptError> {
+    let mut left = Left::of(&BOUNDS);
+    let mut out = Vec::new();
+    for path in paths {
+        let shown = path.display().to_string();
+        let file = std::fs::File::open(path).map_err(|source| TranscriptError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        let read = read_budgeted(&shown, std::io::BufReader::new(file), &BOUNDS, &mut left)?;
+        out.extend(read.into_iter().map(|(line, t)| (path.clone(), line, t)));
+    }
+    Ok(out)
+}
+
 /// The transcripts of JSONL `text`, each with its line number.
 pub fn parse_lines(path: &str, text: &str) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
     read(path, text.as_bytes())
@@ -350,10 +371,34 @@ const BOUNDS: Bounds = Bounds {
     values: MAX_VALUES,
 };
 
+/// What the lines read so far left of the bounds' transcripts and values.
+struct Left {
+    transcripts: usize,
+    values: usize,
+}
+
+impl Left {
+    fn of(bounds: &Bounds) -> Self {
+        Left {
+            transcripts: bounds.transcripts,
+            values: bounds.values,
+        }
+    }
+}
+
 fn read_within(
     path: &str,
     reader: impl std::io::BufRead,
     bounds: &Bounds,
+) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
+    read_budgeted(path, reader, bounds, &mut Left::of(bounds))
+}
+
+fn read_budgeted(
+    path: &str,
+    reader: impl std::io::BufRead,
+    bounds: &Bounds,
+    left: &mut Left,
 ) -> Result<Vec<(usize, Transcript)>, TranscriptError> {
     use std::io::{BufRead, Read};
     let too_large = |message: String| TranscriptError::TooLarge {
@@ -365,7 +410,6 @@ fn read_within(
     let mut out = Vec::new();
     let mut line = Vec::new();
     let mut total = 0u64;
-    let mut values_left = bounds.values;
     for line_no in 1usize.. {
         line.clear();
         // A line may end in `\r\n`: two bytes past its text.
@@ -401,7 +445,7 @@ fn read_within(
         if text.trim_ascii().is_empty() {
             continue;
         }
-        if out.len() == bounds.transcripts {
+        if left.transcripts == 0 {
             return Err(too_large(format!(
                 "more than {} transcripts, more than the recorder writes to one file (the largest record.max)",
                 bounds.transcripts
@@ -410,14 +454,15 @@ fn read_within(
         // The parsed transcripts are all kept: the file's lines together
         // hold at most as many values as one line may.
         let values =
-            shape_within(text, MAX_NESTING, bounds.values, values_left).map_err(|message| {
+            shape_within(text, MAX_NESTING, bounds.values, left.values).map_err(|message| {
                 TranscriptError::Parse {
                     path: path.into(),
                     line: line_no,
                     message,
                 }
             })?;
-        values_left -= values;
+        left.values -= values;
+        left.transcripts -= 1;
         out.push((line_no, parse_line(path, line_no, text)?));
     }
     Ok(out)

@@ -33,14 +33,10 @@ pub(super) async fn replay(
             files.push(path);
         }
     }
-    let mut transcripts = Vec::new();
-    for file in &files {
-        let read = crate::ops::transcript::read_file(file)?;
-        transcripts.extend(
-            read.into_iter()
-                .map(|(line, t)| (format!("{}:{line}", file.display()), t)),
-        );
-    }
+    let mut transcripts: Vec<(String, _)> = crate::ops::transcript::read_files(&files)?
+        .into_iter()
+        .map(|(file, line, t)| (format!("{}:{line}", file.display()), t))
+        .collect();
     if let Some(key) = &key {
         transcripts.retain(|(_, t)| crate::ObjectKey::from(&t.key).to_string() == *key);
     }
