@@ -22,9 +22,18 @@
 //! When a watch expires (410 Gone) the watcher lists again. Objects deleted
 //! while the watch was down never produce a delete event, so on the end of
 //! every relist the informer compares the new list with what it held before
-//! and emits a delete for each object that is gone. A subscriber that falls
-//! behind the event channel is told to resync (every key of the informer is
-//! enqueued) instead of silently losing events.
+//! and emits a delete for each object that is gone.
+//!
+//! # A subscriber that falls behind gets what it missed, not everything
+//! Every change to the store has a number, kept with the object (and, for
+//! the last [`MAX_TOMBSTONES`] deletions holding at most
+//! [`MAX_TOMBSTONE_BYTES`] of JSON, with the deleted object). A
+//! subscriber that falls more than [`EVENT_BUFFER`] events behind re-reads
+//! from the store the objects changed since the last event it received,
+//! and goes on with those: a burst of a few thousand writes costs a few
+//! thousand keys, never every key of the kind. Only when the deletions it
+//! missed are no longer remembered is it told to resync (every key of the
+//! informer enqueued).
 //!
 //! # managedFields are not cached (by default)
 //! `metadata.managedFields` is the API server's bookkeeping for server-side
@@ -44,7 +53,7 @@ mod object;
 mod wire;
 
 use std::borrow::Borrow;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -67,6 +76,10 @@ use wire::WireObject;
 /// keys, so it falls this far behind only in a burst, such as a relist's
 /// announcements, where a resync (every key enqueued) is the same work.
 const EVENT_BUFFER: usize = 1024;
+/// Deletions the store remembers, for subscribers that fall behind, and
+/// the bytes of those deleted objects' JSON it keeps at most.
+const MAX_TOMBSTONES: usize = 16 * EVENT_BUFFER;
+const MAX_TOMBSTONE_BYTES: usize = 32 << 20;
 /// Objects of a listing between two progress lines.
 const PROGRESS_EVERY: usize = 50_000;
 /// A listing that took this long logs its end.
@@ -77,13 +90,16 @@ const SLOW_LISTING: Duration = Duration::from_secs(1);
 pub struct ObjectEvent {
     pub object: Arc<CachedObject>,
     pub deleted: bool,
+    /// The change's number in its informer's store.
+    seq: u64,
 }
 
 /// What a subscriber receives.
 #[derive(Debug, Clone)]
 pub enum Notification {
     Object(ObjectEvent),
-    /// Events were dropped for this subscriber: re-read the whole store.
+    /// Changes were dropped for this subscriber and the store no longer
+    /// knows them all: re-read the whole store.
     Resync,
 }
 
@@ -115,8 +131,14 @@ impl Informer {
 
     /// A stream of notifications for a new subscriber.
     pub fn subscribe(&self) -> Subscription {
+        // Read before subscribing: a change made in between is then both
+        // received and counted as unseen, never neither.
+        let since = self.store.read().unwrap().next_seq;
         Subscription {
             events: self.events.subscribe(),
+            store: Arc::downgrade(&self.store),
+            since,
+            missed: VecDeque::new(),
         }
     }
 
@@ -135,15 +157,39 @@ impl Drop for Informer {
 /// A subscriber's view of an informer's events.
 pub struct Subscription {
     events: fanout::Receiver<ObjectEvent>,
+    store: std::sync::Weak<RwLock<Objects>>,
+    /// The number of the first change this subscriber has not received.
+    since: u64,
+    /// Changes re-read from the store after falling behind, to hand out.
+    missed: VecDeque<ObjectEvent>,
 }
 
 impl Subscription {
     /// The next notification, or None once the informer stopped.
     pub async fn next(&mut self) -> Option<Notification> {
-        match self.events.recv().await {
-            fanout::Received::Event(e) => Some(Notification::Object(e)),
-            fanout::Received::Lagged => Some(Notification::Resync),
-            fanout::Received::Closed => None,
+        loop {
+            if let Some(e) = self.missed.pop_front() {
+                return Some(Notification::Object(e));
+            }
+            match self.events.recv().await {
+                fanout::Received::Event(e) => {
+                    self.since = self.since.max(e.seq + 1);
+                    return Some(Notification::Object(e));
+                }
+                fanout::Received::Lagged => {
+                    let Some(store) = self.store.upgrade() else {
+                        return Some(Notification::Resync);
+                    };
+                    let store = store.read().unwrap();
+                    let changed = store.changed_since(self.since);
+                    self.since = store.next_seq;
+                    match changed {
+                        Some(changed) => self.missed = changed.into(),
+                        None => return Some(Notification::Resync),
+                    }
+                }
+                fanout::Received::Closed => return None,
+            }
         }
     }
 }
@@ -263,12 +309,21 @@ impl SharedCache {
 #[derive(Default)]
 struct Objects {
     by_namespace: HashMap<Box<str>, HashSet<ByName>>,
+    /// The number the next change gets.
+    next_seq: u64,
+    /// The latest deletions, oldest first, with their numbers.
+    tombstones: VecDeque<(u64, Arc<CachedObject>)>,
+    /// The JSON bytes of the objects in `tombstones`.
+    tombstone_bytes: usize,
+    /// Deletions numbered below this are forgotten.
+    tombstones_from: u64,
 }
 
-/// A cached object in its namespace's set, found by its name. The set holds
-/// no copy of the name: a key of its own cost ~60 bytes per object (the
-/// key's allocation and its room in a table sized for a million).
-struct ByName(Arc<CachedObject>);
+/// A cached object in its namespace's set, found by its name, with the
+/// number of the change that put it there. The set holds no copy of the
+/// name: a key of its own cost ~60 bytes per object (the key's allocation
+/// and its room in a table sized for a million).
+struct ByName(Arc<CachedObject>, u64);
 
 impl Borrow<str> for ByName {
     fn borrow(&self) -> &str {
@@ -295,15 +350,84 @@ impl Objects {
         Some(&self.by_namespace.get(namespace.unwrap_or(""))?.get(name)?.0)
     }
 
-    fn insert(&mut self, object: Arc<CachedObject>) {
+    /// The objects' successor for a relist: empty, numbering on.
+    fn successor(&self) -> Objects {
+        Objects {
+            next_seq: self.next_seq,
+            tombstones_from: self.next_seq,
+            ..Objects::default()
+        }
+    }
+
+    fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    /// Puts `object` in (replacing its namesake); the change's number.
+    fn insert(&mut self, object: Arc<CachedObject>) -> u64 {
+        let seq = self.take_seq();
         let namespace = object.namespace().unwrap_or("");
         if let Some(names) = self.by_namespace.get_mut(namespace) {
-            names.replace(ByName(object));
+            names.replace(ByName(object, seq));
         } else {
             let namespace = namespace.into();
             self.by_namespace
-                .insert(namespace, HashSet::from([ByName(object)]));
+                .insert(namespace, HashSet::from([ByName(object, seq)]));
         }
+        seq
+    }
+
+    /// Takes `object`'s namesake out and remembers the deletion; its number.
+    fn delete(&mut self, object: Arc<CachedObject>) -> u64 {
+        self.remove(object.namespace(), object.name());
+        self.remember_deletion(object)
+    }
+
+    fn remember_deletion(&mut self, object: Arc<CachedObject>) -> u64 {
+        let seq = self.take_seq();
+        self.tombstone_bytes += object.json().len();
+        self.tombstones.push_back((seq, object));
+        while self.tombstones.len() > MAX_TOMBSTONES || self.tombstone_bytes > MAX_TOMBSTONE_BYTES {
+            let Some((oldest, gone)) = self.tombstones.pop_front() else {
+                break;
+            };
+            self.tombstone_bytes -= gone.json().len();
+            self.tombstones_from = oldest + 1;
+        }
+        seq
+    }
+
+    /// The changes numbered `since` or later: each object changed since,
+    /// as it is now, and each deletion since. None when deletions that old
+    /// are forgotten.
+    fn changed_since(&self, since: u64) -> Option<Vec<ObjectEvent>> {
+        if since < self.tombstones_from {
+            return None;
+        }
+        let changed = self
+            .by_namespace
+            .values()
+            .flatten()
+            .filter(|n| n.1 >= since)
+            .map(|n| ObjectEvent {
+                object: n.0.clone(),
+                deleted: false,
+                seq: n.1,
+            });
+        let deleted =
+            self.tombstones
+                .iter()
+                .filter(|(seq, _)| *seq >= since)
+                .map(|(seq, object)| ObjectEvent {
+                    object: object.clone(),
+                    deleted: true,
+                    seq: *seq,
+                });
+        let mut all: Vec<ObjectEvent> = changed.chain(deleted).collect();
+        all.sort_by_key(|e| e.seq);
+        Some(all)
     }
 
     fn remove(&mut self, namespace: Option<&str>, name: &str) -> Option<Arc<CachedObject>> {
@@ -320,6 +444,13 @@ impl Objects {
         self.by_namespace
             .values()
             .flat_map(|names| names.iter().map(|n| &n.0))
+    }
+
+    /// Each object with the number of its last change.
+    fn iter_numbered(&self) -> impl Iterator<Item = (&Arc<CachedObject>, u64)> {
+        self.by_namespace
+            .values()
+            .flat_map(|names| names.iter().map(|n| (&n.0, n.1)))
     }
 }
 
@@ -387,56 +518,80 @@ fn start(
                 // to an event reads at least that event's state. An event
                 // carries the store's own Arc, never a copy.
                 match event {
-                    Event::Init => relist = Some(Objects::default()),
+                    // Numbered on from the store's changes, so that every
+                    // relisted object counts as changed since any earlier
+                    // change.
+                    Event::Init => relist = Some(store.read().unwrap().successor()),
                     Event::InitApply(o) => {
                         if let Some(o) = cache_form(o) {
-                            relist.get_or_insert_default().insert(o);
+                            relist
+                                .get_or_insert_with(|| store.read().unwrap().successor())
+                                .insert(o);
                         }
                     }
                     Event::InitDone => {
-                        let listed = relist.take().unwrap_or_default();
-                        let before = std::mem::replace(&mut *store.write().unwrap(), listed);
+                        let listed = relist
+                            .take()
+                            .unwrap_or_else(|| store.read().unwrap().successor());
+                        let mut now = store.write().unwrap();
+                        let mut before = std::mem::replace(&mut *now, listed);
+                        // The deletions remembered so far stay remembered.
+                        now.tombstones = std::mem::take(&mut before.tombstones);
+                        now.tombstone_bytes = before.tombstone_bytes;
+                        now.tombstones_from = before.tombstones_from;
+                        // Deleted while the watch was down: no event told us.
+                        let mut gone = Vec::new();
+                        for object in before.iter() {
+                            if now.get(object.namespace(), object.name()).is_none() {
+                                let seq = now.remember_deletion(object.clone());
+                                gone.push(ObjectEvent {
+                                    object: object.clone(),
+                                    deleted: true,
+                                    seq,
+                                });
+                            }
+                        }
+                        drop(now);
                         let now = store.read().unwrap();
                         // The first listing is read from the store once
                         // synced, not announced (see the module's doc).
                         if *synced_tx.borrow() {
-                            for object in now.iter() {
+                            // In the order of their numbers, as every
+                            // change is announced: a subscriber counts on
+                            // it to know what it missed.
+                            let mut listed: Vec<_> = now.iter_numbered().collect();
+                            listed.sort_unstable_by_key(|(_, seq)| *seq);
+                            for (object, seq) in listed {
                                 tx.send(ObjectEvent {
                                     object: object.clone(),
                                     deleted: false,
+                                    seq,
                                 });
                             }
                         }
-                        // Deleted while the watch was down: no event told us.
-                        for object in before.iter() {
-                            if now.get(object.namespace(), object.name()).is_none() {
-                                tx.send(ObjectEvent {
-                                    object: object.clone(),
-                                    deleted: true,
-                                });
-                            }
+                        for event in gone {
+                            tx.send(event);
                         }
                         drop(now);
                         let _ = synced_tx.send(true);
                     }
                     Event::Apply(o) => {
                         if let Some(object) = cache_form(o) {
-                            store.write().unwrap().insert(object.clone());
+                            let seq = store.write().unwrap().insert(object.clone());
                             tx.send(ObjectEvent {
                                 object,
                                 deleted: false,
+                                seq,
                             });
                         }
                     }
                     Event::Delete(o) => {
                         if let Some(object) = cache_form(o) {
-                            store
-                                .write()
-                                .unwrap()
-                                .remove(object.namespace(), object.name());
+                            let seq = store.write().unwrap().delete(object.clone());
                             tx.send(ObjectEvent {
                                 object,
                                 deleted: true,
+                                seq,
                             });
                         }
                     }
@@ -469,6 +624,112 @@ mod tests {
         let json =
             serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata});
         Arc::new(CachedObject::from_json(&json.to_string()).unwrap())
+    }
+
+    /// A subscription to `store` through a queue of `capacity` events,
+    /// and the queue's sender.
+    fn subscribed(
+        store: &Arc<RwLock<Objects>>,
+        capacity: usize,
+    ) -> (fanout::Sender<ObjectEvent>, Subscription) {
+        let tx = fanout::channel(capacity);
+        let subscription = Subscription {
+            events: tx.subscribe(),
+            store: Arc::downgrade(store),
+            since: store.read().unwrap().next_seq,
+            missed: VecDeque::new(),
+        };
+        (tx, subscription)
+    }
+
+    fn apply(store: &RwLock<Objects>, tx: &fanout::Sender<ObjectEvent>, object: Arc<CachedObject>) {
+        let seq = store.write().unwrap().insert(object.clone());
+        tx.send(ObjectEvent {
+            object,
+            deleted: false,
+            seq,
+        });
+    }
+
+    /// What `subscription` hands out until the queue closes: names, and
+    /// whether a resync came.
+    async fn drain(
+        tx: fanout::Sender<ObjectEvent>,
+        mut subscription: Subscription,
+    ) -> (Vec<(String, bool)>, bool) {
+        drop(tx);
+        let (mut seen, mut resync) = (Vec::new(), false);
+        while let Some(n) = subscription.next().await {
+            match n {
+                Notification::Object(e) => seen.push((e.object.name().to_string(), e.deleted)),
+                Notification::Resync => resync = true,
+            }
+        }
+        (seen, resync)
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_gets_the_changes_it_missed_not_the_whole_store() {
+        let store = Arc::new(RwLock::new(Objects::default()));
+        for i in 0..10_000 {
+            store
+                .write()
+                .unwrap()
+                .insert(object(Some("d"), &format!("idle-{i}"), "1"));
+        }
+        let (tx, subscription) = subscribed(&store, 16);
+        for i in 0..100 {
+            apply(&store, &tx, object(Some("d"), &format!("new-{i}"), "1"));
+        }
+        apply(&store, &tx, object(Some("d"), "idle-7", "2"));
+        let gone = object(Some("d"), "idle-8", "1");
+        let seq = store.write().unwrap().delete(gone.clone());
+        tx.send(ObjectEvent {
+            object: gone,
+            deleted: true,
+            seq,
+        });
+        let (seen, resync) = drain(tx, subscription).await;
+        assert!(!resync);
+        let names: HashSet<&(String, bool)> = seen.iter().collect();
+        for i in 0..100 {
+            assert!(names.contains(&(format!("new-{i}"), false)), "new-{i}");
+        }
+        assert!(names.contains(&("idle-7".to_string(), false)));
+        assert!(names.contains(&("idle-8".to_string(), true)));
+        assert!(
+            seen.len() <= 102 + 16,
+            "the changes, and at most a queue's worth again: {}",
+            seen.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_missed_forgotten_deletions_resyncs() {
+        let store = Arc::new(RwLock::new(Objects::default()));
+        let (tx, subscription) = subscribed(&store, 16);
+        for i in 0..MAX_TOMBSTONES + 1 {
+            let o = object(Some("d"), &format!("o-{i}"), "1");
+            let seq = store.write().unwrap().delete(o.clone());
+            tx.send(ObjectEvent {
+                object: o,
+                deleted: true,
+                seq,
+            });
+        }
+        let (_, resync) = drain(tx, subscription).await;
+        assert!(resync);
+    }
+
+    #[test]
+    fn a_relisted_store_numbers_on_and_keeps_its_deletions() {
+        let mut old = Objects::default();
+        old.insert(object(Some("d"), "a", "1"));
+        let deleted = old.delete(object(Some("d"), "b", "1"));
+        let mut new = old.successor();
+        let relisted = new.insert(object(Some("d"), "a", "1"));
+        assert!(relisted > deleted, "every relisted object is a change");
+        assert_eq!(new.changed_since(relisted).unwrap().len(), 1);
     }
 
     #[test]
