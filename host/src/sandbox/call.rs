@@ -175,7 +175,7 @@ impl Sandbox {
                 // them).
                 if let Ok(Returned::Review(verdict)) = &mut returned {
                     let http = &store.data().http;
-                    super::admission::redact(verdict, |text| http.redact(text));
+                    redact_verdict(verdict, |text| http.redact(text));
                 }
                 if let Ok(Returned::Reconcile(Err(
                     types::ReconcileError::Transient(message)
@@ -343,5 +343,59 @@ pub(crate) fn context(attempt: u32, timeout: Duration, cancel: CancellationToken
         http_made: None,
         http_tape: None,
         reviewing: false,
+    }
+}
+
+/// Passes every text of `response` the API server shows or logs (the
+/// message, each warning, each cause's field, reason and message, each
+/// audit annotation's key and value) through `redact`, before its bounds
+/// are checked: a secret the guest was revealed never leaves in them. The
+/// mutated object is the plugin's to write, as any object it writes.
+fn redact_verdict(response: &mut types::AdmissionResponse, redact: impl Fn(&str) -> String) {
+    response.message = redact(&response.message);
+    for warning in &mut response.warnings {
+        *warning = redact(warning);
+    }
+    for cause in &mut response.causes {
+        cause.field = redact(&cause.field);
+        cause.reason = redact(&cause.reason);
+        cause.message = redact(&cause.message);
+    }
+    for (key, value) in &mut response.audit_annotations {
+        *key = redact(key);
+        *value = redact(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redaction_reaches_every_text_of_a_verdict() {
+        let secret = "s3cr3t";
+        let mut r = types::AdmissionResponse {
+            allowed: false,
+            code: 0,
+            message: String::new(),
+            causes: vec![],
+            warnings: vec![],
+            audit_annotations: vec![],
+            patched: None,
+        };
+        r.message = format!("token {secret} refused");
+        r.causes = vec![types::FieldCause {
+            field: format!("spec.{secret}"),
+            reason: secret.into(),
+            message: format!("was {secret}"),
+        }];
+        r.warnings = vec![format!("{secret}!")];
+        r.audit_annotations = vec![(secret.into(), format!("v={secret}"))];
+        redact_verdict(&mut r, |text| text.replace(secret, "<secret:token>"));
+        let shown = format!("{r:?}");
+        assert!(!shown.contains(secret), "{shown}");
+        assert_eq!(r.message, "token <secret:token> refused");
+        assert_eq!(r.causes[0].field, "spec.<secret:token>");
+        assert_eq!(r.audit_annotations[0].0, "<secret:token>");
     }
 }
