@@ -1203,7 +1203,7 @@ async fn an_objects_source_on_loopback_is_refused_unless_allow_hosts_names_it_an
 /// 5 minutes), another object's plugin loads and, once that object is
 /// deleted, stops; the stalled one loads once its server answers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_object_whose_download_stalls_holds_up_no_other_object() {
+async fn objects_whose_downloads_stall_hold_up_no_other_object() {
     let cluster = Cluster::start().await;
     install_crd(&cluster).await;
     let host = cluster.host_watching_config(&host_config("")).await;
@@ -1217,11 +1217,18 @@ async fn an_object_whose_download_stalls_holds_up_no_other_object() {
         "{{ url: \"http://{held}/stamp.wasm\", sha256: \"{}\", insecure: true }}",
         digest.trim_start_matches("sha256:")
     );
-    let file = cluster.file("stalled.yaml", &object("stalled", &stalled, ""));
-    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
-    tokio::time::timeout(LIMIT, asked.recv())
-        .await
-        .expect("the stalled object's download began");
+    // More stalled objects than the objects controller has workers: each
+    // download begins, none holds a worker.
+    let names: Vec<String> = (0..6).map(|i| format!("stalled-{i}")).collect();
+    for name in &names {
+        let file = cluster.file(&format!("{name}.yaml"), &object(name, &stalled, ""));
+        cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    }
+    for name in &names {
+        tokio::time::timeout(LIMIT, asked.recv())
+            .await
+            .unwrap_or_else(|_| panic!("a download began for each object ({name} not yet)"));
+    }
 
     let quick = format!("{{ file: {} }}", artifacts::STAMP_V2);
     let file = cluster.file("quick.yaml", &object("quick", &quick, ""));
@@ -1239,14 +1246,31 @@ async fn an_object_whose_download_stalls_holds_up_no_other_object() {
         || async { host.plugin("quick").await.is_none().then_some(()) },
     )
     .await;
-    assert!(host.plugin("stalled").await.is_none(), "still downloading");
+    assert!(
+        host.plugin("stalled-0").await.is_none(),
+        "still downloading"
+    );
 
+    // A stalled object deleted runs nothing, whether its download is
+    // stopped first or ends first.
+    cluster.kubectl(&["delete", "wasmreconciler", "stalled-0"]);
     release.send_replace(true);
-    eventually(
-        "the stalled object's plugin loaded once let",
-        LIMIT,
-        || async { host.plugin("stalled").await },
-    )
+    for name in &names[1..] {
+        eventually(
+            "each stalled object's plugin loaded once let",
+            LIMIT,
+            || async { host.plugin(name).await },
+        )
+        .await;
+        let s = status_where(&cluster, name, "its status written", |s, g| {
+            ready_with(s, &digest, g)
+        })
+        .await;
+        assert_eq!(s["version"], "1.0.0");
+    }
+    eventually("the deleted object runs nothing", LIMIT, || async {
+        host.plugin("stalled-0").await.is_none().then_some(())
+    })
     .await;
     host.stop().await.unwrap();
 }

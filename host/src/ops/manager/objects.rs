@@ -48,6 +48,15 @@
 //! rebuilds the plugin; a `POST /plugins/{name}/promote` lasts until the
 //! next rebuild.
 //!
+//! # Downloads hold no worker
+//! Starting or rebuilding an object's plugin (a download, a compile) runs
+//! as a task of its own ([`applying`]); a reconcile waits two seconds for it and
+//! then lets its worker go, and the task queues the object again when it
+//! ends. A download an object's author makes stall (a server that never
+//! answers, up to the source's timeout) holds up no other object, however
+//! many such objects there are. An edit stops the apply of the old spec,
+//! a delete stops the apply.
+//!
 //! # Status
 //! Written by the leader only ([`status`]): `observedGeneration`, the
 //! serving digest and version, the digest the source last resolved to,
@@ -56,6 +65,7 @@
 //! until the object changes, unless the refusal is transient (a registry
 //! or Secret not reachable): then it is retried with backoff.
 
+mod applying;
 mod ceiling;
 mod spec;
 mod status;
@@ -83,6 +93,7 @@ use crate::ops::source::{
 use crate::sandbox::hostapi::{Gvk, PermissionRule};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
+use applying::Applying;
 use spec::Refusal;
 use spec::{GROUP, KIND, VERSION};
 use status::{CandidateState, ObjectStatus, Serving};
@@ -116,6 +127,8 @@ pub(super) struct ObjectPlugins {
     informer: Arc<Informer>,
     queue: WorkQueue<ObjectKey>,
     records: Mutex<BTreeMap<String, Record>>,
+    /// Each object's plugin being started or rebuilt, off the workers.
+    applying: Mutex<BTreeMap<String, Applying>>,
 }
 
 /// What the host knows of one object.
@@ -133,9 +146,8 @@ struct Record {
     rebuild_error: Option<String>,
 }
 
-/// Objects reconciled at once (each may be downloading or compiling).
+/// Objects reconciled at once.
 const OBJECT_WORKERS: usize = 4;
-
 impl ObjectPlugins {
     /// With `pluginsFrom` set: checks the cluster serves WasmReconcilers
     /// (cluster-scoped) and starts their informer. None without it.
@@ -195,6 +207,7 @@ impl ObjectPlugins {
             informer,
             queue,
             records: Mutex::new(BTreeMap::new()),
+            applying: Mutex::new(BTreeMap::new()),
         }))
     }
 
@@ -227,14 +240,20 @@ impl ObjectPlugins {
 pub(super) struct ObjectsRun {
     forward: tokio::task::JoinHandle<()>,
     workers: Workers<ObjectReconciler>,
+    host: Weak<Host>,
 }
 
 impl ObjectsRun {
     /// Stops following the objects (their plugins are drained with the
-    /// others).
+    /// others), and starting or rebuilding their plugins.
     pub(super) async fn stop(self) {
         self.forward.abort();
         self.workers.shutdown(Duration::ZERO).await;
+        if let Some(host) = self.host.upgrade()
+            && let Some(objects) = &host.objects
+        {
+            objects.stop_all_applying();
+        }
     }
 }
 
@@ -400,7 +419,11 @@ impl Host {
                 }
             }
         });
-        Some(ObjectsRun { forward, workers })
+        Some(ObjectsRun {
+            forward,
+            workers,
+            host: Arc::downgrade(self),
+        })
     }
 
     /// Brings the plugin of object `name` in line with the object, and
@@ -418,7 +441,9 @@ impl Host {
             .transpose()
             .map_err(|e| ReconcileError::Transient(format!("cached {KIND} {name:?}: {e}")))?;
         let Some(object) = object.filter(|o| o.metadata.deletion_timestamp.is_none()) else {
-            // Deleted: its plugin (if it ran one) drains and stops.
+            // Deleted: what it was loading stops, and its plugin (if it ran
+            // one) drains and stops.
+            objects.stop_applying(name);
             let record = objects.records.lock().unwrap().remove(name);
             if record.is_some_and(|r| r.owns) {
                 tracing::info!(plugin = name, "{KIND} deleted: draining its plugin");
@@ -428,8 +453,15 @@ impl Host {
         };
         let outcome = match spec::plugin_config(&object, &objects.from, objects.ceiling.as_deref())
         {
-            Ok(config) => self.apply_object(objects, config).await,
-            Err(refusal) => Err((refusal, None)),
+            Ok(config) => match self.apply_patiently(objects, config).await {
+                Some(outcome) => outcome,
+                // Still under way: it queues the object again when done.
+                None => return Ok(Action::done()),
+            },
+            Err(refusal) => {
+                objects.stop_applying(name);
+                Err((refusal, None))
+            }
         };
         let transient = match &outcome {
             Err((r, _)) => {
