@@ -62,6 +62,21 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     if kind.is_empty() {
         causes.push(required("spec.names.kind"));
     }
+    // A CRD of a built-in resource would take over its storage: serve it
+    // with the CRD's schema, and delete every object of it (RoleBindings,
+    // webhook configurations, CRDs themselves) when the CRD goes.
+    if !plural.is_empty()
+        && super::resources::builtins()
+            .iter()
+            .any(|b| b.group == group && b.plural == plural)
+    {
+        causes.push(cause(
+            "spec.names.plural",
+            format!(
+                "Forbidden: \"{plural}.{group}\" is a built-in resource; a CustomResourceDefinition cannot define it"
+            ),
+        ));
+    }
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
     let want = format!("{plural}.{group}");
     if name != want {

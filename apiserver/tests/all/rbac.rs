@@ -1741,6 +1741,75 @@ async fn the_binary_takes_an_authorization_flag() {
     );
 }
 
+/// A CRD may not define a built-in resource: it would take over its
+/// storage, and deleting it would delete every object of that resource
+/// (every ClusterRoleBinding, every CRD).
+#[tokio::test]
+async fn a_crd_of_a_built_in_resource_is_refused_and_the_built_ins_stay() {
+    let h = rbac_server().await;
+    let admin = h.client().await;
+    for (group, plural, kind, scope) in [
+        (
+            "rbac.authorization.k8s.io",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            "Cluster",
+        ),
+        (
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            "Cluster",
+        ),
+        (
+            "apps.example.com",
+            "deployments",
+            "Deployment",
+            "Namespaced",
+        ),
+    ] {
+        let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.{group}")},
+            "spec": {"group": group, "scope": scope,
+                "names": {"plural": plural, "kind": kind},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}});
+        let (code, r) = raw(
+            &admin,
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            Some("application/json"),
+            crd.to_string().as_bytes(),
+        )
+        .await;
+        let builtin = group != "apps.example.com";
+        if builtin {
+            assert_eq!(code, 422, "{r}");
+            assert!(
+                r["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("is a built-in resource"),
+                "{r}"
+            );
+        } else {
+            assert_eq!(
+                code, 201,
+                "a plural of a built-in in another group is free: {r}"
+            );
+        }
+    }
+    let (code, r) = raw(
+        &admin,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/system:basic-user",
+        None,
+        b"",
+    )
+    .await;
+    assert_eq!(code, 200, "{r}");
+}
+
 /// A namespaced CRD in `example.com` whose plural is `plural`.
 fn crd_named(plural: &str, kind: &str) -> Value {
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
