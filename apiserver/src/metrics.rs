@@ -57,6 +57,8 @@ pub(crate) enum Limit {
     YamlDepth,
     /// Object over 3 MiB of JSON (413).
     ObjectSize,
+    /// Object nested past 100 levels once stored (400).
+    ObjectDepth,
     /// Invalid `metadata.name` for the kind (422).
     Name,
     /// Invalid namespace of a namespaced object (422).
@@ -88,7 +90,7 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 26] = [
+    pub(crate) const ALL: [Limit; 27] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -103,6 +105,7 @@ impl Limit {
         Limit::YamlExpansion,
         Limit::YamlDepth,
         Limit::ObjectSize,
+        Limit::ObjectDepth,
         Limit::Name,
         Limit::Namespace,
         Limit::PathSegment,
@@ -134,6 +137,7 @@ impl Limit {
             Limit::YamlExpansion => "yamlExpansion",
             Limit::YamlDepth => "yamlDepth",
             Limit::ObjectSize => "objectSize",
+            Limit::ObjectDepth => "objectDepth",
             Limit::Name => "name",
             Limit::Namespace => "namespace",
             Limit::PathSegment => "pathSegment",

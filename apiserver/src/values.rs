@@ -100,6 +100,24 @@ pub(crate) fn json_len(value: &impl serde::Serialize) -> usize {
     c.0
 }
 
+/// Whether `value` nests arrays and objects more than `levels` deep (a
+/// scalar is 0 levels, `{}` one), walked without recursion.
+pub(crate) fn deeper_than(value: &Value, levels: usize) -> bool {
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        if depth + 1 > levels {
+            return true;
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    false
+}
+
 /// `obj.metadata` as a mutable map, creating it (and replacing a non-object)
 /// when needed.
 pub(crate) fn metadata_mut(obj: &mut Value) -> &mut Map<String, Value> {

@@ -204,6 +204,36 @@ async fn yaml_aliases_cannot_expand_a_body() {
 /// JSON and YAML bodies nest at most 128 levels (serde_json's and
 /// serde_norway's limit), and path segments must be UTF-8: each is a 400,
 /// counted under its limit.
+/// An object the body parser takes (under 128 levels) but that would nest
+/// past what clients, and this server on restart, read back once its
+/// managedFields are added is refused, and nothing is stored.
+#[tokio::test]
+async fn an_object_nested_too_deep_to_read_back_is_refused() {
+    let h = Harness::start().await;
+    let nested = |n: usize| format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
+    let body = |name: &str, n: usize| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{name}"}},"x":{}}}"#,
+            nested(n)
+        )
+    };
+    let (code, status) = h.raw("POST", CMS, None, &body("deep", 124)).await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"].as_str().unwrap().contains("levels deep"),
+        "{status}"
+    );
+    assert_eq!(h.server.limit_exceeded("objectDepth"), 1);
+    assert_eq!(h.raw("GET", &format!("{CMS}/deep"), None, "").await.0, 404);
+
+    // Within the bound, it reads back whole, as kube-rs parses it.
+    let (code, status) = h.raw("POST", CMS, None, &body("fine", 60)).await;
+    assert_eq!(code, 201, "{status}");
+    let (code, read) = h.raw("GET", &format!("{CMS}/fine"), None, "").await;
+    assert_eq!(code, 200);
+    assert_eq!(read["metadata"]["name"], "fine");
+}
+
 #[tokio::test]
 async fn nesting_and_path_segments_are_bounded() {
     let h = Harness::start().await;

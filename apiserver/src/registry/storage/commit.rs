@@ -50,7 +50,19 @@ pub(crate) enum StoreError {
     ShuttingDown,
     #[error("the object is {bytes} bytes as JSON, more than the limit {MAX_OBJECT_BYTES}")]
     TooLarge { bytes: usize },
+    #[error(
+        "the object nests arrays and objects more than {MAX_OBJECT_DEPTH} levels deep, more than clients can read back"
+    )]
+    TooDeep,
 }
+
+/// The deepest nesting of arrays and objects a stored object may have.
+/// Clients parse at most 128 levels (serde_json, Go's decoder under
+/// client-go's); a list wraps an object in two more, `managedFields`
+/// repeats its fields a few levels down, and this server reads its own
+/// records back with the same parser. An object past it would be stored
+/// but could be neither read, listed, watched nor loaded again.
+pub(crate) const MAX_OBJECT_DEPTH: usize = 100;
 
 /// A committed (or dry-run) change.
 #[derive(Debug, Clone)]
@@ -81,6 +93,9 @@ impl Store {
             let bytes = crate::values::json_len(obj);
             if bytes > MAX_OBJECT_BYTES {
                 return Err(StoreError::TooLarge { bytes });
+            }
+            if crate::values::deeper_than(obj, MAX_OBJECT_DEPTH) {
+                return Err(StoreError::TooDeep);
             }
         }
         let key: ObjKey = (ns.to_string(), name.to_string());

@@ -84,6 +84,10 @@ impl Objects {
                 self.metrics.exceeded(Limit::ObjectSize);
                 ApiError::RequestEntityTooLarge(e.to_string())
             }
+            e @ StoreError::TooDeep => {
+                self.metrics.exceeded(Limit::ObjectDepth);
+                ApiError::BadRequest(e.to_string())
+            }
         }
     }
 }
