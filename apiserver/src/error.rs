@@ -6,6 +6,59 @@ use serde_json::{Value, json};
 
 use crate::values::go_quote;
 
+/// The most causes one Invalid status lists.
+pub(crate) const MAX_CAUSES: usize = 100;
+/// The most bytes of one cause's message.
+pub(crate) const MAX_CAUSE_MESSAGE: usize = 1024;
+
+/// Causes as a write's checks find them: the first [`MAX_CAUSES`] kept
+/// (each message cut to [`MAX_CAUSE_MESSAGE`]), the rest only counted, so
+/// that a body of a million bad finalizers costs a hundred messages.
+#[derive(Debug, Default)]
+pub(crate) struct Causes {
+    kept: Vec<Cause>,
+    omitted: usize,
+}
+
+impl Causes {
+    /// Adds the cause `make` builds, if there is room for it (else only
+    /// counts it, without building it).
+    pub(crate) fn add(&mut self, make: impl FnOnce() -> Cause) {
+        if self.kept.len() < MAX_CAUSES {
+            let mut cause = make();
+            crate::values::cut_message(&mut cause.message, MAX_CAUSE_MESSAGE);
+            self.kept.push(cause);
+        } else {
+            self.omitted += 1;
+        }
+    }
+
+    /// The kept causes, and one more counting the others.
+    pub(crate) fn into_vec(self) -> Vec<Cause> {
+        let mut causes = self.kept;
+        if self.omitted > 0 {
+            causes.push(Cause {
+                reason: "FieldValueInvalid".into(),
+                message: format!(
+                    "and {} more errors (at most {MAX_CAUSES} are listed)",
+                    self.omitted
+                ),
+                field: String::new(),
+            });
+        }
+        causes
+    }
+}
+
+impl std::ops::Deref for Causes {
+    type Target = [Cause];
+
+    /// The kept causes.
+    fn deref(&self) -> &[Cause] {
+        &self.kept
+    }
+}
+
 /// A single `details.causes[]` entry of a 422 Invalid (or SSA 409) status.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Cause {
@@ -163,8 +216,27 @@ impl ApiError {
     }
 
     /// 422 Invalid; `kind` is the object's Kind (the real server words the
-    /// message with the Kind, e.g. `ConfigMap "x" is invalid: ...`).
+    /// message with the Kind, e.g. `ConfigMap "x" is invalid: ...`). At
+    /// most [`MAX_CAUSES`] causes are listed (the rest counted in one
+    /// more), each message cut to [`MAX_CAUSE_MESSAGE`] bytes.
     pub(crate) fn invalid(group: &str, kind: &str, name: &str, causes: Vec<Cause>) -> Self {
+        // A list one check already cut (a hundred and its count) passes;
+        // lists of several checks together are cut again.
+        let causes = if causes.len() > MAX_CAUSES + 1 {
+            let mut kept = Causes::default();
+            for c in causes {
+                kept.add(|| c);
+            }
+            kept.into_vec()
+        } else {
+            causes
+                .into_iter()
+                .map(|mut c| {
+                    crate::values::cut_message(&mut c.message, MAX_CAUSE_MESSAGE);
+                    c
+                })
+                .collect()
+        };
         let summary = causes
             .iter()
             .map(|c| {

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::error::Cause;
+use crate::error::{Cause, Causes};
 
 /// What applying a schema found.
 #[derive(Debug, Default)]
@@ -14,7 +14,7 @@ pub(crate) struct Outcome {
     /// Paths of removed unknown fields (for `fieldValidation=Strict`).
     pub(crate) pruned: Vec<String>,
     /// Validation failures.
-    pub(crate) causes: Vec<Cause>,
+    pub(crate) causes: Causes,
 }
 
 fn truthy(s: &Value, key: &str) -> bool {
@@ -124,7 +124,7 @@ fn check_required(map: &Map<String, Value>, schema: &Value, path: &str, out: &mu
         .filter_map(Value::as_str)
     {
         if !map.contains_key(r) {
-            out.causes.push(Cause {
+            out.causes.add(|| Cause {
                 reason: "FieldValueRequired".into(),
                 message: "Required value".into(),
                 field: join(path, r),
@@ -154,7 +154,7 @@ fn visit(v: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
             .get("type")
             .and_then(Value::as_str)
             .unwrap_or("int-or-string");
-        out.causes.push(Cause {
+        out.causes.add(|| Cause {
             reason: "FieldValueTypeInvalid".into(),
             message: format!(
                 "Invalid value: \"{}\": {path} in body must be of type {t}: {}",
@@ -169,7 +169,7 @@ fn visit(v: &mut Value, schema: &Value, path: &str, out: &mut Outcome) {
         && !allowed.contains(v)
     {
         let list = allowed.iter().map(short).collect::<Vec<_>>().join(", ");
-        out.causes.push(Cause {
+        out.causes.add(|| Cause {
             reason: "FieldValueNotSupported".into(),
             message: format!("Unsupported value: {}: supported values: {list}", short(v)),
             field: path.to_string(),
@@ -225,7 +225,7 @@ fn visit_object(map: &mut Map<String, Value>, schema: &Value, path: &str, out: &
 
 fn check_bounds(v: &Value, schema: &Value, path: &str, out: &mut Outcome) {
     let mut fail = |msg: String| {
-        out.causes.push(Cause {
+        out.causes.add(|| Cause {
             reason: "FieldValueInvalid".into(),
             message: format!("Invalid value: {}: {msg}", short(v)),
             field: path.to_string(),

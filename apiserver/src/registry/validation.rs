@@ -5,7 +5,7 @@
 use serde_json::Value;
 use wasmctrl_apimachinery::names::{self, NameError};
 
-use crate::error::Cause;
+use crate::error::{Cause, Causes};
 use crate::values::go_quote;
 
 /// Which name rule a kind uses.
@@ -41,11 +41,11 @@ fn invalid(field: &str, value: &str, msg: &str) -> Cause {
     }
 }
 
-/// The cause `check` gives `value`, if it breaks the rule.
-fn check(field: &str, value: &str, check: fn(&str) -> Result<(), NameError>) -> Option<Cause> {
-    check(value)
-        .err()
-        .map(|e| invalid(field, value, &e.to_string()))
+/// Adds the cause `rule` gives `value`, if it breaks the rule.
+fn check(out: &mut Causes, field: &str, value: &str, rule: fn(&str) -> Result<(), NameError>) {
+    if let Err(e) = rule(value) {
+        out.add(|| invalid(field, value, &e.to_string()));
+    }
 }
 
 /// Validates the namespace an object is created in: an RFC 1123 label.
@@ -56,10 +56,15 @@ pub(crate) fn validate_namespace(ns: &str) -> Vec<Cause> {
 /// Validates a name (`field` is where it came from, e.g. `metadata.name`).
 pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
     let mut out = Vec::new();
+    let mut rule_of = |check: fn(&str) -> Result<(), NameError>| {
+        if let Err(e) = check(name) {
+            out.push(invalid(field, name, &e.to_string()));
+        }
+    };
     match rule {
-        NameRule::Subdomain => out.extend(check(field, name, names::dns1123_subdomain)),
-        NameRule::Label => out.extend(check(field, name, names::dns1123_label)),
-        NameRule::Dns1035 => out.extend(check(field, name, names::dns1035_label)),
+        NameRule::Subdomain => rule_of(names::dns1123_subdomain),
+        NameRule::Label => rule_of(names::dns1123_label),
+        NameRule::Dns1035 => rule_of(names::dns1035_label),
         NameRule::Path => {
             if name == "." || name == ".." {
                 out.push(invalid(field, name, &format!("may not be '{name}'")));
@@ -82,29 +87,29 @@ pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Caus
 /// values label values, annotation keys are qualified names once
 /// lowercased, finalizers are qualified names.
 pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
-    let mut out = Vec::new();
+    // A 3 MiB body holds hundreds of thousands of labels or finalizers:
+    // each is checked, a hundred causes are written.
+    let mut out = Causes::default();
     let md = &obj["metadata"];
     if let Some(labels) = md.get("labels") {
         match labels.as_object() {
             Some(map) => {
                 for (k, v) in map {
-                    out.extend(check("metadata.labels", k, names::qualified_name));
+                    check(&mut out, "metadata.labels", k, names::qualified_name);
                     match v.as_str() {
-                        Some(s) => out.extend(check("metadata.labels", s, names::label_value)),
-                        None => out.push(invalid(
-                            "metadata.labels",
-                            &v.to_string(),
-                            &NameError::LabelValue.to_string(),
-                        )),
+                        Some(s) => check(&mut out, "metadata.labels", s, names::label_value),
+                        None => out.add(|| {
+                            invalid(
+                                "metadata.labels",
+                                &v.to_string(),
+                                &NameError::LabelValue.to_string(),
+                            )
+                        }),
                     }
                 }
             }
             None if labels.is_null() => {}
-            None => out.push(invalid(
-                "metadata.labels",
-                &labels.to_string(),
-                "must be a map",
-            )),
+            None => out.add(|| invalid("metadata.labels", &labels.to_string(), "must be a map")),
         }
     }
     if let Some(ann) = md.get("annotations") {
@@ -112,19 +117,15 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
             Some(map) => {
                 for (k, v) in map {
                     if let Err(e) = names::qualified_name(&k.to_lowercase()) {
-                        out.push(invalid("metadata.annotations", k, &e.to_string()));
+                        out.add(|| invalid("metadata.annotations", k, &e.to_string()));
                     }
                     if !v.is_string() {
-                        out.push(invalid("metadata.annotations", k, "values must be strings"));
+                        out.add(|| invalid("metadata.annotations", k, "values must be strings"));
                     }
                 }
             }
             None if ann.is_null() => {}
-            None => out.push(invalid(
-                "metadata.annotations",
-                &ann.to_string(),
-                "must be a map",
-            )),
+            None => out.add(|| invalid("metadata.annotations", &ann.to_string(), "must be a map")),
         }
     }
     if let Some(f) = md.get("finalizers")
@@ -134,25 +135,21 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
             Some(list) => {
                 for v in list {
                     match v.as_str() {
-                        Some(s) => {
-                            out.extend(check("metadata.finalizers", s, names::qualified_name))
-                        }
-                        None => out.push(invalid(
-                            "metadata.finalizers",
-                            &v.to_string(),
-                            "must be a qualified name",
-                        )),
+                        Some(s) => check(&mut out, "metadata.finalizers", s, names::qualified_name),
+                        None => out.add(|| {
+                            invalid(
+                                "metadata.finalizers",
+                                &v.to_string(),
+                                "must be a qualified name",
+                            )
+                        }),
                     }
                 }
             }
-            None => out.push(invalid(
-                "metadata.finalizers",
-                &f.to_string(),
-                "must be a list",
-            )),
+            None => out.add(|| invalid("metadata.finalizers", &f.to_string(), "must be a list")),
         }
     }
-    out
+    out.into_vec()
 }
 
 #[cfg(test)]

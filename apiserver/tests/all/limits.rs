@@ -234,6 +234,30 @@ async fn an_object_nested_too_deep_to_read_back_is_refused() {
     assert_eq!(read["metadata"]["name"], "fine");
 }
 
+/// A body of hundreds of thousands of bad finalizers is checked whole
+/// and answered with a hundred causes and a count of the rest, not a
+/// message per finalizer.
+#[tokio::test]
+async fn an_invalid_object_lists_a_hundred_causes_and_counts_the_rest() {
+    let h = Harness::start().await;
+    let bad = vec!["-"; 300_000];
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "many", "finalizers": bad}});
+    let (code, status) = h.raw("POST", CMS, None, &body.to_string()).await;
+    assert_eq!(code, 422);
+    let causes = status["details"]["causes"].as_array().unwrap();
+    assert_eq!(causes.len(), 101, "a hundred and the count");
+    assert_eq!(
+        causes[100]["message"],
+        "and 299900 more errors (at most 100 are listed)"
+    );
+    assert!(
+        status.to_string().len() < 64 << 10,
+        "{} bytes",
+        status.to_string().len()
+    );
+}
+
 #[tokio::test]
 async fn nesting_and_path_segments_are_bounded() {
     let h = Harness::start().await;

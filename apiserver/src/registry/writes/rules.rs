@@ -98,7 +98,7 @@ pub(super) fn apply_schema(
     for p in &out.pruned {
         ctx.warn(format!("unknown field \"{p}\""));
     }
-    causes.extend(out.causes);
+    causes.extend(out.causes.into_vec());
     Ok(())
 }
 
