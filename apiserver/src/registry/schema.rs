@@ -15,7 +15,15 @@ pub(crate) struct Outcome {
     pub(crate) pruned: Vec<String>,
     /// Validation failures.
     pub(crate) causes: Causes,
+    /// Bytes of JSON the schema's defaults added.
+    pub(crate) defaulted: usize,
 }
+
+/// The most bytes of JSON a schema's defaults may add to one object: what
+/// the object may hold in all. A default may hold items whose own
+/// defaults apply in turn, so the added size is counted as it is added,
+/// never computed from the schema.
+pub(crate) const MAX_DEFAULTED_BYTES: usize = 3 * 1024 * 1024;
 
 fn truthy(s: &Value, key: &str) -> bool {
     s.get(key).and_then(Value::as_bool) == Some(true)
@@ -59,7 +67,7 @@ pub(crate) fn apply(obj: &mut Value, schema: &Value) -> Outcome {
     };
     let props = schema.get("properties").and_then(Value::as_object);
     let preserve = truthy(schema, "x-kubernetes-preserve-unknown-fields");
-    apply_defaults(map, schema);
+    apply_defaults(map, schema, &mut out);
     let keys: Vec<String> = map.keys().cloned().collect();
     for k in keys {
         if matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
@@ -102,13 +110,19 @@ fn visit_child(
     false
 }
 
-fn apply_defaults(map: &mut Map<String, Value>, schema: &Value) {
+fn apply_defaults(map: &mut Map<String, Value>, schema: &Value, out: &mut Outcome) {
     if let Some(props) = schema.get("properties").and_then(Value::as_object) {
         for (k, ps) in props {
             let absent = map
                 .get(k)
                 .is_none_or(|v| v.is_null() && !truthy(ps, "nullable"));
             if absent && let Some(d) = ps.get("default") {
+                // Past the bound nothing more is added: the write is
+                // refused for it (`MAX_DEFAULTED_BYTES`).
+                if out.defaulted > MAX_DEFAULTED_BYTES {
+                    return;
+                }
+                out.defaulted += crate::values::json_len(d);
                 map.insert(k.clone(), d.clone());
             }
         }
@@ -194,7 +208,7 @@ fn visit_object(map: &mut Map<String, Value>, schema: &Value, path: &str, out: &
     let preserve = truthy(schema, "x-kubernetes-preserve-unknown-fields");
     let props = schema.get("properties").and_then(Value::as_object);
     let additional = schema.get("additionalProperties");
-    apply_defaults(map, schema);
+    apply_defaults(map, schema, out);
     let keys: Vec<String> = map.keys().cloned().collect();
     for k in keys {
         let child_path = join(path, &k);

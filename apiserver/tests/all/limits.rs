@@ -258,6 +258,55 @@ async fn an_invalid_object_lists_a_hundred_causes_and_counts_the_rest() {
     );
 }
 
+/// A CRD whose defaults hold items whose own defaults apply in turn would
+/// make a body of `{}` gigabytes big: the defaults added are counted as
+/// they are added, and the write is refused past an object's bound.
+#[tokio::test]
+async fn schema_defaults_that_multiply_are_refused_past_an_objects_bound() {
+    let h = Harness::start().await;
+    let empties = vec![json!({}); 3000];
+    let crd = json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "bombs.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "bombs", "kind": "Bomb"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                    "spec": {"type": "object", "properties": {
+                        "a": {"type": "array", "default": empties,
+                            "items": {"type": "object", "properties": {
+                                "b": {"type": "array", "default": empties,
+                                    "items": {"type": "object"}}}}}}}}}}}]}});
+    let (code, r) = h
+        .raw(
+            "POST",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+            None,
+            &crd.to_string(),
+        )
+        .await;
+    assert_eq!(code, 201, "{r}");
+    let path = "/apis/example.com/v1/namespaces/default/bombs";
+    let body = json!({"apiVersion": "example.com/v1", "kind": "Bomb",
+        "metadata": {"name": "b"}, "spec": {}});
+    let (code, status) = wasmctrl_testkit::eventually(
+        "the CRD served",
+        std::time::Duration::from_secs(10),
+        || async {
+            let (code, status) = h.raw("POST", path, None, &body.to_string()).await;
+            (code != 404).then_some((code, status))
+        },
+    )
+    .await;
+    assert_eq!(code, 413, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("defaults add more than"),
+        "{status}"
+    );
+}
+
 #[tokio::test]
 async fn nesting_and_path_segments_are_bounded() {
     let h = Harness::start().await;

@@ -84,6 +84,12 @@ pub(super) fn apply_schema(
         return Ok(());
     };
     let out = crate::registry::schema::apply(obj, schema);
+    if out.defaulted > crate::registry::schema::MAX_DEFAULTED_BYTES {
+        return Err(ApiError::RequestEntityTooLarge(format!(
+            "the schema's defaults add more than {} bytes to the object, more than an object may hold",
+            crate::registry::schema::MAX_DEFAULTED_BYTES
+        )));
+    }
     if ctx.strict && !out.pruned.is_empty() {
         let fields = out
             .pruned
