@@ -20,6 +20,7 @@
 //! `aggregationRule`) are not expanded: only the `rules` stored in the
 //! object count.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -283,6 +284,11 @@ enum Visit {
     Stop,
 }
 
+/// A role as a binding names it: kind, namespace, name.
+type RoleKey = (String, String, String);
+/// A role's rules, or why it could not be read.
+type RoleRules = Result<Vec<PolicyRule>, String>;
+
 /// What a visit sees: a rule with the binding and subject that grant it,
 /// or why a binding's role could not be resolved.
 type Visited<'r> = Result<(&'r Binding, &'r Subject, &'r PolicyRule), String>;
@@ -339,6 +345,8 @@ impl<'a> Resolver<'a> {
         if !namespace.is_empty() {
             sources.push(self.bindings("rolebindings", Some(namespace)));
         }
+        // Each role is read once per visit, however many bindings name it.
+        let mut roles: HashMap<RoleKey, Arc<RoleRules>> = HashMap::new();
         for objects in sources {
             for obj in objects {
                 let b = Binding::from_json(&obj);
@@ -346,14 +354,23 @@ impl<'a> Resolver<'a> {
                 else {
                     continue;
                 };
-                match self.role_rules(&b) {
+                let key = (
+                    b.role_kind.clone(),
+                    b.namespace.clone(),
+                    b.role_name.clone(),
+                );
+                let resolved = roles
+                    .entry(key)
+                    .or_insert_with(|| Arc::new(self.role_rules(&b)))
+                    .clone();
+                match &*resolved {
                     Err(e) => {
-                        if let Visit::Stop = visitor(Err(e)) {
+                        if let Visit::Stop = visitor(Err(e.clone())) {
                             return;
                         }
                     }
                     Ok(rules) => {
-                        for rule in &rules {
+                        for rule in rules {
                             if let Visit::Stop = visitor(Ok((&b, subject, rule))) {
                                 return;
                             }
@@ -389,6 +406,8 @@ impl<'a> Resolver<'a> {
 
     /// Every rule that applies to `user` in `namespace`, and the errors
     /// met resolving them (upstream's `RulesFor`).
+    /// At most [`MAX_REVIEWED_RULES`] rules: past them the answer is
+    /// incomplete, with an error saying so.
     pub(crate) fn rules_for(
         &self,
         user: &UserInfo,
@@ -397,6 +416,12 @@ impl<'a> Resolver<'a> {
         let (mut rules, mut errors) = (Vec::new(), Vec::new());
         self.visit(user, namespace, &mut |item| {
             match item {
+                Ok(_) if rules.len() == MAX_REVIEWED_RULES => {
+                    errors.push(format!(
+                        "more than {MAX_REVIEWED_RULES} rules apply; the list is cut"
+                    ));
+                    return Visit::Stop;
+                }
                 Ok((_, _, rule)) => rules.push(rule.clone()),
                 Err(e) => errors.push(e),
             }
@@ -431,21 +456,32 @@ pub(crate) fn rules_review_status(rules: &[PolicyRule], errors: &[String]) -> Va
     status
 }
 
+/// The most rules a rules review lists.
+pub(crate) const MAX_REVIEWED_RULES: usize = 10_000;
+/// The most distinct errors an aggregate names; the rest are counted.
+pub(crate) const MAX_AGGREGATED: usize = 20;
+
 /// Several errors as upstream's `utilerrors.NewAggregate(...).Error()`
-/// words them: one as is, several deduplicated in `[a, b]`.
+/// words them: one as is, several deduplicated in `[a, b]`; past
+/// [`MAX_AGGREGATED`] distinct ones, the rest counted.
 pub(crate) fn aggregate(errors: &[String]) -> String {
     match errors {
         [] => String::new(),
         [one] => one.clone(),
         _ => {
             let mut seen: Vec<&str> = Vec::new();
+            let mut distinct: HashSet<&str> = HashSet::new();
             for e in errors {
-                if !seen.contains(&e.as_str()) {
+                if distinct.insert(e.as_str()) && seen.len() <= MAX_AGGREGATED {
                     seen.push(e);
                 }
             }
+            let more = distinct.len().saturating_sub(MAX_AGGREGATED);
+            seen.truncate(MAX_AGGREGATED);
             if seen.len() == 1 {
                 seen[0].to_string()
+            } else if more > 0 {
+                format!("[{}, and {more} more]", seen.join(", "))
             } else {
                 format!("[{}]", seen.join(", "))
             }

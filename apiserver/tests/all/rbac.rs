@@ -1810,6 +1810,63 @@ async fn a_crd_of_a_built_in_resource_is_refused_and_the_built_ins_stay() {
     assert_eq!(code, 200, "{r}");
 }
 
+/// Whoever may create Roles and RoleBindings in a namespace cannot make
+/// everyone's authorization there costly: a role is read once per
+/// decision however many bindings name it, a rules review lists at most
+/// 10,000 rules, and a denial names at most 20 unresolved roles.
+#[tokio::test]
+async fn many_bindings_and_rules_keep_decisions_and_reviews_bounded() {
+    let h = rbac_server().await;
+    let bot = fixture(&h).await;
+    let rules: Vec<Value> = (0..10_001)
+        .map(|i| rule(&[""], &["configmaps"], &["get"], &[&format!("cm-{i}")]))
+        .collect();
+    role(&h, NS, "big", rules).await;
+    for i in 0..3 {
+        bind(
+            &h,
+            Some(NS),
+            &format!("big-{i}"),
+            ("Role", "big"),
+            vec![sa_subject(None, SA)],
+        )
+        .await;
+    }
+    for i in 0..30 {
+        bind(
+            &h,
+            Some(NS),
+            &format!("missing-{i}"),
+            ("Role", &format!("missing-{i}")),
+            vec![sa_subject(None, SA)],
+        )
+        .await;
+    }
+    let review = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": NS}});
+    let (code, r) = raw(
+        &bot,
+        "POST",
+        "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews",
+        Some("application/json"),
+        review.to_string().as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 201, "{r}");
+    let listed = r["status"]["resourceRules"].as_array().unwrap().len();
+    assert!(listed <= 10_000, "{listed}");
+    assert_eq!(r["status"]["incomplete"], true);
+    let error = r["status"]["evaluationError"].as_str().unwrap();
+    assert!(error.contains("the list is cut"), "{error}");
+
+    let denied = forbidden(
+        Api::<Secret>::namespaced(bot.clone(), NS)
+            .get("anything")
+            .await,
+    );
+    assert!(denied.contains("and 10 more]"), "{denied}");
+    assert!(denied.len() < 4096, "{} bytes", denied.len());
+}
+
 /// A namespaced CRD in `example.com` whose plural is `plural`.
 fn crd_named(plural: &str, kind: &str) -> Value {
     json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
