@@ -489,7 +489,16 @@ pub(crate) fn issue_token(
         id: uuid::Uuid::new_v4().to_string(),
         bound,
     };
-    Ok((auth.signer.issue(&claims, now), claims.expires))
+    let token = auth.signer.issue(&claims, now);
+    // A token past what the server reads back would be refused unread.
+    if token.len() > super::sa_token::MAX_TOKEN_BYTES {
+        return Err(ApiError::BadRequest(format!(
+            "the token would be {} bytes, more than the {} a token may have; ask for fewer or shorter audiences",
+            token.len(),
+            super::sa_token::MAX_TOKEN_BYTES
+        )));
+    }
+    Ok((token, claims.expires))
 }
 
 /// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`: a TokenRequest

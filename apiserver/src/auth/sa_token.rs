@@ -35,7 +35,7 @@ pub(crate) const MIN_EXPIRATION_SECS: i64 = 10 * 60;
 pub(crate) const MAX_EXPIRATION_SECS: i64 = 1 << 32;
 
 /// Longest bearer token examined; longer ones are refused unread.
-const MAX_TOKEN_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Size of the signing key.
 pub(crate) const KEY_BYTES: usize = 32;

@@ -455,6 +455,23 @@ async fn token_audiences_and_review_extra_values_are_bounded() {
     assert_eq!(code, 201, "{status}");
     let token = status["status"]["token"].as_str().unwrap().to_string();
 
+    // Audiences within their bounds that would make a token the server
+    // refuses to read: refused when asked, not minted.
+    let many: Vec<String> = (0..100)
+        .map(|i| format!("{i:04}{}", "b".repeat(1000)))
+        .collect();
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": many}});
+    let (code, status) = h.raw("POST", token_request, None, &body.to_string()).await;
+    assert_eq!(code, 400, "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("more than the 16384"),
+        "{status}"
+    );
+
     let review = |audience: &str| {
         json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
             "spec": {"token": token, "audiences": [audience]}})
