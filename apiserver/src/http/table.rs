@@ -86,7 +86,7 @@ fn count(v: Option<&Value>) -> usize {
 fn columns(info: &ResourceInfo) -> Vec<Column> {
     let mut cols = vec![col("Name", "string", Cell::Name)];
     if let Some(custom) = info.printer_columns.as_ref().filter(|c| !c.is_empty()) {
-        for c in custom {
+        for c in custom.iter().take(MAX_PRINTER_COLUMNS) {
             let ty = c["type"].as_str().unwrap_or("string").to_string();
             let mut column = col(
                 c["name"].as_str().unwrap_or(""),
@@ -163,8 +163,15 @@ fn age(ts: Option<&str>) -> String {
     }
 }
 
+/// The most custom printer columns a Table shows (the CRD's first ones).
+const MAX_PRINTER_COLUMNS: usize = 64;
+/// The most bytes of JSON the cells of one row hold; a cell that would
+/// pass it is null. A column whose `jsonPath` is `.` would otherwise copy
+/// the whole object into every row, once per such column.
+const MAX_ROW_CELL_BYTES: usize = 64 << 10;
+
 /// A JSONPath subset: dotted fields with optional `[n]` indexes.
-fn eval_path(obj: &Value, path: &str) -> Value {
+fn eval_path<'v>(obj: &'v Value, path: &str) -> Option<&'v Value> {
     let mut cur = obj;
     for seg in path.trim_start_matches('.').split('.') {
         if seg.is_empty() {
@@ -175,42 +182,54 @@ fn eval_path(obj: &Value, path: &str) -> Value {
             None => (seg, None),
         };
         if !field.is_empty() {
-            let Some(next) = get_path(cur, field) else {
-                return Value::Null;
-            };
-            cur = next;
+            cur = get_path(cur, field)?;
         }
         if let Some(i) = idx {
-            let Some(next) = cur.get(i) else {
-                return Value::Null;
-            };
-            cur = next;
+            cur = cur.get(i)?;
         }
     }
-    cur.clone()
+    Some(cur)
 }
 
-fn cell(c: &Column, obj: &Value) -> Value {
-    match &c.cell {
+/// The cell of column `c` for `obj`, if it fits the `left` bytes of its
+/// row (then taken from them); null otherwise.
+fn cell(c: &Column, obj: &Value, left: &mut usize) -> Value {
+    let value = match &c.cell {
         Cell::Name => obj["metadata"]["name"].clone(),
         Cell::Age => json!(age(obj["metadata"]["creationTimestamp"].as_str())),
         Cell::Fixed(f) => f(obj),
         Cell::Path(p) => {
             let v = eval_path(obj, p);
             if c.ty == "date" {
-                match v.as_str() {
+                match v.and_then(Value::as_str) {
                     Some(ts) => json!(age(Some(ts))),
                     None => Value::Null,
                 }
             } else {
-                v
+                let Some(v) = v else {
+                    return Value::Null;
+                };
+                // Measured before it is copied.
+                let bytes = if v.is_array() || v.is_object() {
+                    crate::values::json_len(v)
+                } else {
+                    0
+                };
+                if bytes > *left {
+                    *left = 0;
+                    return Value::Null;
+                }
+                v.clone()
             }
         }
-    }
+    };
+    *left = left.saturating_sub(crate::values::json_len(&value));
+    value
 }
 
 fn row(cols: &[Column], obj: &Value, include: Include) -> Value {
-    let cells: Vec<Value> = cols.iter().map(|c| cell(c, obj)).collect();
+    let mut left = MAX_ROW_CELL_BYTES;
+    let cells: Vec<Value> = cols.iter().map(|c| cell(c, obj, &mut left)).collect();
     let mut r = json!({"cells": cells});
     match include {
         Include::None => {}
@@ -278,7 +297,32 @@ mod tests {
         assert_eq!(age(Some("yesterday")), "<unknown>");
         assert_eq!(age(None), "<unknown>");
         let o = json!({"status": {"conditions": [{"type": "Ready"}]}});
-        assert_eq!(eval_path(&o, ".status.conditions[0].type"), json!("Ready"));
-        assert_eq!(eval_path(&o, ".spec.x"), Value::Null);
+        assert_eq!(
+            eval_path(&o, ".status.conditions[0].type"),
+            Some(&json!("Ready"))
+        );
+        assert_eq!(eval_path(&o, ".spec.x"), None);
+    }
+
+    #[test]
+    fn a_row_holds_at_most_its_bytes_of_cells_and_a_table_its_columns() {
+        let mut info = crate::registry::resources::builtins()
+            .into_iter()
+            .find(|i| i.kind == "ConfigMap")
+            .unwrap();
+        let whole: Vec<Value> = (0..100)
+            .map(|i| json!({"name": format!("c{i}"), "type": "string", "jsonPath": "."}))
+            .collect();
+        info.printer_columns = Some(whole);
+        let big = json!({"metadata": {"name": "big"}, "data": {"x": "y".repeat(40 << 10)}});
+        let t = table(&info, "v1", &[big], json!({}), Include::None, true);
+        assert_eq!(
+            t["columnDefinitions"].as_array().unwrap().len(),
+            1 + MAX_PRINTER_COLUMNS
+        );
+        let cells = t["rows"][0]["cells"].as_array().unwrap();
+        assert!(cells[1].is_object(), "the first copy fits");
+        assert!(cells[2..].iter().all(Value::is_null), "the rest would not");
+        assert!(t.to_string().len() < 2 * MAX_ROW_CELL_BYTES);
     }
 }
