@@ -187,20 +187,19 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .map(|(s, t)| s.summary().count as f64 / t.as_secs_f64())
         .collect();
     let summaries: Vec<_> = samples.iter().map(Samples::summary).collect();
+    // The variants run: name, summary, rate.
+    let ran: Vec<_> = (0..names.len())
+        .filter(|&i| selected[i])
+        .map(|i| (names[i], &summaries[i], rates[i]))
+        .collect();
     if options.json {
-        for (((name, s), rate), _) in names
-            .iter()
-            .zip(&summaries)
-            .zip(&rates)
-            .zip(&selected)
-            .filter(|(_, on)| **on)
-        {
+        for &(name, s, rate) in &ran {
             let line = JsonLine {
                 scenario: "outbound",
                 variant: name,
                 median_us: round(s.median_us(), 1),
                 p99_us: round(s.p99_us(), 1),
-                reconciles_per_s: round(*rate, 0),
+                reconciles_per_s: round(rate, 0),
                 calls: s.count,
             };
             println!("{}", serde_json::to_string(&line)?);
@@ -217,13 +216,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         "  {:<10} {:>10} {:>10} {:>12}",
         "variant", "median µs", "p99 µs", "reconciles/s"
     );
-    for (((name, s), rate), _) in names
-        .iter()
-        .zip(&summaries)
-        .zip(&rates)
-        .zip(&selected)
-        .filter(|(_, on)| **on)
-    {
+    for &(name, s, rate) in &ran {
         println!(
             "  {:<10} {:>10.1} {:>10.1} {:>12.0}",
             name,

@@ -18,8 +18,6 @@ use rustls::server::danger::ClientCertVerifier;
 
 use super::certs::CertError;
 
-/// The largest client CA file read.
-const MAX_FILE_BYTES: u64 = 1 << 20;
 /// The most certificates a client CA file may hold.
 const MAX_CERTS: usize = 512;
 
@@ -67,17 +65,10 @@ pub fn verifier(
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, CertError> {
-    let err = |message: String| CertError::ClientCa {
+    super::certs::read_bounded(path).map_err(|message| CertError::ClientCa {
         file: path.display().to_string(),
         message,
-    };
-    let len = std::fs::metadata(path)
-        .map_err(|e| err(e.to_string()))?
-        .len();
-    if len > MAX_FILE_BYTES {
-        return Err(err(format!("{len} bytes; at most {MAX_FILE_BYTES}")));
-    }
-    std::fs::read(path).map_err(|e| err(e.to_string()))
+    })
 }
 
 /// Why a handshake failed, as `wasmctrl_webhook_refused_handshakes_total`
@@ -117,7 +108,7 @@ mod tests {
         );
 
         let big = dir.path().join("big.crt");
-        std::fs::write(&big, vec![b'a'; (MAX_FILE_BYTES + 1) as usize]).unwrap();
+        std::fs::write(&big, vec![b'a'; (1 << 20) + 1]).unwrap();
         let e = verifier(ClientCa::File(&big), provider())
             .expect_err("refused")
             .to_string();

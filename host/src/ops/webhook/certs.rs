@@ -331,17 +331,20 @@ impl fmt::Debug for Mounted {
 }
 
 fn read_bytes(path: &Path) -> Result<Vec<u8>, CertError> {
-    let err = |message: String| CertError::Mounted {
+    read_bounded(path).map_err(|message| CertError::Mounted {
         path: path.to_path_buf(),
         message,
-    };
-    let len = std::fs::metadata(path)
-        .map_err(|e| err(e.to_string()))?
-        .len();
+    })
+}
+
+/// The bytes of a certificate or key file of at most [`MAX_FILE_BYTES`],
+/// or why it cannot be read.
+pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
     if len > MAX_FILE_BYTES {
-        return Err(err(format!("{len} bytes; at most {MAX_FILE_BYTES}")));
+        return Err(format!("{len} bytes; at most {MAX_FILE_BYTES}"));
     }
-    std::fs::read(path).map_err(|e| err(e.to_string()))
+    std::fs::read(path).map_err(|e| e.to_string())
 }
 
 fn read_text(path: &Path) -> Result<String, CertError> {
