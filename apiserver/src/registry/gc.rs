@@ -194,7 +194,7 @@ fn check_foreground_by_uid(objects: &Objects, uid: &str) {
     };
     if deleting(&owner.obj)
         && has_finalizer(&owner.obj, FOREGROUND)
-        && objects.store.dependents(uid).is_empty()
+        && !objects.store.has_dependents(uid)
         && let Some(info) = objects.info_for(&gr)
     {
         objects.remove_finalizer(&info, &ns, &name, FOREGROUND);

@@ -42,6 +42,15 @@ impl Store {
         self.lock().uids.get(uid)
     }
 
+    /// Whether any object's ownerReferences name `uid` (without copying
+    /// them: a cascade asks this once per dependent deleted).
+    pub(crate) fn has_dependents(&self, uid: &str) -> bool {
+        self.lock()
+            .dependents
+            .get(uid)
+            .is_some_and(|s| !s.is_empty())
+    }
+
     /// Objects whose ownerReferences name `uid`.
     pub(crate) fn dependents(&self, uid: &str) -> Vec<(GroupResource, ObjKey)> {
         self.lock()
