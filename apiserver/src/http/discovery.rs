@@ -250,15 +250,16 @@ fn gv_key(group: &str, version: &str) -> String {
     }
 }
 
-fn gv_hash(reg: &Registry, group: &str, version: &str, generation: u64) -> String {
+/// The hash of a group version's resources: taken from the list in hand,
+/// not looked up again (a lookup per group made the root quadratic in the
+/// groups, which any client may ask for).
+fn gv_hash(resources: &[std::sync::Arc<ResourceInfo>], generation: u64) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     generation.hash(&mut h);
-    if let Some(list) = reg.resources(group, version) {
-        for r in list {
-            r.plural.hash(&mut h);
-            r.kind.hash(&mut h);
-        }
+    for r in resources {
+        r.plural.hash(&mut h);
+        r.kind.hash(&mut h);
     }
     format!("{:016X}", h.finish())
 }
@@ -268,11 +269,11 @@ fn gv_hash(reg: &Registry, group: &str, version: &str, generation: u64) -> Strin
 pub(crate) fn openapi_root(reg: &Registry, generation: u64) -> Value {
     let mut paths = serde_json::Map::new();
     for g in reg.groups() {
-        for (v, _) in &g.versions {
+        for (v, resources) in &g.versions {
             let key = gv_key(&g.name, v);
             paths.insert(
                 key.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={}", gv_hash(reg, &g.name, v, generation))}),
+                json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={}", gv_hash(resources, generation))}),
             );
         }
     }
