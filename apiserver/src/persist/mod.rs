@@ -38,8 +38,11 @@ const OBJECTS: TableDefinition<&str, &[u8]> = TableDefinition::new("objects");
 /// Counters; `rv` is the highest resourceVersion ever committed.
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 
-/// Most writes folded into one transaction.
+/// Most writes folded into one transaction, and most bytes of their
+/// objects' JSON (a transaction is held in memory until committed: 4,096
+/// writes of 3 MiB objects would be 12 GiB).
 const BATCH: usize = 4096;
+const BATCH_BYTES: usize = 64 << 20;
 
 /// Why the database could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
@@ -291,15 +294,32 @@ impl Persister {
 /// failed, and it may build on a write of that batch.
 const DISCARDED: &str = "an earlier write it may depend on could not be persisted";
 
+/// `first` and what else is queued, up to `max_ops` operations and until
+/// they write `max_bytes` (at least `first`, whatever its size).
+fn next_batch<T>(
+    first: T,
+    rx: &mut mpsc::UnboundedReceiver<T>,
+    bytes_of: impl Fn(&T) -> usize,
+    max_ops: usize,
+    max_bytes: usize,
+) -> Vec<T> {
+    let mut bytes = bytes_of(&first);
+    let mut batch = vec![first];
+    while batch.len() < max_ops && bytes < max_bytes {
+        match rx.try_recv() {
+            Ok(op) => {
+                bytes += bytes_of(&op);
+                batch.push(op);
+            }
+            Err(_) => break,
+        }
+    }
+    batch
+}
+
 fn writer_loop(db: Database, mut rx: mpsc::UnboundedReceiver<PersistOp>, shared: &ServerState) {
     while let Some(first) = rx.blocking_recv() {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(op) => batch.push(op),
-                Err(_) => break,
-            }
-        }
+        let batch = next_batch(first, &mut rx, PersistOp::bytes, BATCH, BATCH_BYTES);
         // Only this thread changes the epoch, so it cannot move meanwhile.
         let epoch = shared.objects.store.epoch();
         let (live, stale): (Vec<PersistOp>, Vec<PersistOp>) =
@@ -384,4 +404,23 @@ fn write_batch(db: &Database, batch: &[PersistOp]) -> Result<(), PersistError> {
     }
     tx.commit().map_err(db_err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_stops_at_its_operations_or_its_bytes() {
+        let (tx, mut rx) = mpsc::unbounded_channel::<usize>();
+        for _ in 0..100 {
+            tx.send(1 << 20).unwrap();
+        }
+        let batch = next_batch(1 << 20, &mut rx, |b| *b, BATCH, 8 << 20);
+        assert_eq!(batch.len(), 8, "8 MiB of 1 MiB writes");
+        let batch = next_batch(0, &mut rx, |b| *b, 5, usize::MAX);
+        assert_eq!(batch.len(), 5);
+        let huge = next_batch(64 << 20, &mut rx, |b| *b, BATCH, 8 << 20);
+        assert_eq!(huge.len(), 1, "a write past the bytes alone");
+    }
 }

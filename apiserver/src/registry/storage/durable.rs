@@ -59,4 +59,12 @@ impl PersistOp {
             PersistOp::Write { epoch, .. } | PersistOp::Rv { epoch, .. } => *epoch,
         }
     }
+
+    /// The bytes of object JSON it writes.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            PersistOp::Write { event, .. } => event.object.len(),
+            PersistOp::Rv { .. } => 0,
+        }
+    }
 }
