@@ -17,11 +17,61 @@ use crate::values::meta_str;
 
 const MANAGER: &str = "garbage-collector";
 
-/// Runs until the channel closes (server shutdown).
+/// Events handled together, at most.
+const BATCH: usize = 4096;
+
+/// Runs until the channel closes (server shutdown). What is queued is
+/// taken in batches, each object's superseded events dropped
+/// ([`coalesce`]), and handled off the async workers: a slow collection
+/// (a foreground deletion with many dependents) neither stalls requests
+/// nor lets every update queued meanwhile be handled, and held, one by one.
 pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
-    while let Some(ev) = rx.recv().await {
-        handle(&objects, &ev);
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(ev) => batch.push(ev),
+                Err(_) => break,
+            }
+        }
+        let batch = coalesce(batch);
+        let objects = objects.clone();
+        let handled = tokio::task::spawn_blocking(move || {
+            for ev in &batch {
+                handle(&objects, ev);
+            }
+        })
+        .await;
+        if let Err(e) = handled {
+            tracing::error!(error = %e, "garbage collection batch failed");
+        }
     }
+}
+
+/// `events` (in commit order) without those a later event of the same
+/// object supersedes: collection reacts to an object's latest state, so
+/// of its additions and modifications only the last counts, and a
+/// deletion makes the ones before it moot. Deletions are all kept (each
+/// frees its dependents and owners).
+fn coalesce(events: Vec<Arc<Event>>) -> Vec<Arc<Event>> {
+    use std::collections::HashMap;
+    let mut latest: HashMap<(&GroupResource, &str, &str), usize> = HashMap::new();
+    let mut superseded = vec![false; events.len()];
+    for (i, ev) in events.iter().enumerate() {
+        let key = (&ev.resource, ev.namespace.as_str(), ev.name.as_str());
+        if let Some(before) = latest.insert(key, i)
+            && events[before].etype != EventType::Deleted
+        {
+            superseded[before] = true;
+        }
+    }
+    drop(latest);
+    events
+        .into_iter()
+        .zip(superseded)
+        .filter(|(_, gone)| !gone)
+        .map(|(ev, _)| ev)
+        .collect()
 }
 
 fn has_finalizer(obj: &Value, f: &str) -> bool {
@@ -237,5 +287,40 @@ fn cleanup_crd(objects: &Objects, crd: &Value) {
         {
             delete(objects, &storage, &ns, &name, "Background");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn event(rv: u64, etype: EventType, name: &str) -> Arc<Event> {
+        let object = json!({"metadata": {"name": name}});
+        Event::added(rv, GroupResource::new("", "configmaps"), object).retyped(etype)
+    }
+
+    #[test]
+    fn an_objects_superseded_events_are_dropped_and_deletions_kept() {
+        let events = vec![
+            event(1, EventType::Added, "a"),
+            event(2, EventType::Modified, "a"),
+            event(3, EventType::Modified, "b"),
+            event(4, EventType::Modified, "a"),
+            event(5, EventType::Deleted, "b"),
+            event(6, EventType::Added, "b"),
+            event(7, EventType::Deleted, "c"),
+        ];
+        let kept: Vec<u64> = coalesce(events).iter().map(|e| e.rv).collect();
+        assert_eq!(kept, vec![4, 5, 6, 7]);
+        let many: Vec<Arc<Event>> = (0..1000)
+            .map(|rv| event(rv, EventType::Modified, "hot"))
+            .collect();
+        assert_eq!(
+            coalesce(many).len(),
+            1,
+            "a thousand updates of one object are one"
+        );
     }
 }

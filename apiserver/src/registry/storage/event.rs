@@ -44,6 +44,20 @@ pub(crate) struct Event {
 }
 
 impl Event {
+    /// This event as one of type `etype`, for tests.
+    #[cfg(test)]
+    pub(crate) fn retyped(&self, etype: EventType) -> Arc<Event> {
+        Arc::new(Event {
+            rv: self.rv,
+            etype,
+            resource: self.resource.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            object: self.object.clone(),
+            prev: self.prev.clone(),
+        })
+    }
+
     /// An ADDED event of `object` at `rv`, for tests of what watchers see.
     #[cfg(test)]
     pub(crate) fn added(rv: u64, resource: GroupResource, object: Value) -> Arc<Event> {
