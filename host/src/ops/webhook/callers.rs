@@ -11,15 +11,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
 
 use super::certs::CertError;
-
-/// The most certificates a client CA file may hold.
-const MAX_CERTS: usize = 512;
+use crate::meta::pem::certificates;
 
 /// Where the client CA comes from.
 #[derive(Debug, Clone, Copy)]
@@ -45,19 +41,10 @@ pub fn verifier(
         message,
     };
     let mut roots = rustls::RootCertStore::empty();
-    for (i, cert) in CertificateDer::pem_slice_iter(&pem).enumerate() {
-        if i >= MAX_CERTS {
-            return Err(err(format!("more than {MAX_CERTS} certificates")));
-        }
-        let cert = cert.map_err(|e| err(format!("certificate {}: {e}", i + 1)))?;
+    for (i, cert) in certificates(&pem).map_err(err)?.into_iter().enumerate() {
         roots
             .add(cert)
             .map_err(|e| err(format!("certificate {}: {e}", i + 1)))?;
-    }
-    if roots.is_empty() {
-        return Err(err(
-            "no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into(),
-        ));
     }
     WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()

@@ -56,34 +56,14 @@ impl<T: AsyncRead + AsyncWrite + Send + Unpin> Stream for T {}
 static TLS: LazyLock<Result<Arc<rustls::ClientConfig>, String>> =
     LazyLock::new(|| tls_config(None));
 
-/// The most bytes and certificates of a CA bundle (`runtime.caBundle`).
-const MAX_CA_BUNDLE: usize = 1 << 20;
-const MAX_CA_CERTS: usize = 512;
-
 /// TLS settings trusting the platform's roots and, when given, the
 /// certificates of `ca_bundle` (PEM): an internal CA's servers. The error
 /// says what is wrong with the bundle.
 pub fn tls_config(ca_bundle: Option<&[u8]>) -> Result<Arc<rustls::ClientConfig>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut extra = Vec::new();
-    if let Some(pem) = ca_bundle {
-        if pem.len() > MAX_CA_BUNDLE {
-            return Err(format!(
-                "{} bytes, past the ceiling of {MAX_CA_BUNDLE}",
-                pem.len()
-            ));
-        }
-        for (i, cert) in CertificateDer::pem_slice_iter(pem).enumerate() {
-            if i >= MAX_CA_CERTS {
-                return Err(format!("more than {MAX_CA_CERTS} certificates"));
-            }
-            extra.push(cert.map_err(|e| format!("certificate {}: {e}", i + 1))?);
-        }
-        if extra.is_empty() {
-            return Err("no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into());
-        }
-    }
+    let extra = match ca_bundle {
+        Some(pem) => crate::meta::pem::certificates(pem)?,
+        None => Vec::new(),
+    };
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier =
         rustls_platform_verifier::Verifier::new_with_extra_roots(extra, provider.clone())
