@@ -55,31 +55,26 @@ pub(crate) fn validate_namespace(ns: &str) -> Vec<Cause> {
 
 /// Validates a name (`field` is where it came from, e.g. `metadata.name`).
 pub(crate) fn validate_name(name: &str, rule: NameRule, field: &str) -> Vec<Cause> {
-    let mut out = Vec::new();
-    let mut rule_of = |check: fn(&str) -> Result<(), NameError>| {
-        if let Err(e) = check(name) {
-            out.push(invalid(field, name, &e.to_string()));
-        }
-    };
+    let mut out = Causes::default();
     match rule {
-        NameRule::Subdomain => rule_of(names::dns1123_subdomain),
-        NameRule::Label => rule_of(names::dns1123_label),
-        NameRule::Dns1035 => rule_of(names::dns1035_label),
+        NameRule::Subdomain => check(&mut out, field, name, names::dns1123_subdomain),
+        NameRule::Label => check(&mut out, field, name, names::dns1123_label),
+        NameRule::Dns1035 => check(&mut out, field, name, names::dns1035_label),
         NameRule::Path => {
             if name == "." || name == ".." {
-                out.push(invalid(field, name, &format!("may not be '{name}'")));
+                out.add(|| invalid(field, name, &format!("may not be '{name}'")));
             }
             for bad in ["/", "%"] {
                 if name.contains(bad) {
-                    out.push(invalid(field, name, &format!("may not contain '{bad}'")));
+                    out.add(|| invalid(field, name, &format!("may not contain '{bad}'")));
                 }
             }
             if name.chars().any(char::is_control) {
-                out.push(invalid(field, name, "may not contain control characters"));
+                out.add(|| invalid(field, name, "may not contain control characters"));
             }
         }
     }
-    out
+    out.into_vec()
 }
 
 /// Validates labels and annotations keys/values and basic metadata types,
