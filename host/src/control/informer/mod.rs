@@ -407,14 +407,12 @@ impl Objects {
             return None;
         }
         let changed = self
-            .by_namespace
-            .values()
-            .flatten()
-            .filter(|n| n.1 >= since)
-            .map(|n| ObjectEvent {
-                object: n.0.clone(),
+            .iter_numbered()
+            .filter(|(_, seq)| *seq >= since)
+            .map(|(object, seq)| ObjectEvent {
+                object: object.clone(),
                 deleted: false,
-                seq: n.1,
+                seq,
             });
         let deleted =
             self.tombstones
@@ -441,9 +439,7 @@ impl Objects {
     }
 
     fn iter(&self) -> impl Iterator<Item = &Arc<CachedObject>> {
-        self.by_namespace
-            .values()
-            .flat_map(|names| names.iter().map(|n| &n.0))
+        self.iter_numbered().map(|(object, _)| object)
     }
 
     /// Each object with the number of its last change.
