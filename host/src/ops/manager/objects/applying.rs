@@ -28,11 +28,17 @@ pub(super) struct Applying {
     config: PluginConfig,
     outcome: futures::future::Shared<futures::future::BoxFuture<'static, Outcome>>,
     abort: tokio::task::AbortHandle,
-    /// (finished, abandoned): a reconcile that stops waiting marks it
-    /// abandoned, and the apply then queues the object again when it ends;
-    /// one that got its outcome handled it, so it is not queued again (a
-    /// transient failure then waits for its backoff).
-    ends: Arc<Mutex<(bool, bool)>>,
+    ends: Arc<Mutex<Ends>>,
+}
+
+/// How an apply and the reconciles waiting for it part: a reconcile that
+/// stops waiting marks it abandoned, and the apply then queues the object
+/// again when it ends; one that got its outcome handled it, so it is not
+/// queued again (a transient failure then waits for its backoff).
+#[derive(Default)]
+struct Ends {
+    finished: bool,
+    abandoned: bool,
 }
 
 impl ObjectPlugins {
@@ -71,7 +77,7 @@ impl Host {
                         old.abort.abort();
                     }
                     let (host, tried, key) = (self.clone(), config.clone(), name.clone());
-                    let ends = Arc::new(Mutex::new((false, false)));
+                    let ends = Arc::new(Mutex::new(Ends::default()));
                     let ended = ends.clone();
                     let task = tokio::spawn(async move {
                         let Some(objects) = &host.objects else {
@@ -79,8 +85,8 @@ impl Host {
                         };
                         let outcome = host.apply_object(objects, tried).await;
                         let mut ended = ended.lock().unwrap();
-                        ended.0 = true;
-                        if ended.1 {
+                        ended.finished = true;
+                        if ended.abandoned {
                             objects.queue.add(ObjectKey::cluster(key));
                         }
                         outcome
@@ -117,8 +123,8 @@ impl Host {
             Err(_) => {
                 let ended = {
                     let mut ends = ends.lock().unwrap();
-                    ends.1 = !ends.0;
-                    ends.0
+                    ends.abandoned = !ends.finished;
+                    ends.finished
                 };
                 if !ended {
                     return None;
