@@ -101,7 +101,8 @@ where
     }
 
     /// Whether the series of `labels` exists.
-    pub fn contains(&self, labels: &L) -> bool {
+    #[cfg(test)]
+    fn contains(&self, labels: &L) -> bool {
         self.family.get(labels).is_some()
     }
 
