@@ -3,6 +3,7 @@
 //! orphan), namespace termination and CRD instance cleanup. They react to
 //! every committed event, delivered reliably over an unbounded channel.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -26,6 +27,7 @@ const BATCH: usize = 4096;
 /// (a foreground deletion with many dependents) neither stalls requests
 /// nor lets every update queued meanwhile be handled, and held, one by one.
 pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
+    let mut collector = Collector::new(objects.clone());
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < BATCH {
@@ -35,16 +37,20 @@ pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<A
             }
         }
         let batch = coalesce(batch);
-        let objects = objects.clone();
         let handled = tokio::task::spawn_blocking(move || {
-            for ev in &batch {
-                handle(&objects, ev);
-            }
+            collector.batch(&batch);
+            collector
         })
         .await;
-        if let Err(e) = handled {
-            tracing::error!(error = %e, "garbage collection batch failed");
-        }
+        collector = match handled {
+            Ok(collector) => collector,
+            Err(e) => {
+                // What it remembered is an optimization: owners still
+                // deleting are walked again on their next change.
+                tracing::error!(error = %e, "garbage collection batch failed");
+                Collector::new(objects.clone())
+            }
+        };
     }
 }
 
@@ -54,7 +60,6 @@ pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<A
 /// deletion makes the ones before it moot. Deletions are all kept (each
 /// frees its dependents and owners).
 fn coalesce(events: Vec<Arc<Event>>) -> Vec<Arc<Event>> {
-    use std::collections::HashMap;
     let mut latest: HashMap<(&GroupResource, &str, &str), usize> = HashMap::new();
     let mut superseded = vec![false; events.len()];
     for (i, ev) in events.iter().enumerate() {
@@ -92,56 +97,195 @@ fn namespace_key() -> GroupResource {
     GroupResource::new("", "namespaces")
 }
 
-/// Reacts to one event. Most events are of objects not being deleted:
-/// those are passed over without parsing their JSON.
-pub(crate) fn handle(objects: &Objects, ev: &Event) {
-    match ev.etype {
-        EventType::Deleted => {
-            let (uid, owners) = storage::uid_and_owners(&ev.object);
-            if let Some(uid) = uid.filter(|u| !u.is_empty()) {
-                collect_dependents(objects, &uid);
-            }
-            // Owners waiting in foreground deletion may now be free.
-            for ouid in &owners {
-                check_foreground_by_uid(objects, ouid);
-            }
-            if !ev.namespace.is_empty() {
-                check_namespace(objects, &ev.namespace);
-            }
-            // A custom resource gone may free its terminating CRD.
-            let crd_name = format!("{}.{}", ev.resource.resource, ev.resource.group);
-            if !ev.resource.group.is_empty()
-                && !objects.store.has_any(&ev.resource)
-                && let Some(crd) = objects.store.get(&crd_key(), "", &crd_name)
-                && deleting(&crd.obj)
-                && let Some(info) = objects.info_for(&crd_key())
-            {
-                objects.remove_finalizer(&info, "", &crd_name, CRD_CLEANUP_FINALIZER);
-            }
+/// The garbage collector, with what it remembers between batches.
+pub(crate) struct Collector {
+    objects: Arc<Objects>,
+    /// Owners in foreground deletion whose dependents were already asked
+    /// to go, with the owner's namespace: a later change to such an owner
+    /// (its other finalizers, a patch loop) does not walk its dependents
+    /// again, and a dependent that names it afterwards is deleted as it
+    /// arrives. Holds only objects being deleted, so the store bounds it.
+    waiting: HashMap<String, String>,
+}
+
+impl Collector {
+    pub(crate) fn new(objects: Arc<Objects>) -> Self {
+        Collector {
+            objects,
+            waiting: HashMap::new(),
         }
-        EventType::Added | EventType::Modified => {
-            if !storage::mentions(&ev.object, b"\"deletionTimestamp\"") {
-                return;
+    }
+
+    /// Handles `events` in order, then the owners whose last blocking
+    /// dependent went meanwhile.
+    pub(crate) fn batch(&mut self, events: &[Arc<Event>]) {
+        for ev in events {
+            self.handle(ev);
+        }
+        for uid in self.objects.store.take_released() {
+            check_foreground_by_uid(&self.objects, &uid);
+        }
+    }
+
+    /// Reacts to one event. Most events are of objects not being deleted:
+    /// those are passed over without parsing their JSON.
+    fn handle(&mut self, ev: &Event) {
+        let objects = Arc::clone(&self.objects);
+        let objects = &*objects;
+        match ev.etype {
+            EventType::Deleted => {
+                let (uid, _) = storage::uid_and_owners(&ev.object);
+                if let Some(uid) = uid.filter(|u| !u.is_empty()) {
+                    self.waiting.remove(&uid);
+                    collect_dependents(objects, &uid);
+                }
+                if !ev.namespace.is_empty() {
+                    check_namespace(objects, &ev.namespace);
+                }
+                // A custom resource gone may free its terminating CRD.
+                let crd_name = format!("{}.{}", ev.resource.resource, ev.resource.group);
+                if !ev.resource.group.is_empty()
+                    && !objects.store.has_any(&ev.resource)
+                    && let Some(crd) = objects.store.get(&crd_key(), "", &crd_name)
+                    && deleting(&crd.obj)
+                    && let Some(info) = objects.info_for(&crd_key())
+                {
+                    objects.remove_finalizer(&info, "", &crd_name, CRD_CLEANUP_FINALIZER);
+                }
             }
-            let obj = &ev.value();
-            if !deleting(obj) {
-                return;
-            }
-            let uid = meta_str(obj, "uid").unwrap_or("").to_string();
-            if has_finalizer(obj, ORPHAN) {
-                orphan(objects, ev, &uid);
-            }
-            if has_finalizer(obj, FOREGROUND) {
-                foreground(objects, ev, &uid);
-            }
-            if ev.resource == namespace_key() {
-                terminate_namespace(objects, &ev.name);
-            }
-            if ev.resource == crd_key() && has_finalizer(obj, CRD_CLEANUP_FINALIZER) {
-                cleanup_crd(objects, obj);
+            EventType::Added | EventType::Modified => {
+                if !self.waiting.is_empty() && storage::mentions(&ev.object, b"\"ownerReferences\"")
+                {
+                    self.late_dependent(ev);
+                }
+                if !storage::mentions(&ev.object, b"\"deletionTimestamp\"") {
+                    return;
+                }
+                let obj = &ev.value();
+                if !deleting(obj) {
+                    return;
+                }
+                let uid = meta_str(obj, "uid").unwrap_or("").to_string();
+                if has_finalizer(obj, ORPHAN) {
+                    orphan(objects, ev, &uid);
+                }
+                if has_finalizer(obj, FOREGROUND) {
+                    self.foreground(ev, &uid);
+                } else {
+                    self.waiting.remove(&uid);
+                }
+                if ev.resource == namespace_key() {
+                    terminate_namespace(objects, &ev.name);
+                }
+                if ev.resource == crd_key() && has_finalizer(obj, CRD_CLEANUP_FINALIZER) {
+                    cleanup_crd(objects, obj);
+                }
             }
         }
     }
+
+    /// An object written while an owner it names waits in foreground
+    /// deletion goes too, as the owner's dependents did.
+    fn late_dependent(&self, ev: &Event) {
+        let (_, owners) = storage::uid_and_owners(&ev.object);
+        let owned = owners.iter().any(|o| {
+            self.waiting
+                .get(&o.uid)
+                .is_some_and(|owner_ns| owns(owner_ns, &ev.namespace))
+        });
+        if owned && !storage::is_deleting(&ev.object) {
+            delete(
+                &self.objects,
+                &ev.resource,
+                &ev.namespace,
+                &ev.name,
+                "Foreground",
+            );
+        }
+    }
+
+    /// A foreground deletion: the owner's dependents are deleted (once per
+    /// owner), and it goes when none that blocks it is left. A dependent
+    /// that waits for its own dependents while one of those waits too is
+    /// in an ownership cycle: its references stop blocking, as
+    /// kube-apiserver's collector does, so the cycle can end.
+    fn foreground(&mut self, ev: &Event, uid: &str) {
+        let objects = &*self.objects;
+        if !self.waiting.contains_key(uid) {
+            self.waiting.insert(uid.to_string(), ev.namespace.clone());
+            for (gr, (ns, name)) in objects.store.dependents(uid) {
+                if !owns(&ev.namespace, &ns) {
+                    continue;
+                }
+                let Some(dep) = objects.store.get(&gr, &ns, &name) else {
+                    continue;
+                };
+                if !deleting(&dep.obj) {
+                    delete(objects, &gr, &ns, &name, "Foreground");
+                } else if has_finalizer(&dep.obj, FOREGROUND)
+                    && waits_on_a_waiter(objects, &dep.obj)
+                {
+                    unblock(objects, &gr, &ns, &name);
+                }
+            }
+        }
+        if !objects.store.blocks_deletion(uid, &ev.namespace)
+            && let Some(info) = objects.info_for(&ev.resource)
+        {
+            objects.remove_finalizer(&info, &ev.namespace, &ev.name, FOREGROUND);
+        }
+    }
+}
+
+/// Whether an owner in `owner_ns` (empty: cluster-scoped) may own an
+/// object in `dependent_ns`: a namespaced owner's reference from another
+/// namespace is invalid, as in Kubernetes.
+fn owns(owner_ns: &str, dependent_ns: &str) -> bool {
+    owner_ns.is_empty() || owner_ns == dependent_ns
+}
+
+/// Whether one of `obj`'s dependents is itself waiting for its own.
+fn waits_on_a_waiter(objects: &Objects, obj: &Value) -> bool {
+    let Some(uid) = meta_str(obj, "uid") else {
+        return false;
+    };
+    objects
+        .store
+        .dependents(uid)
+        .into_iter()
+        .any(|(gr, (ns, name))| {
+            objects
+                .store
+                .get(&gr, &ns, &name)
+                .is_some_and(|d| deleting(&d.obj) && has_finalizer(&d.obj, FOREGROUND))
+        })
+}
+
+/// Sets `blockOwnerDeletion` to false in every ownerReference of an object.
+fn unblock(objects: &Objects, gr: &GroupResource, ns: &str, name: &str) {
+    let Some(info) = objects.info_for(gr) else {
+        return;
+    };
+    objects.mutate_object(&info, ns, name, MANAGER, |cur| {
+        let refs = cur["metadata"]["ownerReferences"].as_array()?;
+        if !refs.iter().any(|r| r["blockOwnerDeletion"] == true) {
+            return None;
+        }
+        let unblocked: Vec<Value> = refs
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                if r["blockOwnerDeletion"] == true {
+                    r["blockOwnerDeletion"] = Value::Bool(false);
+                }
+                r
+            })
+            .collect();
+        let mut new = cur.clone();
+        crate::values::metadata_mut(&mut new)
+            .insert("ownerReferences".into(), Value::Array(unblocked));
+        Some(new)
+    });
 }
 
 fn delete(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, policy: &str) {
@@ -218,23 +362,6 @@ fn orphan(objects: &Objects, ev: &Event, uid: &str) {
     }
 }
 
-fn foreground(objects: &Objects, ev: &Event, uid: &str) {
-    let deps = objects.store.dependents(uid);
-    if deps.is_empty() {
-        if let Some(info) = objects.info_for(&ev.resource) {
-            objects.remove_finalizer(&info, &ev.namespace, &ev.name, FOREGROUND);
-        }
-        return;
-    }
-    for (gr, (ns, name)) in deps {
-        if let Some(dep) = objects.store.get(&gr, &ns, &name)
-            && !deleting(&dep.obj)
-        {
-            delete(objects, &gr, &ns, &name, "Foreground");
-        }
-    }
-}
-
 fn check_foreground_by_uid(objects: &Objects, uid: &str) {
     let Some((gr, (ns, name))) = objects.store.locate_uid(uid) else {
         return;
@@ -244,7 +371,7 @@ fn check_foreground_by_uid(objects: &Objects, uid: &str) {
     };
     if deleting(&owner.obj)
         && has_finalizer(&owner.obj, FOREGROUND)
-        && !objects.store.has_dependents(uid)
+        && !objects.store.blocks_deletion(uid, &ns)
         && let Some(info) = objects.info_for(&gr)
     {
         objects.remove_finalizer(&info, &ns, &name, FOREGROUND);

@@ -880,13 +880,15 @@ async fn garbage_collection_and_namespace_deletion() {
     })
     .await;
 
-    // Foreground: the owner waits for its dependents.
+    // Foreground: the owner waits for its blocking dependents.
     let owner = api
         .create(&PostParams::default(), &cm("owner2", &[]))
         .await
         .unwrap();
     let mut child = cm("child2", &[]);
-    child.metadata.owner_references = Some(vec![owner.controller_owner_ref(&()).unwrap()]);
+    let mut blocking = owner.controller_owner_ref(&()).unwrap();
+    blocking.block_owner_deletion = Some(true);
+    child.metadata.owner_references = Some(vec![blocking]);
     child.metadata.finalizers = Some(vec!["example.com/hold".into()]);
     api.create(&PostParams::default(), &child).await.unwrap();
     api.delete("owner2", &DeleteParams::foreground())

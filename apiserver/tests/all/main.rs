@@ -4,6 +4,7 @@
 //! with `--features testing`.
 
 mod bad_input;
+mod collection;
 mod common;
 #[cfg(feature = "testing")]
 mod faults;

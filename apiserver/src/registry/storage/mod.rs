@@ -47,6 +47,6 @@ pub(crate) use json::{
     api_version as api_version_of, decode as parse_json, decode_arc as parse_json_arc, mentions,
     uid_and_owners,
 };
-pub(crate) use state::{HISTORY_LEN, ObjKey, Stored};
+pub(crate) use state::{HISTORY_LEN, ObjKey, Stored, is_deleting};
 pub(crate) use store::Store;
 pub(crate) use watch::WatchFrom;

@@ -42,13 +42,15 @@ impl Store {
         self.lock().uids.get(uid)
     }
 
-    /// Whether any object's ownerReferences name `uid` (without copying
-    /// them: a cascade asks this once per dependent deleted).
-    pub(crate) fn has_dependents(&self, uid: &str) -> bool {
+    /// Whether a foreground deletion of the owner `uid`, in namespace
+    /// `owner_ns` (empty: cluster-scoped), still waits: some object names
+    /// it with `blockOwnerDeletion: true`, from the owner's namespace if it
+    /// has one. Counted, not copied: a cascade asks once per dependent.
+    pub(crate) fn blocks_deletion(&self, uid: &str, owner_ns: &str) -> bool {
         self.lock()
             .dependents
             .get(uid)
-            .is_some_and(|s| !s.is_empty())
+            .is_some_and(|d| d.block(owner_ns))
     }
 
     /// Objects whose ownerReferences name `uid`.
@@ -56,8 +58,17 @@ impl Store {
         self.lock()
             .dependents
             .get(uid)
-            .map(|s| s.iter().cloned().collect())
+            .map(|d| d.all.iter().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Owners whose blocking dependents of some namespace all went since
+    /// the last call (each once; see [`Store::blocks_deletion`]).
+    pub(crate) fn take_released(&self) -> Vec<String> {
+        let mut released = std::mem::take(&mut self.lock().released);
+        released.sort_unstable();
+        released.dedup();
+        released
     }
 
     /// Keys of every object in namespace `ns`, across all resources.

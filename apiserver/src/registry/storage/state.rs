@@ -101,7 +101,12 @@ pub(super) struct State {
     /// Where each object is, by uid.
     pub(super) uids: UidIndex,
     /// owner uid → dependents that name it in ownerReferences.
-    pub(super) dependents: HashMap<String, BTreeSet<(GroupResource, ObjKey)>>,
+    pub(super) dependents: HashMap<String, Dependents>,
+    /// Owners the last of whose blocking dependents in some namespace went
+    /// (deleted, unblocked or re-owned) since the garbage collector last
+    /// took them: a foreground deletion waiting on them may be done. Kept
+    /// only while the collector runs.
+    pub(super) released: Vec<String>,
     /// With persistence: the newest not-yet-durable state per key.
     pub(super) staged: HashMap<(GroupResource, ObjKey), StagedEntry>,
     /// Bumped by every failed batch.
@@ -112,6 +117,28 @@ pub(super) struct State {
     pub(super) persist: Option<mpsc::UnboundedSender<PersistOp>>,
     /// The garbage collector's queue; None after shutdown.
     pub(super) gc: Option<mpsc::UnboundedSender<Arc<Event>>>,
+}
+
+/// The objects whose ownerReferences name one owner.
+#[derive(Default)]
+pub(super) struct Dependents {
+    pub(super) all: BTreeSet<(GroupResource, ObjKey)>,
+    /// How many of them, by their namespace, have `blockOwnerDeletion`.
+    blocking: BTreeMap<String, u32>,
+}
+
+impl Dependents {
+    /// Whether an owner in namespace `owner_ns` (empty: cluster-scoped)
+    /// waits for any of these in a foreground deletion. A namespaced
+    /// owner's reference from another namespace is invalid, as it is to
+    /// kube-apiserver's collector, so it holds nothing.
+    pub(super) fn block(&self, owner_ns: &str) -> bool {
+        if owner_ns.is_empty() {
+            !self.blocking.is_empty()
+        } else {
+            self.blocking.contains_key(owner_ns)
+        }
+    }
 }
 
 /// Where each object is, by uid, in an entry per object that is small at a
@@ -192,7 +219,7 @@ pub(super) fn namespace_key() -> GroupResource {
 
 /// Whether the stored object `json` is being deleted; parsed only when the
 /// bytes could say so.
-pub(super) fn is_deleting(json: &[u8]) -> bool {
+pub(crate) fn is_deleting(json: &[u8]) -> bool {
     json::mentions(json, b"\"deletionTimestamp\"")
         && json::decode(json)
             .get("metadata")
@@ -230,11 +257,24 @@ impl State {
             self.uids.remove(&uid);
         }
         for owner in owners {
-            if let Some(set) = self.dependents.get_mut(&owner) {
-                set.remove(&(gr.clone(), key.clone()));
-                if set.is_empty() {
-                    self.dependents.remove(&owner);
+            let Some(deps) = self.dependents.get_mut(&owner.uid) else {
+                continue;
+            };
+            let was_there = deps.all.remove(&(gr.clone(), key.clone()));
+            if was_there
+                && owner.blocks
+                && let Some(n) = deps.blocking.get_mut(&key.0)
+            {
+                *n -= 1;
+                if *n == 0 {
+                    deps.blocking.remove(&key.0);
+                    if self.gc.is_some() {
+                        self.released.push(owner.uid.clone());
+                    }
                 }
+            }
+            if deps.all.is_empty() {
+                self.dependents.remove(&owner.uid);
             }
         }
     }
@@ -245,10 +285,11 @@ impl State {
             self.uids.insert(&uid, gr, key);
         }
         for owner in owners {
-            self.dependents
-                .entry(owner)
-                .or_default()
-                .insert((gr.clone(), key.clone()));
+            let deps = self.dependents.entry(owner.uid).or_default();
+            // An object naming one owner twice is indexed once.
+            if deps.all.insert((gr.clone(), key.clone())) && owner.blocks {
+                *deps.blocking.entry(key.0.clone()).or_default() += 1;
+            }
         }
     }
 

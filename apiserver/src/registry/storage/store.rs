@@ -88,6 +88,7 @@ impl Store {
         let mut st = self.lock();
         st.persist = None;
         st.gc = None;
+        st.released = Vec::new();
     }
 
     /// Restores objects loaded from disk, and the resourceVersion they reached.

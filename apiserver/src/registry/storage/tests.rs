@@ -240,6 +240,61 @@ fn updates_and_deletes_move_the_indexes() {
     assert!(s.locate_uid("u-child").is_none());
 }
 
+#[test]
+fn blocking_dependents_are_counted_by_namespace_and_their_owners_released() {
+    let s = store();
+    let (gc, _rx) = mpsc::unbounded_channel();
+    s.set_gc(gc);
+    for ns in ["a", "b"] {
+        s.commit(
+            &GroupResource::new("", "namespaces"),
+            "",
+            ns,
+            Expect::Absent,
+            Change::Put(json!({"metadata": {"name": ns}})),
+            false,
+        )
+        .unwrap();
+    }
+    let gr = GroupResource::new("", "configmaps");
+    let put = |ns: &str, name: &str, refs: Value| {
+        let mut child = cm(name);
+        child["metadata"]["uid"] = json!(format!("u-{ns}-{name}"));
+        child["metadata"]["ownerReferences"] = refs;
+        let expect = match s.get(&gr, ns, name) {
+            Some(cur) => Expect::Rv(cur.rv),
+            None => Expect::Absent,
+        };
+        s.commit(&gr, ns, name, expect, Change::Put(child), false)
+            .unwrap();
+    };
+    let blocking = json!([{"uid": "u-owner", "blockOwnerDeletion": true}]);
+    put("a", "one", blocking.clone());
+    put("b", "two", blocking.clone());
+    put("a", "free", json!([{"uid": "u-owner"}]));
+    assert!(s.blocks_deletion("u-owner", "a"));
+    assert!(s.blocks_deletion("u-owner", ""), "a cluster-scoped owner");
+    assert!(!s.blocks_deletion("u-owner", "c"), "no dependent in c");
+    assert!(s.take_released().is_empty());
+
+    put(
+        "a",
+        "one",
+        json!([{"uid": "u-owner", "blockOwnerDeletion": false}]),
+    );
+    assert!(!s.blocks_deletion("u-owner", "a"));
+    assert!(s.blocks_deletion("u-owner", "b"));
+    assert_eq!(s.take_released(), vec!["u-owner".to_string()]);
+    assert!(s.take_released().is_empty(), "taken once");
+    assert_eq!(s.dependents("u-owner").len(), 3);
+
+    let cur = s.get(&gr, "b", "two").unwrap();
+    s.commit(&gr, "b", "two", Expect::Rv(cur.rv), Change::Delete, false)
+        .unwrap();
+    assert!(!s.blocks_deletion("u-owner", ""));
+    assert_eq!(s.take_released(), vec!["u-owner".to_string()]);
+}
+
 fn durable_store() -> (Store, mpsc::UnboundedReceiver<PersistOp>) {
     let s = store();
     let (tx, rx) = mpsc::unbounded_channel();
