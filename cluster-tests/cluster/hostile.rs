@@ -270,7 +270,7 @@ async fn a_component_with_many_memories_is_held_to_one_memory_limit() {
 /// The hostile plugin as its own shadow candidate, with the admin token
 /// set: the candidate's writes are answered in the host.
 fn shadowed(dir: &std::path::Path) -> String {
-    std::fs::write(dir.join("admin-token"), "s3cret\n").unwrap();
+    std::fs::write(dir.join("admin-token"), "s3cret-admin-token\n").unwrap();
     format!(
         r#"{}
     candidate:
@@ -291,7 +291,7 @@ async fn shadow_report(admin: std::net::SocketAddr) -> serde_json::Value {
         admin,
         "GET",
         "/plugins/hostile/shadow",
-        &[("Authorization", "Bearer s3cret")],
+        &[("Authorization", "Bearer s3cret-admin-token")],
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -379,25 +379,30 @@ async fn the_shadow_report_and_the_status_page_need_the_admin_token() {
         assert_eq!(admin::http_get(host.admin, page).await.0, 401, "{page}");
         let wrong = format!("{page}?token=wrong");
         assert_eq!(admin::http_get(host.admin, &wrong).await.0, 401, "{page}");
-        let (status, body) = admin::http_get(host.admin, &format!("{page}?token=s3cret")).await;
+        let (status, body) =
+            admin::http_get(host.admin, &format!("{page}?token=s3cret-admin-token")).await;
         assert_eq!(status, 200, "{page}: {body}");
         assert!(body.contains(r#"data-plugin="hostile""#), "{page}: {body}");
         let (status, _) = admin::http(
             host.admin,
             "GET",
             page,
-            &[("Authorization", "Bearer s3cret")],
+            &[("Authorization", "Bearer s3cret-admin-token")],
         )
         .await;
         assert_eq!(status, 200, "{page}");
     }
-    let (_, page) = admin::http_get(host.admin, "/?token=s3cret").await;
+    let (_, page) = admin::http_get(host.admin, "/?token=s3cret-admin-token").await;
     assert!(
-        page.contains("/status/fragment?token=s3cret"),
+        page.contains("/status/fragment?token=s3cret-admin-token"),
         "the page refreshes with its token"
     );
     // Only the pages a browser opens take the token in their query.
-    let (status, _) = admin::http_get(host.admin, "/plugins/hostile/shadow?token=s3cret").await;
+    let (status, _) = admin::http_get(
+        host.admin,
+        "/plugins/hostile/shadow?token=s3cret-admin-token",
+    )
+    .await;
     assert_eq!(status, 401);
     // Scrapers and probes stay open.
     assert_eq!(admin::http_get(host.admin, "/metrics").await.0, 200);
@@ -408,7 +413,7 @@ async fn the_shadow_report_and_the_status_page_need_the_admin_token() {
 /// Any web page a local browser opens can send requests to a loopback
 /// port. On a loopback admin address without a token, a request addressed
 /// to another name (a DNS rebinding page) is refused, and a POST from
-/// another site's page is refused; curl's requests, and the status page's
+/// another origin's page is refused; curl's requests, and the status page's
 /// own, are served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_port_refuses_what_a_page_of_another_site_sends() {
@@ -456,9 +461,18 @@ async fn the_admin_port_refuses_what_a_page_of_another_site_sends() {
     .await;
     assert_eq!(status, 403, "{text}");
     assert!(
-        text.contains("a POST from a page of another site"),
+        text.contains("a POST from a page of another origin"),
         "{text}"
     );
+    // Another port of the same machine is another origin (a local dev
+    // server's page, say).
+    let (status, text) = send(
+        "POST",
+        reload,
+        &format!("Host: 127.0.0.1:{port}\r\nOrigin: http://127.0.0.1:3000\r\n"),
+    )
+    .await;
+    assert_eq!(status, 403, "another port: {text}");
     let (status, text) = send(
         "POST",
         reload,

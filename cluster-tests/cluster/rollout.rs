@@ -447,7 +447,7 @@ async fn a_shadow_candidate_identical_to_stable_reports_no_divergence() {
 }
 
 fn canary_config(dir: &std::path::Path, candidate: &str) -> String {
-    std::fs::write(dir.join("admin-token"), "s3cret\n").unwrap();
+    std::fs::write(dir.join("admin-token"), "s3cret-admin-token\n").unwrap();
     format!(
         r#"
 apiVersion: wasmctrl.dev/v1alpha1
@@ -802,7 +802,7 @@ async fn a_canary_is_promoted_through_the_admin_api_with_the_token() {
         host.admin,
         "POST",
         "/plugins/mirror/promote",
-        &[("Authorization", "Bearer s3cret")],
+        &[("Authorization", "Bearer s3cret-admin-token")],
     )
     .await;
     assert_eq!(status, 200, "{body}");
@@ -819,7 +819,7 @@ async fn a_canary_is_promoted_through_the_admin_api_with_the_token() {
         host.admin,
         "POST",
         "/plugins/mirror/promote",
-        &[("Authorization", "Bearer s3cret")],
+        &[("Authorization", "Bearer s3cret-admin-token")],
     )
     .await;
     assert_eq!(status, 409, "a second promotion is refused: {body}");

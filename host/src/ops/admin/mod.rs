@@ -109,8 +109,9 @@ pub struct AdminError {
 ///
 /// # Browsers on the same machine
 /// Any web page a local browser opens can send requests to a loopback
-/// port. So a `POST` whose `Origin` is another site is refused (a page can
-/// send a POST without asking first), and on a loopback address without a
+/// port. So a `POST` whose `Origin` is not the admin server's own (another
+/// site, or another port of this machine: a page can send a POST without
+/// asking first) is refused, and on a loopback address without a
 /// token, a request addressed to another name (`Host`: a DNS rebinding
 /// page reaches the port under its own name) is refused too.
 ///
@@ -350,7 +351,7 @@ async fn require_token(
 }
 
 /// Refuses what a web page in a local browser could send: a `POST` from
-/// another site's page, and, when `loopback_only`, a request addressed to
+/// another origin's page, and, when `loopback_only`, a request addressed to
 /// a name other than a loopback one.
 async fn same_site(
     State(loopback_only): State<bool>,
@@ -367,7 +368,10 @@ async fn same_site(
     };
     let headers = request.headers();
     let text = |v: &axum::http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
-    let host = headers.get(header::HOST).map(|h| host_of(&text(h)));
+    let authority = headers
+        .get(header::HOST)
+        .map(|h| text(h).to_ascii_lowercase());
+    let host = authority.as_deref().map(host_of);
     let origin = headers.get(header::ORIGIN).map(text);
     if loopback_only
         && let Some(host) = &host
@@ -385,10 +389,17 @@ async fn same_site(
     if request.method() == axum::http::Method::POST
         && let Some(origin) = origin
     {
-        let origin_host = origin.split_once("://").map(|(_, rest)| host_of(rest));
-        if origin_host.is_none() || origin_host != host {
+        // Same origin, not same site: a page on another port of the same
+        // machine (a dev server, a notebook) is another origin. The admin
+        // server speaks plain HTTP, so its own pages' origin is
+        // `http://` and the authority the browser addressed.
+        let same_origin = origin
+            .to_ascii_lowercase()
+            .strip_prefix("http://")
+            .is_some_and(|rest| Some(rest) == authority.as_deref());
+        if !same_origin {
             return refuse(format!(
-                "a POST from a page of another site (Origin {}) is refused",
+                "a POST from a page of another origin (Origin {}) is refused",
                 quoted(&origin)
             ));
         }

@@ -113,6 +113,11 @@ pub enum ManagerError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "admin token file {path}: the token is {len} bytes without its surrounding whitespace; \
+         it must be at least {MIN_ADMIN_TOKEN} (an empty file would let any request in)"
+    )]
+    AdminTokenTooShort { path: PathBuf, len: usize },
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
     #[error(transparent)]
@@ -280,12 +285,7 @@ impl Manager {
             None => None,
         };
         let admin_token = match &config.admin.token_file {
-            Some(file) => {
-                let path = config.base_dir.join(file);
-                let token = std::fs::read_to_string(&path)
-                    .map_err(|source| ManagerError::AdminToken { path, source })?;
-                Some(token.trim().to_string())
-            }
+            Some(file) => Some(read_admin_token(&config.base_dir.join(file))?),
             None => None,
         };
         // With sharding every replica runs workers, for its shards' keys.
@@ -667,9 +667,43 @@ impl Host {
     }
 }
 
+/// The shortest admin token taken: the admin port counts no failed
+/// attempts, so a token must not be guessable, and an empty one would
+/// match an empty `?token=`.
+const MIN_ADMIN_TOKEN: usize = 16;
+
+/// The admin bearer token in `path`, without surrounding whitespace.
+fn read_admin_token(path: &std::path::Path) -> Result<String, ManagerError> {
+    let token = std::fs::read_to_string(path).map_err(|source| ManagerError::AdminToken {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let token = token.trim();
+    if token.len() < MIN_ADMIN_TOKEN {
+        return Err(ManagerError::AdminTokenTooShort {
+            path: path.to_path_buf(),
+            len: token.len(),
+        });
+    }
+    Ok(token.to_string())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::process_identity;
+    use super::{process_identity, read_admin_token};
+
+    #[test]
+    fn an_empty_or_short_admin_token_is_refused_and_a_long_one_trimmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        for short in ["", " \n", "s3cret\n"] {
+            std::fs::write(&path, short).unwrap();
+            let e = read_admin_token(&path).unwrap_err().to_string();
+            assert!(e.contains("at least 16") && e.contains("token"), "{e}");
+        }
+        std::fs::write(&path, "0123456789abcdef\n").unwrap();
+        assert_eq!(read_admin_token(&path).unwrap(), "0123456789abcdef");
+    }
 
     #[test]
     fn two_processes_of_one_host_and_pid_have_different_identities() {
