@@ -179,6 +179,31 @@ async fn a_restart_with_the_registry_down_starts_from_the_disk_cache() {
     let by_digest = oci_source(&pinned, None, cache.path());
     assert_eq!(by_digest.fetch().await.unwrap().digest, expected);
 
+    // Whoever can write the cache cannot change what runs for a digest: a
+    // record pointing the pinned manifest at another cached component (v2)
+    // is not believed, and neither is one naming another manifest.
+    let record = cache.path().join("refs").join(format!(
+        "{}.json",
+        digest(pinned.as_bytes()).trim_start_matches("sha256:")
+    ));
+    let honest = std::fs::read(&record).unwrap();
+    for (manifest, layer) in [
+        (manifest.clone(), file_digest(artifacts::STAMP_V2)),
+        (gone_manifest.clone(), expected.clone()),
+    ] {
+        let forged = serde_json::json!({
+            "reference": pinned, "manifest": manifest, "layer": layer,
+            "resolvedAt": "2026-01-01T00:00:00Z",
+        });
+        std::fs::write(&record, serde_json::to_vec(&forged).unwrap()).unwrap();
+        let err = oci_source(&pinned, None, cache.path())
+            .fetch()
+            .await
+            .expect_err("a forged record is not served");
+        assert!(matches!(err, SourceError::Unavailable { .. }), "{err:?}");
+    }
+    std::fs::write(&record, honest).unwrap();
+
     // With nothing cached, the error says the registry is unreachable and
     // where the cache was looked for.
     let empty = tempfile::tempdir().unwrap();

@@ -105,14 +105,18 @@ pub enum DiskRefusal {
     CachedRecord,
     /// A docker `config.json` over 1 MiB.
     DockerConfig,
+    /// A file source that is not a regular file (a device, a FIFO) or is
+    /// over 256 MiB.
+    ComponentFile,
 }
 
 impl DiskRefusal {
-    const ALL: [DiskRefusal; 4] = [
+    const ALL: [DiskRefusal; 5] = [
         DiskRefusal::CompiledArtifact,
         DiskRefusal::CachedComponent,
         DiskRefusal::CachedRecord,
         DiskRefusal::DockerConfig,
+        DiskRefusal::ComponentFile,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -121,6 +125,7 @@ impl DiskRefusal {
             DiskRefusal::CachedComponent => "cachedComponent",
             DiskRefusal::CachedRecord => "cachedRecord",
             DiskRefusal::DockerConfig => "dockerConfig",
+            DiskRefusal::ComponentFile => "componentFile",
         }
     }
 }

@@ -2,14 +2,16 @@
 //! last resolved to: a host restarts from them when the network is down.
 //!
 //! ```text
-//! <dir>/blobs/sha256/<hex>        the component bytes (digest checked on read)
+//! <dir>/blobs/sha256/<hex>        a component or an OCI manifest (digest checked on read)
 //! <dir>/refs/<sha256 of ref>.json {"reference", "manifest", "layer", "resolvedAt"}
 //! ```
 //!
 //! Files are written aside and renamed into place, so a reader (another
 //! host sharing the directory, or this one after a crash) never sees half
 //! a file. Nothing read back is trusted: a blob whose bytes do not hash to
-//! its name is deleted and treated as missing.
+//! its name is deleted and treated as missing, only regular files of a
+//! bounded size are read, and an OCI record's layer is believed only if
+//! the manifest blob it names (itself checked) names that layer.
 //!
 //! # Pruning
 //! Every version a polled tag moved to leaves a blob and a record of its
@@ -25,6 +27,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use super::local::read_regular;
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
 use crate::sandbox::digest;
 
@@ -81,13 +84,15 @@ impl DiskCache {
     /// most `max_size` bytes and intact. A corrupt file is removed.
     pub async fn read(&self, digest_: &str, max_size: u64) -> Option<Vec<u8>> {
         let path = self.blob_path(digest_)?;
-        let len = tokio::fs::metadata(&path).await.ok()?.len();
-        if len > max_size {
-            count_disk_refusal(DiskRefusal::CachedComponent);
-            tracing::warn!(file = %path.display(), "cached component is larger than maxSize; ignoring it");
-            return None;
-        }
-        let bytes = tokio::fs::read(&path).await.ok()?;
+        let bytes = match read_regular(&path, max_size).await {
+            Ok(bytes) => bytes,
+            Err(e) if e.not_found() => return None,
+            Err(e) => {
+                count_disk_refusal(DiskRefusal::CachedComponent);
+                tracing::warn!(file = %path.display(), "ignoring a cached blob: {e}");
+                return None;
+            }
+        };
         if digest(&bytes) != digest_ {
             count_disk_refusal(DiskRefusal::CachedComponent);
             tracing::warn!(file = %path.display(), "cached component does not match its digest; removing it");
@@ -111,15 +116,15 @@ impl DiskCache {
     /// What `reference` last resolved to, if recorded.
     pub async fn resolution(&self, reference: &str) -> Option<Resolution> {
         let path = self.record_path(reference);
-        let len = tokio::fs::metadata(&path).await.ok()?.len();
         let refused = || {
             count_disk_refusal(DiskRefusal::CachedRecord);
             None
         };
-        if len > MAX_RECORD {
-            return refused();
-        }
-        let bytes = tokio::fs::read(&path).await.ok()?;
+        let bytes = match read_regular(&path, MAX_RECORD).await {
+            Ok(bytes) => bytes,
+            Err(e) if e.not_found() => return None,
+            Err(_) => return refused(),
+        };
         let Ok(record) = serde_json::from_slice::<Resolution>(&bytes) else {
             return refused();
         };
@@ -175,7 +180,7 @@ impl DiskCache {
             if len > MAX_RECORD {
                 continue;
             }
-            let Ok(bytes) = tokio::fs::read(&path).await else {
+            let Ok(bytes) = read_regular(&path, MAX_RECORD).await else {
                 continue;
             };
             let Ok(record) = serde_json::from_slice::<Resolution>(&bytes) else {
@@ -188,7 +193,10 @@ impl DiskCache {
             }
         }
         let tagged: BTreeSet<&str> = tags.iter().map(|r| r.manifest.as_str()).collect();
-        let mut needed: BTreeSet<String> = tags.iter().map(|r| r.layer.clone()).collect();
+        let mut needed: BTreeSet<String> = tags
+            .iter()
+            .flat_map(|r| [r.layer.clone(), r.manifest.clone()])
+            .collect();
         pinned.sort_by_key(|p| std::cmp::Reverse(p.1));
         for (i, (path, modified, record)) in pinned.iter().enumerate() {
             let wanted = i < keep
@@ -197,6 +205,7 @@ impl DiskCache {
                 || recent(*modified);
             if wanted {
                 needed.insert(record.layer.clone());
+                needed.insert(record.manifest.clone());
             } else if tokio::fs::remove_file(path).await.is_ok() {
                 pruned.records += 1;
             }

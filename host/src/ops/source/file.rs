@@ -11,14 +11,18 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
+use super::local::{LocalReadError, read_regular};
 use super::{Artifact, PluginSource, SourceError};
+use crate::config::DEFAULT_MAX_SIZE;
+use crate::control::metrics::{DiskRefusal, count_disk_refusal};
 use crate::sandbox::digest;
 
 /// How long file events settle before subscribers hear of them (editors and
 /// `cargo build` write in several steps).
 pub const DEBOUNCE: Duration = Duration::from_millis(250);
 
-/// A component file. Reads it whole on every fetch.
+/// A component file. Reads it whole on every fetch: a regular file (links
+/// followed) of at most the default `maxSize`, 256 MiB.
 pub struct FileSource {
     path: PathBuf,
     watcher: Option<FileWatcher>,
@@ -45,11 +49,28 @@ impl PluginSource for FileSource {
 
     fn fetch(&self) -> BoxFuture<'_, Result<Artifact, SourceError>> {
         Box::pin(async move {
-            let bytes = tokio::fs::read(&self.path)
+            let bytes = read_regular(&self.path, DEFAULT_MAX_SIZE)
                 .await
-                .map_err(|source| SourceError::Read {
-                    origin: self.origin(),
-                    source,
+                .map_err(|e| {
+                    if !matches!(e, LocalReadError::Io(_)) {
+                        count_disk_refusal(DiskRefusal::ComponentFile);
+                    }
+                    e
+                })
+                .map_err(|e| match e {
+                    LocalReadError::Io(source) => SourceError::Read {
+                        origin: self.origin(),
+                        source,
+                    },
+                    LocalReadError::TooLarge { max } => SourceError::TooLarge {
+                        origin: self.origin(),
+                        limit: max,
+                        size: None,
+                    },
+                    e @ LocalReadError::NotRegular(_) => SourceError::Read {
+                        origin: self.origin(),
+                        source: std::io::Error::other(e.to_string()),
+                    },
                 })?;
             let digest = digest(&bytes);
             Ok(Artifact { bytes, digest })
@@ -188,6 +209,25 @@ pub(crate) fn absolute(p: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file source naming a device (an object author's `file:
+    /// /dev/zero`, with file sources allowed) fails its fetch, counted,
+    /// instead of reading forever.
+    #[tokio::test]
+    async fn a_file_source_naming_a_device_is_refused_and_counted() {
+        use crate::control::metrics::disk_refusals;
+        let before = disk_refusals(DiskRefusal::ComponentFile);
+        let e = FileSource::new("/dev/zero".into(), None)
+            .fetch()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/zero") && e.contains("not a regular file"),
+            "{e}"
+        );
+        assert!(disk_refusals(DiskRefusal::ComponentFile) > before);
+    }
 
     /// Reading a file (the host reads its config and components) is no
     /// change: a subscriber that heard of every open would reload forever.

@@ -11,8 +11,9 @@ use oci_client::Reference;
 use super::failure::{Failure, describe};
 use super::options::RegistryOptions;
 use super::reference::pin;
-use super::registry::Registry;
+use super::registry::{MAX_MANIFEST_SIZE, Registry};
 use crate::config::OciSourceSpec;
+use crate::control::metrics::{DiskRefusal, count_disk_refusal};
 use crate::ops::source::Reach;
 use crate::ops::source::artifact;
 use crate::ops::source::credentials::RegistryCredentials;
@@ -161,7 +162,7 @@ impl Inner {
                 return Err(*e);
             }
             Err(Failure::Unreachable(message)) => {
-                let Some((artifact, r)) = self.cached(&self.spec.reference).await else {
+                let Some((artifact, r)) = self.cached(&self.record_key()).await else {
                     *self.fetched.lock().unwrap() = None;
                     return Err(SourceError::Unavailable {
                         origin: self.origin(),
@@ -202,32 +203,35 @@ impl Inner {
         if let Some((artifact, r)) = self.cached(&pinned.whole()).await {
             // A tag back on a manifest pulled before: it is what the tag
             // resolves to now, for a restart without the registry.
-            self.remember(&self.spec.reference, &r.manifest, &r.layer)
+            self.remember(&self.record_key(), &r.manifest, &r.layer)
                 .await;
             return Ok((artifact, manifest_digest));
         }
         let pulled = async {
-            let (manifest, _) = registry.manifest(&pinned).await?;
+            let (manifest, raw) = registry.manifest(&pinned).await?;
             let layer = artifact::component_layer(&manifest, self.options.limits.max_size)
                 .map_err(|message| registry.not_an_artifact(message))?
                 .clone();
             let bytes = registry
                 .blob(&pinned, &layer, self.options.limits.max_size)
                 .await?;
-            Ok::<_, Failure>((layer, bytes))
+            Ok::<_, Failure>((layer, bytes, raw))
         }
         .await;
-        let (layer, bytes) = match pulled {
+        let (layer, bytes, raw_manifest) = match pulled {
             Ok(found) => found,
             Err(Failure::Refused(e)) => return Err(Failure::RefusedManifest(e, manifest_digest)),
             Err(other) => return Err(other),
         };
-        if let Err(e) = self.cache.write(&bytes).await {
-            tracing::warn!(%origin, cache = %self.cache.dir().display(), "cannot cache the component: {e}");
+        // The manifest too: a record's layer is believed only through it.
+        for blob in [&bytes, &raw_manifest] {
+            if let Err(e) = self.cache.write(blob).await {
+                tracing::warn!(%origin, cache = %self.cache.dir().display(), "cannot cache the component: {e}");
+            }
         }
         self.remember(&pinned.whole(), &manifest_digest, &layer.digest)
             .await;
-        self.remember(&self.spec.reference, &manifest_digest, &layer.digest)
+        self.remember(&self.record_key(), &manifest_digest, &layer.digest)
             .await;
         let digest = layer.digest.clone();
         Ok((Artifact { bytes, digest }, manifest_digest))
@@ -254,9 +258,48 @@ impl Inner {
         }
     }
 
-    /// The cached component `reference` last resolved to, if intact.
+    /// The key of the record of what this source's reference resolves to.
+    /// A tag over plain HTTP has a record of its own: what a network could
+    /// answer there never stands for the same tag fetched over TLS (a
+    /// WasmReconciler naming a config plugin's tag, with `insecure`, shares
+    /// the cache).
+    fn record_key(&self) -> String {
+        if self.spec.insecure && self.reference.digest().is_none() {
+            format!("{} (plain HTTP)", self.spec.reference)
+        } else {
+            self.spec.reference.clone()
+        }
+    }
+
+    /// The cached component `reference` last resolved to, if intact. The
+    /// record is believed only as far as the cache's content checks it: a
+    /// pinned reference's record must name that manifest, and its layer is
+    /// the one the manifest blob (checked against its digest) names. So
+    /// whoever can write the cache directory cannot change what runs for a
+    /// digest.
     async fn cached(&self, reference: &str) -> Option<(Artifact, Resolution)> {
         let r = self.cache.resolution(reference).await?;
+        let refuse = |why: &str| {
+            count_disk_refusal(DiskRefusal::CachedRecord);
+            tracing::warn!(origin = %self.origin(), cache = %self.cache.dir().display(), "ignoring the cached record of {reference}: {why}");
+            None
+        };
+        if let Some((_, pinned)) = reference.rsplit_once('@')
+            && pinned != r.manifest
+        {
+            return refuse("it names another manifest than the reference pins");
+        }
+        let Some(raw) = self.cache.read(&r.manifest, MAX_MANIFEST_SIZE as u64).await else {
+            return refuse("the manifest it names is not cached");
+        };
+        let layer = artifact::parse_manifest(&raw).ok().and_then(|m| {
+            artifact::component_layer(&m, self.options.limits.max_size)
+                .ok()
+                .map(|l| l.digest.clone())
+        });
+        if layer.as_deref() != Some(r.layer.as_str()) {
+            return refuse("its layer is not the one its manifest names");
+        }
         let bytes = self
             .cache
             .read(&r.layer, self.options.limits.max_size)
