@@ -130,6 +130,18 @@ fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(
             ),
         ));
     }
+    if let Some(source) = &config.source
+        && source.insecure
+        && source.image_pull_secret.is_some()
+        && !source.oci.as_deref().is_some_and(on_loopback)
+    {
+        return Err(Refusal::new(
+            "InvalidSpec",
+            format!(
+                "{at}.source: insecure: true with imagePullSecret would send the Secret's credentials over plain HTTP, where the network between the host and the registry can read them; drop insecure (TLS), or use a registry on loopback"
+            ),
+        ));
+    }
     if config.file(std::path::Path::new("")).is_some() && !from.allow_file_sources {
         let field = if config.path.is_some() {
             format!("{at}.path")
@@ -144,6 +156,20 @@ fn check_source(config: &PluginConfig, at: &str, from: &PluginsFrom) -> Result<(
         ));
     }
     Ok(())
+}
+
+/// Whether an OCI reference's registry is this machine (`localhost`, or a
+/// loopback address literal), where plain HTTP crosses no network.
+fn on_loopback(reference: &str) -> bool {
+    let registry = reference.split('/').next().unwrap_or_default();
+    let host = match registry.strip_prefix('[') {
+        Some(v6) => v6.split_once(']').map_or(v6, |(h, _)| h),
+        None => registry.split_once(':').map_or(registry, |(h, _)| h),
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Refuses API limits above what the host lets an object ask for:
@@ -571,6 +597,37 @@ mod tests {
         );
         assert_eq!(candidate.settings["v"], 2);
         assert_eq!(candidate.permissions, c.permissions);
+    }
+
+    #[test]
+    fn pull_credentials_over_plain_http_are_refused_off_loopback() {
+        for (oci, refused) in [
+            ("registry.example:5000/p/stamp:1", true),
+            ("registry.example/p/stamp:1", true),
+            ("127.0.0.1:5000/p/stamp:1", false),
+            ("localhost:5000/p/stamp:1", false),
+        ] {
+            let spec = serde_json::json!({
+                "source": {"oci": oci, "insecure": true, "imagePullSecret": "regcred"},
+            });
+            let mut from = from(true);
+            from.allow_hosts = ["127.0.0.1:5000", "localhost:5000"]
+                .map(String::from)
+                .to_vec();
+            let got = plugin_config(&object("stamp", spec), &from, Some(&ceiling()));
+            match got {
+                Err(r) if refused => {
+                    assert_eq!(r.reason, "InvalidSpec", "{oci}: {r}");
+                    assert!(
+                        r.message
+                            .contains("spec.source: insecure: true with imagePullSecret"),
+                        "{r}"
+                    );
+                }
+                Ok(_) if !refused => {}
+                other => panic!("{oci}: {:?}", other.map(|c| c.name)),
+            }
+        }
     }
 
     #[test]
