@@ -9,8 +9,7 @@ use serde_json::{Map, Value};
 
 use super::PatchError;
 use super::managed_fields::{
-    FieldSet, applied_fields, compare, display_path, item_element, item_field, root_field,
-    strip_unowned,
+    FieldSet, applied_fields, compare, item_element, item_field, root_field, strip_unowned,
 };
 use super::merge_keys::{self, Field, ListKind};
 
@@ -95,16 +94,14 @@ pub(crate) fn server_side_apply(req: ApplyRequest<'_>) -> Result<Value, PatchErr
     let mut entries = decode(take_managed_fields(&mut live).as_ref()).unwrap_or_default();
 
     let mut applied = req.applied.clone();
-    let mut nulls = Vec::new();
-    take_nulls(&mut applied, &mut Vec::new(), &mut nulls);
+    let mut nulls = Nulls::default();
+    take_nulls(&mut applied, &mut nulls);
     let mut new_set = applied_fields(&applied, ty);
     strip_unowned(&mut new_set);
 
     let mut merged = live.clone();
     merge_applied(&mut merged, &applied, root_field(ty));
-    for path in &nulls {
-        remove_key_path(&mut merged, path);
-    }
+    remove_nulls(&mut merged, &nulls);
 
     let me = entries
         .iter()
@@ -388,16 +385,25 @@ fn take_managed_fields(obj: &mut Value) -> Option<Value> {
         .and_then(|meta| meta.remove("managedFields"))
 }
 
+/// The conflicting fields an apply's 409 lists; the rest are counted.
+const MAX_SHOWN_CONFLICTS: usize = 100;
+
 fn conflict_error(entries: &[Entry], conflicts: &[(usize, FieldSet)]) -> PatchError {
     let mut by_manager: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let (mut total, mut room) = (0, MAX_SHOWN_CONFLICTS);
     for (i, taken) in conflicts {
-        by_manager
-            .entry(entries[*i].describe())
-            .or_default()
-            .extend(taken.paths().iter().map(|p| display_path(p)));
+        let (shown, count) = taken.shown_paths(room);
+        total += count;
+        room -= shown.len();
+        if !shown.is_empty() {
+            by_manager
+                .entry(entries[*i].describe())
+                .or_default()
+                .extend(shown);
+        }
     }
     let fields: Vec<String> = by_manager.values().flatten().cloned().collect();
-    let message = if fields.len() == 1 {
+    let message = if total == 1 {
         let (manager, paths) = by_manager.iter().next().expect("one conflict");
         format!(
             "Apply failed with 1 conflict: conflict with {manager}: {}",
@@ -409,11 +415,10 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, FieldSet)]) -> PatchEr
             lines.push(format!("conflicts with {manager}:"));
             lines.extend(paths.iter().map(|p| format!("- {p}")));
         }
-        format!(
-            "Apply failed with {} conflicts: {}",
-            fields.len(),
-            lines.join("\n")
-        )
+        if total > fields.len() {
+            lines.push(format!("and {} more", total - fields.len()));
+        }
+        format!("Apply failed with {total} conflicts: {}", lines.join("\n"))
     };
     PatchError::Conflict {
         message,
@@ -421,47 +426,68 @@ fn conflict_error(entries: &[Entry], conflicts: &[(usize, FieldSet)]) -> PatchEr
     }
 }
 
+/// Where an applied configuration set map members to `null`, outside
+/// lists: a trie of keys, so that a key is held once however many nulls
+/// are below it.
+#[derive(Default)]
+struct Nulls {
+    /// The key holding this node is to be removed.
+    here: bool,
+    below: BTreeMap<String, Nulls>,
+}
+
+impl Nulls {
+    fn is_empty(&self) -> bool {
+        !self.here && self.below.is_empty()
+    }
+}
+
 /// Removes `null` members of maps from an applied configuration, recording
-/// the paths of those outside lists so they can be cleared in the result.
-fn take_nulls(value: &mut Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+/// those outside lists in `out` so they can be cleared in the result.
+fn take_nulls(value: &mut Value, out: &mut Nulls) {
     match value {
         Value::Object(map) => {
             map.retain(|key, v| {
                 if v.is_null() {
-                    let mut path = prefix.clone();
-                    path.push(key.clone());
-                    out.push(path);
+                    out.below.entry(key.clone()).or_default().here = true;
                     false
                 } else {
                     true
                 }
             });
             for (key, child) in map.iter_mut() {
-                prefix.push(key.clone());
-                take_nulls(child, prefix, out);
-                prefix.pop();
+                if !(child.is_object() || child.is_array()) {
+                    continue;
+                }
+                let mut below = out.below.remove(key).unwrap_or_default();
+                take_nulls(child, &mut below);
+                if !below.is_empty() {
+                    out.below.insert(key.clone(), below);
+                }
             }
         }
         Value::Array(items) => {
             // Inside lists a null only means "unset"; there is nothing to
             // clear by position.
             for item in items {
-                take_nulls(item, prefix, &mut Vec::new());
+                take_nulls(item, &mut Nulls::default());
             }
         }
         _ => {}
     }
 }
 
-fn remove_key_path(value: &mut Value, path: &[String]) {
-    let Some((last, parents)) = path.split_last() else {
+/// Removes from `value` the members `nulls` names.
+fn remove_nulls(value: &mut Value, nulls: &Nulls) {
+    let Value::Object(map) = value else {
         return;
     };
-    let parent = parents
-        .iter()
-        .try_fold(value, |v, key| v.as_object_mut()?.get_mut(key));
-    if let Some(Value::Object(map)) = parent {
-        map.remove(last);
+    for (key, below) in &nulls.below {
+        if below.here {
+            map.remove(key);
+        } else if let Some(child) = map.get_mut(key) {
+            remove_nulls(child, below);
+        }
     }
 }
 

@@ -39,14 +39,27 @@ impl FieldSet {
         self.children.get(element)
     }
 
-    fn node_mut(&mut self, path: &[String]) -> &mut FieldSet {
-        path.iter().fold(self, |node, element| {
-            node.children.entry(element.clone()).or_default()
-        })
+    /// The node of `element` below this one, made if missing. The walkers
+    /// below descend the trie with it, so a path's elements are never
+    /// copied or compared again for each member under them (a field name
+    /// of a megabyte with a hundred thousand fields below it).
+    fn child_mut(&mut self, element: String) -> &mut FieldSet {
+        self.children.entry(element).or_default()
     }
 
+    /// Drops the nodes that hold no member, here or below; whether any
+    /// member is left.
+    fn prune(&mut self) -> bool {
+        self.children.retain(|_, child| child.prune());
+        self.member || !self.children.is_empty()
+    }
+
+    #[cfg(test)]
     pub(crate) fn insert(&mut self, path: &[String]) {
-        self.node_mut(path).member = true;
+        let node = path
+            .iter()
+            .fold(self, |node, element| node.child_mut(element.clone()));
+        node.member = true;
     }
 
     pub(crate) fn union(&mut self, other: &FieldSet) {
@@ -90,22 +103,37 @@ impl FieldSet {
         out
     }
 
-    /// Every member path, in trie order.
-    pub(crate) fn paths(&self) -> Vec<Vec<String>> {
-        let mut out = Vec::new();
-        self.collect_paths(&mut Vec::new(), &mut out);
-        out
+    /// The first `max` member paths in trie order, displayed (each at
+    /// most [`MAX_SHOWN_PATH`] bytes), and how many members there are in
+    /// all.
+    pub(crate) fn shown_paths(&self, max: usize) -> (Vec<String>, usize) {
+        fn walk<'a>(
+            set: &'a FieldSet,
+            prefix: &mut Vec<&'a str>,
+            max: usize,
+            shown: &mut Vec<String>,
+            count: &mut usize,
+        ) {
+            if set.member {
+                *count += 1;
+                if shown.len() < max {
+                    shown.push(display_path(prefix));
+                }
+            }
+            for (element, child) in &set.children {
+                prefix.push(element);
+                walk(child, prefix, max, shown, count);
+                prefix.pop();
+            }
+        }
+        let (mut shown, mut count) = (Vec::new(), 0);
+        walk(self, &mut Vec::new(), max, &mut shown, &mut count);
+        (shown, count)
     }
 
-    fn collect_paths(&self, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-        if self.member {
-            out.push(prefix.clone());
-        }
-        for (element, child) in &self.children {
-            prefix.push(element.clone());
-            child.collect_paths(prefix, out);
-            prefix.pop();
-        }
+    #[cfg(test)]
+    fn member_count(&self) -> usize {
+        self.shown_paths(0).1
     }
 
     /// Encodes the set as a `fieldsV1` object.
@@ -193,12 +221,23 @@ pub(crate) fn item_element(item: &Value, list: ListKind, index: usize) -> Option
     }
 }
 
+/// The longest path [`display_path`] renders, in bytes; the rest is
+/// replaced by `…`.
+pub(crate) const MAX_SHOWN_PATH: usize = 1024;
+
 /// Renders a path the way Kubernetes prints one in conflict messages:
-/// `.spec.containers[name="app"].image`, `.metadata.finalizers[="x"]`.
-pub(crate) fn display_path(path: &[String]) -> String {
+/// `.spec.containers[name="app"].image`, `.metadata.finalizers[="x"]`, in
+/// at most [`MAX_SHOWN_PATH`] bytes.
+pub(crate) fn display_path(path: &[&str]) -> String {
     let mut out = String::new();
     for element in path {
-        if let Some(name) = element.strip_prefix("f:") {
+        if out.len() > MAX_SHOWN_PATH {
+            break;
+        }
+        if element.len() > MAX_SHOWN_PATH {
+            // Not parsed: only its first bytes can be shown.
+            out.push_str(&element[..element.floor_char_boundary(MAX_SHOWN_PATH)]);
+        } else if let Some(name) = element.strip_prefix("f:") {
             out.push('.');
             out.push_str(name);
         } else if let Some(key) = element.strip_prefix("k:") {
@@ -210,6 +249,10 @@ pub(crate) fn display_path(path: &[String]) -> String {
         } else if let Some(index) = element.strip_prefix("i:") {
             let _ = write!(out, "[{index}]");
         }
+    }
+    if out.len() > MAX_SHOWN_PATH {
+        out.truncate(out.floor_char_boundary(MAX_SHOWN_PATH));
+        out.push('…');
     }
     out
 }
@@ -276,53 +319,51 @@ pub(crate) fn applied_fields(value: &Value, ty: Ty) -> FieldSet {
     if let Value::Object(map) = value {
         for (name, child) in map {
             let field = merge_keys::field(ty, name);
-            let mut path = vec![field_element(name)];
-            walk_applied(child, field, &mut path, &mut set);
+            walk_applied(child, field, set.child_mut(field_element(name)));
         }
     }
+    set.prune();
     set
 }
 
-fn walk_applied(value: &Value, field: Field, path: &mut Vec<String>, set: &mut FieldSet) {
+fn walk_applied(value: &Value, field: Field, node: &mut FieldSet) {
     // A list's items are members themselves; a granular map is not, only
     // what is in it.
     let items = value.is_array();
-    let granular = for_each_child(value, field, path, |child, child_field, path| {
+    let granular = for_each_child(value, field, node, |child, child_field, child_node| {
         if items {
-            set.insert(path);
+            child_node.member = true;
         }
-        walk_applied(child, child_field, path, set);
+        walk_applied(child, child_field, child_node);
     });
     if !granular {
-        set.insert(path);
+        node.member = true;
     }
 }
 
 /// Calls `visit` for each child of `value` that field sets track, with its
-/// field and its element pushed onto `path`: the members of a granular map
-/// and the addressable items of a list that is not atomic. False when
-/// `value` is owned as a whole instead.
+/// field and its node below `node`: the members of a granular map and the
+/// addressable items of a list that is not atomic. False when `value` is
+/// owned as a whole instead. Nodes made for children that end up holding
+/// no member are left for [`FieldSet::prune`].
 fn for_each_child(
     value: &Value,
     field: Field,
-    path: &mut Vec<String>,
-    mut visit: impl FnMut(&Value, Field, &mut Vec<String>),
+    node: &mut FieldSet,
+    mut visit: impl FnMut(&Value, Field, &mut FieldSet),
 ) -> bool {
     match value {
         Value::Object(map) if !field.atomic_map => {
             for (name, child) in map {
-                path.push(field_element(name));
-                visit(child, merge_keys::field(field.ty, name), path);
-                path.pop();
+                let child_node = node.child_mut(field_element(name));
+                visit(child, merge_keys::field(field.ty, name), child_node);
             }
             true
         }
         Value::Array(items) if field.list != ListKind::Atomic => {
             for (index, item) in items.iter().enumerate() {
                 if let Some(element) = item_element(item, field.list, index) {
-                    path.push(element);
-                    visit(item, item_field(field), path);
-                    path.pop();
+                    visit(item, item_field(field), node.child_mut(element));
                 }
             }
             true
@@ -344,7 +385,9 @@ pub(crate) struct Comparison {
 /// Compares two objects of type `ty` field by field.
 pub(crate) fn compare(old: &Value, new: &Value, ty: Ty) -> Comparison {
     let mut out = Comparison::default();
-    compare_maps(old, new, root_field(ty), &mut Vec::new(), &mut out);
+    compare_maps(old, new, root_field(ty), &mut out.changed, &mut out.removed);
+    out.changed.prune();
+    out.removed.prune();
     out
 }
 
@@ -352,23 +395,26 @@ fn compare_maps(
     old: &Value,
     new: &Value,
     field: Field,
-    path: &mut Vec<String>,
-    out: &mut Comparison,
+    changed: &mut FieldSet,
+    removed: &mut FieldSet,
 ) {
     let empty = Map::new();
     let old = old.as_object().unwrap_or(&empty);
     let new = new.as_object().unwrap_or(&empty);
     let names: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
     for name in names {
-        path.push(field_element(name));
+        let (before, after) = (old.get(name), new.get(name));
+        if before == after {
+            continue;
+        }
+        let element = field_element(name);
         compare_values(
-            old.get(name),
-            new.get(name),
+            before,
+            after,
             merge_keys::field(field.ty, name),
-            path,
-            out,
+            changed.child_mut(element.clone()),
+            removed.child_mut(element),
         );
-        path.pop();
     }
 }
 
@@ -376,56 +422,62 @@ fn compare_values(
     old: Option<&Value>,
     new: Option<&Value>,
     field: Field,
-    path: &mut Vec<String>,
-    out: &mut Comparison,
+    changed: &mut FieldSet,
+    removed: &mut FieldSet,
 ) {
     match (old, new) {
         (None, None) => {}
-        (None, Some(new)) => mark_all(new, field, path, &mut out.changed),
-        (Some(old), None) => mark_all(old, field, path, &mut out.removed),
+        (None, Some(new)) => mark_all(new, field, changed),
+        (Some(old), None) => mark_all(old, field, removed),
         (Some(old), Some(new)) if old == new => {}
         (Some(old @ Value::Object(_)), Some(new @ Value::Object(_))) if !field.atomic_map => {
-            compare_maps(old, new, field, path, out);
+            compare_maps(old, new, field, changed, removed);
         }
         (Some(Value::Array(old)), Some(Value::Array(new))) if field.list != ListKind::Atomic => {
-            let index = |items: &[Value]| -> BTreeMap<String, Value> {
+            fn index(items: &[Value], list: ListKind) -> BTreeMap<String, &Value> {
                 items
                     .iter()
                     .enumerate()
-                    .filter_map(|(i, item)| {
-                        Some((item_element(item, field.list, i)?, item.clone()))
-                    })
+                    .filter_map(|(i, item)| Some((item_element(item, list, i)?, item)))
                     .collect()
-            };
-            let (old, new) = (index(old), index(new));
+            }
+            let (old, new) = (index(old, field.list), index(new, field.list));
             let elements: std::collections::BTreeSet<&String> =
                 old.keys().chain(new.keys()).collect();
             let item = item_field(field);
             for element in elements {
-                path.push(element.clone());
-                compare_values(old.get(element), new.get(element), item, path, out);
-                path.pop();
+                let (before, after) = (old.get(element).copied(), new.get(element).copied());
+                if before == after {
+                    continue;
+                }
+                compare_values(
+                    before,
+                    after,
+                    item,
+                    changed.child_mut(element.clone()),
+                    removed.child_mut(element.clone()),
+                );
             }
         }
         // A changed scalar, atomic value or type: the path itself changed,
         // and anything below the new value is new.
         (Some(old), Some(new)) => {
-            out.changed.insert(path);
-            mark_below(old, field, path, &mut out.removed);
-            mark_below(new, field, path, &mut out.changed);
+            changed.member = true;
+            mark_below(old, field, removed);
+            mark_below(new, field, changed);
         }
     }
 }
 
-/// Inserts `path` and every path below `value`.
-fn mark_all(value: &Value, field: Field, path: &mut Vec<String>, set: &mut FieldSet) {
-    set.insert(path);
-    mark_below(value, field, path, set);
+/// Marks `node` and every path below `value` as members.
+fn mark_all(value: &Value, field: Field, node: &mut FieldSet) {
+    node.member = true;
+    mark_below(value, field, node);
 }
 
-fn mark_below(value: &Value, field: Field, path: &mut Vec<String>, set: &mut FieldSet) {
-    for_each_child(value, field, path, |child, child_field, path| {
-        mark_all(child, child_field, path, set)
+fn mark_below(value: &Value, field: Field, node: &mut FieldSet) {
+    for_each_child(value, field, node, |child, child_field, child_node| {
+        mark_all(child, child_field, child_node)
     });
 }
 
@@ -451,7 +503,7 @@ mod tests {
         });
         let set = FieldSet::from_fields_v1(&encoded).unwrap();
         assert_eq!(set.to_fields_v1(), encoded);
-        assert_eq!(set.paths().len(), 5);
+        assert_eq!(set.member_count(), 5);
     }
 
     #[test]
@@ -468,7 +520,7 @@ mod tests {
         a.difference(&b);
         assert_eq!(a, set_of(&[&["f:b", "f:c"]]));
         a.union(&b);
-        assert_eq!(a.paths().len(), 3);
+        assert_eq!(a.member_count(), 3);
     }
 
     #[test]
@@ -484,9 +536,9 @@ mod tests {
         );
         assert_eq!(
             display_path(&[
-                "f:spec".into(),
-                r#"k:{"containerPort":80,"protocol":"TCP"}"#.into(),
-                "f:name".into()
+                "f:spec",
+                r#"k:{"containerPort":80,"protocol":"TCP"}"#,
+                "f:name"
             ]),
             r#".spec[containerPort=80,protocol="TCP"].name"#
         );
