@@ -76,38 +76,74 @@ pub(crate) fn strategic_merge_patch(
             ));
         }
     };
+    // The one copy of the patch: below, each part is moved where it goes.
     Ok(Value::Object(
-        merge_map(original, patch, root, "")?.unwrap_or_default(),
+        merge_map(original, patch.clone(), root, &At::Root)?.unwrap_or_default(),
     ))
 }
 
-fn invalid(path: &str, msg: impl std::fmt::Display) -> PatchError {
-    let path = if path.is_empty() { "." } else { path };
-    PatchError::Invalid(format!("strategic merge patch at {path}: {msg}"))
+/// Where in the patch a merge is. Rendered only for an error, so that a
+/// deep patch does not build a path string for every field.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Root,
+    Field(&'a At<'a>, &'a str),
+    Index(&'a At<'a>, usize),
+    Item(&'a At<'a>, &'a str, &'a str),
+}
+
+impl std::fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            At::Root => Ok(()),
+            At::Field(parent, key) => write!(f, "{parent}.{key}"),
+            At::Index(parent, i) => write!(f, "{parent}[{i}]"),
+            At::Item(parent, key, id) => write!(f, "{parent}[{key}={id}]"),
+        }
+    }
+}
+
+/// The most of a path or a value an error quotes, in bytes.
+const MAX_QUOTED: usize = 1024;
+
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_QUOTED {
+        text.truncate(text.floor_char_boundary(MAX_QUOTED));
+        text.push('…');
+    }
+    text
+}
+
+fn invalid(at: &At, msg: impl std::fmt::Display) -> PatchError {
+    let path = cut(at.to_string());
+    let path = if path.is_empty() { "." } else { &path };
+    PatchError::Invalid(format!(
+        "strategic merge patch at {path}: {}",
+        cut(msg.to_string())
+    ))
 }
 
 /// Merges `patch` into `original`; `None` means the map was deleted with
 /// `$patch: delete`.
 fn merge_map(
     mut original: Map<String, Value>,
-    patch: &Map<String, Value>,
+    mut patch: Map<String, Value>,
     ty: Ty,
-    path: &str,
+    at: &At,
 ) -> Result<Option<Map<String, Value>>, PatchError> {
-    let mut patch = patch.clone();
     match patch.remove(PATCH) {
         None => {}
         Some(Value::String(d)) if d == "merge" => {}
         Some(Value::String(d)) if d == "delete" => return Ok(None),
         // The patch map is the new value, but its own nested directives
         // still have to be resolved rather than stored.
-        Some(Value::String(d)) if d == "replace" => return merge_map(Map::new(), &patch, ty, path),
-        Some(other) => return Err(invalid(path, format!("unknown $patch directive {other}"))),
+        Some(Value::String(d)) if d == "replace" => return merge_map(Map::new(), patch, ty, at),
+        Some(other) => return Err(invalid(at, format!("unknown $patch directive {other}"))),
     }
 
     if let Some(retain) = patch.remove(RETAIN_KEYS) {
         let keys = string_list(&retain)
-            .ok_or_else(|| invalid(path, "$retainKeys must be a list of strings"))?;
+            .ok_or_else(|| invalid(at, "$retainKeys must be a list of strings"))?;
         original.retain(|k, _| keys.contains(k));
     }
 
@@ -118,7 +154,7 @@ fn merge_map(
     for (key, value) in patch {
         if let Some(name) = key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) {
             let Value::Array(remove) = value else {
-                return Err(invalid(path, format!("{key} must be a list")));
+                return Err(invalid(at, format!("{key} must be a list")));
             };
             if let Some(Value::Array(items)) = original.get_mut(name) {
                 let remove: HashSet<String> = remove.iter().map(Value::to_string).collect();
@@ -126,7 +162,7 @@ fn merge_map(
             }
         } else if let Some(name) = key.strip_prefix(SET_ELEMENT_ORDER) {
             let Value::Array(order) = value else {
-                return Err(invalid(path, format!("{key} must be a list")));
+                return Err(invalid(at, format!("{key} must be a list")));
             };
             orders.insert(name.to_owned(), Value::Array(order));
         } else {
@@ -135,27 +171,27 @@ fn merge_map(
     }
 
     for (key, patch_value) in fields {
-        let child_path = format!("{path}.{key}");
         let field = merge_keys::field(ty, &key);
         let order = orders.remove(&key);
         if patch_value.is_null() {
             original.remove(&key);
             continue;
         }
+        let child = At::Field(at, &key);
         let merged = match (original.remove(&key), patch_value) {
             (Some(Value::Object(o)), Value::Object(p)) => {
-                merge_map(o, &p, field.ty, &child_path)?.map(Value::Object)
+                merge_map(o, p, field.ty, &child)?.map(Value::Object)
             }
             (Some(Value::Array(o)), Value::Array(p)) => Some(Value::Array(merge_list(
                 o,
-                &p,
+                p,
                 field,
                 order.as_ref(),
-                &child_path,
+                &child,
             )?)),
             // Absent or of another type: the patch value wins, minus its
             // directives and nulls.
-            (_, p) => new_value(&p, field, &child_path)?,
+            (_, p) => new_value(p, field, &child)?,
         };
         if let Some(merged) = merged {
             original.insert(key, merged);
@@ -166,7 +202,8 @@ fn merge_map(
     for (key, order) in orders {
         if let Some(Value::Array(items)) = original.remove(&key) {
             let field = merge_keys::field(ty, &key);
-            let reordered = merge_list(items, &[], field, Some(&order), &format!("{path}.{key}"))?;
+            let reordered =
+                merge_list(items, Vec::new(), field, Some(&order), &At::Field(at, &key))?;
             original.insert(key, Value::Array(reordered));
         }
     }
@@ -174,11 +211,11 @@ fn merge_map(
 }
 
 /// The value a patch introduces where there was nothing to merge with.
-fn new_value(patch: &Value, field: Field, path: &str) -> Result<Option<Value>, PatchError> {
+fn new_value(patch: Value, field: Field, at: &At) -> Result<Option<Value>, PatchError> {
     Ok(match patch {
-        Value::Object(p) => merge_map(Map::new(), p, field.ty, path)?.map(Value::Object),
-        Value::Array(p) => Some(Value::Array(merge_list(Vec::new(), p, field, None, path)?)),
-        other => Some(other.clone()),
+        Value::Object(p) => merge_map(Map::new(), p, field.ty, at)?.map(Value::Object),
+        Value::Array(p) => Some(Value::Array(merge_list(Vec::new(), p, field, None, at)?)),
+        other => Some(other),
     })
 }
 
@@ -195,10 +232,10 @@ fn string_list(value: &Value) -> Option<HashSet<String>> {
 /// order, live-only items interleaved by their live position.
 fn merge_list(
     original: Vec<Value>,
-    patch: &[Value],
+    patch: Vec<Value>,
     field: Field,
     order: Option<&Value>,
-    path: &str,
+    at: &At,
 ) -> Result<Vec<Value>, PatchError> {
     match field.list {
         ListKind::Atomic => {
@@ -208,16 +245,16 @@ fn merge_list(
             // Replaced wholesale; items are only cleaned of nulls the way
             // new map values are.
             patch
-                .iter()
+                .into_iter()
                 .enumerate()
                 .filter_map(|(i, item)| {
-                    new_value(item, field_of_item(field), &format!("{path}[{i}]")).transpose()
+                    new_value(item, field_of_item(field), &At::Index(at, i)).transpose()
                 })
                 .collect()
         }
-        ListKind::Set => merge_set(original, patch, order, path),
+        ListKind::Set => merge_set(original, patch, order, at),
         ListKind::Map { merge_key, .. } => {
-            merge_keyed(original, patch, field, merge_key, order, path)
+            merge_keyed(original, patch, field, merge_key, order, at)
         }
     }
 }
@@ -236,51 +273,43 @@ fn is_replace_marker(item: &Value) -> bool {
 
 fn merge_set(
     original: Vec<Value>,
-    patch: &[Value],
+    patch: Vec<Value>,
     order: Option<&Value>,
-    path: &str,
+    at: &At,
 ) -> Result<Vec<Value>, PatchError> {
     let replace = patch.iter().any(is_replace_marker);
     let additions: Vec<Value> = patch
-        .iter()
+        .into_iter()
         .filter(|item| item.get(PATCH).is_none())
-        .cloned()
         .collect();
     if additions.iter().any(|v| v.is_object() || v.is_array()) {
-        return Err(invalid(
-            path,
-            "a merged primitive list may only hold scalars",
-        ));
-    }
-    let mut merged: Vec<Value> = Vec::new();
-    let mut seen = HashSet::new();
-    let base = if replace {
-        Vec::new()
-    } else {
-        original.clone()
-    };
-    for item in base.into_iter().chain(additions.iter().cloned()) {
-        if seen.insert(item.to_string()) {
-            merged.push(item);
-        }
+        return Err(invalid(at, "a merged primitive list may only hold scalars"));
     }
     let id = |v: &Value| Some(v.to_string());
     let order_ids: Vec<String> = match order {
         Some(Value::Array(order)) => order.iter().map(Value::to_string).collect(),
-        Some(_) => return Err(invalid(path, "$setElementOrder must be a list")),
+        Some(_) => return Err(invalid(at, "$setElementOrder must be a list")),
         None => additions.iter().map(Value::to_string).collect(),
     };
     let live_ids: Vec<String> = original.iter().map(Value::to_string).collect();
+    let mut merged: Vec<Value> = Vec::new();
+    let mut seen = HashSet::new();
+    let base = if replace { Vec::new() } else { original };
+    for item in base.into_iter().chain(additions) {
+        if seen.insert(item.to_string()) {
+            merged.push(item);
+        }
+    }
     Ok(order_items(merged, id, &order_ids, &live_ids))
 }
 
 fn merge_keyed(
     original: Vec<Value>,
-    patch: &[Value],
+    patch: Vec<Value>,
     field: Field,
     merge_key: &str,
     order: Option<&Value>,
-    path: &str,
+    at: &At,
 ) -> Result<Vec<Value>, PatchError> {
     let key_of = |item: &Value| item.get(merge_key).map(Value::to_string);
     let live_ids: Vec<String> = original.iter().filter_map(key_of).collect();
@@ -289,15 +318,16 @@ fn merge_keyed(
     let mut replace = false;
     for item in patch {
         let Value::Object(map) = item else {
-            return Err(invalid(path, format!("list item {item} is not an object")));
+            return Err(invalid(at, format!("list item {item} is not an object")));
         };
         match map.get(PATCH).and_then(Value::as_str) {
             Some("delete") => {
-                deleted.insert(key_of(item).ok_or_else(|| missing_key(path, item, merge_key))?);
+                let id = map.get(merge_key).map(Value::to_string);
+                deleted.insert(id.ok_or_else(|| missing_key(at, &map, merge_key))?);
             }
             Some("replace") => replace = true,
             Some("merge") | None => plain.push(map),
-            Some(other) => return Err(invalid(path, format!("unknown $patch directive {other}"))),
+            Some(other) => return Err(invalid(at, format!("unknown $patch directive {other}"))),
         }
     }
     // Each item's key is read once, and found again by a map: a list of
@@ -319,19 +349,21 @@ fn merge_keyed(
     }
     let mut order_ids = Vec::new();
     for map in plain {
-        let item = Value::Object(map.clone());
-        let id = key_of(&item).ok_or_else(|| missing_key(path, &item, merge_key))?;
-        let item_path = format!("{path}[{merge_key}={id}]");
+        let id = map
+            .get(merge_key)
+            .map(Value::to_string)
+            .ok_or_else(|| missing_key(at, &map, merge_key))?;
+        let item_at = At::Item(at, merge_key, &id);
         match at_key.get(&id).copied() {
-            Some(at) => {
-                let live = match merged[at].take() {
+            Some(pos) => {
+                let live = match merged[pos].take() {
                     Some(Value::Object(live)) => live,
                     _ => Map::new(),
                 };
-                merged[at] = merge_map(live, map, field.ty, &item_path)?.map(Value::Object);
+                merged[pos] = merge_map(live, map, field.ty, &item_at)?.map(Value::Object);
             }
             None => {
-                if let Some(m) = merge_map(Map::new(), map, field.ty, &item_path)? {
+                if let Some(m) = merge_map(Map::new(), map, field.ty, &item_at)? {
                     at_key.insert(id.clone(), merged.len());
                     merged.push(Some(Value::Object(m)));
                 }
@@ -341,21 +373,29 @@ fn merge_keyed(
     }
     if let Some(order) = order {
         let Value::Array(order) = order else {
-            return Err(invalid(path, "$setElementOrder must be a list"));
+            return Err(invalid(at, "$setElementOrder must be a list"));
         };
         order_ids = order
             .iter()
-            .map(|item| key_of(item).ok_or_else(|| missing_key(path, item, merge_key)))
+            .map(|item| {
+                key_of(item).ok_or_else(|| {
+                    let shown = item.as_object().cloned().unwrap_or_default();
+                    missing_key(at, &shown, merge_key)
+                })
+            })
             .collect::<Result<_, _>>()?;
     }
     let merged = merged.into_iter().flatten().collect();
     Ok(order_items(merged, key_of, &order_ids, &live_ids))
 }
 
-fn missing_key(path: &str, item: &Value, merge_key: &str) -> PatchError {
+fn missing_key(at: &At, item: &Map<String, Value>, merge_key: &str) -> PatchError {
     invalid(
-        path,
-        format!("map {item} does not contain declared merge key: {merge_key}"),
+        at,
+        format!(
+            "map {} does not contain declared merge key: {merge_key}",
+            Value::Object(item.clone())
+        ),
     )
 }
 
@@ -460,6 +500,28 @@ mod tests {
         assert_eq!(refs.len(), n + n / 2 - 1, "u0 deleted");
         assert_eq!(refs[0]["uid"], "u1");
         assert_eq!(refs.iter().filter(|r| r["name"] == "new").count(), n);
+    }
+
+    /// An error quotes at most a kilobyte of its path and of the value it
+    /// names, however long the patch's keys and values are.
+    #[test]
+    fn an_errors_path_and_value_are_cut() {
+        let long = "k".repeat(100 << 10);
+        let target = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        for patch in [
+            json!({"metadata": {long.clone(): {"$patch": "bogus"}}}),
+            json!({"metadata": {"x": {"$patch": long.clone()}}}),
+        ] {
+            let e = strategic_merge_patch(&target, &patch, "v1", "ConfigMap")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("unknown $patch directive") || e.contains('…'),
+                "{}",
+                &e[..200]
+            );
+            assert!(e.len() < 2 * MAX_QUOTED + 200, "{} bytes", e.len());
+        }
     }
 
     fn smp(target: &Value, patch: Value) -> Value {
