@@ -40,6 +40,12 @@ pub struct PatchBounds {
     /// learn its nesting; moving a large value back and forth would
     /// otherwise cost a walk of it per operation. Not an upstream bound.
     pub max_move_walk: usize,
+    /// Most array elements the patch's insertions into and removals from
+    /// the middle of arrays may shift together: each moves every element
+    /// after its index, so alternating `add /a/0` and `remove /a/0` on a
+    /// long array would otherwise cost its length per operation. Not an
+    /// upstream bound.
+    pub max_array_shift: usize,
 }
 
 impl PatchBounds {
@@ -54,6 +60,7 @@ impl PatchBounds {
         max_copy_bytes: 3 * 1024 * 1024,
         max_depth: 100,
         max_move_walk: 1 << 24,
+        max_array_shift: 1 << 24,
     };
 }
 
@@ -147,6 +154,22 @@ pub enum PatchError {
         /// The limit.
         max: usize,
     },
+    /// An operation whose array insertion or removal would take the
+    /// elements shifted past [`PatchBounds::max_array_shift`]; refused
+    /// before applying it.
+    #[error(
+        "json patch operation {index} ({op}) failed at path \"{path}\": the insertions into and removals from arrays of this patch would shift more than {max} elements"
+    )]
+    ShiftLimit {
+        /// The operation's index in the patch.
+        index: usize,
+        /// Its `op`.
+        op: String,
+        /// Its `path`.
+        path: String,
+        /// The limit.
+        max: usize,
+    },
     /// An operation that would nest a value deeper than
     /// [`PatchBounds::max_depth`]; refused before applying it.
     #[error(
@@ -206,12 +229,37 @@ pub fn json_patch(doc: &Value, ops: &Value, bounds: PatchBounds) -> Result<Value
         .map(|(index, op)| Op::read(index, op, bounds))
         .collect::<Result<Vec<_>, _>>()?;
     let mut doc = doc.clone();
-    let mut copied = 0;
-    let mut walked = 0;
+    let mut spent = Spent::default();
     for op in &ops {
-        op.apply(&mut doc, &mut copied, &mut walked, bounds)?;
+        op.apply(&mut doc, &mut spent, bounds)?;
     }
     Ok(doc)
+}
+
+/// What the operations applied so far took of the budgets of
+/// [`PatchBounds`].
+#[derive(Default)]
+struct Spent {
+    copied: usize,
+    walked: usize,
+    shifted: usize,
+}
+
+/// The array elements inserting at (or removing from) `path` moves aside:
+/// at index `i` of an array of `n`, the `n - i` from `i` on (the `n - i - 1`
+/// after it). Appending (`-`) and members of objects move none.
+fn shift_at(doc: &Value, path: &str, inserting: bool) -> usize {
+    let Some((parent, last)) = path.rsplit_once('/') else {
+        return 0;
+    };
+    let Ok(i) = last.parse::<usize>() else {
+        return 0;
+    };
+    match doc.pointer(parent) {
+        Some(Value::Array(items)) if inserting => items.len().saturating_sub(i),
+        Some(Value::Array(items)) => items.len().saturating_sub(i + 1),
+        _ => 0,
+    }
 }
 
 /// One operation, read and checked for depth.
@@ -333,14 +381,29 @@ impl<'a> Op<'a> {
     fn apply(
         &self,
         doc: &mut Value,
-        copied: &mut usize,
-        walked: &mut usize,
+        spent: &mut Spent,
         bounds: PatchBounds,
     ) -> Result<(), PatchError> {
         use PatchOperation as P;
         let Some(operation) = &self.operation else {
             return Ok(());
         };
+        let shift = match operation {
+            P::Add(_) | P::Copy(_) => shift_at(doc, self.path, true),
+            P::Remove(_) => shift_at(doc, self.path, false),
+            P::Move(mv) => shift_at(doc, mv.from.as_str(), false) + shift_at(doc, self.path, true),
+            P::Replace(_) | P::Test(_) => 0,
+        };
+        spent.shifted = spent.shifted.saturating_add(shift);
+        if spent.shifted > bounds.max_array_shift {
+            return Err(PatchError::ShiftLimit {
+                index: self.index,
+                op: self.name.to_string(),
+                path: self.path.to_string(),
+                max: bounds.max_array_shift,
+            });
+        }
+        let (copied, walked) = (&mut spent.copied, &mut spent.walked);
         match operation {
             P::Test(test) => return self.test(doc, test.path.as_str(), &test.value),
             P::Copy(copy) => {

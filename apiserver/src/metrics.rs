@@ -49,6 +49,9 @@ pub(crate) enum Limit {
     JsonPatchDepth,
     /// JSON patch whose moves' depth checks walk past 16 Mi values (422).
     JsonPatchMoveWalk,
+    /// JSON patch whose array insertions and removals shift past 16 Mi
+    /// elements (422).
+    JsonPatchArrayShift,
     /// JSON body nested past serde_json's 128 levels (400).
     JsonDepth,
     /// YAML body whose aliases expand it past its own size (400).
@@ -90,7 +93,7 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 27] = [
+    pub(crate) const ALL: [Limit; 28] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -101,6 +104,7 @@ impl Limit {
         Limit::JsonPatchCopyBytes,
         Limit::JsonPatchDepth,
         Limit::JsonPatchMoveWalk,
+        Limit::JsonPatchArrayShift,
         Limit::JsonDepth,
         Limit::YamlExpansion,
         Limit::YamlDepth,
@@ -133,6 +137,7 @@ impl Limit {
             Limit::JsonPatchCopyBytes => "jsonPatchCopyBytes",
             Limit::JsonPatchDepth => "jsonPatchDepth",
             Limit::JsonPatchMoveWalk => "jsonPatchMoveWalk",
+            Limit::JsonPatchArrayShift => "jsonPatchArrayShift",
             Limit::JsonDepth => "jsonDepth",
             Limit::YamlExpansion => "yamlExpansion",
             Limit::YamlDepth => "yamlDepth",

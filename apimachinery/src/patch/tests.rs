@@ -587,7 +587,7 @@ proptest! {
         max_copy_bytes in 0usize..200,
         max_depth in 1usize..8,
     ) {
-        let bounds = PatchBounds { max_operations, max_copy_bytes, max_depth, max_move_walk: 1 << 20 };
+        let bounds = PatchBounds { max_operations, max_copy_bytes, max_depth, max_move_walk: 1 << 20, max_array_shift: 1 << 24 };
         let before = doc.clone();
         match json_patch(&doc, &Value::Array(ops.clone()), bounds) {
             Ok(out) => {
@@ -650,4 +650,43 @@ fn moves_deeper_are_walked_within_a_budget_and_moves_up_are_not_walked() {
         e.to_string().contains("would walk more than 100099 values"),
         "{e}"
     );
+}
+
+#[test]
+fn insertions_and_removals_in_the_middle_of_arrays_are_budgeted() {
+    // Each add at the front shifts the whole array, each remove there
+    // shifts the rest back: 10 operations on 1,000 elements shift ~10,000.
+    let doc = json!({"a": vec![0; 1000]});
+    let mut ops = Vec::new();
+    for _ in 0..5 {
+        ops.push(json!({"op": "add", "path": "/a/0", "value": 1}));
+        ops.push(json!({"op": "remove", "path": "/a/0"}));
+    }
+    let patch = Value::Array(ops);
+    let shifts = 5 * (1000 + 1000);
+    let within = PatchBounds {
+        max_array_shift: shifts,
+        ..PatchBounds::KUBERNETES
+    };
+    assert_eq!(json_patch(&doc, &patch, within).unwrap(), doc);
+    let past = PatchBounds {
+        max_array_shift: shifts - 1,
+        ..PatchBounds::KUBERNETES
+    };
+    let e = json_patch(&doc, &patch, past).unwrap_err();
+    assert!(matches!(e, PatchError::ShiftLimit { index: 9, .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("would shift more than 9999 elements"),
+        "{e}"
+    );
+    // Appending and replacing shift nothing.
+    let appends: Vec<Value> = (0..100)
+        .map(|_| json!({"op": "add", "path": "/a/-", "value": 1}))
+        .collect();
+    let tiny = PatchBounds {
+        max_array_shift: 0,
+        ..PatchBounds::KUBERNETES
+    };
+    assert!(json_patch(&doc, &Value::Array(appends), tiny).is_ok());
 }

@@ -80,6 +80,10 @@ fn refusal(e: apimachinery::PatchError) -> Refusal {
         ),
         E::TooDeep { .. } => (PatchError::Invalid(message), Some(Limit::JsonPatchDepth)),
         E::MoveLimit { .. } => (PatchError::Invalid(message), Some(Limit::JsonPatchMoveWalk)),
+        E::ShiftLimit { .. } => (
+            PatchError::Invalid(message),
+            Some(Limit::JsonPatchArrayShift),
+        ),
         _ => (PatchError::Invalid(message), None),
     }
 }
