@@ -35,6 +35,9 @@ pub(crate) enum Limit {
     RequestHead,
     /// Keep-alive connection idle past its timeout (connection closed).
     IdleConnection,
+    /// A response whose client took none of its bytes for the write
+    /// timeout (connection closed).
+    ResponseWrite,
     /// A connection past the 1,024 served at once (closed at once).
     Connections,
     /// Request body over 3 MiB (413).
@@ -93,10 +96,11 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 28] = [
+    pub(crate) const ALL: [Limit; 29] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
+        Limit::ResponseWrite,
         Limit::Connections,
         Limit::RequestBody,
         Limit::BodyTime,
@@ -130,6 +134,7 @@ impl Limit {
             Limit::TlsHandshake => "tlsHandshake",
             Limit::RequestHead => "requestHead",
             Limit::IdleConnection => "idleConnection",
+            Limit::ResponseWrite => "responseWrite",
             Limit::Connections => "connections",
             Limit::RequestBody => "requestBody",
             Limit::BodyTime => "bodyTime",

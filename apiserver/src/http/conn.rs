@@ -8,10 +8,12 @@
 //! | [`TLS_HANDSHAKE_TIMEOUT`] | 10 s | a connection that does not finish TLS (e.g. sends nothing) |
 //! | [`HEADER_READ_TIMEOUT`] | 10 s | a connection that does not send a complete request head, counted from the connection's start or the first byte of the next request |
 //! | [`IDLE_TIMEOUT`] | 120 s | a keep-alive connection with no request in flight |
+//! | [`RESPONSE_WRITE_TIMEOUT`] | 60 s | a connection whose client has not taken any of a response's bytes for that long (a list it never reads, a watch it stopped reading) |
 //! | [`MAX_CONNECTIONS`] | 1,024 at once | a new connection past them, at once |
 //!
 //! Each close is counted in `wasmctrl_apiserver_limit_exceeded_total`
-//! (`tlsHandshake`, `requestHead`, `idleConnection`, `connections`). The request body
+//! (`tlsHandshake`, `requestHead`, `idleConnection`, `responseWrite`,
+//! `connections`). The request body
 //! timeout is enforced per request by the router, but configured here
 //! with the others.
 //!
@@ -47,6 +49,12 @@ pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// close when it reuses one.
 pub(crate) const IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Time a client may leave a response's bytes unread: a write to it that
+/// makes no progress for this long closes the connection, and frees what
+/// the response holds (a list's body, a watch's queued events). A watch
+/// with nothing to send writes nothing, so it is never cut by this.
+pub(crate) const RESPONSE_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Connections served at once (not an upstream bound: kube-apiserver limits
 /// requests in flight instead). Each holds a task, a TLS session and, for a
 /// watch, what waits for its client, so without a cap anyone who can open
@@ -77,6 +85,9 @@ pub struct Timeouts {
     /// Time a client gets to send a request body once its head arrived
     /// (504 after).
     pub request_body: Duration,
+    /// Time a response's write may make no progress (the client reads
+    /// nothing) before the connection is closed.
+    pub response_write: Duration,
     /// Connections served at once; a new one past them is closed at once.
     pub max_connections: usize,
 }
@@ -88,6 +99,7 @@ impl Default for Timeouts {
             request_head: HEADER_READ_TIMEOUT,
             idle: IDLE_TIMEOUT,
             request_body: BODY_READ_TIMEOUT,
+            response_write: RESPONSE_WRITE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
         }
     }
@@ -239,6 +251,9 @@ struct ActivityState {
     head_started: Option<Instant>,
     /// Whether any request has arrived yet.
     served_any: bool,
+    /// Since when writes to the client have made no progress (the socket
+    /// is full because the client reads nothing).
+    write_stalled: Option<Instant>,
 }
 
 /// A connection's request activity, shared by its reader, its service and
@@ -259,6 +274,7 @@ impl Activity {
                 idle_since: Instant::now(),
                 head_started: None,
                 served_any: false,
+                write_stalled: None,
             }),
             changed: Notify::new(),
         }
@@ -273,6 +289,19 @@ impl Activity {
         let mut st = self.lock();
         if st.in_flight == 0 && st.head_started.is_none() {
             st.head_started = Some(Instant::now());
+            drop(st);
+            self.changed.notify_one();
+        }
+    }
+
+    /// A write to the client could not proceed (or, with `progressed`, it
+    /// took bytes). Only the start of a stall wakes the watchdog.
+    fn on_write(&self, progressed: bool) {
+        let mut st = self.lock();
+        if progressed {
+            st.write_stalled = None;
+        } else if st.write_stalled.is_none() {
+            st.write_stalled = Some(Instant::now());
             drop(st);
             self.changed.notify_one();
         }
@@ -298,7 +327,15 @@ impl Activity {
             let notified = self.changed.notified();
             let deadline = {
                 let st = self.lock();
-                if st.in_flight > 0 {
+                if let Some(t) = st.write_stalled {
+                    Some((
+                        t + self.timeouts.response_write,
+                        (
+                            "the client reads nothing of the response",
+                            Limit::ResponseWrite,
+                        ),
+                    ))
+                } else if st.in_flight > 0 {
                     None
                 } else if let Some(t) = st.head_started {
                     Some((
@@ -403,11 +440,15 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.activity.on_write(r.is_ready());
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        let r = Pin::new(&mut self.inner).poll_flush(cx);
+        self.activity.on_write(r.is_ready());
+        r
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -419,7 +460,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.activity.on_write(r.is_ready());
+        r
     }
 
     fn is_write_vectored(&self) -> bool {

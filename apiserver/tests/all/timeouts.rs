@@ -332,3 +332,52 @@ async fn a_watch_timeout_too_large_to_add_is_no_timeout() {
     assert_eq!(ev["type"], "ADDED");
     assert_eq!(ev["object"]["metadata"]["name"], "after-a-huge-timeout");
 }
+
+/// A client that asks for a list and reads none of it is let go once the
+/// response's writes make no progress for the write timeout (here 2 s;
+/// 60 s by default), and the list's body with it, counted as
+/// `responseWrite`. Before, the connection and the body were held for as
+/// long as the client kept the socket open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_the_client_never_reads_is_let_go() {
+    let h = Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts: wasmctrl_apiserver::Timeouts {
+            response_write: Duration::from_secs(2),
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    // Twelve MiB of list: more than the socket buffers of both ends.
+    for i in 0..12 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}")}, "data": {"v": "x".repeat(1 << 20)}});
+        let (code, body) = h
+            .raw(
+                "POST",
+                "/api/v1/namespaces/default/configmaps",
+                None,
+                &cm.to_string(),
+            )
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let mut tls = tls_connect(&h).await;
+    let request = format!(
+        "GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+        h.server.token()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    // It reads nothing.
+    wasmctrl_testkit::eventually(
+        "the unread list's connection closed",
+        Duration::from_secs(30),
+        || async { (h.server.limit_exceeded("responseWrite") == 1).then_some(()) },
+    )
+    .await;
+    // The server is fine and answers others meanwhile.
+    let (code, _) = h.raw("GET", "/version", None, "").await;
+    assert_eq!(code, 200);
+    drop(tls);
+}
