@@ -12,7 +12,7 @@ use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::faults::{WatchFault, WatchFaults};
@@ -20,7 +20,7 @@ use super::state::ServerState;
 use crate::error::{ApiError, Cause};
 use crate::metrics::{Limit, Metrics};
 use crate::registry::resources::ResourceInfo;
-use crate::registry::selectors::{FieldSelector, LabelSelector};
+use crate::registry::selectors::{FieldSelector, LabelSelector, selectable_view};
 use crate::registry::storage::{Event, EventType, StoreError, WatchFrom, parse_json};
 use crate::registry::views::{stored_view_is_identity, to_view};
 
@@ -62,6 +62,38 @@ impl WatchParams {
         }
         let obj = parse_json(json);
         self.labels.matches(&obj) && self.fields.matches(&obj)
+    }
+
+    /// Whether this watch sees `ev`'s object (or, with `prev`, its state
+    /// before), reading the selectable parts the event shares among its
+    /// watchers; those used are put in `held`, which keeps them for the
+    /// watchers that come to this event after this one.
+    fn sees(
+        &self,
+        info: &ResourceInfo,
+        ev: &Event,
+        prev: bool,
+        held: &mut Vec<Arc<Value>>,
+    ) -> bool {
+        if prev && ev.prev.is_none() {
+            return false;
+        }
+        if let Some(ns) = &self.namespace
+            && *ns != ev.namespace
+        {
+            return false;
+        }
+        if self.labels.is_empty() && self.fields.is_empty() {
+            return true;
+        }
+        let Some(view) = ev.selectable(prev, |json| {
+            selectable_view(&parse_json(json), &info.group, &info.kind)
+        }) else {
+            return false;
+        };
+        let seen = self.labels.matches(&view) && self.fields.matches(&view);
+        held.push(view);
+        seen
     }
 }
 
@@ -114,11 +146,19 @@ fn expired_line(message: &str) -> Bytes {
 }
 
 /// Translates one store event into what this watcher sees, if anything.
-fn translate(info: &ResourceInfo, p: &WatchParams, ev: &Event) -> Option<Bytes> {
+/// `held` is what it read of the event's selectable parts (and, on entry,
+/// of the event before, which it lets go).
+fn translate(
+    info: &ResourceInfo,
+    p: &WatchParams,
+    ev: &Event,
+    held: &mut Vec<Arc<Value>>,
+) -> Option<Bytes> {
     if ev.resource != info.storage {
         return None;
     }
-    let now = p.matches(&ev.namespace, &ev.object);
+    held.clear();
+    let now = p.sees(info, ev, false, held);
     let kind = match ev.etype {
         EventType::Added | EventType::Deleted => {
             if !now {
@@ -127,10 +167,7 @@ fn translate(info: &ResourceInfo, p: &WatchParams, ev: &Event) -> Option<Bytes> 
             ev.etype
         }
         EventType::Modified => {
-            let before = ev
-                .prev
-                .as_ref()
-                .is_some_and(|o| p.matches(&ev.namespace, o));
+            let before = p.sees(info, ev, true, held);
             match (before, now) {
                 (true, true) => EventType::Modified,
                 (false, true) => EventType::Added,
@@ -261,6 +298,7 @@ pub(crate) fn serve(
         queued: queued.clone(),
         faults: shared.faults.watch_faults(),
         metrics: shared.metrics.clone(),
+        held: Vec::new(),
     };
     let epoch = shared.watch_epoch.subscribe();
     tokio::spawn(pump.run(snapshot, start.backlog, start.rx, epoch));
@@ -282,6 +320,9 @@ struct Pump {
     queued: Arc<AtomicUsize>,
     faults: WatchFaults,
     metrics: Arc<Metrics>,
+    /// The selectable parts of the last event evaluated, kept for the
+    /// watchers that reach it after this one.
+    held: Vec<Arc<Value>>,
 }
 
 /// The watch is over: the client went away, or it was told to relist.
@@ -313,7 +354,7 @@ impl Pump {
             return;
         }
         self.seen = ev.rv;
-        if let Some(l) = translate(&self.info, &self.p, &ev) {
+        if let Some(l) = translate(&self.info, &self.p, &ev, &mut self.held) {
             batch.extend_from_slice(&l);
         }
     }
@@ -509,6 +550,7 @@ mod tests {
             queued: Arc::default(),
             faults: faults.watch_faults(),
             metrics: metrics.clone(),
+            held: Vec::new(),
         };
         let (_epoch, epoch) = tokio::sync::watch::channel(0);
         pump.run(Vec::new(), Vec::new(), rx, epoch).await;

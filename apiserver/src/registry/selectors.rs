@@ -178,6 +178,29 @@ pub(crate) fn exact_name_of(selector: &str) -> Option<String> {
 }
 
 /// A selectable field as a string ("" when absent, as the real server does).
+/// The parts of a stored object of `group`/`kind` that label and field
+/// selectors read, in their places: its labels and the kind's selectable
+/// fields. Watchers evaluate selectors on it, shared per event, instead of
+/// each parsing the whole object.
+pub(crate) fn selectable_view(obj: &Value, group: &str, kind: &str) -> Value {
+    let mut view = Value::Object(serde_json::Map::new());
+    if let Some(labels) = obj.pointer("/metadata/labels") {
+        crate::values::set_path(&mut view, "metadata.labels", labels.clone());
+    }
+    for field in COMMON_FIELDS.iter().chain(kind_fields(group, kind)) {
+        // `source` selects on the event source's component.
+        let path = if *field == "source" {
+            "source.component"
+        } else {
+            field
+        };
+        if let Some(value) = crate::values::get_path(obj, path) {
+            crate::values::set_path(&mut view, path, value.clone());
+        }
+    }
+    view
+}
+
 fn field_value(obj: &Value, field: &str) -> String {
     if field == "source" {
         return obj

@@ -163,6 +163,7 @@ impl Store {
             // Writes become visible in order, so the latest state now is
             // the visible state just before this one.
             prev: current.map(|c| c.1),
+            selectable: Default::default(),
         });
         if !st.durable {
             st.assigned = rv;

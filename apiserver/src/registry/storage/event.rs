@@ -1,7 +1,6 @@
 //! One change, as watchers, the garbage collector and the persister see it.
 
-#[cfg(test)]
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use serde_json::Value;
 
@@ -41,6 +40,20 @@ pub(crate) struct Event {
     pub(crate) object: Json,
     /// The state before, so watchers can tell an object left their selector.
     pub(crate) prev: Option<Json>,
+    /// What selectors read of `object` and `prev`, shared by the watchers
+    /// that evaluate this event (see [`Event::selectable`]).
+    pub(crate) selectable: Selectable,
+}
+
+/// The selectable parts of an event's object and previous state, made by
+/// the first watcher that needs them and held only by watchers: each keeps
+/// what it used for the last event it evaluated, so the parts live while
+/// watchers are on this event, and the event itself (in the watch history)
+/// holds nothing.
+#[derive(Debug, Default)]
+pub(crate) struct Selectable {
+    object: Mutex<Weak<Value>>,
+    prev: Mutex<Weak<Value>>,
 }
 
 impl Event {
@@ -55,6 +68,7 @@ impl Event {
             name: self.name.clone(),
             object: self.object.clone(),
             prev: self.prev.clone(),
+            selectable: Selectable::default(),
         })
     }
 
@@ -72,6 +86,7 @@ impl Event {
             name,
             object: json::encode(&object),
             prev: None,
+            selectable: Selectable::default(),
         })
     }
 
@@ -79,5 +94,64 @@ impl Event {
     /// their JSON).
     pub(crate) fn value(&self) -> Value {
         json::decode(&self.object)
+    }
+
+    /// The selectable parts of the object (or, with `prev`, of the state
+    /// before; None if there is none), made from its JSON by `make` unless
+    /// another watcher still holds them: an event is parsed once for all
+    /// the watchers with selectors that evaluate it together, not once per
+    /// watcher.
+    pub(crate) fn selectable(
+        &self,
+        prev: bool,
+        make: impl FnOnce(&[u8]) -> Value,
+    ) -> Option<Arc<Value>> {
+        let (json, slot) = if prev {
+            (self.prev.as_ref()?, &self.selectable.prev)
+        } else {
+            (&self.object, &self.selectable.object)
+        };
+        // Made under the lock: watchers arriving meanwhile wait for it
+        // rather than parse it again.
+        let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(made) = slot.upgrade() {
+            return Some(made);
+        }
+        let made = Arc::new(make(json));
+        *slot = Arc::downgrade(&made);
+        Some(made)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use serde_json::json;
+
+    use super::*;
+
+    /// Watchers that evaluate one event together parse it once; once none
+    /// holds what was made, nothing is kept.
+    #[test]
+    fn the_selectable_parts_are_made_once_while_watchers_hold_them() {
+        let ev = Event::added(
+            1,
+            GroupResource::new("", "configmaps"),
+            json!({"metadata": {"name": "a"}}),
+        );
+        let made = Cell::new(0);
+        let make = |_: &[u8]| {
+            made.set(made.get() + 1);
+            json!({"metadata": {"name": "a"}})
+        };
+        let first = ev.selectable(false, make).unwrap();
+        let second = ev.selectable(false, make).unwrap();
+        assert_eq!(made.get(), 1, "the second watcher shares the first's");
+        assert!(Arc::ptr_eq(&first, &second));
+        assert!(ev.selectable(true, make).is_none(), "no state before");
+        drop((first, second));
+        let _third = ev.selectable(false, make).unwrap();
+        assert_eq!(made.get(), 2, "made again once nobody held it");
     }
 }

@@ -368,6 +368,7 @@ mod tests {
                 name: "big".into(),
                 object: object.clone(),
                 prev: None,
+                selectable: Default::default(),
             }));
         }
         assert_eq!(st.history.len(), HISTORY_BYTES >> 20);

@@ -125,6 +125,7 @@ impl Store {
                         name: key.parts().1.to_string(),
                         object: e.obj.clone(),
                         prev: Some(e.obj.clone()),
+                        selectable: Default::default(),
                     }));
                 }
             }
