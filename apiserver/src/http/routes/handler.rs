@@ -45,7 +45,14 @@ async fn handle(State(shared): State<Arc<ServerState>>, req: Request) -> Respons
     let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let (parts, body) = req.into_parts();
     let Some(authenticated) = authenticate(&shared, &parts.headers) else {
-        let response = ApiError::Unauthorized.into_response();
+        let mut response = ApiError::Unauthorized.into_response();
+        // A client that cannot authenticate does not keep the connection:
+        // otherwise a few unauthenticated requests a second would hold
+        // every connection slot for the idle timeout.
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
         shared.metrics.request(
             &parts.method.as_str().to_ascii_lowercase(),
             response.status().as_u16(),
