@@ -268,7 +268,11 @@ pub(crate) fn serve(
                 .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}")))?,
         ),
     };
-    let start = match shared.objects.store.watch(&info.storage, from) {
+    let start = match shared
+        .objects
+        .store
+        .watch(&info.storage, p.namespace.as_deref(), from)
+    {
         // The real server answers 200 and an ERROR event, which is what
         // client-go, kube-rs and the Python client expect.
         Err(StoreError::Expired { requested, oldest }) => {

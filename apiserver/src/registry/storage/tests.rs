@@ -176,17 +176,17 @@ fn watch_resumes_and_expires() {
         s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
             .unwrap();
     }
-    let w = s.watch(&gr, WatchFrom::Rv(2)).unwrap();
+    let w = s.watch(&gr, None, WatchFrom::Rv(2)).unwrap();
     assert_eq!(w.backlog.len(), 1);
     assert_eq!(w.backlog[0].name, "b");
     let rv = s.expire_history();
     assert!(matches!(
-        s.watch(&gr, WatchFrom::Rv(3)),
+        s.watch(&gr, None, WatchFrom::Rv(3)),
         Err(StoreError::Expired { .. })
     ));
-    assert!(s.watch(&gr, WatchFrom::Rv(rv)).is_ok());
+    assert!(s.watch(&gr, None, WatchFrom::Rv(rv)).is_ok());
     assert!(matches!(
-        s.watch(&gr, WatchFrom::Rv(rv + 1)),
+        s.watch(&gr, None, WatchFrom::Rv(rv + 1)),
         Err(StoreError::Expired { .. })
     ));
 }
@@ -295,6 +295,49 @@ fn blocking_dependents_are_counted_by_namespace_and_their_owners_released() {
     assert_eq!(s.take_released(), vec!["u-owner".to_string()]);
 }
 
+#[test]
+fn a_namespaces_watch_starts_from_that_namespace_only() {
+    let s = store();
+    for ns in ["a", "b"] {
+        s.commit(
+            &GroupResource::new("", "namespaces"),
+            "",
+            ns,
+            Expect::Absent,
+            Change::Put(json!({"metadata": {"name": ns}})),
+            false,
+        )
+        .unwrap();
+    }
+    let gr = GroupResource::new("", "configmaps");
+    let from = s.current_rv();
+    for (ns, name) in [("a", "one"), ("b", "two"), ("b", "three"), ("a", "four")] {
+        let mut obj = cm(name);
+        obj["metadata"]["namespace"] = json!(ns);
+        s.commit(&gr, ns, name, Expect::Absent, Change::Put(obj), false)
+            .unwrap();
+    }
+    let snapshot = s
+        .watch(&gr, Some("a"), WatchFrom::Snapshot)
+        .unwrap()
+        .snapshot;
+    assert_eq!(snapshot.len(), 2);
+    assert!(snapshot.iter().all(|(ns, _)| ns == "a"));
+    assert_eq!(
+        s.watch(&gr, None, WatchFrom::Snapshot)
+            .unwrap()
+            .snapshot
+            .len(),
+        4
+    );
+    let backlog = s
+        .watch(&gr, Some("b"), WatchFrom::Rv(from))
+        .unwrap()
+        .backlog;
+    let names: Vec<&str> = backlog.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["two", "three"]);
+}
+
 fn durable_store() -> (Store, mpsc::UnboundedReceiver<PersistOp>) {
     let s = store();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -341,7 +384,7 @@ async fn staged_writes_are_invisible_until_durable() {
     .unwrap();
     let staged = events(&mut rx);
     assert_eq!(staged.len(), 2);
-    let mut watch = s.watch(&gr, WatchFrom::Rv(s.current_rv())).unwrap();
+    let mut watch = s.watch(&gr, None, WatchFrom::Rv(s.current_rv())).unwrap();
     let (evs, dones): (Vec<_>, Vec<_>) = staged.into_iter().unzip();
     s.apply_durable(evs);
     for d in dones {

@@ -9,6 +9,7 @@ use super::commit::StoreError;
 use super::durable::PersistOp;
 use super::event::Event;
 use super::json::Json;
+use super::state::{Entry, TableKey};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
 
@@ -33,11 +34,14 @@ pub(crate) struct WatchStart {
 }
 
 impl Store {
-    /// Starts a watch on `gr` consistently with the history: nothing committed
-    /// after this call is missed and nothing before `from` is replayed.
+    /// Starts a watch on `gr` (in `namespace` only, if given) consistently
+    /// with the history: nothing committed after this call is missed and
+    /// nothing before `from` is replayed. A namespace's watch reads only
+    /// that namespace's objects under the lock, not the resource's.
     pub(crate) fn watch(
         &self,
         gr: &GroupResource,
+        namespace: Option<&str>,
         from: WatchFrom,
     ) -> Result<WatchStart, StoreError> {
         let st = self.lock();
@@ -48,9 +52,16 @@ impl Store {
                     .tables
                     .get(gr)
                     .map(|t| {
-                        t.iter()
-                            .map(|(k, e)| (k.parts().0.to_string(), e.obj.clone()))
-                            .collect()
+                        let entry =
+                            |(k, e): (&TableKey, &Entry)| (k.parts().0.to_string(), e.obj.clone());
+                        match namespace {
+                            Some(ns) => t
+                                .range(TableKey::namespace_start(ns)..)
+                                .take_while(|(k, _)| k.parts().0 == ns)
+                                .map(entry)
+                                .collect(),
+                            None => t.iter().map(entry).collect(),
+                        }
                     })
                     .unwrap_or_default(),
                 backlog: Vec::new(),
@@ -71,7 +82,7 @@ impl Store {
                 let backlog = st
                     .history
                     .range(idx..)
-                    .filter(|e| e.resource == *gr)
+                    .filter(|e| e.resource == *gr && namespace.is_none_or(|ns| e.namespace == ns))
                     .cloned()
                     .collect();
                 Ok(WatchStart {
