@@ -164,10 +164,43 @@ fn cut(value: &str) -> String {
 enum Requirement {
     Equals(String, String),
     NotEquals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
+    In(String, ValueSet),
+    NotIn(String, ValueSet),
     Exists(String),
     NotExists(String),
+}
+
+/// The values of an `in` or `notin` requirement: as given (and printed
+/// back in that order), with an index in sorted order, so that matching
+/// an object costs the log of the set's size, however many values a
+/// selector lists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ValueSet {
+    given: Vec<String>,
+    sorted: Vec<u32>,
+}
+
+impl ValueSet {
+    fn new(given: Vec<String>) -> Self {
+        // A set fits in a request, far below u32::MAX values.
+        let mut sorted: Vec<u32> = (0..given.len() as u32).collect();
+        sorted.sort_unstable_by(|&a, &b| given[a as usize].cmp(&given[b as usize]));
+        ValueSet { given, sorted }
+    }
+
+    fn contains(&self, value: &str) -> bool {
+        self.sorted
+            .binary_search_by(|&i| self.given[i as usize].as_str().cmp(value))
+            .is_ok()
+    }
+}
+
+impl std::ops::Deref for ValueSet {
+    type Target = [String];
+
+    fn deref(&self) -> &[String] {
+        &self.given
+    }
 }
 
 /// A parsed label selector: requirements that must all hold, in the order
@@ -324,11 +357,11 @@ impl LabelSelector {
             push(match e["operator"].as_str().unwrap_or_default() {
                 "In" => match set()? {
                     set if lone_empty(&set) => Requirement::Equals(k, String::new()),
-                    set => Requirement::In(k, set),
+                    set => Requirement::In(k, ValueSet::new(set)),
                 },
                 "NotIn" => match set()? {
                     set if lone_empty(&set) => Requirement::NotEquals(k, String::new()),
-                    set => Requirement::NotIn(k, set),
+                    set => Requirement::NotIn(k, ValueSet::new(set)),
                 },
                 "Exists" => none().map(|()| Requirement::Exists(k))?,
                 "DoesNotExist" => none().map(|()| Requirement::NotExists(k))?,
@@ -386,7 +419,7 @@ impl LabelSelector {
     /// Whether the labels `label` looks up (key → value, `None` when
     /// absent) satisfy every requirement.
     pub fn matches_by<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
-        let is_in = |set: &[String], v: &str| set.iter().any(|s| s == v);
+        let is_in = |set: &ValueSet, v: &str| set.contains(v);
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => label(k) == Some(v.as_str()),
             Requirement::NotEquals(k, v) => label(k) != Some(v.as_str()),
@@ -469,8 +502,8 @@ fn requirement(
     match lexer.next() {
         Token::Equals => Ok(Requirement::Equals(k, exact_value(lexer)?)),
         Token::NotEquals => Ok(Requirement::NotEquals(k, exact_value(lexer)?)),
-        Token::Word("in") => Ok(Requirement::In(k, set(lexer, bounds)?)),
-        Token::Word("notin") => Ok(Requirement::NotIn(k, set(lexer, bounds)?)),
+        Token::Word("in") => Ok(Requirement::In(k, ValueSet::new(set(lexer, bounds)?))),
+        Token::Word("notin") => Ok(Requirement::NotIn(k, ValueSet::new(set(lexer, bounds)?))),
         other => Err(syntax(other, "in, notin, =, == or !=")),
     }
 }
