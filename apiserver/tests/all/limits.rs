@@ -583,3 +583,49 @@ async fn an_apply_conflicting_on_many_fields_lists_a_hundred() {
     let causes = status["details"]["causes"].as_array().unwrap();
     assert!(causes.len() <= 101, "{} causes", causes.len());
 }
+
+/// A field manager's name is stored with every field set it owns, so it is
+/// at most 128 bytes of printable characters, as upstream: a write naming
+/// a longer one is refused with 422 naming `fieldManager`.
+#[tokio::test]
+async fn a_field_managers_name_is_at_most_128_bytes() {
+    let h = Harness::start().await;
+    let cm = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}}).to_string()
+    };
+    let (code, status) = h
+        .raw(
+            "POST",
+            &format!("{CMS}?fieldManager={}", "m".repeat(128)),
+            None,
+            &cm("fits"),
+        )
+        .await;
+    assert_eq!(code, 201, "{status}");
+    for (method, path, ct) in [
+        ("POST", CMS.to_string(), None),
+        (
+            "PATCH",
+            format!("{CMS}/fits"),
+            Some("application/apply-patch+yaml"),
+        ),
+    ] {
+        let (code, status) = h
+            .raw(
+                method,
+                &format!("{path}?fieldManager={}", "m".repeat(129)),
+                ct,
+                &cm("fits"),
+            )
+            .await;
+        assert_eq!(code, 422, "{method}: {status}");
+        assert_eq!(
+            status["details"]["causes"][0]["field"], "fieldManager",
+            "{status}"
+        );
+        assert!(
+            status["message"].as_str().unwrap().contains("128 bytes"),
+            "{status}"
+        );
+    }
+}

@@ -381,3 +381,34 @@ async fn a_response_the_client_never_reads_is_let_go() {
     assert_eq!(code, 200);
     drop(tls);
 }
+
+/// A request without valid credentials is answered 401 and its connection
+/// closed, so unauthenticated clients cannot hold connection slots for
+/// the idle timeout.
+#[tokio::test]
+async fn an_unauthenticated_request_does_not_keep_its_connection() {
+    let h = Harness::start().await;
+    let mut tls = tls_connect(&h).await;
+    tls.write_all(
+        b"GET /version HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer wrong\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    tls.flush().await.unwrap();
+    let mut got = Vec::new();
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), tls.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Err(_) => panic!("connection still open after {:?}", started.elapsed()),
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+}

@@ -18,6 +18,50 @@ use crate::registry::delete::DeleteOptions;
 use crate::registry::resources::ResourceInfo;
 use crate::registry::writes::{PatchKind, WriteCtx};
 
+/// The longest `fieldManager` (kube-apiserver's `FieldManagerMaxLength`):
+/// every object's managedFields name their managers, so the name is
+/// stored with each field set it owns.
+pub(super) const MAX_FIELD_MANAGER: usize = 128;
+
+/// The request's `fieldManager`, if it names one: at most
+/// [`MAX_FIELD_MANAGER`] bytes of printable characters, or 422 as upstream.
+pub(super) fn field_manager<'q>(
+    q: &'q Query,
+    method: &axum::http::Method,
+) -> Result<Option<&'q str>, ApiError> {
+    let Some(name) = q.get("fieldManager").filter(|m| !m.is_empty()) else {
+        return Ok(None);
+    };
+    let problem = if name.len() > MAX_FIELD_MANAGER {
+        Some(format!(
+            "Too long: may not be more than {MAX_FIELD_MANAGER} bytes"
+        ))
+    } else if name.chars().any(char::is_control) {
+        Some("Invalid value: must consist of printable characters".to_string())
+    } else {
+        None
+    };
+    let Some(message) = problem else {
+        return Ok(Some(name));
+    };
+    let kind = match *method {
+        axum::http::Method::POST => "CreateOptions",
+        axum::http::Method::PUT => "UpdateOptions",
+        axum::http::Method::PATCH => "PatchOptions",
+        _ => "DeleteOptions",
+    };
+    Err(ApiError::invalid(
+        "meta.k8s.io",
+        kind,
+        "",
+        vec![crate::error::Cause {
+            reason: "FieldValueInvalid".into(),
+            message,
+            field: "fieldManager".into(),
+        }],
+    ))
+}
+
 /// The write parameters of `req`, sharing its scope's warnings, audit
 /// annotations and durable waits.
 pub(super) fn write_ctx(req: Req<'_>) -> Result<WriteCtx, ApiError> {
@@ -31,13 +75,17 @@ pub(super) fn write_ctx(req: Req<'_>) -> Result<WriteCtx, ApiError> {
             )));
         }
     };
-    let manager = match q.get("fieldManager") {
-        Some(m) if !m.is_empty() => m.to_string(),
-        _ => header_str(headers, header::USER_AGENT)
-            .split('/')
-            .next()
-            .unwrap_or("")
-            .to_string(),
+    let manager = match field_manager(q, req.method)? {
+        Some(m) => m.to_string(),
+        None => {
+            // As upstream: the User-Agent's product, cut to the longest
+            // name a manager may have.
+            let agent = header_str(headers, header::USER_AGENT)
+                .split('/')
+                .next()
+                .unwrap_or("");
+            agent[..agent.floor_char_boundary(MAX_FIELD_MANAGER)].to_string()
+        }
     };
     let user = req.user;
     Ok(WriteCtx {

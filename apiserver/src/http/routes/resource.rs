@@ -8,7 +8,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::json;
 
-use super::body::{delete_options, parse_body, patch_kind, write_ctx};
+use super::body::{delete_options, field_manager, parse_body, patch_kind, write_ctx};
 use super::collection::{delete_collection, list, watch_params};
 use super::params::header_str;
 use super::request::Req;
@@ -43,7 +43,7 @@ async fn update(
     } else {
         let kind = patch_kind(headers, q, info)?;
         if let PatchKind::Apply { .. } = kind {
-            ctx.manager = q.get("fieldManager").unwrap_or("").to_string();
+            ctx.manager = field_manager(q, req.method)?.unwrap_or("").to_string();
         }
         let (object, created) = shared
             .objects
