@@ -55,7 +55,7 @@ fn object(name: &str, spec: Value) -> Option<DynamicObject> {
 /// A spec with every field the host reads.
 fn sample() -> Value {
     json!({
-        "source": {"oci": "registry.example.com/p/stamp:1", "pollInterval": "2s", "insecure": true, "imagePullSecret": "regcred"},
+        "source": {"oci": "registry.example.com/p/stamp:1", "pollInterval": "2s", "imagePullSecret": "regcred"},
         "maxConcurrentReconciles": 2,
         "reconcileTimeout": "5s",
         "fuel": 1_000_000,
