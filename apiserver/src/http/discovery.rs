@@ -2,6 +2,8 @@
 //! and aggregated discovery (v2 and v2beta1, chosen from Accept), plus the
 //! minimal OpenAPI v3 documents kubectl's validation needs.
 
+use std::collections::HashMap;
+
 use serde_json::{Value, json};
 
 use crate::http::media::MediaType;
@@ -280,6 +282,44 @@ pub(crate) fn openapi_root(reg: &Registry, generation: u64) -> Value {
     json!({"paths": paths})
 }
 
+/// The `/openapi/v3/…` documents served, by group version, as sent: a
+/// document is built (copying its CRDs' schemas) and encoded once per
+/// registry generation, not once per request, which any client may send.
+#[derive(Default)]
+pub(crate) struct OpenApiDocs {
+    built: std::sync::Mutex<(u64, HashMap<String, bytes::Bytes>)>,
+}
+
+impl OpenApiDocs {
+    /// The document of `key` at registry `generation`, built by `build`
+    /// (None: no such group version) unless already built at it. Documents
+    /// of earlier generations are dropped, so at most one per served group
+    /// version is held.
+    pub(crate) fn get(
+        &self,
+        generation: u64,
+        key: &str,
+        build: impl FnOnce() -> Option<Value>,
+    ) -> Option<bytes::Bytes> {
+        {
+            let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+            if built.0 != generation {
+                *built = (generation, HashMap::new());
+            }
+            if let Some(doc) = built.1.get(key) {
+                return Some(doc.clone());
+            }
+        }
+        // Built outside the lock: a slow build holds up no other document.
+        let doc = bytes::Bytes::from(serde_json::to_vec(&build()?).unwrap_or_default());
+        let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
+        if built.0 == generation {
+            built.1.insert(key.to_string(), doc.clone());
+        }
+        Some(doc)
+    }
+}
+
 /// `/openapi/v3/{api/v1 | apis/g/v}`: a `patch` operation per resource with
 /// its group-version-kind and the `fieldValidation` parameter, which is what
 /// kubectl's field validation checks for; CRD schemas are included so
@@ -375,5 +415,23 @@ mod tests {
                 .iter()
                 .all(|g| g["name"] != "")
         );
+    }
+
+    #[test]
+    fn an_openapi_document_is_built_once_per_registry_generation() {
+        let docs = OpenApiDocs::default();
+        let builds = std::cell::Cell::new(0);
+        let build = || {
+            builds.set(builds.get() + 1);
+            Some(json!({"n": builds.get()}))
+        };
+        let first = docs.get(1, "api/v1", build).unwrap();
+        let again = docs.get(1, "api/v1", build).unwrap();
+        assert_eq!(builds.get(), 1);
+        assert_eq!(first, again);
+        let next = docs.get(2, "api/v1", build).unwrap();
+        assert_eq!(builds.get(), 2, "a new generation builds again");
+        assert_ne!(first, next);
+        assert!(docs.get(2, "apis/none/v1", || None).is_none());
     }
 }

@@ -24,11 +24,15 @@ pub(crate) fn json_with_type(code: StatusCode, content_type: &str, body: &Value)
 }
 
 /// A response carrying already-serialized bytes.
-pub(crate) fn bytes_with_type(code: StatusCode, content_type: &str, body: Vec<u8>) -> Response {
+pub(crate) fn bytes_with_type(
+    code: StatusCode,
+    content_type: &str,
+    body: impl Into<Body>,
+) -> Response {
     Response::builder()
         .status(code)
         .header(header::CONTENT_TYPE, content_type)
-        .body(Body::from(body))
+        .body(body.into())
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 

@@ -30,6 +30,8 @@ pub(crate) struct ServerState {
     pub(crate) metrics: Arc<Metrics>,
     /// How long a client may take to send a request body.
     pub(crate) body_timeout: Duration,
+    /// The OpenAPI documents built at the registry's generation.
+    pub(crate) openapi: crate::http::discovery::OpenApiDocs,
 }
 
 impl ServerState {
@@ -51,6 +53,7 @@ impl ServerState {
             audit: AuditLog::new(),
             metrics,
             body_timeout,
+            openapi: Default::default(),
         }
     }
 

@@ -60,6 +60,32 @@ pub(crate) struct Objects {
     pub(crate) admission: Webhooks,
 }
 
+/// Write access to the registry; bumps its generation when dropped.
+pub(crate) struct RegistryWrite<'a> {
+    guard: RwLockWriteGuard<'a, Registry>,
+    generation: &'a AtomicU64,
+}
+
+impl std::ops::Deref for RegistryWrite<'_> {
+    type Target = Registry;
+
+    fn deref(&self) -> &Registry {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for RegistryWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Registry {
+        &mut self.guard
+    }
+}
+
+impl Drop for RegistryWrite<'_> {
+    fn drop(&mut self) {
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
 impl Objects {
     pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
         Objects {
@@ -76,10 +102,15 @@ impl Objects {
         self.registry.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Write access to the registry; bumps the OpenAPI generation.
-    pub(crate) fn registry_mut(&self) -> RwLockWriteGuard<'_, Registry> {
-        self.registry_generation.fetch_add(1, Ordering::SeqCst);
-        self.registry.write().unwrap_or_else(|e| e.into_inner())
+    /// Write access to the registry. The generation is bumped when the
+    /// access ends, before the lock is let go: whoever reads the new
+    /// generation then reads the registry as changed, so what is built
+    /// for a generation (OpenAPI documents) is never older than it.
+    pub(crate) fn registry_mut(&self) -> RegistryWrite<'_> {
+        RegistryWrite {
+            guard: self.registry.write().unwrap_or_else(|e| e.into_inner()),
+            generation: &self.registry_generation,
+        }
     }
 
     /// Changes whenever the set of served resources changes.

@@ -97,14 +97,35 @@ pub(super) async fn dispatch(
             &shared.objects.registry(),
             shared.objects.registry_generation(),
         )),
-        ["openapi", "v3", "api", v] => get_only(
-            discovery::openapi_gv(&shared.objects.registry(), "", v)
-                .ok_or_else(ApiError::no_route)?,
-        ),
-        ["openapi", "v3", "apis", g, v] => get_only(
-            discovery::openapi_gv(&shared.objects.registry(), g, v)
-                .ok_or_else(ApiError::no_route)?,
-        ),
+        ["openapi", "v3", "api", v] => openapi_gv(shared, method, "", v),
+        ["openapi", "v3", "apis", g, v] => openapi_gv(shared, method, g, v),
         _ => Err(ApiError::no_route()),
     }
+}
+
+/// `/openapi/v3/{api/v1 | apis/g/v}`, from the documents built at the
+/// registry's generation.
+fn openapi_gv(
+    shared: &ServerState,
+    method: &Method,
+    group: &str,
+    version: &str,
+) -> Result<Response, ApiError> {
+    if *method != Method::GET {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({method})"
+        )));
+    }
+    let generation = shared.objects.registry_generation();
+    let doc = shared
+        .openapi
+        .get(generation, &format!("{group}/{version}"), || {
+            discovery::openapi_gv(&shared.objects.registry(), group, version)
+        })
+        .ok_or_else(ApiError::no_route)?;
+    Ok(response::bytes_with_type(
+        StatusCode::OK,
+        "application/json",
+        doc,
+    ))
 }
