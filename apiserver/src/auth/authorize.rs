@@ -38,7 +38,9 @@ impl Auth {
                 reason: String::new(),
             },
             Authorization::Rbac => {
-                let (allowed, reason) = Resolver::new(&self.objects.store).authorize(user, a);
+                let generation = self.objects.rbac_generation();
+                let (allowed, reason) =
+                    Resolver::new(&self.objects.store, &self.rbac, generation).authorize(user, a);
                 Decision { allowed, reason }
             }
         }

@@ -49,6 +49,8 @@ pub(crate) struct Auth {
     pub(crate) signer: Signer,
     /// How requests of identities other than the admin are authorized.
     pub(crate) authorization: Authorization,
+    /// The RBAC objects as parsed at the store's RBAC generation.
+    pub(crate) rbac: rbac::RbacCache,
 }
 
 impl Auth {
@@ -64,6 +66,7 @@ impl Auth {
             extra_tokens: RwLock::new(Vec::new()),
             signer: Signer::new(service_account_key),
             authorization,
+            rbac: rbac::RbacCache::default(),
         }
     }
 

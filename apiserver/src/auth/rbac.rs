@@ -15,13 +15,14 @@
 //! - Rules are additive; a binding whose role is missing contributes an
 //!   error that a denial reports, never a denial of its own.
 //!
-//! Every decision reads the store as it is now, so binding changes take
-//! effect with the next request. Aggregated ClusterRoles (their
+//! Every decision sees the store as it is now, so binding changes take
+//! effect with the next request: what it reads is parsed once per change
+//! to any RBAC object ([`RbacCache`]). Aggregated ClusterRoles (their
 //! `aggregationRule`) are not expanded: only the `rules` stored in the
 //! object count.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{Value, json};
 
@@ -273,9 +274,65 @@ fn gr(resource: &str) -> GroupResource {
     GroupResource::new(GROUP, resource)
 }
 
-/// Reads RBAC objects from the store.
+/// The RBAC objects parsed as the evaluator reads them, kept while no RBAC
+/// object changes: ClusterRoleBindings, each namespace's RoleBindings (of
+/// namespaces that have some) and the rules of each role named. A
+/// decision parses only what changed since the last; before, each one
+/// parsed every ClusterRoleBinding, the namespace's RoleBindings and the
+/// roles they name.
+#[derive(Default)]
+pub(crate) struct RbacCache {
+    current: Mutex<Arc<Parsed>>,
+}
+
+/// What is parsed at one RBAC generation of the store.
+#[derive(Default)]
+struct Parsed {
+    generation: u64,
+    cluster_bindings: OnceLock<Arc<Vec<Binding>>>,
+    bindings: Mutex<HashMap<String, Arc<Vec<Binding>>>>,
+    roles: Mutex<HashMap<RoleKey, Arc<RoleRules>>>,
+}
+
+impl RbacCache {
+    /// What is parsed at `generation` (the store's, read before the
+    /// store: so nothing parsed is older than it).
+    fn at(&self, generation: u64) -> Arc<Parsed> {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        if current.generation != generation {
+            *current = Arc::new(Parsed {
+                generation,
+                ..Parsed::default()
+            });
+        }
+        current.clone()
+    }
+}
+
+/// `key`'s entry of `map`, made by `make` (outside the lock) if missing;
+/// kept unless `keep` says otherwise.
+fn cached<K: std::hash::Hash + Eq, V>(
+    map: &Mutex<HashMap<K, Arc<V>>>,
+    key: K,
+    make: impl FnOnce() -> V,
+    keep: impl FnOnce(&V) -> bool,
+) -> Arc<V> {
+    if let Some(v) = map.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return v.clone();
+    }
+    let made = Arc::new(make());
+    if keep(&made) {
+        map.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(key, made.clone());
+    }
+    made
+}
+
+/// Reads RBAC objects from the store, through what the cache holds.
 pub(crate) struct Resolver<'a> {
     store: &'a Store,
+    parsed: Arc<Parsed>,
 }
 
 /// A visitor's verdict: keep visiting or stop.
@@ -294,8 +351,13 @@ type RoleRules = Result<Vec<PolicyRule>, String>;
 type Visited<'r> = Result<(&'r Binding, &'r Subject, &'r PolicyRule), String>;
 
 impl<'a> Resolver<'a> {
-    pub(crate) fn new(store: &'a Store) -> Self {
-        Resolver { store }
+    /// A resolver of `store` at RBAC `generation`, read before anything
+    /// of the store is.
+    pub(crate) fn new(store: &'a Store, cache: &RbacCache, generation: u64) -> Self {
+        Resolver {
+            store,
+            parsed: cache.at(generation),
+        }
     }
 
     /// The rules a binding's roleRef resolves to (upstream's
@@ -323,13 +385,31 @@ impl<'a> Resolver<'a> {
             .unwrap_or_default())
     }
 
-    fn bindings(&self, resource: &str, namespace: Option<&str>) -> Vec<Arc<Value>> {
-        self.store
-            .list(&gr(resource), namespace, None, None, None)
-            .1
-            .iter()
-            .map(|o| crate::registry::storage::parse_json_arc(o))
-            .collect()
+    /// The ClusterRoleBindings, or (with `namespace`) its RoleBindings.
+    fn bindings(&self, namespace: Option<&str>) -> Arc<Vec<Binding>> {
+        let read = |resource: &str| {
+            self.store
+                .list(&gr(resource), namespace, None, None, None)
+                .1
+                .iter()
+                .map(|o| Binding::from_json(&crate::registry::storage::parse_json(o)))
+                .collect::<Vec<_>>()
+        };
+        match namespace {
+            None => self
+                .parsed
+                .cluster_bindings
+                .get_or_init(|| Arc::new(read("clusterrolebindings")))
+                .clone(),
+            // A namespace without RoleBindings is not remembered: requests
+            // name any namespace they like.
+            Some(ns) => cached(
+                &self.parsed.bindings,
+                ns.to_string(),
+                || read("rolebindings"),
+                |made| !made.is_empty(),
+            ),
+        }
     }
 
     /// Visits every rule that applies to `user` in `namespace` (all
@@ -341,28 +421,24 @@ impl<'a> Resolver<'a> {
         namespace: &str,
         visitor: &mut dyn FnMut(Visited<'_>) -> Visit,
     ) {
-        let mut sources = vec![self.bindings("clusterrolebindings", None)];
+        let mut sources = vec![self.bindings(None)];
         if !namespace.is_empty() {
-            sources.push(self.bindings("rolebindings", Some(namespace)));
+            sources.push(self.bindings(Some(namespace)));
         }
-        // Each role is read once per visit, however many bindings name it.
-        let mut roles: HashMap<RoleKey, Arc<RoleRules>> = HashMap::new();
-        for objects in sources {
-            for obj in objects {
-                let b = Binding::from_json(&obj);
+        for bindings in sources {
+            for b in bindings.iter() {
                 let Some(subject) = b.subjects.iter().find(|s| s.applies_to(user, &b.namespace))
                 else {
                     continue;
                 };
+                // Each role is read once per RBAC change, however many
+                // bindings and decisions name it.
                 let key = (
                     b.role_kind.clone(),
                     b.namespace.clone(),
                     b.role_name.clone(),
                 );
-                let resolved = roles
-                    .entry(key)
-                    .or_insert_with(|| Arc::new(self.role_rules(&b)))
-                    .clone();
+                let resolved = cached(&self.parsed.roles, key, || self.role_rules(b), |_| true);
                 match &*resolved {
                     Err(e) => {
                         if let Visit::Stop = visitor(Err(e.clone())) {
@@ -371,7 +447,7 @@ impl<'a> Resolver<'a> {
                     }
                     Ok(rules) => {
                         for rule in rules {
-                            if let Visit::Stop = visitor(Ok((&b, subject, rule))) {
+                            if let Visit::Stop = visitor(Ok((b, subject, rule))) {
                                 return;
                             }
                         }
@@ -594,6 +670,70 @@ pub(crate) fn bootstrap_policy() -> Vec<(&'static str, Value)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Decisions at one RBAC generation share what was parsed: a change the
+    /// generation does not announce is not seen, one it announces is.
+    #[test]
+    fn decisions_of_one_rbac_generation_share_what_was_parsed() {
+        use crate::registry::storage::{Change, Expect};
+        let store = Store::new();
+        let put = |resource: &str, name: &str, obj: Value| {
+            store
+                .commit(
+                    &gr(resource),
+                    "",
+                    name,
+                    Expect::Absent,
+                    Change::Put(obj),
+                    false,
+                )
+                .unwrap();
+        };
+        put(
+            "clusterroles",
+            "reader",
+            json!({"metadata": {"name": "reader"},
+                "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]}),
+        );
+        put(
+            "clusterrolebindings",
+            "alice-reads",
+            json!({"metadata": {"name": "alice-reads"},
+                "roleRef": {"kind": "ClusterRole", "name": "reader"},
+                "subjects": [{"kind": "User", "name": "alice"}]}),
+        );
+        let alice = UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        };
+        let get_pods = Attributes::resource("get", "", "pods", "", "default", "");
+        let cache = RbacCache::default();
+        let decide = |generation| {
+            Resolver::new(&store, &cache, generation)
+                .authorize(&alice, &get_pods)
+                .0
+        };
+        assert!(decide(1));
+        let rv = store
+            .get(&gr("clusterrolebindings"), "", "alice-reads")
+            .unwrap()
+            .rv;
+        store
+            .commit(
+                &gr("clusterrolebindings"),
+                "",
+                "alice-reads",
+                Expect::Rv(rv),
+                Change::Delete,
+                false,
+            )
+            .unwrap();
+        assert!(decide(1), "parsed at generation 1, before the deletion");
+        assert!(
+            !decide(2),
+            "the deletion's generation reads the store again"
+        );
+    }
 
     fn rule(v: Value) -> PolicyRule {
         PolicyRule::from_json(&v)

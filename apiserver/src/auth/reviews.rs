@@ -313,7 +313,9 @@ fn rules_status(auth: &Auth, user: &UserInfo, namespace: &str) -> Value {
             )
         }
         Authorization::Rbac => {
-            let (rules, errors) = Resolver::new(&auth.objects.store).rules_for(user, namespace);
+            let generation = auth.objects.rbac_generation();
+            let (rules, errors) = Resolver::new(&auth.objects.store, &auth.rbac, generation)
+                .rules_for(user, namespace);
             super::rbac::rules_review_status(&rules, &errors)
         }
     }

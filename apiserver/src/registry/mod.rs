@@ -53,6 +53,9 @@ pub(crate) struct Objects {
     registry: RwLock<Registry>,
     /// Bumped whenever the registry changes (CRDs), to change OpenAPI hashes.
     registry_generation: AtomicU64,
+    /// Bumped whenever a change to an RBAC object becomes visible, so that
+    /// what authorization parsed of them is parsed again.
+    rbac_generation: AtomicU64,
     /// Where refused writes (limits) are counted; shared with the rest of
     /// the server.
     pub(crate) metrics: Arc<Metrics>,
@@ -92,6 +95,7 @@ impl Objects {
             store: Store::new(),
             registry: RwLock::new(Registry::new()),
             registry_generation: AtomicU64::new(1),
+            rbac_generation: AtomicU64::new(0),
             admission: Webhooks::new(metrics.clone()),
             metrics,
         }
@@ -116,5 +120,15 @@ impl Objects {
     /// Changes whenever the set of served resources changes.
     pub(crate) fn registry_generation(&self) -> u64 {
         self.registry_generation.load(Ordering::SeqCst)
+    }
+
+    /// Changes whenever an RBAC object's change becomes visible (bumped
+    /// under the store's lock, with the change itself).
+    pub(crate) fn rbac_generation(&self) -> u64 {
+        self.rbac_generation.load(Ordering::SeqCst)
+    }
+
+    fn rbac_changed(&self) {
+        self.rbac_generation.fetch_add(1, Ordering::SeqCst);
     }
 }

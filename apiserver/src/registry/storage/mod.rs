@@ -44,8 +44,7 @@ pub(crate) use event::{Event, EventType};
 #[cfg(test)]
 pub(crate) use json::Json;
 pub(crate) use json::{
-    api_version as api_version_of, decode as parse_json, decode_arc as parse_json_arc, mentions,
-    uid_and_owners,
+    api_version as api_version_of, decode as parse_json, mentions, uid_and_owners,
 };
 pub(crate) use state::{HISTORY_LEN, ObjKey, Stored, is_deleting};
 pub(crate) use store::Store;

@@ -64,6 +64,10 @@ impl Objects {
     /// Keeps the registry in step with CRDs as their changes become visible
     /// (the store's apply hook; runs under the store lock).
     pub(crate) fn after_apply(&self, ev: &crate::registry::storage::Event) {
+        if ev.resource.group == "rbac.authorization.k8s.io" {
+            self.rbac_changed();
+            return;
+        }
         if let Some(kind) =
             crate::admission::ConfigKind::of(&ev.resource.group, &ev.resource.resource)
         {
