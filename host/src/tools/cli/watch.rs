@@ -143,18 +143,24 @@ pub(super) async fn watch(
     for plugin in plugins {
         let (tx, rx) = mpsc::unbounded_channel();
         let (dir, component) = (plugin.dir.clone(), plugin.component.clone());
-        let mut watcher =
-            notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-                if let Ok(event) = res
-                    && !matches!(event.kind, notify::EventKind::Access(_))
-                    && event
-                        .paths
-                        .iter()
-                        .any(|p| is_source_change(&dir, &component, p))
-                {
-                    let _ = tx.send(Instant::now());
-                }
-            })?;
+        let on_event = move |res: notify::Result<notify::Event>| {
+            if let Ok(event) = res
+                && !matches!(event.kind, notify::EventKind::Access(_))
+                && event
+                    .paths
+                    .iter()
+                    .any(|p| is_source_change(&dir, &component, p))
+            {
+                let _ = tx.send(Instant::now());
+            }
+        };
+        // Links are not followed into: a link in a plugin's tree to `/`
+        // (a cloned repository's, say) would otherwise put a watch on
+        // every directory of the machine.
+        let mut watcher = notify::RecommendedWatcher::new(
+            on_event,
+            notify::Config::default().with_follow_symlinks(false),
+        )?;
         watcher.watch(&plugin.dir, notify::RecursiveMode::Recursive)?;
         eprintln!(
             "--watch: rebuilding {:?} when {} changes",
