@@ -240,12 +240,8 @@ fn updates_and_deletes_move_the_indexes() {
     assert!(s.locate_uid("u-child").is_none());
 }
 
-#[test]
-fn blocking_dependents_are_counted_by_namespace_and_their_owners_released() {
-    let s = store();
-    let (gc, _rx) = mpsc::unbounded_channel();
-    s.set_gc(gc);
-    for ns in ["a", "b"] {
+fn add_namespaces(s: &Store, names: &[&str]) {
+    for ns in names {
         s.commit(
             &GroupResource::new("", "namespaces"),
             "",
@@ -256,6 +252,14 @@ fn blocking_dependents_are_counted_by_namespace_and_their_owners_released() {
         )
         .unwrap();
     }
+}
+
+#[test]
+fn blocking_dependents_are_counted_by_namespace_and_their_owners_released() {
+    let s = store();
+    let (gc, _rx) = mpsc::unbounded_channel();
+    s.set_gc(gc);
+    add_namespaces(&s, &["a", "b"]);
     let gr = GroupResource::new("", "configmaps");
     let put = |ns: &str, name: &str, refs: Value| {
         let mut child = cm(name);
@@ -298,17 +302,7 @@ fn blocking_dependents_are_counted_by_namespace_and_their_owners_released() {
 #[test]
 fn a_namespaces_watch_starts_from_that_namespace_only() {
     let s = store();
-    for ns in ["a", "b"] {
-        s.commit(
-            &GroupResource::new("", "namespaces"),
-            "",
-            ns,
-            Expect::Absent,
-            Change::Put(json!({"metadata": {"name": ns}})),
-            false,
-        )
-        .unwrap();
-    }
+    add_namespaces(&s, &["a", "b"]);
     let gr = GroupResource::new("", "configmaps");
     let from = s.current_rv();
     for (ns, name) in [("a", "one"), ("b", "two"), ("b", "three"), ("a", "four")] {
