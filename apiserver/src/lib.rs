@@ -253,6 +253,7 @@ impl ApiServer {
             config.authorization,
             &sa_key,
             config.timeouts.request_body,
+            config.timeouts.max_list_bytes,
         ));
         shared
             .objects

@@ -38,6 +38,9 @@ pub(crate) enum Limit {
     /// A response whose client took none of its bytes for the write
     /// timeout (connection closed).
     ResponseWrite,
+    /// A list answered 429: the list answers on their way to clients
+    /// already hold the server's budget.
+    ListBytes,
     /// A connection past the 1,024 served at once (closed at once).
     Connections,
     /// Request body over 3 MiB (413).
@@ -96,11 +99,12 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 29] = [
+    pub(crate) const ALL: [Limit; 30] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
         Limit::ResponseWrite,
+        Limit::ListBytes,
         Limit::Connections,
         Limit::RequestBody,
         Limit::BodyTime,
@@ -135,6 +139,7 @@ impl Limit {
             Limit::RequestHead => "requestHead",
             Limit::IdleConnection => "idleConnection",
             Limit::ResponseWrite => "responseWrite",
+            Limit::ListBytes => "listBytes",
             Limit::Connections => "connections",
             Limit::RequestBody => "requestBody",
             Limit::BodyTime => "bodyTime",

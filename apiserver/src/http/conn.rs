@@ -70,8 +70,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// The default of [`Timeouts::request_body`].
 pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The connection bounds of one server: its timeouts, and how many
-/// connections it serves at once (see the module docs).
+/// The connection bounds of one server: its timeouts, how many connections
+/// it serves at once (see the module docs), and the bytes of list answers
+/// it sends at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timeouts {
     /// Time a client gets to complete the TLS handshake.
@@ -90,6 +91,9 @@ pub struct Timeouts {
     pub response_write: Duration,
     /// Connections served at once; a new one past them is closed at once.
     pub max_connections: usize,
+    /// Bytes of list answers on their way to clients at once; a list past
+    /// them is answered 429.
+    pub max_list_bytes: usize,
 }
 
 impl Default for Timeouts {
@@ -101,6 +105,7 @@ impl Default for Timeouts {
             request_body: BODY_READ_TIMEOUT,
             response_write: RESPONSE_WRITE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
+            max_list_bytes: crate::http::list_budget::MAX_LIST_BYTES,
         }
     }
 }

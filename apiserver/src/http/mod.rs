@@ -25,6 +25,7 @@ pub(crate) mod audit;
 pub(crate) mod conn;
 pub(crate) mod discovery;
 pub(crate) mod faults;
+pub(crate) mod list_budget;
 pub(crate) mod media;
 pub(crate) mod protobuf;
 pub(crate) mod request_info;

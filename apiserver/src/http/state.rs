@@ -32,6 +32,8 @@ pub(crate) struct ServerState {
     pub(crate) body_timeout: Duration,
     /// The OpenAPI documents built at the registry's generation.
     pub(crate) openapi: crate::http::discovery::OpenApiDocs,
+    /// The bytes of list answers on their way to clients.
+    pub(crate) list_budget: crate::http::list_budget::ListBudget,
 }
 
 impl ServerState {
@@ -41,6 +43,7 @@ impl ServerState {
         authorization: Authorization,
         service_account_key: &[u8],
         body_timeout: Duration,
+        max_list_bytes: usize,
     ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let objects = Arc::new(Objects::new(metrics.clone()));
@@ -54,6 +57,7 @@ impl ServerState {
             metrics,
             body_timeout,
             openapi: Default::default(),
+            list_budget: crate::http::list_budget::ListBudget::new(max_list_bytes),
         }
     }
 

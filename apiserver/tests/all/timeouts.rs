@@ -412,3 +412,68 @@ async fn an_unauthenticated_request_does_not_keep_its_connection() {
         "{text}"
     );
 }
+
+/// List answers on their way to clients hold a server-wide budget (here
+/// 4 MiB; 512 MiB by default): while a client that reads nothing holds
+/// a list past it, another list is answered 429, counted as `listBytes`,
+/// and once that client goes, lists are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_answers_in_flight_hold_a_budget() {
+    let h = Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts: wasmctrl_apiserver::Timeouts {
+            max_list_bytes: 4 << 20,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    const CMS: &str = "/api/v1/namespaces/default/configmaps";
+    for i in 0..12 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}")}, "data": {"v": "x".repeat(1 << 20)}});
+        let (code, body) = h.raw("POST", CMS, None, &cm.to_string()).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let mut tls = tls_connect(&h).await;
+    let request = format!(
+        "GET {CMS} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+        h.server.token()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    // Its answer has begun (so it holds its share), and it reads no more.
+    let mut head = [0u8; 12];
+    tls.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    // The silent client's list is being sent; the next is refused. (Asked
+    // on a connection of its own: kube's client retries a 429 itself.)
+    let mut other = tls_connect(&h).await;
+    let request = format!(
+        "GET {CMS} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        h.server.token()
+    );
+    other.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer))
+        .await
+        .expect("answered")
+        .ok();
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.starts_with("HTTP/1.1 429"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    assert!(
+        answer.contains("\"reason\":\"TooManyRequests\""),
+        "{answer}"
+    );
+    assert!(answer.contains("\"retryAfterSeconds\":1"), "{answer}");
+    assert_eq!(h.server.limit_exceeded("listBytes"), 1);
+    drop(tls);
+    wasmctrl_testkit::eventually("lists served again", Duration::from_secs(30), || async {
+        let (code, body) = h.raw("GET", CMS, None, "").await;
+        (code == 200 && body["items"].as_array().is_some_and(|i| i.len() == 12)).then_some(())
+    })
+    .await;
+}

@@ -126,10 +126,10 @@ pub(super) fn list(
             .map(|o| to_view(info, &parse_json(o)))
             .collect();
         let include = crate::http::table::Include::parse(q.get("includeObject"));
-        return Ok(response::json(
-            StatusCode::OK,
-            &crate::http::table::table(info, version, &objects, metadata, include, true),
-        ));
+        let table = crate::http::table::table(info, version, &objects, metadata, include, true);
+        drop(objects);
+        let body = serde_json::to_vec(&table).map_err(|e| ApiError::Internal(e.to_string()))?;
+        return shared.list_budget.answer(&shared.metrics, body);
     }
     // Serialize items straight into the body: a 100k-object list should not
     // build a second Value tree.
@@ -155,11 +155,7 @@ pub(super) fn list(
         }
     }
     out.extend_from_slice(b"]}");
-    Ok(response::bytes_with_type(
-        StatusCode::OK,
-        "application/json",
-        out,
-    ))
+    shared.list_budget.answer(&shared.metrics, out)
 }
 
 pub(super) fn watch_params(
