@@ -333,6 +333,28 @@ async fn a_watch_timeout_too_large_to_add_is_no_timeout() {
     assert_eq!(ev["object"]["metadata"]["name"], "after-a-huge-timeout");
 }
 
+const BIG_LIST: &str = "/api/v1/namespaces/default/configmaps";
+
+/// Stores twelve ConfigMaps of 1 MiB (more than both ends' socket buffers
+/// hold until the client reads) and asks for their list on a connection
+/// it returns, having read nothing.
+async fn silent_list(h: &Harness) -> Tls {
+    for i in 0..12 {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("big-{i}")}, "data": {"v": "x".repeat(1 << 20)}});
+        let (code, body) = h.raw("POST", BIG_LIST, None, &cm.to_string()).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let mut tls = tls_connect(h).await;
+    let request = format!(
+        "GET {BIG_LIST} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+        h.server.token()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
 /// A client that asks for a list and reads none of it is let go once the
 /// response's writes make no progress for the write timeout (here 2 s;
 /// 60 s by default), and the list's body with it, counted as
@@ -348,27 +370,7 @@ async fn a_response_the_client_never_reads_is_let_go() {
         ..Default::default()
     })
     .await;
-    // Twelve MiB of list: more than the socket buffers of both ends.
-    for i in 0..12 {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("big-{i}")}, "data": {"v": "x".repeat(1 << 20)}});
-        let (code, body) = h
-            .raw(
-                "POST",
-                "/api/v1/namespaces/default/configmaps",
-                None,
-                &cm.to_string(),
-            )
-            .await;
-        assert_eq!(code, 201, "{body}");
-    }
-    let mut tls = tls_connect(&h).await;
-    let request = format!(
-        "GET /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-        h.server.token()
-    );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    tls.flush().await.unwrap();
+    let _tls = silent_list(&h).await;
     // It reads nothing.
     wasmctrl_testkit::eventually(
         "the unread list's connection closed",
@@ -379,7 +381,6 @@ async fn a_response_the_client_never_reads_is_let_go() {
     // The server is fine and answers others meanwhile.
     let (code, _) = h.raw("GET", "/version", None, "").await;
     assert_eq!(code, 200);
-    drop(tls);
 }
 
 /// A request without valid credentials is answered 401 and its connection
@@ -427,20 +428,7 @@ async fn list_answers_in_flight_hold_a_budget() {
         ..Default::default()
     })
     .await;
-    const CMS: &str = "/api/v1/namespaces/default/configmaps";
-    for i in 0..12 {
-        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": {"name": format!("big-{i}")}, "data": {"v": "x".repeat(1 << 20)}});
-        let (code, body) = h.raw("POST", CMS, None, &cm.to_string()).await;
-        assert_eq!(code, 201, "{body}");
-    }
-    let mut tls = tls_connect(&h).await;
-    let request = format!(
-        "GET {CMS} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-        h.server.token()
-    );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    tls.flush().await.unwrap();
+    let mut tls = silent_list(&h).await;
     // Its answer has begun (so it holds its share), and it reads no more.
     let mut head = [0u8; 12];
     tls.read_exact(&mut head).await.unwrap();
@@ -449,7 +437,7 @@ async fn list_answers_in_flight_hold_a_budget() {
     // on a connection of its own: kube's client retries a 429 itself.)
     let mut other = tls_connect(&h).await;
     let request = format!(
-        "GET {CMS} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+        "GET {BIG_LIST} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
         h.server.token()
     );
     other.write_all(request.as_bytes()).await.unwrap();
@@ -472,7 +460,7 @@ async fn list_answers_in_flight_hold_a_budget() {
     assert_eq!(h.server.limit_exceeded("listBytes"), 1);
     drop(tls);
     wasmctrl_testkit::eventually("lists served again", Duration::from_secs(30), || async {
-        let (code, body) = h.raw("GET", CMS, None, "").await;
+        let (code, body) = h.raw("GET", BIG_LIST, None, "").await;
         (code == 200 && body["items"].as_array().is_some_and(|i| i.len() == 12)).then_some(())
     })
     .await;
