@@ -254,6 +254,7 @@ impl ApiServer {
             &sa_key,
             config.timeouts.request_body,
             config.timeouts.max_list_bytes,
+            config.timeouts.max_watch_bytes,
         ));
         shared
             .objects

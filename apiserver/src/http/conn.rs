@@ -94,6 +94,9 @@ pub struct Timeouts {
     /// Bytes of list answers on their way to clients at once; a list past
     /// them is answered 429.
     pub max_list_bytes: usize,
+    /// Bytes all watches may have waiting for their clients at once; a
+    /// watch whose client has bytes waiting past them falls behind (410).
+    pub max_watch_bytes: usize,
 }
 
 impl Default for Timeouts {
@@ -106,6 +109,7 @@ impl Default for Timeouts {
             response_write: RESPONSE_WRITE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
             max_list_bytes: crate::http::list_budget::MAX_LIST_BYTES,
+            max_watch_bytes: crate::http::watch::MAX_WATCH_BYTES,
         }
     }
 }

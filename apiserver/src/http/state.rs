@@ -34,6 +34,9 @@ pub(crate) struct ServerState {
     pub(crate) openapi: crate::http::discovery::OpenApiDocs,
     /// The bytes of list answers on their way to clients.
     pub(crate) list_budget: crate::http::list_budget::ListBudget,
+    /// The bytes every watch has waiting for its client, and their bound.
+    pub(crate) watch_bytes: Arc<std::sync::atomic::AtomicUsize>,
+    pub(crate) max_watch_bytes: usize,
 }
 
 impl ServerState {
@@ -44,6 +47,7 @@ impl ServerState {
         service_account_key: &[u8],
         body_timeout: Duration,
         max_list_bytes: usize,
+        max_watch_bytes: usize,
     ) -> Self {
         let metrics = Arc::new(Metrics::new());
         let objects = Arc::new(Objects::new(metrics.clone()));
@@ -58,6 +62,8 @@ impl ServerState {
             body_timeout,
             openapi: Default::default(),
             list_budget: crate::http::list_budget::ListBudget::new(max_list_bytes),
+            watch_bytes: Arc::default(),
+            max_watch_bytes,
         }
     }
 

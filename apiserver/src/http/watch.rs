@@ -185,6 +185,10 @@ const MAX_WITHHELD: usize = 1 << 16;
 /// Bytes a watch may have waiting for its client before it counts as
 /// fallen behind (closed with 410; the client relists).
 pub(crate) const MAX_QUEUED_BYTES: usize = 16 << 20;
+/// Bytes all the watches of a server may have waiting for their clients
+/// at once, by default ([`crate::Timeouts::max_watch_bytes`]): past it, a
+/// watch whose client has bytes waiting falls behind.
+pub(crate) const MAX_WATCH_BYTES: usize = 512 << 20;
 /// How long a watch waits for its client to take anything before it
 /// counts as fallen behind.
 const SEND_PATIENCE: Duration = Duration::from_secs(30);
@@ -195,29 +199,33 @@ const SEND_PATIENCE: Duration = Duration::from_secs(30);
 #[error("watch connection cut (Faults::drop_watches)")]
 struct WatchCut;
 
-/// What the pump sends to the response body.
-type Chunk = Result<Bytes, WatchCut>;
-
-fn streaming(rx: mpsc::Receiver<Chunk>) -> Result<Response, ApiError> {
-    streaming_counted(rx, Arc::default())
+/// Bytes a watch queued for its client, counted in the watch's queue and
+/// the server's until handed on to the connection, or dropped unsent (a
+/// send that failed, a response the connection dropped): whatever ends a
+/// chunk's wait takes its bytes off both.
+struct Counted {
+    n: usize,
+    own: Arc<AtomicUsize>,
+    all: Arc<AtomicUsize>,
 }
 
-/// The response streaming `rx`'s chunks, taking each chunk's bytes off
-/// `queued` as it is handed on.
-fn streaming_counted(
-    rx: mpsc::Receiver<Chunk>,
-    queued: Arc<AtomicUsize>,
-) -> Result<Response, ApiError> {
-    let stream = futures::stream::unfold((rx, queued), |(mut rx, queued)| async move {
-        let chunk = rx.recv().await?;
-        if let Ok(bytes) = &chunk {
-            // Saturating: the last ERROR line is sent uncounted.
-            let n = bytes.len();
-            let _ = queued.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |q| {
-                Some(q.saturating_sub(n))
-            });
-        }
-        Some((chunk, (rx, queued)))
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.own.fetch_sub(self.n, Ordering::Relaxed);
+        self.all.fetch_sub(self.n, Ordering::Relaxed);
+    }
+}
+
+/// What the pump sends to the response body: bytes, counted (the last
+/// ERROR line is not), or the cut of a fault.
+type Chunk = Result<(Bytes, Option<Counted>), WatchCut>;
+
+/// The response streaming `rx`'s chunks; each leaves the counts as it is
+/// handed on.
+fn streaming(rx: mpsc::Receiver<Chunk>) -> Result<Response, ApiError> {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        let chunk = rx.recv().await?.map(|(bytes, _counted)| bytes);
+        Some((chunk, rx))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -232,7 +240,7 @@ fn streaming_counted(
 /// relist).
 pub(crate) fn expired(message: &str) -> Result<Response, ApiError> {
     let (tx, rx) = mpsc::channel::<Chunk>(1);
-    let _ = tx.try_send(Ok(expired_line(message)));
+    let _ = tx.try_send(Ok((expired_line(message), None)));
     streaming(rx)
 }
 
@@ -292,21 +300,22 @@ pub(crate) fn serve(
         snapshot.push(bookmark(&info, start.rv, true));
     }
     let (tx, rx) = mpsc::channel::<Chunk>(256);
-    let queued = Arc::new(AtomicUsize::new(0));
     let pump = Pump {
         info,
         p,
         seen: start.rv,
         withheld: VecDeque::new(),
         tx,
-        queued: queued.clone(),
+        queued: Arc::default(),
+        all_queued: shared.watch_bytes.clone(),
+        max_all_queued: shared.max_watch_bytes,
         faults: shared.faults.watch_faults(),
         metrics: shared.metrics.clone(),
         held: Vec::new(),
     };
     let epoch = shared.watch_epoch.subscribe();
     tokio::spawn(pump.run(snapshot, start.backlog, start.rx, epoch));
-    streaming_counted(rx, queued)
+    streaming(rx)
 }
 
 /// Feeds one watch response: translates store events for this watcher,
@@ -322,6 +331,9 @@ struct Pump {
     tx: mpsc::Sender<Chunk>,
     /// Bytes sent to the response and not yet handed on to the connection.
     queued: Arc<AtomicUsize>,
+    /// The same, of every watch of the server, and its bound.
+    all_queued: Arc<AtomicUsize>,
+    max_all_queued: usize,
     faults: WatchFaults,
     metrics: Arc<Metrics>,
     /// The selectable parts of the last event evaluated, kept for the
@@ -334,17 +346,24 @@ struct Stop;
 
 impl Pump {
     /// Queues `bytes` for the client; a client that has more than
-    /// [`MAX_QUEUED_BYTES`] waiting, or takes nothing for [`SEND_PATIENCE`],
+    /// [`MAX_QUEUED_BYTES`] waiting, or whose bytes would take the server's
+    /// watches past theirs, or that takes nothing for [`SEND_PATIENCE`],
     /// fell behind.
     async fn send(&self, bytes: Bytes) -> Result<(), Stop> {
         let n = bytes.len();
         let before = self.queued.fetch_add(n, Ordering::Relaxed);
-        // One chunk always goes: a single event may be larger than the bound.
-        if before > 0 && before + n > MAX_QUEUED_BYTES {
-            self.queued.fetch_sub(n, Ordering::Relaxed);
+        let before_all = self.all_queued.fetch_add(n, Ordering::Relaxed);
+        let counted = Counted {
+            n,
+            own: self.queued.clone(),
+            all: self.all_queued.clone(),
+        };
+        // One chunk always goes: a single event may be larger than a bound.
+        if before > 0 && (before + n > MAX_QUEUED_BYTES || before_all + n > self.max_all_queued) {
+            drop(counted);
             return Err(self.fell_behind());
         }
-        match tokio::time::timeout(SEND_PATIENCE, self.tx.send(Ok(bytes))).await {
+        match tokio::time::timeout(SEND_PATIENCE, self.tx.send(Ok((bytes, Some(counted))))).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(Stop),
             Err(_) => Err(self.fell_behind()),
@@ -383,7 +402,7 @@ impl Pump {
             "too old resource version: {}: watcher fell behind",
             self.seen
         );
-        let _ = self.tx.try_send(Ok(expired_line(&msg)));
+        let _ = self.tx.try_send(Ok((expired_line(&msg), None)));
         Stop
     }
 
@@ -552,6 +571,8 @@ mod tests {
             withheld: VecDeque::new(),
             tx,
             queued: Arc::default(),
+            all_queued: Arc::default(),
+            max_all_queued: MAX_WATCH_BYTES,
             faults: faults.watch_faults(),
             metrics: metrics.clone(),
             held: Vec::new(),
@@ -559,7 +580,7 @@ mod tests {
         let (_epoch, epoch) = tokio::sync::watch::channel(0);
         pump.run(Vec::new(), Vec::new(), rx, epoch).await;
         let mut lines = Vec::new();
-        while let Some(Ok(chunk)) = out.recv().await {
+        while let Some(Ok((chunk, _))) = out.recv().await {
             lines.push(chunk);
         }
         let last: serde_json::Value = serde_json::from_slice(lines.last().unwrap()).unwrap();

@@ -465,3 +465,59 @@ async fn list_answers_in_flight_hold_a_budget() {
     })
     .await;
 }
+
+/// What all watches have waiting for their clients holds a server-wide
+/// bound (here 2 MiB; 512 MiB by default): two watchers that read nothing
+/// fall behind (410, counted as `slowWatcher`) within twelve updates of
+/// 1 MiB, each far below the 16 MiB one watch may hold alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bytes_all_watches_hold_for_their_clients_are_bounded() {
+    let h = Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts: wasmctrl_apiserver::Timeouts {
+            max_watch_bytes: 2 << 20,
+            ..Default::default()
+        },
+        ..Default::default()
+    })
+    .await;
+    create_cm(&h, "big").await;
+    let mut silent = Vec::new();
+    for _ in 0..2 {
+        let mut tls = tls_connect(&h).await;
+        let request = format!(
+            "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion={} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+            h.server.resource_version(),
+            h.server.token()
+        );
+        tls.write_all(request.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        silent.push(tls);
+    }
+    let before = h.server.limit_exceeded("slowWatcher");
+    for i in 0..12 {
+        let patch = json!({"data": {"v": format!("{i}{}", "x".repeat(1 << 20))}});
+        let (code, body) = h
+            .raw(
+                "PATCH",
+                "/api/v1/namespaces/default/configmaps/big",
+                Some("application/merge-patch+json"),
+                &patch.to_string(),
+            )
+            .await;
+        assert_eq!(code, 200, "{body}");
+    }
+    wasmctrl_testkit::eventually(
+        "a silent watcher let go under the server's bound",
+        Duration::from_secs(30),
+        || async { (h.server.limit_exceeded("slowWatcher") > before).then_some(()) },
+    )
+    .await;
+    // A watch that reads still gets what happens next.
+    let mut watch = watch_configmaps(&h).await;
+    create_cm(&h, "after").await;
+    assert_eq!(
+        next_event(&mut watch).await["object"]["metadata"]["name"],
+        "after"
+    );
+    drop(silent);
+}
