@@ -5,6 +5,7 @@
 //! config and sandbox.
 
 pub(crate) mod admin;
+pub(crate) mod files;
 pub mod malloc;
 pub mod manager;
 pub mod rbac;

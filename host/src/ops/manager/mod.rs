@@ -273,7 +273,11 @@ impl Manager {
         let outbound_tls = match &config.runtime.ca_bundle {
             Some(file) => {
                 let path = config.base_dir.join(file);
-                let pem = std::fs::read(&path).map_err(|e| ManagerError::CaBundle {
+                let pem = crate::ops::files::read_regular_blocking(
+                    &path,
+                    crate::meta::pem::MAX_BUNDLE_BYTES as u64,
+                )
+                .map_err(|e| ManagerError::CaBundle {
                     path: path.clone(),
                     message: e.to_string(),
                 })?;

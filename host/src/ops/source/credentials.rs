@@ -16,6 +16,8 @@ use base64::Engine as _;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
+use crate::ops::files::{LocalReadError, read_regular};
+
 /// The largest config file read.
 const MAX_CONFIG: u64 = 1 << 20;
 
@@ -227,23 +229,21 @@ pub async fn credentials_for(
     let Some((path, required)) = docker_config_path(explicit) else {
         return Ok(None);
     };
-    let len = match tokio::fs::metadata(&path).await {
-        Ok(m) => m.len(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => return Ok(None),
-        Err(source) => return Err(CredentialsError::Read { path, source }),
+    let bytes = match read_regular(&path, MAX_CONFIG).await {
+        Ok(bytes) => bytes,
+        Err(e) if e.not_found() && !required => return Ok(None),
+        Err(LocalReadError::TooLarge { .. }) => {
+            crate::control::metrics::count_disk_refusal(
+                crate::control::metrics::DiskRefusal::DockerConfig,
+            );
+            return Err(CredentialsError::TooLarge { path });
+        }
+        Err(LocalReadError::Io(source)) => return Err(CredentialsError::Read { path, source }),
+        Err(e @ LocalReadError::NotRegular(_)) => {
+            let source = std::io::Error::other(e.to_string());
+            return Err(CredentialsError::Read { path, source });
+        }
     };
-    if len > MAX_CONFIG {
-        crate::control::metrics::count_disk_refusal(
-            crate::control::metrics::DiskRefusal::DockerConfig,
-        );
-        return Err(CredentialsError::TooLarge { path });
-    }
-    let bytes = tokio::fs::read(&path)
-        .await
-        .map_err(|source| CredentialsError::Read {
-            path: path.clone(),
-            source,
-        })?;
     parse(&bytes, registry, Some(&path))
 }
 
@@ -342,6 +342,16 @@ mod tests {
             err.to_string().contains("/nonexistent/config.json"),
             "{err}"
         );
+    }
+
+    /// A docker config that is a device (or a link to one) is refused,
+    /// not read forever.
+    #[tokio::test]
+    async fn a_config_that_is_not_a_regular_file_is_refused() {
+        let err = credentials_for(Some(Path::new("/dev/zero")), "r.example")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
     }
 
     #[tokio::test]

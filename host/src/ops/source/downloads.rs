@@ -27,8 +27,8 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
-use super::local::read_regular;
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
+use crate::ops::files::read_regular;
 use crate::sandbox::digest;
 
 /// The largest reference record read back.

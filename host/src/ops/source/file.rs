@@ -11,10 +11,10 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use super::local::{LocalReadError, read_regular};
 use super::{Artifact, PluginSource, SourceError};
 use crate::config::DEFAULT_MAX_SIZE;
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
+use crate::ops::files::{LocalReadError, read_regular};
 use crate::sandbox::digest;
 
 /// How long file events settle before subscribers hear of them (editors and
@@ -62,7 +62,7 @@ impl PluginSource for FileSource {
                         origin: self.origin(),
                         source,
                     },
-                    LocalReadError::TooLarge { max } => SourceError::TooLarge {
+                    LocalReadError::TooLarge { max, .. } => SourceError::TooLarge {
                         origin: self.origin(),
                         limit: max,
                         size: None,

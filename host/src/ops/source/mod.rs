@@ -21,7 +21,6 @@ pub mod credentials;
 mod downloads;
 mod file;
 mod http;
-mod local;
 pub mod oci;
 mod pull_secret;
 mod reach;

@@ -19,6 +19,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
+use crate::ops::files::LocalReadError;
+
 /// How long the host's own CA is valid.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
 /// How long a serving certificate the host issues is valid, and how long
@@ -340,11 +342,10 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>, CertError> {
 /// The bytes of a certificate or key file of at most [`MAX_FILE_BYTES`],
 /// or why it cannot be read.
 pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    let len = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
-    if len > MAX_FILE_BYTES {
-        return Err(format!("{len} bytes; at most {MAX_FILE_BYTES}"));
-    }
-    std::fs::read(path).map_err(|e| e.to_string())
+    crate::ops::files::read_regular_blocking(path, MAX_FILE_BYTES).map_err(|e| match e {
+        LocalReadError::TooLarge { len, max } => format!("{len} bytes; at most {max}"),
+        e => e.to_string(),
+    })
 }
 
 fn read_text(path: &Path) -> Result<String, CertError> {
