@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::PatchError;
 use super::merge_keys::{self, Field, ListKind, Ty};
+use crate::values::cut_message;
 
 const PATCH: &str = "$patch";
 const RETAIN_KEYS: &str = "$retainKeys";
@@ -106,21 +107,12 @@ impl std::fmt::Display for At<'_> {
 /// The most of a path or a value an error quotes, in bytes.
 const MAX_QUOTED: usize = 1024;
 
-fn cut(mut text: String) -> String {
-    if text.len() > MAX_QUOTED {
-        text.truncate(text.floor_char_boundary(MAX_QUOTED));
-        text.push('…');
-    }
-    text
-}
-
 fn invalid(at: &At, msg: impl std::fmt::Display) -> PatchError {
-    let path = cut(at.to_string());
+    let (mut path, mut msg) = (at.to_string(), msg.to_string());
+    cut_message(&mut path, MAX_QUOTED);
+    cut_message(&mut msg, MAX_QUOTED);
     let path = if path.is_empty() { "." } else { &path };
-    PatchError::Invalid(format!(
-        "strategic merge patch at {path}: {}",
-        cut(msg.to_string())
-    ))
+    PatchError::Invalid(format!("strategic merge patch at {path}: {msg}"))
 }
 
 /// Merges `patch` into `original`; `None` means the map was deleted with
