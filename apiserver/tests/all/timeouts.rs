@@ -34,6 +34,28 @@ async fn tls_connect(h: &Harness) -> Tls {
         .expect("TLS handshake")
 }
 
+/// A server with these connection bounds (the rest as by default).
+async fn with_timeouts(timeouts: wasmctrl_apiserver::Timeouts) -> Harness {
+    Harness::start_with(wasmctrl_apiserver::Config {
+        timeouts,
+        ..Default::default()
+    })
+    .await
+}
+
+/// A new connection on which `GET path` (with the admin token and
+/// `headers`, each ending in CRLF) was sent, nothing read.
+async fn get_on_a_new_connection(h: &Harness, path: &str, headers: &str) -> Tls {
+    let mut tls = tls_connect(h).await;
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n{headers}\r\n",
+        h.server.token()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    tls.flush().await.unwrap();
+    tls
+}
+
 /// Reads until the server closes the connection (EOF or reset), at most
 /// `limit`; returns how long that took.
 async fn closed_within<S: tokio::io::AsyncRead + Unpin>(mut s: S, limit: Duration) -> Duration {
@@ -154,20 +176,10 @@ async fn idle_keep_alive_closes_and_watches_outlive_it() {
         idle: Duration::from_secs(3),
         ..Default::default()
     };
-    let h = Harness::start_with(wasmctrl_apiserver::Config {
-        timeouts,
-        ..Default::default()
-    })
-    .await;
+    let h = with_timeouts(timeouts).await;
     let mut watch = watch_configmaps(&h).await;
 
-    let mut tls = tls_connect(&h).await;
-    let request = format!(
-        "GET /version HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-        h.server.token()
-    );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    tls.flush().await.unwrap();
+    let mut tls = get_on_a_new_connection(&h, "/version", "").await;
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     while !String::from_utf8_lossy(&got).contains("gitVersion") {
@@ -202,11 +214,7 @@ async fn a_slow_body_is_answered_504() {
         request_body: Duration::from_secs(1),
         ..Default::default()
     };
-    let h = Harness::start_with(wasmctrl_apiserver::Config {
-        timeouts,
-        ..Default::default()
-    })
-    .await;
+    let h = with_timeouts(timeouts).await;
     let mut tls = tls_connect(&h).await;
     let head = format!(
         "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: localhost\r\n\
@@ -247,13 +255,7 @@ async fn a_slow_body_is_answered_504() {
 async fn a_watcher_that_stops_reading_is_let_go_past_its_queued_bytes() {
     let h = Harness::start().await;
     create_cm(&h, "big").await;
-    let mut tls = tls_connect(&h).await;
-    let request = format!(
-        "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion={} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-        h.server.resource_version(),
-        h.server.token()
-    );
-    tls.write_all(request.as_bytes()).await.unwrap();
+    let tls = silent_watch(&h).await;
     // It reads nothing from here on. Forty updates of 1 MiB each: more than
     // the 16 MiB a watch may hold for its client, and the socket's buffers.
     let before = h.server.limit_exceeded("slowWatcher");
@@ -286,11 +288,8 @@ async fn a_watcher_that_stops_reading_is_let_go_past_its_queued_bytes() {
 /// unanswered (counted as `connections`), and serves again once one ends.
 #[tokio::test]
 async fn connections_past_the_cap_are_closed_at_once() {
-    let h = Harness::start_with(wasmctrl_apiserver::Config {
-        timeouts: wasmctrl_apiserver::Timeouts {
-            max_connections: 2,
-            ..Default::default()
-        },
+    let h = with_timeouts(wasmctrl_apiserver::Timeouts {
+        max_connections: 2,
         ..Default::default()
     })
     .await;
@@ -345,14 +344,17 @@ async fn silent_list(h: &Harness) -> Tls {
         let (code, body) = h.raw("POST", BIG_LIST, None, &cm.to_string()).await;
         assert_eq!(code, 201, "{body}");
     }
-    let mut tls = tls_connect(h).await;
-    let request = format!(
-        "GET {BIG_LIST} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-        h.server.token()
+    get_on_a_new_connection(h, BIG_LIST, "").await
+}
+
+/// A watch of ConfigMaps from now, asked on a connection it returns,
+/// having read nothing.
+async fn silent_watch(h: &Harness) -> Tls {
+    let path = format!(
+        "/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={}",
+        h.server.resource_version()
     );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    tls.flush().await.unwrap();
-    tls
+    get_on_a_new_connection(h, &path, "").await
 }
 
 /// A client that asks for a list and reads none of it is let go once the
@@ -362,11 +364,8 @@ async fn silent_list(h: &Harness) -> Tls {
 /// long as the client kept the socket open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_response_the_client_never_reads_is_let_go() {
-    let h = Harness::start_with(wasmctrl_apiserver::Config {
-        timeouts: wasmctrl_apiserver::Timeouts {
-            response_write: Duration::from_secs(2),
-            ..Default::default()
-        },
+    let h = with_timeouts(wasmctrl_apiserver::Timeouts {
+        response_write: Duration::from_secs(2),
         ..Default::default()
     })
     .await;
@@ -420,11 +419,8 @@ async fn an_unauthenticated_request_does_not_keep_its_connection() {
 /// and once that client goes, lists are served again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_answers_in_flight_hold_a_budget() {
-    let h = Harness::start_with(wasmctrl_apiserver::Config {
-        timeouts: wasmctrl_apiserver::Timeouts {
-            max_list_bytes: 4 << 20,
-            ..Default::default()
-        },
+    let h = with_timeouts(wasmctrl_apiserver::Timeouts {
+        max_list_bytes: 4 << 20,
         ..Default::default()
     })
     .await;
@@ -435,12 +431,7 @@ async fn list_answers_in_flight_hold_a_budget() {
     assert_eq!(&head, b"HTTP/1.1 200");
     // The silent client's list is being sent; the next is refused. (Asked
     // on a connection of its own: kube's client retries a 429 itself.)
-    let mut other = tls_connect(&h).await;
-    let request = format!(
-        "GET {BIG_LIST} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
-        h.server.token()
-    );
-    other.write_all(request.as_bytes()).await.unwrap();
+    let mut other = get_on_a_new_connection(&h, BIG_LIST, "Connection: close\r\n").await;
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(30), other.read_to_end(&mut answer))
         .await
@@ -472,26 +463,15 @@ async fn list_answers_in_flight_hold_a_budget() {
 /// 1 MiB, each far below the 16 MiB one watch may hold alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bytes_all_watches_hold_for_their_clients_are_bounded() {
-    let h = Harness::start_with(wasmctrl_apiserver::Config {
-        timeouts: wasmctrl_apiserver::Timeouts {
-            max_watch_bytes: 2 << 20,
-            ..Default::default()
-        },
+    let h = with_timeouts(wasmctrl_apiserver::Timeouts {
+        max_watch_bytes: 2 << 20,
         ..Default::default()
     })
     .await;
     create_cm(&h, "big").await;
     let mut silent = Vec::new();
     for _ in 0..2 {
-        let mut tls = tls_connect(&h).await;
-        let request = format!(
-            "GET /api/v1/namespaces/default/configmaps?watch=true&resourceVersion={} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
-            h.server.resource_version(),
-            h.server.token()
-        );
-        tls.write_all(request.as_bytes()).await.unwrap();
-        tls.flush().await.unwrap();
-        silent.push(tls);
+        silent.push(silent_watch(&h).await);
     }
     let before = h.server.limit_exceeded("slowWatcher");
     for i in 0..12 {
