@@ -260,17 +260,7 @@ async fn a_watcher_that_stops_reading_is_let_go_past_its_queued_bytes() {
     // the 16 MiB a watch may hold for its client, and the socket's buffers.
     let before = h.server.limit_exceeded("slowWatcher");
     for i in 0..40 {
-        let value = format!("{i}{}", "x".repeat(1 << 20));
-        let patch = json!({"data": {"v": value}});
-        let (code, body) = h
-            .raw(
-                "PATCH",
-                "/api/v1/namespaces/default/configmaps/big",
-                Some("application/merge-patch+json"),
-                &patch.to_string(),
-            )
-            .await;
-        assert_eq!(code, 200, "{body}");
+        update_big(&h, i).await;
         if h.server.limit_exceeded("slowWatcher") > before {
             break;
         }
@@ -345,6 +335,21 @@ async fn silent_list(h: &Harness) -> Tls {
         assert_eq!(code, 201, "{body}");
     }
     get_on_a_new_connection(h, BIG_LIST, "").await
+}
+
+/// Gives ConfigMap `big` a new value of 1 MiB (the `i`th): an event of
+/// that size for every watcher.
+async fn update_big(h: &Harness, i: usize) {
+    let patch = json!({"data": {"v": format!("{i}{}", "x".repeat(1 << 20))}});
+    let (code, body) = h
+        .raw(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/big",
+            Some("application/merge-patch+json"),
+            &patch.to_string(),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
 }
 
 /// A watch of ConfigMaps from now, asked on a connection it returns,
@@ -475,16 +480,7 @@ async fn the_bytes_all_watches_hold_for_their_clients_are_bounded() {
     }
     let before = h.server.limit_exceeded("slowWatcher");
     for i in 0..12 {
-        let patch = json!({"data": {"v": format!("{i}{}", "x".repeat(1 << 20))}});
-        let (code, body) = h
-            .raw(
-                "PATCH",
-                "/api/v1/namespaces/default/configmaps/big",
-                Some("application/merge-patch+json"),
-                &patch.to_string(),
-            )
-            .await;
-        assert_eq!(code, 200, "{body}");
+        update_big(&h, i).await;
     }
     wasmctrl_testkit::eventually(
         "a silent watcher let go under the server's bound",
