@@ -41,6 +41,12 @@ fn held(name: &str, owners: Vec<OwnerReference>) -> ConfigMap {
     }
 }
 
+async fn create_held(api: &Api<ConfigMap>, name: &str, owners: Vec<OwnerReference>) {
+    api.create(&PostParams::default(), &held(name, owners))
+        .await
+        .unwrap();
+}
+
 fn plain(name: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
@@ -106,21 +112,10 @@ async fn a_foreground_deletion_waits_only_for_blocking_dependents_of_its_namespa
         .await
         .unwrap();
     for (name, blocks) in [("blocking", true), ("not-blocking", false)] {
-        api.create(
-            &PostParams::default(),
-            &held(name, vec![owner_ref(&owner, blocks)]),
-        )
-        .await
-        .unwrap();
+        create_held(&api, name, vec![owner_ref(&owner, blocks)]).await;
     }
     // A reference from another namespace is invalid: it holds nothing.
-    elsewhere
-        .create(
-            &PostParams::default(),
-            &held("foreign", vec![owner_ref(&owner, true)]),
-        )
-        .await
-        .unwrap();
+    create_held(&elsewhere, "foreign", vec![owner_ref(&owner, true)]).await;
 
     api.delete("owner", &DeleteParams::foreground())
         .await
@@ -152,23 +147,13 @@ async fn a_dependent_written_while_its_owner_waits_goes_and_an_unblocked_one_fre
         .create(&PostParams::default(), &plain("owner"))
         .await
         .unwrap();
-    api.create(
-        &PostParams::default(),
-        &held("first", vec![owner_ref(&owner, true)]),
-    )
-    .await
-    .unwrap();
+    create_held(&api, "first", vec![owner_ref(&owner, true)]).await;
     api.delete("owner", &DeleteParams::foreground())
         .await
         .unwrap();
     marked(&api, "first").await;
 
-    api.create(
-        &PostParams::default(),
-        &held("late", vec![owner_ref(&owner, true)]),
-    )
-    .await
-    .unwrap();
+    create_held(&api, "late", vec![owner_ref(&owner, true)]).await;
     marked(&api, "late").await;
 
     // Both stay (their finalizer), but stop blocking: the owner goes.
