@@ -108,11 +108,8 @@ pub enum ManagerError {
     },
     #[error("cannot build the plugins' client: {0}")]
     Client(#[from] crate::control::client::ClientError),
-    #[error("admin token file {path}: {source}")]
-    AdminToken {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error("admin token file {path}: {message}")]
+    AdminToken { path: PathBuf, message: String },
     #[error(
         "admin token file {path}: the token is {len} bytes without its surrounding whitespace; \
          it must be at least {MIN_ADMIN_TOKEN} (an empty file would let any request in)"
@@ -676,12 +673,20 @@ impl Host {
 /// match an empty `?token=`.
 const MIN_ADMIN_TOKEN: usize = 16;
 
+/// The most an admin token file may hold: a token is a line, and the path
+/// may name a device or a FIFO that would never end.
+const MAX_ADMIN_TOKEN_FILE: u64 = 4096;
+
 /// The admin bearer token in `path`, without surrounding whitespace.
 fn read_admin_token(path: &std::path::Path) -> Result<String, ManagerError> {
-    let token = std::fs::read_to_string(path).map_err(|source| ManagerError::AdminToken {
+    let refused = |message: String| ManagerError::AdminToken {
         path: path.to_path_buf(),
-        source,
-    })?;
+        message,
+    };
+    let bytes = crate::ops::files::read_regular_blocking(path, MAX_ADMIN_TOKEN_FILE)
+        .map_err(|e| refused(e.to_string()))?;
+    let token =
+        String::from_utf8(bytes).map_err(|_| refused("the token is not UTF-8 text".to_string()))?;
     let token = token.trim();
     if token.len() < MIN_ADMIN_TOKEN {
         return Err(ManagerError::AdminTokenTooShort {
@@ -707,6 +712,27 @@ mod tests {
         }
         std::fs::write(&path, "0123456789abcdef\n").unwrap();
         assert_eq!(read_admin_token(&path).unwrap(), "0123456789abcdef");
+    }
+
+    #[test]
+    fn an_admin_token_file_that_is_a_device_too_large_or_not_text_is_refused() {
+        let e = read_admin_token(std::path::Path::new("/dev/zero"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/dev/zero") && e.contains("character device"),
+            "{e}"
+        );
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "a".repeat(4097)).unwrap();
+        let e = read_admin_token(&path).unwrap_err().to_string();
+        assert!(e.contains("4097 bytes, larger than 4096"), "{e}");
+
+        std::fs::write(&path, b"0123456789abcdef\xff").unwrap();
+        let e = read_admin_token(&path).unwrap_err().to_string();
+        assert!(e.contains("not UTF-8"), "{e}");
     }
 
     #[test]
