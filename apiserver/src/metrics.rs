@@ -43,6 +43,9 @@ pub(crate) enum Limit {
     ListBytes,
     /// A connection past the 1,024 served at once (closed at once).
     Connections,
+    /// A connection from an address that already has 64 open without a
+    /// first request (closed at once).
+    PeerConnections,
     /// Request body over 3 MiB (413).
     RequestBody,
     /// Request body not received within its timeout (504).
@@ -99,13 +102,14 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 30] = [
+    pub(crate) const ALL: [Limit; 31] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
         Limit::ResponseWrite,
         Limit::ListBytes,
         Limit::Connections,
+        Limit::PeerConnections,
         Limit::RequestBody,
         Limit::BodyTime,
         Limit::JsonPatchOperations,
@@ -141,6 +145,7 @@ impl Limit {
             Limit::ResponseWrite => "responseWrite",
             Limit::ListBytes => "listBytes",
             Limit::Connections => "connections",
+            Limit::PeerConnections => "peerConnections",
             Limit::RequestBody => "requestBody",
             Limit::BodyTime => "bodyTime",
             Limit::JsonPatchOperations => "jsonPatchOperations",

@@ -10,10 +10,11 @@
 //! | [`IDLE_TIMEOUT`] | 120 s | a keep-alive connection with no request in flight |
 //! | [`RESPONSE_WRITE_TIMEOUT`] | 60 s | a connection whose client has not taken any of a response's bytes for that long (a list it never reads, a watch it stopped reading) |
 //! | [`MAX_CONNECTIONS`] | 1,024 at once | a new connection past them, at once |
+//! | [`MAX_UNPROVEN_PER_PEER`] | 64 per client address before their first request | a new one from that address, at once ([`peers`](super::peers)) |
 //!
 //! Each close is counted in `wasmctrl_apiserver_limit_exceeded_total`
 //! (`tlsHandshake`, `requestHead`, `idleConnection`, `responseWrite`,
-//! `connections`). The request body
+//! `connections`, `peerConnections`). The request body
 //! timeout is enforced per request by the router, but configured here
 //! with the others.
 //!
@@ -34,6 +35,7 @@ use tokio::sync::{Notify, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
+use crate::http::peers::{MAX_UNPROVEN_PER_PEER, Unproven, UnprovenGuard};
 use crate::metrics::{Limit, Metrics};
 
 /// Time a client gets to complete the TLS handshake (kube-apiserver's).
@@ -91,6 +93,12 @@ pub struct Timeouts {
     pub response_write: Duration,
     /// Connections served at once; a new one past them is closed at once.
     pub max_connections: usize,
+    /// Connections one client address (an IPv6 /64) may have open before
+    /// their first request; a new one past them is closed at once.
+    pub max_unproven_per_peer: usize,
+    /// Whether loopback clients count against `max_unproven_per_peer`. By
+    /// default they do not: they are on this machine.
+    pub count_loopback_peers: bool,
     /// Bytes of list answers on their way to clients at once; a list past
     /// them is answered 429.
     pub max_list_bytes: usize,
@@ -108,6 +116,8 @@ impl Default for Timeouts {
             request_body: BODY_READ_TIMEOUT,
             response_write: RESPONSE_WRITE_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
+            max_unproven_per_peer: MAX_UNPROVEN_PER_PEER,
+            count_loopback_peers: false,
             max_list_bytes: crate::http::list_budget::MAX_LIST_BYTES,
             max_watch_bytes: crate::http::watch::MAX_WATCH_BYTES,
         }
@@ -133,6 +143,10 @@ pub(crate) async fn serve(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let tracker = TaskTracker::new();
     let slots = Arc::new(tokio::sync::Semaphore::new(timeouts.max_connections));
+    let unproven = Unproven::new(
+        timeouts.max_unproven_per_peer,
+        timeouts.count_loopback_peers,
+    );
     loop {
         let (tcp, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -146,6 +160,15 @@ pub(crate) async fn serve(
             },
             _ = &mut stopped => break,
         };
+        let Some(first_request) = unproven.admit(peer.ip()) else {
+            metrics.exceeded(Limit::PeerConnections);
+            tracing::warn!(
+                %peer,
+                "{} connections from this address have sent no request yet; closing a new one",
+                timeouts.max_unproven_per_peer
+            );
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             metrics.exceeded(Limit::Connections);
             tracing::warn!(%peer, "{} connections open; closing a new one", timeouts.max_connections);
@@ -153,8 +176,11 @@ pub(crate) async fn serve(
         };
         let _ = tcp.set_nodelay(true);
         let served = connection(
-            tcp,
-            peer,
+            Accepted {
+                tcp,
+                peer,
+                first_request,
+            },
             acceptor.clone(),
             app.clone(),
             timeouts,
@@ -172,17 +198,29 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await;
 }
 
+/// A connection just accepted: its stream, its client, and its count
+/// among the client's connections without a first request.
+struct Accepted {
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    first_request: UnprovenGuard,
+}
+
 /// Serves one connection until the client closes it, a timeout fires, or
 /// shutdown finishes it.
 async fn connection(
-    tcp: tokio::net::TcpStream,
-    peer: SocketAddr,
+    accepted: Accepted,
     acceptor: tokio_rustls::TlsAcceptor,
     app: axum::Router,
     timeouts: Timeouts,
     metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Accepted {
+        tcp,
+        peer,
+        first_request,
+    } = accepted;
     let stream = match tokio::time::timeout(timeouts.tls_handshake, acceptor.accept(tcp)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -202,8 +240,11 @@ async fn connection(
     });
     let svc = hyper_util::service::TowerToHyperService::new(app);
     let requests = activity.clone();
+    // Held until the first request head, or the connection's end.
+    let unproven = Mutex::new(Some(first_request));
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(Peer(peer));
+        unproven.lock().unwrap_or_else(|e| e.into_inner()).take();
         let guard = requests.begin_request();
         let fut = hyper::service::Service::call(&svc, req);
         async move {

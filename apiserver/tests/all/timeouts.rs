@@ -15,7 +15,8 @@ use crate::common::Harness;
 
 type Tls = tokio_rustls::client::TlsStream<TcpStream>;
 
-async fn tls_connect(h: &Harness) -> Tls {
+/// A TLS connection to the server, or `None` if it closed it first.
+async fn tls_connect_fallible(h: &Harness) -> Option<Tls> {
     let mut roots = rustls::RootCertStore::empty();
     roots
         .add(CertificateDer::from_pem_slice(h.server.ca_pem().as_bytes()).unwrap())
@@ -27,11 +28,15 @@ async fn tls_connect(h: &Harness) -> Tls {
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let tcp = TcpStream::connect(h.server.addr()).await.unwrap();
+    let tcp = TcpStream::connect(h.server.addr()).await.ok()?;
     tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
         .await
-        .expect("TLS handshake")
+        .ok()
+}
+
+async fn tls_connect(h: &Harness) -> Tls {
+    tls_connect_fallible(h).await.expect("TLS handshake")
 }
 
 /// A server with these connection bounds (the rest as by default).
@@ -300,6 +305,62 @@ async fn connections_past_the_cap_are_closed_at_once() {
         String::from_utf8_lossy(&got).contains("gitVersion").then_some(())
     })
     .await;
+}
+
+/// One address may hold only so many connections that have sent no
+/// request: past them a new one is closed unanswered (counted as
+/// `peerConnections`); a connection that sent a request no longer counts.
+#[tokio::test]
+async fn an_address_holds_a_bounded_number_of_connections_without_a_request() {
+    let h = with_timeouts(wasmctrl_apiserver::Timeouts {
+        max_unproven_per_peer: 3,
+        count_loopback_peers: true,
+        ..Default::default()
+    })
+    .await;
+    let mut held = vec![
+        tls_connect(&h).await,
+        tls_connect(&h).await,
+        tls_connect(&h).await,
+    ];
+    let fourth = TcpStream::connect(h.server.addr()).await.unwrap();
+    closed_within(fourth, Duration::from_secs(5)).await;
+    assert_eq!(h.server.limit_exceeded("peerConnections"), 1);
+
+    held.pop();
+    let answered = wasmctrl_testkit::eventually(
+        "a connection from the address served again",
+        Duration::from_secs(30),
+        || async {
+            let mut tls = tls_connect_fallible(&h).await?;
+            let request = format!(
+                "GET /version HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\n\r\n",
+                h.server.token()
+            );
+            tls.write_all(request.as_bytes()).await.ok()?;
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&got).contains("gitVersion") {
+                let n = tls.read(&mut buf).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+            Some(tls)
+        },
+    )
+    .await;
+    // Two without a request and one that sent one: room for one more.
+    held.push(tls_connect(&h).await);
+    let refused_before = h.server.limit_exceeded("peerConnections");
+    let over = TcpStream::connect(h.server.addr()).await.unwrap();
+    closed_within(over, Duration::from_secs(5)).await;
+    assert_eq!(
+        h.server.limit_exceeded("peerConnections"),
+        refused_before + 1
+    );
+    drop((held, answered));
 }
 
 /// A `timeoutSeconds` too large to add to the current time is no timeout:
