@@ -154,14 +154,7 @@ pub(super) async fn watch(
                 let _ = tx.send(Instant::now());
             }
         };
-        // Links are not followed into: a link in a plugin's tree to `/`
-        // (a cloned repository's, say) would otherwise put a watch on
-        // every directory of the machine.
-        let mut watcher = notify::RecommendedWatcher::new(
-            on_event,
-            notify::Config::default().with_follow_symlinks(false),
-        )?;
-        watcher.watch(&plugin.dir, notify::RecursiveMode::Recursive)?;
+        let watcher = source_watcher(&plugin.dir, on_event)?;
         eprintln!(
             "--watch: rebuilding {:?} when {} changes",
             plugin.name,
@@ -175,6 +168,22 @@ pub(super) async fn watch(
     }
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// A watch of every file under `dir`, reported to `on_event`. Links are
+/// not followed into: a link in a plugin's tree to `/` (a cloned
+/// repository's, say) would otherwise put a watch on every directory of
+/// the machine.
+fn source_watcher(
+    dir: &Path,
+    on_event: impl notify::EventHandler,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let mut watcher = notify::RecommendedWatcher::new(
+        on_event,
+        notify::Config::default().with_follow_symlinks(false),
+    )?;
+    watcher.watch(dir, notify::RecursiveMode::Recursive)?;
+    Ok(watcher)
 }
 
 /// Rebuilds `plugin` after each quiet burst of changes.
@@ -304,6 +313,40 @@ mod tests {
                 source,
                 "{path}"
             );
+        }
+    }
+
+    /// A link in a plugin's tree to a directory elsewhere is not watched
+    /// through: a write there reports nothing, while one in the tree does.
+    /// One watcher's events arrive in order, so the tree's event coming
+    /// without the other's first shows the other was never watched.
+    #[test]
+    fn a_link_to_a_directory_elsewhere_is_not_watched_through() {
+        let root = tempfile::tempdir().unwrap();
+        let (tree, elsewhere) = (root.path().join("plugin"), root.path().join("elsewhere"));
+        std::fs::create_dir_all(tree.join("src")).unwrap();
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, tree.join("linked")).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _watcher = source_watcher(&tree, move |res: notify::Result<notify::Event>| {
+            if let Ok(event) = res {
+                let _ = tx.send(event.paths);
+            }
+        })
+        .unwrap();
+        std::fs::write(elsewhere.join("far.rs"), "far").unwrap();
+        std::fs::write(tree.join("src/lib.rs"), "near").unwrap();
+        loop {
+            let paths = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("the write in the tree is reported");
+            assert!(
+                !paths.iter().any(|p| p.ends_with("far.rs")),
+                "reported through the link: {paths:?}"
+            );
+            if paths.iter().any(|p| p.ends_with("src/lib.rs")) {
+                break;
+            }
         }
     }
 }
