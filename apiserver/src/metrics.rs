@@ -97,12 +97,16 @@ pub(crate) enum Limit {
     /// A webhook configuration with over 64 webhooks (422), or a request
     /// matching over 128 mutating or validating webhooks (500).
     AdmissionWebhooks,
-    /// A webhook's answer over 16 MiB (a failed call).
+    /// A webhook's answer over 16 MiB, or over 10,000 values, or a patch
+    /// in it over 3 MiB decoded (a failed call).
     WebhookResponse,
+    /// Audit annotations of a webhook's answer dropped: past 32 in one
+    /// answer or 256 in one request, or with a key that is not a name.
+    WebhookAnnotations,
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 31] = [
+    pub(crate) const ALL: [Limit; 32] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -134,6 +138,7 @@ impl Limit {
         Limit::ReviewLists,
         Limit::AdmissionWebhooks,
         Limit::WebhookResponse,
+        Limit::WebhookAnnotations,
     ];
 
     /// The `limit` label value.
@@ -170,6 +175,7 @@ impl Limit {
             Limit::ReviewLists => "reviewLists",
             Limit::AdmissionWebhooks => "admissionWebhooks",
             Limit::WebhookResponse => "webhookResponse",
+            Limit::WebhookAnnotations => "webhookAnnotations",
         }
     }
 

@@ -19,6 +19,7 @@ use super::review::{self, Verdict};
 use super::{Attributes, Configs, Gvk, Lookup, MAX_WEBHOOKS_PER_REQUEST, Sink, Webhooks};
 use crate::error::ApiError;
 use crate::metrics::{Limit, WebhookErrorType};
+use crate::registry::storage::MAX_OBJECT_BYTES;
 use crate::values::go_quote;
 
 /// How one call went wrong.
@@ -174,8 +175,22 @@ impl Webhooks {
             Some(s) => s,
             None => &*target,
         };
-        let mut patched = crate::patch::json_patch_bounded(base, &ops)
-            .map_err(|(e, _)| HookError::Refused(internal(e)))?;
+        let mut patched = crate::patch::json_patch_bounded(base, &ops).map_err(|(e, limit)| {
+            self.metrics.exceeded_if(limit);
+            HookError::Refused(internal(e))
+        })?;
+        // Checked here, not only when the object is stored: the webhooks
+        // after this one, and each validating webhook, are sent it.
+        let bytes = crate::values::json_len(&patched);
+        if bytes > MAX_OBJECT_BYTES {
+            self.metrics.exceeded(Limit::ObjectSize);
+            return Err(HookError::Refused(ApiError::RequestEntityTooLarge(
+                format!(
+                    "admission webhook {} made the object {bytes} bytes as JSON, more than the limit {MAX_OBJECT_BYTES}",
+                    go_quote(&hook.name)
+                ),
+            )));
+        }
         let changed = patched != *base;
         if converted {
             patched = in_version(&patched, &attrs.kind);
@@ -283,13 +298,23 @@ impl Webhooks {
             })?;
         let verdict =
             review::verify(&uid, hook.kind == ConfigKind::Mutating, &answer).map_err(|e| {
-                if matches!(e, review::BadResponse::Shape(_)) {
+                if matches!(
+                    e,
+                    review::BadResponse::Shape(_) | review::BadResponse::PatchSize(_)
+                ) {
                     self.metrics.exceeded(Limit::WebhookResponse);
                 }
                 calling(format!("{}: {e}", e.context()))
             })?;
+        let mut dropped = verdict.dropped_annotations;
         for (key, value) in &verdict.audit_annotations {
-            sink.annotate(format!("{}/{key}", hook.name), value.clone());
+            if !sink.annotate(format!("{}/{key}", hook.name), value.clone()) {
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            self.metrics.exceeded(Limit::WebhookAnnotations);
+            tracing::debug!(webhook = %hook.name, dropped, "audit annotations dropped");
         }
         for warning in &verdict.warnings {
             sink.warn(warning.clone());
@@ -339,10 +364,12 @@ impl Webhooks {
                     ConfigKind::Mutating => "failed-open.mutation.webhook.admission.k8s.io",
                     ConfigKind::Validating => "failed-open.validating.webhook.admission.k8s.io",
                 };
-                sink.annotate(
+                if !sink.annotate(
                     format!("{prefix}/round_{}_index_{}", at.0, at.1),
                     hook.name.clone(),
-                );
+                ) {
+                    self.metrics.exceeded(Limit::WebhookAnnotations);
+                }
                 Ok(None)
             }
             e @ HookError::Calling { .. } => {
@@ -412,8 +439,9 @@ mod tests {
         fn warn(&self, text: String) {
             self.0.lock().unwrap().push(("warning".into(), text));
         }
-        fn annotate(&self, key: String, value: String) {
+        fn annotate(&self, key: String, value: String) -> bool {
             self.0.lock().unwrap().push((key, value));
+            true
         }
     }
 

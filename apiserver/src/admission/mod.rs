@@ -137,9 +137,15 @@ pub(crate) trait Sink: Sync {
     /// A `Warning: 299` header of the response.
     fn warn(&self, text: String);
     /// An audit annotation, its key already prefixed with the webhook's
-    /// name.
-    fn annotate(&self, key: String, value: String);
+    /// name: whether it was kept (a request keeps at most
+    /// [`MAX_REQUEST_ANNOTATIONS`], whatever its webhooks, retries and
+    /// items).
+    fn annotate(&self, key: String, value: String) -> bool;
 }
+
+/// Audit annotations one request keeps from its webhooks; the others are
+/// dropped (counted as `webhookAnnotations`). Not an upstream bound.
+pub(crate) const MAX_REQUEST_ANNOTATIONS: usize = 256;
 
 /// The webhooks of every stored configuration, in the order they run.
 #[derive(Debug, Default)]

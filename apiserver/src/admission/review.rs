@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::matching::Invocation;
 use super::{Attributes, Caller};
 use crate::error::ApiError;
-use crate::values::go_quote;
+use crate::values::{escape_controls, go_quote};
 
 const API_VERSION: &str = "admission.k8s.io/v1";
 /// Values (keys included) an answer may hold, and how deep it may nest,
@@ -23,6 +23,21 @@ const MAX_ANSWER_DEPTH: usize = 64;
 /// The most of a denial's `status.message` kept (it is returned to the
 /// client and logged). Not an upstream check.
 pub(crate) const MAX_STATUS_MESSAGE: usize = 4 << 10;
+/// The most of any other text of an answer an error or a denial quotes (a
+/// uid, a kind, a reason, a value of the wrong type): each is returned to
+/// the client and logged on every call. Not an upstream check.
+const MAX_QUOTED: usize = 1 << 10;
+/// The most a mutating webhook's patch may hold once decoded: what a
+/// client's own patch body may. Not an upstream check: the answer is a
+/// string here, and its decoded operations would otherwise become a tree
+/// of up to 12 MiB of text without the answer's bound on values.
+pub(crate) const MAX_PATCH_BYTES: usize = crate::http::routes::MAX_BODY_BYTES;
+/// Audit annotations one answer may add, and the most of each value; the
+/// others are dropped (counted as `webhookAnnotations`). Not upstream
+/// bounds: each is kept for the whole request, beside every other
+/// webhook's.
+pub(crate) const MAX_AUDIT_ANNOTATIONS: usize = 32;
+const MAX_ANNOTATION_VALUE: usize = 1 << 10;
 const KIND: &str = "AdmissionReview";
 
 impl Serialize for Caller {
@@ -123,6 +138,8 @@ pub(crate) struct Verdict {
     pub(crate) patch: Option<Value>,
     pub(crate) warnings: Vec<String>,
     pub(crate) audit_annotations: Vec<(String, String)>,
+    /// Audit annotations the answer gave that were not kept.
+    pub(crate) dropped_annotations: usize,
 }
 
 /// Why an answer is not one, in upstream's words.
@@ -156,6 +173,9 @@ pub(crate) enum BadResponse {
     /// nested too deep.
     #[error("the answer {0}; it is not read")]
     Shape(&'static str),
+    /// Not an upstream check: a patch past [`MAX_PATCH_BYTES`] decoded.
+    #[error("the patch is {0} bytes decoded, more than {MAX_PATCH_BYTES}; it is not read")]
+    PatchSize(usize),
 }
 
 impl BadResponse {
@@ -163,7 +183,9 @@ impl BadResponse {
     pub(crate) fn context(&self) -> &'static str {
         match self {
             BadResponse::Undecodable(_) => "failed to call webhook",
-            BadResponse::Patch(_) => "received undecodable patch in webhook response",
+            BadResponse::Patch(_) | BadResponse::PatchSize(_) => {
+                "received undecodable patch in webhook response"
+            }
             _ => "received invalid webhook response",
         }
     }
@@ -194,21 +216,24 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
     if got != uid {
         return Err(BadResponse::Uid {
             expected: uid.to_string(),
-            got: got.to_string(),
+            got: cut(got),
         });
     }
     let av = review["apiVersion"].as_str().unwrap_or("");
     let kind = review["kind"].as_str().unwrap_or("");
     if (av, kind) != (API_VERSION, KIND) {
         let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
-        return Err(BadResponse::Kind(format!("{group}/{version}, Kind={kind}")));
+        return Err(BadResponse::Kind(cut(&format!(
+            "{group}/{version}, Kind={kind}"
+        ))));
     }
     let allowed = match &response["allowed"] {
         Value::Bool(b) => *b,
         Value::Null => false,
         other => {
             return Err(undecodable(format!(
-                "response.allowed is not a boolean: {other}"
+                "response.allowed is not a boolean: {}",
+                shown(other)
             )));
         }
     };
@@ -218,7 +243,8 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
         Value::String(s) => Some(s.as_str()),
         other => {
             return Err(undecodable(format!(
-                "response.patch is not a string: {other}"
+                "response.patch is not a string: {}",
+                shown(other)
             )));
         }
     };
@@ -227,7 +253,8 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
         Value::String(s) => Some(s.as_str()),
         other => {
             return Err(undecodable(format!(
-                "response.patchType is not a string: {other}"
+                "response.patchType is not a string: {}",
+                shown(other)
             )));
         }
     };
@@ -241,7 +268,7 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
             (Some(_), Some(other)) => {
                 return Err(BadResponse::Patch(format!(
                     "unsupported patch type {}",
-                    go_quote(other)
+                    go_quote(&cut(other))
                 )));
             }
             (None, None) => {}
@@ -258,30 +285,136 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
             .filter_map(|s| s.as_str().map(str::to_string))
             .collect()
     };
-    let audit_annotations = response["auditAnnotations"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
-        .collect();
-    let mut status = response.get("status").filter(|s| s.is_object()).cloned();
-    if let Some(Value::String(text)) = status.as_mut().and_then(|s| s.get_mut("message")) {
-        crate::values::cut_message(text, MAX_STATUS_MESSAGE);
-    }
+    let (audit_annotations, dropped_annotations) = annotations(&response["auditAnnotations"]);
     Ok(Verdict {
         allowed,
-        status,
+        status: response.get("status").and_then(status),
         patch,
         warnings: strings(&response["warnings"]),
         audit_annotations,
+        dropped_annotations,
     })
 }
 
-/// A base64 JSON patch: its operations.
+/// `text`, at most [`MAX_QUOTED`] of it.
+fn cut(text: &str) -> String {
+    let mut text = text.to_string();
+    crate::values::cut_message(&mut text, MAX_QUOTED);
+    text
+}
+
+/// A value of the wrong type, as an error quotes it: at most
+/// [`MAX_QUOTED`] of its JSON.
+fn shown(value: &Value) -> String {
+    let mut text = value.to_string();
+    crate::values::cut_message(&mut text, MAX_QUOTED);
+    text
+}
+
+/// The audit annotations an answer adds: those whose key is a qualified
+/// name's name part (upstream refuses others when it records them) and
+/// whose value is a string, at most [`MAX_AUDIT_ANNOTATIONS`], each value
+/// cut to [`MAX_ANNOTATION_VALUE`]; and how many were dropped.
+fn annotations(given: &Value) -> (Vec<(String, String)>, usize) {
+    let Some(given) = given.as_object() else {
+        return (Vec::new(), 0);
+    };
+    let mut kept = Vec::new();
+    for (key, value) in given {
+        let Some(value) = value.as_str() else {
+            continue;
+        };
+        let named = !key.contains('/') && wasmctrl_apimachinery::names::qualified_name(key).is_ok();
+        if named && kept.len() < MAX_AUDIT_ANNOTATIONS {
+            let mut value = value.to_string();
+            crate::values::cut_message(&mut value, MAX_ANNOTATION_VALUE);
+            kept.push((key.clone(), value));
+        }
+    }
+    let dropped = given.len() - kept.len();
+    (kept, dropped)
+}
+
+/// A denial's `status` as it is kept: its message cut to
+/// [`MAX_STATUS_MESSAGE`], its reason and the names in its details to
+/// [`MAX_QUOTED`], and its causes as a write's own (the first 100, each
+/// cut to 1 KiB); the control characters of its message, reason and causes
+/// (newline and tab aside) escaped, since kubectl prints them as they are.
+/// Anything else it says is not passed on.
+fn status(given: &Value) -> Option<Value> {
+    let given = given.as_object()?;
+    let text = |key: &str, max: usize| {
+        given.get(key).and_then(Value::as_str).map(|s| {
+            let mut s = s.to_string();
+            crate::values::cut_message(&mut s, max);
+            Value::String(escape_controls(&s))
+        })
+    };
+    let mut kept = serde_json::Map::new();
+    for (key, max) in [("message", MAX_STATUS_MESSAGE), ("reason", MAX_QUOTED)] {
+        if let Some(v) = text(key, max) {
+            kept.insert(key.into(), v);
+        }
+    }
+    if let Some(code) = given.get("code").filter(|c| c.is_number()) {
+        kept.insert("code".into(), code.clone());
+    }
+    if let Some(details) = given.get("details").and_then(Value::as_object) {
+        kept.insert("details".into(), status_details(details));
+    }
+    Some(Value::Object(kept))
+}
+
+/// A denial's `status.details`, bounded as [`status`] says.
+fn status_details(given: &serde_json::Map<String, Value>) -> Value {
+    let mut kept = serde_json::Map::new();
+    for key in ["name", "group", "kind", "uid"] {
+        if let Some(s) = given.get(key).and_then(Value::as_str) {
+            kept.insert(key.into(), Value::String(cut(s)));
+        }
+    }
+    if let Some(n) = given.get("retryAfterSeconds").filter(|n| n.is_u64()) {
+        kept.insert("retryAfterSeconds".into(), n.clone());
+    }
+    if let Some(causes) = given.get("causes").and_then(Value::as_array) {
+        let mut bounded = crate::error::Causes::default();
+        for cause in causes {
+            let part = |key: &str| {
+                cause[key]
+                    .as_str()
+                    .map(|s| escape_controls(&cut(s)))
+                    .unwrap_or_default()
+            };
+            bounded.add(|| crate::error::Cause {
+                reason: part("reason"),
+                message: part("message"),
+                field: part("field"),
+            });
+        }
+        let causes: Vec<Value> = bounded
+            .into_vec()
+            .into_iter()
+            .map(
+                |c| serde_json::json!({"reason": c.reason, "message": c.message, "field": c.field}),
+            )
+            .collect();
+        kept.insert("causes".into(), Value::Array(causes));
+    }
+    Value::Object(kept)
+}
+
+/// A base64 JSON patch: its operations, measured before they are parsed.
 fn decode_patch(text: &str) -> Result<Value, BadResponse> {
+    // Four characters of base64 decode to at most three bytes.
+    if text.len() / 4 * 3 > MAX_PATCH_BYTES + 3 {
+        return Err(BadResponse::PatchSize(text.len() / 4 * 3));
+    }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
-        .map_err(|e| BadResponse::Patch(format!("illegal base64 data: {e}")))?;
+        .map_err(|e| BadResponse::Patch(format!("illegal base64 data: {}", cut(&e.to_string()))))?;
+    if bytes.len() > MAX_PATCH_BYTES {
+        return Err(BadResponse::PatchSize(bytes.len()));
+    }
     let ops: Value =
         serde_json::from_slice(&bytes).map_err(|e| BadResponse::Patch(e.to_string()))?;
     if !ops.is_array() {
@@ -330,6 +463,32 @@ mod tests {
     fn answer(response: Value) -> Vec<u8> {
         serde_json::to_vec(&json!({"apiVersion": API_VERSION, "kind": KIND, "response": response}))
             .unwrap()
+    }
+
+    #[test]
+    fn what_an_error_quotes_of_an_answer_is_cut() {
+        let long = "u".repeat(100_000);
+        let wrong_uid = answer(json!({"uid": long, "allowed": true}));
+        let kind = serde_json::to_vec(
+            &json!({"apiVersion": long, "kind": "AdmissionReview", "response": {"uid": "u"}}),
+        )
+        .unwrap();
+        let allowed = answer(json!({"uid": "u", "allowed": [long]}));
+        let patch_type =
+            answer(json!({"uid": "u", "allowed": true, "patch": "W10=", "patchType": long}));
+        for (body, mutating) in [
+            (wrong_uid, false),
+            (kind, false),
+            (allowed, false),
+            (patch_type, true),
+        ] {
+            let e = verify("u", mutating, &body).unwrap_err().to_string();
+            assert!(
+                e.len() < 1200 && e.contains("more bytes not shown"),
+                "{}",
+                e.len()
+            );
+        }
     }
 
     #[test]

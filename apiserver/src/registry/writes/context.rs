@@ -73,11 +73,16 @@ impl Sink for WriteCtx {
         WriteCtx::warn(self, text);
     }
 
-    fn annotate(&self, key: String, value: String) {
-        self.audit_annotations
+    fn annotate(&self, key: String, value: String) -> bool {
+        let mut kept = self
+            .audit_annotations
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((key, value));
+            .unwrap_or_else(|e| e.into_inner());
+        if kept.len() >= crate::admission::MAX_REQUEST_ANNOTATIONS {
+            return false;
+        }
+        kept.push((key, value));
+        true
     }
 }
 

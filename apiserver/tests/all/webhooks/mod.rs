@@ -5,6 +5,7 @@
 //! an HTTPS server in the test; nothing sleeps: a test waits only on a
 //! response or on the reviews a webhook received.
 
+mod hostile;
 mod server;
 
 use std::sync::Arc;
