@@ -86,7 +86,22 @@ impl Verdict {
                 Ok(())
             }
         };
+        // A denial's texts are printed by kubectl as they are: an escape
+        // sequence in one would reach the terminal of whoever was denied.
+        let printable = |what: &str, text: &str| {
+            if text
+                .chars()
+                .any(|c| c.is_control() && c != '\n' && c != '\t')
+            {
+                Err(format!(
+                    "{what} holds a control character other than newline and tab"
+                ))
+            } else {
+                Ok(())
+            }
+        };
         bounded("message", &r.message, MAX_MESSAGE_BYTES)?;
+        printable("message", &r.message)?;
         if r.causes.len() > MAX_CAUSES {
             return Err(format!("{} causes; at most {MAX_CAUSES}", r.causes.len()));
         }
@@ -94,6 +109,9 @@ impl Verdict {
             bounded("a cause's field", &c.field, 256)?;
             bounded("a cause's reason", &c.reason, 64)?;
             bounded("a cause's message", &c.message, MAX_MESSAGE_BYTES)?;
+            printable("a cause's field", &c.field)?;
+            printable("a cause's reason", &c.reason)?;
+            printable("a cause's message", &c.message)?;
         }
         if r.warnings.len() > MAX_WARNINGS {
             return Err(format!(
@@ -271,6 +289,27 @@ mod tests {
             )
             .contains("control character")
         );
+        assert!(
+            refused(
+                |r| r.message = "denied \u{1b}]0;owned\u{7}".into(),
+                Review::Validate
+            )
+            .contains("message holds a control character")
+        );
+        assert!(
+            refused(
+                |r| r.causes = vec![types::FieldCause {
+                    field: "spec".into(),
+                    reason: String::new(),
+                    message: "bad\u{9b}2J".into(),
+                }],
+                Review::Validate
+            )
+            .contains("a cause's message holds a control character")
+        );
+        let mut multiline = response();
+        multiline.message = "first line\n\tsecond".into();
+        assert!(Verdict::from_wit(multiline, Review::Validate).is_ok());
         assert!(
             refused(|r| r.patched = Some("{}".into()), Review::Validate).contains("only `mutate`")
         );
