@@ -530,6 +530,45 @@ async fn the_webhook_server_refuses_what_is_not_a_review_within_its_bounds() {
             .unwrap()
             .contains("did not arrive within 1s")
     );
+    // A caller that hangs up mid-review is no longer in flight, and is
+    // counted as 499.
+    let in_flight = || async {
+        metric_value(
+            host.admin,
+            r#"controller_runtime_webhook_requests_in_flight{webhook="/validate/gatekeeper"}"#,
+        )
+        .await
+    };
+    let hanging = tokio::spawn(
+        client
+            .post(format!("{base}/validate/gatekeeper?timeout=30s"))
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(
+                futures::stream::once(async { Ok::<_, std::io::Error>(b"{".to_vec()) })
+                    .chain(futures::stream::pending()),
+            ))
+            .send(),
+    );
+    eventually(
+        "the hanging review in flight",
+        Duration::from_secs(30),
+        || async { (in_flight().await == Some(1.0)).then_some(()) },
+    )
+    .await;
+    hanging.abort();
+    eventually(
+        "the review its caller left no longer in flight",
+        Duration::from_secs(30),
+        || async {
+            let left = metric_value(
+                host.admin,
+                r#"controller_runtime_webhook_requests_total{webhook="/validate/gatekeeper",code="499"}"#,
+            )
+            .await;
+            (in_flight().await == Some(0.0) && left == Some(1.0)).then_some(())
+        },
+    )
+    .await;
     // Past the bound the body is not read further: the server answers and
     // closes the connection, so this is the last request.
     let too_big = post("/validate/gatekeeper", vec![b' '; 8 << 20])

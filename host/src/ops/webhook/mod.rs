@@ -341,9 +341,7 @@ async fn serve(
     let label = WebhookLabel {
         webhook: format!("/{}/{}", registration::path_segment(kind), plugin.name()),
     };
-    let in_flight = s.metrics.webhook_in_flight.get_or_create(&label).clone();
-    in_flight.inc();
-    let started = Instant::now();
+    let mut counted = Counted::start(s.metrics.clone(), label);
     let timeout = review::parse_timeout(query.as_deref());
     let patience = review::body_patience(timeout);
     let response = match tokio::time::timeout(
@@ -359,11 +357,14 @@ async fn serve(
             ),
         )
             .into_response(),
-        Ok(Err(_)) => (
+        Ok(Err(e)) if too_large(&e) => (
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("an AdmissionReview is at most {MAX_REVIEW_BYTES} bytes"),
         )
             .into_response(),
+        // The caller went away mid-body: no one reads an answer, and the
+        // review is counted as one whose caller left.
+        Ok(Err(_)) => return StatusCode::BAD_REQUEST.into_response(),
         Ok(Ok(body)) => {
             match review::answer(&*plugin, mode, kind, &body, timeout, &s.metrics).await {
                 Ok(review) => axum::Json(review).into_response(),
@@ -374,19 +375,61 @@ async fn serve(
             }
         }
     };
-    in_flight.dec();
-    s.metrics
-        .webhook_latency
-        .get_or_create(&label)
-        .observe(started.elapsed().as_secs_f64());
-    s.metrics
-        .webhook_requests
-        .get_or_create(&WebhookCodeLabels {
-            webhook: label.webhook,
-            code: response.status().as_u16().to_string(),
-        })
-        .inc();
+    counted.code = response.status().as_u16();
     response
+}
+
+/// Whether a body read failed for its length rather than its connection.
+fn too_large(e: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
+/// A review in the webhook metrics: in flight from its start, then timed
+/// and counted by its answer's code when it ends, also when it ends
+/// because its caller hung up and the handler was dropped mid-review
+/// (counted as 499, nginx's "client closed request"), so that the
+/// in-flight gauge never keeps a review that is gone.
+struct Counted {
+    metrics: Arc<Metrics>,
+    label: WebhookLabel,
+    started: Instant,
+    /// The answer's status code, once there is one.
+    code: u16,
+}
+
+impl Counted {
+    fn start(metrics: Arc<Metrics>, label: WebhookLabel) -> Self {
+        metrics.webhook_in_flight.get_or_create(&label).inc();
+        Counted {
+            metrics,
+            label,
+            started: Instant::now(),
+            code: 499,
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        let m = &self.metrics;
+        m.webhook_in_flight.get_or_create(&self.label).dec();
+        m.webhook_latency
+            .get_or_create(&self.label)
+            .observe(self.started.elapsed().as_secs_f64());
+        m.webhook_requests
+            .get_or_create(&WebhookCodeLabels {
+                webhook: self.label.webhook.clone(),
+                code: self.code.to_string(),
+            })
+            .inc();
+    }
 }
 
 /// Keeps every plugin's webhook configurations as its webhooks are: told
