@@ -27,6 +27,11 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 // never public destinations.
                 || (a == 198 && (18..20).contains(&b))
                 || a >= 240
+                // The rest of IANA's special-purpose registry that is not
+                // globally reachable: protocol assignments (DS-Lite's
+                // 192.0.0.0/29 among them), the documentation networks, and
+                // the retired 6to4 relay anycast.
+                || matches!(v4.octets(), [192, 0, 0 | 2, _] | [198, 51, 100, _] | [203, 0, 113, _] | [192, 88, 99, _])
         }
         IpAddr::V6(v6) => {
             if let Some(v4) = embedded_v4(v6) {
@@ -41,6 +46,9 @@ pub fn is_internal(ip: IpAddr) -> bool {
                 // addresses sit in forms not unpacked here: refused whole.
                 || (s[0], s[1], s[2]) == (0x64, 0xff9b, 1)
                 || (s[0], s[1]) == (0x2001, 0)
+                // Documentation (RFC 3849) and discard-only (RFC 6666).
+                || (s[0], s[1]) == (0x2001, 0xdb8)
+                || s[..4] == [0x100, 0, 0, 0]
                 || (first & 0xfe00) == 0xfc00
                 || (first & 0xffc0) == 0xfe80
                 || (first & 0xffc0) == 0xfec0
@@ -106,6 +114,14 @@ mod tests {
             "198.18.0.1",
             "198.19.255.255",
             "240.0.0.1",
+            "192.0.0.1",
+            "192.0.2.10",
+            "198.51.100.7",
+            "203.0.113.200",
+            "192.88.99.1",
+            "2001:db8::1",
+            "100::1",
+            "::ffff:192.0.2.1",
         ] {
             assert!(is_internal(ip.parse().unwrap()), "{ip}");
         }
@@ -119,6 +135,9 @@ mod tests {
             "2001:db9::1",
             "2001:4860:4860::8888",
             "198.20.0.1",
+            "192.0.3.1",
+            "198.51.101.1",
+            "203.0.114.1",
         ] {
             assert!(!is_internal(ip.parse().unwrap()), "{ip}");
         }
