@@ -475,40 +475,75 @@ pub(super) fn substitute(value: &[u8], values: &[(&str, &[u8])]) -> Vec<u8> {
     out
 }
 
-/// Replaces secret values with `<secret:NAME>` in a stream of bytes: a
-/// value split across two chunks is still found, because the tail of a
-/// chunk that could begin one is held back until the next.
+/// Replaces secret values with `<secret:NAME>` in a stream of bytes.
+///
+/// Each value is looked for as it was sent and in the forms a server that
+/// echoes it is likely to write: escaped in a JSON string (as serde and
+/// Python write it, with `\/` as PHP writes it, with `\u003c`-style
+/// escapes as Go writes it) and percent-encoded (both cases of hex). A
+/// value echoed otherwise (lower-cased, base64-encoded, cut short) is not
+/// recognised.
+///
+/// All forms are searched in one pass (Aho-Corasick, leftmost-longest), and
+/// a value split across two chunks is still found: the last
+/// `longest - 1` bytes of what has arrived are held back until more comes,
+/// and no more is scanned until at least `longest` new bytes have, so each
+/// byte is scanned at most twice whatever the chunks' sizes.
 #[derive(Debug)]
 pub(super) struct Redactor {
-    values: Vec<(Vec<u8>, Vec<u8>)>,
+    /// None when there is nothing to look for.
+    finder: Option<aho_corasick::AhoCorasick>,
+    /// The marker of each pattern of `finder`, by pattern index.
+    markers: Vec<std::sync::Arc<[u8]>>,
+    /// The longest pattern's length.
+    longest: usize,
     held: Vec<u8>,
 }
 
 impl Redactor {
     /// A redactor of `values` (name, value); empty values are skipped.
     pub(super) fn new(values: Vec<(String, Vec<u8>)>) -> Self {
+        let mut patterns: Vec<Vec<u8>> = Vec::new();
+        let mut markers = Vec::new();
+        for (name, value) in values.into_iter().filter(|(_, v)| !v.is_empty()) {
+            let marker: std::sync::Arc<[u8]> = format!("<secret:{name}>").into_bytes().into();
+            for form in echoed_forms(&value) {
+                if !patterns.contains(&form) {
+                    patterns.push(form);
+                    markers.push(marker.clone());
+                }
+            }
+        }
+        let longest = patterns.iter().map(Vec::len).max().unwrap_or(0);
+        let finder = (!patterns.is_empty()).then(|| {
+            aho_corasick::AhoCorasick::builder()
+                .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .build(&patterns)
+                .expect("a few hundred patterns of at most 384 KiB build")
+        });
         Self {
-            values: values
-                .into_iter()
-                .filter(|(_, v)| !v.is_empty())
-                .map(|(n, v)| (v, format!("<secret:{n}>").into_bytes()))
-                .collect(),
+            finder,
+            markers,
+            longest,
             held: Vec::new(),
         }
     }
 
     /// `bytes` redacted whole (a header value).
     pub(super) fn redact(&self, bytes: &[u8]) -> Vec<u8> {
-        let (out, _) = self.scan(bytes, true);
-        out
+        self.scan(bytes, bytes.len()).0
     }
 
-    /// The next chunk's redacted bytes (some of its tail may be held).
+    /// The next chunk's redacted bytes (some of what has arrived may be
+    /// held back).
     pub(super) fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
-        let mut buf = std::mem::take(&mut self.held);
-        buf.extend_from_slice(chunk);
-        let (out, keep) = self.scan(&buf, false);
-        self.held = buf[buf.len() - keep..].to_vec();
+        self.held.extend_from_slice(chunk);
+        if self.held.len() < 2 * self.longest {
+            return Vec::new();
+        }
+        let hold_from = self.held.len() + 1 - self.longest;
+        let (out, done) = self.scan(&self.held, hold_from);
+        self.held.drain(..done);
         out
     }
 
@@ -518,45 +553,67 @@ impl Redactor {
         self.redact(&held)
     }
 
-    /// Redacts `buf`; unless `last`, keeps back the longest tail that is
-    /// the start of some value, returning how many bytes that is.
-    fn scan(&self, buf: &[u8], last: bool) -> (Vec<u8>, usize) {
+    /// Redacts `buf` up to `hold_from`, where the bytes that may begin a
+    /// value not yet whole start: a match starting before it lies wholly in
+    /// `buf`, whatever comes next. Returns the redacted bytes and how far
+    /// into `buf` they reach (past `hold_from` when a match ends there).
+    fn scan(&self, buf: &[u8], hold_from: usize) -> (Vec<u8>, usize) {
         let mut out = Vec::with_capacity(buf.len());
         let mut i = 0;
-        loop {
-            let next = self
-                .values
-                .iter()
-                .filter_map(|(v, m)| memchr::memmem::find(&buf[i..], v).map(|at| (at, v.len(), m)))
-                .min_by_key(|(at, len, _)| (*at, std::cmp::Reverse(*len)));
-            let Some((at, len, marker)) = next else {
-                break;
-            };
-            out.extend_from_slice(&buf[i..i + at]);
-            out.extend_from_slice(marker);
-            i += at + len;
+        if let Some(finder) = &self.finder {
+            for m in finder.find_iter(buf) {
+                if m.start() >= hold_from {
+                    break;
+                }
+                out.extend_from_slice(&buf[i..m.start()]);
+                out.extend_from_slice(&self.markers[m.pattern().as_usize()]);
+                i = m.end();
+            }
         }
-        let rest = &buf[i..];
-        let keep = if last {
-            0
-        } else {
-            (1..=rest.len())
-                .rev()
-                .find(|&k| {
-                    let tail = &rest[rest.len() - k..];
-                    self.values
-                        .iter()
-                        .any(|(v, _)| v.len() > k && v.starts_with(tail))
-                })
-                .unwrap_or(0)
-        };
-        out.extend_from_slice(&rest[..rest.len() - keep]);
-        (out, keep)
+        let done = i.max(hold_from.min(buf.len()));
+        out.extend_from_slice(&buf[i..done]);
+        (out, done)
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.finder.is_none()
     }
+}
+
+/// `value` as sent, and as a server echoing it is likely to write it (see
+/// [`Redactor`]); each form once.
+fn echoed_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    let mut forms = vec![value.to_vec()];
+    let mut add = |form: Vec<u8>| {
+        if !forms.contains(&form) {
+            forms.push(form);
+        }
+    };
+    if let Ok(text) = std::str::from_utf8(value) {
+        let json = serde_json::to_string(text).unwrap_or_default();
+        let json = json[1..json.len() - 1].to_string();
+        add(json.replace('/', "\\/").into_bytes());
+        let go = json
+            .replace('<', "\\u003c")
+            .replace('>', "\\u003e")
+            .replace('&', "\\u0026");
+        add(go.into_bytes());
+        add(json.into_bytes());
+    }
+    let mut upper = Vec::with_capacity(value.len() * 3);
+    let mut lower = Vec::with_capacity(value.len() * 3);
+    for &b in value {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            upper.push(b);
+            lower.push(b);
+        } else {
+            upper.extend_from_slice(format!("%{b:02X}").as_bytes());
+            lower.extend_from_slice(format!("%{b:02x}").as_bytes());
+        }
+    }
+    add(upper);
+    add(lower);
+    forms
 }
 
 #[cfg(test)]
@@ -651,6 +708,43 @@ mod tests {
         }
         out.extend(r.finish());
         assert_eq!(String::from_utf8(out).unwrap(), "abc<secret:tok>z");
+    }
+
+    #[test]
+    fn a_value_echoed_escaped_or_percent_encoded_is_redacted() {
+        let r = Redactor::new(vec![("tok".into(), b"a/b+c&d<e\"f g".to_vec())]);
+        for echoed in [
+            r#"{"auth":"a/b+c&d<e\"f g"}"#,
+            r#"{"auth":"a\/b+c&d<e\"f g"}"#,
+            r#"{"auth":"a/b+c\u0026d\u003ce\"f g"}"#,
+            "q=a%2Fb%2Bc%26d%3Ce%22f%20g",
+            "q=a%2fb%2bc%26d%3ce%22f%20g",
+        ] {
+            let out = String::from_utf8(r.redact(echoed.as_bytes())).unwrap();
+            assert!(
+                out.contains("<secret:tok>") && !out.contains("b+c") && !out.contains("b%2"),
+                "{echoed} -> {out}"
+            );
+        }
+        // Not recognised: a form the redactor does not know.
+        assert_eq!(r.redact(b"A/B+C"), b"A/B+C");
+    }
+
+    #[test]
+    fn the_longest_value_wins_across_a_chunk_boundary() {
+        let mut r = Redactor::new(vec![
+            ("short".into(), b"abc".to_vec()),
+            ("long".into(), b"abcdef".to_vec()),
+        ]);
+        let mut out = Vec::new();
+        for chunk in [&b"xx abc"[..], b"def abc", b" ab", b"cd"] {
+            out.extend(r.push(chunk));
+        }
+        out.extend(r.finish());
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "xx <secret:long> <secret:short> <secret:short>d"
+        );
     }
 
     #[tokio::test]
