@@ -2,8 +2,10 @@
 //! body is built whole before it is sent, and a client that asks and does
 //! not read holds it until the write timeout closes its connection; without
 //! a budget, a few hundred such clients of a large resource would hold
-//! gigabytes. Past the budget a list is answered 429 (retry, or list in
-//! pages with `limit`), counted as `listBytes`.
+//! gigabytes. A list takes its share, estimated from the stored objects it
+//! holds, before its body is built, and settles it at the body's real size.
+//! Past the budget a list is answered 429 (retry, or list in pages with
+//! `limit`), counted as `listBytes`.
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use serde_json::json;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::ApiError;
 use crate::metrics::{Limit, Metrics};
@@ -42,25 +44,67 @@ impl ListBudget {
         }
     }
 
-    /// `body` (JSON) as a 200 whose share of the budget is held until its
-    /// last piece is handed on (or the connection drops it). An answer
-    /// larger than the whole budget takes all of it, so it is sent alone.
-    pub(crate) fn answer(&self, metrics: &Metrics, body: Vec<u8>) -> Result<Response, ApiError> {
-        let share = u32::try_from(body.len().div_ceil(1024))
+    /// A share of the budget for an answer of about `estimate` bytes, taken
+    /// before the answer is built (so that many large lists at once are
+    /// refused before they are built, not after), or 429 past the budget.
+    /// A share larger than the whole budget takes all of it.
+    pub(crate) fn reserve(
+        &self,
+        metrics: &Metrics,
+        estimate: usize,
+    ) -> Result<Reserved<'_>, ApiError> {
+        let held = self
+            .permits
+            .clone()
+            .try_acquire_many_owned(self.share(estimate))
+            .map_err(|_| self.refused(metrics))?;
+        Ok(Reserved { budget: self, held })
+    }
+
+    /// The permits an answer of `bytes` takes.
+    fn share(&self, bytes: usize) -> u32 {
+        u32::try_from(bytes.div_ceil(1024))
             .unwrap_or(u32::MAX)
-            .clamp(1, self.kib);
-        let Ok(held) = self.permits.clone().try_acquire_many_owned(share) else {
-            metrics.exceeded(Limit::ListBytes);
-            return Err(ApiError::Status {
-                code: 429,
-                reason: "TooManyRequests".into(),
-                message: format!(
-                    "the server is sending {} MiB of list answers that their clients have not taken yet; retry shortly, or list in pages (limit)",
-                    self.kib / 1024
-                ),
-                details: Some(json!({"retryAfterSeconds": 1})),
-            });
-        };
+            .clamp(1, self.kib)
+    }
+
+    fn refused(&self, metrics: &Metrics) -> ApiError {
+        metrics.exceeded(Limit::ListBytes);
+        ApiError::Status {
+            code: 429,
+            reason: "TooManyRequests".into(),
+            message: format!(
+                "the server is sending {} MiB of list answers that their clients have not taken yet; retry shortly, or list in pages (limit)",
+                self.kib / 1024
+            ),
+            details: Some(json!({"retryAfterSeconds": 1})),
+        }
+    }
+}
+
+/// A share of the budget taken for an answer being built.
+pub(crate) struct Reserved<'a> {
+    budget: &'a ListBudget,
+    held: OwnedSemaphorePermit,
+}
+
+impl Reserved<'_> {
+    /// `body` (JSON) as a 200 whose share of the budget, now its real size,
+    /// is held until its last piece is handed on (or the connection drops
+    /// it); 429 if it outgrew its share and the budget has no more.
+    pub(crate) fn answer(self, metrics: &Metrics, body: Vec<u8>) -> Result<Response, ApiError> {
+        let Reserved { budget, mut held } = self;
+        let share = budget.share(body.len()) as usize;
+        if share > held.num_permits() {
+            let more = budget
+                .permits
+                .clone()
+                .try_acquire_many_owned((share - held.num_permits()) as u32)
+                .map_err(|_| budget.refused(metrics))?;
+            held.merge(more);
+        } else if share < held.num_permits() {
+            drop(held.split(held.num_permits() - share));
+        }
         let pieces = futures::stream::unfold(
             (Bytes::from(body), Some(held)),
             |(mut rest, held)| async move {
@@ -76,5 +120,33 @@ impl ListBudget {
             .header(header::CONTENT_TYPE, "application/json")
             .body(Body::from_stream(pieces))
             .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_share_is_taken_before_the_answer_and_settled_at_its_size() {
+        let metrics = Metrics::new();
+        let budget = ListBudget::new(100 << 10);
+        let free = || budget.permits.available_permits();
+        // Estimated at 40 KiB, answered in 10: 30 KiB given back at once.
+        let small = budget.reserve(&metrics, 40 << 10).unwrap();
+        assert_eq!(free(), 60);
+        let answer = small.answer(&metrics, vec![b' '; 10 << 10]).unwrap();
+        assert_eq!(free(), 90);
+        // Estimated at 50 KiB, grown to 95: more than is left, refused.
+        let grown = budget.reserve(&metrics, 50 << 10).unwrap();
+        let e = grown.answer(&metrics, vec![b' '; 95 << 10]).unwrap_err();
+        assert!(e.to_string().contains("list in pages"), "{e}");
+        assert_eq!(free(), 90, "a refused answer holds nothing");
+        // Past the budget, a reservation is refused before anything is built.
+        let _held = budget.reserve(&metrics, 90 << 10).unwrap();
+        assert!(budget.reserve(&metrics, 1).is_err());
+        assert_eq!(metrics.exceeded_count("listBytes"), 2);
+        drop(answer);
+        assert_eq!(free(), 10, "an answer dropped unsent gives its share back");
     }
 }

@@ -245,6 +245,19 @@ fn row(cols: &[Column], obj: &Value, include: Include) -> Value {
     r
 }
 
+/// The column definitions of `cols`, or none without `with_columns`.
+fn definitions(cols: &[Column], with_columns: bool) -> Vec<Value> {
+    if !with_columns {
+        return Vec::new();
+    }
+    cols.iter()
+        .map(|c| {
+            json!({"name": c.name, "type": c.ty, "format": c.format,
+                "description": c.description, "priority": c.priority})
+        })
+        .collect()
+}
+
 /// A Table of `objects` (already in the served version).
 pub(crate) fn table(
     info: &ResourceInfo,
@@ -255,23 +268,42 @@ pub(crate) fn table(
     with_columns: bool,
 ) -> Value {
     let cols = columns(info);
-    let defs: Vec<Value> = if with_columns {
-        cols.iter()
-            .map(|c| {
-                json!({"name": c.name, "type": c.ty, "format": c.format,
-                    "description": c.description, "priority": c.priority})
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
     json!({
         "kind": "Table",
         "apiVersion": format!("meta.k8s.io/{version}"),
         "metadata": list_metadata,
-        "columnDefinitions": defs,
+        "columnDefinitions": definitions(&cols, with_columns),
         "rows": objects.iter().map(|o| row(&cols, o, include)).collect::<Vec<_>>(),
     })
+}
+
+/// [`table`] of a list, written to `out` one row at a time as `objects`
+/// yields them, so that one object's tree is held at a time rather than
+/// every object's (a tree costs many times its JSON).
+pub(crate) fn write_table(
+    out: &mut Vec<u8>,
+    info: &ResourceInfo,
+    version: &str,
+    objects: impl Iterator<Item = Value>,
+    list_metadata: &Value,
+    include: Include,
+) -> serde_json::Result<()> {
+    let cols = columns(info);
+    out.extend_from_slice(b"{\"kind\":\"Table\",\"apiVersion\":");
+    serde_json::to_writer(&mut *out, &format!("meta.k8s.io/{version}"))?;
+    out.extend_from_slice(b",\"metadata\":");
+    serde_json::to_writer(&mut *out, list_metadata)?;
+    out.extend_from_slice(b",\"columnDefinitions\":");
+    serde_json::to_writer(&mut *out, &definitions(&cols, true))?;
+    out.extend_from_slice(b",\"rows\":[");
+    for (i, object) in objects.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, &row(&cols, &object, include))?;
+    }
+    out.extend_from_slice(b"]}");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -120,20 +120,21 @@ pub(super) fn list(
     if let Some(k) = &next {
         metadata["continue"] = json!(encode_continue(list_rv, k));
     }
+    // The answer's share of the budget is taken before it is built: the
+    // items are the stored objects, shared, until then.
+    let estimate = items.iter().map(|o| o.len() + 1).sum::<usize>() + 1024;
+    let reserved = shared.list_budget.reserve(&shared.metrics, estimate)?;
     if let Some(version) = table {
-        let objects: Vec<Value> = items
-            .iter()
-            .map(|o| to_view(info, &parse_json(o)))
-            .collect();
         let include = crate::http::table::Include::parse(q.get("includeObject"));
-        let table = crate::http::table::table(info, version, &objects, metadata, include, true);
-        drop(objects);
-        let body = serde_json::to_vec(&table).map_err(|e| ApiError::Internal(e.to_string()))?;
-        return shared.list_budget.answer(&shared.metrics, body);
+        let mut body = Vec::new();
+        let objects = items.iter().map(|o| to_view(info, &parse_json(o)));
+        crate::http::table::write_table(&mut body, info, version, objects, &metadata, include)
+            .map_err(|e| ApiError::Internal(e.to_string()))?;
+        return reserved.answer(&shared.metrics, body);
     }
     // Serialize items straight into the body: a 100k-object list should not
     // build a second Value tree.
-    let mut out = Vec::with_capacity(items.len() * 256 + 128);
+    let mut out = Vec::with_capacity(estimate);
     out.extend_from_slice(b"{\"kind\":");
     serde_json::to_writer(&mut out, &info.list_kind())
         .map_err(|e| ApiError::Internal(e.to_string()))?;
@@ -155,7 +156,7 @@ pub(super) fn list(
         }
     }
     out.extend_from_slice(b"]}");
-    shared.list_budget.answer(&shared.metrics, out)
+    reserved.answer(&shared.metrics, out)
 }
 
 pub(super) fn watch_params(
