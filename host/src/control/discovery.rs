@@ -11,12 +11,16 @@
 //! connection it arrives on, which the pool keeps (and a watch may go on to
 //! hold for its life), so one grown connection instead of one per plugin.
 //!
-//! # Bounded by what the server serves
-//! Only kinds the server served are kept, so the cache holds at most the
-//! server's kinds. A miss is remembered for [`MISS_TTL`] (and at most
-//! [`MAX_MISSES`] of them), so a guest asking again and again for a kind
-//! that does not exist costs the API server one discovery request per TTL,
-//! while a CRD created after start-up is still found within it.
+//! # Bounded by what the server serves, and as fresh as [`KNOWN_TTL`]
+//! Only kinds the server served are kept, and a group version's kinds are
+//! listed again once they are [`KNOWN_TTL`] old: a kind whose CRD was
+//! deleted is forgotten then, and one recreated with another plural or
+//! scope is found as it is now. Should that listing fail (the server is
+//! restarting, say), the kinds last listed are used meanwhile. A miss is
+//! remembered for [`MISS_TTL`] (and at most [`MAX_MISSES`] of them), so a
+//! guest asking again and again for a kind that does not exist costs the
+//! API server one discovery request per TTL, while a CRD created after
+//! start-up is still found within it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +34,9 @@ use crate::meta::kind::Gvk;
 
 /// How long a kind the server did not serve is answered from memory.
 pub const MISS_TTL: Duration = Duration::from_secs(1);
+/// How long a kind the server served is answered from memory before its
+/// group version is listed again.
+pub const KNOWN_TTL: Duration = Duration::from_secs(300);
 /// Misses remembered at once; past it the oldest are forgotten.
 pub const MAX_MISSES: usize = 1024;
 
@@ -59,8 +66,9 @@ type Listing = tokio::sync::Mutex<Option<(Instant, String)>>;
 pub struct Resolver {
     client: Client,
     // Shared, not cloned: every guest host call resolves its kind, and an
-    // `ApiResource` is six strings.
-    known: Mutex<HashMap<Gvk, Arc<Resolved>>>,
+    // `ApiResource` is six strings. With when its group version was listed.
+    known: Mutex<HashMap<Gvk, (Instant, Arc<Resolved>)>>,
+    known_ttl: Duration,
     misses: Mutex<HashMap<Gvk, (Instant, ResolveError)>>,
     /// The group versions being listed now, each behind the lock its
     /// listing holds (dropped from here when no one waits for it).
@@ -69,9 +77,16 @@ pub struct Resolver {
 
 impl Resolver {
     pub fn new(client: Client) -> Self {
+        Self::with_known_ttl(client, KNOWN_TTL)
+    }
+
+    /// A resolver that lists a group version again once its kinds are
+    /// `known_ttl` old.
+    pub fn with_known_ttl(client: Client, known_ttl: Duration) -> Self {
         Self {
             client,
             known: Mutex::new(HashMap::new()),
+            known_ttl,
             misses: Mutex::new(HashMap::new()),
             listing: Mutex::new(HashMap::new()),
         }
@@ -112,9 +127,20 @@ impl Resolver {
                     ));
                     Err(self.missed(gvk, missing.to_string()))
                 }
+                Err(e) if not_served(&e) => {
+                    *failed = None;
+                    self.forget_group_version(gvk);
+                    Err(self.missed(gvk, e.to_string()))
+                }
                 Err(e) => {
                     *failed = Some((Instant::now(), e.to_string()));
-                    Err(self.missed(gvk, e.to_string()))
+                    match self.last_listed(gvk) {
+                        Some(stale) => {
+                            tracing::debug!(%gvk, error = %e, "discovery failed; using the kind as last listed");
+                            Ok(stale)
+                        }
+                        None => Err(self.missed(gvk, e.to_string())),
+                    }
                 }
             },
         };
@@ -129,9 +155,12 @@ impl Resolver {
         result
     }
 
-    /// What is known of `gvk`: resolved, or missed within [`MISS_TTL`].
+    /// What is known of `gvk`: resolved within the known TTL, or missed
+    /// within [`MISS_TTL`].
     fn remembered(&self, gvk: &Gvk) -> Option<Result<Arc<Resolved>, ResolveError>> {
-        if let Some(r) = self.known.lock().unwrap().get(gvk) {
+        if let Some((at, r)) = self.known.lock().unwrap().get(gvk)
+            && at.elapsed() < self.known_ttl
+        {
             return Some(Ok(r.clone()));
         }
         match self.misses.lock().unwrap().get(gvk) {
@@ -140,24 +169,45 @@ impl Resolver {
         }
     }
 
-    /// Lists `gvk`'s group version and keeps every kind it serves; answers
-    /// `gvk` from it (None: not served). A kind named by several resources
-    /// is the first one's, as a lookup of that kind alone would find.
+    /// Forgets every kind of `gvk`'s group version: the server no longer
+    /// serves it.
+    fn forget_group_version(&self, gvk: &Gvk) {
+        self.known
+            .lock()
+            .unwrap()
+            .retain(|k, _| k.group != gvk.group || k.version != gvk.version);
+    }
+
+    /// `gvk` as its group version was last listed, however long ago.
+    fn last_listed(&self, gvk: &Gvk) -> Option<Arc<Resolved>> {
+        self.known.lock().unwrap().get(gvk).map(|(_, r)| r.clone())
+    }
+
+    /// Lists `gvk`'s group version and keeps every kind it serves, in place
+    /// of the kinds it served before; answers `gvk` from it (None: not
+    /// served). A kind named by several resources is the first one's, as a
+    /// lookup of that kind alone would find.
     async fn list(&self, gvk: &Gvk) -> Result<Option<Arc<Resolved>>, kube::Error> {
         let group_version = GroupVersion::gv(&gvk.group, &gvk.version);
         let group = kube::discovery::pinned_group(&self.client, &group_version).await?;
+        let now = Instant::now();
+        self.forget_group_version(gvk);
         let mut known = self.known.lock().unwrap();
         for (resource, caps) in group.versioned_resources(&gvk.version) {
             known
                 .entry(Gvk::new(&gvk.group, &gvk.version, &resource.kind))
                 .or_insert_with(|| {
-                    Arc::new(Resolved {
-                        resource,
-                        namespaced: caps.scope == kube::discovery::Scope::Namespaced,
-                    })
+                    let namespaced = caps.scope == kube::discovery::Scope::Namespaced;
+                    (
+                        now,
+                        Arc::new(Resolved {
+                            resource,
+                            namespaced,
+                        }),
+                    )
                 });
         }
-        Ok(known.get(gvk).cloned())
+        Ok(known.get(gvk).map(|(_, r)| r.clone()))
     }
 
     /// Remembers that `gvk` is not served (`message` says why) for
@@ -177,6 +227,12 @@ impl Resolver {
         misses.insert(gvk.clone(), (Instant::now(), error.clone()));
         error
     }
+}
+
+/// Whether discovery answered that the group version is not served (as
+/// opposed to not answering).
+fn not_served(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(status) if status.code == 404)
 }
 
 #[cfg(test)]
@@ -228,5 +284,93 @@ mod tests {
             .unwrap_err();
         assert!(e.message.contains("404"), "{e}");
         assert!(resolver.listing.lock().unwrap().is_empty());
+    }
+
+    /// A CRD of kind `Widget` in example.com/v1, as `plural` in `scope`.
+    async fn widget_crd(client: &Client, plural: &str, scope: &str) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        let crd: CustomResourceDefinition = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": format!("{plural}.example.com")},
+            "spec": {
+                "group": "example.com",
+                "scope": scope,
+                "names": {"plural": plural, "singular": "widget", "kind": "Widget"},
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}],
+            },
+        }))
+        .unwrap();
+        kube::Api::<CustomResourceDefinition>::all(client.clone())
+            .create(&Default::default(), &crd)
+            .await
+            .unwrap();
+    }
+
+    async fn delete_crd(client: &Client, name: &str) {
+        use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+        kube::Api::<CustomResourceDefinition>::all(client.clone())
+            .delete(name, &Default::default())
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kind_is_listed_again_once_old_and_served_as_last_listed_if_that_fails() {
+        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+            .await
+            .unwrap();
+        let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
+        // Every resolve lists again.
+        let resolver = Resolver::with_known_ttl(client.clone(), Duration::ZERO);
+        let widget = Gvk::new("example.com", "v1", "Widget");
+
+        widget_crd(&client, "widgets", "Namespaced").await;
+        let first = resolver.resolve(&widget).await.unwrap();
+        assert_eq!(
+            (first.resource.plural.as_str(), first.namespaced),
+            ("widgets", true)
+        );
+
+        // Recreated under another plural and scope: found as it is now.
+        delete_crd(&client, "widgets.example.com").await;
+        widget_crd(&client, "gadgets", "Cluster").await;
+        let now = resolver.resolve(&widget).await.unwrap();
+        assert_eq!(
+            (now.resource.plural.as_str(), now.namespaced),
+            ("gadgets", false)
+        );
+
+        // The server gone: the kind as last listed.
+        server.shutdown().await;
+        let stale = resolver.resolve(&widget).await.unwrap();
+        assert_eq!(stale.resource.plural, "gadgets");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kind_whose_crd_is_deleted_is_forgotten_at_the_next_listing() {
+        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+            .await
+            .unwrap();
+        let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
+        let resolver = Resolver::with_known_ttl(client.clone(), Duration::ZERO);
+        let widget = Gvk::new("example.com", "v1", "Widget");
+        widget_crd(&client, "widgets", "Namespaced").await;
+        resolver.resolve(&widget).await.unwrap();
+        delete_crd(&client, "widgets.example.com").await;
+        let e = resolver.resolve(&widget).await.unwrap_err();
+        assert!(
+            e.to_string().contains("does not serve example.com/v1"),
+            "{e}"
+        );
+        assert!(
+            resolver
+                .known
+                .lock()
+                .unwrap()
+                .keys()
+                .all(|k| k.kind != "Widget")
+        );
     }
 }
