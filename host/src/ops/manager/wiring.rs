@@ -232,6 +232,7 @@ impl Host {
                 qps,
                 burst,
                 shared: self.shared_api_budget(config),
+                ..ApiLimits::default()
             },
         ))
     }

@@ -62,6 +62,16 @@ impl ClusterApi {
         deadline: Instant,
     ) -> Result<KubeResponse, ApiError> {
         self.check_event(&event)?;
+        if self.events.reserve_with(None, |_| false).is_err() {
+            self.limit_exceeded("events");
+            self.count("create", "events", "unavailable");
+            return Err(ApiError::Unavailable(format!(
+                "plugin {:?} recorded its {} events of the last {} minutes (the recorder keeps each that long); this one was not recorded",
+                self.plugin,
+                self.limits.events,
+                super::EVENT_WINDOW.as_secs() / 60
+            )));
+        }
         let kind = &event.regarding_kind;
         // The uid lets `kubectl describe` show the event on the object; it
         // is read only where the plugin may read the object itself.
@@ -164,5 +174,79 @@ impl ClusterApi {
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
             tracing::warn!(plugin = %self.plugin, %key, "cannot record the terminal error as an event: {e}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use crate::control::discovery::Resolver;
+    use crate::control::informer::SharedCache;
+    use crate::control::leader::Fence;
+    use crate::control::metrics::Metrics;
+    use crate::meta::kind::Gvk;
+    use crate::sandbox::hostapi::cluster::{ApiLimits, ClusterApi, ClusterContext};
+    use crate::sandbox::hostapi::error::ApiError;
+    use crate::sandbox::hostapi::grant::{Grant, PermissionRule};
+    use crate::sandbox::hostapi::request::{Event, EventType};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_plugin_records_at_most_its_events_per_window() {
+        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+            .await
+            .unwrap();
+        let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
+        let metrics = Arc::new(Metrics::new());
+        let context = ClusterContext {
+            client: client.clone(),
+            resolver: Arc::new(Resolver::new(client.clone())),
+            cache: Arc::new(SharedCache::new(client)),
+            metrics: metrics.clone(),
+            fence: Fence::open(),
+        };
+        let grant = Grant::new(
+            vec![PermissionRule::of(
+                "events.k8s.io",
+                &["events"],
+                &["create"],
+                None,
+            )],
+            None,
+        );
+        let limits = ApiLimits {
+            qps: f64::INFINITY,
+            events: 3,
+            ..ApiLimits::default()
+        };
+        let api = ClusterApi::new("chatty", &context, grant, limits);
+        let event = |i: usize| Event {
+            regarding_kind: Gvk::new("", "v1", "ConfigMap"),
+            regarding_namespace: Some("default".into()),
+            regarding_name: format!("cm-{i}"),
+            type_: EventType::Normal,
+            reason: "Seen".into(),
+            action: "Look".into(),
+            note: format!("the {i}th"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for i in 0..3 {
+            api.record_event(event(i), deadline).await.unwrap();
+        }
+        let e = api.record_event(event(3), deadline).await.unwrap_err();
+        assert!(
+            matches!(&e, ApiError::Unavailable(m) if m.contains("recorded its 3 events of the last 6 minutes")),
+            "{e:?}"
+        );
+        let text = metrics.encode();
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("wasmctrl_plugin_limit_exceeded_total{")
+                    && l.contains(r#"plugin="chatty""#)
+                    && l.contains(r#"limit="events""#)
+                    && l.ends_with(" 1")),
+            "{text}"
+        );
     }
 }

@@ -60,7 +60,20 @@ pub struct ApiLimits {
     /// besides its own `qps`, together with the other plugins sharing it:
     /// a request waits for both. None: its own bucket only.
     pub shared: Option<Arc<BucketRateLimiter>>,
+    /// Events the plugin may record in [`EVENT_WINDOW`], at an even pace
+    /// (a token bucket of this size refilled over the window).
+    pub events: u32,
 }
+
+/// How long kube-rs's event recorder keeps an event to count its repeats,
+/// and so the window [`ApiLimits::events`] counts over.
+pub const EVENT_WINDOW: std::time::Duration = std::time::Duration::from_secs(360);
+
+/// Events a plugin may record in [`EVENT_WINDOW`] by default: the recorder
+/// keeps each new one for the window (about 1.5 KiB with its note), so this
+/// bounds what a plugin holds there at about 1.5 MiB, where `apiQps` alone
+/// allowed 18,000 of them at the default 50/s.
+pub const DEFAULT_EVENTS_PER_WINDOW: u32 = 1024;
 
 impl Default for ApiLimits {
     fn default() -> Self {
@@ -69,6 +82,7 @@ impl Default for ApiLimits {
             qps: 50.0,
             burst: 100,
             shared: None,
+            events: DEFAULT_EVENTS_PER_WINDOW,
         }
     }
 }
@@ -96,6 +110,9 @@ pub struct ClusterApi {
     limits: ApiLimits,
     /// The plugin's API rate limit: a token bucket with reservations.
     bucket: BucketRateLimiter,
+    /// The events it may record: [`ApiLimits::events`] per
+    /// [`EVENT_WINDOW`].
+    events: BucketRateLimiter,
     /// Open while this host is the leader (always, without election).
     fence: Fence,
     counters: CallCounters,
@@ -126,6 +143,10 @@ impl ClusterApi {
             metrics,
             recorder,
             bucket: BucketRateLimiter::new(limits.qps, limits.burst),
+            events: BucketRateLimiter::new(
+                f64::from(limits.events) / EVENT_WINDOW.as_secs_f64(),
+                limits.events,
+            ),
             limits,
             fence,
             counters: CallCounters::default(),
