@@ -19,7 +19,6 @@ use super::review::{self, Verdict};
 use super::{Attributes, Configs, Gvk, Lookup, MAX_WEBHOOKS_PER_REQUEST, Sink, Webhooks};
 use crate::error::ApiError;
 use crate::metrics::{Limit, WebhookErrorType};
-use crate::registry::storage::MAX_OBJECT_BYTES;
 use crate::values::go_quote;
 
 /// How one call went wrong.
@@ -182,11 +181,12 @@ impl Webhooks {
         // Checked here, not only when the object is stored: the webhooks
         // after this one, and each validating webhook, are sent it.
         let bytes = crate::values::json_len(&patched);
-        if bytes > MAX_OBJECT_BYTES {
+        let max = self.max_object_bytes;
+        if bytes > max {
             self.metrics.exceeded(Limit::ObjectSize);
             return Err(HookError::Refused(ApiError::RequestEntityTooLarge(
                 format!(
-                    "admission webhook {} made the object {bytes} bytes as JSON, more than the limit {MAX_OBJECT_BYTES}",
+                    "admission webhook {} made the object {bytes} bytes as JSON, more than the limit {max}",
                     go_quote(&hook.name)
                 ),
             )));
@@ -494,7 +494,7 @@ mod tests {
     }
 
     fn webhooks() -> Webhooks {
-        Webhooks::new(Arc::new(Metrics::new()))
+        Webhooks::new(Arc::new(Metrics::new()), 3 << 20)
     }
 
     #[tokio::test]

@@ -172,11 +172,17 @@ pub(crate) struct Webhooks {
     metrics: Arc<Metrics>,
     /// The certificate presented to a webhook server that asks for one.
     client_identity: OnceLock<ClientIdentity>,
+    /// The most JSON an object may be stored as: what a mutating
+    /// webhook's patch may make of it.
+    max_object_bytes: usize,
 }
 
 impl Webhooks {
-    pub(crate) fn new(metrics: Arc<Metrics>) -> Self {
+    /// No webhooks yet; objects a mutating webhook patches may be at most
+    /// `max_object_bytes` of JSON (the store's limit).
+    pub(crate) fn new(metrics: Arc<Metrics>, max_object_bytes: usize) -> Self {
         Webhooks {
+            max_object_bytes,
             stored: RwLock::default(),
             any: AtomicBool::new(false),
             metrics,

@@ -27,11 +27,11 @@ pub(crate) const MAX_STATUS_MESSAGE: usize = 4 << 10;
 /// uid, a kind, a reason, a value of the wrong type): each is returned to
 /// the client and logged on every call. Not an upstream check.
 const MAX_QUOTED: usize = 1 << 10;
-/// The most a mutating webhook's patch may hold once decoded: what a
-/// client's own patch body may. Not an upstream check: the answer is a
+/// The most a mutating webhook's patch may hold once decoded: 3 MiB, what
+/// a client's own patch body may. Not an upstream check: the answer is a
 /// string here, and its decoded operations would otherwise become a tree
 /// of up to 12 MiB of text without the answer's bound on values.
-pub(crate) const MAX_PATCH_BYTES: usize = crate::http::routes::MAX_BODY_BYTES;
+pub(crate) const MAX_PATCH_BYTES: usize = 3 << 20;
 /// Audit annotations one answer may add, and the most of each value; the
 /// others are dropped (counted as `webhookAnnotations`). Not upstream
 /// bounds: each is kept for the whole request, beside every other

@@ -96,7 +96,7 @@ impl Objects {
             registry: RwLock::new(Registry::new()),
             registry_generation: AtomicU64::new(1),
             rbac_generation: AtomicU64::new(0),
-            admission: Webhooks::new(metrics.clone()),
+            admission: Webhooks::new(metrics.clone(), storage::MAX_OBJECT_BYTES),
             metrics,
         }
     }

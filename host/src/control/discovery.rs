@@ -316,17 +316,27 @@ mod tests {
             .unwrap();
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_kind_is_listed_again_once_old_and_served_as_last_listed_if_that_fails() {
+    /// A server serving the namespaced kind Widget (CRD
+    /// `widgets.example.com`), and a resolver that lists again at every
+    /// resolve.
+    async fn resolving_widgets_afresh() -> (wasmctrl_apiserver::ApiServer, Client, Resolver, Gvk) {
         let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
             .await
             .unwrap();
         let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
-        // Every resolve lists again.
         let resolver = Resolver::with_known_ttl(client.clone(), Duration::ZERO);
-        let widget = Gvk::new("example.com", "v1", "Widget");
-
         widget_crd(&client, "widgets", "Namespaced").await;
+        (
+            server,
+            client,
+            resolver,
+            Gvk::new("example.com", "v1", "Widget"),
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kind_is_listed_again_once_old_and_served_as_last_listed_if_that_fails() {
+        let (server, client, resolver, widget) = resolving_widgets_afresh().await;
         let first = resolver.resolve(&widget).await.unwrap();
         assert_eq!(
             (first.resource.plural.as_str(), first.namespaced),
@@ -350,13 +360,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_kind_whose_crd_is_deleted_is_forgotten_at_the_next_listing() {
-        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
-            .await
-            .unwrap();
-        let client = wasmctrl_testkit::client::client_for(&server.kubeconfig()).await;
-        let resolver = Resolver::with_known_ttl(client.clone(), Duration::ZERO);
-        let widget = Gvk::new("example.com", "v1", "Widget");
-        widget_crd(&client, "widgets", "Namespaced").await;
+        let (_server, client, resolver, widget) = resolving_widgets_afresh().await;
         resolver.resolve(&widget).await.unwrap();
         delete_crd(&client, "widgets.example.com").await;
         let e = resolver.resolve(&widget).await.unwrap_err();

@@ -22,4 +22,4 @@ mod request;
 mod resource;
 mod target;
 
-pub(crate) use handler::{MAX_BODY_BYTES, router};
+pub(crate) use handler::router;
