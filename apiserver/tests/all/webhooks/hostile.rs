@@ -6,7 +6,10 @@
 use serde_json::{Value, json};
 
 use super::server::{Reply, WebhookServer, patch};
-use super::{CONFIGMAPS, MUTATING, VALIDATING, configmap, configure, hook, rule};
+use super::{
+    CONFIGMAPS, MUTATING, VALIDATING, configmap, configure, hook,
+    last_configmap_create_annotations, rule,
+};
 use crate::common::Harness;
 
 /// A mutating webhook on ConfigMap creates, answering `reply`.
@@ -162,18 +165,13 @@ async fn audit_annotations_are_bounded_per_answer_and_per_request() {
         .collect();
     configure(&h, VALIDATING, "notes", webhooks).await;
     assert_eq!(create(&h, "a").await.0, 201);
-    let records = h.server.audit().records();
-    let record = records
-        .iter()
-        .rev()
-        .find(|r| r.resource == "configmaps" && r.verb == "create")
-        .unwrap();
+    let annotations = last_configmap_create_annotations(&h);
     assert_eq!(
-        record.annotations.len(),
+        annotations.len(),
         256,
         "32 of each of 9 answers, at most 256"
     );
-    for (key, value) in &record.annotations {
+    for (key, value) in &annotations {
         assert!(
             key.contains(".example.com/note-") && !key.ends_with("a-name"),
             "{key}"

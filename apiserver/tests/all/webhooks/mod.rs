@@ -1072,14 +1072,20 @@ async fn audit_annotations_reach_the_audit() {
             .0,
         201
     );
-    let records = h.server.audit().records();
-    let create = records
-        .iter()
-        .rev()
-        .find(|r| r.resource == "configmaps" && r.verb == "create")
-        .unwrap();
     assert_eq!(
-        create.annotations,
+        last_configmap_create_annotations(&h),
         vec![("audit.example.com/decision".to_string(), "fine".to_string())]
     );
+}
+
+/// The audit annotations of the last ConfigMap create audited.
+fn last_configmap_create_annotations(h: &Harness) -> Vec<(String, String)> {
+    h.server
+        .audit()
+        .records()
+        .into_iter()
+        .rev()
+        .find(|r| r.resource == "configmaps" && r.verb == "create")
+        .expect("a ConfigMap create audited")
+        .annotations
 }
