@@ -308,12 +308,16 @@ mod tests {
             .unwrap();
     }
 
+    /// Deletes CRD `name` and waits until it is gone: a CRD is removed,
+    /// and its resources leave discovery, once its objects are cleaned up.
     async fn delete_crd(client: &Client, name: &str) {
         use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-        kube::Api::<CustomResourceDefinition>::all(client.clone())
-            .delete(name, &Default::default())
-            .await
-            .unwrap();
+        let crds = kube::Api::<CustomResourceDefinition>::all(client.clone());
+        crds.delete(name, &Default::default()).await.unwrap();
+        wasmctrl_testkit::eventually("the CRD gone", Duration::from_secs(30), || async {
+            matches!(crds.get_opt(name).await, Ok(None))
+        })
+        .await;
     }
 
     /// A server serving the namespaced kind Widget (CRD
