@@ -167,6 +167,15 @@ impl std::fmt::Debug for Plugin {
 }
 
 impl Plugin {
+    /// Counts `n` refusals of `limit` for this plugin in
+    /// `wasmctrl_plugin_limit_exceeded_total`.
+    pub fn count_limits(&self, limit: &str, n: u64) {
+        self.sandbox
+            .runtime
+            .metrics()
+            .count_limits(self.name(), limit, n);
+    }
+
     pub fn name(&self) -> &str {
         &self.sandbox.name
     }

@@ -20,31 +20,54 @@ pub enum KeyMapping {
     Label(String),
 }
 
+/// Owner references of one object mapped to keys at most; the others are
+/// refused. Not an upstream bound: upstream checks an ownerReference's
+/// name only for being non-empty, and each one naming the reconciled kind
+/// is a reconcile, so one object holding thousands of them (any writer of
+/// an owned kind can make one) would queue thousands of keys.
+pub const MAX_OWNER_KEYS: usize = 64;
+
+/// The keys an object enqueues, and how many of its owner references were
+/// refused: a name that is not an object name (it becomes the key a guest
+/// is handed and the host logs), or past [`MAX_OWNER_KEYS`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct MappedKeys {
+    pub keys: Vec<ObjectKey>,
+    pub refused: usize,
+}
+
 /// The keys `object` enqueues for a controller reconciling `reconciled`.
-pub fn keys(mapping: &KeyMapping, reconciled: &Gvk, object: &CachedObject) -> Vec<ObjectKey> {
+pub fn keys(mapping: &KeyMapping, reconciled: &Gvk, object: &CachedObject) -> MappedKeys {
     let key = |name: &str| ObjectKey {
         namespace: object.namespace().map(str::to_string),
         name: name.to_string(),
     };
+    let mut mapped = MappedKeys::default();
     match mapping {
-        KeyMapping::Itself | KeyMapping::SameName => vec![key(object.name())],
+        KeyMapping::Itself | KeyMapping::SameName => mapped.keys.push(key(object.name())),
         KeyMapping::ControllerOwner | KeyMapping::Owner => {
             let controller_only = *mapping == KeyMapping::ControllerOwner;
-            object
+            let owners = object
                 .owner_references()
                 .iter()
                 .filter(|r| !controller_only || r.controller)
-                .filter(|r| *r.kind == reconciled.kind && r.group() == reconciled.group)
-                .map(|r| key(&r.name))
-                .collect()
+                .filter(|r| *r.kind == reconciled.kind && r.group() == reconciled.group);
+            for owner in owners {
+                let named = crate::meta::syntax::object_name("ownerReference name", &owner.name);
+                if named.is_ok() && mapped.keys.len() < MAX_OWNER_KEYS {
+                    mapped.keys.push(key(&owner.name));
+                } else {
+                    mapped.refused += 1;
+                }
+            }
         }
-        KeyMapping::Label(label) => object
-            .label(label)
-            .filter(|v| !v.is_empty())
-            .map(key)
-            .into_iter()
-            .collect(),
+        KeyMapping::Label(label) => {
+            mapped
+                .keys
+                .extend(object.label(label).filter(|v| !v.is_empty()).map(key));
+        }
     }
+    mapped
 }
 
 #[cfg(test)]
@@ -74,11 +97,11 @@ mod tests {
             ]}
         }));
         assert_eq!(
-            keys(&KeyMapping::ControllerOwner, &webapp(), &o),
+            keys(&KeyMapping::ControllerOwner, &webapp(), &o).keys,
             [ObjectKey::namespaced("default", "hello")]
         );
         assert_eq!(
-            keys(&KeyMapping::Owner, &webapp(), &o),
+            keys(&KeyMapping::Owner, &webapp(), &o).keys,
             [
                 ObjectKey::namespaced("default", "hello"),
                 ObjectKey::namespaced("default", "other")
@@ -93,13 +116,35 @@ mod tests {
             "metadata": {"name": "s", "namespace": "ns", "labels": {"demo/webapp": "hello"}}
         }));
         assert_eq!(
-            keys(&KeyMapping::SameName, &webapp(), &o),
+            keys(&KeyMapping::SameName, &webapp(), &o).keys,
             [ObjectKey::namespaced("ns", "s")]
         );
         assert_eq!(
-            keys(&KeyMapping::Label("demo/webapp".into()), &webapp(), &o),
+            keys(&KeyMapping::Label("demo/webapp".into()), &webapp(), &o).keys,
             [ObjectKey::namespaced("ns", "hello")]
         );
-        assert!(keys(&KeyMapping::Label("missing".into()), &webapp(), &o).is_empty());
+        assert!(
+            keys(&KeyMapping::Label("missing".into()), &webapp(), &o)
+                .keys
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn owner_references_map_to_at_most_their_bound_of_valid_names() {
+        let mut references: Vec<serde_json::Value> = (0..100)
+            .map(|i| serde_json::json!({"apiVersion": "demo.wasmctrl.dev/v1alpha1", "kind": "WebApp", "name": format!("app-{i}"), "uid": i.to_string()}))
+            .collect();
+        for bad in ["", "a/b", "..", "line\nbreak", &"x".repeat(254)] {
+            references.insert(0, serde_json::json!({"apiVersion": "demo.wasmctrl.dev/v1alpha1", "kind": "WebApp", "name": bad, "uid": "bad"}));
+        }
+        let o = object(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cm", "namespace": "default", "ownerReferences": references}
+        }));
+        let mapped = keys(&KeyMapping::Owner, &webapp(), &o);
+        assert_eq!(mapped.keys.len(), MAX_OWNER_KEYS);
+        assert_eq!(mapped.keys[0], ObjectKey::namespaced("default", "app-0"));
+        assert_eq!(mapped.refused, 5 + 100 - MAX_OWNER_KEYS);
     }
 }

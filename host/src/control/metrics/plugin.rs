@@ -65,6 +65,17 @@ impl Metrics {
         self.count_limit_as(plugin, current_version(), limit);
     }
 
+    /// Counts `n` refusals at `limit` for `plugin` at once.
+    pub fn count_limits(&self, plugin: &str, limit: &str, n: u64) {
+        self.limit_exceeded
+            .get_or_create(&LimitLabels {
+                plugin: plugin.into(),
+                limit: limit.into(),
+                version: current_version().as_str().into(),
+            })
+            .inc_by(n);
+    }
+
     /// Counts one refused outbound request of `plugin` for `reason` in
     /// `wasmctrl_plugin_http_denied_total`.
     pub fn count_http_denied(&self, plugin: &str, reason: &str) {

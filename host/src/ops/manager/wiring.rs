@@ -563,7 +563,9 @@ fn forward_events(
         while let Some(n) = subscription.next().await {
             match n {
                 Notification::Object(e) => {
-                    for k in keys(&mapping, &reconciled, &e.object) {
+                    let mapped = keys(&mapping, &reconciled, &e.object);
+                    count_refused_owners(&slot, mapped.refused);
+                    for k in mapped.keys {
                         if slot.admits(&k) {
                             queue.add(k);
                         }
@@ -692,13 +694,34 @@ async fn enqueue_store(
 ) {
     let objects = informer.objects();
     for batch in objects.chunks(ENQUEUE_BATCH) {
+        let mut refused = 0;
         let keys: Vec<ObjectKey> = batch
             .iter()
-            .flat_map(|o| keys(mapping, reconciled, o))
+            .flat_map(|o| {
+                let mapped = keys(mapping, reconciled, o);
+                refused += mapped.refused;
+                mapped.keys
+            })
             .filter(|k| wanted(k) && slot.admits(k))
             .collect();
+        count_refused_owners(slot, refused);
         queue.add_all_with_priority(keys, priority);
         tokio::task::yield_now().await;
+    }
+}
+
+/// Counts owner references an object named that mapped to no key
+/// (`limit="ownerReferences"`): a name that is not an object name, or past
+/// the most one object maps.
+fn count_refused_owners(slot: &PluginSlot, refused: usize) {
+    if refused > 0 {
+        let plugin = slot.current();
+        tracing::debug!(
+            plugin = plugin.name(),
+            refused,
+            "owner references mapped to no key"
+        );
+        plugin.count_limits("ownerReferences", refused as u64);
     }
 }
 
