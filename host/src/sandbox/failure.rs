@@ -42,6 +42,12 @@ pub enum CallFailure {
     /// No instance slot was free in the engine's pool: back-pressure, retried.
     #[error("the instance pool is exhausted: {0}")]
     PoolExhausted(String),
+    /// The kernel refused, for a moment, what a new instance needs (`EBUSY`
+    /// or `EAGAIN`: sealing a memory image while something else holds its
+    /// pages, as the kernel's page monitoring or reclaim may under memory
+    /// pressure). Nothing of the guest ran; retried.
+    #[error("the kernel refused the instance for a moment: {0}")]
+    HostBusy(String),
 }
 
 impl CallFailure {
@@ -56,6 +62,9 @@ impl CallFailure {
         }
         if error.is::<wasmtime::PoolConcurrencyLimitError>() {
             return CallFailure::PoolExhausted(message);
+        }
+        if kernel_busy(error) {
+            return CallFailure::HostBusy(message);
         }
         // A WASI call that would hold one resource more than the store's
         // table allows (`store.rs`, MAX_RESOURCES) fails with this.
@@ -166,6 +175,17 @@ fn trap_message(error: &wasmtime::Error) -> String {
     capped.0
 }
 
+/// Whether `error` comes from a system call the kernel refused for now
+/// (`EBUSY`, `EAGAIN`), which the same call may pass a moment later.
+fn kernel_busy(error: &wasmtime::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::raw_os_error)
+            .is_some_and(|code| code == libc::EBUSY || code == libc::EAGAIN)
+    })
+}
+
 /// wasmtime refuses a store's count limits (`ResourceLimiter::instances`,
 /// `memories`, `tables`) with "resource limit exceeded: {what} count too
 /// high at {n}", not with a typed error.
@@ -187,7 +207,7 @@ impl From<CallFailure> for ReconcileError {
         match f {
             CallFailure::Trap { kind, message, .. } => ReconcileError::Trap { kind, message },
             CallFailure::Cancelled => ReconcileError::Cancelled,
-            CallFailure::PoolExhausted(m) => ReconcileError::Host(m),
+            CallFailure::PoolExhausted(m) | CallFailure::HostBusy(m) => ReconcileError::Host(m),
         }
     }
 }
@@ -195,6 +215,27 @@ impl From<CallFailure> for ReconcileError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_system_call_the_kernel_refused_for_now_is_host_busy() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("cannot add seals to the memfd")]
+        struct Seals(#[source] std::io::Error);
+        let busy = wasmtime::Error::new(Seals(std::io::Error::from_raw_os_error(libc::EBUSY)))
+            .context("creating the memory image");
+        assert!(matches!(
+            CallFailure::classify(&busy, None),
+            CallFailure::HostBusy(m) if m.contains("cannot add seals")
+        ));
+        let denied = wasmtime::Error::new(Seals(std::io::Error::from_raw_os_error(libc::EPERM)));
+        assert!(matches!(
+            CallFailure::classify(&denied, None),
+            CallFailure::Trap {
+                kind: TrapKind::Other,
+                ..
+            }
+        ));
+    }
 
     #[test]
     fn a_trap_message_is_cut_while_it_is_written() {

@@ -107,7 +107,21 @@ pub enum LoadError {
     ExceedsLimits { origin: String, message: String },
     #[error("plugin {origin}: the instance pool is exhausted: {message}")]
     Pool { origin: String, message: String },
+    #[error(
+        "plugin {origin}: the kernel refused its instance {LOAD_ATTEMPTS} times in a row: {message}"
+    )]
+    HostBusy { origin: String, message: String },
 }
+
+/// Attempts of the load's `metadata` call the kernel may refuse for a
+/// moment ([`CallFailure::HostBusy`]) before the load fails, and the waits
+/// between them.
+const LOAD_ATTEMPTS: usize = 4;
+const LOAD_RETRY_WAITS: [Duration; LOAD_ATTEMPTS - 1] = [
+    Duration::from_millis(10),
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+];
 
 /// What serves one call's imports instead of the plugin's own. Default:
 /// nothing, the plugin's own API and the live context.
@@ -330,8 +344,18 @@ impl Runtime {
             },
             spares: Spares::default(),
         };
-        let context = call::context(0, METADATA_TIMEOUT, CancellationToken::new());
-        let report = sandbox.call(Export::Metadata, context).await;
+        let mut report = None;
+        for wait in LOAD_RETRY_WAITS.iter().map(Some).chain([None]) {
+            let context = call::context(0, METADATA_TIMEOUT, CancellationToken::new());
+            let attempt = sandbox.call(Export::Metadata, context).await;
+            let busy = matches!(attempt.result, Err(CallFailure::HostBusy(_)));
+            report = Some(attempt);
+            match wait {
+                Some(wait) if busy => tokio::time::sleep(*wait).await,
+                _ => break,
+            }
+        }
+        let report = report.expect("the load calls `metadata` at least once");
         self.inner.cache.settle(&digest);
         let metadata = match report.result {
             Ok(Returned::Metadata(m, outbound, webhooks)) => {
@@ -369,6 +393,12 @@ impl Runtime {
             }
             Err(CallFailure::PoolExhausted(message)) => {
                 return Err(LoadError::Pool {
+                    origin: path,
+                    message,
+                });
+            }
+            Err(CallFailure::HostBusy(message)) => {
+                return Err(LoadError::HostBusy {
                     origin: path,
                     message,
                 });
