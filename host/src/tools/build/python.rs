@@ -36,8 +36,15 @@ pub(super) fn build_python(
     let (venv, installed) = python_toolchain(&root, options)?;
     let python = venv.join("bin").join("python");
     let pyproject = dir.join("pyproject.toml");
+    // Isolated (`-I`): `-c` would otherwise put the current directory, the
+    // project's, first on `sys.path`, and a `json.py` there would run
+    // natively, outside the sandbox componentize-py runs the app in.
     let mut read = Command::new(&python);
-    read.arg("-c").arg(READ_PYPROJECT).arg(&pyproject);
+    read.arg("-I")
+        .arg("-c")
+        .arg(READ_PYPROJECT)
+        .arg(&pyproject)
+        .current_dir(&root);
     let output = run(
         "reading pyproject.toml",
         &mut read,
@@ -135,8 +142,10 @@ fn python_toolchain(root: &Path, options: &BuildOptions) -> Result<(PathBuf, boo
                 dir.display()
             ),
         );
+        // Isolated and run from the toolchains' own directory, as above:
+        // `-m` puts the current directory first on `sys.path`.
         let mut venv = Command::new(&python);
-        venv.args(["-m", "venv"]).arg(dir);
+        venv.args(["-I", "-m", "venv"]).arg(dir).current_dir(root);
         let output = venv.output().map_err(|e| missing_python(e.to_string()))?;
         if !output.status.success() {
             return Err(BuildError::MissingTool {
@@ -151,15 +160,17 @@ fn python_toolchain(root: &Path, options: &BuildOptions) -> Result<(PathBuf, boo
             });
         }
         let mut pip = Command::new(dir.join("bin").join("python"));
-        pip.args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-            "--quiet",
-        ])
-        .arg(format!("componentize-py=={COMPONENTIZE_PY}"));
+        pip.current_dir(root)
+            .args([
+                "-I",
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--quiet",
+            ])
+            .arg(format!("componentize-py=={COMPONENTIZE_PY}"));
         install_step(
             &format!("componentize-py {COMPONENTIZE_PY} (pip)"),
             dir,

@@ -90,6 +90,9 @@ impl Project {
 /// Writes the project `options` describes; see the module docs.
 pub fn scaffold(options: &NewOptions) -> Result<Scaffolded, ScaffoldError> {
     let name = PluginName::parse(&options.name)?;
+    if options.language == Language::Python {
+        name.check_python()?;
+    }
     let kind = CustomKind::parse(options.kind.as_deref(), &name)?;
     let mut owns: Vec<&'static OwnedKind> = Vec::new();
     for wanted in &options.owns {

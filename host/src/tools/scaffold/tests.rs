@@ -27,6 +27,20 @@ fn names_are_checked_and_spelled_for_each_language() {
 }
 
 #[test]
+fn a_python_plugin_may_not_shadow_a_module_it_needs() {
+    for shadowing in ["json", "secrets", "wit-world", "sre-compile"] {
+        let Err(e) = PluginName::parse(shadowing).and_then(|n| n.check_python()) else {
+            panic!("{shadowing} accepted");
+        };
+        assert!(e.to_string().contains("shadows"), "{e}");
+    }
+    PluginName::parse("json-operator")
+        .unwrap()
+        .check_python()
+        .unwrap();
+}
+
+#[test]
 fn kinds_default_from_the_name_and_are_checked() {
     let name = PluginName::parse("my-app").unwrap();
     let kind = CustomKind::parse(None, &name).unwrap();
