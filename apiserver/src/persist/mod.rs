@@ -57,6 +57,14 @@ pub enum PersistError {
     /// The database failed.
     #[error("database: {0}")]
     Db(#[from] redb::Error),
+    /// The database file could not be opened or read back: corrupt,
+    /// truncated, or not a database.
+    #[error("{path}: {source}")]
+    Open {
+        path: std::path::PathBuf,
+        #[source]
+        source: redb::Error,
+    },
     /// A stored record (or `credentials.json`) cannot be read back.
     #[error("corrupt record {key}: {message}")]
     Corrupt { key: String, message: String },
@@ -126,6 +134,15 @@ fn encoded_key(key: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(key)
 }
 
+/// The most `credentials.json` may hold: a token, a CA certificate and key,
+/// and a signing key are a few KiB.
+const MAX_CREDENTIALS_BYTES: u64 = 64 << 10;
+
+/// The highest resourceVersion loaded back: the largest integer a JSON
+/// number holds exactly (clients parse it as a string, but the counter
+/// must have room to go on increasing).
+const MAX_LOADED_RV: u64 = (1 << 53) - 1;
+
 /// Reads `dir/credentials.json`, creating it (mode 0600) on first use and
 /// adding a service-account signing key to one written without.
 pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
@@ -134,8 +151,8 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
         source,
     })?;
     let path = dir.join("credentials.json");
-    match std::fs::read(&path) {
-        Ok(bytes) => {
+    match crate::persist::files::read_private(&path, MAX_CREDENTIALS_BYTES) {
+        Ok(Some(bytes)) => {
             let mut creds: Credentials =
                 serde_json::from_slice(&bytes).map_err(|e| PersistError::Corrupt {
                     key: path.display().to_string(),
@@ -164,7 +181,7 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
         }
         // Only a missing file means "first start"; anything else must not
         // silently replace the credentials existing kubeconfigs carry.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Ok(None) => {}
         Err(source) => {
             return Err(PersistError::Io {
                 what: format!("reading {}", path.display()),
@@ -204,7 +221,22 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
         source,
     })?;
     let path = dir.join("state.redb");
-    let db = Database::create(&path).map_err(db_err)?;
+    let at = |e: redb::Error| PersistError::Open {
+        path: path.clone(),
+        source: e,
+    };
+    let file = crate::persist::files::open_private(&path).map_err(|source| PersistError::Io {
+        what: format!("opening {}", path.display()),
+        source,
+    })?;
+    // Every page's checksum is verified at open: a file altered outside
+    // redb is refused as corrupt, where a plain open trusts it and may
+    // panic.
+    let backend = redb::backends::FileBackend::new(file).map_err(|e| at(e.into()))?;
+    let db = Database::builder()
+        .set_check_integrity_on_open(true)
+        .create_with_backend(backend)
+        .map_err(|e| at(e.into()))?;
     // The database holds Secrets: readable by this user only.
     #[cfg(unix)]
     {
@@ -218,22 +250,28 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
     }
     {
         // Make sure both tables exist so the first read finds them.
-        let tx = db.begin_write().map_err(db_err)?;
-        tx.open_table(OBJECTS).map_err(db_err)?;
-        tx.open_table(META).map_err(db_err)?;
-        tx.commit().map_err(db_err)?;
+        let tx = db.begin_write().map_err(|e| at(e.into()))?;
+        tx.open_table(OBJECTS).map_err(|e| at(e.into()))?;
+        tx.open_table(META).map_err(|e| at(e.into()))?;
+        tx.commit().map_err(|e| at(e.into()))?;
     }
-    let tx = db.begin_read().map_err(db_err)?;
-    let meta = tx.open_table(META).map_err(db_err)?;
+    let tx = db.begin_read().map_err(|e| at(e.into()))?;
+    let meta = tx.open_table(META).map_err(|e| at(e.into()))?;
     let rv = meta
         .get("rv")
-        .map_err(db_err)?
+        .map_err(|e| at(e.into()))?
         .map(|g| g.value())
         .unwrap_or(0);
-    let table = tx.open_table(OBJECTS).map_err(db_err)?;
+    if rv > MAX_LOADED_RV {
+        return Err(PersistError::Corrupt {
+            key: format!("{} (rv)", path.display()),
+            message: format!("the resourceVersion counter {rv} is past {MAX_LOADED_RV}"),
+        });
+    }
+    let table = tx.open_table(OBJECTS).map_err(|e| at(e.into()))?;
     let mut objects = Vec::new();
-    for row in table.iter().map_err(db_err)? {
-        let (k, v) = row.map_err(db_err)?;
+    for row in table.iter().map_err(|e| at(e.into()))? {
+        let (k, v) = row.map_err(|e| at(e.into()))?;
         let key = k.value().to_string();
         let parts: Vec<&str> = key.split('\0').collect();
         let [group, resource, ns, name] = parts.as_slice() else {
@@ -246,9 +284,15 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
             key: key.clone(),
             message: e.to_string(),
         })?;
-        let orv = crate::values::meta_str(&obj, "resourceVersion")
+        let orv: u64 = crate::values::meta_str(&obj, "resourceVersion")
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
+        if orv > MAX_LOADED_RV {
+            return Err(PersistError::Corrupt {
+                key,
+                message: format!("resourceVersion {orv} is past {MAX_LOADED_RV}"),
+            });
+        }
         objects.push((
             GroupResource::new(group, resource),
             (ns.to_string(), name.to_string()),
@@ -422,5 +466,34 @@ mod batch_tests {
         assert_eq!(batch.len(), 5);
         let huge = next_batch(64 << 20, &mut rx, |b| *b, BATCH, 8 << 20);
         assert_eq!(huge.len(), 1, "a write past the bytes alone");
+    }
+}
+
+#[cfg(test)]
+mod open_tests {
+    use super::*;
+
+    #[test]
+    fn a_resource_version_past_what_json_holds_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _) = open(dir.path()).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(META).unwrap().insert("rv", u64::MAX).unwrap();
+        tx.commit().unwrap();
+        drop(db);
+        let Err(e) = open(dir.path()) else {
+            panic!("loaded a counter that cannot go on increasing");
+        };
+        assert!(e.to_string().contains("past 9007199254740991"), "{e}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_database_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state.redb"), vec![0x5a; 64 << 10]).unwrap();
+        let Err(e) = open(dir.path()) else {
+            panic!("opened a file of noise");
+        };
+        assert!(e.to_string().contains("state.redb"), "{e}");
     }
 }

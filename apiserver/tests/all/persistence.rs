@@ -92,3 +92,35 @@ async fn a_failed_persistence_fails_the_write_and_memory_stays_equal_to_disk() {
     let h = Harness::start_with(config).await;
     assert_eq!(configmaps(&h).await, in_memory, "disk equals memory");
 }
+
+/// A database altered outside the server (here, an object's bytes changed
+/// in place) is refused at start, naming the file, instead of trusted.
+#[tokio::test]
+async fn a_database_altered_outside_the_server_is_refused_at_start() {
+    let data = tempfile::tempdir().unwrap();
+    let config = wasmctrl_apiserver::Config {
+        data_dir: Some(data.path().to_path_buf()),
+        ..Default::default()
+    };
+    let h = Harness::start_with(config.clone()).await;
+    assert_eq!(
+        h.raw("POST", CMS, None, &cm("kept", &"q".repeat(4096)))
+            .await
+            .0,
+        201
+    );
+    h.server.shutdown().await;
+    let path = data.path().join("state.redb");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes
+        .windows(64)
+        .position(|w| w.iter().all(|b| *b == b'q'))
+        .expect("the object's bytes are in the file");
+    bytes[at..at + 64].fill(b'r');
+    std::fs::write(&path, bytes).unwrap();
+    let Err(e) = wasmctrl_apiserver::ApiServer::start(config).await else {
+        panic!("a database altered outside the server was trusted");
+    };
+    let e = e.to_string();
+    assert!(e.contains("state.redb"), "{e}");
+}
