@@ -153,13 +153,26 @@ impl TempDir {
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.subsec_nanos())
             .unwrap_or(0);
-        let path = std::env::temp_dir().join(format!(
-            "wasmctrl-build-{what}-{}-{}-{nanos}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).map_err(io_error(&path))?;
-        Ok(Self { path })
+        // Created new and private, never adopted: another user could
+        // have made a directory of a guessed name first, and put a link
+        // where a build writes.
+        let mut attempt = 0;
+        loop {
+            let path = std::env::temp_dir().join(format!(
+                "wasmctrl-build-{what}-{}-{}-{nanos}",
+                std::process::id(),
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            ));
+            let mut dir = std::fs::DirBuilder::new();
+            std::os::unix::fs::DirBuilderExt::mode(&mut dir, 0o700);
+            match dir.create(&path) {
+                Ok(()) => return Ok(Self { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 16 => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(io_error(&path)(e)),
+            }
+        }
     }
 }
 

@@ -57,6 +57,21 @@ pub(super) fn build_javascript(
             )));
         }
     };
+    // The entry is handed to esbuild as an argument: one starting with `-`
+    // would be an option (`--serve=0.0.0.0:80 --servedir=/` would serve the
+    // user's files to the network), and one outside the project is not the
+    // project's to build.
+    let relative = Path::new(&entry);
+    if entry.starts_with('-')
+        || relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(config_error(format!(
+            "wasmctrl.entry {entry:?} must be a path inside the project, relative to it, not starting with '-' and without '..'"
+        )));
+    }
     let entry_path = dir.join(&entry);
     if !entry_path.is_file() {
         return Err(config_error(format!(
@@ -104,7 +119,7 @@ pub(super) fn build_javascript(
     let mut esbuild = Command::new(bin.join("esbuild"));
     esbuild
         .current_dir(dir)
-        .arg(&entry)
+        .arg(Path::new(".").join(&entry))
         .args([
             "--bundle",
             "--format=esm",

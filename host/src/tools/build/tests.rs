@@ -187,6 +187,46 @@ fn a_python_build_missing_the_sdk_says_so_in_one_line() {
 }
 
 #[test]
+fn a_build_directory_is_made_new_and_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let (a, b) = (TempDir::new("t").unwrap(), TempDir::new("t").unwrap());
+    assert_ne!(a.path, b.path);
+    let mode = std::fs::metadata(&a.path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700);
+}
+
+#[test]
+fn a_javascript_entry_that_is_an_option_or_outside_the_project_is_refused() {
+    for entry in ["--serve=127.0.0.1:0", "../outside.ts", "/etc/passwd"] {
+        let root = scratch(&[]);
+        let project = root.path.join("project");
+        std::fs::create_dir(&project).unwrap();
+        std::fs::write(
+            project.join("package.json"),
+            serde_json::json!({"name": "p", "wasmctrl": {"entry": entry}}).to_string(),
+        )
+        .unwrap();
+        // The file is there, so only the entry's form refuses it.
+        if !entry.starts_with('/') {
+            std::fs::write(project.join(entry), "export {}").unwrap();
+        }
+        let options = BuildOptions {
+            toolchains: Some(root.path.join("no-toolchains")),
+            ..BuildOptions::default()
+        };
+        let e = build(&project, &options).unwrap_err().to_string();
+        assert!(
+            e.contains("must be a path inside the project") && e.contains(entry),
+            "{entry}: {e}"
+        );
+        assert!(
+            !root.path.join("no-toolchains").exists(),
+            "nothing installed"
+        );
+    }
+}
+
+#[test]
 fn a_javascript_entry_exporting_validate_is_built_against_the_admission_world() {
     let dir = scratch(&[]);
     let meta = dir.path.join("meta.json");
