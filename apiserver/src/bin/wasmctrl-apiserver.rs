@@ -35,10 +35,16 @@ fn main() -> ExitCode {
     match runtime.block_on(run(args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("wasmctrl-apiserver: {e}");
+            let mut shown = e.to_string();
+            eprintln!("wasmctrl-apiserver: {shown}");
             let mut source = std::error::Error::source(&*e);
             while let Some(s) = source {
-                eprintln!("  caused by: {s}");
+                // Most errors here quote their cause already.
+                let cause = s.to_string();
+                if !shown.contains(&cause) {
+                    eprintln!("  caused by: {cause}");
+                }
+                shown = cause;
                 source = s.source();
             }
             ExitCode::FAILURE

@@ -76,10 +76,11 @@ pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         let meta = std::fs::metadata(dir)?;
+        // The caller names the directory.
         let refuse = |why: String| {
             Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
-                format!("{}: {why}", dir.display()),
+                why,
             ))
         };
         if !meta.is_dir() {

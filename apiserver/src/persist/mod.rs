@@ -147,7 +147,7 @@ const MAX_LOADED_RV: u64 = (1 << 53) - 1;
 /// adding a service-account signing key to one written without.
 pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
     crate::persist::files::create_private_dir(dir).map_err(|source| PersistError::Io {
-        what: format!("creating data directory {}", dir.display()),
+        what: format!("data directory {}", dir.display()),
         source,
     })?;
     let path = dir.join("credentials.json");
@@ -217,7 +217,7 @@ pub(crate) struct Persister {
 /// Opens (or creates) `dir/state.redb` and loads its contents.
 pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
     crate::persist::files::create_private_dir(dir).map_err(|source| PersistError::Io {
-        what: format!("creating data directory {}", dir.display()),
+        what: format!("data directory {}", dir.display()),
         source,
     })?;
     let path = dir.join("state.redb");
