@@ -56,6 +56,8 @@ pub mod patches {
     };
 }
 pub use http::conn::Timeouts;
+/// Connections one client address holds before its first request.
+pub use http::peers;
 pub use http::tls::TlsError;
 pub use persist::PersistError;
 pub use persist::kubeconfig::KubeconfigError;

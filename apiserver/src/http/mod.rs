@@ -27,7 +27,7 @@ pub(crate) mod discovery;
 pub(crate) mod faults;
 pub(crate) mod list_budget;
 pub(crate) mod media;
-pub(crate) mod peers;
+pub mod peers;
 pub(crate) mod protobuf;
 pub(crate) mod request_info;
 pub(crate) mod response;

@@ -17,6 +17,9 @@
 //! Many addresses together can still fill the slots for the length of the
 //! timeouts, as they could fill kube-apiserver's file descriptors; that is
 //! a matter for the network in front of the server.
+//!
+//! The host's own servers (webhook, admin) count their connections the
+//! same way, through this module.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv6Addr};
@@ -24,11 +27,11 @@ use std::sync::{Arc, Mutex};
 
 /// Connections one address may hold before their first request: enough
 /// for a client starting many watches at once, a sixteenth of the slots.
-pub(crate) const MAX_UNPROVEN_PER_PEER: usize = 64;
+pub const MAX_UNPROVEN_PER_PEER: usize = 64;
 
 /// The count of connections without a first request, per address.
 #[derive(Debug)]
-pub(crate) struct Unproven {
+pub struct Unproven {
     max: usize,
     count_loopback: bool,
     open: Mutex<HashMap<IpAddr, usize>>,
@@ -37,7 +40,7 @@ pub(crate) struct Unproven {
 impl Unproven {
     /// At most `max` per address; loopback addresses are counted only with
     /// `count_loopback` (tests).
-    pub(crate) fn new(max: usize, count_loopback: bool) -> Arc<Self> {
+    pub fn new(max: usize, count_loopback: bool) -> Arc<Self> {
         Arc::new(Unproven {
             max,
             count_loopback,
@@ -47,7 +50,7 @@ impl Unproven {
 
     /// Counts a new connection from `peer`, or refuses it (`None`) when the
     /// address already has its share. The count ends when the guard drops.
-    pub(crate) fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<UnprovenGuard> {
+    pub fn admit(self: &Arc<Self>, peer: IpAddr) -> Option<UnprovenGuard> {
         let peer = peer.to_canonical();
         if peer.is_loopback() && !self.count_loopback {
             return Some(UnprovenGuard { table: None });
@@ -80,7 +83,7 @@ fn block(ip: IpAddr) -> IpAddr {
 /// One connection still without a first request; dropping it ends the
 /// count.
 #[derive(Debug)]
-pub(crate) struct UnprovenGuard {
+pub struct UnprovenGuard {
     table: Option<(Arc<Unproven>, IpAddr)>,
 }
 

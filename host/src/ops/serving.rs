@@ -1,6 +1,8 @@
 //! Serving a router to whoever reaches a port, within bounds: at most so
-//! many connections at once, and a client that goes quiet before its
-//! request's headers are in is hung up on.
+//! many connections at once, at most [`MAX_UNPROVEN_PER_PEER`] of them from
+//! one address before their first request (the embedded API server's
+//! count, [`wasmctrl_apiserver::peers`]), and a client that goes quiet
+//! before its request's headers are in is hung up on.
 //!
 //! The admin and webhook servers use this rather than `axum::serve`, whose
 //! hyper-util server has no timer (so no header timeout) and no connection
@@ -16,6 +18,7 @@ use axum::Router;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
+use wasmctrl_apiserver::peers::{MAX_UNPROVEN_PER_PEER, Unproven};
 
 /// The bounds of one server.
 #[derive(Debug, Clone, Copy)]
@@ -26,6 +29,25 @@ pub struct Bounds {
     /// the connection's start or the previous answer (an idle keep-alive
     /// connection is closed after it), and to finish a TLS handshake.
     pub quiet: Duration,
+    /// Connections one address (an IPv6 /64) may hold before its first
+    /// request; one more from it is closed at once, logged. Loopback
+    /// clients are counted only with `count_loopback` (tests).
+    pub unproven_per_peer: usize,
+    pub count_loopback: bool,
+}
+
+impl Bounds {
+    /// `connections` at once and `quiet` as above, and
+    /// [`MAX_UNPROVEN_PER_PEER`] from one address before its first request,
+    /// loopback clients not counted.
+    pub fn new(connections: usize, quiet: Duration) -> Self {
+        Bounds {
+            connections,
+            quiet,
+            unproven_per_peer: MAX_UNPROVEN_PER_PEER,
+            count_loopback: false,
+        }
+    }
 }
 
 /// Serves `app` on `listener` until `stop`, each connection first made a
@@ -46,6 +68,7 @@ pub async fn serve<S, F, Fut>(
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let slots = Arc::new(tokio::sync::Semaphore::new(bounds.connections));
+    let unproven = Unproven::new(bounds.unproven_per_peer, bounds.count_loopback);
     loop {
         let (tcp, peer) = tokio::select! {
             _ = stop.cancelled() => return,
@@ -57,6 +80,14 @@ pub async fn serve<S, F, Fut>(
                 }
             },
         };
+        let Some(first_request) = unproven.admit(peer.ip()) else {
+            tracing::warn!(
+                %peer,
+                "{name} server: {} connections from this address have sent no request yet; closing a new one",
+                bounds.unproven_per_peer
+            );
+            continue;
+        };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             tracing::warn!(%peer, "{name} server: {} connections open; closing a new one", bounds.connections);
             continue;
@@ -67,7 +98,17 @@ pub async fn serve<S, F, Fut>(
             let Ok(Some(stream)) = tokio::time::timeout(bounds.quiet, open(tcp)).await else {
                 return;
             };
-            let service = hyper_util::service::TowerToHyperService::new(app);
+            let app = hyper_util::service::TowerToHyperService::new(app);
+            // The address's count of connections without a request ends
+            // at the first request's head.
+            let first_request = std::sync::Mutex::new(Some(first_request));
+            let service = hyper::service::service_fn(move |req| {
+                first_request
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                hyper::service::Service::call(&app, req)
+            });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(hyper_util::rt::TokioTimer::new())
                 .header_read_timeout(bounds.quiet)
@@ -104,12 +145,9 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/", axum::routing::get(|| async { "served" }));
-        let bounds = Bounds {
-            connections: 2,
-            // Long enough that the quiet clients still hold their slots when
-            // the third is refused, on a loaded machine too.
-            quiet: Duration::from_secs(5),
-        };
+        // Long enough that the quiet clients still hold their slots when
+        // the third is refused, on a loaded machine too.
+        let bounds = Bounds::new(2, Duration::from_secs(5));
         let stop = CancellationToken::new();
         tokio::spawn(serve(
             "test",
@@ -147,6 +185,62 @@ mod tests {
             .await
             .unwrap();
         assert!(until_closed(&mut client).await.ends_with("served"));
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn an_address_holds_a_bounded_number_of_connections_without_a_request() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/", axum::routing::get(|| async { "served" }));
+        let bounds = Bounds {
+            unproven_per_peer: 2,
+            count_loopback: true,
+            ..Bounds::new(10, Duration::from_secs(5))
+        };
+        let stop = CancellationToken::new();
+        tokio::spawn(serve(
+            "test",
+            listener,
+            app,
+            bounds,
+            stop.clone(),
+            |tcp| async { Some(tcp) },
+        ));
+        let mut spoken = TcpStream::connect(addr).await.unwrap();
+        let silent = TcpStream::connect(addr).await.unwrap();
+        let mut third = TcpStream::connect(addr).await.unwrap();
+        assert_eq!(
+            until_closed(&mut third).await,
+            "",
+            "a third without a request: closed unanswered"
+        );
+        let mut byte = [0u8; 1];
+        assert!(
+            matches!(silent.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            "the third was closed for the address's count, while the earlier ones were still open"
+        );
+        // Once one of them has sent a request, it no longer counts.
+        spoken
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = Vec::new();
+        while !String::from_utf8_lossy(&answer).ends_with("served") {
+            let mut chunk = [0u8; 256];
+            let n = tokio::time::timeout(Duration::from_secs(10), spoken.read(&mut chunk))
+                .await
+                .expect("an answer")
+                .unwrap();
+            assert!(n > 0, "closed before the answer");
+            answer.extend_from_slice(&chunk[..n]);
+        }
+        let mut fourth = TcpStream::connect(addr).await.unwrap();
+        fourth
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        assert!(until_closed(&mut fourth).await.ends_with("served"));
         stop.cancel();
     }
 }

@@ -154,10 +154,7 @@ pub async fn serve(
             same_site,
         ))
         .with_state(state);
-    let bounds = serving::Bounds {
-        connections: MAX_CONNECTIONS,
-        quiet: QUIET,
-    };
+    let bounds = serving::Bounds::new(MAX_CONNECTIONS, QUIET);
     tokio::spawn(serving::serve(
         "admin",
         listener,

@@ -213,10 +213,7 @@ impl WebhookServer {
                     .ok()
             }
         };
-        let bounds = serving::Bounds {
-            connections: MAX_CONNECTIONS,
-            quiet: HANDSHAKE_TIMEOUT,
-        };
+        let bounds = serving::Bounds::new(MAX_CONNECTIONS, HANDSHAKE_TIMEOUT);
         tokio::spawn(serving::serve(
             "webhook", listener, app, bounds, stop, handshake,
         ));
