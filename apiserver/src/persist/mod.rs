@@ -280,10 +280,30 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
                 message: "malformed key".into(),
             });
         };
+        // No write stores more; a larger row was not written by this server.
+        let bytes = v.value().len();
+        if bytes > crate::registry::storage::MAX_OBJECT_BYTES {
+            return Err(PersistError::Corrupt {
+                key,
+                message: format!(
+                    "the object is {bytes} bytes, more than an object may be ({})",
+                    crate::registry::storage::MAX_OBJECT_BYTES
+                ),
+            });
+        }
         let obj: Value = serde_json::from_slice(v.value()).map_err(|e| PersistError::Corrupt {
             key: key.clone(),
             message: e.to_string(),
         })?;
+        if crate::values::deeper_than(&obj, crate::registry::storage::MAX_OBJECT_DEPTH) {
+            return Err(PersistError::Corrupt {
+                key,
+                message: format!(
+                    "the object nests more than {} levels deep, more than an object may",
+                    crate::registry::storage::MAX_OBJECT_DEPTH
+                ),
+            });
+        }
         let orv: u64 = crate::values::meta_str(&obj, "resourceVersion")
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
@@ -485,6 +505,39 @@ mod open_tests {
             panic!("loaded a counter that cannot go on increasing");
         };
         assert!(e.to_string().contains("past 9007199254740991"), "{e}");
+    }
+
+    #[test]
+    fn a_row_larger_or_deeper_than_any_object_is_refused_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _) = open(dir.path()).unwrap();
+        let tx = db.begin_write().unwrap();
+        let huge = format!("{{\"v\":\"{}\"}}", "x".repeat(4 << 20));
+        tx.open_table(OBJECTS)
+            .unwrap()
+            .insert("\0configmaps\0default\0huge", huge.as_bytes())
+            .unwrap();
+        tx.commit().unwrap();
+        drop(db);
+        let Err(e) = open(dir.path()) else {
+            panic!("loaded a row no write could have stored");
+        };
+        assert!(e.to_string().contains("more than an object may be"), "{e}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _) = open(dir.path()).unwrap();
+        let tx = db.begin_write().unwrap();
+        let deep = format!("{}{}", "[".repeat(120), "]".repeat(120));
+        tx.open_table(OBJECTS)
+            .unwrap()
+            .insert("\0configmaps\0default\0deep", deep.as_bytes())
+            .unwrap();
+        tx.commit().unwrap();
+        drop(db);
+        let Err(e) = open(dir.path()) else {
+            panic!("loaded a row no write could have stored");
+        };
+        assert!(e.to_string().contains("levels deep"), "{e}");
     }
 
     #[test]

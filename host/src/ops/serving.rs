@@ -140,14 +140,12 @@ mod tests {
         String::from_utf8_lossy(&got).into_owned()
     }
 
-    #[tokio::test]
-    async fn connections_past_the_cap_are_closed_and_quiet_ones_hung_up_on() {
+    /// A server within `bounds` answering `GET /` with "served", on plain
+    /// TCP: its address, and what stops it.
+    async fn served(bounds: Bounds) -> (std::net::SocketAddr, CancellationToken) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/", axum::routing::get(|| async { "served" }));
-        // Long enough that the quiet clients still hold their slots when
-        // the third is refused, on a loaded machine too.
-        let bounds = Bounds::new(2, Duration::from_secs(5));
         let stop = CancellationToken::new();
         tokio::spawn(serve(
             "test",
@@ -157,6 +155,14 @@ mod tests {
             stop.clone(),
             |tcp| async { Some(tcp) },
         ));
+        (addr, stop)
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_cap_are_closed_and_quiet_ones_hung_up_on() {
+        // Long enough that the quiet clients still hold their slots when
+        // the third is refused, on a loaded machine too.
+        let (addr, stop) = served(Bounds::new(2, Duration::from_secs(5))).await;
 
         // Two clients that say nothing hold both slots; a third is closed
         // at once, before the quiet ones are hung up on.
@@ -190,23 +196,12 @@ mod tests {
 
     #[tokio::test]
     async fn an_address_holds_a_bounded_number_of_connections_without_a_request() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let app = Router::new().route("/", axum::routing::get(|| async { "served" }));
-        let bounds = Bounds {
+        let (addr, stop) = served(Bounds {
             unproven_per_peer: 2,
             count_loopback: true,
             ..Bounds::new(10, Duration::from_secs(5))
-        };
-        let stop = CancellationToken::new();
-        tokio::spawn(serve(
-            "test",
-            listener,
-            app,
-            bounds,
-            stop.clone(),
-            |tcp| async { Some(tcp) },
-        ));
+        })
+        .await;
         let mut spoken = TcpStream::connect(addr).await.unwrap();
         let silent = TcpStream::connect(addr).await.unwrap();
         let mut third = TcpStream::connect(addr).await.unwrap();

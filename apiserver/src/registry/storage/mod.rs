@@ -38,7 +38,9 @@ mod store;
 mod tests;
 mod watch;
 
-pub(crate) use commit::{Change, Committed, Expect, MAX_OBJECT_BYTES, StoreError};
+pub(crate) use commit::{
+    Change, Committed, Expect, MAX_OBJECT_BYTES, MAX_OBJECT_DEPTH, StoreError,
+};
 pub(crate) use durable::{Durable, PersistOp};
 pub(crate) use event::{Event, EventType};
 #[cfg(test)]
