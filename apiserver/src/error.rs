@@ -376,12 +376,17 @@ fn details(name: Option<&str>, group: &str, kind: &str, causes: &[Cause]) -> Val
         d["group"] = json!(group);
     }
     if !causes.is_empty() {
-        d["causes"] = causes
-            .iter()
-            .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-            .collect();
+        d["causes"] = causes_json(causes);
     }
     d
+}
+
+/// `causes` as `metav1.StatusDetails.causes`.
+pub(crate) fn causes_json(causes: &[Cause]) -> Value {
+    causes
+        .iter()
+        .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+        .collect()
 }
 
 /// `configmaps` for core, `deployments.apps` otherwise, as the server words it.

@@ -216,16 +216,17 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
     if got != uid {
         return Err(BadResponse::Uid {
             expected: uid.to_string(),
-            got: cut(got),
+            got: cut(got, MAX_QUOTED),
         });
     }
     let av = review["apiVersion"].as_str().unwrap_or("");
     let kind = review["kind"].as_str().unwrap_or("");
     if (av, kind) != (API_VERSION, KIND) {
         let (group, version) = av.rsplit_once('/').unwrap_or(("", av));
-        return Err(BadResponse::Kind(cut(&format!(
-            "{group}/{version}, Kind={kind}"
-        ))));
+        return Err(BadResponse::Kind(cut(
+            &format!("{group}/{version}, Kind={kind}"),
+            MAX_QUOTED,
+        )));
     }
     let allowed = match &response["allowed"] {
         Value::Bool(b) => *b,
@@ -268,7 +269,7 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
             (Some(_), Some(other)) => {
                 return Err(BadResponse::Patch(format!(
                     "unsupported patch type {}",
-                    go_quote(&cut(other))
+                    go_quote(&cut(other, MAX_QUOTED))
                 )));
             }
             (None, None) => {}
@@ -296,19 +297,17 @@ pub(crate) fn verify(uid: &str, mutating: bool, body: &[u8]) -> Result<Verdict, 
     })
 }
 
-/// `text`, at most [`MAX_QUOTED`] of it.
-fn cut(text: &str) -> String {
+/// `text`, at most `max` bytes of it (see [`crate::values::cut_message`]).
+fn cut(text: &str, max: usize) -> String {
     let mut text = text.to_string();
-    crate::values::cut_message(&mut text, MAX_QUOTED);
+    crate::values::cut_message(&mut text, max);
     text
 }
 
 /// A value of the wrong type, as an error quotes it: at most
 /// [`MAX_QUOTED`] of its JSON.
 fn shown(value: &Value) -> String {
-    let mut text = value.to_string();
-    crate::values::cut_message(&mut text, MAX_QUOTED);
-    text
+    cut(&value.to_string(), MAX_QUOTED)
 }
 
 /// The audit annotations an answer adds: those whose key is a qualified
@@ -326,9 +325,7 @@ fn annotations(given: &Value) -> (Vec<(String, String)>, usize) {
         };
         let named = !key.contains('/') && wasmctrl_apimachinery::names::qualified_name(key).is_ok();
         if named && kept.len() < MAX_AUDIT_ANNOTATIONS {
-            let mut value = value.to_string();
-            crate::values::cut_message(&mut value, MAX_ANNOTATION_VALUE);
-            kept.push((key.clone(), value));
+            kept.push((key.clone(), cut(value, MAX_ANNOTATION_VALUE)));
         }
     }
     let dropped = given.len() - kept.len();
@@ -344,11 +341,10 @@ fn annotations(given: &Value) -> (Vec<(String, String)>, usize) {
 fn status(given: &Value) -> Option<Value> {
     let given = given.as_object()?;
     let text = |key: &str, max: usize| {
-        given.get(key).and_then(Value::as_str).map(|s| {
-            let mut s = s.to_string();
-            crate::values::cut_message(&mut s, max);
-            Value::String(escape_controls(&s))
-        })
+        given
+            .get(key)
+            .and_then(Value::as_str)
+            .map(|s| Value::String(escape_controls(&cut(s, max))))
     };
     let mut kept = serde_json::Map::new();
     for (key, max) in [("message", MAX_STATUS_MESSAGE), ("reason", MAX_QUOTED)] {
@@ -370,7 +366,7 @@ fn status_details(given: &serde_json::Map<String, Value>) -> Value {
     let mut kept = serde_json::Map::new();
     for key in ["name", "group", "kind", "uid"] {
         if let Some(s) = given.get(key).and_then(Value::as_str) {
-            kept.insert(key.into(), Value::String(cut(s)));
+            kept.insert(key.into(), Value::String(cut(s, MAX_QUOTED)));
         }
     }
     if let Some(n) = given.get("retryAfterSeconds").filter(|n| n.is_u64()) {
@@ -382,7 +378,7 @@ fn status_details(given: &serde_json::Map<String, Value>) -> Value {
             let part = |key: &str| {
                 cause[key]
                     .as_str()
-                    .map(|s| escape_controls(&cut(s)))
+                    .map(|s| escape_controls(&cut(s, MAX_QUOTED)))
                     .unwrap_or_default()
             };
             bounded.add(|| crate::error::Cause {
@@ -391,14 +387,10 @@ fn status_details(given: &serde_json::Map<String, Value>) -> Value {
                 field: part("field"),
             });
         }
-        let causes: Vec<Value> = bounded
-            .into_vec()
-            .into_iter()
-            .map(
-                |c| serde_json::json!({"reason": c.reason, "message": c.message, "field": c.field}),
-            )
-            .collect();
-        kept.insert("causes".into(), Value::Array(causes));
+        kept.insert(
+            "causes".into(),
+            crate::error::causes_json(&bounded.into_vec()),
+        );
     }
     Value::Object(kept)
 }
@@ -411,7 +403,12 @@ fn decode_patch(text: &str) -> Result<Value, BadResponse> {
     }
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
-        .map_err(|e| BadResponse::Patch(format!("illegal base64 data: {}", cut(&e.to_string()))))?;
+        .map_err(|e| {
+            BadResponse::Patch(format!(
+                "illegal base64 data: {}",
+                cut(&e.to_string(), MAX_QUOTED)
+            ))
+        })?;
     if bytes.len() > MAX_PATCH_BYTES {
         return Err(BadResponse::PatchSize(bytes.len()));
     }
