@@ -245,11 +245,8 @@ fn row(cols: &[Column], obj: &Value, include: Include) -> Value {
     r
 }
 
-/// The column definitions of `cols`, or none without `with_columns`.
-fn definitions(cols: &[Column], with_columns: bool) -> Vec<Value> {
-    if !with_columns {
-        return Vec::new();
-    }
+/// The column definitions of `cols`.
+fn definitions(cols: &[Column]) -> Vec<Value> {
     cols.iter()
         .map(|c| {
             json!({"name": c.name, "type": c.ty, "format": c.format,
@@ -258,33 +255,15 @@ fn definitions(cols: &[Column], with_columns: bool) -> Vec<Value> {
         .collect()
 }
 
-/// A Table of `objects` (already in the served version).
-pub(crate) fn table(
-    info: &ResourceInfo,
-    version: &str,
-    objects: &[Value],
-    list_metadata: Value,
-    include: Include,
-    with_columns: bool,
-) -> Value {
-    let cols = columns(info);
-    json!({
-        "kind": "Table",
-        "apiVersion": format!("meta.k8s.io/{version}"),
-        "metadata": list_metadata,
-        "columnDefinitions": definitions(&cols, with_columns),
-        "rows": objects.iter().map(|o| row(&cols, o, include)).collect::<Vec<_>>(),
-    })
-}
-
-/// [`table`] of a list, written to `out` one row at a time as `objects`
-/// yields them, so that one object's tree is held at a time rather than
-/// every object's (a tree costs many times its JSON).
+/// A Table of `objects` (each already in the served version), written to
+/// `out` one row at a time as `objects` yields them, so that a list holds
+/// one object's tree at a time rather than every object's (a tree costs
+/// many times its JSON).
 pub(crate) fn write_table(
     out: &mut Vec<u8>,
     info: &ResourceInfo,
     version: &str,
-    objects: impl Iterator<Item = Value>,
+    objects: impl IntoIterator<Item = Value>,
     list_metadata: &Value,
     include: Include,
 ) -> serde_json::Result<()> {
@@ -294,9 +273,9 @@ pub(crate) fn write_table(
     out.extend_from_slice(b",\"metadata\":");
     serde_json::to_writer(&mut *out, list_metadata)?;
     out.extend_from_slice(b",\"columnDefinitions\":");
-    serde_json::to_writer(&mut *out, &definitions(&cols, true))?;
+    serde_json::to_writer(&mut *out, &definitions(&cols))?;
     out.extend_from_slice(b",\"rows\":[");
-    for (i, object) in objects.enumerate() {
+    for (i, object) in objects.into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -347,7 +326,9 @@ mod tests {
             .collect();
         info.printer_columns = Some(whole);
         let big = json!({"metadata": {"name": "big"}, "data": {"x": "y".repeat(40 << 10)}});
-        let t = table(&info, "v1", &[big], json!({}), Include::None, true);
+        let mut written = Vec::new();
+        write_table(&mut written, &info, "v1", [big], &json!({}), Include::None).unwrap();
+        let t: Value = serde_json::from_slice(&written).unwrap();
         assert_eq!(
             t["columnDefinitions"].as_array().unwrap().len(),
             1 + MAX_PRINTER_COLUMNS

@@ -116,15 +116,14 @@ fn render<'a>(info: &ResourceInfo, p: &WatchParams, json: &'a [u8]) -> Cow<'a, [
     let view = to_view(info, &parse_json(json));
     match p.table {
         Some((version, include)) => {
-            let t = super::table::table(
-                info,
-                version,
-                std::slice::from_ref(&view),
-                json!({"resourceVersion": view["metadata"]["resourceVersion"]}),
-                include,
-                true,
-            );
-            Cow::Owned(serde_json::to_vec(&t).unwrap_or_default())
+            let metadata = json!({"resourceVersion": view["metadata"]["resourceVersion"]});
+            let mut out = Vec::new();
+            if super::table::write_table(&mut out, info, version, [view], &metadata, include)
+                .is_err()
+            {
+                out.clear();
+            }
+            Cow::Owned(out)
         }
         None => Cow::Owned(serde_json::to_vec(&view).unwrap_or_default()),
     }

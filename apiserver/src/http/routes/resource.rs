@@ -123,18 +123,26 @@ pub(super) async fn resource(
         (Some(name), None) => match *method {
             Method::GET => {
                 let obj = shared.objects.get_object(&info, ns, name)?;
-                let body = match table {
-                    Some(version) => crate::http::table::table(
-                        &info,
-                        version,
-                        std::slice::from_ref(&obj),
-                        json!({"resourceVersion": obj["metadata"]["resourceVersion"]}),
-                        crate::http::table::Include::parse(q.get("includeObject")),
-                        true,
-                    ),
-                    None => obj,
+                let Some(version) = table else {
+                    return Ok(response::json(StatusCode::OK, &obj));
                 };
-                Ok(response::json(StatusCode::OK, &body))
+                let metadata = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+                let include = crate::http::table::Include::parse(q.get("includeObject"));
+                let mut body = Vec::new();
+                crate::http::table::write_table(
+                    &mut body,
+                    &info,
+                    version,
+                    [obj],
+                    &metadata,
+                    include,
+                )
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+                Ok(response::bytes_with_type(
+                    StatusCode::OK,
+                    "application/json",
+                    body,
+                ))
             }
             Method::PUT | Method::PATCH => {
                 update(shared, &info, ns, name, Subresource::Main, req).await
