@@ -78,6 +78,15 @@ fn db_err(e: impl Into<redb::Error>) -> PersistError {
     PersistError::Db(e.into())
 }
 
+/// [`db_err`] for the database file at `path`, while it is opened and read
+/// back: the error names the file.
+fn db_err_at<E: Into<redb::Error>>(path: &Path) -> impl Fn(E) -> PersistError + '_ {
+    move |e| PersistError::Open {
+        path: path.to_path_buf(),
+        source: e.into(),
+    }
+}
+
 /// The record key. Names are validated long before they get here, so a NUL
 /// inside a part would be a bug; it is refused rather than written as a key
 /// that would load back as a different object.
@@ -221,10 +230,6 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
         source,
     })?;
     let path = dir.join("state.redb");
-    let at = |e: redb::Error| PersistError::Open {
-        path: path.clone(),
-        source: e,
-    };
     let file = crate::persist::files::open_private(&path).map_err(|source| PersistError::Io {
         what: format!("opening {}", path.display()),
         source,
@@ -232,11 +237,11 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
     // Every page's checksum is verified at open: a file altered outside
     // redb is refused as corrupt, where a plain open trusts it and may
     // panic.
-    let backend = redb::backends::FileBackend::new(file).map_err(|e| at(e.into()))?;
+    let backend = redb::backends::FileBackend::new(file).map_err(db_err_at(&path))?;
     let db = Database::builder()
         .set_check_integrity_on_open(true)
         .create_with_backend(backend)
-        .map_err(|e| at(e.into()))?;
+        .map_err(db_err_at(&path))?;
     // The database holds Secrets: readable by this user only.
     #[cfg(unix)]
     {
@@ -250,16 +255,16 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
     }
     {
         // Make sure both tables exist so the first read finds them.
-        let tx = db.begin_write().map_err(|e| at(e.into()))?;
-        tx.open_table(OBJECTS).map_err(|e| at(e.into()))?;
-        tx.open_table(META).map_err(|e| at(e.into()))?;
-        tx.commit().map_err(|e| at(e.into()))?;
+        let tx = db.begin_write().map_err(db_err_at(&path))?;
+        tx.open_table(OBJECTS).map_err(db_err_at(&path))?;
+        tx.open_table(META).map_err(db_err_at(&path))?;
+        tx.commit().map_err(db_err_at(&path))?;
     }
-    let tx = db.begin_read().map_err(|e| at(e.into()))?;
-    let meta = tx.open_table(META).map_err(|e| at(e.into()))?;
+    let tx = db.begin_read().map_err(db_err_at(&path))?;
+    let meta = tx.open_table(META).map_err(db_err_at(&path))?;
     let rv = meta
         .get("rv")
-        .map_err(|e| at(e.into()))?
+        .map_err(db_err_at(&path))?
         .map(|g| g.value())
         .unwrap_or(0);
     if rv > MAX_LOADED_RV {
@@ -268,10 +273,10 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
             message: format!("the resourceVersion counter {rv} is past {MAX_LOADED_RV}"),
         });
     }
-    let table = tx.open_table(OBJECTS).map_err(|e| at(e.into()))?;
+    let table = tx.open_table(OBJECTS).map_err(db_err_at(&path))?;
     let mut objects = Vec::new();
-    for row in table.iter().map_err(|e| at(e.into()))? {
-        let (k, v) = row.map_err(|e| at(e.into()))?;
+    for row in table.iter().map_err(db_err_at(&path))? {
+        let (k, v) = row.map_err(db_err_at(&path))?;
         let key = k.value().to_string();
         let parts: Vec<&str> = key.split('\0').collect();
         let [group, resource, ns, name] = parts.as_slice() else {
@@ -507,36 +512,29 @@ mod open_tests {
         assert!(e.to_string().contains("past 9007199254740991"), "{e}");
     }
 
+    /// Why a data directory whose database holds the row `key` = `bytes`,
+    /// stored behind the server's back, is refused at load.
+    fn refused_with_row(key: &str, bytes: &[u8]) -> PersistError {
+        let dir = tempfile::tempdir().unwrap();
+        let (db, _) = open(dir.path()).unwrap();
+        let tx = db.begin_write().unwrap();
+        tx.open_table(OBJECTS).unwrap().insert(key, bytes).unwrap();
+        tx.commit().unwrap();
+        drop(db);
+        let Err(e) = open(dir.path()) else {
+            panic!("loaded a row no write could have stored");
+        };
+        e
+    }
+
     #[test]
     fn a_row_larger_or_deeper_than_any_object_is_refused_at_load() {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, _) = open(dir.path()).unwrap();
-        let tx = db.begin_write().unwrap();
         let huge = format!("{{\"v\":\"{}\"}}", "x".repeat(4 << 20));
-        tx.open_table(OBJECTS)
-            .unwrap()
-            .insert("\0configmaps\0default\0huge", huge.as_bytes())
-            .unwrap();
-        tx.commit().unwrap();
-        drop(db);
-        let Err(e) = open(dir.path()) else {
-            panic!("loaded a row no write could have stored");
-        };
+        let e = refused_with_row("\0configmaps\0default\0huge", huge.as_bytes());
         assert!(e.to_string().contains("more than an object may be"), "{e}");
 
-        let dir = tempfile::tempdir().unwrap();
-        let (db, _) = open(dir.path()).unwrap();
-        let tx = db.begin_write().unwrap();
         let deep = format!("{}{}", "[".repeat(120), "]".repeat(120));
-        tx.open_table(OBJECTS)
-            .unwrap()
-            .insert("\0configmaps\0default\0deep", deep.as_bytes())
-            .unwrap();
-        tx.commit().unwrap();
-        drop(db);
-        let Err(e) = open(dir.path()) else {
-            panic!("loaded a row no write could have stored");
-        };
+        let e = refused_with_row("\0configmaps\0default\0deep", deep.as_bytes());
         assert!(e.to_string().contains("levels deep"), "{e}");
     }
 
