@@ -62,18 +62,12 @@ impl Metrics {
     /// Counts one refusal at `limit` for `plugin` (its current version) in
     /// `wasmctrl_plugin_limit_exceeded_total`.
     pub fn count_limit(&self, plugin: &str, limit: &str) {
-        self.count_limit_as(plugin, current_version(), limit);
+        self.count_limit_as(plugin, current_version(), limit, 1);
     }
 
     /// Counts `n` refusals at `limit` for `plugin` at once.
     pub fn count_limits(&self, plugin: &str, limit: &str, n: u64) {
-        self.limit_exceeded
-            .get_or_create(&LimitLabels {
-                plugin: plugin.into(),
-                limit: limit.into(),
-                version: current_version().as_str().into(),
-            })
-            .inc_by(n);
+        self.count_limit_as(plugin, current_version(), limit, n);
     }
 
     /// Counts one refused outbound request of `plugin` for `reason` in
@@ -124,14 +118,14 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    fn count_limit_as(&self, plugin: &str, version: Version, limit: &str) {
+    fn count_limit_as(&self, plugin: &str, version: Version, limit: &str, n: u64) {
         self.limit_exceeded
             .get_or_create(&LimitLabels {
                 plugin: plugin.into(),
                 limit: limit.into(),
                 version: version.as_str().into(),
             })
-            .inc();
+            .inc_by(n);
     }
 
     /// Records what one reconcile of `version` cost and how it ended.
@@ -197,7 +191,7 @@ impl Metrics {
                 .inc();
         }
         if let Some(limit) = usage.ceiling {
-            self.count_limit_as(plugin, version, limit);
+            self.count_limit_as(plugin, version, limit, 1);
         }
         series.guest_seconds.inc_by(usage.guest_time.as_secs_f64());
         if !usage.cpu_throttled.is_zero() {
