@@ -164,13 +164,18 @@ pub fn printable(field: &'static str, value: &str, max: usize) -> Result<(), Inv
     })
 }
 
+/// Whether `value` holds no control characters other than newline and
+/// tab: text a terminal shows as it is.
+pub fn is_plain_text(value: &str) -> bool {
+    value
+        .chars()
+        .all(|c| !c.is_control() || c == '\n' || c == '\t')
+}
+
 /// Text without control characters other than newline and tab, at most
 /// `max` bytes (an event's note).
 pub fn text(field: &'static str, value: &str, max: usize) -> Result<(), Invalid> {
-    let ok = value.len() <= max
-        && value
-            .chars()
-            .all(|c| !c.is_control() || c == '\n' || c == '\t');
+    let ok = value.len() <= max && is_plain_text(value);
     ok.then_some(()).ok_or_else(|| {
         invalid(
             field,

@@ -89,15 +89,12 @@ impl Verdict {
         // A denial's texts are printed by kubectl as they are: an escape
         // sequence in one would reach the terminal of whoever was denied.
         let printable = |what: &str, text: &str| {
-            if text
-                .chars()
-                .any(|c| c.is_control() && c != '\n' && c != '\t')
-            {
+            if validate::is_plain_text(text) {
+                Ok(())
+            } else {
                 Err(format!(
                     "{what} holds a control character other than newline and tab"
                 ))
-            } else {
-                Ok(())
             }
         };
         bounded("message", &r.message, MAX_MESSAGE_BYTES)?;
