@@ -140,6 +140,12 @@ mod tests {
         String::from_utf8_lossy(&got).into_owned()
     }
 
+    /// Whether the server has neither closed `conn` nor sent on it yet.
+    fn still_open(conn: &TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(conn.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
     /// A server within `bounds` answering `GET /` with "served", on plain
     /// TCP: its address, and what stops it.
     async fn served(bounds: Bounds) -> (std::net::SocketAddr, CancellationToken) {
@@ -176,9 +182,8 @@ mod tests {
             "",
             "past the cap: closed unanswered"
         );
-        let mut byte = [0u8; 1];
         assert!(
-            matches!(quiet[0].try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            still_open(&quiet[0]),
             "the third was closed for the cap, while the quiet ones still held their slots"
         );
         for conn in &mut quiet {
@@ -210,9 +215,8 @@ mod tests {
             "",
             "a third without a request: closed unanswered"
         );
-        let mut byte = [0u8; 1];
         assert!(
-            matches!(silent.try_read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+            still_open(&silent),
             "the third was closed for the address's count, while the earlier ones were still open"
         );
         // Once one of them has sent a request, it no longer counts.
