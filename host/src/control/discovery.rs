@@ -172,10 +172,7 @@ impl Resolver {
     /// Forgets every kind of `gvk`'s group version: the server no longer
     /// serves it.
     fn forget_group_version(&self, gvk: &Gvk) {
-        self.known
-            .lock()
-            .unwrap()
-            .retain(|k, _| k.group != gvk.group || k.version != gvk.version);
+        forget_group_version(&mut self.known.lock().unwrap(), gvk);
     }
 
     /// `gvk` as its group version was last listed, however long ago.
@@ -191,8 +188,8 @@ impl Resolver {
         let group_version = GroupVersion::gv(&gvk.group, &gvk.version);
         let group = kube::discovery::pinned_group(&self.client, &group_version).await?;
         let now = Instant::now();
-        self.forget_group_version(gvk);
         let mut known = self.known.lock().unwrap();
+        forget_group_version(&mut known, gvk);
         for (resource, caps) in group.versioned_resources(&gvk.version) {
             known
                 .entry(Gvk::new(&gvk.group, &gvk.version, &resource.kind))
@@ -227,6 +224,11 @@ impl Resolver {
         misses.insert(gvk.clone(), (Instant::now(), error.clone()));
         error
     }
+}
+
+/// Drops every kind of `gvk`'s group version from `known`.
+fn forget_group_version(known: &mut HashMap<Gvk, (Instant, Arc<Resolved>)>, gvk: &Gvk) {
+    known.retain(|k, _| k.group != gvk.group || k.version != gvk.version);
 }
 
 /// Whether discovery answered that the group version is not served (as
