@@ -140,6 +140,16 @@ mod tests {
         String::from_utf8_lossy(&got).into_owned()
     }
 
+    /// What the server answers `GET /` on a new connection, read until it
+    /// closes it.
+    async fn get_on_a_new_connection(addr: std::net::SocketAddr) -> String {
+        let mut conn = TcpStream::connect(addr).await.unwrap();
+        conn.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        until_closed(&mut conn).await
+    }
+
     /// Whether the server has neither closed `conn` nor sent on it yet.
     fn still_open(conn: &TcpStream) -> bool {
         let mut byte = [0u8; 1];
@@ -190,12 +200,7 @@ mod tests {
             assert_eq!(until_closed(conn).await, "", "a quiet client is hung up on");
         }
         // The slots are free again.
-        let mut client = TcpStream::connect(addr).await.unwrap();
-        client
-            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        assert!(until_closed(&mut client).await.ends_with("served"));
+        assert!(get_on_a_new_connection(addr).await.ends_with("served"));
         stop.cancel();
     }
 
@@ -234,12 +239,7 @@ mod tests {
             assert!(n > 0, "closed before the answer");
             answer.extend_from_slice(&chunk[..n]);
         }
-        let mut fourth = TcpStream::connect(addr).await.unwrap();
-        fourth
-            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        assert!(until_closed(&mut fourth).await.ends_with("served"));
+        assert!(get_on_a_new_connection(addr).await.ends_with("served"));
         stop.cancel();
     }
 }
