@@ -480,9 +480,10 @@ pub(super) fn substitute(value: &[u8], values: &[(&str, &[u8])]) -> Vec<u8> {
 /// Each value is looked for as it was sent and in the forms a server that
 /// echoes it is likely to write: escaped in a JSON string (as serde and
 /// Python write it, with `\/` as PHP writes it, with `\u003c`-style
-/// escapes as Go writes it) and percent-encoded (both cases of hex). A
-/// value echoed otherwise (lower-cased, base64-encoded, cut short) is not
-/// recognised.
+/// escapes as Go writes it), percent-encoded, and base64-encoded anywhere
+/// in a longer encoded text (see [`base64_forms`]); every form in any mix
+/// of ASCII letter cases. A value echoed cut short, or encoded otherwise,
+/// is not recognised.
 ///
 /// All forms are searched in one pass (Aho-Corasick, leftmost-longest), and
 /// a value split across two chunks is still found: the last
@@ -518,6 +519,7 @@ impl Redactor {
         let finder = (!patterns.is_empty()).then(|| {
             aho_corasick::AhoCorasick::builder()
                 .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+                .ascii_case_insensitive(true)
                 .build(&patterns)
                 .expect("a few hundred patterns of at most 384 KiB build")
         });
@@ -600,19 +602,55 @@ fn echoed_forms(value: &[u8]) -> Vec<Vec<u8>> {
         add(go.into_bytes());
         add(json.into_bytes());
     }
-    let mut upper = Vec::with_capacity(value.len() * 3);
-    let mut lower = Vec::with_capacity(value.len() * 3);
+    // The redactor ignores ASCII case, so one case of hex covers both.
+    let mut percent = Vec::with_capacity(value.len() * 3);
     for &b in value {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-            upper.push(b);
-            lower.push(b);
+            percent.push(b);
         } else {
-            upper.extend_from_slice(format!("%{b:02X}").as_bytes());
-            lower.extend_from_slice(format!("%{b:02x}").as_bytes());
+            percent.extend_from_slice(format!("%{b:02X}").as_bytes());
         }
     }
-    add(upper);
-    add(lower);
+    add(percent);
+    for form in base64_forms(value) {
+        add(form);
+    }
+    forms
+}
+
+/// The shortest base64 form looked for: shorter runs of characters would
+/// match unrelated encoded text.
+const MIN_BASE64_FORM: usize = 8;
+
+/// `value` base64-encoded wherever it sits in a longer encoded text, as in
+/// HTTP Basic credentials (`user:password`) or a token inside an encoded
+/// JSON document: for each of the three offsets at which it may start
+/// within a group of three bytes, the characters that encode its bytes and
+/// nothing else, in the standard and the URL-safe alphabet. The one or two
+/// characters at each end that mix in neighbouring bytes are left out, so
+/// they stay beside the marker. Forms shorter than [`MIN_BASE64_FORM`]
+/// (values of a few bytes) are skipped.
+fn base64_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    use base64::Engine as _;
+    let mut forms = Vec::new();
+    for offset in 0..3 {
+        let mut shifted = vec![0; offset];
+        shifted.extend_from_slice(value);
+        // A character is six bits: the first wholly inside the value starts
+        // at or after bit 8 × offset, the last ends at or before its end.
+        let start = (offset * 8).div_ceil(6);
+        let end = shifted.len() * 8 / 6;
+        if end < start + MIN_BASE64_FORM {
+            continue;
+        }
+        for engine in [
+            &base64::engine::general_purpose::STANDARD_NO_PAD,
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        ] {
+            let encoded = engine.encode(&shifted);
+            forms.push(encoded.as_bytes()[start..end].to_vec());
+        }
+    }
     forms
 }
 
@@ -726,8 +764,45 @@ mod tests {
                 "{echoed} -> {out}"
             );
         }
-        // Not recognised: a form the redactor does not know.
-        assert_eq!(r.redact(b"A/B+C"), b"A/B+C");
+        // Not recognised: a value cut short.
+        assert_eq!(r.redact(b"a/b+c&d"), b"a/b+c&d");
+    }
+
+    #[test]
+    fn a_value_echoed_in_another_case_or_inside_base64_is_redacted() {
+        use base64::Engine as _;
+        let value = b"s3cr3t~Value/with?bits";
+        let r = Redactor::new(vec![("tok".into(), value.to_vec())]);
+        let upper = String::from_utf8(value.to_ascii_uppercase()).unwrap();
+        let out = String::from_utf8(r.redact(format!("echo: {upper}").as_bytes())).unwrap();
+        assert_eq!(out, "echo: <secret:tok>");
+        let lower = String::from_utf8(value.to_ascii_lowercase()).unwrap();
+        let out = String::from_utf8(r.redact(format!("echo: {lower}").as_bytes())).unwrap();
+        assert_eq!(out, "echo: <secret:tok>");
+        // Basic credentials, with users of every length modulo three, so
+        // the value starts at each offset within a group of three bytes.
+        for user in ["u", "us", "usr", "user"] {
+            let mut plain = format!("{user}:").into_bytes();
+            plain.extend_from_slice(value);
+            plain.extend_from_slice(b"@tail");
+            for engine in [
+                &base64::engine::general_purpose::STANDARD,
+                &base64::engine::general_purpose::URL_SAFE,
+            ] {
+                let encoded = engine.encode(&plain);
+                let echoed = format!("Authorization: Basic {encoded}");
+                let out = String::from_utf8(r.redact(echoed.as_bytes())).unwrap();
+                assert!(out.contains("<secret:tok>"), "{echoed} -> {out}");
+                // What is left of the encoding beside the marker cannot be
+                // decoded back into more than a few bytes of the value.
+                let left = out.replace("<secret:tok>", "");
+                assert!(left.len() <= echoed.len() - 24, "{echoed} -> {out}");
+            }
+        }
+        // A short value has no base64 form: four characters would match
+        // unrelated encoded text.
+        let r = Redactor::new(vec![("pin".into(), b"1234".to_vec())]);
+        assert_eq!(r.redact(b"MTIzNA=="), b"MTIzNA==");
     }
 
     #[test]
