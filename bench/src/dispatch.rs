@@ -1,6 +1,9 @@
 //! `dispatch`: what one reconcile of a do-nothing reconciler costs, as
 //! wasmctrl runs it (`wasm-fresh`), as bare wasmtime can at best
-//! (`wasm-floor`), and as a native Rust reconciler (`native`).
+//! (`wasm-floor`), and as a native Rust reconciler (`native`); and, beside
+//! `wasm-fresh`, the same reconciler built without the standard library
+//! (`wasm-lean`, the `noop-lean` plugin: no WASI import), to show what
+//! std's imports cost a fresh instance.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -38,6 +41,8 @@ pub struct Options {
 pub enum Variant {
     #[value(name = "wasm-fresh")]
     WasmFresh,
+    #[value(name = "wasm-lean")]
+    WasmLean,
     #[value(name = "wasm-floor-sync")]
     WasmFloorSync,
     #[value(name = "wasm-floor-async")]
@@ -47,8 +52,9 @@ pub enum Variant {
 }
 
 impl Variant {
-    const ALL: [Variant; 4] = [
+    const ALL: [Variant; 5] = [
         Variant::WasmFresh,
+        Variant::WasmLean,
         Variant::WasmFloorSync,
         Variant::WasmFloorAsync,
         Variant::Native,
@@ -57,6 +63,7 @@ impl Variant {
     fn name(self) -> &'static str {
         match self {
             Variant::WasmFresh => "wasm-fresh",
+            Variant::WasmLean => "wasm-lean",
             Variant::WasmFloorSync => "wasm-floor-sync",
             Variant::WasmFloorAsync => "wasm-floor-async",
             Variant::Native => "native",
@@ -77,6 +84,7 @@ impl Reconcile for NativeNoop {
 struct Bench {
     tokio: tokio::runtime::Runtime,
     plugin: Arc<Plugin>,
+    lean: Arc<Plugin>,
     floor: Floor,
     native: NativeNoop,
     request: ReconcileRequest,
@@ -90,10 +98,16 @@ impl Bench {
             .build()
             .context("starting the tokio runtime")?;
         let noop = wasmctrl_plugin_artifacts::NOOP;
-        let plugin = tokio.block_on(async {
+        let (plugin, lean) = tokio.block_on(async {
             let runtime = Runtime::new(RuntimeConfig::default(), Arc::new(Metrics::new()))?;
-            let spec = PluginSpec::new("noop");
-            anyhow::Ok(runtime.load_file(noop, spec).await?)
+            let plugin = runtime.load_file(noop, PluginSpec::new("noop")).await?;
+            let lean = runtime
+                .load_file(
+                    wasmctrl_plugin_artifacts::NOOP_LEAN,
+                    PluginSpec::new("noop-lean"),
+                )
+                .await?;
+            anyhow::Ok((plugin, lean))
         })?;
         let floor = Floor::new(Path::new(noop))?;
         let request = ReconcileRequest {
@@ -109,6 +123,7 @@ impl Bench {
         let bench = Self {
             tokio,
             plugin,
+            lean,
             floor,
             native: NativeNoop,
             request,
@@ -120,11 +135,13 @@ impl Bench {
 
     /// Every variant answers `done`, so all of them do the same work.
     fn check(&self) -> anyhow::Result<()> {
-        let fresh = self
-            .tokio
-            .block_on(self.plugin.invoke(self.request.clone()))
-            .result;
-        ensure!(fresh == Ok(Action::done()), "wasm-fresh returned {fresh:?}");
+        for (plugin, variant) in [(&self.plugin, "wasm-fresh"), (&self.lean, "wasm-lean")] {
+            let fresh = self
+                .tokio
+                .block_on(plugin.invoke(self.request.clone()))
+                .result;
+            ensure!(fresh == Ok(Action::done()), "{variant} returned {fresh:?}");
+        }
         for result in [
             self.floor.call_sync(&self.floor_key)?,
             self.floor.call_async(&self.floor_key)?,
@@ -145,15 +162,21 @@ impl Bench {
     /// request is cloned before the clock starts).
     fn batch(&self, variant: Variant, n: usize, out: &mut Samples) -> anyhow::Result<()> {
         match variant {
-            Variant::WasmFresh => self.tokio.block_on(async {
+            Variant::WasmFresh | Variant::WasmLean => self.tokio.block_on(async {
+                let plugin = if variant == Variant::WasmFresh {
+                    &self.plugin
+                } else {
+                    &self.lean
+                };
                 for _ in 0..n {
                     let request = self.request.clone();
                     let start = Instant::now();
-                    let invocation = self.plugin.invoke(request).await;
+                    let invocation = plugin.invoke(request).await;
                     out.push(start.elapsed());
                     ensure!(
                         invocation.result.is_ok(),
-                        "wasm-fresh: {:?}",
+                        "{}: {:?}",
+                        variant.name(),
                         invocation.result
                     );
                 }
@@ -259,12 +282,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         .filter_map(|v| get(v).map(|s| (v, s)))
         .min_by_key(|(_, s)| s.median);
     let fresh = get(Variant::WasmFresh);
+    let lean = get(Variant::WasmLean);
     let native = get(Variant::Native);
 
     if options.json {
         let mut lines = Vec::new();
         if let Some(s) = fresh {
             lines.push(("wasm-fresh", s));
+        }
+        if let Some(s) = lean {
+            lines.push(("wasm-lean", s));
         }
         if let Some((_, s)) = floor {
             lines.push(("wasm-floor", s));
@@ -292,7 +319,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         elapsed.as_secs_f64()
     );
     println!(
-        "wasm-fresh and native run on a tokio current_thread runtime; the floor runs outside tokio"
+        "wasm-fresh, wasm-lean and native run on a tokio current_thread runtime; the floor runs outside tokio"
     );
     println!("floor engine: {:?}", floor::EngineKnobs::floor());
     println!(
@@ -340,6 +367,12 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             "wasm-floor median: {:.2} µs (goal <= {GOAL_FLOOR_US} µs: {})",
             floor.median_us(),
             verdict(floor.median_us() <= GOAL_FLOOR_US)
+        );
+    }
+    if let (Some(fresh), Some(lean)) = (fresh, lean) {
+        println!(
+            "wasm-lean / wasm-fresh median: {:.2}x (the same reconciler without std's WASI imports)",
+            lean.median as f64 / fresh.median as f64
         );
     }
     if let (Some(fresh), Some(native)) = (fresh, native) {

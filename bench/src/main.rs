@@ -262,7 +262,8 @@ enum Scenario {
         json: bool,
     },
     /// Cost of one reconcile of the noop plugin: wasm-fresh (wasmctrl),
-    /// wasm-floor (bare wasmtime), native (a Rust reconciler), interleaved.
+    /// wasm-lean (the same built without std), wasm-floor (bare wasmtime),
+    /// native (a Rust reconciler), interleaved.
     Dispatch {
         /// Measured iterations per variant.
         #[arg(long, default_value_t = 40_000)]

@@ -235,7 +235,18 @@ fn dispatch_breakdown_floor_and_instance_cost() {
         ("instance-cost", &["mode", "median_us", "calls"][..]),
     ] {
         let args: Vec<&str> = std::iter::once(scenario).chain(small).collect();
-        run(&args, &[scenario], fields);
+        let lines = run(&args, &[scenario], fields);
+        if scenario == "dispatch" {
+            assert_eq!(
+                values(&lines, "variant"),
+                [
+                    "\"native\"",
+                    "\"wasm-floor\"",
+                    "\"wasm-fresh\"",
+                    "\"wasm-lean\""
+                ]
+            );
+        }
     }
 }
 

@@ -22,6 +22,7 @@ use std::process::Command;
 /// package is named as its directory.
 const PLUGINS: &[(&str, &str)] = &[
     ("NOOP", "plugins/noop"),
+    ("NOOP_LEAN", "plugins/testing/noop-lean"),
     ("WEBAPP", "plugins/webapp"),
     ("DNS", "plugins/dns"),
     ("MISBEHAVE", "plugins/testing/misbehave"),
