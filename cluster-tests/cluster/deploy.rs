@@ -93,11 +93,12 @@ async fn deploy_renders_and_a_server_side_dry_run_accepts_it() {
         .find(|v| v["name"] == "cache")
         .unwrap();
     assert!(cache["emptyDir"].is_object(), "{cache}");
-    // The config's cacheDir is that volume (the root filesystem is read-only).
+    // The config's cacheDir is on that volume (the root filesystem is
+    // read-only), in a directory below its root, which any user may write.
     let configmap = objects.iter().find(|o| o["kind"] == "ConfigMap").unwrap();
     let host_config = configmap["data"]["wasmctrl.yaml"].as_str().unwrap();
     assert!(
-        host_config.contains("cacheDir: /var/cache/wasmctrl"),
+        host_config.contains("cacheDir: /var/cache/wasmctrl/host"),
         "{host_config}"
     );
     let mounts = container["volumeMounts"].as_array().unwrap();

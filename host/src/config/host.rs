@@ -18,12 +18,15 @@ use super::runtime::RuntimeSection;
 use super::units::{HOUR, SECOND, duration, within};
 use super::webhook::WebhookSection;
 use crate::control::informer::CacheOptions;
+use crate::meta::files::{self, LocalReadError};
 use crate::sandbox::hostapi::PermissionRule;
 
 /// The `apiVersion` of a host config.
 pub const API_VERSION: &str = "wasmctrl.dev/v1alpha1";
 /// The `kind` of a host config.
 pub const KIND: &str = "HostConfig";
+/// The largest config file read: room for thousands of plugin entries.
+pub const MAX_CONFIG_BYTES: u64 = 4 << 20;
 
 /// The whole host config.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -121,11 +124,25 @@ fn default_cache_sync_timeout() -> Duration {
 }
 
 impl HostConfig {
-    /// Reads, parses and validates the config file at `file`.
+    /// Reads, parses and validates the config file at `file`: a regular
+    /// file of at most [`MAX_CONFIG_BYTES`] of UTF-8 (the path may name a
+    /// FIFO or a device, whose size says nothing of what a read returns).
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+        let read_error = |source| ConfigError::Read {
             file: file.to_path_buf(),
             source,
+        };
+        let bytes = files::read_regular_blocking(file, MAX_CONFIG_BYTES).map_err(|e| {
+            read_error(match e {
+                LocalReadError::Io(e) => e,
+                refused => std::io::Error::other(refused.to_string()),
+            })
+        })?;
+        let text = String::from_utf8(bytes).map_err(|_| {
+            read_error(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "it is not UTF-8 text",
+            ))
         })?;
         let base_dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
         Self::parse(file, &text, base_dir)

@@ -40,7 +40,7 @@ mod webhook;
 
 pub use election::{LeaderElectionConfig, ShardingConfig};
 pub use error::{ConfigError, FieldProblem};
-pub use host::{API_VERSION, AdminConfig, CacheSection, HostConfig, KIND};
+pub use host::{API_VERSION, AdminConfig, CacheSection, HostConfig, KIND, MAX_CONFIG_BYTES};
 pub use limits::LimitsConfig;
 pub use plugin::{InstanceModeConfig, PluginConfig, RateLimiterConfig, check_plugin_name};
 pub use plugins_from::{MAX_ALLOW_HOSTS, PLUGINS_FROM_KIND, PluginsFrom};

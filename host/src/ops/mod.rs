@@ -5,7 +5,6 @@
 //! config and sandbox.
 
 pub(crate) mod admin;
-pub(crate) mod files;
 pub mod malloc;
 pub mod manager;
 pub mod rbac;

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 use hmac::{Hmac, Mac};
 
 use crate::control::metrics::DiskRefusal;
+use crate::meta::files::{self, LocalReadError};
 use sha2::{Digest as _, Sha256};
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -313,6 +314,10 @@ impl ComponentCache {
         let mut bytes = component.serialize()?;
         let dir = file.parent().unwrap_or(std::path::Path::new("."));
         create_private_dir(dir)?;
+        // What is stored where others can write would not be loaded.
+        files::private_dir(dir).map_err(|e| {
+            wasmtime::Error::msg(format!("the cache directory {}: {e}", dir.display()))
+        })?;
         let digest = file_digest(file);
         let tag = self.mac(dir, &digest, &bytes)?;
         let len = bytes.len();
@@ -325,14 +330,19 @@ impl ComponentCache {
         Ok(bytes)
     }
 
-    /// The artifact's bytes if its trailing MAC is valid.
+    /// The artifact's bytes if its trailing MAC is valid, and its directory
+    /// writable by the host's user alone: the MAC's key lives there too,
+    /// so whoever else could write it could forge an artifact.
     fn read_verified(&self, file: &std::path::Path, digest: &str) -> Result<Vec<u8>, String> {
-        let mut bytes = std::fs::read(file).map_err(|e| format!("cannot read it: {e}"))?;
+        let dir = file.parent().unwrap_or(std::path::Path::new("."));
+        files::private_dir(dir)
+            .map_err(|e| format!("the cache directory {}: {e}", dir.display()))?;
+        let mut bytes = files::read_regular_blocking(file, MAX_ARTIFACT_BYTES)
+            .map_err(|e| format!("cannot read it: {e}"))?;
         if bytes.len() < MAC_LEN {
             return Err("truncated".into());
         }
         let tag = bytes.split_off(bytes.len() - MAC_LEN);
-        let dir = file.parent().unwrap_or(std::path::Path::new("."));
         let key = self.key(dir).map_err(|e| format!("no cache key: {e}"))?;
         let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes any key length");
         mac.update(digest.as_bytes());
@@ -357,16 +367,14 @@ impl ComponentCache {
     /// first use.
     fn key(&self, dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
         let path = dir.join(".key");
-        match std::fs::read(&path) {
+        let not_a_key =
+            || std::io::Error::other(format!("{} is not a {KEY_LEN}-byte key", path.display()));
+        match files::read_regular_blocking(&path, KEY_LEN as u64) {
             Ok(k) if k.len() == KEY_LEN => return Ok(k),
-            Ok(_) => {
-                return Err(std::io::Error::other(format!(
-                    "{} is not a {KEY_LEN}-byte key",
-                    path.display()
-                )));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+            Ok(_) | Err(LocalReadError::TooLarge { .. }) => return Err(not_a_key()),
+            Err(e) if e.not_found() => {}
+            Err(LocalReadError::Io(e)) => return Err(e),
+            Err(e) => return Err(std::io::Error::other(format!("{}: {e}", path.display()))),
         }
         create_private_dir(dir)?;
         let mut key = vec![0u8; KEY_LEN];
@@ -377,7 +385,10 @@ impl ComponentCache {
         // everyone uses the key that is there afterwards.
         if std::fs::hard_link(&tmp, &path).is_err() {
             let _ = std::fs::remove_file(&tmp);
-            return std::fs::read(&path);
+            return match files::read_regular_blocking(&path, KEY_LEN as u64) {
+                Ok(k) if k.len() == KEY_LEN => Ok(k),
+                _ => Err(not_a_key()),
+            };
         }
         let _ = std::fs::remove_file(&tmp);
         Ok(key)
@@ -387,6 +398,9 @@ impl ComponentCache {
 type HmacSha256 = Hmac<Sha256>;
 const MAC_LEN: usize = 32;
 const KEY_LEN: usize = 32;
+/// The largest compiled artifact read back: an interpreter's component
+/// compiles to tens of MiB, and a path may name a device or a FIFO.
+const MAX_ARTIFACT_BYTES: u64 = 1 << 30;
 
 /// The digest part of an artifact's file name (`<hex>-<engine>.cwasm`).
 fn file_digest(file: &std::path::Path) -> String {
@@ -405,14 +419,21 @@ fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
         .create(dir)
 }
 
+/// Writes a new file at `path` (mode 0600), never through a link: what is
+/// there already (a file a process that died left, or a planted link) is
+/// removed first, and the file is created exclusively.
 fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
     let mut f = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)?;
     f.write_all(bytes)?;
     f.sync_all()
@@ -575,6 +596,19 @@ fn short(digest: &str) -> &str {
 mod tests {
     use super::*;
     use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn a_private_write_replaces_a_planted_link_instead_of_following_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let tmp = dir.path().join("artifact.tmp1");
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        write_private(&tmp, b"artifact").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(std::fs::symlink_metadata(&tmp).unwrap().is_file());
+        assert_eq!(std::fs::read(&tmp).unwrap(), b"artifact");
+    }
 
     /// Executable mappings of files under `dir` in this process.
     #[cfg(target_os = "linux")]

@@ -218,6 +218,58 @@ async fn a_tampered_compiled_artifact_is_recompiled_not_loaded() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The MAC's key lives beside the artifacts, so an artifact is loaded only
+/// from a directory no one but the host's user can write, and only from a
+/// regular file.
+#[tokio::test]
+async fn an_artifact_in_a_directory_others_can_write_is_not_loaded() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("wasmctrl-cache-open-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = RuntimeConfig {
+        max_instances: 8,
+        cache_dir: Some(dir.clone()),
+        ..RuntimeConfig::default()
+    };
+    let hit = || async {
+        load(
+            &runtime_with(config.clone()),
+            "noop",
+            artifacts::NOOP,
+            Limits::default(),
+        )
+        .await
+        .cache_hit()
+    };
+    assert_eq!(hit().await, CacheHit::Compiled);
+    assert_eq!(hit().await, CacheHit::Disk);
+    let refused = || wasmctrl::control::metrics::disk_refusals(DiskRefusal::CompiledArtifact);
+    let before = refused();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert_eq!(
+        hit().await,
+        CacheHit::Compiled,
+        "an artifact was loaded from a directory anyone can write"
+    );
+    assert!(refused() > before, "the refusal is counted");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(hit().await, CacheHit::Disk);
+    // An artifact that is a link to a device is refused, not read forever.
+    let artifact = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "cwasm"))
+        .expect("a compiled artifact on disk");
+    std::fs::remove_file(&artifact).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &artifact).unwrap();
+    assert_eq!(hit().await, CacheHit::Compiled);
+    assert!(
+        std::fs::symlink_metadata(&artifact).unwrap().is_file(),
+        "the link was replaced by the recompiled artifact"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test]
 async fn a_version_no_plugin_holds_is_evicted_from_memory() {
     let rt = runtime();

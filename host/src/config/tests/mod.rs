@@ -152,6 +152,27 @@ fn a_missing_file_is_named() {
     );
 }
 
+#[test]
+fn a_config_path_naming_a_device_a_huge_file_or_binary_is_refused() {
+    let err = HostConfig::load(Path::new("/dev/zero"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("/dev/zero: cannot read") && err.contains("character device"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let huge = dir.path().join("huge.yaml");
+    let file = std::fs::File::create(&huge).unwrap();
+    file.set_len(crate::config::MAX_CONFIG_BYTES + 1).unwrap();
+    let err = HostConfig::load(&huge).unwrap_err().to_string();
+    assert!(err.contains("larger than 4194304 bytes"), "{err}");
+    let binary = dir.path().join("binary.yaml");
+    std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+    let err = HostConfig::load(&binary).unwrap_err().to_string();
+    assert!(err.contains("not UTF-8"), "{err}");
+}
+
 /// Values that once panicked the host or a task are refused at parse time,
 /// naming the field.
 #[test]

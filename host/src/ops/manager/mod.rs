@@ -270,7 +270,7 @@ impl Manager {
         let outbound_tls = match &config.runtime.ca_bundle {
             Some(file) => {
                 let path = config.base_dir.join(file);
-                let pem = crate::ops::files::read_regular_blocking(
+                let pem = crate::meta::files::read_regular_blocking(
                     &path,
                     crate::meta::pem::MAX_BUNDLE_BYTES as u64,
                 )
@@ -683,7 +683,7 @@ fn read_admin_token(path: &std::path::Path) -> Result<String, ManagerError> {
         path: path.to_path_buf(),
         message,
     };
-    let bytes = crate::ops::files::read_regular_blocking(path, MAX_ADMIN_TOKEN_FILE)
+    let bytes = crate::meta::files::read_regular_blocking(path, MAX_ADMIN_TOKEN_FILE)
         .map_err(|e| refused(e.to_string()))?;
     let token =
         String::from_utf8(bytes).map_err(|_| refused("the token is not UTF-8 text".to_string()))?;

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use futures::future::BoxFuture;
 use serde::Deserialize;
 
-use crate::ops::files::{LocalReadError, read_regular};
+use crate::meta::files::{LocalReadError, read_regular};
 
 /// The largest config file read.
 const MAX_CONFIG: u64 = 1 << 20;

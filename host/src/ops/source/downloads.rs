@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
-use crate::ops::files::read_regular;
+use crate::meta::files::read_regular;
 use crate::sandbox::digest;
 
 /// The largest reference record read back.
@@ -290,7 +290,9 @@ pub(crate) fn is_sha256(d: &str) -> bool {
     })
 }
 
-/// Writes `bytes` next to `path` and renames the file into place.
+/// Writes `bytes` next to `path` and renames the file into place. The
+/// temporary file is created new and never through a link, so a link
+/// planted at its name cannot have the host overwrite another file.
 async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().expect("cache files live in a directory");
@@ -302,7 +304,13 @@ async fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));
     let result = async {
-        let mut file = tokio::fs::File::create(&tmp).await?;
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .await?;
         tokio::io::AsyncWriteExt::write_all(&mut file, bytes).await?;
         file.sync_all().await?;
         drop(file);

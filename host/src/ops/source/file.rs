@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use super::{Artifact, PluginSource, SourceError};
 use crate::config::DEFAULT_MAX_SIZE;
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
-use crate::ops::files::{LocalReadError, read_regular};
+use crate::meta::files::{LocalReadError, read_regular};
 use crate::sandbox::digest;
 
 /// How long file events settle before subscribers hear of them (editors and

@@ -30,6 +30,7 @@ use futures::future::BoxFuture;
 use super::{CallResponse, HostCall, Key, Outcome, TRANSCRIPT_VERSION, Transcript};
 use crate::control::metrics::{Metrics, PluginLabel, PluginReasonLabels};
 use crate::control::reconcile::{Action, ObjectKey, ReconcileError, ReconcileRequest};
+use crate::meta::files;
 use crate::sandbox::hostapi::{
     ApiError, KubeApi, KubeRequest, KubeResponse, LabelSelector, Layer, Layered, Next,
 };
@@ -97,7 +98,9 @@ impl Recorder {
             .mode(0o700)
             .create(&options.dir)
             .map_err(fail)?;
-        trusted_dir(&options.dir).map_err(fail)?;
+        // Transcripts hold what the plugin read, and a planted link would
+        // have the host overwrite the file it names.
+        files::private_dir(&options.dir).map_err(fail)?;
         let mut files = Files::open(plugin, &options).map_err(fail)?;
         let (lines, received) = std::sync::mpsc::sync_channel::<String>(BACKLOG);
         let labels = PluginReasonLabels {
@@ -404,34 +407,6 @@ impl Files {
         self.bytes = 0;
         Ok(())
     }
-}
-
-/// Refuses a transcript directory someone other than the host's user
-/// could plant files or links in: transcripts hold what the plugin read,
-/// and a planted link would have the host overwrite the file it names.
-/// A directory that already existed keeps its mode, so it is checked, not
-/// assumed.
-fn trusted_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(dir)?;
-    if !meta.is_dir() {
-        return Err(io::Error::other("it is not a directory"));
-    }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let uid = unsafe { libc::geteuid() };
-    if meta.uid() != uid {
-        return Err(io::Error::other(format!(
-            "refusing it: it is owned by uid {}, not by the host's user (uid {uid}), so another user controls what is in it",
-            meta.uid()
-        )));
-    }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o022 != 0 {
-        return Err(io::Error::other(format!(
-            "refusing it: its mode {mode:04o} lets other users create files and links in it; make it writable only by its owner (chmod 700)"
-        )));
-    }
-    Ok(())
 }
 
 /// Opens a transcript file, created 0600, never through a symbolic link:

@@ -19,7 +19,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
-use crate::ops::files::LocalReadError;
+use crate::meta::files::LocalReadError;
 
 /// How long the host's own CA is valid.
 const CA_VALIDITY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
@@ -342,7 +342,7 @@ fn read_bytes(path: &Path) -> Result<Vec<u8>, CertError> {
 /// The bytes of a certificate or key file of at most [`MAX_FILE_BYTES`],
 /// or why it cannot be read.
 pub(super) fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
-    crate::ops::files::read_regular_blocking(path, MAX_FILE_BYTES).map_err(|e| match e {
+    crate::meta::files::read_regular_blocking(path, MAX_FILE_BYTES).map_err(|e| match e {
         LocalReadError::TooLarge { len, max } => format!("{len} bytes; at most {max}"),
         e => e.to_string(),
     })

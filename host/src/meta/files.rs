@@ -101,6 +101,33 @@ pub(crate) fn read_regular_blocking(path: &Path, max: u64) -> Result<Vec<u8>, Lo
     within(bytes, max)
 }
 
+/// Refuses a directory someone other than the host's user could plant
+/// files or links in: it must be a directory owned by the host's
+/// effective user and writable by no one else. A directory that already
+/// existed keeps its mode, so it is checked, not assumed.
+pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(dir)?;
+    if !meta.is_dir() {
+        return Err(io::Error::other("it is not a directory"));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::geteuid() };
+    if meta.uid() != uid {
+        return Err(io::Error::other(format!(
+            "refusing it: it is owned by uid {}, not by the host's user (uid {uid}), so another user controls what is in it",
+            meta.uid()
+        )));
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(io::Error::other(format!(
+            "refusing it: its mode {mode:04o} lets other users create files and links in it; make it writable only by its owner (chmod 700)"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
