@@ -173,14 +173,21 @@ pub fn pack(
 /// The image manifest `raw` holds (`raw` as a registry served it, within
 /// its size bound); the error says why it is not one, quoting a bounded
 /// piece of it.
+///
+/// It is read straight into its fields, never into a tree: what the
+/// manifest holds besides them is skipped as it is read, so 4 MiB of
+/// values the host does not use cost it no memory.
 pub fn parse_manifest(raw: &[u8]) -> Result<oci_client::manifest::OciImageManifest, String> {
-    let value: serde_json::Value =
-        serde_json::from_slice(raw).map_err(|e| bounded(e.to_string()))?;
-    if value.get("manifests").is_some() {
+    #[derive(serde::Deserialize)]
+    struct Index {
+        manifests: Option<serde::de::IgnoredAny>,
+    }
+    let index: Index = serde_json::from_slice(raw).map_err(|e| bounded(e.to_string()))?;
+    if index.manifests.is_some() {
         return Err("it is an image index (a list of manifests), not an image manifest".into());
     }
     let manifest: oci_client::manifest::OciImageManifest =
-        serde_json::from_value(value).map_err(|e| bounded(e.to_string()))?;
+        serde_json::from_slice(raw).map_err(|e| bounded(e.to_string()))?;
     if manifest.schema_version != 2 {
         return Err(format!(
             "its schemaVersion is {}; an image manifest's is 2",
@@ -242,7 +249,7 @@ const MAX_QUOTED: usize = 256;
 
 /// `s` quoted as Rust quotes it, at most [`MAX_QUOTED`] bytes of the
 /// quote.
-fn shown(s: &str) -> String {
+pub(super) fn shown(s: &str) -> String {
     let mut out = String::from("\"");
     for c in s.chars() {
         if out.len() >= MAX_QUOTED {
@@ -256,7 +263,7 @@ fn shown(s: &str) -> String {
 
 /// A parser's `message`, which may quote the registry's strings whole, cut
 /// to [`MAX_QUOTED`] bytes and made one line.
-fn bounded(message: String) -> String {
+pub(super) fn bounded(message: String) -> String {
     let mut out = String::new();
     for c in message.chars() {
         if out.len() >= MAX_QUOTED {

@@ -180,9 +180,9 @@ pub(crate) fn client(timeout: std::time::Duration, rule: Rule) -> Result<reqwest
         .map_err(|e| format!("cannot set up an HTTP client: {e}"))
 }
 
-/// Up to `limit` bytes of `response`'s body, for an error message: what
-/// is past it is not read. Says so when the body was cut.
-pub(crate) async fn error_text(mut response: reqwest::Response, limit: usize) -> String {
+/// Up to `limit` bytes of `response`'s body, for an error message, and
+/// whether there was more: what is past the bound is not read.
+pub(crate) async fn error_text(mut response: reqwest::Response, limit: usize) -> (String, bool) {
     let mut out = Vec::new();
     let mut cut = false;
     // A body that breaks off is shown as far as it came.
@@ -195,23 +195,19 @@ pub(crate) async fn error_text(mut response: reqwest::Response, limit: usize) ->
         }
         out.extend_from_slice(&chunk);
     }
-    let mut text = String::from_utf8_lossy(&out).into_owned();
     if cut {
         count_source_refusal(SourceRefusal::ErrorAnswer);
-        text.push_str(&format!(
-            " … (the answer exceeds {limit} bytes; the rest was not read)"
-        ));
     }
-    text
+    (String::from_utf8_lossy(&out).into_owned(), cut)
 }
 
 /// Collects `body` (whose announced length is `announced`) into memory,
 /// refusing more than `limit` bytes before reading them.
-pub(crate) async fn read_bounded<E: std::fmt::Display>(
+pub(crate) async fn read_bounded(
     origin: &str,
     announced: Option<u64>,
     limit: u64,
-    body: impl Stream<Item = Result<bytes::Bytes, E>>,
+    body: impl Stream<Item = Result<bytes::Bytes, reqwest::Error>>,
 ) -> Result<Vec<u8>, SourceError> {
     let too_large = |size| {
         count_source_refusal(SourceRefusal::Component);
@@ -229,7 +225,7 @@ pub(crate) async fn read_bounded<E: std::fmt::Display>(
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| SourceError::Download {
             origin: origin.to_string(),
-            message: format!("the download broke off: {e}"),
+            message: format!("the download broke off: {}", described(e)),
         })?;
         if (out.len() + chunk.len()) as u64 > limit {
             return Err(too_large(None));
@@ -239,9 +235,16 @@ pub(crate) async fn read_bounded<E: std::fmt::Display>(
     Ok(out)
 }
 
+/// A request's error with its causes, without the URL reqwest appends to
+/// its text (` for url (…)`, with the query, which may carry a signature,
+/// and after a redirect the URL the server chose).
+pub(crate) fn described(e: reqwest::Error) -> String {
+    chain(&e.without_url())
+}
+
 /// An error with its causes (`reqwest` and `oci-client` errors keep the
 /// useful part, "connection refused", in their sources).
-pub(crate) fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

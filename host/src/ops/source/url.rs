@@ -7,7 +7,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 
 use super::Reach;
-use super::http::{self, PlainHttp, Rule, chain, read_bounded, refused_by_rule};
+use super::http::{self, PlainHttp, Rule, described, read_bounded, refused_by_rule};
 use super::{Artifact, DiskCache, PluginSource, SourceError};
 use crate::config::UrlSourceSpec;
 use crate::sandbox::digest;
@@ -81,8 +81,9 @@ impl UrlSource {
         rule.check(&url).map_err(not_allowed)?;
         let client = http::client(self.spec.limits.timeout, rule).map_err(&failed)?;
         let response = client.get(url).send().await.map_err(|e| {
-            let message = format!("cannot download: {}", chain(&e));
-            if refused_by_rule(&e) {
+            let refused = refused_by_rule(&e);
+            let message = format!("cannot download: {}", described(e));
+            if refused {
                 not_allowed(message)
             } else {
                 failed(message)
@@ -229,6 +230,25 @@ mod tests {
         assert_eq!(s.fetch().await.unwrap().bytes, COMPONENT);
         let (s, _dir) = source(format!("http://{addr}/c"), Reach::Anywhere);
         assert_eq!(s.fetch().await.unwrap().bytes, COMPONENT);
+    }
+
+    #[tokio::test]
+    async fn a_signature_in_the_query_never_reaches_an_error() {
+        // A port nothing listens on: the connection is refused.
+        let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = closed.local_addr().unwrap();
+        drop(closed);
+        let (s, _dir) = source(format!("http://{addr}/c?sig=s3cr3t"), Reach::Anywhere);
+        let e = s.fetch().await.unwrap_err().to_string();
+        assert!(e.contains("cannot download"), "{e}");
+        assert!(!e.contains("s3cr3t"), "the query reached the error: {e}");
+        // Past the redirects allowed, reqwest names the URL it stopped at:
+        // one the server chose, with a signature of its own.
+        let (addr, _) = serve(Some("/r?sig=s3cr3t".into())).await;
+        let (s, _dir) = source(format!("http://{addr}/r"), Reach::Anywhere);
+        let e = s.fetch().await.unwrap_err().to_string();
+        assert!(e.contains("more than 5 redirects"), "{e}");
+        assert!(!e.contains("s3cr3t"), "the query reached the error: {e}");
     }
 
     #[tokio::test]

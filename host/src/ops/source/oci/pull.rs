@@ -58,7 +58,8 @@ impl Registry {
         };
         if !is_sha256(&d) {
             return Err(self.refused(format!(
-                "the registry resolved the tag to {d:?}, not a sha256 digest"
+                "the registry resolved the tag to {}, not a sha256 digest",
+                artifact::shown(&d)
             )));
         }
         Ok(d)

@@ -10,8 +10,9 @@ use super::options::RegistryOptions;
 use crate::control::metrics::{SourceRefusal, count_source_refusal};
 use crate::ops::source::Reach;
 use crate::ops::source::SourceError;
+use crate::ops::source::artifact;
 use crate::ops::source::credentials;
-use crate::ops::source::http::{self, PlainHttp, Rule, chain, error_text, refused_by_rule};
+use crate::ops::source::http::{self, PlainHttp, Rule, described, error_text, refused_by_rule};
 
 /// The most bytes of a registry's token endpoint answer read.
 pub const MAX_TOKEN_ANSWER: usize = 64 << 10;
@@ -168,7 +169,8 @@ impl Registry {
         };
         let realm = reqwest::Url::parse(&realm).map_err(|e| {
             self.refused(format!(
-                "the registry's token realm {realm:?} is not a URL: {e}"
+                "the registry's token realm {} is not a URL: {e}",
+                artifact::shown(&realm)
             ))
         })?;
         self.rule.check(&realm).map_err(|why| {
@@ -188,10 +190,13 @@ impl Registry {
         let response = request.send().await.map_err(|e| self.send_failure(e))?;
         let status = response.status();
         if !status.is_success() {
-            let text = error_text(response, MAX_ERROR_ANSWER).await;
+            let (text, cut) = error_text(response, MAX_ERROR_ANSWER).await;
             return Err(self.status_failure(
                 status,
-                format!("the registry's token endpoint answered {status}: {text}"),
+                format!(
+                    "the registry's token endpoint answered {status}: {}",
+                    quote_answer(text, cut)
+                ),
             ));
         }
         let body = self
@@ -259,7 +264,7 @@ impl Registry {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| Failure::Unreachable(format!("{what} broke off: {}", chain(&e))))?
+            .map_err(|e| Failure::Unreachable(format!("{what} broke off: {}", described(e))))?
         {
             if out.len() + chunk.len() > limit {
                 return Err(too_large());
@@ -301,8 +306,9 @@ impl Registry {
     /// A request that got no answer: unreachable, unless the source's rule
     /// refused where it led (a redirect, an address).
     pub(super) fn send_failure(&self, e: reqwest::Error) -> Failure {
-        let message = chain(&e);
-        if refused_by_rule(&e) {
+        let refused = refused_by_rule(&e);
+        let message = described(e);
+        if refused {
             return Failure::refused(SourceError::NotAllowed {
                 origin: self.origin.clone(),
                 message,
@@ -322,7 +328,7 @@ impl Registry {
     /// [`MAX_ERROR_ANSWER`].
     pub(super) async fn answer_failure(&self, response: reqwest::Response) -> Failure {
         let status = response.status();
-        let text = error_text(response, MAX_ERROR_ANSWER).await;
+        let (text, cut) = error_text(response, MAX_ERROR_ANSWER).await;
         #[derive(serde::Deserialize)]
         struct Envelope {
             errors: Vec<ErrorEntry>,
@@ -354,7 +360,13 @@ impl Registry {
                 .collect::<Vec<_>>()
                 .join("; ")
         };
-        self.status_failure(status, format!("the registry answered {status}: {said}"))
+        self.status_failure(
+            status,
+            format!(
+                "the registry answered {status}: {}",
+                quote_answer(said, cut)
+            ),
+        )
     }
 
     fn status_failure(&self, status: reqwest::StatusCode, message: String) -> Failure {
@@ -368,6 +380,20 @@ impl Registry {
             self.refused(message)
         }
     }
+}
+
+/// What a message quotes of a registry's error answer: its words cut to
+/// one line of at most 256 bytes (they reach the log on every retry, and
+/// the object's status), and whether it said more than was read.
+fn quote_answer(words: String, cut: bool) -> String {
+    let mut quoted = artifact::bounded(words);
+    if cut {
+        quoted.push_str(&format!(
+            " (the answer exceeds {}; the rest was not read)",
+            size(MAX_ERROR_ANSWER)
+        ));
+    }
+    quoted
 }
 
 /// `n` bytes as "64 KiB", "4 MiB".

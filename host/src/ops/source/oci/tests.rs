@@ -101,7 +101,7 @@ async fn an_endless_error_answer_is_read_only_to_its_bound() {
         e.contains("refused access") && e.contains("the rest was not read"),
         "{e}"
     );
-    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    assert!(e.len() < 1024, "{} bytes: {e:.2000}", e.len());
     let addr = serve(|_| {
         Router::new().route("/v2/", get(|| async { "{}" })).route(
             "/v2/p/x/manifests/{at}",
@@ -114,6 +114,7 @@ async fn an_endless_error_answer_is_read_only_to_its_bound() {
         e.contains("answered 400") && e.contains("the rest was not read"),
         "{e}"
     );
+    assert!(e.len() < 1024, "{} bytes: {e:.2000}", e.len());
 }
 
 /// What `push` of a component to `reference` on a plain-HTTP registry
@@ -158,7 +159,7 @@ async fn a_push_reads_token_and_error_answers_only_to_their_bounds() {
         e.contains("refused access") && e.contains("the rest was not read"),
         "{e:.2000}"
     );
-    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    assert!(e.len() < 1024, "{} bytes: {e:.2000}", e.len());
     let addr = serve(|_| {
         Router::new().route("/v2/", get(|| async { "{}" })).route(
             "/v2/p/x/blobs/uploads/",
@@ -171,7 +172,7 @@ async fn a_push_reads_token_and_error_answers_only_to_their_bounds() {
         e.contains("answered 400") && e.contains("the rest was not read"),
         "{e:.2000}"
     );
-    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    assert!(e.len() < 1024, "{} bytes: {e:.2000}", e.len());
     // Blobs accepted, the manifest answered endlessly.
     let addr = serve(|_| {
         Router::new()
@@ -202,7 +203,7 @@ async fn a_push_reads_token_and_error_answers_only_to_their_bounds() {
             && e.contains("the rest was not read"),
         "{e:.2000}"
     );
-    assert!(e.len() < 2 * MAX_ERROR_ANSWER, "{} bytes", e.len());
+    assert!(e.len() < 1024, "{} bytes: {e:.2000}", e.len());
 }
 
 /// An upload location is a URL the registry names: it is held to the
@@ -297,8 +298,9 @@ async fn a_hostile_manifest_is_refused_in_one_bounded_line_asking_nothing_more()
             ),
             "its config digest \"../../../v2/_catalog?n=1\" is not sha256",
         ),
-        // Nested past the parser's depth, within the 4 MiB bound.
-        ("[".repeat(3 << 20).into_bytes(), "recursion limit exceeded"),
+        // Nested 3 million deep, within the 4 MiB bound: skipped without
+        // recursing, never built.
+        ("[".repeat(3 << 20).into_bytes(), "EOF while parsing a list"),
         // A media type of 1.5 MiB of newlines (3 MiB as JSON).
         (
             manifest(
