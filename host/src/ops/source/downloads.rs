@@ -147,7 +147,9 @@ impl DiskCache {
     /// Removes what no source needs any more, and keeps the rest:
     ///
     /// - a record of a tag (`…:TAG`, one per reference, updated in place)
-    ///   is kept;
+    ///   is kept when its component is in `in_use` or when it is one of the
+    ///   `keep` newest tag records: the tags of deleted objects (whose
+    ///   authors choose them) go, with what only they named;
     /// - a record of a pinned manifest (`…@sha256:…`, written for every
     ///   version pulled) is kept when its component is in `in_use`, when a
     ///   tag record names the same manifest, or when it is one of the
@@ -189,11 +191,20 @@ impl DiskCache {
             if record.reference.contains('@') {
                 pinned.push((path, modified, record));
             } else {
-                tags.push(record);
+                tags.push((path, modified, record));
             }
         }
-        let tagged: BTreeSet<&str> = tags.iter().map(|r| r.manifest.as_str()).collect();
-        let mut needed: BTreeSet<String> = tags
+        tags.sort_by_key(|t| std::cmp::Reverse(t.1));
+        let mut kept_tags = Vec::new();
+        for (i, (path, modified, record)) in tags.into_iter().enumerate() {
+            if i < keep || in_use.contains(&record.layer) || recent(modified) {
+                kept_tags.push(record);
+            } else if tokio::fs::remove_file(&path).await.is_ok() {
+                pruned.records += 1;
+            }
+        }
+        let tagged: BTreeSet<&str> = kept_tags.iter().map(|r| r.manifest.as_str()).collect();
+        let mut needed: BTreeSet<String> = kept_tags
             .iter()
             .flat_map(|r| [r.layer.clone(), r.manifest.clone()])
             .collect();
@@ -415,6 +426,24 @@ mod tests {
         std::fs::write(&tmp, b"half").unwrap();
         age(&tmp, hour);
 
+        // Tags of objects since deleted, each naming a component of its
+        // own, newest first.
+        let mut gone = Vec::new();
+        for i in 0..3u32 {
+            let bytes = format!("deleted {i}").into_bytes();
+            cache.write(&bytes).await.unwrap();
+            let record = Resolution {
+                reference: format!("evil.example/x:t{i}"),
+                manifest: digest(format!("deleted manifest {i}").as_bytes()),
+                layer: digest(&bytes),
+                resolved_at: now_rfc3339(),
+            };
+            cache.remember(&record).await.unwrap();
+            age(&cache.record_path(&record.reference), hour * (40 + i));
+            age(&cache.blob_path(&record.layer).unwrap(), hour * (40 + i));
+            gone.push(record);
+        }
+
         let in_use: BTreeSet<String> = [versions[0].0.clone(), digest(&url_blob)].into();
         let pruned = cache.prune(&in_use, 2).await.unwrap();
 
@@ -435,12 +464,22 @@ mod tests {
         assert!(blob(&digest(&url_blob)) && blob(&digest(&fresh)));
         assert!(record(&tag.reference));
         assert!(!blob(&digest(&stale)) && !tmp.exists());
+        // Of the deleted objects' tags, the newest is one of the 2 newest tag
+        // records and stays; the older two go, and so do their components
+        // (older than the 2 newest of those nobody needs).
+        assert!(record(&gone[0].reference) && blob(&gone[0].layer));
+        for old in &gone[1..] {
+            assert!(!record(&old.reference) && !blob(&old.layer), "{old:?}");
+        }
         assert_eq!(
             pruned,
             Pruned {
-                records: 4,
-                blobs: 4,
-                bytes: (2 * b"component v1".len() + stale.len() + b"half".len()) as u64,
+                records: 6,
+                blobs: 6,
+                bytes: (2 * b"component v1".len()
+                    + 2 * b"deleted 1".len()
+                    + stale.len()
+                    + b"half".len()) as u64,
             }
         );
         // Nothing more goes the second time.
