@@ -1198,6 +1198,58 @@ async fn an_objects_source_on_loopback_is_refused_unless_allow_hosts_names_it_an
     host.stop().await.unwrap();
 }
 
+/// What the objects' loads hold in memory together is bounded: an object
+/// whose component is larger than `pluginsFrom.maxLoadingBytes` is refused
+/// as unavailable (tried again later) before anything is compiled, the
+/// refusal is counted, and nothing stays held; another object's smaller
+/// component loads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_objects_load_past_the_loading_budget_is_refused_as_unavailable() {
+    let cluster = Cluster::start().await;
+    install_crd(&cluster).await;
+    let config = host_config("").replace(
+        "allowFileSources: true }",
+        "allowFileSources: true, maxLoadingBytes: 1Mi }",
+    );
+    assert!(config.contains("maxLoadingBytes"), "{config}");
+    let host = cluster.host(&config).await;
+    let big = std::fs::metadata(artifacts::WEBAPP).unwrap().len();
+    assert!(big > 1 << 20, "the webapp component is {big} bytes");
+    let source = format!("{{ file: {} }}", artifacts::WEBAPP);
+    let file = cluster.file("big.yaml", &object("big", &source, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    let s = status_where(&cluster, "big", "refused for the loading budget", |s, _| {
+        condition(s, "Degraded").1 == "SourceUnavailable"
+    })
+    .await;
+    let (_, _, message) = condition(&s, "Degraded");
+    assert!(
+        message.contains("pluginsFrom.maxLoadingBytes") && message.contains("1048576 bytes"),
+        "{message}"
+    );
+    assert!(host.plugin("big").await.is_none(), "nothing runs");
+    let metrics = host.metrics.encode();
+    let counted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"wasmctrl_source_refusals_total{reason="loadingBytes"} "#))
+        .and_then(|n| n.parse::<u64>().ok())
+        .unwrap_or_default();
+    assert!(counted >= 1, "{metrics}");
+    assert!(
+        metrics.contains("wasmctrl_object_component_bytes 0\n"),
+        "nothing stays held:\n{metrics}"
+    );
+
+    let small = format!("{{ file: {} }}", artifacts::STAMP_V2);
+    let file = cluster.file("small.yaml", &object("small", &small, ""));
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    eventually("the smaller component loaded", LIMIT, || async {
+        host.plugin("small").await
+    })
+    .await;
+    host.stop().await.unwrap();
+}
+
 /// An object whose download stalls holds up no other object: while its
 /// fetch waits on a server that answers nothing (for up to its timeout,
 /// 5 minutes), another object's plugin loads and, once that object is

@@ -43,7 +43,9 @@ pub use error::{ConfigError, FieldProblem};
 pub use host::{API_VERSION, AdminConfig, CacheSection, HostConfig, KIND, MAX_CONFIG_BYTES};
 pub use limits::LimitsConfig;
 pub use plugin::{InstanceModeConfig, PluginConfig, RateLimiterConfig, check_plugin_name};
-pub use plugins_from::{MAX_ALLOW_HOSTS, PLUGINS_FROM_KIND, PluginsFrom};
+pub use plugins_from::{
+    DEFAULT_MAX_LOADING_BYTES, MAX_ALLOW_HOSTS, PLUGINS_FROM_KIND, PluginsFrom,
+};
 pub use record::{MAX_RECORD_BYTES, RecordConfig};
 pub use rollout::{CanaryConfig, CandidateConfig, CandidateMode};
 pub use runtime::{GuestCpuSection, RuntimeSection};

@@ -6,7 +6,7 @@ use serde::Deserialize;
 use super::election::default_namespace;
 use super::error::FieldProblem;
 use super::runtime::RuntimeSection;
-use super::units::rate;
+use super::units::{bytes_within, quantity, rate};
 use crate::meta::syntax;
 
 /// The kind `pluginsFrom` accepts.
@@ -63,6 +63,19 @@ pub struct PluginsFrom {
     /// `outbound` is refused. At most 64 rules.
     #[serde(default)]
     pub max_outbound: Vec<crate::sandbox::outbound::OutboundRule>,
+    /// The most bytes of components the objects' loads hold in memory
+    /// together, from the first byte downloaded or read from the cache
+    /// until the plugin is compiled; a load that would pass it is refused
+    /// as unavailable and tried again later. Default 1Gi; 1Mi–64Gi.
+    #[serde(default = "default_max_loading_bytes", deserialize_with = "quantity")]
+    pub max_loading_bytes: u64,
+}
+
+/// `maxLoadingBytes` unset: four components of the default `maxSize`.
+pub const DEFAULT_MAX_LOADING_BYTES: u64 = 1 << 30;
+
+fn default_max_loading_bytes() -> u64 {
+    DEFAULT_MAX_LOADING_BYTES
 }
 
 /// The most hosts `pluginsFrom.allowHosts` may name: each is compared with
@@ -103,6 +116,10 @@ impl PluginsFrom {
                 ));
             }
         }
+        check(
+            "pluginsFrom.maxLoadingBytes",
+            bytes_within(self.max_loading_bytes, (1 << 20)..=(64 << 30)),
+        )?;
         if self.max_outbound.len() > 64 {
             return Err(FieldProblem::new(
                 "pluginsFrom.maxOutbound",

@@ -167,3 +167,26 @@ fn plugins_from_allow_hosts_are_checked() {
         assert!(err.contains(words), "{list}: {err}");
     }
 }
+
+#[test]
+fn plugins_from_max_loading_bytes_defaults_to_a_gibibyte_within_its_range() {
+    let head = "apiVersion: wasmctrl.dev/v1alpha1\nkind: HostConfig\n";
+    let c = parse(&format!("{head}pluginsFrom: {{ kind: WasmReconciler }}\n")).unwrap();
+    assert_eq!(c.plugins_from.unwrap().max_loading_bytes, 1 << 30);
+    let c = parse(&format!(
+        "{head}pluginsFrom: {{ kind: WasmReconciler, maxLoadingBytes: 512Mi }}\n"
+    ))
+    .unwrap();
+    assert_eq!(c.plugins_from.unwrap().max_loading_bytes, 512 << 20);
+    for value in ["512Ki", "65Gi"] {
+        let err = parse(&format!(
+            "{head}pluginsFrom: {{ kind: WasmReconciler, maxLoadingBytes: {value} }}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("pluginsFrom.maxLoadingBytes") && err.contains("1Mi"),
+            "{value}: {err}"
+        );
+    }
+}

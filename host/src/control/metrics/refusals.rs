@@ -30,10 +30,13 @@ pub enum SourceRefusal {
     /// JSON, shape, media types or digests), or a component layer larger
     /// than the source's `maxSize`.
     NotAnArtifact,
+    /// A WasmReconciler object's load refused because the loads under way
+    /// hold `pluginsFrom.maxLoadingBytes` of components already.
+    LoadingBytes,
 }
 
 impl SourceRefusal {
-    const ALL: [SourceRefusal; 7] = [
+    const ALL: [SourceRefusal; 8] = [
         SourceRefusal::InternalAddress,
         SourceRefusal::Redirect,
         SourceRefusal::TokenAnswer,
@@ -41,6 +44,7 @@ impl SourceRefusal {
         SourceRefusal::Component,
         SourceRefusal::ErrorAnswer,
         SourceRefusal::NotAnArtifact,
+        SourceRefusal::LoadingBytes,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -52,6 +56,7 @@ impl SourceRefusal {
             SourceRefusal::Component => "component",
             SourceRefusal::ErrorAnswer => "errorAnswer",
             SourceRefusal::NotAnArtifact => "notAnArtifact",
+            SourceRefusal::LoadingBytes => "loadingBytes",
         }
     }
 }

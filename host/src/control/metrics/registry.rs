@@ -61,6 +61,9 @@ pub struct Metrics {
     /// (`GrantExceedsMaxGrant`, `LimitsExceedMaxApiQps`, `SourceNotAllowed`,
     /// …: the host's fixed set, never an object's string).
     pub object_refusals: Family<ReasonLabel, Counter>,
+    /// Bytes of components the WasmReconciler objects' loads under way
+    /// hold in memory (at most `pluginsFrom.maxLoadingBytes`).
+    pub object_component_bytes: Gauge,
     /// Reconciles per version while a canary runs.
     pub versioned_reconciles: PluginFamily<PluginVersionResultLabels, Counter>,
     /// Reconcile time per version while a canary runs.
@@ -145,6 +148,7 @@ impl Metrics {
             record_transcripts: PluginFamily::default(),
             record_dropped: PluginFamily::default(),
             object_refusals: Family::default(),
+            object_component_bytes: Gauge::default(),
             versioned_reconciles: PluginFamily::default(),
             versioned_reconcile_time: PluginFamily::new_with_constructor(seconds_histogram),
             canary_rollbacks: PluginFamily::default(),
@@ -545,6 +549,11 @@ impl Metrics {
                 "wasmctrl_object_refusals",
                 "WasmReconciler objects refused (their plugin not run as specified), per reason",
                 m.object_refusals.clone(),
+            );
+            r.register(
+                "wasmctrl_object_component_bytes",
+                "Bytes of components that WasmReconciler objects' loads under way hold in memory, from the first byte read until the plugin is compiled (at most pluginsFrom.maxLoadingBytes)",
+                m.object_component_bytes.clone(),
             );
             r.register(
                 "wasmctrl_disk_refusals",

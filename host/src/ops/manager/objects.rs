@@ -88,7 +88,7 @@ use crate::control::metrics::Metrics;
 use crate::control::workqueue::WorkQueue;
 use crate::control::workqueue::ratelimit::{BucketRateLimiter, controller_rate_limiter};
 use crate::ops::source::{
-    self, DiskCache, OciSource, PluginSource, PullSecret, Reach, SourceError, UrlSource,
+    self, DiskCache, OciSource, PluginSource, PullSecret, Reach, SourceError, UrlSource, held,
 };
 use crate::sandbox::hostapi::{Gvk, PermissionRule};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
@@ -129,6 +129,9 @@ pub(super) struct ObjectPlugins {
     records: Mutex<BTreeMap<String, Record>>,
     /// Each object's plugin being started or rebuilt, off the workers.
     applying: Mutex<BTreeMap<String, Applying>>,
+    /// What the objects' loads hold in memory together
+    /// (`pluginsFrom.maxLoadingBytes`).
+    loading: Arc<held::Budget>,
 }
 
 /// What the host knows of one object.
@@ -208,6 +211,10 @@ impl ObjectPlugins {
             queue,
             records: Mutex::new(BTreeMap::new()),
             applying: Mutex::new(BTreeMap::new()),
+            loading: held::Budget::new(
+                from.max_loading_bytes,
+                metrics.object_component_bytes.clone(),
+            ),
         }))
     }
 
@@ -291,6 +298,15 @@ impl Host {
         let objects = self.objects.as_ref()?;
         (config.limits.api_qps.is_none() || objects.owns(&config.name))
             .then(|| objects.api_budget.clone())
+    }
+
+    /// The budget the loads of plugin `name` are charged to: its object's
+    /// (`pluginsFrom.maxLoadingBytes`), or None for a config plugin.
+    pub(super) fn loading_budget(&self, name: &str) -> Option<Arc<held::Budget>> {
+        self.objects
+            .as_ref()
+            .filter(|objects| objects.owns(name))
+            .map(|objects| objects.loading.clone())
     }
 
     /// The source of `config`. An object's `oci` source reads registry

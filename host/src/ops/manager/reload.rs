@@ -21,7 +21,7 @@ use super::wiring::{enqueue_all, rate_limiter};
 use super::{Host, ManagerError};
 use crate::config::{HostConfig, PluginConfig};
 use crate::control::metrics::{ResultLabel, Version};
-use crate::ops::source::FileWatcher;
+use crate::ops::source::{FileWatcher, held};
 
 /// Why a reload did not swap.
 #[derive(Debug, thiserror::Error)]
@@ -53,7 +53,11 @@ impl Host {
             .unwrap()
             .get(name)
             .map(|e| e.slot().current());
-        match source.fetch().await {
+        let fetched = match self.loading_budget(name) {
+            Some(budget) => held::holding(budget, source.fetch()).await,
+            None => source.fetch().await,
+        };
+        match fetched {
             Ok(a) if running.is_some_and(|p| p.digest() == a.digest) => {}
             Ok(_) => {
                 tracing::info!(plugin = name, origin = %source.origin(), "plugin source changed: reloading");

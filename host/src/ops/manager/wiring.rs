@@ -23,7 +23,7 @@ use crate::control::metrics::Version;
 use crate::control::shard::Shards;
 use crate::control::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
 use crate::control::workqueue::{Priority, WorkQueue};
-use crate::ops::source::PluginSource;
+use crate::ops::source::{PluginSource, held};
 use crate::sandbox::admission::WebhookKind;
 use crate::sandbox::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::sandbox::{Plugin, PluginSpec, WatchMapping};
@@ -244,7 +244,25 @@ impl Host {
     /// the stable version's fetch is what the plugin's source resolved to.
     /// A `shadow` candidate's outbound requests are held to GET and HEAD:
     /// its writes must never leave the host.
+    ///
+    /// An object's load holds its component's bytes within the objects'
+    /// budget (`pluginsFrom.maxLoadingBytes`) until it is compiled.
     pub(super) async fn load(
+        &self,
+        config: &PluginConfig,
+        source: &dyn PluginSource,
+        api: Arc<ClusterApi>,
+        version: Version,
+        shadow: bool,
+    ) -> Result<Arc<Plugin>, ManagerError> {
+        let load = self.load_within_budget(config, source, api, version, shadow);
+        match self.loading_budget(&config.name) {
+            Some(budget) => held::holding(budget, load).await,
+            None => load.await,
+        }
+    }
+
+    async fn load_within_budget(
         &self,
         config: &PluginConfig,
         source: &dyn PluginSource,

@@ -27,6 +27,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
 
+use super::held;
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
 use crate::meta::files::read_regular;
 use crate::sandbox::digest;
@@ -81,9 +82,16 @@ impl DiskCache {
     }
 
     /// The bytes stored under `digest` (`sha256:<hex>`), if present, at
-    /// most `max_size` bytes and intact. A corrupt file is removed.
+    /// most `max_size` bytes and intact. A corrupt file is removed. Their
+    /// size is [`held::charge`]d to the load they are for before they are
+    /// read (none are read past its budget).
     pub async fn read(&self, digest_: &str, max_size: u64) -> Option<Vec<u8>> {
         let path = self.blob_path(digest_)?;
+        let len = tokio::fs::metadata(&path).await.ok()?.len();
+        if let Err(e) = held::charge(len.min(max_size)) {
+            tracing::debug!(file = %path.display(), "not reading a cached blob now: {e}");
+            return None;
+        }
         let bytes = match read_regular(&path, max_size).await {
             Ok(bytes) => bytes,
             Err(e) if e.not_found() => return None,

@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use tokio::sync::mpsc;
 
-use super::{Artifact, PluginSource, SourceError};
+use super::{Artifact, PluginSource, SourceError, held};
 use crate::config::DEFAULT_MAX_SIZE;
 use crate::control::metrics::{DiskRefusal, count_disk_refusal};
 use crate::meta::files::{LocalReadError, read_regular};
@@ -49,6 +49,15 @@ impl PluginSource for FileSource {
 
     fn fetch(&self) -> BoxFuture<'_, Result<Artifact, SourceError>> {
         Box::pin(async move {
+            // Charged to the load before it is read (an object's file
+            // source), at its size now: a file grown since is cut at
+            // maxSize by the read.
+            if let Ok(meta) = tokio::fs::metadata(&self.path).await {
+                held::charge(meta.len().min(DEFAULT_MAX_SIZE)).map_err(|e| SourceError::Read {
+                    origin: self.origin(),
+                    source: std::io::Error::other(e.to_string()),
+                })?;
+            }
             let bytes = read_regular(&self.path, DEFAULT_MAX_SIZE)
                 .await
                 .map_err(|e| {

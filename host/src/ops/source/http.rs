@@ -10,8 +10,8 @@ use std::sync::{Arc, Once};
 
 use futures::{Stream, StreamExt};
 
-use super::SourceError;
 use super::reach::{Reach, internal, is_internal};
+use super::{SourceError, held};
 use crate::config::is_loopback_url;
 use crate::control::metrics::{SourceRefusal, count_source_refusal};
 
@@ -202,7 +202,8 @@ pub(crate) async fn error_text(mut response: reqwest::Response, limit: usize) ->
 }
 
 /// Collects `body` (whose announced length is `announced`) into memory,
-/// refusing more than `limit` bytes before reading them.
+/// refusing more than `limit` bytes before reading them, each chunk
+/// [`held::charge`]d to the load it is for.
 pub(crate) async fn read_bounded(
     origin: &str,
     announced: Option<u64>,
@@ -230,6 +231,10 @@ pub(crate) async fn read_bounded(
         if (out.len() + chunk.len()) as u64 > limit {
             return Err(too_large(None));
         }
+        held::charge(chunk.len() as u64).map_err(|e| SourceError::Download {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
         out.extend_from_slice(&chunk);
     }
     Ok(out)

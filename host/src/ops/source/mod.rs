@@ -20,6 +20,7 @@ pub mod artifact;
 pub mod credentials;
 mod downloads;
 mod file;
+pub(crate) mod held;
 mod http;
 pub mod oci;
 mod pull_secret;

@@ -154,6 +154,7 @@ mod tests {
 
     use super::*;
     use crate::config::FetchLimits;
+    use crate::ops::source::held;
 
     const COMPONENT: &[u8] = b"\0asm not really";
 
@@ -249,6 +250,38 @@ mod tests {
         let e = s.fetch().await.unwrap_err().to_string();
         assert!(e.contains("more than 5 redirects"), "{e}");
         assert!(!e.contains("s3cr3t"), "the query reached the error: {e}");
+    }
+
+    /// A download and a cached copy are charged to the load they are for,
+    /// and a load past its budget is refused as a download that failed
+    /// (an object's load is tried again later).
+    #[tokio::test]
+    async fn what_a_fetch_holds_is_charged_to_its_loads_budget() {
+        use prometheus_client::metrics::gauge::Gauge;
+        let (addr, _) = serve(None).await;
+        let (s, _dir) = source(format!("http://{addr}/c"), Reach::Anywhere);
+        let small = held::Budget::new(4, Gauge::default());
+        let e = held::holding(small.clone(), s.fetch()).await.unwrap_err();
+        assert!(
+            matches!(e, SourceError::Download { .. }) && e.to_string().contains("maxLoadingBytes"),
+            "{e}"
+        );
+        assert_eq!(small.used(), 0, "a refused load holds nothing");
+        let gauge = Gauge::default();
+        let enough = held::Budget::new(1 << 20, gauge.clone());
+        let fetched = held::holding(enough.clone(), async {
+            let a = s.fetch().await.unwrap();
+            assert_eq!(gauge.get(), COMPONENT.len() as i64, "held while loading");
+            a
+        })
+        .await;
+        assert_eq!(fetched.bytes, COMPONENT);
+        assert_eq!((enough.used(), gauge.get()), (0, 0), "given back");
+        // Now cached: its copy is charged before it is read.
+        let e = held::holding(small, s.fetch()).await.unwrap_err();
+        assert!(e.to_string().contains("maxLoadingBytes"), "{e}");
+        // Outside a load (a config plugin's), nothing is charged.
+        assert_eq!(s.fetch().await.unwrap().bytes, COMPONENT);
     }
 
     #[tokio::test]

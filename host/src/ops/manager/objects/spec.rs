@@ -374,6 +374,7 @@ mod tests {
             max_api_qps: Some(200.0),
             allow_hosts: vec!["127.0.0.1:5000".into()],
             max_outbound: Vec::new(),
+            max_loading_bytes: crate::config::DEFAULT_MAX_LOADING_BYTES,
         }
     }
 
