@@ -255,147 +255,138 @@ impl Host {
         version: Version,
         shadow: bool,
     ) -> Result<Arc<Plugin>, ManagerError> {
-        let load = self.load_within_budget(config, source, api, version, shadow);
+        let load = async move {
+            let others: u32 = self
+                .plugins
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|e| e.config().name != config.name)
+                .map(|e| e.config().concurrency() as u32)
+                .sum();
+            self.engine
+                .admit(config, others)
+                .map_err(|message| ManagerError::Engine {
+                    plugin: config.name.clone(),
+                    message,
+                })?;
+            let origin = source.origin();
+            let artifact = source.fetch().await?;
+            if version == Version::Stable {
+                self.note_fetched(&config.name, &artifact.digest);
+            }
+            let mut outbound = config.outbound_grant_with(Some(&self.secret_watch));
+            if let Some(tls) = &self.outbound_tls {
+                outbound = outbound.with_tls(tls.clone());
+            }
+            let outbound = Arc::new(if shadow {
+                outbound.read_only()
+            } else {
+                outbound
+            });
+            let plugin = self
+                .runtime
+                .load_bytes(
+                    origin.clone(),
+                    artifact.bytes,
+                    PluginSpec {
+                        limits: config.sandbox_limits(),
+                        instance_mode: config.instance_mode.into(),
+                        reuse: config.reuse_limits(),
+                        settings: config.settings.clone(),
+                        kube: api.clone(),
+                        outbound: outbound.clone(),
+                        ..PluginSpec::new(&config.name)
+                    },
+                )
+                .await?;
+            let grant = api.grant();
+            let missing = plugin
+                .metadata()
+                .permissions
+                .iter()
+                .flat_map(|p| {
+                    p.resources.iter().flat_map(move |r| {
+                        p.verbs
+                            .iter()
+                            .map(move |v| (p.group.clone(), r.clone(), v.clone()))
+                    })
+                })
+                .filter(|(g, r, v)| !grant.covers(v, g, r))
+                .map(|(g, r, v)| format!("{v} {}/{r}", if g.is_empty() { "core" } else { &g }));
+            if let Some(missing) = name_some(missing) {
+                return Err(ManagerError::PermissionsExceedGrant {
+                    plugin: config.name.clone(),
+                    origin,
+                    missing,
+                });
+            }
+            // Reviewing an object is reading it, and the API server sends a
+            // webhook the objects of every namespace its rules match: every
+            // resource a webhook's rules name must be one the grant lets the
+            // plugin get in all namespaces, and patch (or update) too for a
+            // mutating webhook, which changes what it reviews.
+            let cluster_wide = |verb: &str, group: &str, resource: &str| {
+                grant.allows(&Access {
+                    verb,
+                    group,
+                    resource,
+                    namespace: None,
+                })
+            };
+            let unreadable = plugin
+                .webhooks()
+                .iter()
+                .flat_map(|w| w.rules.iter().map(move |r| (w.kind, r)))
+                .flat_map(|(kind, r)| {
+                    r.groups.iter().flat_map(move |g| {
+                        r.resources.iter().map(move |res| {
+                            (kind, g.clone(), res.split('/').next().unwrap_or(res).to_string())
+                        })
+                    })
+                })
+                .filter_map(|(kind, g, r)| {
+                    let shown = if g.is_empty() { "core" } else { &g };
+                    if !cluster_wide("get", &g, &r) {
+                        Some(format!("get {shown}/{r} in all namespaces"))
+                    } else if kind == WebhookKind::Mutating
+                        && !cluster_wide("patch", &g, &r)
+                        && !cluster_wide("update", &g, &r)
+                    {
+                        Some(format!("patch {shown}/{r} in all namespaces (a mutating webhook changes what it reviews)"))
+                    } else {
+                        None
+                    }
+                });
+            if let Some(missing) = name_some(unreadable) {
+                return Err(ManagerError::WebhooksExceedGrant {
+                    plugin: config.name.clone(),
+                    origin,
+                    missing,
+                });
+            }
+            let uncovered = outbound.uncovered(&plugin.metadata().outbound);
+            if !uncovered.is_empty() {
+                let named: Vec<String> = plugin
+                    .metadata()
+                    .outbound
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, d)| uncovered.contains(d))
+                    .map(|(i, d)| format!("outbound[{i}] {d}"))
+                    .collect();
+                return Err(ManagerError::OutboundExceedsGrant {
+                    plugin: config.name.clone(),
+                    origin,
+                    missing: named.join(", "),
+                });
+            }
+            Ok(plugin)
+        };
         match self.loading_budget(&config.name) {
             Some(budget) => held::holding(budget, load).await,
             None => load.await,
         }
-    }
-
-    async fn load_within_budget(
-        &self,
-        config: &PluginConfig,
-        source: &dyn PluginSource,
-        api: Arc<ClusterApi>,
-        version: Version,
-        shadow: bool,
-    ) -> Result<Arc<Plugin>, ManagerError> {
-        let others: u32 = self
-            .plugins
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|e| e.config().name != config.name)
-            .map(|e| e.config().concurrency() as u32)
-            .sum();
-        self.engine
-            .admit(config, others)
-            .map_err(|message| ManagerError::Engine {
-                plugin: config.name.clone(),
-                message,
-            })?;
-        let origin = source.origin();
-        let artifact = source.fetch().await?;
-        if version == Version::Stable {
-            self.note_fetched(&config.name, &artifact.digest);
-        }
-        let mut outbound = config.outbound_grant_with(Some(&self.secret_watch));
-        if let Some(tls) = &self.outbound_tls {
-            outbound = outbound.with_tls(tls.clone());
-        }
-        let outbound = Arc::new(if shadow {
-            outbound.read_only()
-        } else {
-            outbound
-        });
-        let plugin = self
-            .runtime
-            .load_bytes(
-                origin.clone(),
-                artifact.bytes,
-                PluginSpec {
-                    limits: config.sandbox_limits(),
-                    instance_mode: config.instance_mode.into(),
-                    reuse: config.reuse_limits(),
-                    settings: config.settings.clone(),
-                    kube: api.clone(),
-                    outbound: outbound.clone(),
-                    ..PluginSpec::new(&config.name)
-                },
-            )
-            .await?;
-        let grant = api.grant();
-        let missing = plugin
-            .metadata()
-            .permissions
-            .iter()
-            .flat_map(|p| {
-                p.resources.iter().flat_map(move |r| {
-                    p.verbs
-                        .iter()
-                        .map(move |v| (p.group.clone(), r.clone(), v.clone()))
-                })
-            })
-            .filter(|(g, r, v)| !grant.covers(v, g, r))
-            .map(|(g, r, v)| format!("{v} {}/{r}", if g.is_empty() { "core" } else { &g }));
-        if let Some(missing) = name_some(missing) {
-            return Err(ManagerError::PermissionsExceedGrant {
-                plugin: config.name.clone(),
-                origin,
-                missing,
-            });
-        }
-        // Reviewing an object is reading it, and the API server sends a
-        // webhook the objects of every namespace its rules match: every
-        // resource a webhook's rules name must be one the grant lets the
-        // plugin get in all namespaces, and patch (or update) too for a
-        // mutating webhook, which changes what it reviews.
-        let cluster_wide = |verb: &str, group: &str, resource: &str| {
-            grant.allows(&Access {
-                verb,
-                group,
-                resource,
-                namespace: None,
-            })
-        };
-        let unreadable = plugin
-            .webhooks()
-            .iter()
-            .flat_map(|w| w.rules.iter().map(move |r| (w.kind, r)))
-            .flat_map(|(kind, r)| {
-                r.groups.iter().flat_map(move |g| {
-                    r.resources.iter().map(move |res| {
-                        (kind, g.clone(), res.split('/').next().unwrap_or(res).to_string())
-                    })
-                })
-            })
-            .filter_map(|(kind, g, r)| {
-                let shown = if g.is_empty() { "core" } else { &g };
-                if !cluster_wide("get", &g, &r) {
-                    Some(format!("get {shown}/{r} in all namespaces"))
-                } else if kind == WebhookKind::Mutating
-                    && !cluster_wide("patch", &g, &r)
-                    && !cluster_wide("update", &g, &r)
-                {
-                    Some(format!("patch {shown}/{r} in all namespaces (a mutating webhook changes what it reviews)"))
-                } else {
-                    None
-                }
-            });
-        if let Some(missing) = name_some(unreadable) {
-            return Err(ManagerError::WebhooksExceedGrant {
-                plugin: config.name.clone(),
-                origin,
-                missing,
-            });
-        }
-        let uncovered = outbound.uncovered(&plugin.metadata().outbound);
-        if !uncovered.is_empty() {
-            let named: Vec<String> = plugin
-                .metadata()
-                .outbound
-                .iter()
-                .enumerate()
-                .filter(|(_, d)| uncovered.contains(d))
-                .map(|(i, d)| format!("outbound[{i}] {d}"))
-                .collect();
-            return Err(ManagerError::OutboundExceedsGrant {
-                plugin: config.name.clone(),
-                origin,
-                missing: named.join(", "),
-            });
-        }
-        Ok(plugin)
     }
 
     /// The kinds the plugin watches, resolved through discovery. Each must
