@@ -91,6 +91,9 @@ pub(crate) enum Limit {
     TokenAudiences,
     /// Request with over 64 impersonation headers (400).
     ImpersonationHeaders,
+    /// A write of a role or binding granting over 10,000 permissions, by an
+    /// author whose holdings they must be compared with (403).
+    GrantedPermissions,
     /// SubjectAccessReview with over 1 000 groups, extra keys or values of
     /// one extra key (400).
     ReviewLists,
@@ -106,7 +109,7 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 32] = [
+    pub(crate) const ALL: [Limit; 33] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -135,6 +138,7 @@ impl Limit {
         Limit::TokenSize,
         Limit::TokenAudiences,
         Limit::ImpersonationHeaders,
+        Limit::GrantedPermissions,
         Limit::ReviewLists,
         Limit::AdmissionWebhooks,
         Limit::WebhookResponse,
@@ -172,6 +176,7 @@ impl Limit {
             Limit::TokenSize => "tokenSize",
             Limit::TokenAudiences => "tokenAudiences",
             Limit::ImpersonationHeaders => "impersonationHeaders",
+            Limit::GrantedPermissions => "grantedPermissions",
             Limit::ReviewLists => "reviewLists",
             Limit::AdmissionWebhooks => "admissionWebhooks",
             Limit::WebhookResponse => "webhookResponse",

@@ -12,6 +12,7 @@
 //! | [`identity`] | users, groups and the names Kubernetes gives service accounts |
 //! | [`sa_token`] | service-account tokens: signed JWTs with upstream's claims |
 //! | [`rbac`] | RBAC evaluation over the stored Roles and bindings, bootstrap policy |
+//! | [`escalation`] | a write of a role or binding grants only what its author holds, or may escalate or bind |
 //! | [`reviews`] | TokenReview, SubjectAccessReview and friends, TokenRequest |
 //!
 //! May import [`crate::registry`] and the leaf modules ([`crate::error`],
@@ -23,6 +24,7 @@ use crate::registry::Objects;
 
 pub(crate) mod authenticate;
 pub(crate) mod authorize;
+pub(crate) mod escalation;
 pub(crate) mod identity;
 pub(crate) mod mode;
 pub(crate) mod rbac;

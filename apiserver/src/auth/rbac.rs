@@ -108,7 +108,7 @@ fn strings(v: &Value, field: &str) -> Vec<String> {
 }
 
 impl PolicyRule {
-    fn from_json(v: &Value) -> PolicyRule {
+    pub(crate) fn from_json(v: &Value) -> PolicyRule {
         PolicyRule {
             verbs: strings(v, "verbs"),
             api_groups: strings(v, "apiGroups"),
@@ -360,29 +360,9 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    /// The rules a binding's roleRef resolves to (upstream's
-    /// `GetRoleReferenceRules`), or the error upstream's listers give.
+    /// The rules a binding's roleRef resolves to.
     fn role_rules(&self, b: &Binding) -> Result<Vec<PolicyRule>, String> {
-        let (resource, ns, singular) = match b.role_kind.as_str() {
-            "Role" => ("roles", b.namespace.as_str(), "role"),
-            "ClusterRole" => ("clusterroles", "", "clusterrole"),
-            other => {
-                return Err(format!(
-                    "unsupported role reference kind: {}",
-                    go_quote(other)
-                ));
-            }
-        };
-        let role = self
-            .store
-            .get(&gr(resource), ns, &b.role_name)
-            .ok_or_else(|| format!("{singular}.{GROUP} {} not found", go_quote(&b.role_name)))?;
-        Ok(role
-            .obj
-            .get("rules")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(PolicyRule::from_json).collect())
-            .unwrap_or_default())
+        role_rules(self.store, &b.role_kind, &b.namespace, &b.role_name)
     }
 
     /// The ClusterRoleBindings, or (with `namespace`) its RoleBindings.
@@ -505,6 +485,36 @@ impl<'a> Resolver<'a> {
         });
         (rules, errors)
     }
+}
+
+/// The rules of the role a binding in `namespace` (empty: a
+/// ClusterRoleBinding) names by `kind` and `name` (upstream's
+/// `GetRoleReferenceRules`), or the error upstream's listers give.
+pub(crate) fn role_rules(
+    store: &Store,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Vec<PolicyRule>, String> {
+    let (resource, ns, singular) = match kind {
+        "Role" => ("roles", namespace, "role"),
+        "ClusterRole" => ("clusterroles", "", "clusterrole"),
+        other => {
+            return Err(format!(
+                "unsupported role reference kind: {}",
+                go_quote(other)
+            ));
+        }
+    };
+    let role = store
+        .get(&gr(resource), ns, name)
+        .ok_or_else(|| format!("{singular}.{GROUP} {} not found", go_quote(name)))?;
+    Ok(role
+        .obj
+        .get("rules")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(PolicyRule::from_json).collect())
+        .unwrap_or_default())
 }
 
 /// `authorization.k8s.io/v1` `SubjectRulesReviewStatus` of a rule set.

@@ -21,6 +21,8 @@ use wasmctrl_testkit::client::client_for;
 
 use crate::common::{Harness, raw};
 
+mod escalation;
+
 const NS: &str = "team";
 const OTHER: &str = "other";
 const SA: &str = "bot";

@@ -16,7 +16,7 @@ use crate::http::state::ServerState;
 use crate::metrics::json_limit;
 use crate::registry::delete::DeleteOptions;
 use crate::registry::resources::ResourceInfo;
-use crate::registry::writes::{PatchKind, WriteCtx};
+use crate::registry::writes::{GrantCheck, PatchKind, WriteCtx};
 
 /// The longest `fieldManager` (kube-apiserver's `FieldManagerMaxLength`):
 /// every object's managedFields name their managers, so the name is
@@ -62,9 +62,15 @@ pub(super) fn field_manager<'q>(
     ))
 }
 
-/// The write parameters of `req`, sharing its scope's warnings, audit
-/// annotations and durable waits.
-pub(super) fn write_ctx(req: Req<'_>) -> Result<WriteCtx, ApiError> {
+/// The write parameters of `req`, a write of `info` in `ns`, sharing its
+/// scope's warnings, audit annotations and durable waits; for a write of
+/// an RBAC object, the check of what its author may grant.
+pub(super) fn write_ctx(
+    shared: &ServerState,
+    info: &ResourceInfo,
+    ns: &str,
+    req: Req<'_>,
+) -> Result<WriteCtx, ApiError> {
     let (q, headers, scope) = (req.q, req.headers, req.scope);
     let dry_run = match q.get("dryRun") {
         None | Some("") => false,
@@ -88,6 +94,14 @@ pub(super) fn write_ctx(req: Req<'_>) -> Result<WriteCtx, ApiError> {
         }
     };
     let user = req.user;
+    let grants = (info.group == crate::auth::rbac::GROUP)
+        .then(|| {
+            shared
+                .auth
+                .escalation(user, if info.namespaced { ns } else { "" })
+        })
+        .flatten()
+        .map(|e| Arc::new(e) as Arc<dyn GrantCheck>);
     Ok(WriteCtx {
         manager,
         dry_run,
@@ -101,6 +115,7 @@ pub(super) fn write_ctx(req: Req<'_>) -> Result<WriteCtx, ApiError> {
             extra: user.extra.clone(),
         })),
         pending: scope.pending.clone(),
+        grants,
     })
 }
 

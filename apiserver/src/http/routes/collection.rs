@@ -194,7 +194,7 @@ pub(super) async fn delete_collection(
     let (q, headers) = (req.q, req.headers);
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
-    let ctx = write_ctx(req)?;
+    let ctx = write_ctx(shared, info, t.namespace.unwrap_or(""), req)?;
     let opts = delete_options(shared, q, headers, req.body)?;
     let (_, items, _) = shared.objects.store.list(
         &info.storage,

@@ -32,7 +32,7 @@ async fn update(
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
     let (q, headers, body) = (req.q, req.headers, req.body);
-    let mut ctx = write_ctx(req)?;
+    let mut ctx = write_ctx(shared, info, ns, req)?;
     let (object, code) = if *req.method == Method::PUT {
         let obj = parse_body(shared, headers, body)?;
         let object = shared
@@ -111,7 +111,7 @@ pub(super) async fn resource(
                 if info.namespaced && t.namespace.is_none() {
                     return Err(not_allowed());
                 }
-                let ctx = write_ctx(req)?;
+                let ctx = write_ctx(shared, &info, ns, req)?;
                 let obj = parse_body(shared, headers, body)?;
                 let created = shared.objects.create_object(&info, ns, obj, &ctx).await?;
                 scope.set_created(&created);
@@ -148,7 +148,7 @@ pub(super) async fn resource(
                 update(shared, &info, ns, name, Subresource::Main, req).await
             }
             Method::DELETE => {
-                let ctx = write_ctx(req)?;
+                let ctx = write_ctx(shared, &info, ns, req)?;
                 let opts = delete_options(shared, q, headers, body)?;
                 let v = shared
                     .objects
@@ -204,7 +204,7 @@ pub(super) async fn resource(
                 ))
             }
             Method::PUT => {
-                let ctx = write_ctx(req)?;
+                let ctx = write_ctx(shared, &info, ns, req)?;
                 let v = shared
                     .objects
                     .write_scale(&info, ns, name, None, body, &ctx)
@@ -213,7 +213,7 @@ pub(super) async fn resource(
             }
             Method::PATCH => {
                 let kind = patch_kind(headers, q, &info)?;
-                let ctx = write_ctx(req)?;
+                let ctx = write_ctx(shared, &info, ns, req)?;
                 let v = shared
                     .objects
                     .write_scale(&info, ns, name, Some(kind), body, &ctx)

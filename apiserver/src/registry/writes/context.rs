@@ -2,9 +2,12 @@
 
 use std::sync::{Arc, Mutex};
 
+use serde_json::Value;
+
 use super::warnings::Warnings;
 use crate::admission::{Caller, Sink};
-use crate::registry::storage::Durable;
+use crate::error::ApiError;
+use crate::registry::storage::{Durable, Store};
 
 /// How many times a write is recomputed when another writer commits first.
 pub(crate) const MAX_RETRIES: usize = 64;
@@ -33,6 +36,27 @@ pub(crate) struct WriteCtx {
     /// Shared with the HTTP layer, which waits after the (synchronous)
     /// handler returns.
     pub(crate) pending: Arc<Mutex<Vec<Durable>>>,
+    /// For an author RBAC authorizes, the check of what its writes of RBAC
+    /// objects grant; `None` for the admin and the server's own writes.
+    pub(crate) grants: Option<Arc<dyn GrantCheck>>,
+}
+
+/// A check of what a write of a Role, ClusterRole, RoleBinding or
+/// ClusterRoleBinding grants (`auth::escalation`), run on the object as it
+/// would be stored.
+pub(crate) trait GrantCheck: Send + Sync + std::fmt::Debug {
+    /// `Ok` when `new`, an object of `resource` named `name` in
+    /// `namespace` (empty: cluster scope), being created or not, grants
+    /// nothing its author may not grant; else the 403 to answer.
+    fn check(
+        &self,
+        store: &Store,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+        creating: bool,
+        new: &Value,
+    ) -> Result<(), ApiError>;
 }
 
 impl WriteCtx {
@@ -46,6 +70,7 @@ impl WriteCtx {
             audit_annotations: Default::default(),
             caller: None,
             pending: Default::default(),
+            grants: None,
         }
     }
 

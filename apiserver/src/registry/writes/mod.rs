@@ -14,6 +14,7 @@
 //! | `access` | reads, the body's type, commits for a request, the CRD hook |
 //! | `prepare` | the create and update rules, and what an update comes to |
 //! | `rules`, `defaults` | finalizers, schemas, no-op and generation checks; built-in defaults |
+//! | `grants` | what a write of an RBAC object grants, checked for its author |
 //! | `create`, `update`, `patch` | one verb each |
 //! | `errors` | store and patch errors as the real server's statuses |
 
@@ -23,13 +24,14 @@ mod context;
 mod create;
 mod defaults;
 mod errors;
+mod grants;
 mod patch;
 mod prepare;
 mod rules;
 mod update;
 mod warnings;
 
-pub(crate) use context::{MAX_RETRIES, PatchKind, Subresource, WriteCtx};
+pub(crate) use context::{GrantCheck, MAX_RETRIES, PatchKind, Subresource, WriteCtx};
 pub(crate) use errors::{patch_error, smp_unsupported};
 pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace};
 pub(crate) use warnings::Warnings;
