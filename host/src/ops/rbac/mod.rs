@@ -9,7 +9,10 @@
 //!   becomes a Role (+ RoleBinding) in each of its namespaces, an unscoped
 //!   one a ClusterRole (+ ClusterRoleBinding). A rule whose intersection is
 //!   empty allows nothing and is left out. Status writes are granted as
-//!   `<plural>/status`, as RBAC names them.
+//!   `<plural>/status`, as RBAC names them. A `patch` on a resource also
+//!   gets `create`: `patch` lets a plugin apply (server-side apply), which
+//!   creates an object that does not exist, and Kubernetes authorizes that
+//!   create as `create`.
 //! - **The informers** list and watch every kind of a plugin's `for`, `owns`
 //!   and `watches`. The host refuses a plugin unless its grant allows list
 //!   and watch on each of them in every namespace it watches, so the
@@ -38,9 +41,10 @@
 //!   `get`, `patch` and `delete` on `admissionregistration.k8s.io`
 //!   `validatingwebhookconfigurations` and `mutatingwebhookconfigurations`
 //!   limited by `resourceNames` to each config plugin's `wasmctrl-<plugin>`.
-//!   The host writes them with server-side apply, a `patch` even when it
-//!   creates, so `create` (which `resourceNames` cannot limit) is not
-//!   needed. Plugins defined as objects are not registered this way. With
+//!   The host writes them with server-side apply, which creates one that
+//!   does not exist yet; Kubernetes authorizes that as a `create` of the
+//!   name in the URL, so `create` is limited by `resourceNames` too.
+//!   Plugins defined as objects are not registered this way. With
 //!   `webhook.caSecret`, `get` and `update` on that Secret by name.
 //!
 //! - **WasmReconcilers** (`pluginsFrom`): `list` and `watch` on
@@ -141,10 +145,15 @@ pub fn generate(config: &HostConfig) -> Rbac {
         };
     for plugin in &config.plugins {
         for rule in &plugin.permissions {
-            let verbs: Vec<&str> = rule.verbs.iter().map(String::as_str).collect();
             for scope in scopes(plugin.namespaces.as_deref(), rule.namespaces.as_deref()) {
                 for resource in &rule.resources {
-                    add(&scope, &rule.group, resource, None, &verbs);
+                    add(
+                        &scope,
+                        &rule.group,
+                        resource,
+                        None,
+                        &applying(rule, resource),
+                    );
                 }
             }
         }
@@ -173,7 +182,7 @@ pub fn generate(config: &HostConfig) -> Rbac {
                 "admissionregistration.k8s.io",
                 resource,
                 Some(&names),
-                &["get", "patch", "delete"],
+                &["get", "create", "patch", "delete"],
             );
         }
     }
@@ -258,10 +267,15 @@ pub fn generate(config: &HostConfig) -> Rbac {
         // An object's plugin may be granted up to `maxGrant`, in whatever
         // namespaces the object names: the host needs all of it.
         for rule in config.max_grant.iter().flatten() {
-            let verbs: Vec<&str> = rule.verbs.iter().map(String::as_str).collect();
             for scope in scopes(None, rule.namespaces.as_deref()) {
                 for resource in &rule.resources {
-                    add(&scope, &rule.group, resource, None, &verbs);
+                    add(
+                        &scope,
+                        &rule.group,
+                        resource,
+                        None,
+                        &applying(rule, resource),
+                    );
                 }
             }
         }
@@ -295,6 +309,17 @@ pub fn generate(config: &HostConfig) -> Rbac {
         );
     }
     minimise(wanted)
+}
+
+/// The verbs `rule` grants on `resource`, with `create` beside a `patch` of
+/// a resource (not a subresource): a plugin's apply of an absent object
+/// creates it.
+fn applying<'r>(rule: &'r PermissionRule, resource: &str) -> Vec<&'r str> {
+    let mut verbs: Vec<&str> = rule.verbs.iter().map(String::as_str).collect();
+    if !resource.contains('/') && verbs.contains(&"patch") && !verbs.contains(&"create") {
+        verbs.push("create");
+    }
+    verbs
 }
 
 /// The scopes a rule applies in: the intersection of the plugin's and the
@@ -547,7 +572,9 @@ pub async fn denied(
     Ok(denied)
 }
 
-/// (namespace, resource, verb) of every access `rule` grants `plugin`.
+/// (namespace, resource, verb) of every access `rule` grants `plugin`,
+/// with the `create` an apply needs beside a `patch` (as [`generate`]
+/// grants it).
 fn accesses(plugin: &PluginConfig, rule: &PermissionRule) -> Vec<(Option<String>, String, String)> {
     let namespaces: Vec<Option<String>> =
         scopes(plugin.namespaces.as_deref(), rule.namespaces.as_deref())
@@ -560,8 +587,8 @@ fn accesses(plugin: &PluginConfig, rule: &PermissionRule) -> Vec<(Option<String>
     let mut out = Vec::new();
     for ns in &namespaces {
         for resource in &rule.resources {
-            for verb in &rule.verbs {
-                out.push((ns.clone(), resource.clone(), verb.clone()));
+            for verb in applying(rule, resource) {
+                out.push((ns.clone(), resource.clone(), verb.to_string()));
             }
         }
     }

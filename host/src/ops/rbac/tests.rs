@@ -41,10 +41,16 @@ plugins:
 "
     ));
     let rbac = generate(&c);
+    // A patch of a resource may be an apply that creates it.
     assert_eq!(
         rbac.cluster,
         vec![
-            rule("apps", &["deployments"], &["list", "watch", "patch"], None),
+            rule(
+                "apps",
+                &["deployments"],
+                &["list", "watch", "create", "patch"],
+                None
+            ),
             rule("events.k8s.io", &["events"], &["create", "patch"], None),
         ]
     );
@@ -120,8 +126,10 @@ fn wildcards_absorb_narrower_rules_and_status_stays_a_subresource() {
     assert_eq!(
         generate(&c).cluster,
         vec![
+            rule("demo.dev", &["things"], &["create", "patch"], None),
             rule("demo.dev", &["*"], &["get"], None),
-            rule("demo.dev", &["things", "things/status"], &["patch"], None),
+            // A status patch never creates.
+            rule("demo.dev", &["things/status"], &["patch"], None),
             rule("events.k8s.io", &["events"], &["create", "patch"], None),
         ]
     );
@@ -190,8 +198,14 @@ fn every_verb_resource_and_namespace_of_a_rule_is_one_access() {
     ));
     let plugin = &c.plugins[0];
     let all = accesses(plugin, &plugin.permissions[0]);
-    assert_eq!(all.len(), 4, "only y: {all:?}");
+    // get and patch of each, and the create an apply of deployments needs.
+    assert_eq!(all.len(), 5, "only y: {all:?}");
     assert!(all.iter().all(|(ns, _, _)| ns.as_deref() == Some("y")));
+    assert!(all.contains(&(Some("y".into()), "deployments".into(), "create".into())));
+    assert!(
+        !all.iter()
+            .any(|(_, r, v)| r == "deployments/status" && v == "create")
+    );
 }
 
 #[test]
@@ -228,7 +242,7 @@ plugins: []
     );
     assert_eq!(
         rbac.namespaced.get("apps").unwrap(),
-        &vec![rule("", &["configmaps"], &["get", "patch"], None)]
+        &vec![rule("", &["configmaps"], &["get", "create", "patch"], None)]
     );
 }
 
@@ -288,7 +302,7 @@ fn registered_webhooks_add_their_configurations_by_name_and_nothing_else() {
                 "mutatingwebhookconfigurations",
                 "validatingwebhookconfigurations"
             ],
-            &["get", "patch", "delete"],
+            &["get", "create", "patch", "delete"],
             Some(names)
         )),
         "{:?}",
