@@ -116,6 +116,7 @@ pub(super) fn write_ctx(
         })),
         pending: scope.pending.clone(),
         grants,
+        create_refusal: None,
     })
 }
 

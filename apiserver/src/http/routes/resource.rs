@@ -13,6 +13,7 @@ use super::collection::{delete_collection, list, watch_params};
 use super::params::header_str;
 use super::request::Req;
 use super::target::target;
+use crate::auth::rbac::Attributes;
 use crate::error::ApiError;
 use crate::http::request_info::RequestInfo;
 use crate::http::response;
@@ -44,6 +45,18 @@ async fn update(
         let kind = patch_kind(headers, q, info)?;
         if let PatchKind::Apply { .. } = kind {
             ctx.manager = field_manager(q, req.method)?.unwrap_or("").to_string();
+            // An apply of an absent object creates it: as upstream, that
+            // needs `create` as well as the `patch` the request was
+            // authorized for.
+            let create = Attributes::resource(
+                "create",
+                &info.group,
+                &info.plural,
+                sub.name().unwrap_or(""),
+                if info.namespaced { ns } else { "" },
+                name,
+            );
+            ctx.create_refusal = shared.auth.check(req.user, &create).err();
         }
         let (object, created) = shared
             .objects

@@ -39,6 +39,10 @@ pub(crate) struct WriteCtx {
     /// For an author RBAC authorizes, the check of what its writes of RBAC
     /// objects grant; `None` for the admin and the server's own writes.
     pub(crate) grants: Option<Arc<dyn GrantCheck>>,
+    /// Why the author may not create what its write would create (a
+    /// server-side apply of an absent object, authorized as a `patch`);
+    /// `None` when it may.
+    pub(crate) create_refusal: Option<ApiError>,
 }
 
 /// A check of what a write of a Role, ClusterRole, RoleBinding or
@@ -71,6 +75,7 @@ impl WriteCtx {
             caller: None,
             pending: Default::default(),
             grants: None,
+            create_refusal: None,
         }
     }
 

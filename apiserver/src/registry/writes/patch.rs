@@ -90,6 +90,9 @@ impl Objects {
                 if sub == Subresource::Status {
                     return Err(ApiError::not_found(&info.group, &info.plural, name));
                 }
+                if let Some(refused) = &ctx.create_refusal {
+                    return Err(refused.clone());
+                }
                 metadata_mut(&mut patched).insert("name".into(), json!(name));
                 if let Some(a) = &admitting {
                     let options = a.write_options(Operation::Create);
