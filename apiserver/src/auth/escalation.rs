@@ -187,10 +187,18 @@ fn breakdown(rules: &[PolicyRule]) -> Result<Vec<PolicyRule>, usize> {
         } else {
             rule.resource_names.iter().map(Some).collect()
         };
-        let count = rule.api_groups.len() * rule.resources.len() * rule.verbs.len() * names.len()
-            + rule.non_resource_urls.len() * rule.verbs.len();
-        if out.len() + count > MAX_GRANTED_PERMISSIONS {
-            return Err(out.len() + count);
+        // Saturating: each list may hold hundreds of thousands of entries.
+        let count = [rule.resources.len(), rule.verbs.len(), names.len()]
+            .iter()
+            .fold(rule.api_groups.len(), |n, m| n.saturating_mul(*m))
+            .saturating_add(
+                rule.non_resource_urls
+                    .len()
+                    .saturating_mul(rule.verbs.len()),
+            );
+        let total = out.len().saturating_add(count);
+        if total > MAX_GRANTED_PERMISSIONS {
+            return Err(total);
         }
         for group in &rule.api_groups {
             for resource in &rule.resources {
@@ -367,6 +375,16 @@ mod tests {
             .to_string();
         assert!(refused.contains("10100 or more permissions"), "{refused}");
         assert_eq!(e.metrics.exceeded_count("grantedPermissions"), 1);
+        // Lists whose product passes what a number can hold.
+        let many: Vec<String> = (0..70_000).map(|i| i.to_string()).collect();
+        let vast = [rule(
+            json!({"apiGroups": many, "resources": many, "verbs": many, "resourceNames": many}),
+        )];
+        let refused = e
+            .confirm(&vast, "clusterroles", "vast")
+            .unwrap_err()
+            .to_string();
+        assert!(refused.contains("or more permissions"), "{refused}");
         let some = [rule(
             json!({"apiGroups": [""], "resources": ["a", "b", "c", "d", "e"], "verbs": ["1", "2", "3", "4", "5"]}),
         )];
