@@ -188,40 +188,48 @@ fn breakdown(rules: &[PolicyRule]) -> Result<Vec<PolicyRule>, usize> {
             rule.resource_names.iter().map(Some).collect()
         };
         // Saturating: each list may hold hundreds of thousands of entries.
-        let count = [rule.resources.len(), rule.verbs.len(), names.len()]
+        let resource_count = [rule.resources.len(), rule.verbs.len(), names.len()]
             .iter()
-            .fold(rule.api_groups.len(), |n, m| n.saturating_mul(*m))
-            .saturating_add(
-                rule.non_resource_urls
-                    .len()
-                    .saturating_mul(rule.verbs.len()),
-            );
-        let total = out.len().saturating_add(count);
+            .fold(rule.api_groups.len(), |n, m| n.saturating_mul(*m));
+        let url_count = rule
+            .non_resource_urls
+            .len()
+            .saturating_mul(rule.verbs.len());
+        let total = out
+            .len()
+            .saturating_add(resource_count)
+            .saturating_add(url_count);
         if total > MAX_GRANTED_PERMISSIONS {
             return Err(total);
         }
-        for group in &rule.api_groups {
-            for resource in &rule.resources {
-                for verb in &rule.verbs {
-                    for name in &names {
-                        out.push(PolicyRule {
-                            verbs: one(verb),
-                            api_groups: vec![group.clone()],
-                            resources: vec![resource.clone()],
-                            resource_names: name.map(|n| vec![n.clone()]).unwrap_or_default(),
-                            non_resource_urls: Vec::new(),
-                        });
+        // A list left empty (no verb, say) grants nothing: the others,
+        // however long, are not walked.
+        if resource_count > 0 {
+            for group in &rule.api_groups {
+                for resource in &rule.resources {
+                    for verb in &rule.verbs {
+                        for name in &names {
+                            out.push(PolicyRule {
+                                verbs: one(verb),
+                                api_groups: vec![group.clone()],
+                                resources: vec![resource.clone()],
+                                resource_names: name.map(|n| vec![n.clone()]).unwrap_or_default(),
+                                non_resource_urls: Vec::new(),
+                            });
+                        }
                     }
                 }
             }
         }
-        for url in &rule.non_resource_urls {
-            for verb in &rule.verbs {
-                out.push(PolicyRule {
-                    verbs: one(verb),
-                    non_resource_urls: vec![url.clone()],
-                    ..PolicyRule::default()
-                });
+        if url_count > 0 {
+            for url in &rule.non_resource_urls {
+                for verb in &rule.verbs {
+                    out.push(PolicyRule {
+                        verbs: one(verb),
+                        non_resource_urls: vec![url.clone()],
+                        ..PolicyRule::default()
+                    });
+                }
             }
         }
     }
@@ -375,6 +383,13 @@ mod tests {
             .to_string();
         assert!(refused.contains("10100 or more permissions"), "{refused}");
         assert_eq!(e.metrics.exceeded_count("grantedPermissions"), 1);
+        // No verb grants nothing, however long the other lists: nothing to
+        // walk, nothing refused.
+        let long: Vec<String> = (0..500_000).map(|i| i.to_string()).collect();
+        let idle = [rule(
+            json!({"apiGroups": long, "resources": long, "verbs": []}),
+        )];
+        e.confirm(&idle, "roles", "idle").unwrap();
         // Lists whose product passes what a number can hold.
         let many: Vec<String> = (0..70_000).map(|i| i.to_string()).collect();
         let vast = [rule(
