@@ -685,6 +685,7 @@ fn refusal_of(e: &ManagerError) -> Refusal {
             SourceError::Download { .. }
             | SourceError::Timeout { .. }
             | SourceError::Unavailable { .. }
+            | SourceError::Busy { .. }
             | SourceError::Credentials { .. }
             | SourceError::Read { .. },
         ) => return Refusal::new("SourceUnavailable", e.to_string()).transient(),

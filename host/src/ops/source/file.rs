@@ -53,9 +53,9 @@ impl PluginSource for FileSource {
             // source), at its size now: a file grown since is cut at
             // maxSize by the read.
             if let Ok(meta) = tokio::fs::metadata(&self.path).await {
-                held::charge(meta.len().min(DEFAULT_MAX_SIZE)).map_err(|e| SourceError::Read {
+                held::charge(meta.len().min(DEFAULT_MAX_SIZE)).map_err(|e| SourceError::Busy {
                     origin: self.origin(),
-                    source: std::io::Error::other(e.to_string()),
+                    message: e.to_string(),
                 })?;
             }
             let bytes = read_regular(&self.path, DEFAULT_MAX_SIZE)

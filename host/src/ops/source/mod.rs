@@ -117,6 +117,10 @@ pub enum SourceError {
         origin: String,
         source: CredentialsError,
     },
+    /// The objects' loads under way hold all `pluginsFrom.maxLoadingBytes`
+    /// allows: tried again later, never answered from the cache.
+    #[error("plugin {origin}: {message}")]
+    Busy { origin: String, message: String },
     /// The registry is unreachable and nothing usable is cached.
     #[error("plugin {origin}: {message}, and no copy is cached ({cache})")]
     Unavailable {

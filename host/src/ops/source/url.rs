@@ -263,7 +263,7 @@ mod tests {
         let small = held::Budget::new(4, Gauge::default());
         let e = held::holding(small.clone(), s.fetch()).await.unwrap_err();
         assert!(
-            matches!(e, SourceError::Download { .. }) && e.to_string().contains("maxLoadingBytes"),
+            matches!(e, SourceError::Busy { .. }) && e.to_string().contains("maxLoadingBytes"),
             "{e}"
         );
         assert_eq!(small.used(), 0, "a refused load holds nothing");

@@ -116,7 +116,8 @@ impl Registry {
         let bytes = read_bounded(&self.origin, announced, max_size, response.bytes_stream())
             .await
             .map_err(|e| match e {
-                // A body cut short is the network's doing.
+                // A body cut short is the network's doing; a load past its
+                // budget (`Busy`) is not, and no cached version stands in.
                 SourceError::Download { message, .. } => Failure::Unreachable(message),
                 e => Failure::refused(e),
             })?;

@@ -378,3 +378,97 @@ impl RegistryCredentials for NoCredentials {
         Box::pin(async { Ok(None) })
     }
 }
+
+/// A tag's new version refused for the loading budget is an error tried
+/// again later: the version the tag named before (cached) does not stand
+/// in for it, as it would for a registry that cannot be reached.
+#[tokio::test]
+async fn a_load_past_its_budget_is_not_answered_by_the_tags_cached_version() {
+    use prometheus_client::metrics::gauge::Gauge;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use crate::ops::source::{SourceError, held};
+
+    // The smallest component, and the same with a custom section.
+    let v1 = b"\0asm\x0d\0\x01\0".to_vec();
+    let v2 = [&v1[..], &[0, 4, 1, b'x', b'y', b'z']].concat();
+    let versions: Vec<(Vec<u8>, artifact::Packed)> = [v1, v2]
+        .into_iter()
+        .map(|c| {
+            let packed = artifact::pack(&c, "2026-01-01T00:00:00Z", Default::default()).unwrap();
+            (c, packed)
+        })
+        .collect();
+    let versions = Arc::new(versions);
+    let moved = Arc::new(AtomicBool::new(false));
+    let (served, now) = (versions.clone(), moved.clone());
+    let addr = serve(move |_| {
+        let blobs = served.clone();
+        Router::new()
+            .route("/v2/", get(|| async { "{}" }))
+            .route(
+                "/v2/p/x/manifests/{at}",
+                get(
+                    move |axum::extract::Path(at): axum::extract::Path<String>| {
+                        let served = served.clone();
+                        let now = now.clone();
+                        async move {
+                            let current = &served[usize::from(now.load(Ordering::SeqCst))].1;
+                            let packed = served
+                                .iter()
+                                .map(|v| &v.1)
+                                .find(|p| p.manifest_digest == at)
+                                .unwrap_or(current);
+                            (
+                                [
+                                    (
+                                        header::CONTENT_TYPE,
+                                        artifact::OCI_MANIFEST_MEDIA_TYPE.to_string(),
+                                    ),
+                                    (
+                                        header::HeaderName::from_static("docker-content-digest"),
+                                        packed.manifest_digest.clone(),
+                                    ),
+                                ],
+                                packed.manifest.clone(),
+                            )
+                        }
+                    },
+                ),
+            )
+            .route(
+                "/v2/p/x/blobs/{digest}",
+                get(move |axum::extract::Path(d): axum::extract::Path<String>| {
+                    let blobs = blobs.clone();
+                    async move {
+                        match blobs.iter().find(|v| v.1.layer_digest == d) {
+                            Some(v) => (StatusCode::OK, v.0.clone()),
+                            None => (StatusCode::NOT_FOUND, Vec::new()),
+                        }
+                    }
+                }),
+            )
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let docker_config = dir.path().join("config.json");
+    std::fs::write(&docker_config, "{}").unwrap();
+    let spec = OciSourceSpec {
+        reference: format!("{addr}/p/x:t"),
+        poll_interval: None,
+        insecure: true,
+        docker_config: Some(docker_config),
+        limits: FetchLimits::default(),
+    };
+    let source = OciSource::new(spec, DiskCache::new(dir.path().join("cache")));
+    assert_eq!(source.fetch().await.unwrap().bytes, versions[0].0);
+
+    moved.store(true, Ordering::SeqCst);
+    let small = held::Budget::new(4, Gauge::default());
+    let e = held::holding(small, source.fetch()).await.unwrap_err();
+    assert!(
+        matches!(e, SourceError::Busy { .. }) && e.to_string().contains("maxLoadingBytes"),
+        "{e}"
+    );
+    assert_eq!(source.fetch().await.unwrap().bytes, versions[1].0);
+}
