@@ -40,12 +40,17 @@ impl Host {
     /// Removes what no source needs from the source cache; failures are
     /// logged (a full disk is the operator's to see, not a reason to stop).
     pub(super) async fn prune_source_cache(&self) {
+        // Candidates (shadow, canary) run too.
         let in_use: BTreeSet<String> = self
             .plugins
             .lock()
             .unwrap()
             .values()
-            .map(|e| e.slot().current().digest().to_string())
+            .flat_map(|e| {
+                let slot = e.slot();
+                std::iter::once(slot.current().digest().to_string())
+                    .chain(slot.candidate().map(|(c, _)| c.digest().to_string()))
+            })
             .collect();
         let cache = DiskCache::new(self.config.source_cache_dir());
         match cache.prune(&in_use, KEEP).await {

@@ -53,12 +53,15 @@ impl Host {
             .unwrap()
             .get(name)
             .map(|e| e.slot().current());
+        // Only the digest outlives the fetch, whose bytes its budget
+        // counted while they were held.
+        let digest = async { source.fetch().await.map(|a| a.digest) };
         let fetched = match self.loading_budget(name) {
-            Some(budget) => held::holding(budget, source.fetch()).await,
-            None => source.fetch().await,
+            Some(budget) => held::holding(budget, digest).await,
+            None => digest.await,
         };
         match fetched {
-            Ok(a) if running.is_some_and(|p| p.digest() == a.digest) => {}
+            Ok(d) if running.is_some_and(|p| p.digest() == d) => {}
             Ok(_) => {
                 tracing::info!(plugin = name, origin = %source.origin(), "plugin source changed: reloading");
                 let _ = self.reload_plugin(name).await;
