@@ -54,7 +54,6 @@ impl Objects {
             }
             let obj = self.prepare_create(info, &ns, obj, ctx, true)?;
             let name = obj_name(&obj);
-            self.check_grants(info, &ns, &name, &obj, None, ctx)?;
             if let Some(a) = &admitting {
                 let options = a.write_options(Operation::Create);
                 a.validate(

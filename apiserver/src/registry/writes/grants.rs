@@ -1,5 +1,7 @@
 //! Writes of RBAC objects: what they grant is checked for their author by
-//! the check the HTTP layer gives the write (`auth::escalation`).
+//! the check the HTTP layer gives the write (`auth::escalation`), as the
+//! create and update rules (`prepare`) finish, so every verb that writes
+//! an object is covered.
 
 use serde_json::Value;
 

@@ -107,7 +107,6 @@ impl Objects {
                     self.check_type(info, &patched)?;
                 }
                 let obj = self.prepare_create(info, &ns, from_view(info, patched), ctx, false)?;
-                self.check_grants(info, &ns, name, &obj, None, ctx)?;
                 if let Some(a) = &admitting {
                     let options = a.write_options(Operation::Create);
                     a.validate(
@@ -148,14 +147,6 @@ impl Objects {
             let new = from_view(info, patched);
             let record = !matches!(kind, PatchKind::Apply { .. });
             let outcome = self.prepare_update(info, &cur.obj, new, sub, ctx, record)?;
-            self.check_grants(
-                info,
-                &ns,
-                name,
-                outcome.object(&cur.obj),
-                Some(&cur.obj),
-                ctx,
-            )?;
             if let (Some(a), Some(old_view)) = (&admitting, &cur_view) {
                 let new_view = to_view(info, outcome.object(&cur.obj));
                 a.validate_update((&ns, name), &new_view, old_view).await?;

@@ -189,6 +189,7 @@ impl Objects {
                 &now,
             );
         }
+        self.check_grants(info, ns, &name, &obj, None, ctx)?;
         Ok(obj)
     }
 
@@ -343,6 +344,8 @@ impl Objects {
             let g = old["metadata"]["generation"].as_i64().unwrap_or(0);
             metadata_mut(&mut new).insert("generation".into(), json!(g + 1));
         }
+        let ns = meta_str(old, "namespace").unwrap_or("");
+        self.check_grants(info, ns, &name, &new, Some(old), ctx)?;
         if deleting && finalizers(&new).is_empty() {
             return Ok(Outcome::Delete(new));
         }

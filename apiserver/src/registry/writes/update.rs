@@ -100,14 +100,6 @@ impl Objects {
             };
             let new = from_view(info, view);
             let outcome = self.prepare_update(info, &cur.obj, new, sub, ctx, true)?;
-            self.check_grants(
-                info,
-                &ns,
-                name,
-                outcome.object(&cur.obj),
-                Some(&cur.obj),
-                ctx,
-            )?;
             if let (Some(a), Some(old_view)) = (&admitting, &old_view) {
                 let new_view = to_view(info, outcome.object(&cur.obj));
                 a.validate_update((&ns, name), &new_view, old_view).await?;
