@@ -300,13 +300,23 @@ impl Host {
             .then(|| objects.api_budget.clone())
     }
 
-    /// The budget the loads of plugin `name` are charged to: its object's
-    /// (`pluginsFrom.maxLoadingBytes`), or None for a config plugin.
-    pub(super) fn loading_budget(&self, name: &str) -> Option<Arc<held::Budget>> {
-        self.objects
+    /// Runs `load`, a load of plugin `name`, with what it holds charged to
+    /// its object's budget (`pluginsFrom.maxLoadingBytes`); a config
+    /// plugin's load is not charged.
+    pub(super) async fn load_within_budget<F: std::future::Future>(
+        &self,
+        name: &str,
+        load: F,
+    ) -> F::Output {
+        let budget = self
+            .objects
             .as_ref()
             .filter(|objects| objects.owns(name))
-            .map(|objects| objects.loading.clone())
+            .map(|objects| objects.loading.clone());
+        match budget {
+            Some(budget) => held::holding(budget, load).await,
+            None => load.await,
+        }
     }
 
     /// The source of `config`. An object's `oci` source reads registry

@@ -21,7 +21,7 @@ use super::wiring::{enqueue_all, rate_limiter};
 use super::{Host, ManagerError};
 use crate::config::{HostConfig, PluginConfig};
 use crate::control::metrics::{ResultLabel, Version};
-use crate::ops::source::{FileWatcher, held};
+use crate::ops::source::FileWatcher;
 
 /// Why a reload did not swap.
 #[derive(Debug, thiserror::Error)]
@@ -56,11 +56,7 @@ impl Host {
         // Only the digest outlives the fetch, whose bytes its budget
         // counted while they were held.
         let digest = async { source.fetch().await.map(|a| a.digest) };
-        let fetched = match self.loading_budget(name) {
-            Some(budget) => held::holding(budget, digest).await,
-            None => digest.await,
-        };
-        match fetched {
+        match self.load_within_budget(name, digest).await {
             Ok(d) if running.is_some_and(|p| p.digest() == d) => {}
             Ok(_) => {
                 tracing::info!(plugin = name, origin = %source.origin(), "plugin source changed: reloading");

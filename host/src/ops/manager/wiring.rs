@@ -23,7 +23,7 @@ use crate::control::metrics::Version;
 use crate::control::shard::Shards;
 use crate::control::workqueue::ratelimit::{MaxOfRateLimiter, controller_rate_limiter};
 use crate::control::workqueue::{Priority, WorkQueue};
-use crate::ops::source::{PluginSource, held};
+use crate::ops::source::PluginSource;
 use crate::sandbox::admission::WebhookKind;
 use crate::sandbox::hostapi::{Access, ApiLimits, ClusterApi, ClusterContext, Grant, Gvk};
 use crate::sandbox::{Plugin, PluginSpec, WatchMapping};
@@ -383,10 +383,7 @@ impl Host {
             }
             Ok(plugin)
         };
-        match self.loading_budget(&config.name) {
-            Some(budget) => held::holding(budget, load).await,
-            None => load.await,
-        }
+        self.load_within_budget(&config.name, load).await
     }
 
     /// The kinds the plugin watches, resolved through discovery. Each must
