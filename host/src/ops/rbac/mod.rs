@@ -145,17 +145,7 @@ pub fn generate(config: &HostConfig) -> Rbac {
         };
     for plugin in &config.plugins {
         for rule in &plugin.permissions {
-            for scope in scopes(plugin.namespaces.as_deref(), rule.namespaces.as_deref()) {
-                for resource in &rule.resources {
-                    add(
-                        &scope,
-                        &rule.group,
-                        resource,
-                        None,
-                        &applying(rule, resource),
-                    );
-                }
-            }
+            add_rule(&mut add, plugin.namespaces.as_deref(), rule);
         }
         for scope in scopes(plugin.namespaces.as_deref(), None) {
             add(
@@ -267,17 +257,7 @@ pub fn generate(config: &HostConfig) -> Rbac {
         // An object's plugin may be granted up to `maxGrant`, in whatever
         // namespaces the object names: the host needs all of it.
         for rule in config.max_grant.iter().flatten() {
-            for scope in scopes(None, rule.namespaces.as_deref()) {
-                for resource in &rule.resources {
-                    add(
-                        &scope,
-                        &rule.group,
-                        resource,
-                        None,
-                        &applying(rule, resource),
-                    );
-                }
-            }
+            add_rule(&mut add, None, rule);
         }
         if config.max_grant.as_ref().is_some_and(|r| !r.is_empty()) {
             add(
@@ -309,6 +289,26 @@ pub fn generate(config: &HostConfig) -> Rbac {
         );
     }
     minimise(wanted)
+}
+
+/// Adds with `add` what `rule` grants, in the namespaces both
+/// `plugin_namespaces` (None: any) and the rule allow.
+fn add_rule(
+    add: &mut impl FnMut(&Scope, &str, &str, Option<&[String]>, &[&str]),
+    plugin_namespaces: Option<&[String]>,
+    rule: &PermissionRule,
+) {
+    for scope in scopes(plugin_namespaces, rule.namespaces.as_deref()) {
+        for resource in &rule.resources {
+            add(
+                &scope,
+                &rule.group,
+                resource,
+                None,
+                &applying(rule, resource),
+            );
+        }
+    }
 }
 
 /// The verbs `rule` grants on `resource`, with `create` beside a `patch` of
