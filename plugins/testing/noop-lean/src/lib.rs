@@ -40,6 +40,11 @@ mod guest {
     // SAFETY: a component instance runs one thread.
     unsafe impl Sync for Arena {}
 
+    // SAFETY: `alloc` returns null or `layout.size()` bytes at a multiple
+    // of `layout.align()` inside the arena, past every block still live:
+    // blocks are handed out in increasing order, and the arena starts over
+    // only once `live` says none is left. `dealloc` frees nothing early; it
+    // only counts.
     unsafe impl GlobalAlloc for Arena {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             // SAFETY: single-threaded; see `Sync` above.
@@ -77,6 +82,14 @@ mod guest {
 
     /// The canonical ABI's allocation entry point, which `std` builds get
     /// from wit-bindgen's runtime.
+    ///
+    /// # Safety
+    /// Called by the canonical ABI only: `align` is a power of two, and
+    /// `old` is null with `old_len` 0, or a block this function returned
+    /// with `old_len` bytes and alignment `align`.
+    // SAFETY: the one symbol of this name in the module, which the
+    // canonical ABI looks up by it: without std, wit-bindgen's runtime
+    // does not export its own.
     #[unsafe(no_mangle)]
     unsafe extern "C" fn cabi_realloc(
         old: *mut u8,
