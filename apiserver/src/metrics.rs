@@ -94,6 +94,9 @@ pub(crate) enum Limit {
     /// A write of a role or binding granting over 10,000 permissions, by an
     /// author whose holdings they must be compared with (403).
     GrantedPermissions,
+    /// Aggregated ClusterRoles whose rules still changed after 16 passes
+    /// (roles aggregating each other), left as they were.
+    AggregationPasses,
     /// SubjectAccessReview with over 1 000 groups, extra keys or values of
     /// one extra key (400).
     ReviewLists,
@@ -109,7 +112,7 @@ pub(crate) enum Limit {
 }
 
 impl Limit {
-    pub(crate) const ALL: [Limit; 33] = [
+    pub(crate) const ALL: [Limit; 34] = [
         Limit::TlsHandshake,
         Limit::RequestHead,
         Limit::IdleConnection,
@@ -139,6 +142,7 @@ impl Limit {
         Limit::TokenAudiences,
         Limit::ImpersonationHeaders,
         Limit::GrantedPermissions,
+        Limit::AggregationPasses,
         Limit::ReviewLists,
         Limit::AdmissionWebhooks,
         Limit::WebhookResponse,
@@ -177,6 +181,7 @@ impl Limit {
             Limit::TokenAudiences => "tokenAudiences",
             Limit::ImpersonationHeaders => "impersonationHeaders",
             Limit::GrantedPermissions => "grantedPermissions",
+            Limit::AggregationPasses => "aggregationPasses",
             Limit::ReviewLists => "reviewLists",
             Limit::AdmissionWebhooks => "admissionWebhooks",
             Limit::WebhookResponse => "webhookResponse",

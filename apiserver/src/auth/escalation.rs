@@ -9,9 +9,11 @@
 //! What the author holds is read when the request is authorized (its rules
 //! in the object's namespace, cluster-wide ones included), and checked
 //! against the object as it would be stored, after patches and mutating
-//! webhooks. An update that leaves the rules, `roleRef` and `subjects` as
-//! they were grants nothing new and is not checked (upstream exempts only
-//! the garbage collector's fields).
+//! webhooks. An update that leaves the rules, `roleRef`, `subjects`,
+//! `aggregationRule` and labels as they were grants nothing new and is not
+//! checked (upstream exempts only the garbage collector's fields). A
+//! ClusterRole with an `aggregationRule` takes its rules from the roles its
+//! selectors match, so writing one, or removing one, needs `escalate`.
 
 use std::sync::Arc;
 
@@ -133,7 +135,7 @@ impl GrantCheck for Escalation {
         resource: &str,
         namespace: &str,
         name: &str,
-        creating: bool,
+        old: Option<&Value>,
         new: &Value,
     ) -> Result<(), ApiError> {
         match resource {
@@ -141,9 +143,21 @@ impl GrantCheck for Escalation {
                 // As upstream, a create is authorized for no name in
                 // particular: `escalate` limited by resourceNames does not
                 // cover it.
-                let named = if creating { "" } else { name };
+                let named = if old.is_none() { "" } else { name };
                 if self.may("escalate", resource, namespace, named) {
                     return Ok(());
+                }
+                // An aggregated role takes the rules of whatever roles its
+                // selectors match, so only an identity that may escalate
+                // writes one, or turns one back into a plain role.
+                let aggregates =
+                    |role: &Value| role.get("aggregationRule").is_some_and(|r| !r.is_null());
+                if resource == "clusterroles" && (aggregates(new) || old.is_some_and(aggregates)) {
+                    return Err(self.refused(
+                        resource,
+                        name,
+                        "must have cluster-admin privileges to use the aggregationRule".into(),
+                    ));
                 }
                 let granted: Vec<PolicyRule> = new
                     .get("rules")

@@ -17,9 +17,9 @@
 //!
 //! Every decision sees the store as it is now, so binding changes take
 //! effect with the next request: what it reads is parsed once per change
-//! to any RBAC object ([`RbacCache`]). Aggregated ClusterRoles (their
-//! `aggregationRule`) are not expanded: only the `rules` stored in the
-//! object count.
+//! to any RBAC object ([`RbacCache`]). Only the `rules` stored in a role
+//! count: those of an aggregated ClusterRole are written into it by
+//! `registry::aggregation`, as upstream's controller does.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};

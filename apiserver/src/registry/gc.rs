@@ -1,7 +1,8 @@
 //! The in-process controllers a real control plane runs next to the API
 //! server: ownerReference garbage collection (background, foreground,
-//! orphan), namespace termination and CRD instance cleanup. They react to
-//! every committed event, delivered reliably over an unbounded channel.
+//! orphan), namespace termination and CRD instance cleanup, and ClusterRole
+//! aggregation ([`super::aggregation`]). They react to every committed
+//! event, delivered reliably over an unbounded channel.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Objects;
+use super::aggregation;
 use super::delete::{DeleteOptions, FOREGROUND, ORPHAN};
 use super::resources::GroupResource;
 use super::storage::{self, Event, EventType};
@@ -27,6 +29,12 @@ const BATCH: usize = 4096;
 /// (a foreground deletion with many dependents) neither stalls requests
 /// nor lets every update queued meanwhile be handled, and held, one by one.
 pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<Arc<Event>>) {
+    // Aggregated roles loaded from a data directory, or bootstrapped, are
+    // brought up to date before any change arrives.
+    let start = objects.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || aggregation::aggregate(&start)).await {
+        tracing::error!(error = %e, "ClusterRole aggregation failed");
+    }
     let mut collector = Collector::new(objects.clone());
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
@@ -117,13 +125,16 @@ impl Collector {
     }
 
     /// Handles `events` in order, then the owners whose last blocking
-    /// dependent went meanwhile.
+    /// dependent went meanwhile, then aggregation if a ClusterRole changed.
     pub(crate) fn batch(&mut self, events: &[Arc<Event>]) {
         for ev in events {
             self.handle(ev);
         }
         for uid in self.objects.store.take_released() {
             check_foreground_by_uid(&self.objects, &uid);
+        }
+        if aggregation::touches(events) {
+            aggregation::aggregate(&self.objects);
         }
     }
 

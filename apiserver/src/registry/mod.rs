@@ -5,7 +5,8 @@
 //! the versions CRDs add) and carries every write: create, update, patch
 //! and delete with the real server's metadata, generation, status,
 //! finalizer and CRD rules ([`writes`], [`delete`], [`scale`]), the
-//! garbage collector that completes deletions ([`gc`]), and the checks
+//! in-process controllers that complete deletions ([`gc`]) and aggregate
+//! ClusterRoles ([`aggregation`]), and the checks
 //! written objects pass ([`validation`], [`schema`], [`crd`]).
 //!
 //! | File | Job |
@@ -17,6 +18,7 @@
 //! | [`validation`], [`schema`], [`crd`] | metadata rules, CRD structural schemas, CRD status and registry entries |
 //! | [`writes`], [`delete`], [`scale`] | object semantics of every write |
 //! | [`gc`] | owner references, propagation, namespace and CRD cleanup |
+//! | [`aggregation`] | the rules of ClusterRoles with an `aggregationRule` |
 //!
 //! Writes of requests go through admission ([`crate::admission`]) between
 //! computing an object and committing it.
@@ -31,6 +33,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::admission::Webhooks;
 use crate::metrics::Metrics;
 
+pub(crate) mod aggregation;
 pub(crate) mod crd;
 pub(crate) mod delete;
 pub(crate) mod gc;

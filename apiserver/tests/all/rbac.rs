@@ -21,6 +21,7 @@ use wasmctrl_testkit::client::client_for;
 
 use crate::common::{Harness, raw};
 
+mod aggregation;
 mod apply;
 mod escalation;
 

@@ -50,15 +50,16 @@ pub(crate) struct WriteCtx {
 /// would be stored.
 pub(crate) trait GrantCheck: Send + Sync + std::fmt::Debug {
     /// `Ok` when `new`, an object of `resource` named `name` in
-    /// `namespace` (empty: cluster scope), being created or not, grants
-    /// nothing its author may not grant; else the 403 to answer.
+    /// `namespace` (empty: cluster scope) replacing `old` (None: being
+    /// created), grants nothing its author may not grant; else the 403 to
+    /// answer.
     fn check(
         &self,
         store: &Store,
         resource: &str,
         namespace: &str,
         name: &str,
-        creating: bool,
+        old: Option<&Value>,
         new: &Value,
     ) -> Result<(), ApiError>;
 }

@@ -14,7 +14,9 @@ impl Objects {
     /// Runs `ctx`'s check of what `new` grants, for an object of the RBAC
     /// group, as it would be stored; `old` is the object an update
     /// replaces (None: a create). An update that leaves the rules,
-    /// `roleRef` and `subjects` as they were grants nothing new.
+    /// `roleRef`, `subjects`, `aggregationRule` and labels as they were
+    /// grants nothing new (labels choose the roles an aggregated
+    /// ClusterRole takes its rules from).
     pub(crate) fn check_grants(
         &self,
         info: &ResourceInfo,
@@ -31,14 +33,15 @@ impl Objects {
             return Ok(());
         }
         let same = |old: &Value| {
-            ["rules", "roleRef", "subjects"]
+            ["rules", "roleRef", "subjects", "aggregationRule"]
                 .iter()
                 .all(|field| old.get(field) == new.get(field))
+                && old.pointer("/metadata/labels") == new.pointer("/metadata/labels")
         };
         if old.is_some_and(same) {
             return Ok(());
         }
         let ns = self.ns_for(info, ns);
-        check.check(&self.store, &info.plural, &ns, name, old.is_none(), new)
+        check.check(&self.store, &info.plural, &ns, name, old, new)
     }
 }
