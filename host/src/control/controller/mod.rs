@@ -292,6 +292,13 @@ impl<R: Reconcile> Controller<R> {
 }
 
 /// The running workers of a controller.
+///
+/// Dropped without [`shutdown`](Self::shutdown) or
+/// [`detach`](Self::detach) running to their end (the task awaiting one
+/// was aborted), the workers take no new key, and the reconciles they
+/// hold run to their end under their own deadline, their results handled
+/// as always: a key in hand is never lost with the task that held the
+/// workers.
 pub struct Workers<R: Reconcile> {
     controller: Controller<R>,
     set: JoinSet<()>,
@@ -343,6 +350,16 @@ impl<R: Reconcile> Workers<R> {
     /// cancelled.
     pub async fn abort(self) {
         self.shutdown(Duration::ZERO).await;
+    }
+}
+
+impl<R: Reconcile> Drop for Workers<R> {
+    fn drop(&mut self) {
+        // A JoinSet aborts its tasks when dropped, which would drop a
+        // reconcile midway: its key's result never handled, its guest never
+        // told, the active-workers gauge left counting it.
+        self.halt.cancel();
+        self.set.detach_all();
     }
 }
 

@@ -329,15 +329,20 @@ async fn three_workers_on_a_hundred_keys_never_overlap_one_key() {
 }
 
 /// Sleeps `work`, or stops early when cancelled.
+#[derive(Default)]
 struct Slow {
     work: Duration,
     cancelled: Mutex<u32>,
+    finished: Mutex<u32>,
 }
 
 impl Reconcile for Arc<Slow> {
     async fn reconcile(&self, request: ReconcileRequest) -> Result<Action, ReconcileError> {
         tokio::select! {
-            _ = tokio::time::sleep(self.work) => Ok(Action::done()),
+            _ = tokio::time::sleep(self.work) => {
+                *self.finished.lock().unwrap() += 1;
+                Ok(Action::done())
+            }
             _ = request.cancel.cancelled() => {
                 *self.cancelled.lock().unwrap() += 1;
                 Err(ReconcileError::Cancelled)
@@ -350,7 +355,7 @@ impl Reconcile for Arc<Slow> {
 async fn shutdown_waits_for_in_flight_reconciles_up_to_its_timeout() {
     let slow = Arc::new(Slow {
         work: Duration::from_millis(100),
-        cancelled: Mutex::new(0),
+        ..Slow::default()
     });
     let c = controller(slow.clone(), 2, Arc::new(TracingTerminalErrors));
     let workers = c.start();
@@ -372,7 +377,7 @@ async fn shutdown_waits_for_in_flight_reconciles_up_to_its_timeout() {
 async fn shutdown_cancels_reconciles_still_running_at_its_timeout() {
     let slow = Arc::new(Slow {
         work: Duration::from_secs(60),
-        cancelled: Mutex::new(0),
+        ..Slow::default()
     });
     let c = controller(slow.clone(), 1, Arc::new(TracingTerminalErrors));
     let workers = c.start();
@@ -383,6 +388,43 @@ async fn shutdown_cancels_reconciles_still_running_at_its_timeout() {
     assert_eq!(started.elapsed(), 250 * MS);
     assert_eq!(*slow.cancelled.lock().unwrap(), 1);
     assert_eq!(c.queue().processing_len(), 0);
+}
+
+/// The task detaching workers can be aborted (a rebuild superseded by a
+/// newer edit, a shutdown): the reconciles they hold still run to their
+/// end and their results are handled, so no key's reconcile is lost with
+/// the task.
+#[tokio::test(start_paused = true)]
+async fn workers_whose_detach_is_abandoned_finish_the_keys_they_hold() {
+    let slow = Arc::new(Slow {
+        work: Duration::from_secs(5),
+        ..Slow::default()
+    });
+    let c = controller(slow.clone(), 2, Arc::new(TracingTerminalErrors));
+    let workers = c.start();
+    c.queue().add(key("a"));
+    settle().await;
+    assert_eq!(c.queue().processing_len(), 1);
+    let detaching = tokio::spawn(workers.detach(Duration::from_secs(10)));
+    settle().await;
+    detaching.abort();
+    settle().await;
+    // Abandoned workers take no new key.
+    c.queue().add(key("b"));
+    pass(Duration::from_secs(5)).await;
+    assert_eq!(
+        *slow.finished.lock().unwrap(),
+        1,
+        "a's reconcile ran to its end"
+    );
+    assert_eq!(*slow.cancelled.lock().unwrap(), 0);
+    assert_eq!(c.queue().processing_len(), 0);
+    assert_eq!(c.queue().len(), 1, "b waits for the next workers");
+    let next = c.start();
+    settle().await;
+    pass(Duration::from_secs(5)).await;
+    assert_eq!(*slow.finished.lock().unwrap(), 2);
+    assert!(next.shutdown(Duration::from_secs(1)).await);
 }
 
 /// Takes 10 ms per reconcile and fails the first reconcile of "low".
