@@ -523,6 +523,56 @@ plugins:
     );
 }
 
+/// A SIGHUP reload that waits (here for the start's load of a source that
+/// never answers) runs beside the host's loop, so SIGTERM still stops the
+/// host within its shutdown timeout instead of after the fetch's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_sighup_reload_that_waits_still_exits_in_time() {
+    let f = Fixture::start().await;
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let _silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = silent.accept().await {
+            held.push(conn);
+        }
+    });
+    let config = f.config(
+        "wasmctrl.yaml",
+        &format!(
+            r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: {{ bind: "127.0.0.1:0" }}
+shutdownTimeout: 2s
+plugins:
+  - name: stalled
+    source: {{ url: "http://127.0.0.1:{port}/plugin.wasm", sha256: "{}", insecure: true }}
+    namespaces: [default]
+    permissions: [ {{ resources: [configmaps], verbs: [list, watch] }} ]
+"#,
+            "0".repeat(64)
+        ),
+    );
+    let kubeconfig = f.kubeconfig_for("host");
+    let mut host = Run::start_logging(&config, &kubeconfig, "wasmctrl=debug", false).await;
+    eventually("SIGHUP handled", Duration::from_secs(60), || async {
+        host.process.logged(&["SIGHUP reloads the host"])
+    })
+    .await;
+    host.process.signal("HUP");
+    eventually("the reload begun", Duration::from_secs(60), || async {
+        host.process.logged(&["SIGHUP: reloading"])
+    })
+    .await;
+    let started = Instant::now();
+    host.process.signal("TERM");
+    let status = host.process.exited(Duration::from_secs(60)).await;
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status:?}");
+    // Two seconds of drain and a loaded machine; the fetch would take 300 s.
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_leader() {
     let f = Fixture::start().await;

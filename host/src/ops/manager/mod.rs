@@ -477,12 +477,11 @@ impl Manager {
 
         let objects = host.run_objects();
         let pruning = pruning::prune_periodically(&host);
-        let config_changes = match (&host.watcher, &self.options.config_path) {
-            (Some(w), Some(path)) => Some(reload::watch_config(host.clone(), w, path.clone())),
-            _ => None,
-        };
-        let mut hangup =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+        let reloads = reload::reload_on_changes(
+            host.clone(),
+            host.watcher.as_ref(),
+            self.options.config_path.clone(),
+        );
         let mut leader = host.leader.clone();
         let mut was_leader = false;
         tokio::pin!(shutdown);
@@ -497,15 +496,9 @@ impl Manager {
             tokio::select! {
                 _ = &mut shutdown => break Ok(()),
                 changed = leader.changed() => if changed.is_err() { break Ok(()) },
-                Some(()) = async { match hangup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => {
-                    tracing::info!("SIGHUP: reloading");
-                    host.reload_everything(self.options.config_path.as_deref()).await;
-                }
             }
         };
-        if let Some(w) = config_changes {
-            w.abort();
-        }
+        reloads.abort();
         self.loader.abort();
         pruning.abort();
         if let Some(o) = objects {

@@ -288,17 +288,31 @@ impl Host {
             plugins.insert(name.clone(), next);
             (workers, synced)
         };
-        if let Some(w) = old_workers {
-            w.detach(self.config.shutdown_timeout).await;
-        }
-        if synced {
-            let resync = self.plugins.lock().unwrap().get(&name).map(enqueue_all);
-            if let Some(resync) = resync {
-                resync.await;
-            }
-        } else {
+        // The new entry is in: the handover runs in a task of its own, so
+        // that it finishes even when this one is aborted (a newer edit of
+        // an object supersedes its rebuild) and every key is reconciled
+        // with the new settings.
+        if !synced {
             let host = self.clone();
+            let name = name.clone();
             tokio::spawn(async move { host.sync_and_start(&name).await });
+        }
+        let host = self.clone();
+        let handover = tokio::spawn(async move {
+            if let Some(w) = old_workers {
+                w.detach(host.config.shutdown_timeout).await;
+            }
+            if synced {
+                let resync = host.plugins.lock().unwrap().get(&name).map(enqueue_all);
+                if let Some(resync) = resync {
+                    resync.await;
+                }
+            }
+        });
+        if let Err(e) = handover.await
+            && e.is_panic()
+        {
+            std::panic::resume_unwind(e.into_panic());
         }
         Ok(())
     }
@@ -313,17 +327,44 @@ impl Host {
     }
 }
 
-/// Reloads the config whenever its file changes.
-pub(super) fn watch_config(
+/// Reloads on SIGHUP (the config file again if known, else every
+/// plugin's source) and whenever the config file changes, one reload at a
+/// time, in a task of its own: the manager's loop goes on answering
+/// shutdown and lost leadership while a reload waits for a slow source or
+/// drains a removed plugin.
+pub(super) fn reload_on_changes(
     host: Arc<Host>,
-    watcher: &FileWatcher,
-    path: PathBuf,
+    watcher: Option<&FileWatcher>,
+    path: Option<PathBuf>,
 ) -> tokio::task::JoinHandle<()> {
-    let mut changes = watcher.subscribe(&path);
+    let mut changes = match (watcher, &path) {
+        (Some(w), Some(path)) => w.subscribe(path),
+        _ => futures::stream::pending().boxed(),
+    };
+    let mut hangup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    if hangup.is_some() {
+        tracing::debug!(config = ?path, "SIGHUP reloads the host");
+    }
     tokio::spawn(async move {
-        while changes.next().await.is_some() {
-            tracing::info!("config file changed: reloading");
-            host.reload_config(&path).await;
+        loop {
+            tokio::select! {
+                Some(()) = changes.next() => {
+                    if let Some(path) = &path {
+                        tracing::info!("config file changed: reloading");
+                        host.reload_config(path).await;
+                    }
+                }
+                Some(()) = async {
+                    match hangup.as_mut() {
+                        Some(h) => h.recv().await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    tracing::info!("SIGHUP: reloading");
+                    host.reload_everything(path.as_deref()).await;
+                }
+                else => break,
+            }
         }
     })
 }
