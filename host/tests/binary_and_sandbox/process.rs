@@ -573,6 +573,56 @@ plugins:
     assert!(took < Duration::from_secs(20), "took {took:?}");
 }
 
+/// A component file replaced while its plugin loads (here, while a slow
+/// API server holds the load's discovery after the fetch) is the version
+/// the host ends up running: its follower hears of changes from before
+/// the fetch, not only from when the load is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_replaced_while_its_plugin_loads_is_swapped_in() {
+    let f = Fixture::start().await;
+    let component = f.dir.path().join("stamp.wasm");
+    std::fs::copy(artifacts::STAMP_V1, &component).unwrap();
+    let config = f.config(
+        "wasmctrl.yaml",
+        r#"apiVersion: wasmctrl.dev/v1alpha1
+kind: HostConfig
+admin: { bind: "127.0.0.1:0" }
+plugins:
+  - name: stamp
+    path: stamp.wasm
+    namespaces: [default]
+    permissions:
+      - { group: "", resources: [configmaps], verbs: [get, list, watch, patch] }
+"#,
+    );
+    let kubeconfig = f.kubeconfig_for("host");
+    let faults = f.server.faults();
+    faults.delay_responses(Some(Duration::from_secs(3)));
+    let host = Run::start_logging(&config, &kubeconfig, "wasmctrl=debug", false).await;
+    eventually("v1 fetched", Duration::from_secs(60), || async {
+        host.process.logged(&["component fetched", "plugin=stamp"])
+    })
+    .await;
+    let aside = component.with_extension("partial");
+    std::fs::copy(artifacts::STAMP_V2, &aside).unwrap();
+    std::fs::rename(&aside, &component).unwrap();
+    eventually("the change heard", Duration::from_secs(60), || async {
+        host.process.logged(&["file changed", "stamp.wasm"])
+    })
+    .await;
+    assert!(
+        !host.process.logged(&["plugin loaded"]),
+        "the load ended before the change was heard: the server's delay is too short to test anything"
+    );
+    faults.delay_responses(None);
+    let v2 = wasmctrl_testkit::host::file_digest(artifacts::STAMP_V2);
+    eventually("v2 serving", Duration::from_secs(60), || async {
+        let (_, body) = http_get(host.admin, "/plugins").await;
+        body.contains(&v2)
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_leader_that_resumes_after_its_lease_never_writes_as_a_second_leader() {
     let f = Fixture::start().await;

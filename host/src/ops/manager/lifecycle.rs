@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use arc_swap::ArcSwap;
+use futures::stream::BoxStream;
 use tokio::task::JoinHandle;
 
 use crate::config::PluginConfig;
@@ -477,6 +478,10 @@ pub(crate) struct PluginEntry {
     source: Arc<dyn PluginSource>,
     /// Reloads the plugin when its source changes.
     follower: Option<JoinHandle<()>>,
+    /// The source's changes since before its component was fetched, until
+    /// the entry is in the manager and a follower takes them: a change
+    /// made while the plugin loads is never missed.
+    changes: Option<BoxStream<'static, ()>>,
     /// Unloads the plugin's code while it is idle (`idleUnload`).
     idler: Option<JoinHandle<()>>,
     slot: Arc<PluginSlot>,
@@ -511,6 +516,7 @@ impl PluginEntry {
             config,
             source,
             follower: None,
+            changes: None,
             idler: None,
             slot,
             controller,
@@ -518,6 +524,17 @@ impl PluginEntry {
             workers: None,
             lifecycle: Lifecycle::new(generation),
         }
+    }
+
+    /// Keeps `changes`, the source's changes since before the load, for
+    /// the follower [`take_changes`](Self::take_changes) hands them to.
+    pub(crate) fn keep_changes(&mut self, changes: BoxStream<'static, ()>) {
+        self.changes = Some(changes);
+    }
+
+    /// The source's changes kept since the load, once.
+    pub(crate) fn take_changes(&mut self) -> Option<BoxStream<'static, ()>> {
+        self.changes.take()
     }
 
     /// Sets the task that follows the plugin's source.

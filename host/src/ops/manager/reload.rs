@@ -283,8 +283,9 @@ impl Host {
             let Some(mut current) = plugins.remove(&name) else {
                 return Ok(());
             };
-            let (next, workers) = current.succeed(next);
+            let (mut next, workers) = current.succeed(next);
             let synced = next.lifecycle().synced();
+            self.follow_source(&name, &mut next);
             plugins.insert(name.clone(), next);
             (workers, synced)
         };

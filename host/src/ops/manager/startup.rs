@@ -114,6 +114,8 @@ impl Host {
         config: PluginConfig,
     ) -> Result<(), ManagerError> {
         let name = config.name.clone();
+        // A fix written while the load fails is a change the retry sees.
+        let changes = self.source_for(&config).changes();
         let result = match self.build(config.clone(), 1, None).await {
             Ok(entry) => self.insert_and_start(&name, entry),
             Err(e) => Err(e),
@@ -127,7 +129,7 @@ impl Host {
                 let error = e.to_string();
                 tracing::error!(plugin = %name, "plugin not loaded, the others run: {error}");
                 let source = self.source_for(&config);
-                let follower = self.retry_on_change(&config, &*source);
+                let follower = self.retry_on_change(&config, changes);
                 self.pending.lock().unwrap().insert(
                     name.clone(),
                     PendingPlugin {
@@ -153,7 +155,7 @@ impl Host {
     ) -> Result<(), ManagerError> {
         match self.plugins.lock().unwrap().entry(name.to_string()) {
             std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(entry);
+                self.follow_source(name, v.insert(entry));
             }
             std::collections::btree_map::Entry::Occupied(_) => {
                 return Err(ManagerError::NameTaken {
@@ -180,11 +182,10 @@ impl Host {
     fn retry_on_change(
         self: &Arc<Self>,
         config: &PluginConfig,
-        source: &dyn crate::ops::source::PluginSource,
+        mut changes: futures::stream::BoxStream<'static, ()>,
     ) -> JoinHandle<()> {
         let host = Arc::downgrade(self);
         let config = config.clone();
-        let mut changes = source.changes();
         tokio::spawn(async move {
             while changes.next().await.is_some() {
                 let Some(host) = host.upgrade() else {

@@ -65,6 +65,9 @@ impl Host {
         queue: Option<WorkQueue<ObjectKey>>,
     ) -> Result<PluginEntry, ManagerError> {
         let source = self.source_for(&config);
+        // Subscribed before the fetch, so that a change made while the
+        // plugin loads reaches its follower.
+        let changes = source.changes();
         let api = self.plugin_api(&config);
         let plugin = self
             .load(&config, &*source, api.clone(), Version::Stable, false)
@@ -171,12 +174,11 @@ impl Host {
             }),
         );
         let feeds = self.feeds(&config, &controller, &for_kind, &watches);
-        let follower = self.follow_source(&config.name, source.clone());
         let idler = config
             .idle_unload
             .map(|idle| unload_when_idle(&config.name, slot.clone(), idle));
         let mut entry = PluginEntry::new(config, source, slot, controller, feeds, generation);
-        entry.follow(follower);
+        entry.keep_changes(changes);
         if let Some(idler) = idler {
             entry.unload_when_idle(idler);
         }
@@ -272,6 +274,7 @@ impl Host {
                 })?;
             let origin = source.origin();
             let artifact = source.fetch().await?;
+            tracing::debug!(plugin = %config.name, %origin, digest = %artifact.digest, "component fetched");
             if version == Version::Stable {
                 self.note_fetched(&config.name, &artifact.digest);
             }
@@ -494,15 +497,16 @@ impl Host {
 
     /// Reloads the plugin when its source reports a change and the content
     /// differs from the version running.
-    fn follow_source(
-        self: &Arc<Self>,
-        name: &str,
-        source: Arc<dyn PluginSource>,
-    ) -> tokio::task::JoinHandle<()> {
+    /// Starts `entry`'s follower, which reloads plugin `name` whenever its
+    /// source changes, beginning with the changes made while it loaded.
+    /// Called once the entry is in the manager, where the reload finds it.
+    pub(super) fn follow_source(self: &Arc<Self>, name: &str, entry: &mut PluginEntry) {
+        let Some(mut changes) = entry.take_changes() else {
+            return;
+        };
         let host = Arc::downgrade(self);
         let name = name.to_string();
-        let mut changes = source.changes();
-        tokio::spawn(async move {
+        entry.follow(tokio::spawn(async move {
             while changes.next().await.is_some() {
                 let Some(host) = host.upgrade() else {
                     return;
@@ -511,7 +515,7 @@ impl Host {
                 // runs, not by every plugin's follower while it waits.
                 Box::pin(host.reload_plugin_if_changed(&name)).await;
             }
-        })
+        }));
     }
 }
 

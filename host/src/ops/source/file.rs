@@ -204,6 +204,7 @@ async fn debounce(
         for path in changed {
             if let Some(subs) = state.subscribers.get_mut(&path) {
                 subs.retain(|s| s.send(()).is_ok());
+                tracing::debug!(path = %path.display(), subscribers = subs.len(), "file changed");
             }
         }
         state.subscribers.retain(|_, subs| !subs.is_empty());
