@@ -213,7 +213,9 @@ impl AdminState for Host {
                 match host.reload_plugin(&name).await {
                     Ok(status) => Ok(serde_json::to_value(status).expect("a status serializes")),
                     Err(e @ ReloadError::Unknown(_)) => Err(Refusal::NotFound(e.to_string())),
-                    Err(e @ ReloadError::Removing(_)) => Err(Refusal::Conflict(e.to_string())),
+                    Err(e @ (ReloadError::Removing(_) | ReloadError::Superseded(_))) => {
+                        Err(Refusal::Conflict(e.to_string()))
+                    }
                     Err(ReloadError::Failed(e)) => Err(Refusal::Invalid(e.to_string())),
                 }
             };

@@ -30,6 +30,14 @@ pub enum ReloadError {
     Unknown(String),
     #[error("plugin {0:?} is being removed")]
     Removing(String),
+    /// The plugin was rebuilt (its settings or source changed) while this
+    /// reload loaded its component: the rebuilt entry runs what its own
+    /// config names, and the code loaded under the old config, with its
+    /// grant, is not swapped into it.
+    #[error(
+        "plugin {0:?} was rebuilt with changed settings while it reloaded; the rebuilt version runs"
+    )]
+    Superseded(String),
     #[error(transparent)]
     Failed(#[from] ManagerError),
 }
@@ -121,6 +129,13 @@ impl Host {
             let entry = plugins
                 .get_mut(name)
                 .ok_or_else(|| ReloadError::Unknown(name.to_string()))?;
+            if !Arc::ptr_eq(entry.source(), &source) {
+                tracing::info!(
+                    plugin = name,
+                    "a reload was superseded by a rebuild; the rebuilt version runs"
+                );
+                return Err(ReloadError::Superseded(name.to_string()));
+            }
             let feeds =
                 watches.map(|w| self.feeds(&config, entry.controller(), &new_meta.for_, &w));
             let previous = entry
