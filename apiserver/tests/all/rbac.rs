@@ -488,21 +488,31 @@ async fn cluster_roles_are_namespaced_by_role_bindings_and_cluster_wide_by_clust
     assert_eq!(list(None).await.unwrap().items.len(), 2);
 
     // A ClusterRoleBinding's ServiceAccount subject must name its
-    // namespace: without one it matches nobody.
+    // namespace: one without it is refused, as upstream.
     cluster_role(
         &h,
         "ns-reader",
         vec![rule(&[""], &["namespaces"], &["list"], &[])],
     )
     .await;
-    bind(
-        &h,
-        None,
-        "ns-reader-no-ns",
-        ("ClusterRole", "ns-reader"),
-        vec![sa_subject(None, SA)],
-    )
-    .await;
+    let no_ns = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "ns-reader-no-ns"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ns-reader"},
+        "subjects": [sa_subject(None, SA)]});
+    let (code, body) = h
+        .raw(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some("application/json"),
+            &no_ns.to_string(),
+        )
+        .await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            == r#"ClusterRoleBinding.rbac.authorization.k8s.io "ns-reader-no-ns" is invalid: subjects[0].namespace: Required value"#,
+        "{body}"
+    );
     let namespaces = Api::<Namespace>::all(bot.clone());
     forbidden(namespaces.list(&ListParams::default()).await);
     // Group subjects: every service account of the namespace.

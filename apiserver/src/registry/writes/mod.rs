@@ -14,7 +14,7 @@
 //! | `access` | reads, the body's type, commits for a request, the CRD hook |
 //! | `prepare` | the create and update rules, and what an update comes to |
 //! | `rules`, `defaults` | finalizers, schemas, no-op and generation checks; built-in defaults |
-//! | `grants` | what a write of an RBAC object grants, checked for its author |
+//! | `rbac`, `grants` | RBAC objects' defaults and validation; what a write of one grants, checked for its author |
 //! | `create`, `update`, `patch` | one verb each |
 //! | `errors` | store and patch errors as the real server's statuses |
 
@@ -27,6 +27,7 @@ mod errors;
 mod grants;
 mod patch;
 mod prepare;
+mod rbac;
 mod rules;
 mod update;
 mod warnings;

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::context::{Subresource, WriteCtx};
 use super::defaults::{apply_builtin_defaults, fold_string_data};
+use super::rbac;
 use super::rules::{
     CRD_CLEANUP_FINALIZER, apply_schema, comparable, finalizers, is_crd, is_namespace,
     normalize_finalizers, obj_name, spec_part, webhook_configuration,
@@ -139,6 +140,8 @@ impl Objects {
         normalize_finalizers(&mut obj);
         fold_string_data(info, &mut obj);
         apply_builtin_defaults(info, &mut obj);
+        rbac::default(info, &mut obj);
+        causes.extend(rbac::validate(info, &obj, None));
         if info.group.is_empty() && info.kind == "Pod" {
             // No kubelet will ever run it; Pending is where a real pod starts.
             obj["status"] = json!({"phase": "Pending"});
@@ -305,7 +308,9 @@ impl Objects {
                 ));
             }
         }
+        rbac::default(info, &mut new);
         let mut causes = validation::validate_metadata(&new);
+        causes.extend(rbac::validate(info, &new, Some(old)));
         apply_schema(info, &mut new, ctx, &mut causes)?;
         if is_namespace(info) {
             // spec.finalizers and status belong to the namespace lifecycle.

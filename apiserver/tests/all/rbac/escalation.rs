@@ -233,3 +233,89 @@ async fn roles_and_bindings_grant_only_what_their_author_holds_unless_it_may_esc
         .await
         .unwrap();
 }
+
+/// Bindings and roles are validated as upstream validates them, with its
+/// messages through kubectl: a binding's kinds must exist, its `roleRef`
+/// never changes, and a rule must be able to match something.
+#[tokio::test(flavor = "multi_thread")]
+async fn rbac_objects_are_validated_as_upstream() {
+    let h = rbac_server().await;
+    fixture(&h).await;
+    let dir = tempfile::tempdir().unwrap();
+    let apply = |name: &str, yaml: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let typo = apply(
+        "typo.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: typo, namespace: team}\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Clusterrole, name: view}\nsubjects: [{kind: user, name: jane}]\n",
+    );
+    let stderr = kubectl_err(&h, &["apply", "-f", &typo]).await;
+    assert!(
+        stderr.contains(r#"The RoleBinding "typo" is invalid"#)
+            && stderr.contains(r#"roleRef.kind: Unsupported value: "Clusterrole": supported values: "Role", "ClusterRole""#)
+            && stderr.contains(r#"subjects[0].kind: Unsupported value: "user""#),
+        "{stderr}"
+    );
+
+    // kubectl's own binding names its groups; one without them is
+    // defaulted, as upstream.
+    kubectl_ok(
+        &h,
+        &[
+            "create",
+            "rolebinding",
+            "readers",
+            "--clusterrole=view",
+            "--user=jane",
+            "-n",
+            NS,
+        ],
+    )
+    .await;
+    let plain = apply(
+        "plain.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: plain, namespace: team}\nroleRef: {kind: Role, name: worker}\nsubjects: [{kind: Group, name: devs}]\n",
+    );
+    kubectl_ok(&h, &["apply", "-f", &plain]).await;
+    let stored: Value = serde_json::from_str(
+        &kubectl_ok(&h, &["get", "rolebinding", "plain", "-n", NS, "-o", "json"]).await,
+    )
+    .unwrap();
+    assert_eq!(stored["roleRef"]["apiGroup"], "rbac.authorization.k8s.io");
+    assert_eq!(
+        stored["subjects"][0]["apiGroup"],
+        "rbac.authorization.k8s.io"
+    );
+
+    let stderr = kubectl_err(
+        &h,
+        &[
+            "patch",
+            "rolebinding",
+            "readers",
+            "-n",
+            NS,
+            "--type",
+            "merge",
+            "-p",
+            r#"{"roleRef": {"name": "edit"}}"#,
+        ],
+    )
+    .await;
+    assert!(
+        stderr.contains(r#"roleRef: Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"ClusterRole", Name:"edit"}: cannot change roleRef"#),
+        "{stderr}"
+    );
+
+    let urls = apply(
+        "urls.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: urls, namespace: team}\nrules: [{nonResourceURLs: [/healthz], verbs: [get]}]\n",
+    );
+    let stderr = kubectl_err(&h, &["apply", "-f", &urls]).await;
+    assert!(
+        stderr.contains(r#"rules[0].nonResourceURLs: Invalid value: []string{"/healthz"}: namespaced rules cannot apply to non-resource URLs"#),
+        "{stderr}"
+    );
+}
