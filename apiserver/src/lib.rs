@@ -290,7 +290,7 @@ impl ApiServer {
                 .filter(|(gr, ..)| {
                     gr.group == "apiextensions.k8s.io" && gr.resource == "customresourcedefinitions"
                 })
-                .map(|(.., obj)| obj.clone())
+                .map(|(.., obj)| registry::storage::parse_json(obj))
                 .collect();
             shared.objects.store.load(loaded.rv, loaded.objects);
             shared.objects.observe_loaded_webhooks();

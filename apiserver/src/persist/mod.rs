@@ -23,12 +23,13 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
-use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::http::state::ServerState;
 use crate::registry::resources::GroupResource;
-use crate::registry::storage::{EventType, ObjKey, PersistOp};
+use crate::registry::storage::{
+    EventType, Json, ObjKey, PersistOp, nests_deeper_than, resource_version,
+};
 
 pub(crate) mod files;
 pub(crate) mod kubeconfig;
@@ -215,7 +216,10 @@ pub(crate) fn credentials(dir: &Path) -> Result<Credentials, PersistError> {
 /// Everything loaded from disk.
 pub(crate) struct Loaded {
     pub(crate) rv: u64,
-    pub(crate) objects: Vec<(GroupResource, ObjKey, u64, Value)>,
+    /// Each object's JSON as stored, checked to be a JSON object of
+    /// UTF-8 text within the depth objects may have, but not parsed into a
+    /// tree: at a million objects the trees would take gigabytes at once.
+    pub(crate) objects: Vec<(GroupResource, ObjKey, u64, Json)>,
 }
 
 /// The writer thread of an open database; it owns the database.
@@ -296,11 +300,14 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
                 ),
             });
         }
-        let obj: Value = serde_json::from_slice(v.value()).map_err(|e| PersistError::Corrupt {
-            key: key.clone(),
-            message: e.to_string(),
-        })?;
-        if crate::values::deeper_than(&obj, crate::registry::storage::MAX_OBJECT_DEPTH) {
+        let json = v.value();
+        if let Err(e) = std::str::from_utf8(json) {
+            return Err(PersistError::Corrupt {
+                key,
+                message: format!("the object is not UTF-8 text: {e}"),
+            });
+        }
+        if nests_deeper_than(json, crate::registry::storage::MAX_OBJECT_DEPTH) {
             return Err(PersistError::Corrupt {
                 key,
                 message: format!(
@@ -309,7 +316,11 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
                 ),
             });
         }
-        let orv: u64 = crate::values::meta_str(&obj, "resourceVersion")
+        let orv: u64 = resource_version(json)
+            .map_err(|e| PersistError::Corrupt {
+                key: key.clone(),
+                message: e.to_string(),
+            })?
             .and_then(|s| s.parse().ok())
             .unwrap_or(0);
         if orv > MAX_LOADED_RV {
@@ -322,7 +333,7 @@ pub(crate) fn open(dir: &Path) -> Result<(Database, Loaded), PersistError> {
             GroupResource::new(group, resource),
             (ns.to_string(), name.to_string()),
             orv,
-            obj,
+            Json::from(Box::<[u8]>::from(json)),
         ));
     }
     drop(table);

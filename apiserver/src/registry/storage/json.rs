@@ -56,6 +56,53 @@ pub(crate) fn api_version(json: &[u8]) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Whether `json` nests arrays and objects more than `levels` deep (as
+/// `values::deeper_than` says of its tree), read off the bytes: brackets
+/// inside strings do not count.
+pub(crate) fn nests_deeper_than(json: &[u8], levels: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in json {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > levels {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// The `metadata.resourceVersion` of an object's JSON, reading the rest
+/// only to check that it is a JSON object; Err: why it is not one.
+pub(crate) fn resource_version(json: &[u8]) -> Result<Option<String>, serde_json::Error> {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        #[serde(default)]
+        metadata: Option<Metadata>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Metadata {
+        #[serde(default, rename = "resourceVersion")]
+        resource_version: Option<String>,
+    }
+    let object: Object = serde_json::from_slice(json)?;
+    Ok(object.metadata.and_then(|m| m.resource_version))
+}
+
 /// Whether `needle` occurs in `json`: a cheap test before a parse.
 pub(crate) fn mentions(json: &[u8], needle: &[u8]) -> bool {
     json.windows(needle.len()).any(|w| w == needle)
@@ -173,5 +220,41 @@ mod tests {
     fn what_is_encoded_decodes_to_the_same_value() {
         let v = json!({"apiVersion": "v1", "metadata": {"name": "a", "labels": {"x": "y"}}, "data": {"k": "é"}});
         assert_eq!(decode(&encode(&v)), v);
+    }
+
+    #[test]
+    fn nesting_read_off_the_bytes_is_the_trees() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let cases = [
+            json!({}),
+            json!({"a": [1, {"b": []}]}),
+            json!({"s": "[[[[{{{{ \\\" ]]"}),
+            serde_json::from_str::<Value>(&deep(3)).unwrap(),
+            serde_json::from_str::<Value>(&deep(4)).unwrap(),
+        ];
+        for v in &cases {
+            let bytes = serde_json::to_vec(v).unwrap();
+            for levels in 0..6 {
+                assert_eq!(
+                    nests_deeper_than(&bytes, levels),
+                    crate::values::deeper_than(v, levels),
+                    "{v} at {levels}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_resource_version_is_read_and_anything_but_an_object_refused() {
+        let rv = |s: &str| resource_version(s.as_bytes()).map_err(|e| e.to_string());
+        assert_eq!(
+            rv(
+                r#"{"apiVersion":"v1","metadata":{"name":"a","resourceVersion":"42"},"data":{"k":[{"x":1}]}}"#
+            ),
+            Ok(Some("42".into()))
+        );
+        assert_eq!(rv(r#"{"kind":"X"}"#), Ok(None));
+        assert!(rv("[1]").is_err());
+        assert!(rv(r#"{"metadata":{"name":"a"}"#).is_err(), "truncated");
     }
 }

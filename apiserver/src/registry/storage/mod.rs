@@ -43,10 +43,10 @@ pub(crate) use commit::{
 };
 pub(crate) use durable::{Durable, PersistOp};
 pub(crate) use event::{Event, EventType};
-#[cfg(test)]
 pub(crate) use json::Json;
 pub(crate) use json::{
-    api_version as api_version_of, decode as parse_json, mentions, uid_and_owners,
+    api_version as api_version_of, decode as parse_json, mentions, nests_deeper_than,
+    resource_version, uid_and_owners,
 };
 pub(crate) use state::{HISTORY_LEN, ObjKey, Stored, is_deleting};
 pub(crate) use store::Store;

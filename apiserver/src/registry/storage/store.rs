@@ -3,12 +3,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
 use super::durable::PersistOp;
 use super::event::{Event, EventType};
-use super::json;
+use super::json::Json;
 use super::state::{Entry, ObjKey, State, TableKey, is_deleting};
 use crate::registry::resources::GroupResource;
 
@@ -92,12 +91,11 @@ impl Store {
     }
 
     /// Restores objects loaded from disk, and the resourceVersion they reached.
-    pub(crate) fn load(&self, rv: u64, objects: Vec<(GroupResource, ObjKey, u64, Value)>) {
+    pub(crate) fn load(&self, rv: u64, objects: Vec<(GroupResource, ObjKey, u64, Json)>) {
         let mut st = self.lock();
         st.rv = st.rv.max(rv);
         for (gr, key, orv, obj) in objects {
             st.rv = st.rv.max(orv);
-            let obj = json::encode(&obj);
             st.reindex(&gr, &key, None, Some(&obj));
             st.tables
                 .entry(gr)
