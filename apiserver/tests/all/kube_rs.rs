@@ -180,6 +180,19 @@ async fn configmap_crud_and_conflicts() {
     };
     api.create(&dry, &cm("dry", &[])).await.unwrap();
     assert!(api.get_opt("dry").await.unwrap().is_none());
+    // A dry-run delete, its dryRun in the DeleteOptions body as kube-rs
+    // sends it, deletes nothing, one object or a collection.
+    api.create(&PostParams::default(), &cm("kept", &[]))
+        .await
+        .unwrap();
+    api.delete("kept", &DeleteParams::default().dry_run())
+        .await
+        .unwrap();
+    api.delete_collection(&DeleteParams::default().dry_run(), &ListParams::default())
+        .await
+        .unwrap();
+    assert!(api.get_opt("kept").await.unwrap().is_some());
+    api.delete("kept", &DeleteParams::default()).await.unwrap();
 
     // Listing with a label selector and pagination.
     for i in 0..5 {

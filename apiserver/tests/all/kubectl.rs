@@ -118,6 +118,11 @@ async fn kubectl_workflow() {
         ok(&h, &["get", "cm", "imp", "-o", "jsonpath={.data.k}"]).await,
         "v"
     );
+    // A server dry-run delete (its dryRun in the DeleteOptions body)
+    // deletes nothing.
+    let said = ok(&h, &["delete", "cm", "imp", "--dry-run=server"]).await;
+    assert!(said.contains("deleted (server dry run)"), "{said}");
+    ok(&h, &["get", "cm", "imp"]).await;
     ok(
         &h,
         &["create", "secret", "generic", "sec", "--from-literal=p=s3"],

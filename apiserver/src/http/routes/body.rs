@@ -72,15 +72,7 @@ pub(super) fn write_ctx(
     req: Req<'_>,
 ) -> Result<WriteCtx, ApiError> {
     let (q, headers, scope) = (req.q, req.headers, req.scope);
-    let dry_run = match q.get("dryRun") {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "Invalid dryRun value: \"{other}\": supported values: \"All\""
-            )));
-        }
-    };
+    let dry_run = dry_run(q.get("dryRun").into_iter())?;
     let manager = match field_manager(q, req.method)? {
         Some(m) => m.to_string(),
         None => {
@@ -182,16 +174,62 @@ pub(super) fn patch_kind(
     })
 }
 
-pub(super) fn delete_options(
+/// Whether `values` (of `dryRun`, in the query or a DeleteOptions body)
+/// ask for a dry run: each must be `All`, as upstream.
+fn dry_run<'a>(values: impl Iterator<Item = &'a str>) -> Result<bool, ApiError> {
+    let mut dry = false;
+    for value in values {
+        match value {
+            "" => {}
+            "All" => dry = true,
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "Invalid dryRun value: {}: supported values: \"All\"",
+                    crate::values::go_quote(other)
+                )));
+            }
+        }
+    }
+    Ok(dry)
+}
+
+/// The write parameters and DeleteOptions of `req`, a DELETE (of one
+/// object or a collection) of `info` in `ns`. `dryRun` counts wherever
+/// the client put it: kubectl and kube-rs send it in the body.
+pub(super) fn delete_request(
+    shared: &ServerState,
+    info: &ResourceInfo,
+    ns: &str,
+    req: Req<'_>,
+) -> Result<(WriteCtx, DeleteOptions), ApiError> {
+    let mut ctx = write_ctx(shared, info, ns, req)?;
+    let (opts, dry_run) = delete_options(shared, req.q, req.headers, req.body)?;
+    ctx.dry_run |= dry_run;
+    Ok((ctx, opts))
+}
+
+/// The DeleteOptions of a DELETE's body and query, and whether its body
+/// asks for a dry run.
+fn delete_options(
     shared: &ServerState,
     q: &Query,
     headers: &HeaderMap,
     body: &[u8],
-) -> Result<DeleteOptions, ApiError> {
+) -> Result<(DeleteOptions, bool), ApiError> {
     let mut opts = DeleteOptions::default();
+    let mut dry = false;
     let trimmed = body.iter().any(|b| !b.is_ascii_whitespace());
     if trimmed {
         let v = parse_body(shared, headers, body)?;
+        dry = match &v["dryRun"] {
+            Value::Null => false,
+            Value::Array(values) => dry_run(values.iter().map(|d| d.as_str().unwrap_or("?")))?,
+            other => {
+                return Err(ApiError::BadRequest(format!(
+                    "dryRun must be a list of strings, not {other}"
+                )));
+            }
+        };
         opts.propagation = v["propagationPolicy"].as_str().map(str::to_string);
         opts.grace_period = v["gracePeriodSeconds"].as_i64();
         if v["orphanDependents"].as_bool() == Some(true) {
@@ -227,5 +265,5 @@ pub(super) fn delete_options(
             }],
         ));
     }
-    Ok(opts)
+    Ok((opts, dry))
 }

@@ -8,7 +8,7 @@ use axum::response::Response;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::body::{delete_options, write_ctx};
+use super::body::delete_request;
 use super::params::Query;
 use super::request::Req;
 use super::target::Target;
@@ -191,11 +191,10 @@ pub(super) async fn delete_collection(
     t: &Target<'_>,
     req: Req<'_>,
 ) -> Result<Response, ApiError> {
-    let (q, headers) = (req.q, req.headers);
+    let q = req.q;
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
-    let ctx = write_ctx(shared, info, t.namespace.unwrap_or(""), req)?;
-    let opts = delete_options(shared, q, headers, req.body)?;
+    let (ctx, opts) = delete_request(shared, info, t.namespace.unwrap_or(""), req)?;
     let (_, items, _) = shared.objects.store.list(
         &info.storage,
         t.namespace,

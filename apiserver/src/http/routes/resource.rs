@@ -8,7 +8,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::Response;
 use serde_json::json;
 
-use super::body::{delete_options, field_manager, parse_body, patch_kind, write_ctx};
+use super::body::{delete_request, field_manager, parse_body, patch_kind, write_ctx};
 use super::collection::{delete_collection, list, watch_params};
 use super::params::header_str;
 use super::request::Req;
@@ -161,8 +161,7 @@ pub(super) async fn resource(
                 update(shared, &info, ns, name, Subresource::Main, req).await
             }
             Method::DELETE => {
-                let ctx = write_ctx(shared, &info, ns, req)?;
-                let opts = delete_options(shared, q, headers, body)?;
+                let (ctx, opts) = delete_request(shared, &info, ns, req)?;
                 let v = shared
                     .objects
                     .delete_object(&info, ns, name, &opts, &ctx)
