@@ -215,6 +215,25 @@ impl ApiError {
         }
     }
 
+    /// 409 for a write whose uid precondition (`wanted`) is not the
+    /// stored object's (`found`): it was deleted and recreated meanwhile.
+    pub(crate) fn uid_precondition(
+        group: &str,
+        plural: &str,
+        name: &str,
+        wanted: &str,
+        found: &str,
+    ) -> Self {
+        Self::conflict(
+            group,
+            plural,
+            name,
+            &format!(
+                "Precondition failed: UID in precondition: {wanted}, UID in object meta: {found}"
+            ),
+        )
+    }
+
     /// 422 Invalid; `kind` is the object's Kind (the real server words the
     /// message with the Kind, e.g. `ConfigMap "x" is invalid: ...`). At
     /// most [`MAX_CAUSES`] causes are listed (the rest counted in one

@@ -170,12 +170,31 @@ fn translate(
             match (before, now) {
                 (true, true) => EventType::Modified,
                 (false, true) => EventType::Added,
-                (true, false) => EventType::Deleted,
+                (true, false) => {
+                    return Some(line(
+                        EventType::Deleted.as_str(),
+                        &render(info, p, &left_selector(ev)),
+                    ));
+                }
                 (false, false) => return None,
             }
         }
     };
     Some(line(kind.as_str(), &render(info, p, &ev.object)))
+}
+
+/// What a selective watch is told of an object that no longer matches its
+/// selectors: the object as it last matched, at the change's
+/// resourceVersion, as upstream's cacher sends it (the new state is not
+/// what the watch selected).
+fn left_selector(ev: &Event) -> Vec<u8> {
+    let Some(prev) = &ev.prev else {
+        return ev.object.to_vec();
+    };
+    let mut obj = parse_json(prev);
+    crate::values::metadata_mut(&mut obj)
+        .insert("resourceVersion".into(), json!(ev.rv.to_string()));
+    serde_json::to_vec(&obj).unwrap_or_else(|_| ev.object.to_vec())
 }
 
 /// Events held back by the "withhold events" fault before the watcher is

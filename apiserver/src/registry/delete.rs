@@ -56,14 +56,12 @@ fn check_preconditions(
     if let Some(uid) = &opts.precondition_uid
         && meta_str(&cur.obj, "uid") != Some(uid.as_str())
     {
-        return Err(ApiError::conflict(
+        return Err(ApiError::uid_precondition(
             &info.group,
             &info.plural,
             name,
-            &format!(
-                "Precondition failed: UID in precondition: {uid}, UID in object meta: {}",
-                meta_str(&cur.obj, "uid").unwrap_or("")
-            ),
+            uid,
+            meta_str(&cur.obj, "uid").unwrap_or(""),
         ));
     }
     if let Some(rv) = &opts.precondition_rv

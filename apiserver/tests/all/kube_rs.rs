@@ -309,6 +309,70 @@ async fn paginated_lists_are_consistent_across_continue_and_expire_with_410() {
     let now = api.list(&ListParams::default()).await.unwrap();
     assert_eq!(names(&now), ["p1", "p2", "p25", "p3"]);
 
+    // A list at exactly the first list's resourceVersion sees what it saw,
+    // while the history holds it, as etcd serves a revision.
+    let at = first.metadata.resource_version.clone().unwrap();
+    let exact = ListParams::default()
+        .at(&at)
+        .matching(kube::api::VersionMatch::Exact);
+    let then = api.list(&exact).await.unwrap();
+    assert_eq!(names(&then), ["p1", "p2", "p3", "p4"]);
+    assert_eq!(then.items[2].data.as_ref().unwrap()["v"], "old");
+    assert_eq!(then.metadata.resource_version.as_deref(), Some(at.as_str()));
+    // Ahead of the store, or at 0, as upstream answers (raw, by a client
+    // that does not retry a 504; kube-rs refuses to send Exact at 0).
+    let future = at.parse::<u64>().unwrap() + 1_000_000;
+    let path = |rv: &str| {
+        format!(
+            "/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"
+        )
+    };
+    let mut once = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::from_yaml(&h.server.kubeconfig()).unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    once.default_retry = false;
+    let once = kube::Client::try_from(once).unwrap();
+    let (code, body) =
+        crate::common::raw(&once, "GET", &path(&future.to_string()), None, b"").await;
+    assert_eq!(code, 504, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("Too large resource version"),
+        "{body}"
+    );
+    let (code, body) = h.raw("GET", &path("0"), None, "").await;
+    assert_eq!(code, 422, "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(r#"resourceVersionMatch "exact" is forbidden for resourceVersion "0""#),
+        "{body}"
+    );
+
+    // A replace from a copy of an object since recreated under its name
+    // fails its uid precondition instead of overwriting the new object.
+    let mut stale = api.get("p1").await.unwrap();
+    api.delete("p1", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &cm("p1", &[("v", "reborn")]))
+        .await
+        .unwrap();
+    stale.metadata.resource_version = None;
+    let err = api
+        .replace("p1", &PostParams::default(), &stale)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, kube::Error::Api(s) if s.code == 409 && s.message.contains("Precondition failed: UID in precondition")),
+        "{err:?}"
+    );
+    assert_eq!(api.get("p1").await.unwrap().data.unwrap()["v"], "reborn");
+
     h.server.expire_watches();
     let err = api
         .list(&ListParams::default().limit(10).continue_token(&token))

@@ -214,3 +214,46 @@ async fn watch_resume_expiry_and_initial_events() {
         h.server.resource_version().to_string()
     );
 }
+
+/// An object that leaves a selective watch's selector reaches it as
+/// DELETED with its state as it last matched, at the change's
+/// resourceVersion, as upstream's cacher sends it.
+#[tokio::test]
+async fn an_object_leaving_a_selector_is_deleted_as_it_last_matched() {
+    let h = Harness::start().await;
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "sel", "labels": {"a": "1"}}, "data": {"v": "before"}});
+    let (_, created) = h
+        .raw(
+            "POST",
+            "/api/v1/namespaces/default/configmaps",
+            None,
+            &body.to_string(),
+        )
+        .await;
+    let from = created["metadata"]["resourceVersion"].as_str().unwrap();
+    let patch = json!({"metadata": {"labels": {"a": "2"}}, "data": {"v": "after"}});
+    let (code, patched) = h
+        .raw(
+            "PATCH",
+            "/api/v1/namespaces/default/configmaps/sel",
+            Some("application/merge-patch+json"),
+            &patch.to_string(),
+        )
+        .await;
+    assert_eq!(code, 200, "{patched}");
+    let events = watch_lines(
+        &h,
+        &format!("/api/v1/namespaces/default/configmaps?watch=true&labelSelector=a%3D1&resourceVersion={from}"),
+        1,
+    )
+    .await;
+    assert_eq!(events[0]["type"], "DELETED");
+    let object = &events[0]["object"];
+    assert_eq!(object["metadata"]["labels"]["a"], "1");
+    assert_eq!(object["data"]["v"], "before");
+    assert_eq!(
+        object["metadata"]["resourceVersion"],
+        patched["metadata"]["resourceVersion"]
+    );
+}

@@ -63,6 +63,56 @@ fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
     ))
 }
 
+/// The resourceVersion a list asks for exactly
+/// (`resourceVersionMatch=Exact`), after upstream's checks of the list
+/// options (`ValidateListOptions`), answered as its 422s.
+fn exact_version(q: &Query, rv: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let Some(matching) = q.get("resourceVersionMatch").filter(|m| !m.is_empty()) else {
+        return Ok(None);
+    };
+    let forbidden = |message: String| crate::error::Cause {
+        reason: "FieldValueForbidden".into(),
+        message: format!("Forbidden: {message}"),
+        field: "resourceVersionMatch".into(),
+    };
+    let mut causes = Vec::new();
+    if rv.is_none() {
+        causes.push(forbidden(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+        ));
+    }
+    if q.get("continue").is_some_and(|c| !c.is_empty()) {
+        causes.push(forbidden(
+            "resourceVersionMatch is forbidden when continue is provided".into(),
+        ));
+    }
+    if !matches!(matching, "Exact" | "NotOlderThan") {
+        causes.push(crate::error::Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: \"Exact\", \"NotOlderThan\", \"\"",
+                crate::values::go_quote(matching)
+            ),
+            field: "resourceVersionMatch".into(),
+        });
+    }
+    if matching == "Exact" && rv == Some("0") {
+        causes.push(forbidden(
+            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into(),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(ApiError::invalid("meta.k8s.io", "ListOptions", "", causes));
+    }
+    match (matching, rv) {
+        ("Exact", Some(rv)) => rv
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::BadRequest(format!("invalid resource version: {rv}"))),
+        _ => Ok(None),
+    }
+}
+
 pub(super) fn list(
     shared: &ServerState,
     t: &Target<'_>,
@@ -72,15 +122,7 @@ pub(super) fn list(
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
     let rv_param = q.get("resourceVersion").filter(|s| !s.is_empty());
-    if q.get("resourceVersionMatch") == Some("Exact")
-        && let Some(rv) = rv_param
-        && rv != shared.objects.store.current_rv().to_string()
-    {
-        return Err(ApiError::Expired(format!(
-            "too old resource version: {rv} ({})",
-            shared.objects.store.current_rv()
-        )));
-    }
+    let exact = exact_version(q, rv_param)?;
     let limit = q
         .get("limit")
         .and_then(|l| l.parse::<usize>().ok())
@@ -102,12 +144,28 @@ pub(super) fn list(
     let filter: Option<&dyn Fn(&Value) -> bool> = selective.then_some(&filter);
     // Later pages show the objects as they stood at the first page's
     // resourceVersion, and report it, as kube-apiserver's do.
-    let (list_rv, items, next) = match &cont {
-        None => shared
+    let (list_rv, items, next) = match (&cont, exact) {
+        (None, None) => shared
             .objects
             .store
             .list(&info.storage, t.namespace, None, limit, filter),
-        Some((at, after)) => {
+        // As etcd serves a revision until it is compacted: the objects as
+        // they stood at that resourceVersion, while the history holds it.
+        (None, Some(at)) => {
+            let current = shared.objects.store.current_rv();
+            if at > current {
+                return Err(ApiError::Timeout(format!(
+                    "Too large resource version: {at}, current: {current}"
+                )));
+            }
+            let (items, next) = shared
+                .objects
+                .store
+                .list_at(&info.storage, t.namespace, at, None, limit, filter)
+                .map_err(|e| shared.objects.store_error(info, "", e))?;
+            (at, items, next)
+        }
+        (Some((at, after)), _) => {
             let (items, next) = shared
                 .objects
                 .store

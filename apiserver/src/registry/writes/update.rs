@@ -69,12 +69,29 @@ impl Objects {
         let want_rv = meta_str(&body, "resourceVersion")
             .filter(|s| !s.is_empty())
             .map(str::to_string);
+        // As upstream, a uid in the body is a precondition: a replace from
+        // a stale copy never overwrites an object recreated under the
+        // same name.
+        let want_uid = meta_str(&body, "uid")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
         let admitting = self.admitting(info, sub.name(), ctx);
         if let Some(a) = &admitting {
             a.typed(&mut body);
         }
         for _ in 0..MAX_RETRIES {
             let cur = self.load(info, &ns, name)?;
+            if let Some(uid) = &want_uid
+                && meta_str(&cur.obj, "uid") != Some(uid.as_str())
+            {
+                return Err(ApiError::uid_precondition(
+                    &info.group,
+                    &info.plural,
+                    name,
+                    uid,
+                    meta_str(&cur.obj, "uid").unwrap_or(""),
+                ));
+            }
             if let Some(rv) = &want_rv
                 && *rv != cur.rv.to_string()
             {
