@@ -13,7 +13,8 @@
 //! `aggregationRule` and labels as they were grants nothing new and is not
 //! checked (upstream exempts only the garbage collector's fields). A
 //! ClusterRole with an `aggregationRule` takes its rules from the roles its
-//! selectors match, so writing one, or removing one, needs `escalate`.
+//! selectors match, so writing one, or removing one, needs `escalate` or
+//! holding everything, as upstream.
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use super::mode::Authorization;
 use super::rbac::{Attributes, GROUP, PolicyRule, Resolver, role_rules};
 use crate::error::{ApiError, qualified};
 use crate::metrics::{Limit, Metrics};
+use crate::registry::aggregation::aggregates;
 use crate::registry::storage::Store;
 use crate::registry::writes::GrantCheck;
 use crate::values::go_quote;
@@ -74,6 +76,28 @@ impl Escalation {
     fn may(&self, verb: &str, resource: &str, namespace: &str, name: &str) -> bool {
         let a = Attributes::resource(verb, GROUP, resource, "", namespace, name);
         self.held.iter().any(|r| r.allows(&a))
+    }
+
+    /// Whether the author holds upstream's "full authority": every verb on
+    /// every resource of every group, and every verb on every URL.
+    fn holds_everything(&self) -> bool {
+        let star = || vec!["*".to_string()];
+        let everything = [
+            PolicyRule {
+                verbs: star(),
+                api_groups: star(),
+                resources: star(),
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                verbs: star(),
+                non_resource_urls: star(),
+                ..PolicyRule::default()
+            },
+        ];
+        everything
+            .iter()
+            .all(|p| self.held.iter().any(|h| covers(h, p)))
     }
 
     /// Ok when the author holds every permission of `granted`; else the
@@ -147,24 +171,26 @@ impl GrantCheck for Escalation {
                 if self.may("escalate", resource, namespace, named) {
                     return Ok(());
                 }
+                let granted: Vec<PolicyRule> = new
+                    .get("rules")
+                    .and_then(Value::as_array)
+                    .map(|a| a.iter().map(PolicyRule::from_json).collect())
+                    .unwrap_or_default();
+                self.confirm(&granted, resource, name)?;
                 // An aggregated role takes the rules of whatever roles its
-                // selectors match, so only an identity that may escalate
-                // writes one, or turns one back into a plain role.
-                let aggregates =
-                    |role: &Value| role.get("aggregationRule").is_some_and(|r| !r.is_null());
-                if resource == "clusterroles" && (aggregates(new) || old.is_some_and(aggregates)) {
+                // selectors match, so, as upstream, writing one (or turning
+                // one back into a plain role) needs holding everything.
+                if resource == "clusterroles"
+                    && (aggregates(new) || old.is_some_and(aggregates))
+                    && !self.holds_everything()
+                {
                     return Err(self.refused(
                         resource,
                         name,
                         "must have cluster-admin privileges to use the aggregationRule".into(),
                     ));
                 }
-                let granted: Vec<PolicyRule> = new
-                    .get("rules")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().map(PolicyRule::from_json).collect())
-                    .unwrap_or_default();
-                self.confirm(&granted, resource, name)
+                Ok(())
             }
             "rolebindings" | "clusterrolebindings" => {
                 let role = &new["roleRef"];

@@ -54,16 +54,7 @@ struct RuleKey([Vec<String>; 5]);
 
 impl RuleKey {
     fn of(rule: &Value) -> RuleKey {
-        let list = |field: &str| -> Vec<String> {
-            rule.get(field)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|s| s.as_str().map_or_else(|| s.to_string(), str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let list = |field: &str| super::writes::rbac_list(rule, field);
         RuleKey([
             list("verbs"),
             list("apiGroups"),
@@ -72,6 +63,11 @@ impl RuleKey {
             list("nonResourceURLs"),
         ])
     }
+}
+
+/// Whether `role` has an `aggregationRule` (a null one is none).
+pub(crate) fn aggregates(role: &Value) -> bool {
+    role.get("aggregationRule").is_some_and(|r| !r.is_null())
 }
 
 /// A ClusterRole as aggregation reads it.
@@ -202,7 +198,9 @@ pub(crate) fn aggregate(objects: &Objects) {
         let rules = Value::Array(roles[at].rules.clone());
         objects.mutate_object(&info, "", &roles[at].name, MANAGER, |cur| {
             // A role whose aggregationRule went meanwhile is its author's.
-            cur.get("aggregationRule").filter(|r| !r.is_null())?;
+            if !aggregates(cur) {
+                return None;
+            }
             if cur.get("rules") == Some(&rules) {
                 return None;
             }

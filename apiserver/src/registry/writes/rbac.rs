@@ -48,11 +48,30 @@ pub(super) fn default(info: &ResourceInfo, obj: &mut Value) {
 
 /// The causes `obj`, an RBAC object of `info`'s kind as it would be
 /// stored, is refused for; `old` is the object an update replaces.
+///
+/// An update that leaves the rules, `roleRef`, subjects and
+/// `aggregationRule` as they were (after defaults) is not checked: it
+/// grants nothing new, and an object stored before these checks (in a
+/// data directory) can still have its labels or finalizers changed, the
+/// garbage collector's among them.
 pub(super) fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) -> Vec<Cause> {
     let mut out = Causes::default();
     if info.group != GROUP {
         return Vec::new();
     }
+    let old = old.map(|old| {
+        let mut old = old.clone();
+        default(info, &mut old);
+        old
+    });
+    if let Some(old) = &old
+        && ["rules", "roleRef", "subjects", "aggregationRule"]
+            .iter()
+            .all(|f| old.get(f) == obj.get(f))
+    {
+        return Vec::new();
+    }
+    let old = old.as_ref();
     match info.kind.as_str() {
         "Role" => rules(&mut out, obj, true),
         "ClusterRole" => {
@@ -104,7 +123,8 @@ fn text<'a>(v: &'a Value, field: &str) -> &'a str {
     v.get(field).and_then(Value::as_str).unwrap_or_default()
 }
 
-fn list(v: &Value, field: &str) -> Vec<String> {
+/// The strings of list `field` of `v` (a non-string item as its JSON).
+pub(crate) fn list(v: &Value, field: &str) -> Vec<String> {
     v.get(field)
         .and_then(Value::as_array)
         .map(|a| {
@@ -386,8 +406,17 @@ mod tests {
             ]
         );
 
-        let mut old = good.clone();
-        default(&info("RoleBinding"), &mut old);
+        // A binding stored before defaults, changed only in its labels, is
+        // neither a roleRef change nor checked again.
+        let mut relabelled = good.clone();
+        relabelled["metadata"] = json!({"labels": {"team": "a"}});
+        assert!(messages("RoleBinding", relabelled, Some(good.clone())).is_empty());
+        let legacy = binding("Clusterrole", json!([]));
+        let mut finalized = legacy.clone();
+        finalized["metadata"] = json!({"finalizers": []});
+        assert!(messages("RoleBinding", finalized, Some(legacy)).is_empty());
+
+        let old = good.clone();
         let changed = binding("Role", json!([]));
         assert_eq!(
             messages("RoleBinding", changed, Some(old)),
