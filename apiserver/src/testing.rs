@@ -90,6 +90,13 @@ impl Faults {
         self.shared.faults.set_delay(delay);
     }
 
+    /// While `Some`, requests in `scope` wait, unanswered, until the hold
+    /// is lifted (`None`) or moved to another scope: a test holds a client
+    /// at a known point for as long as it needs.
+    pub fn hold_requests(&self, scope: Option<Scope>) {
+        self.shared.faults.set_hold(scope);
+    }
+
     /// While on, open and new watches deliver no events, only bookmarks at
     /// the last delivered resourceVersion (one whenever an event is held
     /// back, for watches that asked for bookmarks). Switching off delivers

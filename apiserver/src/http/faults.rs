@@ -42,6 +42,9 @@ mod enabled {
     pub enum Scope {
         /// Every request, discovery and `/version` included.
         All,
+        /// Requests for non-resource paths: discovery, `/version`,
+        /// `/openapi`, `/healthz`.
+        NonResource,
         /// Requests for one resource (any version, namespace and name).
         Resource {
             /// API group, empty for the core group.
@@ -63,6 +66,7 @@ mod enabled {
         fn matches(&self, target: Option<(&str, &str)>) -> bool {
             match self {
                 Scope::All => true,
+                Scope::NonResource => target.is_none(),
                 Scope::Resource { group, resource } => {
                     target.is_some_and(|(g, r)| g == group && r == resource)
                 }
@@ -95,6 +99,7 @@ mod enabled {
         persistence: Mutex<Option<String>>,
         withhold: watch::Sender<bool>,
         abort: watch::Sender<u64>,
+        hold: watch::Sender<Option<Scope>>,
     }
 
     impl Default for FaultState {
@@ -107,6 +112,7 @@ mod enabled {
                 persistence: Mutex::new(None),
                 withhold: watch::Sender::new(false),
                 abort: watch::Sender::new(0),
+                hold: watch::Sender::new(None),
             }
         }
     }
@@ -129,6 +135,10 @@ mod enabled {
 
         pub(crate) fn set_delay(&self, delay: Option<Duration>) {
             *lock(&self.delay) = delay;
+        }
+
+        pub(crate) fn set_hold(&self, scope: Option<Scope>) {
+            self.hold.send_replace(scope);
         }
 
         pub(crate) fn set_expire_watches(
@@ -169,6 +179,15 @@ mod enabled {
         /// How long to hold every response back.
         pub(crate) fn response_delay(&self) -> Option<Duration> {
             *lock(&self.delay)
+        }
+
+        /// Waits while requests for `target` (group, resource; None for
+        /// non-resource paths) are held.
+        pub(crate) async fn held(&self, target: Option<(&str, &str)>) {
+            let mut hold = self.hold.subscribe();
+            let _ = hold
+                .wait_for(|scope| !scope.as_ref().is_some_and(|s| s.matches(target)))
+                .await;
         }
 
         /// Whether to answer a request for `target` (group, resource; None
@@ -294,6 +313,9 @@ mod disabled {
         pub(crate) fn response_delay(&self) -> Option<Duration> {
             None
         }
+
+        #[inline]
+        pub(crate) async fn held(&self, _target: Option<(&str, &str)>) {}
 
         #[inline]
         pub(crate) fn fails_request(&self, _target: Option<(&str, &str)>) -> bool {

@@ -223,10 +223,16 @@ fn delete_options(
         let v = parse_body(shared, headers, body)?;
         dry = match &v["dryRun"] {
             Value::Null => false,
-            Value::Array(values) => dry_run(values.iter().map(|d| d.as_str().unwrap_or("?")))?,
+            Value::Array(values) => {
+                let values: Vec<String> = values
+                    .iter()
+                    .map(|d| d.as_str().map_or_else(|| d.to_string(), str::to_string))
+                    .collect();
+                dry_run(values.iter().map(String::as_str))?
+            }
             other => {
                 return Err(ApiError::BadRequest(format!(
-                    "dryRun must be a list of strings, not {other}"
+                    "DeleteOptions.dryRun must be a list of strings, not {other}"
                 )));
             }
         };

@@ -136,6 +136,7 @@ async fn serve(
         return ApiError::Internal("injected failure (Faults::fail_requests)".into())
             .into_response();
     }
+    shared.faults.held(target).await;
     let body = match read_body(shared, body).await {
         Ok(b) => b,
         Err(e) => return e.into_response(),

@@ -96,11 +96,15 @@ pub(crate) fn resource_version(json: &[u8]) -> Result<Option<String>, serde_json
     }
     #[derive(serde::Deserialize)]
     struct Metadata {
+        // Any JSON: only a string is a resourceVersion, as `meta_str` reads.
         #[serde(default, rename = "resourceVersion")]
-        resource_version: Option<String>,
+        resource_version: Option<Value>,
     }
     let object: Object = serde_json::from_slice(json)?;
-    Ok(object.metadata.and_then(|m| m.resource_version))
+    Ok(object
+        .metadata
+        .and_then(|m| m.resource_version)
+        .and_then(|v| v.as_str().map(str::to_string)))
 }
 
 /// Whether `needle` occurs in `json`: a cheap test before a parse.
