@@ -295,10 +295,11 @@ impl<R: Reconcile> Controller<R> {
 ///
 /// Dropped without [`shutdown`](Self::shutdown) or
 /// [`detach`](Self::detach) running to their end (the task awaiting one
-/// was aborted), the workers take no new key, and the reconciles they
-/// hold run to their end under their own deadline, their results handled
-/// as always: a key in hand is never lost with the task that held the
-/// workers.
+/// was aborted, or gave up at shutdown), the workers take no new key and
+/// cancel the reconciles they hold (a guest is interrupted within one
+/// epoch tick). Their tasks live on until those return, so each result is
+/// handled as always: a cancelled key goes back to the queue with its
+/// backoff, and none is lost with the task that held the workers.
 pub struct Workers<R: Reconcile> {
     controller: Controller<R>,
     set: JoinSet<()>,
@@ -359,6 +360,7 @@ impl<R: Reconcile> Drop for Workers<R> {
         // reconcile midway: its key's result never handled, its guest never
         // told, the active-workers gauge left counting it.
         self.halt.cancel();
+        self.controller.inner.cancel.cancel();
         self.set.detach_all();
     }
 }

@@ -391,11 +391,10 @@ async fn shutdown_cancels_reconciles_still_running_at_its_timeout() {
 }
 
 /// The task detaching workers can be aborted (a rebuild superseded by a
-/// newer edit, a shutdown): the reconciles they hold still run to their
-/// end and their results are handled, so no key's reconcile is lost with
-/// the task.
+/// newer edit, a shutdown): the reconciles they hold are cancelled, and
+/// their results handled, so no key's reconcile is lost with the task.
 #[tokio::test(start_paused = true)]
-async fn workers_whose_detach_is_abandoned_finish_the_keys_they_hold() {
+async fn workers_whose_detach_is_abandoned_hand_back_the_keys_they_hold() {
     let slow = Arc::new(Slow {
         work: Duration::from_secs(5),
         ..Slow::default()
@@ -409,20 +408,28 @@ async fn workers_whose_detach_is_abandoned_finish_the_keys_they_hold() {
     settle().await;
     detaching.abort();
     settle().await;
-    // Abandoned workers take no new key.
-    c.queue().add(key("b"));
-    pass(Duration::from_secs(5)).await;
-    assert_eq!(
-        *slow.finished.lock().unwrap(),
-        1,
-        "a's reconcile ran to its end"
-    );
-    assert_eq!(*slow.cancelled.lock().unwrap(), 0);
+    assert_eq!(*slow.cancelled.lock().unwrap(), 1, "the guest was told");
     assert_eq!(c.queue().processing_len(), 0);
-    assert_eq!(c.queue().len(), 1, "b waits for the next workers");
-    let next = c.start();
+    // Abandoned workers take no new key; "a" is back with its backoff.
+    c.queue().add(key("b"));
+    pass(Duration::from_secs(1)).await;
+    assert_eq!(c.queue().len(), 2, "a and b wait for the next workers");
+    assert_eq!(*slow.finished.lock().unwrap(), 0);
+    // The next version's controller takes over the queue, as a rebuild's
+    // does.
+    let successor = Controller::new(
+        ControllerOptions {
+            max_concurrent_reconciles: 2,
+            ..ControllerOptions::new("test")
+        },
+        c.queue().clone(),
+        slow.clone(),
+        Arc::new(Metrics::new()),
+        Arc::new(TracingTerminalErrors),
+    );
+    let next = successor.start();
     settle().await;
-    pass(Duration::from_secs(5)).await;
+    pass(Duration::from_secs(6)).await;
     assert_eq!(*slow.finished.lock().unwrap(), 2);
     assert!(next.shutdown(Duration::from_secs(1)).await);
 }

@@ -240,6 +240,9 @@ pub(crate) struct Host {
     /// set once at start when the config has `webhook`.
     webhook: std::sync::OnceLock<(WebhookServer, Option<Registrar>)>,
     stop: CancellationToken,
+    /// Cancelled once the host's own drain is done: old workers a rebuild
+    /// is still detaching stop then, cancelling what they run.
+    stopping: CancellationToken,
 }
 
 /// A running host.
@@ -349,6 +352,7 @@ impl Manager {
             watcher: options.watch_sources.then(FileWatcher::new),
             webhook: std::sync::OnceLock::new(),
             stop: CancellationToken::new(),
+            stopping: CancellationToken::new(),
             config,
         });
         if let Some(section) = &host.config.webhook {
@@ -498,7 +502,11 @@ impl Manager {
                 changed = leader.changed() => if changed.is_err() { break Ok(()) },
             }
         };
+        // A reload cut midway drops what it held (a drain's or a detach's
+        // workers cancel what they run); it is gone before the drain below
+        // walks the plugins, so it adds none behind it.
         reloads.abort();
+        let _ = reloads.await;
         self.loader.abort();
         pruning.abort();
         if let Some(o) = objects {
@@ -639,7 +647,8 @@ impl Host {
     }
 
     /// Drains every plugin: workers finish their keys for up to `timeout`,
-    /// then what still runs is cancelled.
+    /// then what still runs is cancelled, and so is what old workers a
+    /// rebuild is still detaching run.
     async fn shutdown(&self, timeout: std::time::Duration) {
         let mut draining = Vec::new();
         for entry in self.plugins.lock().unwrap().values_mut() {
@@ -648,6 +657,7 @@ impl Host {
             }
         }
         futures::future::join_all(draining).await;
+        self.stopping.cancel();
     }
 
     fn count_reload(&self, plugin: &str, result: &str) {

@@ -316,7 +316,12 @@ impl Host {
         let host = self.clone();
         let handover = tokio::spawn(async move {
             if let Some(w) = old_workers {
-                w.detach(host.config.shutdown_timeout).await;
+                tokio::select! {
+                    _ = w.detach(host.config.shutdown_timeout) => {}
+                    // Dropping the detach cancels what the old workers still
+                    // run: the host is stopping (or lost its leadership).
+                    () = host.stopping.cancelled() => {}
+                }
             }
             if synced {
                 let resync = host.plugins.lock().unwrap().get(&name).map(enqueue_all);

@@ -115,7 +115,8 @@ impl Host {
     ) -> Result<(), ManagerError> {
         let name = config.name.clone();
         // A fix written while the load fails is a change the retry sees.
-        let changes = self.source_for(&config).changes();
+        let source = self.source_for(&config);
+        let changes = source.changes();
         let result = match self.build(config.clone(), 1, None).await {
             Ok(entry) => self.insert_and_start(&name, entry),
             Err(e) => Err(e),
@@ -128,7 +129,6 @@ impl Host {
             Err(e) => {
                 let error = e.to_string();
                 tracing::error!(plugin = %name, "plugin not loaded, the others run: {error}");
-                let source = self.source_for(&config);
                 let follower = self.retry_on_change(&config, changes);
                 self.pending.lock().unwrap().insert(
                     name.clone(),

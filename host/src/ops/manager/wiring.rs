@@ -495,11 +495,11 @@ impl Host {
         feeds
     }
 
-    /// Reloads the plugin when its source reports a change and the content
-    /// differs from the version running.
     /// Starts `entry`'s follower, which reloads plugin `name` whenever its
-    /// source changes, beginning with the changes made while it loaded.
-    /// Called once the entry is in the manager, where the reload finds it.
+    /// source changes and the content differs from the version running,
+    /// beginning with the changes made while it loaded. Called with the
+    /// manager's plugins locked, as the entry goes in: the follower's
+    /// reload waits for the lock, and then finds it.
     pub(super) fn follow_source(self: &Arc<Self>, name: &str, entry: &mut PluginEntry) {
         let Some(mut changes) = entry.take_changes() else {
             return;
