@@ -9,7 +9,9 @@ use super::Objects;
 use super::resources::ResourceInfo;
 use super::storage::{Change, Expect, StoreError, Stored};
 use super::views::to_view;
-use super::writes::{MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace};
+use super::writes::{
+    MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace, uid_precondition,
+};
 use crate::admission::Operation;
 use crate::error::ApiError;
 use crate::values::{meta_str, metadata_mut, now_rfc3339};
@@ -53,17 +55,7 @@ fn check_preconditions(
     opts: &DeleteOptions,
     cur: &Stored,
 ) -> Result<(), ApiError> {
-    if let Some(uid) = &opts.precondition_uid
-        && meta_str(&cur.obj, "uid") != Some(uid.as_str())
-    {
-        return Err(ApiError::uid_precondition(
-            &info.group,
-            &info.plural,
-            name,
-            uid,
-            meta_str(&cur.obj, "uid").unwrap_or(""),
-        ));
-    }
+    uid_precondition(info, name, opts.precondition_uid.as_deref(), &cur.obj)?;
     if let Some(rv) = &opts.precondition_rv
         && *rv != cur.rv.to_string()
     {

@@ -35,5 +35,5 @@ mod warnings;
 pub(crate) use context::{GrantCheck, MAX_RETRIES, PatchKind, Subresource, WriteCtx};
 pub(crate) use errors::{patch_error, smp_unsupported};
 pub(crate) use rbac::list as rbac_list;
-pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace};
+pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace, uid_precondition};
 pub(crate) use warnings::Warnings;

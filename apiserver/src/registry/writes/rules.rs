@@ -120,3 +120,25 @@ pub(crate) fn is_namespace(info: &ResourceInfo) -> bool {
 pub(crate) fn webhook_configuration(info: &ResourceInfo) -> Option<crate::admission::ConfigKind> {
     crate::admission::ConfigKind::of(&info.group, &info.plural)
 }
+
+/// Ok when `cur`, the stored object a write or delete would act on, has
+/// the uid the request named as its precondition (`wanted`; None: no
+/// precondition); else upstream's 409.
+pub(crate) fn uid_precondition(
+    info: &ResourceInfo,
+    name: &str,
+    wanted: Option<&str>,
+    cur: &Value,
+) -> Result<(), ApiError> {
+    let found = meta_str(cur, "uid");
+    match wanted {
+        Some(uid) if found != Some(uid) => Err(ApiError::uid_precondition(
+            &info.group,
+            &info.plural,
+            name,
+            uid,
+            found.unwrap_or(""),
+        )),
+        _ => Ok(()),
+    }
+}

@@ -81,17 +81,7 @@ impl Objects {
         }
         for _ in 0..MAX_RETRIES {
             let cur = self.load(info, &ns, name)?;
-            if let Some(uid) = &want_uid
-                && meta_str(&cur.obj, "uid") != Some(uid.as_str())
-            {
-                return Err(ApiError::uid_precondition(
-                    &info.group,
-                    &info.plural,
-                    name,
-                    uid,
-                    meta_str(&cur.obj, "uid").unwrap_or(""),
-                ));
-            }
+            super::rules::uid_precondition(info, name, want_uid.as_deref(), &cur.obj)?;
             if let Some(rv) = &want_rv
                 && *rv != cur.rv.to_string()
             {
