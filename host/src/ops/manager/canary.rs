@@ -170,11 +170,14 @@ struct State {
     /// them over.
     stable_keys: HashSet<ObjectKey>,
     candidate_keys: HashSet<ObjectKey>,
+    /// A promotion was announced: the slot has swapped the candidate in.
+    handed_over: bool,
 }
 
 impl State {
     fn new() -> Self {
         State {
+            handed_over: false,
             phase: Phase::Running,
             decided_at: None,
             requeued: 0,
@@ -253,10 +256,6 @@ impl Canary {
 
     pub(crate) fn candidate(&self) -> &Arc<Plugin> {
         &self.candidate
-    }
-
-    pub(crate) fn phase(&self) -> Phase {
-        self.state.lock().unwrap().phase.clone()
     }
 
     /// The version that reconciles `key` now.
@@ -393,7 +392,15 @@ impl Canary {
     /// Tells whoever shows the canary's state that it was decided: the
     /// caller of a promotion, once it swapped the candidate in.
     pub(crate) fn announce_decision(&self) {
+        self.state.lock().unwrap().handed_over = true;
         (self.decided)();
+    }
+
+    /// None while the candidate is not promoted; once it is, whether the
+    /// slot has swapped it in yet ([`Canary::announce_decision`]).
+    pub(crate) fn promoted(&self) -> Option<bool> {
+        let state = self.state.lock().unwrap();
+        (state.phase == Phase::Promoted).then_some(state.handed_over)
     }
 
     /// Promotes the candidate now (the caller swaps it in, then

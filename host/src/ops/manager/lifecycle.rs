@@ -41,7 +41,7 @@ use crate::sandbox::outbound::HttpTape;
 use crate::sandbox::{Plugin, Through};
 use crate::{Action, ObjectKey, Reconcile, ReconcileError, ReconcileRequest};
 
-use super::canary::{Canary, CanaryStatus, Phase, PromoteError, Version};
+use super::canary::{Canary, CanaryStatus, PromoteError, Version};
 use super::shadow::{Recording, Shadow, ShadowReport};
 use super::skip::SkipRecords;
 use crate::sandbox::hostapi::{KubeApi, Layered};
@@ -335,11 +335,20 @@ impl PluginSlot {
     /// canary runs.
     fn route(&self, key: &ObjectKey) -> (Arc<Plugin>, Option<Version>) {
         match &self.canary {
-            // Promoted: one version runs again (the candidate, now current).
-            Some(c) if c.phase() == Phase::Promoted => (self.current.load_full(), None),
-            Some(c) => match c.route(key) {
-                Version::Candidate => (c.candidate().clone(), Some(Version::Candidate)),
-                Version::Stable => (self.current.load_full(), Some(Version::Stable)),
+            Some(c) => match c.promoted() {
+                // Promoted: one version runs again (the candidate, now
+                // current, or what a later swap put there).
+                Some(true) => (self.current.load_full(), None),
+                // Promoted but not swapped in yet: the candidate already
+                // takes every key. The promotion queued the stable
+                // version's keys again, and one routed to the stable
+                // version now would spend that without the candidate
+                // ever reconciling it.
+                Some(false) => (c.candidate().clone(), None),
+                None => match c.route(key) {
+                    Version::Candidate => (c.candidate().clone(), Some(Version::Candidate)),
+                    Version::Stable => (self.current.load_full(), Some(Version::Stable)),
+                },
             },
             None => (self.current.load_full(), None),
         }
@@ -674,6 +683,64 @@ impl PluginEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Between a promotion and the slot swapping the candidate in, a key
+    /// routed goes to the candidate; after it, to whatever is current.
+    #[tokio::test]
+    async fn a_promoted_candidate_takes_every_key_before_the_slot_swaps_it_in() {
+        use crate::sandbox::{PluginSpec, Runtime, RuntimeConfig};
+        let runtime = Runtime::new(
+            RuntimeConfig {
+                max_instances: 4,
+                ..RuntimeConfig::default()
+            },
+            Arc::new(crate::control::metrics::Metrics::new()),
+        )
+        .unwrap();
+        let bytes = std::fs::read(wasmctrl_plugin_artifacts::NOOP).unwrap();
+        let load =
+            |origin: &'static str| runtime.load_bytes(origin, bytes.clone(), PluginSpec::new("p"));
+        let (stable, candidate, later) = (
+            load("stable").await.unwrap(),
+            load("candidate").await.unwrap(),
+            load("later").await.unwrap(),
+        );
+        let queue = crate::control::workqueue::WorkQueue::new(
+            "p",
+            Box::new(crate::control::workqueue::ratelimit::default_controller_rate_limiter()),
+            Arc::new(crate::control::workqueue::NoopQueueMetrics),
+        );
+        let config: crate::config::CanaryConfig =
+            serde_json::from_value(serde_json::json!({"percent": 50})).unwrap();
+        let canary = Arc::new(Canary::new(
+            "p",
+            candidate.clone(),
+            config,
+            queue,
+            Arc::new(crate::control::metrics::Metrics::new()),
+            Box::new(|| {}),
+        ));
+        let slot = PluginSlot::new(stable.clone()).with_canary(canary.clone());
+        let keys: Vec<ObjectKey> = (0..40)
+            .map(|i| ObjectKey::namespaced("default", format!("k{i}")))
+            .collect();
+        let runs = |plugin: &Arc<Plugin>| {
+            keys.iter()
+                .filter(|k| Arc::ptr_eq(&slot.route(k).0, plugin))
+                .count()
+        };
+        assert!(runs(&stable) > 0 && runs(&candidate) > 0, "the keys split");
+
+        canary.promote().unwrap();
+        assert_eq!(runs(&candidate), keys.len(), "before the swap");
+        assert!(keys.iter().all(|k| slot.route(k).1.is_none()));
+
+        slot.current.swap(candidate.clone());
+        canary.announce_decision();
+        assert_eq!(runs(&candidate), keys.len(), "after the swap");
+        slot.current.swap(later.clone());
+        assert_eq!(runs(&later), keys.len(), "a later swap takes over");
+    }
 
     #[test]
     fn a_plugin_starts_running_when_leader_and_standby_otherwise() {
