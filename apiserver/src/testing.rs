@@ -129,6 +129,7 @@ impl Faults {
         f.set_status_conflicts(false);
         f.set_persistence_failure(None);
         f.set_withhold(false);
+        f.set_hold(None);
     }
 }
 

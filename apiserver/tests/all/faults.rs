@@ -386,3 +386,27 @@ async fn the_audit_records_every_write_with_its_caller() {
     assert!(records.windows(2).all(|w| w[0].time <= w[1].time));
     assert_eq!(audit.dropped(), 0);
 }
+
+/// Held requests wait, unanswered, while others are served, and are
+/// answered once the hold is lifted (here by `clear`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_requests_wait_until_the_hold_is_lifted() {
+    let h = Harness::start().await;
+    let client = h.client().await;
+    let faults = h.server.faults();
+    faults.hold_requests(Some(Scope::NonResource));
+    let held = tokio::spawn({
+        let client = client.clone();
+        async move { client.apiserver_version().await }
+    });
+    // A resource request passes the hold.
+    create(&client, "passes").await;
+    assert!(!held.is_finished(), "discovery answered while held");
+    faults.clear();
+    let version = tokio::time::timeout(Duration::from_secs(30), held)
+        .await
+        .expect("answered once lifted")
+        .unwrap()
+        .unwrap();
+    assert_eq!(version.major, "1");
+}
