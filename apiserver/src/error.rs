@@ -70,6 +70,56 @@ pub(crate) struct Cause {
     pub(crate) field: String,
 }
 
+/// Causes worded as upstream's `field.ErrorList` words them.
+impl Cause {
+    /// `FieldValueRequired`: "Required value", then `: detail` if any.
+    pub(crate) fn required(field: &str, detail: &str) -> Cause {
+        let message = if detail.is_empty() {
+            "Required value".to_string()
+        } else {
+            format!("Required value: {detail}")
+        };
+        Cause {
+            reason: "FieldValueRequired".into(),
+            message,
+            field: field.into(),
+        }
+    }
+
+    /// `FieldValueInvalid`, the value as the message shows it (`shown`:
+    /// quoted for a string, Go's `%#v` for a struct or list).
+    pub(crate) fn invalid(field: &str, shown: &str, detail: &str) -> Cause {
+        Cause {
+            reason: "FieldValueInvalid".into(),
+            message: format!("Invalid value: {shown}: {detail}"),
+            field: field.into(),
+        }
+    }
+
+    /// `FieldValueNotSupported`, naming the values that are.
+    pub(crate) fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
+        let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
+        Cause {
+            reason: "FieldValueNotSupported".into(),
+            message: format!(
+                "Unsupported value: {}: supported values: {}",
+                go_quote(value),
+                supported.join(", ")
+            ),
+            field: field.into(),
+        }
+    }
+
+    /// `FieldValueForbidden`: "Forbidden: detail".
+    pub(crate) fn forbidden(field: &str, detail: &str) -> Cause {
+        Cause {
+            reason: "FieldValueForbidden".into(),
+            message: format!("Forbidden: {detail}"),
+            field: field.into(),
+        }
+    }
+}
+
 /// An error the API answers with; every variant maps to one metav1.Status.
 #[derive(Debug, Clone, thiserror::Error)]
 pub(crate) enum ApiError {

@@ -26,9 +26,8 @@ use super::mode::Authorization;
 use super::rbac::{Attributes, GROUP, PolicyRule, Resolver, role_rules};
 use crate::error::{ApiError, qualified};
 use crate::metrics::{Limit, Metrics};
-use crate::registry::aggregation::aggregates;
 use crate::registry::storage::Store;
-use crate::registry::writes::GrantCheck;
+use crate::registry::writes::{GrantCheck, aggregation_rule};
 use crate::values::go_quote;
 
 /// Permissions (verb × group × resource × name, or verb × URL) of the rules
@@ -181,7 +180,7 @@ impl GrantCheck for Escalation {
                 // selectors match, so, as upstream, writing one (or turning
                 // one back into a plain role) needs holding everything.
                 if resource == "clusterroles"
-                    && (aggregates(new) || old.is_some_and(aggregates))
+                    && (aggregation_rule(new).is_some() || old.and_then(aggregation_rule).is_some())
                     && !self.holds_everything()
                 {
                     return Err(self.refused(

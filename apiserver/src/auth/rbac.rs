@@ -32,7 +32,7 @@ use crate::registry::storage::Store;
 use crate::values::go_quote;
 
 /// The RBAC API group.
-pub(crate) const GROUP: &str = "rbac.authorization.k8s.io";
+pub(crate) use crate::registry::writes::RBAC_GROUP as GROUP;
 
 /// What a request (or an access review) asks to do, upstream's
 /// `authorizer.Attributes`.

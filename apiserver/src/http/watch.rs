@@ -277,11 +277,10 @@ pub(crate) fn serve(
             "meta.k8s.io",
             "ListOptions",
             "",
-            vec![Cause {
-                reason: "FieldValueForbidden".into(),
-                message: "Forbidden: sendInitialEvents is allowed with watch=true, allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan".into(),
-                field: "sendInitialEvents".into(),
-            }],
+            vec![Cause::forbidden(
+                "sendInitialEvents",
+                "sendInitialEvents is allowed with watch=true, allowWatchBookmarks=true and resourceVersionMatch=NotOlderThan",
+            )],
         ));
     }
     let from = match (&rv_param, p.send_initial_events) {

@@ -25,6 +25,7 @@ use super::Objects;
 use super::resources::GroupResource;
 use super::selectors::LabelSelector;
 use super::storage::{self, Event};
+use super::writes::{RBAC_GROUP, aggregation_rule, rbac_list};
 use crate::metrics::Limit;
 
 /// The field manager of the rules it writes, upstream's.
@@ -36,7 +37,7 @@ const MANAGER: &str = "clusterrole-aggregation-controller";
 pub(crate) const MAX_PASSES: usize = 16;
 
 fn clusterroles() -> GroupResource {
-    GroupResource::new("rbac.authorization.k8s.io", "clusterroles")
+    GroupResource::new(RBAC_GROUP, "clusterroles")
 }
 
 /// Whether any of `events` is of a ClusterRole, so aggregation may have
@@ -54,7 +55,7 @@ struct RuleKey([Vec<String>; 5]);
 
 impl RuleKey {
     fn of(rule: &Value) -> RuleKey {
-        let list = |field: &str| super::writes::rbac_list(rule, field);
+        let list = |field: &str| rbac_list(rule, field);
         RuleKey([
             list("verbs"),
             list("apiGroups"),
@@ -63,11 +64,6 @@ impl RuleKey {
             list("nonResourceURLs"),
         ])
     }
-}
-
-/// Whether `role` has an `aggregationRule` (a null one is none).
-pub(crate) fn aggregates(role: &Value) -> bool {
-    role.get("aggregationRule").is_some_and(|r| !r.is_null())
 }
 
 /// A ClusterRole as aggregation reads it.
@@ -87,10 +83,8 @@ impl Role {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let selectors = object
-            .get("aggregationRule")
-            .filter(|rule| !rule.is_null())
-            .and_then(|rule| match rule.get("clusterRoleSelectors") {
+        let selectors =
+            aggregation_rule(&object).and_then(|rule| match rule.get("clusterRoleSelectors") {
                 Some(Value::Array(a)) => a.iter().map(LabelSelector::from_object).collect(),
                 _ => Some(Vec::new()),
             });
@@ -198,9 +192,7 @@ pub(crate) fn aggregate(objects: &Objects) {
         let rules = Value::Array(roles[at].rules.clone());
         objects.mutate_object(&info, "", &roles[at].name, MANAGER, |cur| {
             // A role whose aggregationRule went meanwhile is its author's.
-            if !aggregates(cur) {
-                return None;
-            }
+            aggregation_rule(cur)?;
             if cur.get("rules") == Some(&rules) {
                 return None;
             }

@@ -16,14 +16,6 @@ fn cause(field: &str, message: String) -> Cause {
     }
 }
 
-fn required(field: &str) -> Cause {
-    Cause {
-        reason: "FieldValueRequired".into(),
-        message: "Required value".into(),
-        field: field.into(),
-    }
-}
-
 /// The cause of a plural or version name that is not a DNS-1035 label, as
 /// upstream words it.
 fn dns1035_label(field: &str, value: &str) -> Option<Cause> {
@@ -42,7 +34,7 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     let plural = names["plural"].as_str().unwrap_or("");
     let kind = names["kind"].as_str().unwrap_or("");
     if group.is_empty() {
-        causes.push(required("spec.group"));
+        causes.push(Cause::required("spec.group", ""));
     } else if let Err(e) = names::dns1123_subdomain(group) {
         causes.push(cause(
             "spec.group",
@@ -55,12 +47,12 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
         ));
     }
     if plural.is_empty() {
-        causes.push(required("spec.names.plural"));
+        causes.push(Cause::required("spec.names.plural", ""));
     } else {
         causes.extend(dns1035_label("spec.names.plural", plural));
     }
     if kind.is_empty() {
-        causes.push(required("spec.names.kind"));
+        causes.push(Cause::required("spec.names.kind", ""));
     }
     // A CRD of a built-in resource would take over its storage: serve it
     // with the CRD's schema, and delete every object of it (RoleBindings,
@@ -97,7 +89,7 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     }
     let versions = spec["versions"].as_array().cloned().unwrap_or_default();
     if versions.is_empty() {
-        causes.push(required("spec.versions"));
+        causes.push(Cause::required("spec.versions", ""));
     }
     let storage: Vec<&Value> = versions
         .iter()

@@ -34,11 +34,7 @@ pub(crate) fn name_rule(group: &str, kind: &str) -> NameRule {
 }
 
 fn invalid(field: &str, value: &str, msg: &str) -> Cause {
-    Cause {
-        reason: "FieldValueInvalid".into(),
-        message: format!("Invalid value: {}: {msg}", go_quote(value)),
-        field: field.into(),
-    }
+    Cause::invalid(field, &go_quote(value), msg)
 }
 
 /// Adds the cause `rule` gives `value`, if it breaks the rule.

@@ -12,7 +12,7 @@ use super::body::delete_request;
 use super::params::Query;
 use super::request::Req;
 use super::target::Target;
-use crate::error::ApiError;
+use crate::error::{ApiError, Cause};
 use crate::http::response;
 use crate::http::state::ServerState;
 use crate::http::watch::WatchParams;
@@ -70,35 +70,31 @@ fn exact_version(q: &Query, rv: Option<&str>) -> Result<Option<u64>, ApiError> {
     let Some(matching) = q.get("resourceVersionMatch").filter(|m| !m.is_empty()) else {
         return Ok(None);
     };
-    let forbidden = |message: String| crate::error::Cause {
-        reason: "FieldValueForbidden".into(),
-        message: format!("Forbidden: {message}"),
-        field: "resourceVersionMatch".into(),
-    };
+    const FIELD: &str = "resourceVersionMatch";
     let mut causes = Vec::new();
     if rv.is_none() {
-        causes.push(forbidden(
-            "resourceVersionMatch is forbidden unless resourceVersion is provided".into(),
+        causes.push(Cause::forbidden(
+            FIELD,
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
         ));
     }
     if q.get("continue").is_some_and(|c| !c.is_empty()) {
-        causes.push(forbidden(
-            "resourceVersionMatch is forbidden when continue is provided".into(),
+        causes.push(Cause::forbidden(
+            FIELD,
+            "resourceVersionMatch is forbidden when continue is provided",
         ));
     }
     if !matches!(matching, "Exact" | "NotOlderThan") {
-        causes.push(crate::error::Cause {
-            reason: "FieldValueNotSupported".into(),
-            message: format!(
-                "Unsupported value: {}: supported values: \"Exact\", \"NotOlderThan\", \"\"",
-                crate::values::go_quote(matching)
-            ),
-            field: "resourceVersionMatch".into(),
-        });
+        causes.push(Cause::not_supported(
+            FIELD,
+            matching,
+            &["Exact", "NotOlderThan", ""],
+        ));
     }
     if matching == "Exact" && rv == Some("0") {
-        causes.push(forbidden(
-            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into(),
+        causes.push(Cause::forbidden(
+            FIELD,
+            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
         ));
     }
     if !causes.is_empty() {

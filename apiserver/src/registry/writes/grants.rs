@@ -6,6 +6,7 @@
 use serde_json::Value;
 
 use super::context::WriteCtx;
+use super::rbac::{GRANTING_FIELDS, GROUP};
 use crate::error::ApiError;
 use crate::registry::Objects;
 use crate::registry::resources::ResourceInfo;
@@ -29,11 +30,11 @@ impl Objects {
         let Some(check) = &ctx.grants else {
             return Ok(());
         };
-        if info.group != "rbac.authorization.k8s.io" {
+        if info.group != GROUP {
             return Ok(());
         }
         let same = |old: &Value| {
-            ["rules", "roleRef", "subjects", "aggregationRule"]
+            GRANTING_FIELDS
                 .iter()
                 .all(|field| old.get(field) == new.get(field))
                 && old.pointer("/metadata/labels") == new.pointer("/metadata/labels")

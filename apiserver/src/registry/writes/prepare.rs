@@ -298,13 +298,12 @@ impl Objects {
                     &info.group,
                     &info.kind,
                     &name,
-                    vec![Cause {
-                        reason: "FieldValueForbidden".into(),
-                        message: format!(
-                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{\"{added}\"}}"
+                    vec![Cause::forbidden(
+                        "metadata.finalizers",
+                        &format!(
+                            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{\"{added}\"}}"
                         ),
-                        field: "metadata.finalizers".into(),
-                    }],
+                    )],
                 ));
             }
         }

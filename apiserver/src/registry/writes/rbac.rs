@@ -12,7 +12,17 @@ use super::super::resources::ResourceInfo;
 use crate::error::{Cause, Causes};
 use crate::values::go_quote;
 
-const GROUP: &str = "rbac.authorization.k8s.io";
+/// The RBAC API group.
+pub(crate) const GROUP: &str = "rbac.authorization.k8s.io";
+
+/// The fields of a role or binding that decide what it grants: an update
+/// that leaves them as they were grants nothing new.
+pub(super) const GRANTING_FIELDS: [&str; 4] = ["rules", "roleRef", "subjects", "aggregationRule"];
+
+/// A ClusterRole's `aggregationRule`, if it has one (a null one is none).
+pub(crate) fn aggregation_rule(role: &Value) -> Option<&Value> {
+    role.get("aggregationRule").filter(|rule| !rule.is_null())
+}
 
 /// Upstream's defaults: a binding's `roleRef.apiGroup`, and the
 /// `apiGroup` of a `User` or `Group` subject.
@@ -65,9 +75,7 @@ pub(super) fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) ->
         old
     });
     if let Some(old) = &old
-        && ["rules", "roleRef", "subjects", "aggregationRule"]
-            .iter()
-            .all(|f| old.get(f) == obj.get(f))
+        && GRANTING_FIELDS.iter().all(|f| old.get(f) == obj.get(f))
     {
         return Vec::new();
     }
@@ -83,40 +91,6 @@ pub(super) fn validate(info: &ResourceInfo, obj: &Value, old: Option<&Value>) ->
         _ => {}
     }
     out.into_vec()
-}
-
-fn required(field: &str, detail: &str) -> Cause {
-    let message = if detail.is_empty() {
-        "Required value".to_string()
-    } else {
-        format!("Required value: {detail}")
-    };
-    Cause {
-        reason: "FieldValueRequired".into(),
-        message,
-        field: field.into(),
-    }
-}
-
-fn invalid(field: &str, shown: &str, detail: &str) -> Cause {
-    Cause {
-        reason: "FieldValueInvalid".into(),
-        message: format!("Invalid value: {shown}: {detail}"),
-        field: field.into(),
-    }
-}
-
-fn not_supported(field: &str, value: &str, supported: &[&str]) -> Cause {
-    let supported: Vec<String> = supported.iter().map(|s| go_quote(s)).collect();
-    Cause {
-        reason: "FieldValueNotSupported".into(),
-        message: format!(
-            "Unsupported value: {}: supported values: {}",
-            go_quote(value),
-            supported.join(", ")
-        ),
-        field: field.into(),
-    }
 }
 
 fn text<'a>(v: &'a Value, field: &str) -> &'a str {
@@ -149,13 +123,13 @@ fn rules(out: &mut Causes, obj: &Value, namespaced: bool) {
     for (i, rule) in rules.iter().enumerate() {
         let path = |field: &str| format!("rules[{i}].{field}");
         if list(rule, "verbs").is_empty() {
-            out.add(|| required(&path("verbs"), "verbs must contain at least one value"));
+            out.add(|| Cause::required(&path("verbs"), "verbs must contain at least one value"));
         }
         let urls = list(rule, "nonResourceURLs");
         if !urls.is_empty() {
             if namespaced {
                 out.add(|| {
-                    invalid(
+                    Cause::invalid(
                         &path("nonResourceURLs"),
                         &go_strings(&urls),
                         "namespaced rules cannot apply to non-resource URLs",
@@ -167,7 +141,7 @@ fn rules(out: &mut Causes, obj: &Value, namespaced: bool) {
                 .any(|f| !list(rule, f).is_empty());
             if resourceful {
                 out.add(|| {
-                    invalid(
+                    Cause::invalid(
                         &path("nonResourceURLs"),
                         &go_strings(&urls),
                         "rules cannot apply to both regular resources and non-resource URLs",
@@ -178,7 +152,7 @@ fn rules(out: &mut Causes, obj: &Value, namespaced: bool) {
         }
         if list(rule, "apiGroups").is_empty() {
             out.add(|| {
-                required(
+                Cause::required(
                     &path("apiGroups"),
                     "resource rules must supply at least one api group",
                 )
@@ -186,7 +160,7 @@ fn rules(out: &mut Causes, obj: &Value, namespaced: bool) {
         }
         if list(rule, "resources").is_empty() {
             out.add(|| {
-                required(
+                Cause::required(
                     &path("resources"),
                     "resource rules must supply at least one resource",
                 )
@@ -197,7 +171,7 @@ fn rules(out: &mut Causes, obj: &Value, namespaced: bool) {
 
 /// An `aggregationRule` names at least one selector, each a valid one.
 fn aggregation(out: &mut Causes, obj: &Value) {
-    let Some(rule) = obj.get("aggregationRule").filter(|r| !r.is_null()) else {
+    let Some(rule) = aggregation_rule(obj) else {
         return;
     };
     let selectors = rule
@@ -207,7 +181,7 @@ fn aggregation(out: &mut Causes, obj: &Value) {
         .unwrap_or_default();
     if selectors.is_empty() {
         out.add(|| {
-            required(
+            Cause::required(
                 "aggregationRule.clusterRoleSelectors",
                 "at least one clusterRoleSelector required if aggregationRule is non-nil",
             )
@@ -216,7 +190,7 @@ fn aggregation(out: &mut Causes, obj: &Value) {
     for (i, selector) in selectors.iter().enumerate() {
         if crate::registry::selectors::LabelSelector::from_object(selector).is_none() {
             out.add(|| {
-                invalid(
+                Cause::invalid(
                     &format!("aggregationRule.clusterRoleSelectors[{i}]"),
                     &selector.to_string(),
                     "invalid label selector.",
@@ -242,7 +216,7 @@ fn binding(out: &mut Causes, obj: &Value, old: Option<&Value>, namespaced: bool)
     let role = obj.get("roleRef").unwrap_or(&Value::Null);
     let group = text(role, "apiGroup");
     if group != GROUP {
-        out.add(|| not_supported("roleRef.apiGroup", group, &[GROUP]));
+        out.add(|| Cause::not_supported("roleRef.apiGroup", group, &[GROUP]));
     }
     let kind = text(role, "kind");
     let kinds: &[&str] = if namespaced {
@@ -251,11 +225,11 @@ fn binding(out: &mut Causes, obj: &Value, old: Option<&Value>, namespaced: bool)
         &["ClusterRole"]
     };
     if !kinds.contains(&kind) {
-        out.add(|| not_supported("roleRef.kind", kind, kinds));
+        out.add(|| Cause::not_supported("roleRef.kind", kind, kinds));
     }
     let name = text(role, "name");
     if name.is_empty() {
-        out.add(|| required("roleRef.name", ""));
+        out.add(|| Cause::required("roleRef.name", ""));
     } else {
         for cause in super::super::validation::validate_name(
             name,
@@ -279,7 +253,7 @@ fn binding(out: &mut Causes, obj: &Value, old: Option<&Value>, namespaced: bool)
             .iter()
             .all(|f| text(role, f) == text(old_role, f));
         if !same {
-            out.add(|| invalid("roleRef", &shown_role_ref(role), "cannot change roleRef"));
+            out.add(|| Cause::invalid("roleRef", &shown_role_ref(role), "cannot change roleRef"));
         }
     }
 }
@@ -289,7 +263,7 @@ fn subject(out: &mut Causes, subject: &Value, path: &str, namespaced: bool) {
     let field = |f: &str| format!("{path}.{f}");
     let name = text(subject, "name");
     if name.is_empty() {
-        out.add(|| required(&field("name"), ""));
+        out.add(|| Cause::required(&field("name"), ""));
     }
     let group = text(subject, "apiGroup");
     match text(subject, "kind") {
@@ -297,23 +271,23 @@ fn subject(out: &mut Causes, subject: &Value, path: &str, namespaced: bool) {
             if let Err(e) = names::dns1123_subdomain(name)
                 && !name.is_empty()
             {
-                out.add(|| invalid(&field("name"), &go_quote(name), &e.to_string()));
+                out.add(|| Cause::invalid(&field("name"), &go_quote(name), &e.to_string()));
             }
             if !group.is_empty() {
-                out.add(|| not_supported(&field("apiGroup"), group, &[""]));
+                out.add(|| Cause::not_supported(&field("apiGroup"), group, &[""]));
             }
             if !namespaced && text(subject, "namespace").is_empty() {
-                out.add(|| required(&field("namespace"), ""));
+                out.add(|| Cause::required(&field("namespace"), ""));
             }
         }
         "User" | "Group" => {
             if group != GROUP {
-                out.add(|| not_supported(&field("apiGroup"), group, &[GROUP]));
+                out.add(|| Cause::not_supported(&field("apiGroup"), group, &[GROUP]));
             }
         }
-        other => {
-            out.add(|| not_supported(&field("kind"), other, &["ServiceAccount", "User", "Group"]))
-        }
+        other => out.add(|| {
+            Cause::not_supported(&field("kind"), other, &["ServiceAccount", "User", "Group"])
+        }),
     }
 }
 
