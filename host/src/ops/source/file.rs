@@ -53,10 +53,7 @@ impl PluginSource for FileSource {
             // source), at its size now: a file grown since is cut at
             // maxSize by the read.
             if let Ok(meta) = tokio::fs::metadata(&self.path).await {
-                held::charge(meta.len().min(DEFAULT_MAX_SIZE)).map_err(|e| SourceError::Busy {
-                    origin: self.origin(),
-                    message: e.to_string(),
-                })?;
+                held::charge_for(&self.origin(), meta.len().min(DEFAULT_MAX_SIZE))?;
             }
             let bytes = read_regular(&self.path, DEFAULT_MAX_SIZE)
                 .await

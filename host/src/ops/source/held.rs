@@ -115,6 +115,15 @@ pub(crate) fn charge(n: u64) -> Result<(), Exhausted> {
         .unwrap_or(Ok(()))
 }
 
+/// [`charge`] for a load from `origin`, a refusal as that source's
+/// [`SourceError::Busy`].
+pub(crate) fn charge_for(origin: &str, n: u64) -> Result<(), super::SourceError> {
+    charge(n).map_err(|e| super::SourceError::Busy {
+        origin: origin.to_string(),
+        message: e.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -231,10 +231,7 @@ pub(crate) async fn read_bounded(
         if (out.len() + chunk.len()) as u64 > limit {
             return Err(too_large(None));
         }
-        held::charge(chunk.len() as u64).map_err(|e| SourceError::Busy {
-            origin: origin.to_string(),
-            message: e.to_string(),
-        })?;
+        held::charge_for(origin, chunk.len() as u64)?;
         out.extend_from_slice(&chunk);
     }
     Ok(out)
