@@ -14,6 +14,7 @@ use super::managed_fields::{
 use super::merge_keys::{self, Field, ListKind};
 
 const APPLY: &str = "Apply";
+const UPDATE: &str = "Update";
 
 /// A server-side apply request (`PATCH` with
 /// `application/apply-patch+yaml`, body already decoded from YAML).
@@ -32,6 +33,9 @@ pub(crate) struct ApplyRequest<'a> {
     pub(crate) api_version: &'a str,
     /// The object's kind, which selects the schema used for list merging.
     pub(crate) kind: &'a str,
+    /// A custom resource's `openAPIV3Schema`, whose list and map types
+    /// say how its lists merge and who owns what.
+    pub(crate) schema: Option<&'a Value>,
     /// `Some("status")` for an apply to the status subresource.
     pub(crate) subresource: Option<&'a str>,
     /// The request time, RFC 3339, recorded as the entry's `time`.
@@ -43,9 +47,11 @@ pub(crate) struct ApplyRequest<'a> {
 ///
 /// - The applied configuration merges into the live object: maps field by
 ///   field, keyed lists (containers by `name`, ports by `containerPort`
-///   and `protocol`, …) item by item, `finalizers` as a set, every other
-///   list (and all lists of custom resources) as a whole. A `null` in the
-///   configuration removes the field.
+///   and `protocol`, …; a custom resource's lists of
+///   `x-kubernetes-list-type: map` by their `x-kubernetes-list-map-keys`)
+///   item by item, `finalizers` and lists of `x-kubernetes-list-type: set`
+///   as sets, every other list as a whole. A `null` in the configuration
+///   removes the field.
 /// - The manager's `Apply` entry becomes exactly the set of fields in the
 ///   configuration. Fields it applied last time and omits now are removed
 ///   from the object unless another manager owns them (or something below
@@ -79,7 +85,7 @@ pub(crate) fn server_side_apply(req: ApplyRequest<'_>) -> Result<Value, PatchErr
             "metadata.managedFields must be nil".to_owned(),
         ));
     }
-    let ty = merge_keys::root(req.api_version, req.kind);
+    let ty = merge_keys::root(req.api_version, req.kind, req.schema);
     let mut live = match req.live {
         Some(live @ Value::Object(_)) => live.clone(),
         Some(_) => {
@@ -177,8 +183,9 @@ pub(crate) fn server_side_apply(req: ApplyRequest<'_>) -> Result<Value, PatchErr
 /// patch) in `updated`'s `metadata.managedFields`.
 ///
 /// `live` is the stored object (`None` on create) and `updated` the object
-/// about to be stored. Every field the write added or changed becomes
-/// owned by `manager`'s entry for (`operation`, `api_version`,
+/// about to be stored, and `schema` a custom resource's `openAPIV3Schema`
+/// (see [`server_side_apply`]). Every field the write added or changed
+/// becomes owned by `manager`'s `Update` entry for (`api_version`,
 /// `subresource`), and is taken away from every other manager; fields the
 /// write removed leave every set. The entry's `time` moves to `now` only
 /// when the write changed something, so no-op writes stay no-ops.
@@ -192,11 +199,12 @@ pub(crate) fn record_update(
     live: Option<&Value>,
     updated: &mut Value,
     manager: &str,
-    operation: &str,
+    schema: Option<&Value>,
     api_version: &str,
     subresource: Option<&str>,
     now: &str,
 ) {
+    let operation = UPDATE;
     if !updated.is_object() {
         return;
     }
@@ -205,7 +213,7 @@ pub(crate) fn record_update(
         .and_then(Value::as_str)
         .unwrap_or(api_version);
     let kind = updated.get("kind").and_then(Value::as_str).unwrap_or("");
-    let ty = merge_keys::root(object_version, kind);
+    let ty = merge_keys::root(object_version, kind, schema);
 
     let mut old = live.cloned().unwrap_or_else(|| Value::Object(Map::new()));
     let live_entries = decode(take_managed_fields(&mut old).as_ref()).unwrap_or_default();
@@ -657,6 +665,7 @@ mod tests {
             force,
             api_version: &api_version,
             kind: &kind,
+            schema: None,
             subresource: None,
             now,
         })
@@ -833,7 +842,7 @@ mod tests {
             Some(&created),
             &mut scaled,
             "kube-controller-manager",
-            "Update",
+            None,
             "apps/v1",
             None,
             T2,
@@ -964,6 +973,120 @@ mod tests {
         assert_eq!(out["spec"], json!({"items": [{"name": "c"}]}));
     }
 
+    /// A `Widget` schema as a CRD would carry it: conditions keyed by
+    /// `type`, tags a set, a selector map owned whole, ports keyed by port
+    /// and a protocol that defaults to TCP.
+    fn widget_schema() -> Value {
+        json!({"type": "object", "properties": {
+            "spec": {"type": "object", "properties": {
+                "tags": {"type": "array", "items": {"type": "string"},
+                         "x-kubernetes-list-type": "set"},
+                "selector": {"type": "object", "x-kubernetes-map-type": "atomic",
+                             "additionalProperties": {"type": "string"}},
+                "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                          "x-kubernetes-list-map-keys": ["port", "protocol"],
+                          "items": {"type": "object", "required": ["port"], "properties": {
+                              "port": {"type": "integer"},
+                              "protocol": {"type": "string", "default": "TCP"},
+                              "name": {"type": "string"}}}}}},
+            "status": {"type": "object", "properties": {
+                "conditions": {"type": "array", "x-kubernetes-list-type": "map",
+                               "x-kubernetes-list-map-keys": ["type"],
+                               "items": {"type": "object", "required": ["type"], "properties": {
+                                   "type": {"type": "string"},
+                                   "status": {"type": "string"}}}}}}}})
+    }
+
+    fn apply_widget(
+        live: Option<&Value>,
+        body: Value,
+        manager: &str,
+        force: bool,
+        now: &str,
+    ) -> Result<Value, PatchError> {
+        let mut applied = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                                 "metadata": {"name": "w"}});
+        applied
+            .as_object_mut()
+            .unwrap()
+            .extend(body.as_object().unwrap().clone());
+        let schema = widget_schema();
+        server_side_apply(ApplyRequest {
+            live,
+            applied: &applied,
+            manager,
+            force,
+            api_version: "example.com/v1",
+            kind: "Widget",
+            schema: Some(&schema),
+            subresource: None,
+            now,
+        })
+    }
+
+    #[test]
+    fn a_custom_resource_schema_keys_its_lists_for_every_manager() {
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let first = apply_widget(None, ready, "ready-controller", false, T1).unwrap();
+        let synced = json!({"status": {"conditions": [{"type": "Synced", "status": "False"}]}});
+        let both = apply_widget(Some(&first), synced, "sync-controller", false, T2).unwrap();
+        assert_eq!(
+            both["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}, {"type": "Synced", "status": "False"}])
+        );
+        assert_eq!(
+            owned_by(&both, "sync-controller"),
+            &json!({"f:status": {"f:conditions": {"k:{\"type\":\"Synced\"}": {
+                ".": {}, "f:status": {}, "f:type": {}}}}})
+        );
+
+        // Changing another manager's condition conflicts on that item only.
+        let taken = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}]}});
+        let Err(PatchError::Conflict { conflicts, .. }) =
+            apply_widget(Some(&both), taken.clone(), "sync-controller", false, T3)
+        else {
+            panic!("expected a conflict");
+        };
+        assert_eq!(conflicts, [".status.conditions[type=\"Ready\"].status"]);
+
+        // A manager that stops applying its condition removes only its own.
+        let none = json!({"status": {"conditions": []}});
+        let out = apply_widget(Some(&both), none, "sync-controller", false, T3).unwrap();
+        assert_eq!(
+            out["status"]["conditions"],
+            json!([{"type": "Ready", "status": "True"}])
+        );
+    }
+
+    #[test]
+    fn a_custom_resource_schema_gives_sets_atomic_maps_and_key_defaults() {
+        let first = json!({"spec": {"tags": ["a"], "selector": {"app": "w", "tier": "web"},
+                                    "ports": [{"port": 80, "name": "http"}]}});
+        let first = apply_widget(None, first, "one", false, T1).unwrap();
+        assert_eq!(
+            owned_by(&first, "one")["f:spec"],
+            json!({"f:ports": {"k:{\"port\":80,\"protocol\":\"TCP\"}": {
+                       ".": {}, "f:name": {}, "f:port": {}}},
+                   "f:selector": {}, "f:tags": {"v:\"a\"": {}}})
+        );
+        let second = json!({"spec": {"tags": ["b"], "ports": [{"port": 80, "protocol": "UDP"}]}});
+        let out = apply_widget(Some(&first), second, "two", false, T2).unwrap();
+        assert_eq!(out["spec"]["tags"], json!(["a", "b"]));
+        assert_eq!(
+            out["spec"]["ports"],
+            json!([{"port": 80, "name": "http"}, {"port": 80, "protocol": "UDP"}])
+        );
+        // The selector is one field: a second manager's key conflicts with
+        // the whole map, and with force replaces it.
+        let selector = json!({"spec": {"selector": {"app": "other"}}});
+        assert!(matches!(
+            apply_widget(Some(&out), selector.clone(), "two", false, T3),
+            Err(PatchError::Conflict { .. })
+        ));
+        let forced = apply_widget(Some(&out), selector, "two", true, T3).unwrap();
+        assert_eq!(forced["spec"]["selector"], json!({"app": "other"}));
+    }
+
     #[test]
     fn managed_fields_in_the_configuration_are_rejected() {
         let mut cm = configmap(json!({}));
@@ -989,15 +1112,7 @@ mod tests {
         created["metadata"]["uid"] = json!("u-1");
         created["metadata"]["resourceVersion"] = json!("1");
         created["metadata"]["creationTimestamp"] = json!(T1);
-        record_update(
-            None,
-            &mut created,
-            "kubectl-create",
-            "Update",
-            "v1",
-            None,
-            T1,
-        );
+        record_update(None, &mut created, "kubectl-create", None, "v1", None, T1);
         assert_eq!(
             created["metadata"]["managedFields"],
             json!([{"apiVersion": "v1", "fieldsType": "FieldsV1",
@@ -1012,7 +1127,7 @@ mod tests {
             Some(&created),
             &mut labelled,
             "kubectl-label",
-            "Update",
+            None,
             "v1",
             None,
             T2,
@@ -1034,7 +1149,7 @@ mod tests {
             Some(&labelled),
             &mut same,
             "kubectl-label",
-            "Update",
+            None,
             "v1",
             None,
             T3,
@@ -1052,7 +1167,7 @@ mod tests {
             Some(&labelled),
             &mut removed,
             "editor",
-            "Update",
+            None,
             "v1",
             None,
             T3,
@@ -1076,7 +1191,7 @@ mod tests {
             Some(&created),
             &mut status,
             "ctrl",
-            "Update",
+            None,
             "v1",
             Some("status"),
             T2,
@@ -1091,7 +1206,7 @@ mod tests {
 
         let mut reset = status.clone();
         reset["metadata"]["managedFields"] = json!([{}]);
-        record_update(Some(&status), &mut reset, "m2", "Update", "v1", None, T3);
+        record_update(Some(&status), &mut reset, "m2", None, "v1", None, T3);
         assert!(reset["metadata"].get("managedFields").is_none());
     }
 
@@ -1103,7 +1218,7 @@ mod tests {
             "manager": "other", "operation": "Apply", "apiVersion": "v1", "time": T1,
             "fieldsType": "FieldsV1", "fieldsV1": {"f:data": {"f:a": {}}}
         }]);
-        record_update(Some(&live), &mut put, "m", "Update", "v1", None, T2);
+        record_update(Some(&live), &mut put, "m", None, "v1", None, T2);
         assert_eq!(managed(&put).len(), 1);
         assert_eq!(owned_by(&put, "other"), &json!({"f:data": {"f:a": {}}}));
     }
@@ -1113,7 +1228,7 @@ mod tests {
         let created = configmap(json!({}));
         let mut with = created.clone();
         with["metadata"]["finalizers"] = json!(["example.com/f"]);
-        record_update(Some(&created), &mut with, "ctrl", "Update", "v1", None, T1);
+        record_update(Some(&created), &mut with, "ctrl", None, "v1", None, T1);
         assert_eq!(
             owned_by(&with, "ctrl"),
             &json!({"f:metadata": {"f:finalizers": {".": {}, "v:\"example.com/f\"": {}}}})

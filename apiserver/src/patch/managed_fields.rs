@@ -186,19 +186,19 @@ pub(crate) fn field_element(name: &str) -> String {
 
 /// The `FieldsV1` element that identifies `item` at `index` of a list of
 /// the given kind, or `None` for atomic lists, whose items are not tracked.
-pub(crate) fn item_element(item: &Value, list: ListKind, index: usize) -> Option<String> {
+pub(crate) fn item_element(item: &Value, list: ListKind<'_>, index: usize) -> Option<String> {
     match list {
         ListKind::Atomic => None,
         ListKind::Set => Some(format!("v:{item}")),
         ListKind::Map { keys, .. } => {
             let mut fields = BTreeMap::new();
-            for key in keys {
-                match (item.get(key.name), key.default) {
+            for (name, default) in keys.fields() {
+                match (item.get(name), default) {
                     (Some(value), _) => {
-                        fields.insert(key.name, value.clone());
+                        fields.insert(name, value.clone());
                     }
                     (None, Some(default)) => {
-                        fields.insert(key.name, Value::String(default.to_owned()));
+                        fields.insert(name, default.into_owned());
                     }
                     (None, None) => {}
                 }
@@ -293,7 +293,7 @@ pub(crate) fn strip_unowned(set: &mut FieldSet) {
 }
 
 /// The field of a whole object of type `ty`.
-pub(crate) fn root_field(ty: Ty) -> Field {
+pub(crate) fn root_field(ty: Ty<'_>) -> Field<'_> {
     Field {
         ty,
         list: ListKind::Atomic,
@@ -303,10 +303,10 @@ pub(crate) fn root_field(ty: Ty) -> Field {
 
 /// The field of an item of the list `field`: the list's item type, itself
 /// neither a list nor an atomic map.
-pub(crate) fn item_field(field: Field) -> Field {
+pub(crate) fn item_field(field: Field<'_>) -> Field<'_> {
     Field {
         list: ListKind::Atomic,
-        atomic_map: false,
+        atomic_map: matches!(field.ty, Ty::Schema(items) if merge_keys::is_atomic_map(items)),
         ..field
     }
 }
@@ -434,7 +434,7 @@ fn compare_values(
             compare_maps(old, new, field, changed, removed);
         }
         (Some(Value::Array(old)), Some(Value::Array(new))) if field.list != ListKind::Atomic => {
-            fn index(items: &[Value], list: ListKind) -> BTreeMap<String, &Value> {
+            fn index<'v>(items: &'v [Value], list: ListKind<'_>) -> BTreeMap<String, &'v Value> {
                 items
                     .iter()
                     .enumerate()
@@ -549,7 +549,7 @@ mod tests {
         let cmp = compare(
             &json!({"data": {"a": "1", "b": "2"}}),
             &json!({"data": {"a": "9"}, "metadata": {"labels": {"x": "y"}}}),
-            merge_keys::root("v1", "ConfigMap"),
+            merge_keys::root("v1", "ConfigMap", None),
         );
         assert_eq!(
             cmp.changed.to_fields_v1(),

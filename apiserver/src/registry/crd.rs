@@ -107,6 +107,10 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
     for (i, v) in versions.iter().enumerate() {
         let vn = v["name"].as_str().unwrap_or("");
         causes.extend(dns1035_label(&format!("spec.versions[{i}].name"), vn));
+        if let Some(schema) = v.pointer("/schema/openAPIV3Schema") {
+            let at = format!("spec.versions[{i}].schema.openAPIV3Schema");
+            list_and_map_types(schema, &at, &mut causes);
+        }
     }
     if !causes.is_empty() {
         return causes;
@@ -170,6 +174,126 @@ pub(crate) fn prepare(obj: &mut Value, old: Option<&Value>, now: &str) -> Vec<Ca
         "storedVersions": stored_versions,
     });
     causes
+}
+
+/// Checks the annotations that say how server-side apply merges a custom
+/// resource's lists and maps, in `schema` and every schema below it, as
+/// upstream's CRD validation does: a list type is `atomic`, `set` or
+/// `map`; a `map` list names its keys, which are scalar properties of its
+/// object items; a map type is `atomic` or `granular`.
+fn list_and_map_types(schema: &Value, at: &str, causes: &mut Vec<Cause>) {
+    let Some(node) = schema.as_object() else {
+        return;
+    };
+    let list_type = node.get("x-kubernetes-list-type");
+    let keys = node.get("x-kubernetes-list-map-keys");
+    let items = node.get("items");
+    match list_type.map(|t| (t, t.as_str())) {
+        None | Some((_, Some("atomic" | "set"))) => {}
+        Some((_, Some("map"))) => map_list(keys, items, at, causes),
+        Some((shown, _)) => causes.push(Cause::not_supported(
+            &format!("{at}.x-kubernetes-list-type"),
+            shown.as_str().unwrap_or(&shown.to_string()),
+            &["atomic", "set", "map"],
+        )),
+    }
+    if keys.is_some() && list_type.and_then(Value::as_str) != Some("map") {
+        causes.push(Cause::forbidden(
+            &format!("{at}.x-kubernetes-list-map-keys"),
+            "must only be used if x-kubernetes-list-type is \"map\"",
+        ));
+    }
+    if let Some(shown) = node.get("x-kubernetes-map-type")
+        && !matches!(shown.as_str(), Some("atomic" | "granular"))
+    {
+        causes.push(Cause::not_supported(
+            &format!("{at}.x-kubernetes-map-type"),
+            shown.as_str().unwrap_or(&shown.to_string()),
+            &["atomic", "granular"],
+        ));
+    }
+    if let Some(properties) = node.get("properties").and_then(Value::as_object) {
+        for (name, property) in properties {
+            list_and_map_types(property, &format!("{at}.properties[{name}]"), causes);
+        }
+    }
+    if let Some(items) = items {
+        list_and_map_types(items, &format!("{at}.items"), causes);
+    }
+    if let Some(additional) = node.get("additionalProperties") {
+        list_and_map_types(additional, &format!("{at}.additionalProperties"), causes);
+    }
+}
+
+/// The rules of a list of `x-kubernetes-list-type: map`.
+fn map_list(keys: Option<&Value>, items: Option<&Value>, at: &str, causes: &mut Vec<Cause>) {
+    let names: Vec<&Value> = keys
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .collect();
+    if names.is_empty() {
+        causes.push(Cause::required(
+            &format!("{at}.x-kubernetes-list-map-keys"),
+            "must not be empty if x-kubernetes-list-type is map",
+        ));
+    }
+    let Some(items) = items else {
+        causes.push(Cause::required(
+            &format!("{at}.items"),
+            "must have a schema if x-kubernetes-list-type is map",
+        ));
+        return;
+    };
+    let item_type = items.get("type").unwrap_or(&Value::Null);
+    if item_type.as_str() != Some("object") {
+        causes.push(Cause::invalid(
+            &format!("{at}.items.type"),
+            &item_type.to_string(),
+            "must be object if parent array's x-kubernetes-list-type is map",
+        ));
+        return;
+    }
+    let mut seen = Vec::new();
+    for name in names {
+        let key_at = format!("{at}.x-kubernetes-list-map-keys");
+        let Some(name) = name.as_str() else {
+            causes.push(Cause::invalid(
+                &key_at,
+                &name.to_string(),
+                "must be a string",
+            ));
+            continue;
+        };
+        if seen.contains(&name) {
+            causes.push(Cause::invalid(
+                &key_at,
+                &format!("{name:?}"),
+                "must not contain duplicate entries",
+            ));
+        }
+        seen.push(name);
+        match items.get("properties").and_then(|p| p.get(name)) {
+            None => causes.push(Cause::invalid(
+                &key_at,
+                &format!("{name:?}"),
+                "entries must all be names of item properties",
+            )),
+            Some(property)
+                if matches!(
+                    property.get("type").and_then(Value::as_str),
+                    Some("array" | "object")
+                ) =>
+            {
+                causes.push(Cause::invalid(
+                    &format!("{at}.items.properties[{name}].type"),
+                    &property["type"].to_string(),
+                    "must be a scalar type if parent array's x-kubernetes-list-type is map",
+                ));
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -285,6 +409,65 @@ mod tests {
         assert!(infos[0].status);
         assert_eq!(infos[0].scale.as_ref().unwrap().spec_replicas, ".spec.size");
         assert_eq!(infos[1].storage_api_version, "example.com/v1");
+    }
+
+    #[test]
+    fn list_and_map_types_are_validated_as_upstream() {
+        let mut crd = widget();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({
+            "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                "odd": {"type": "array", "x-kubernetes-list-type": "bag", "items": {"type": "string"}},
+                "keyed": {"type": "array", "x-kubernetes-list-map-keys": ["a"],
+                          "items": {"type": "object"}},
+                "scalars": {"type": "array", "x-kubernetes-list-type": "map",
+                            "x-kubernetes-list-map-keys": ["a"], "items": {"type": "string"}},
+                "keys": {"type": "array", "x-kubernetes-list-type": "map",
+                         "x-kubernetes-list-map-keys": ["a", "a", "missing", "nested"],
+                         "items": {"type": "object", "properties": {
+                             "a": {"type": "string"}, "nested": {"type": "object"}}}},
+                "labels": {"type": "object", "x-kubernetes-map-type": "fine"}}}}});
+        let causes = prepare(&mut crd, None, "t");
+        let at = "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties";
+        let shown: Vec<(String, String)> = causes
+            .iter()
+            .map(|c| (c.field.clone(), c.message.clone()))
+            .collect();
+        for (field, message) in [
+            (
+                format!("{at}[odd].x-kubernetes-list-type"),
+                r#"Unsupported value: "bag": supported values: "atomic", "set", "map""#,
+            ),
+            (
+                format!("{at}[keyed].x-kubernetes-list-map-keys"),
+                r#"Forbidden: must only be used if x-kubernetes-list-type is "map""#,
+            ),
+            (
+                format!("{at}[scalars].items.type"),
+                r#"Invalid value: "string": must be object if parent array's x-kubernetes-list-type is map"#,
+            ),
+            (
+                format!("{at}[keys].x-kubernetes-list-map-keys"),
+                r#"Invalid value: "a": must not contain duplicate entries"#,
+            ),
+            (
+                format!("{at}[keys].x-kubernetes-list-map-keys"),
+                r#"Invalid value: "missing": entries must all be names of item properties"#,
+            ),
+            (
+                format!("{at}[keys].items.properties[nested].type"),
+                r#"Invalid value: "object": must be a scalar type if parent array's x-kubernetes-list-type is map"#,
+            ),
+            (
+                format!("{at}[labels].x-kubernetes-map-type"),
+                r#"Unsupported value: "fine": supported values: "atomic", "granular""#,
+            ),
+        ] {
+            assert!(
+                shown.contains(&(field.clone(), message.to_owned())),
+                "{field}: {message} not in {shown:#?}"
+            );
+        }
+        assert_eq!(shown.len(), 7, "{shown:#?}");
     }
 
     #[test]

@@ -515,3 +515,141 @@ async fn kubectl_crd_established_and_custom_resources() {
     let out = tokio::task::block_in_place(|| kubectl(&h, &["get", "gadgets"]));
     assert!(!out.status.success(), "gadgets no longer served");
 }
+
+const LISTENER_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: listeners.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: listeners, singular: listener, kind: Listener}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              tags:
+                type: array
+                x-kubernetes-list-type: set
+                items: {type: string}
+              ports:
+                type: array
+                x-kubernetes-list-type: map
+                x-kubernetes-list-map-keys: [port, protocol]
+                items:
+                  type: object
+                  required: [port]
+                  properties:
+                    port: {type: integer}
+                    protocol: {type: string, default: TCP}
+                    name: {type: string}
+"#;
+
+fn listener(ports: &str, tags: &str) -> String {
+    format!(
+        "apiVersion: example.com/v1\nkind: Listener\nmetadata:\n  name: edge\nspec:\n  ports: {ports}\n  tags: {tags}\n"
+    )
+}
+
+/// Two managers applying different items of a custom resource's keyed
+/// list each keep theirs, as the CRD's `x-kubernetes-list-type` says; a
+/// CRD whose list types are malformed is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_merges_a_custom_resources_lists_by_its_schema() {
+    let h = Harness::start().await;
+    let keyless = LISTENER_CRD.replace("x-kubernetes-list-map-keys: [port, protocol]", "");
+    let refused =
+        tokio::task::block_in_place(|| kubectl_stdin(&h, &["apply", "-f", "-"], Some(&keyless)));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "spec.versions[0].schema.openAPIV3Schema.properties[spec].properties[ports].x-kubernetes-list-map-keys: Required value: must not be empty if x-kubernetes-list-type is map"
+        ),
+        "{stderr}"
+    );
+    ok_stdin(&h, &["apply", "-f", "-"], Some(LISTENER_CRD)).await;
+    ok(
+        &h,
+        &[
+            "wait",
+            "--for",
+            "condition=established",
+            "crd/listeners.example.com",
+            "--timeout=30s",
+        ],
+    )
+    .await;
+
+    let apply = |manager: &'static str, body: String| {
+        let h = &h;
+        async move {
+            tokio::task::block_in_place(|| {
+                kubectl_stdin(
+                    h,
+                    &[
+                        "apply",
+                        "--server-side",
+                        "--field-manager",
+                        manager,
+                        "-f",
+                        "-",
+                    ],
+                    Some(&body),
+                )
+            })
+        }
+    };
+    let http = apply("http", listener("[{port: 80, name: http}]", "[web]")).await;
+    assert!(http.status.success(), "{http:?}");
+    let tls = apply("tls", listener("[{port: 443, name: https}]", "[tls]")).await;
+    assert!(tls.status.success(), "{tls:?}");
+    assert_eq!(
+        ok(
+            &h,
+            &[
+                "get",
+                "listener",
+                "edge",
+                "-o",
+                "jsonpath={.spec.ports[*].name} {.spec.tags}"
+            ]
+        )
+        .await,
+        r#"http https ["web","tls"]"#
+    );
+
+    // Renaming the other manager's port conflicts on that item alone.
+    let taken = apply("tls", listener("[{port: 80, name: web}]", "[tls]")).await;
+    let stderr = String::from_utf8_lossy(&taken.stderr);
+    assert!(!taken.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"conflict with "http": .spec.ports[port=80,protocol="TCP"].name"#),
+        "{stderr}"
+    );
+
+    // A manager that drops its item removes only that item.
+    let dropped = apply("tls", listener("[]", "[]")).await;
+    assert!(dropped.status.success(), "{dropped:?}");
+    assert_eq!(
+        ok(
+            &h,
+            &[
+                "get",
+                "listener",
+                "edge",
+                "-o",
+                "jsonpath={.spec.ports[*].name} {.spec.tags}"
+            ]
+        )
+        .await,
+        r#"http ["web"]"#
+    );
+}

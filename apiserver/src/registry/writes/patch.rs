@@ -65,6 +65,7 @@ impl Objects {
                         force,
                         api_version: &api_version,
                         kind: &info.kind,
+                        schema: info.schema.as_ref(),
                         subresource: sub.name(),
                         now: &now,
                     })
