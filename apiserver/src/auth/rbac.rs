@@ -589,6 +589,8 @@ const AUTOUPDATE_ANNOTATION: (&str, &str) = ("rbac.authorization.kubernetes.io/a
 /// | `system:discovery` | `get` on `/api`, `/apis` (and below), `/openapi/*`, `/version`, `/healthz`, `/livez`, `/readyz` | group `system:authenticated` |
 /// | `system:basic-user` | `create` selfsubjectaccessreviews, selfsubjectrulesreviews, selfsubjectreviews | group `system:authenticated` |
 /// | `system:public-info-viewer` | `get` on `/version`, `/healthz`, `/livez`, `/readyz` | groups `system:authenticated`, `system:unauthenticated` |
+/// | `view`, `edit`, `admin` | the user-facing roles, for a RoleBinding in a namespace: aggregated from the ClusterRoles labelled `rbac.authorization.k8s.io/aggregate-to-view` (`-edit`, `-admin`), `view` ⊂ `edit` ⊂ `admin` | nobody |
+/// | `system:aggregate-to-view`, `-edit`, `-admin` | what upstream gives those roles over the kinds this server serves | nobody |
 ///
 /// Returned as `(resource, object)` pairs, roles first.
 pub(crate) fn bootstrap_policy() -> Vec<(&'static str, Value)> {
@@ -655,6 +657,27 @@ pub(crate) fn bootstrap_policy() -> Vec<(&'static str, Value)> {
                     "verbs": ["get"]}]),
             ),
         ),
+        ("clusterroles", aggregated("admin", "admin", &[])),
+        (
+            "clusterroles",
+            aggregated("edit", "edit", &[AGGREGATE_TO_ADMIN]),
+        ),
+        (
+            "clusterroles",
+            aggregated("view", "view", &[AGGREGATE_TO_EDIT]),
+        ),
+        (
+            "clusterroles",
+            aggregate_to("admin", AGGREGATE_TO_ADMIN, admin_rules()),
+        ),
+        (
+            "clusterroles",
+            aggregate_to("edit", AGGREGATE_TO_EDIT, edit_rules()),
+        ),
+        (
+            "clusterroles",
+            aggregate_to("view", AGGREGATE_TO_VIEW, view_rules()),
+        ),
         (
             "clusterrolebindings",
             binding("cluster-admin", &[identity::SYSTEM_MASTERS]),
@@ -675,6 +698,109 @@ pub(crate) fn bootstrap_policy() -> Vec<(&'static str, Value)> {
             ),
         ),
     ]
+}
+
+const AGGREGATE_TO_ADMIN: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-admin", "true");
+const AGGREGATE_TO_EDIT: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-edit", "true");
+const AGGREGATE_TO_VIEW: (&str, &str) = ("rbac.authorization.k8s.io/aggregate-to-view", "true");
+
+/// A user-facing role (`admin`, `edit`, `view`): no rules of its own, the
+/// union of the ClusterRoles labelled `…/aggregate-to-<to>`, itself
+/// carrying `labels` (so `view` aggregates into `edit`).
+fn aggregated(name: &str, to: &str, labels: &[(&str, &str)]) -> Value {
+    let mut all = serde_json::Map::new();
+    all.insert(BOOTSTRAP_LABEL.0.to_owned(), json!(BOOTSTRAP_LABEL.1));
+    for (key, value) in labels {
+        all.insert((*key).to_owned(), json!(value));
+    }
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": all,
+            "annotations": {AUTOUPDATE_ANNOTATION.0: AUTOUPDATE_ANNOTATION.1}},
+        "aggregationRule": {"clusterRoleSelectors": [
+            {"matchLabels": {format!("rbac.authorization.k8s.io/aggregate-to-{to}"): "true"}}]},
+        "rules": []})
+}
+
+/// `system:aggregate-to-<to>`: the rules upstream gives a user-facing role.
+fn aggregate_to(to: &str, label: (&str, &str), rules: Value) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": format!("system:aggregate-to-{to}"),
+            "labels": {BOOTSTRAP_LABEL.0: BOOTSTRAP_LABEL.1, label.0: label.1},
+            "annotations": {AUTOUPDATE_ANNOTATION.0: AUTOUPDATE_ANNOTATION.1}},
+        "rules": rules})
+}
+
+const READ: [&str; 3] = ["get", "list", "watch"];
+const WRITE: [&str; 5] = ["create", "delete", "deletecollection", "patch", "update"];
+
+/// Upstream's `system:aggregate-to-view`, less the `extensions` group this
+/// server does not serve. No Secrets: reading them would let a viewer act
+/// as any service account of the namespace.
+fn view_rules() -> Value {
+    json!([
+        {"apiGroups": [""], "verbs": READ, "resources": [
+            "configmaps", "endpoints", "persistentvolumeclaims",
+            "persistentvolumeclaims/status", "pods", "replicationcontrollers",
+            "replicationcontrollers/scale", "serviceaccounts", "services",
+            "services/status"]},
+        {"apiGroups": [""], "verbs": READ, "resources": [
+            "bindings", "events", "limitranges", "namespaces/status", "pods/log",
+            "pods/status", "replicationcontrollers/status", "resourcequotas",
+            "resourcequotas/status"]},
+        {"apiGroups": [""], "verbs": READ, "resources": ["namespaces"]},
+        {"apiGroups": ["discovery.k8s.io"], "verbs": READ, "resources": ["endpointslices"]},
+        {"apiGroups": ["apps"], "verbs": READ, "resources": [
+            "controllerrevisions", "daemonsets", "daemonsets/status", "deployments",
+            "deployments/scale", "deployments/status", "replicasets", "replicasets/scale",
+            "replicasets/status", "statefulsets", "statefulsets/scale",
+            "statefulsets/status"]},
+        {"apiGroups": ["autoscaling"], "verbs": READ, "resources": [
+            "horizontalpodautoscalers", "horizontalpodautoscalers/status"]},
+        {"apiGroups": ["batch"], "verbs": READ, "resources": [
+            "cronjobs", "cronjobs/status", "jobs", "jobs/status"]},
+        {"apiGroups": ["policy"], "verbs": READ, "resources": [
+            "poddisruptionbudgets", "poddisruptionbudgets/status"]},
+        {"apiGroups": ["networking.k8s.io"], "verbs": READ, "resources": [
+            "ingresses", "ingresses/status", "networkpolicies"]},
+    ])
+}
+
+/// Upstream's `system:aggregate-to-edit`, less the `extensions` group.
+fn edit_rules() -> Value {
+    json!([
+        {"apiGroups": [""], "verbs": READ, "resources": [
+            "pods/attach", "pods/exec", "pods/portforward", "pods/proxy", "secrets",
+            "services/proxy"]},
+        {"apiGroups": [""], "verbs": ["impersonate"], "resources": ["serviceaccounts"]},
+        {"apiGroups": [""], "verbs": WRITE, "resources": [
+            "pods", "pods/attach", "pods/exec", "pods/portforward", "pods/proxy"]},
+        {"apiGroups": [""], "verbs": ["create"], "resources": ["pods/eviction"]},
+        {"apiGroups": [""], "verbs": WRITE, "resources": [
+            "configmaps", "events", "persistentvolumeclaims", "replicationcontrollers",
+            "replicationcontrollers/scale", "secrets", "serviceaccounts", "services",
+            "services/proxy"]},
+        {"apiGroups": [""], "verbs": ["create"], "resources": ["serviceaccounts/token"]},
+        {"apiGroups": ["apps"], "verbs": WRITE, "resources": [
+            "daemonsets", "deployments", "deployments/rollback", "deployments/scale",
+            "replicasets", "replicasets/scale", "statefulsets", "statefulsets/scale"]},
+        {"apiGroups": ["autoscaling"], "verbs": WRITE, "resources": ["horizontalpodautoscalers"]},
+        {"apiGroups": ["batch"], "verbs": WRITE, "resources": ["cronjobs", "jobs"]},
+        {"apiGroups": ["policy"], "verbs": WRITE, "resources": ["poddisruptionbudgets"]},
+        {"apiGroups": ["networking.k8s.io"], "verbs": WRITE, "resources": [
+            "ingresses", "networkpolicies"]},
+    ])
+}
+
+/// Upstream's `system:aggregate-to-admin`: access reviews in the
+/// namespace, and its Roles and RoleBindings.
+fn admin_rules() -> Value {
+    json!([
+        {"apiGroups": ["authorization.k8s.io"], "verbs": ["create"],
+         "resources": ["localsubjectaccessreviews"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"],
+         "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+         "resources": ["rolebindings", "roles"]},
+    ])
 }
 
 #[cfg(test)]

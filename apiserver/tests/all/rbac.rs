@@ -1737,10 +1737,16 @@ async fn the_binary_takes_an_authorization_flag() {
     assert_eq!(
         names,
         [
+            "admin",
             "cluster-admin",
+            "edit",
+            "system:aggregate-to-admin",
+            "system:aggregate-to-edit",
+            "system:aggregate-to-view",
             "system:basic-user",
             "system:discovery",
-            "system:public-info-viewer"
+            "system:public-info-viewer",
+            "view"
         ]
     );
     let out = Command::new(env!("CARGO_BIN_EXE_wasmctrl-apiserver"))

@@ -253,3 +253,97 @@ async fn only_an_identity_that_may_escalate_writes_an_aggregated_role_or_relabel
         .await
         .expect("an identity that may escalate writes an aggregated role");
 }
+
+/// Upstream's user-facing roles are there from the start, each the union
+/// of the roles labelled for it: `view` in `edit` in `admin`. An admin of
+/// a namespace may hand out `view` there, and nothing it does not hold.
+#[tokio::test(flavor = "multi_thread")]
+async fn view_edit_and_admin_nest_as_upstream_and_bind_in_a_namespace() {
+    let h = rbac_server().await;
+    let _bot = fixture(&h).await;
+    let bot = format!("{NS}:{SA}");
+    let can_i = |verb: &'static str, what: &'static str, ns: &'static str| {
+        let h = &h;
+        async move {
+            let args = ["auth", "can-i", verb, what, "-n", ns, "--as", SA_USER];
+            tokio::task::block_in_place(|| kubectl(h, &args))
+                .stdout
+                .starts_with(b"yes")
+        }
+    };
+    let bind_as = |role: &'static str| {
+        let h = &h;
+        let bot = bot.clone();
+        async move {
+            let name = format!("bot-{role}");
+            let args = [
+                "create",
+                "rolebinding",
+                &name,
+                "--clusterrole",
+                role,
+                "--serviceaccount",
+                &bot,
+                "-n",
+                NS,
+            ];
+            kubectl_ok(h, &args).await;
+        }
+    };
+
+    bind_as("view").await;
+    assert!(can_i("list", "configmaps", NS).await);
+    assert!(can_i("watch", "deployments.apps", NS).await);
+    assert!(!can_i("get", "secrets", NS).await, "view reads no secrets");
+    assert!(!can_i("create", "configmaps", NS).await);
+    assert!(!can_i("list", "configmaps", OTHER).await);
+
+    bind_as("edit").await;
+    assert!(can_i("create", "configmaps", NS).await);
+    assert!(can_i("get", "secrets", NS).await);
+    assert!(!can_i("create", "roles.rbac.authorization.k8s.io", NS).await);
+
+    bind_as("admin").await;
+    assert!(can_i("create", "roles.rbac.authorization.k8s.io", NS).await);
+    assert!(!can_i("create", "roles.rbac.authorization.k8s.io", OTHER).await);
+    // It holds every rule of `view` in its namespace, so it may grant it
+    // there; `cluster-admin` it may not.
+    kubectl_ok(
+        &h,
+        &[
+            "create",
+            "rolebinding",
+            "alice-views",
+            "--clusterrole",
+            "view",
+            "--user",
+            "alice",
+            "-n",
+            NS,
+            "--as",
+            SA_USER,
+        ],
+    )
+    .await;
+    let refused = kubectl_err(
+        &h,
+        &[
+            "create",
+            "rolebinding",
+            "alice-rules",
+            "--clusterrole",
+            "cluster-admin",
+            "--user",
+            "alice",
+            "-n",
+            NS,
+            "--as",
+            SA_USER,
+        ],
+    )
+    .await;
+    assert!(
+        refused.contains("is attempting to grant RBAC permissions not currently held"),
+        "{refused}"
+    );
+}
