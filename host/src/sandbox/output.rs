@@ -197,9 +197,11 @@ impl OutputSink {
         true
     }
 
-    /// Whether `len` more bytes fit the call's budget; emits the marker the
-    /// first time they do not.
+    /// Whether a line of `len` bytes fits the call's budget; emits the
+    /// marker the first time one does not. An empty line costs a byte, so
+    /// that a guest writing only newlines cannot log without end.
     fn admit(&self, s: &mut SinkState, len: usize) -> bool {
+        let len = len.max(1);
         if s.emitted + len <= s.budget {
             s.emitted += len;
             return true;
@@ -377,6 +379,16 @@ mod tests {
         let mut message = "x".repeat(100);
         assert!(narrow.bound_error(&mut message));
         assert!(message.starts_with("xxxxxxxxxx…"), "{message}");
+    }
+
+    #[test]
+    fn empty_lines_count_against_the_budget() {
+        let sink = OutputSink::new("p".into(), 16, 64);
+        sink.write(Stream::Stdout, &b"\n".repeat(10_000));
+        assert_eq!(sink.admit_log(""), None);
+        let s = sink.state.lock().unwrap();
+        assert_eq!(s.emitted, 16);
+        assert!(s.exhausted);
     }
 
     #[test]
