@@ -29,6 +29,9 @@ pub(crate) struct HttpCall {
     /// The secrets this call revealed, by name: redacted from what the
     /// guest hands the host (its log lines and its error).
     pub(super) revealed: Mutex<Vec<(String, Vec<u8>)>>,
+    /// The redactor of `revealed`, built once per set of values rather
+    /// than for each line the guest writes.
+    redactor: Mutex<Option<Arc<Redactor>>>,
     /// The call is an admission review: only GET and HEAD may be sent, as
     /// its webhook is registered without side effects.
     pub(super) reviewing: bool,
@@ -52,6 +55,7 @@ impl HttpCall {
             refused: Mutex::new(None),
             tape,
             revealed: Mutex::default(),
+            redactor: Mutex::default(),
             reviewing,
         }
     }
@@ -61,6 +65,19 @@ impl HttpCall {
         let mut revealed = self.revealed.lock().unwrap_or_else(|e| e.into_inner());
         if !value.is_empty() && !revealed.iter().any(|(n, _)| n == name) {
             revealed.push((name.to_string(), value.to_vec()));
+            *self.redactor.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// Takes on the secrets an earlier call of the same instance revealed.
+    pub(super) fn inherit_revealed(&self, earlier: &HttpCall) {
+        let theirs = earlier
+            .revealed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        for (name, value) in theirs {
+            self.revealed(&name, &value);
         }
     }
 
@@ -70,7 +87,8 @@ impl HttpCall {
         if revealed.is_empty() {
             return text.to_string();
         }
-        let redactor = Redactor::new(revealed.clone());
+        let mut cached = self.redactor.lock().unwrap_or_else(|e| e.into_inner());
+        let redactor = cached.get_or_insert_with(|| Arc::new(Redactor::new(revealed.clone())));
         String::from_utf8(redactor.redact(text.as_bytes()))
             .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
     }

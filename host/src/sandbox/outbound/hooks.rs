@@ -15,6 +15,11 @@ use super::send::{self, Plan};
 use super::tape::{HttpExchange, HttpTape, header_pairs};
 use super::{DenyReason, OutboundGrant, Refusal};
 
+/// The longest request method a guest may send. HTTP sets no limit, and
+/// the method is quoted in every refusal and log line of the request; the
+/// longest registered methods have 17 characters.
+pub(crate) const MAX_METHOD_BYTES: usize = 32;
+
 /// The hooks of one store: the plugin's grant and this call's state.
 pub(crate) struct OutboundHooks {
     grant: Arc<OutboundGrant>,
@@ -32,7 +37,8 @@ impl OutboundHooks {
 
     /// A new call in the same store (a reused instance): new counts, no
     /// refusal, the new deadline. Requests of the last call still under
-    /// way keep the state they started with.
+    /// way keep the state they started with. The secrets earlier calls
+    /// revealed stay redacted: the instance may have kept them.
     pub(crate) fn begin_call(
         &mut self,
         deadline: Instant,
@@ -40,13 +46,15 @@ impl OutboundHooks {
         reviewing: bool,
     ) {
         let call = &self.call;
-        self.call = Arc::new(HttpCall::new(
+        let next = HttpCall::new(
             call.plugin.clone(),
             call.metrics.clone(),
             deadline,
             tape,
             reviewing,
-        ));
+        );
+        next.inherit_revealed(call);
+        self.call = Arc::new(next);
     }
 
     /// `text` with every secret this call revealed redacted.
@@ -91,8 +99,17 @@ impl OutboundHooks {
                 ),
             });
         }
-        let dest = Destination::of(request)?;
         let method = request.method().as_str();
+        if method.len() > MAX_METHOD_BYTES {
+            return Err(Refusal {
+                reason: DenyReason::Url,
+                message: format!(
+                    "a request method of {} bytes is refused: at most {MAX_METHOD_BYTES}",
+                    method.len()
+                ),
+            });
+        }
+        let dest = Destination::of(request)?;
         if let Some(tape) = self.call.tape.as_ref().filter(|t| t.is_replaying()) {
             match tape.answer(method, &dest.url()) {
                 Some(exchange) => return Ok(Checked::Replayed(exchange)),
@@ -245,5 +262,26 @@ impl WasiHttpHooks for OutboundHooks {
                 Box::new(async move { Err(error) })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sandbox::outbound::OutboundLimits;
+
+    /// A reused instance may keep a value it was shown: the next call's
+    /// lines and errors are redacted of it too.
+    #[test]
+    fn secrets_revealed_to_an_instance_stay_redacted_in_its_next_calls() {
+        let grant = Arc::new(OutboundGrant::new(Vec::new(), OutboundLimits::default()).unwrap());
+        let metrics = Arc::new(crate::control::metrics::Metrics::new());
+        let first = HttpCall::new("p".into(), metrics, Instant::now(), None, false);
+        let mut hooks = OutboundHooks::new(grant, first);
+        hooks.call().revealed("tok", b"s3cr3t");
+        assert_eq!(hooks.redact("kept: s3cr3t"), "kept: <secret:tok>");
+        hooks.begin_call(Instant::now(), None, false);
+        hooks.begin_call(Instant::now(), None, false);
+        assert_eq!(hooks.redact("still: s3cr3t"), "still: <secret:tok>");
     }
 }
