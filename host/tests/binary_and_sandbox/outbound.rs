@@ -116,6 +116,16 @@ async fn answer(mut conn: TcpStream, seen: Arc<Seen>) {
             );
             let _ = conn.write_all(r.as_bytes()).await;
         }
+        "/echo-repeated" => {
+            // A server that echoes its bearer token over and over: 256 KiB.
+            let token = text
+                .lines()
+                .find_map(|l| l.strip_prefix("authorization: Bearer "))
+                .unwrap_or("-")
+                .to_string();
+            let body = token.repeat((256 << 10) / token.len().max(1));
+            let _ = conn.write_all(plain("200 OK", &body).as_bytes()).await;
+        }
         "/encoded" => {
             // A server that compresses whatever the client asked for.
             let r = "HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 4\r\nconnection: close\r\n\r\n\x1f\x08\x08\x00";
@@ -147,6 +157,16 @@ async fn answer(mut conn: TcpStream, seen: Arc<Seen>) {
             }
             seen.big_sent.fetch_add(sent, Ordering::SeqCst);
             seen.big_ended.fetch_add(1, Ordering::SeqCst);
+        }
+        "/head-announced" => {
+            // What a HEAD is answered with: the length of a body not sent.
+            let r = "HTTP/1.1 200 OK\r\ncontent-length: 5242880\r\nconnection: close\r\n\r\n";
+            let _ = conn.write_all(r.as_bytes()).await;
+        }
+        "/not-modified" => {
+            let r =
+                "HTTP/1.1 304 Not Modified\r\ncontent-length: 5242880\r\nconnection: close\r\n\r\n";
+            let _ = conn.write_all(r.as_bytes()).await;
         }
         "/big-announced" => {
             let body = "b".repeat(256 << 10);
@@ -429,6 +449,69 @@ async fn a_response_over_its_ceiling_fails_the_reconcile_naming_the_limit() {
         sent < 64 << 20,
         "the host read {sent} bytes of a 1 GiB answer"
     );
+}
+
+/// The length a HEAD or a 304 announces is of a body they do not carry:
+/// it is not held against the response ceiling.
+#[tokio::test]
+async fn answers_without_a_body_are_not_held_to_the_length_they_announce() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let port = server.port();
+    let limits = OutboundLimits {
+        response_bytes: 64 << 10,
+        ..OutboundLimits::default()
+    };
+    let everything = OutboundGrant::new(
+        vec![rule(&format!("http://localhost:{port}"), &[], true)],
+        limits,
+    )
+    .unwrap();
+    let cases = json!({
+        "head": { "method": "HEAD", "url": format!("http://localhost:{port}/head-announced") },
+        "cached": { "url": format!("http://localhost:{port}/not-modified"), "expect": 304 },
+        "big": { "url": format!("http://localhost:{port}/big-announced") },
+    });
+    let p = plugin(&rt, cases, everything).await;
+    assert_eq!(run(&p, "head", TIMEOUT).await, Ok(Action::done()));
+    assert_eq!(run(&p, "cached", TIMEOUT).await, Ok(Action::done()));
+    // A body that is sent still is.
+    let result = run(&p, "big", TIMEOUT).await;
+    let (kind, message) = refusal(&result);
+    assert_eq!(kind, TrapKind::Limit, "{message}");
+    assert_eq!(denied(&rt, "responseBytes"), 1);
+}
+
+/// HTTP bounds no method, and a refusal quotes it: a method past 32 bytes
+/// is refused before anything else, and nothing is sent.
+#[tokio::test]
+async fn a_method_past_its_bound_is_refused_naming_its_length() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let port = server.port();
+    let everything = OutboundGrant::new(
+        vec![rule(&format!("http://localhost:{port}"), &[], true)],
+        OutboundLimits::default(),
+    )
+    .unwrap();
+    let long = "X".repeat(4096);
+    let cases = json!({
+        "long": { "method": long, "url": format!("http://localhost:{port}/ok") },
+        "extension": { "method": "PROPFIND", "url": format!("http://localhost:{port}/ok") },
+    });
+    let p = plugin(&rt, cases, everything).await;
+    let result = run(&p, "long", TIMEOUT).await;
+    let (kind, message) = refusal(&result);
+    assert_eq!(kind, TrapKind::Other, "{message}");
+    assert!(
+        message.contains("a request method of 4096 bytes is refused: at most 32"),
+        "{message}"
+    );
+    assert!(message.len() < 200, "{message}");
+    assert_eq!(denied(&rt, "url"), 1);
+    assert_eq!(server.total(), 0);
+    assert_eq!(run(&p, "extension", TIMEOUT).await, Ok(Action::done()));
+    assert_eq!(server.hits("/ok"), 1);
 }
 
 #[tokio::test]

@@ -88,6 +88,8 @@ pub(super) async fn send(
     let started = Instant::now();
     let deadline = call.deadline;
     let shown = format!("{} {}", request.method(), plan.dest.shown);
+    // The answer to a HEAD carries its resource's length but no body.
+    let head = request.method() == http::Method::HEAD;
     let late = |step: &str| {
         call.refuse(Refusal {
             reason: DenyReason::Deadline,
@@ -230,9 +232,15 @@ pub(super) async fn send(
     );
     let mut response = response?;
     let limit = grant.limits.response_bytes;
+    let status = response.status();
+    let bodiless = head
+        || status.is_informational()
+        || status == http::StatusCode::NO_CONTENT
+        || status == http::StatusCode::NOT_MODIFIED;
     if let Some(n) = response
         .headers()
         .get(http::header::CONTENT_LENGTH)
+        .filter(|_| !bodiless)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .filter(|n| *n > limit)
     {
@@ -386,6 +394,28 @@ impl Body for BoundedResponse {
 }
 
 impl BoundedResponse {
+    /// Charges what redaction added to the body: `raw` bytes of the
+    /// server's, already counted, became `shown` bytes for the guest. A
+    /// placeholder is longer than a short value, so a body of repeated
+    /// short values would otherwise reach the guest many times over the
+    /// ceiling.
+    fn charge_redacted(&mut self, raw: usize, shown: usize) -> Result<(), Error> {
+        let added = shown.saturating_sub(raw) as u64;
+        if added <= self.left {
+            self.left -= added;
+            return Ok(());
+        }
+        self.left = 0;
+        let message = format!(
+            "{}: the response body, with the secrets in it redacted, is past the ceiling of {} bytes (limits.httpResponseBytes)",
+            self.shown, self.limit
+        );
+        Err(self.call.refuse(Refusal {
+            reason: DenyReason::ResponseBytes,
+            message,
+        }))
+    }
+
     fn next_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> NextFrame {
         let this = &mut *self;
         if this.ended {
@@ -412,6 +442,9 @@ impl BoundedResponse {
                 this.ended = true;
                 match this.redactor.as_mut().map(Redactor::finish) {
                     Some(tail) if !tail.is_empty() => {
+                        if let Err(e) = this.charge_redacted(0, tail.len()) {
+                            return Poll::Ready(Some(Err(e)));
+                        }
                         if let Some(slot) = &this.slot {
                             slot.append(&tail);
                         }
@@ -438,7 +471,13 @@ impl BoundedResponse {
                     this.left -= n;
                 }
                 let data = match (&mut this.redactor, f.into_data()) {
-                    (Some(r), Ok(data)) => Bytes::from(r.push(&data)),
+                    (Some(r), Ok(data)) => {
+                        let redacted = r.push(&data);
+                        if let Err(e) = this.charge_redacted(data.len(), redacted.len()) {
+                            return Poll::Ready(Some(Err(e)));
+                        }
+                        Bytes::from(redacted)
+                    }
                     (_, Ok(data)) => data,
                     (_, Err(f)) => return Poll::Ready(Some(Ok(f))),
                 };

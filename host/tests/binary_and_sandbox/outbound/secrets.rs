@@ -194,3 +194,38 @@ async fn a_secret_misused_fails_only_its_reconcile_and_sends_nothing() {
         other => panic!("expected the reported error, got {other:?}"),
     }
 }
+
+/// Redaction writes a placeholder longer than a short value: an answer
+/// echoing the value over and over is held to the response ceiling as the
+/// guest would read it, not as the server sent it.
+#[tokio::test]
+async fn a_redacted_answer_is_held_to_the_response_ceiling_as_the_guest_reads_it() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let port = server.port();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "ab").unwrap();
+    let name = "t".repeat(63);
+    let secrets = format!(
+        "[{{name: {name}, file: {f}, hosts: ['http://localhost:{port}']}}]",
+        f = file.display()
+    );
+    let header = format!("Bearer ${{secret:{name}}}");
+    let cases = json!({
+        "echoed": {
+            "url": format!("http://localhost:{port}/echo-repeated"),
+            "headers": [["authorization", header]],
+        },
+    });
+    let p = plugin(&rt, cases, grant_with(&server, &secrets)).await;
+    let result = run(&p, "echoed", TIMEOUT).await;
+    let (kind, message) = refusal(&result);
+    assert_eq!(kind, TrapKind::Limit, "{message}");
+    assert!(
+        message.contains("with the secrets in it redacted, is past the ceiling of 4194304 bytes"),
+        "{message}"
+    );
+    assert_eq!(denied(&rt, "responseBytes"), 1);
+    assert_eq!(server.hits("/echo-repeated"), 1);
+}
