@@ -3,9 +3,17 @@
 //! orphan), namespace termination and CRD instance cleanup, and ClusterRole
 //! aggregation ([`super::aggregation`]). They react to every committed
 //! event, delivered reliably over an unbounded channel.
+//!
+//! As on a real cluster, the collector's and the namespace controller's
+//! deletes are a client's: admission webhooks see them, as the service
+//! accounts upstream runs those controllers as, and may refuse them. A
+//! refused delete is tried again later, with a growing delay, so a
+//! webhook that comes back or changes its mind lets the namespace or the
+//! dependents go.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -16,9 +24,15 @@ use super::delete::{DeleteOptions, FOREGROUND, ORPHAN};
 use super::resources::GroupResource;
 use super::storage::{self, Event, EventType};
 use super::writes::{CRD_CLEANUP_FINALIZER, WriteCtx};
+use crate::admission::Caller;
 use crate::values::meta_str;
 
 const MANAGER: &str = "garbage-collector";
+
+/// The first delay before refused deletes are tried again, and the
+/// longest it grows to.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(16);
 
 /// Events handled together, at most.
 const BATCH: usize = 4096;
@@ -36,22 +50,46 @@ pub(crate) async fn run(objects: Arc<Objects>, mut rx: mpsc::UnboundedReceiver<A
         tracing::error!(error = %e, "ClusterRole aggregation failed");
     }
     let mut collector = Collector::new(objects.clone());
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(ev) => batch.push(ev),
-                Err(_) => break,
+    let mut delay = FIRST_RETRY;
+    loop {
+        let retry = !collector.refused.is_empty();
+        let first = tokio::select! {
+            first = rx.recv() => match first {
+                Some(first) => Some(first),
+                None => break,
+            },
+            () = tokio::time::sleep(delay), if retry => None,
+        };
+        let batch = first.map(|first| {
+            let mut batch = vec![first];
+            while batch.len() < BATCH {
+                match rx.try_recv() {
+                    Ok(ev) => batch.push(ev),
+                    Err(_) => break,
+                }
             }
+            coalesce(batch)
+        });
+        if batch.is_none() {
+            delay = (delay * 2).min(LAST_RETRY);
         }
-        let batch = coalesce(batch);
+        // Deletes (and so webhook calls) may block: off the async workers,
+        // where a webhook's answer is awaited on the runtime's handle.
         let handled = tokio::task::spawn_blocking(move || {
-            collector.batch(&batch);
+            match batch {
+                Some(batch) => collector.batch(&batch),
+                None => collector.retry(),
+            }
             collector
         })
         .await;
         collector = match handled {
-            Ok(collector) => collector,
+            Ok(collector) => {
+                if collector.refused.is_empty() {
+                    delay = FIRST_RETRY;
+                }
+                collector
+            }
             Err(e) => {
                 // What it remembered is an optimization: owners still
                 // deleting are walked again on their next change.
@@ -114,6 +152,55 @@ pub(crate) struct Collector {
     /// again, and a dependent that names it afterwards is deleted as it
     /// arrives. Holds only objects being deleted, so the store bounds it.
     waiting: HashMap<String, String>,
+    /// Work whose deletes admission refused, to be tried again. Each entry
+    /// names an object being deleted (a namespace, an owner gone, a
+    /// dependent of an owner waiting), so the store bounds it too.
+    refused: BTreeSet<Refused>,
+}
+
+/// A collection a webhook refused part of.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Refused {
+    /// The contents of a terminating namespace.
+    Namespace(String),
+    /// The dependents of an owner that is gone (background collection).
+    Dependents(String),
+    /// A dependent of an owner in foreground deletion.
+    Dependent(GroupResource, String, String),
+}
+
+/// Who deletes, as admission webhooks see it.
+#[derive(Debug, Clone, Copy)]
+enum Deleter {
+    /// Upstream's `generic-garbage-collector` service account.
+    GarbageCollector,
+    /// Upstream's `namespace-controller` service account.
+    NamespaceController,
+    /// The CRD finalizer, which upstream runs inside the API server
+    /// against storage, past admission.
+    CrdCleanup,
+}
+
+impl Deleter {
+    fn ctx(self) -> WriteCtx {
+        let mut ctx = WriteCtx::system(MANAGER);
+        let account = match self {
+            Deleter::GarbageCollector => "generic-garbage-collector",
+            Deleter::NamespaceController => "namespace-controller",
+            Deleter::CrdCleanup => return ctx,
+        };
+        ctx.caller = Some(Arc::new(Caller {
+            username: format!("system:serviceaccount:kube-system:{account}"),
+            uid: String::new(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                "system:serviceaccounts:kube-system".into(),
+                "system:authenticated".into(),
+            ],
+            extra: Default::default(),
+        }));
+        ctx
+    }
 }
 
 impl Collector {
@@ -121,6 +208,49 @@ impl Collector {
         Collector {
             objects,
             waiting: HashMap::new(),
+            refused: BTreeSet::new(),
+        }
+    }
+
+    /// Tries the refused collections again; what is refused again stays.
+    fn retry(&mut self) {
+        let objects = Arc::clone(&self.objects);
+        let objects = &*objects;
+        for work in std::mem::take(&mut self.refused) {
+            match work {
+                Refused::Namespace(ns) => {
+                    let terminating = objects
+                        .store
+                        .get(&namespace_key(), "", &ns)
+                        .is_some_and(|n| deleting(&n.obj));
+                    if terminating && !terminate_namespace(objects, &ns) {
+                        self.refused.insert(Refused::Namespace(ns));
+                    }
+                }
+                Refused::Dependents(uid) => {
+                    if !live_owner(objects, &uid) && !collect_dependents(objects, &uid) {
+                        self.refused.insert(Refused::Dependents(uid));
+                    }
+                }
+                Refused::Dependent(gr, ns, name) => {
+                    let pending = objects
+                        .store
+                        .get(&gr, &ns, &name)
+                        .is_some_and(|d| !deleting(&d.obj));
+                    if pending
+                        && !delete(
+                            objects,
+                            &gr,
+                            &ns,
+                            &name,
+                            "Foreground",
+                            Deleter::GarbageCollector,
+                        )
+                    {
+                        self.refused.insert(Refused::Dependent(gr, ns, name));
+                    }
+                }
+            }
         }
     }
 
@@ -148,7 +278,9 @@ impl Collector {
                 let (uid, _) = storage::uid_and_owners(&ev.object);
                 if let Some(uid) = uid.filter(|u| !u.is_empty()) {
                     self.waiting.remove(&uid);
-                    collect_dependents(objects, &uid);
+                    if !collect_dependents(objects, &uid) {
+                        self.refused.insert(Refused::Dependents(uid));
+                    }
                 }
                 if !ev.namespace.is_empty() {
                     check_namespace(objects, &ev.namespace);
@@ -185,8 +317,8 @@ impl Collector {
                 } else {
                     self.waiting.remove(&uid);
                 }
-                if ev.resource == namespace_key() {
-                    terminate_namespace(objects, &ev.name);
+                if ev.resource == namespace_key() && !terminate_namespace(objects, &ev.name) {
+                    self.refused.insert(Refused::Namespace(ev.name.clone()));
                 }
                 if ev.resource == crd_key() && has_finalizer(obj, CRD_CLEANUP_FINALIZER) {
                     cleanup_crd(objects, obj);
@@ -197,21 +329,29 @@ impl Collector {
 
     /// An object written while an owner it names waits in foreground
     /// deletion goes too, as the owner's dependents did.
-    fn late_dependent(&self, ev: &Event) {
+    fn late_dependent(&mut self, ev: &Event) {
         let (_, owners) = storage::uid_and_owners(&ev.object);
         let owned = owners.iter().any(|o| {
             self.waiting
                 .get(&o.uid)
                 .is_some_and(|owner_ns| owns(owner_ns, &ev.namespace))
         });
-        if owned && !storage::is_deleting(&ev.object) {
-            delete(
+        if owned
+            && !storage::is_deleting(&ev.object)
+            && !delete(
                 &self.objects,
                 &ev.resource,
                 &ev.namespace,
                 &ev.name,
                 "Foreground",
-            );
+                Deleter::GarbageCollector,
+            )
+        {
+            self.refused.insert(Refused::Dependent(
+                ev.resource.clone(),
+                ev.namespace.clone(),
+                ev.name.clone(),
+            ));
         }
     }
 
@@ -232,7 +372,16 @@ impl Collector {
                     continue;
                 };
                 if !deleting(&dep.obj) {
-                    delete(objects, &gr, &ns, &name, "Foreground");
+                    if !delete(
+                        objects,
+                        &gr,
+                        &ns,
+                        &name,
+                        "Foreground",
+                        Deleter::GarbageCollector,
+                    ) {
+                        self.refused.insert(Refused::Dependent(gr, ns, name));
+                    }
                 } else if has_finalizer(&dep.obj, FOREGROUND)
                     && waits_on_a_waiter(objects, &dep.obj)
                 {
@@ -299,18 +448,38 @@ fn unblock(objects: &Objects, gr: &GroupResource, ns: &str, name: &str) {
     });
 }
 
-fn delete(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, policy: &str) {
+/// Deletes one object as `by`; false when it is still there because the
+/// delete failed (a webhook refused it, or could not be called).
+fn delete(
+    objects: &Objects,
+    gr: &GroupResource,
+    ns: &str,
+    name: &str,
+    policy: &str,
+    by: Deleter,
+) -> bool {
     let Some(info) = objects.info_for(gr) else {
-        return;
+        return true;
     };
     let opts = DeleteOptions {
         propagation: Some(policy.to_string()),
         ..Default::default()
     };
-    if let Err(e) = objects.delete_now(&info, ns, name, &opts, &WriteCtx::system(MANAGER))
-        && e.code() != 404
-    {
-        tracing::warn!(error = %e, resource = ?gr, ns, name, "garbage collection delete");
+    let ctx = by.ctx();
+    let result = match tokio::runtime::Handle::try_current() {
+        Ok(runtime) if ctx.caller.is_some() && objects.admission.current().is_some() => {
+            runtime.block_on(objects.delete_object(&info, ns, name, &opts, &ctx))
+        }
+        _ => objects.delete_now(&info, ns, name, &opts, &ctx),
+    };
+    match result {
+        Ok(_) => true,
+        Err(e) if e.code() == 404 => true,
+        Err(e) => {
+            tracing::warn!(error = %e, resource = ?gr, ns, name, deleter = ?by,
+                "a controller's delete failed; it is tried again later");
+            false
+        }
     }
 }
 
@@ -319,8 +488,10 @@ fn live_owner(objects: &Objects, uid: &str) -> bool {
 }
 
 /// Background collection after an owner is gone: dependents with no other
-/// live owner are deleted; the others just lose the reference.
-fn collect_dependents(objects: &Objects, owner_uid: &str) {
+/// live owner are deleted; the others just lose the reference. False when
+/// a delete failed.
+fn collect_dependents(objects: &Objects, owner_uid: &str) -> bool {
+    let mut done = true;
     for (gr, (ns, name)) in objects.store.dependents(owner_uid) {
         let Some(dep) = objects.store.get(&gr, &ns, &name) else {
             continue;
@@ -334,9 +505,17 @@ fn collect_dependents(objects: &Objects, owner_uid: &str) {
         if other_live {
             strip_owner(objects, &gr, &ns, &name, owner_uid);
         } else {
-            delete(objects, &gr, &ns, &name, "Background");
+            done &= delete(
+                objects,
+                &gr,
+                &ns,
+                &name,
+                "Background",
+                Deleter::GarbageCollector,
+            );
         }
     }
+    done
 }
 
 fn strip_owner(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, owner_uid: &str) {
@@ -389,15 +568,26 @@ fn check_foreground_by_uid(objects: &Objects, uid: &str) {
     }
 }
 
-fn terminate_namespace(objects: &Objects, ns: &str) {
+/// Deletes what a terminating namespace holds; false when a delete
+/// failed.
+fn terminate_namespace(objects: &Objects, ns: &str) -> bool {
+    let mut done = true;
     for (gr, name) in objects.store.namespace_contents(ns) {
         if let Some(obj) = objects.store.get(&gr, ns, &name)
             && !deleting(&obj.obj)
         {
-            delete(objects, &gr, ns, &name, "Background");
+            done &= delete(
+                objects,
+                &gr,
+                ns,
+                &name,
+                "Background",
+                Deleter::NamespaceController,
+            );
         }
     }
     check_namespace(objects, ns);
+    done
 }
 
 fn check_namespace(objects: &Objects, ns: &str) {
@@ -423,7 +613,14 @@ fn cleanup_crd(objects: &Objects, crd: &Value) {
         if let Some(obj) = objects.store.get(&storage, &ns, &name)
             && !deleting(&obj.obj)
         {
-            delete(objects, &storage, &ns, &name, "Background");
+            delete(
+                objects,
+                &storage,
+                &ns,
+                &name,
+                "Background",
+                Deleter::CrdCleanup,
+            );
         }
     }
 }

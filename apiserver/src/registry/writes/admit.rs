@@ -32,8 +32,11 @@ pub(crate) struct Admitting<'a> {
 impl Objects {
     /// Admission for a write of `info` (or its `subresource`) as `ctx`;
     /// `None`, at the cost of one atomic load, when no webhook is
-    /// configured, and for the server's own writes and writes of webhook
-    /// configurations (which upstream never sends to webhooks either).
+    /// configured, for writes of webhook configurations (which upstream
+    /// never sends to webhooks either), and for writes without a caller:
+    /// the server's own bookkeeping (its bootstrap, and the finalizers and
+    /// references its controllers remove). The garbage collector's and the
+    /// namespace controller's deletes carry a caller and are admitted.
     pub(crate) fn admitting<'a>(
         &'a self,
         info: &'a ResourceInfo,

@@ -1089,3 +1089,121 @@ fn last_configmap_create_annotations(h: &Harness) -> Vec<(String, String)> {
         .expect("a ConfigMap create audited")
         .annotations
 }
+
+/// The garbage collector and the namespace controller delete as clients
+/// do on a real cluster: a webhook sees their deletes, as their service
+/// accounts, and a refusal keeps the object (the namespace stays
+/// terminating) until the webhook allows it, when the delete is tried
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
+    let h = Harness::start().await;
+    let allowing = Arc::new(AtomicBool::new(false));
+    let seen = allowing.clone();
+    let hooks = WebhookServer::start(move |call| {
+        let protected = call.request["oldObject"]["metadata"]["labels"]["protect"] == "yes";
+        if protected && !seen.load(Ordering::SeqCst) {
+            deny("protected")
+        } else {
+            allow()
+        }
+    })
+    .await;
+    let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}});
+    assert_eq!(
+        h.raw("POST", "/api/v1/namespaces", None, &ns.to_string())
+            .await
+            .0,
+        201
+    );
+    let in_doomed = "/api/v1/namespaces/doomed/configmaps";
+    for (name, labels) in [("kept", json!({"protect": "yes"})), ("free", json!({}))] {
+        let (code, body) = h
+            .raw("POST", in_doomed, None, &configmap(name, labels))
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let (_, owner) = h
+        .raw("POST", CONFIGMAPS, None, &configmap("owner", json!({})))
+        .await;
+    let mut dependent: Value =
+        serde_json::from_str(&configmap("dependent", json!({"protect": "yes"}))).unwrap();
+    dependent["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
+        "name": "owner", "uid": owner["metadata"]["uid"]}]);
+    assert_eq!(
+        h.raw("POST", CONFIGMAPS, None, &dependent.to_string())
+            .await
+            .0,
+        201
+    );
+    configure(
+        &h,
+        VALIDATING,
+        "protect",
+        vec![hook(
+            "protect.example.com",
+            &hooks,
+            "/delete",
+            rule(&["DELETE"], &["configmaps"]),
+        )],
+    )
+    .await;
+
+    assert_eq!(
+        h.raw("DELETE", "/api/v1/namespaces/doomed", None, "")
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        h.raw("DELETE", &format!("{CONFIGMAPS}/owner"), None, "")
+            .await
+            .0,
+        200
+    );
+    // The owner's delete, then the controllers': the two protected
+    // configmaps and the free one.
+    let calls = hooks.await_calls("/delete", 4).await;
+    let by = |name: &str| {
+        calls
+            .iter()
+            .find(|c| c.request["name"] == name)
+            .map(|c| c.request["userInfo"]["username"].clone())
+            .unwrap_or_else(|| panic!("no review of {name}"))
+    };
+    assert_eq!(
+        by("kept"),
+        "system:serviceaccount:kube-system:namespace-controller"
+    );
+    assert_eq!(
+        by("dependent"),
+        "system:serviceaccount:kube-system:generic-garbage-collector"
+    );
+    let exists = |path: String| {
+        let h = &h;
+        async move { h.raw("GET", &path, None, "").await.0 == 200 }
+    };
+    wasmctrl_testkit::eventually(
+        "the unprotected configmap deleted",
+        std::time::Duration::from_secs(30),
+        || async { !exists(format!("{in_doomed}/free")).await },
+    )
+    .await;
+    assert!(exists(format!("{in_doomed}/kept")).await);
+    assert!(exists(format!("{CONFIGMAPS}/dependent")).await);
+    let (_, namespace) = h.raw("GET", "/api/v1/namespaces/doomed", None, "").await;
+    assert_eq!(namespace["status"]["phase"], "Terminating", "{namespace}");
+
+    // Both refused again on the next try, then let through.
+    hooks.await_calls("/delete", 6).await;
+    allowing.store(true, Ordering::SeqCst);
+    wasmctrl_testkit::eventually(
+        "the namespace and the dependent gone",
+        std::time::Duration::from_secs(60),
+        || async {
+            !exists("/api/v1/namespaces/doomed".into()).await
+                && !exists(format!("{CONFIGMAPS}/dependent")).await
+        },
+    )
+    .await;
+}
