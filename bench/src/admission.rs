@@ -304,7 +304,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         )
         .await?;
         let addr: SocketAddr = server.addr();
-        let client = client(server.ca_bundle().context("the server's CA")?)?;
+        let client = client(&server.ca_bundle().context("the server's CA")?)?;
         let body = Arc::new(review_body());
         let url = |variant: &str| format!("https://{addr}/validate/{variant}?timeout=10s");
         // Warm-up: connections, the compiled code's pages, warm instances.

@@ -630,3 +630,91 @@ async fn replicas_share_the_ca_kept_in_the_secret() {
         .unwrap();
     assert_eq!(review.status(), 400);
 }
+
+/// A self-signed serving pair for the host's webhook address, written to
+/// `dir` as cert-manager's selfSigned issuer writes it (`ca.crt` is the
+/// certificate itself), newer than anything there before. Returns the
+/// certificate's PEM.
+fn mount_self_signed(dir: &std::path::Path, stamp: std::time::SystemTime) -> String {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params =
+        rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
+            .unwrap();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "wasmctrl-webhook");
+    let cert = params.self_signed(&key).unwrap();
+    for (file, text) in [
+        ("tls.key", key.serialize_pem()),
+        ("tls.crt", cert.pem()),
+        ("ca.crt", cert.pem()),
+    ] {
+        let path = dir.join(file);
+        std::fs::write(&path, text).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(stamp)
+            .unwrap();
+    }
+    cert.pem()
+}
+
+/// A mounted certificate renewed with its CA (cert-manager's selfSigned
+/// issuer renews both) is registered again, so the API server verifies
+/// the renewed certificate and reviews go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_mounted_certificate_is_registered_with_its_new_ca() {
+    use base64::Engine as _;
+    let cluster = Cluster::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let start = std::time::SystemTime::now();
+    let first = mount_self_signed(dir.path(), start);
+    let text = config(artifacts::GATEKEEPER, "protect").replace(
+        "webhook: { bind: \"127.0.0.1:0\" }",
+        &format!(
+            "webhook: {{ bind: \"127.0.0.1:0\", certDir: {} }}",
+            dir.path().display()
+        ),
+    );
+    let host = cluster.host(&text).await;
+    registered(&cluster, "gatekeeper").await;
+    let bundle = || {
+        let shown = cluster.kubectl(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "wasmctrl-gatekeeper",
+            "-o",
+            "jsonpath={.webhooks[0].clientConfig.caBundle}",
+        ]);
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(shown.trim())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    assert_eq!(bundle(), first);
+    refused(
+        &cluster,
+        "forbid-1",
+        &["denied the request: forbidden by the gatekeeper"],
+    );
+
+    let renewed = mount_self_signed(dir.path(), start + Duration::from_secs(10));
+    assert_ne!(renewed, first);
+    eventually(
+        "the renewed CA registered",
+        Duration::from_secs(60),
+        || async { (bundle() == renewed).then_some(()) },
+    )
+    .await;
+    // The API server now verifies the renewed certificate.
+    refused(
+        &cluster,
+        "forbid-2",
+        &["denied the request: forbidden by the gatekeeper"],
+    );
+    host.stop().await.unwrap();
+}

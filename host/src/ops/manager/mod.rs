@@ -410,10 +410,7 @@ impl Manager {
 
     /// The PEM the webhook server's certificate verifies against.
     pub fn webhook_ca_bundle(&self) -> Option<String> {
-        self.host
-            .webhook
-            .get()
-            .and_then(|(s, _)| s.ca_bundle().map(str::to_string))
+        self.host.webhook.get().and_then(|(s, _)| s.ca_bundle())
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

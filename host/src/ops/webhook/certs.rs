@@ -62,32 +62,42 @@ pub struct Names {
 #[derive(Clone)]
 pub struct Certificates {
     resolver: Arc<dyn ResolvesServerCert>,
-    /// The `caBundle` to register (None: a mounted certificate without
-    /// `ca.crt`; something else, cert-manager's CA injector, fills it in).
-    ca_bundle: Option<String>,
+    ca: Ca,
+}
+
+/// Where the `caBundle` to register comes from.
+#[derive(Clone)]
+enum Ca {
+    /// The host's own CA, or the one shared through a Secret: it outlives
+    /// the serving certificates it signs.
+    Fixed(String),
+    /// A mounted `ca.crt`, read again when it changes (cert-manager renews
+    /// it with the pair; with a self-signed issuer it *is* the pair's
+    /// certificate). Without one, something else, cert-manager's CA
+    /// injector, fills the bundle in.
+    Mounted(Arc<Mounted>),
 }
 
 impl fmt::Debug for Certificates {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ca = match &self.ca {
+            Ca::Fixed(_) => "own",
+            Ca::Mounted(_) => "mounted",
+        };
         f.debug_struct("Certificates")
-            .field("ca_bundle", &self.ca_bundle.is_some())
+            .field("ca", &ca)
             .finish_non_exhaustive()
     }
 }
 
 impl Certificates {
     /// The certificate mounted in `dir` (`tls.crt`, `tls.key`, and
-    /// `ca.crt` if present).
+    /// `ca.crt` if present), each read again when its file changes.
     pub fn mounted(dir: &Path) -> Result<Self, CertError> {
-        let mounted = Mounted::read(dir)?;
-        let ca = dir.join("ca.crt");
-        let ca_bundle = match ca.exists() {
-            true => Some(read_text(&ca)?),
-            false => None,
-        };
+        let mounted = Arc::new(Mounted::read(dir)?);
         Ok(Self {
-            resolver: Arc::new(mounted),
-            ca_bundle,
+            resolver: mounted.clone(),
+            ca: Ca::Mounted(mounted),
         })
     }
 
@@ -154,10 +164,10 @@ impl Certificates {
     }
 
     fn of(ca: OwnCa) -> Self {
-        let ca_bundle = Some(ca.ca_pem.clone());
+        let pem = ca.ca_pem.clone();
         Self {
             resolver: Arc::new(ca),
-            ca_bundle,
+            ca: Ca::Fixed(pem),
         }
     }
 
@@ -165,9 +175,13 @@ impl Certificates {
         self.resolver.clone()
     }
 
-    /// The PEM the API server verifies the server with.
-    pub fn ca_bundle(&self) -> Option<&str> {
-        self.ca_bundle.as_deref()
+    /// The PEM the API server verifies the server with, as it is now: a
+    /// mounted `ca.crt` is read again if it changed.
+    pub fn ca_bundle(&self) -> Option<String> {
+        match &self.ca {
+            Ca::Fixed(pem) => Some(pem.clone()),
+            Ca::Mounted(mounted) => mounted.ca_bundle(),
+        }
     }
 }
 
@@ -322,6 +336,7 @@ struct Mounted {
 
 struct MountedState {
     key: Arc<CertifiedKey>,
+    ca: Option<String>,
     stamp: Option<SystemTime>,
     looked: std::time::Instant,
 }
@@ -355,10 +370,10 @@ fn read_text(path: &Path) -> Result<String, CertError> {
     })
 }
 
-/// The latest modification time of the pair: a Secret volume swaps a
-/// symlink, so the time of what it points to is what changes.
+/// The latest modification time of the mounted files: a Secret volume
+/// swaps a symlink, so the time of what it points to is what changes.
 fn stamp(dir: &Path) -> Option<SystemTime> {
-    ["tls.crt", "tls.key"]
+    ["tls.crt", "tls.key", "ca.crt"]
         .iter()
         .filter_map(|f| {
             std::fs::metadata(dir.join(f))
@@ -370,18 +385,56 @@ fn stamp(dir: &Path) -> Option<SystemTime> {
 
 impl Mounted {
     fn read(dir: &Path) -> Result<Self, CertError> {
-        let key = Self::load(dir)?;
+        let (key, ca) = Self::load(dir)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             state: Mutex::new(MountedState {
                 key,
+                ca,
                 stamp: stamp(dir),
                 looked: std::time::Instant::now(),
             }),
         })
     }
 
-    fn load(dir: &Path) -> Result<Arc<CertifiedKey>, CertError> {
+    /// The mounted `ca.crt` as it is now.
+    fn ca_bundle(&self) -> Option<String> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        self.refresh(&mut state);
+        state.ca.clone()
+    }
+
+    /// Reads the files again if one changed. A half-written set keeps the
+    /// old certificate until a later look finds them whole.
+    fn refresh(&self, state: &mut MountedState) {
+        state.looked = std::time::Instant::now();
+        let now = stamp(&self.dir);
+        if now == state.stamp {
+            return;
+        }
+        match Self::load(&self.dir) {
+            Ok((key, ca)) => {
+                tracing::info!(dir = %self.dir.display(), "webhook certificate re-read");
+                state.key = key;
+                state.ca = ca;
+                state.stamp = now;
+            }
+            Err(e) => tracing::warn!("keeping the webhook certificate: {e}"),
+        }
+    }
+
+    /// The serving pair, and `ca.crt` if there is one.
+    fn load(dir: &Path) -> Result<(Arc<CertifiedKey>, Option<String>), CertError> {
+        let key = Self::load_pair(dir)?;
+        let ca = dir.join("ca.crt");
+        let ca = match ca.exists() {
+            true => Some(read_text(&ca)?),
+            false => None,
+        };
+        Ok((key, ca))
+    }
+
+    fn load_pair(dir: &Path) -> Result<Arc<CertifiedKey>, CertError> {
         let (crt, key) = (dir.join("tls.crt"), dir.join("tls.key"));
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(&read_bytes(&crt)?)
@@ -409,20 +462,7 @@ impl ResolvesServerCert for Mounted {
     fn resolve(&self, _: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if state.looked.elapsed() >= REREAD_EVERY {
-            state.looked = std::time::Instant::now();
-            let now = stamp(&self.dir);
-            if now != state.stamp {
-                // A half-written pair keeps the old certificate until the
-                // next look finds both files whole.
-                match Self::load(&self.dir) {
-                    Ok(key) => {
-                        tracing::info!(dir = %self.dir.display(), "webhook certificate re-read");
-                        state.key = key;
-                        state.stamp = now;
-                    }
-                    Err(e) => tracing::warn!("keeping the webhook certificate: {e}"),
-                }
-            }
+            self.refresh(&mut state);
         }
         Some(state.key.clone())
     }
@@ -503,6 +543,25 @@ mod tests {
         std::fs::write(dir.path().join("tls.key"), key.serialize_pem()).unwrap();
         std::fs::write(dir.path().join("ca.crt"), cert.pem()).unwrap();
         let certs = Certificates::mounted(dir.path()).unwrap();
-        assert_eq!(certs.ca_bundle(), Some(cert.pem().as_str()));
+        assert_eq!(certs.ca_bundle(), Some(cert.pem()));
+
+        // A renewed pair and CA are what the next look reads.
+        let renewed_key = KeyPair::generate().unwrap();
+        let renewed = CertificateParams::new(vec!["localhost".into()])
+            .unwrap()
+            .self_signed(&renewed_key)
+            .unwrap();
+        let later = std::time::SystemTime::now() + Duration::from_secs(5);
+        for (file, text) in [
+            ("tls.crt", renewed.pem()),
+            ("tls.key", renewed_key.serialize_pem()),
+            ("ca.crt", renewed.pem()),
+        ] {
+            let path = dir.path().join(file);
+            std::fs::write(&path, text).unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(later).unwrap();
+        }
+        assert_eq!(certs.ca_bundle(), Some(renewed.pem()));
     }
 }

@@ -234,8 +234,8 @@ impl WebhookServer {
         &self.endpoint
     }
 
-    /// The PEM the API server verifies this server with.
-    pub fn ca_bundle(&self) -> Option<&str> {
+    /// The PEM the API server verifies this server with, as it is now.
+    pub fn ca_bundle(&self) -> Option<String> {
         self.certs.ca_bundle()
     }
 }
@@ -439,6 +439,10 @@ pub struct Registrar {
 /// How long a failed registration waits before it is tried again.
 const RETRY: Duration = Duration::from_secs(2);
 
+/// How often the registrar looks whether the `caBundle` changed (a
+/// mounted `ca.crt` renewed); each look is a stat of the mounted files.
+const CA_CHECK: Duration = Duration::from_secs(5);
+
 impl Registrar {
     /// Starts registering with `client` toward `server`, reading each
     /// plugin's webhooks from `reviewers`, until `stop`.
@@ -451,13 +455,30 @@ impl Registrar {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let retry = tx.clone();
         let endpoint = server.endpoint().clone();
-        let ca = server.ca_bundle().map(str::to_string);
+        let certs = server.certs.clone();
+        let mut ca = certs.ca_bundle();
         tokio::spawn(async move {
             let mut applied: BTreeMap<String, Vec<Webhook>> = BTreeMap::new();
+            let mut ca_check = tokio::time::interval(CA_CHECK);
+            ca_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 let name = tokio::select! {
                     _ = stop.cancelled() => return,
                     name = rx.recv() => match name { Some(n) => n, None => return },
+                    _ = ca_check.tick() => {
+                        // A renewed CA: every configuration is written
+                        // again with it, or the API server could no
+                        // longer verify the renewed serving certificate.
+                        let now = certs.ca_bundle();
+                        if now != ca {
+                            tracing::info!(plugins = applied.len(), "webhook CA changed; registering again");
+                            ca = now;
+                            for name in std::mem::take(&mut applied).into_keys() {
+                                let _ = retry.send(name);
+                            }
+                        }
+                        continue;
+                    }
                 };
                 let webhooks = reviewers
                     .reviewer(&name)
