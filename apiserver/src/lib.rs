@@ -355,7 +355,7 @@ impl ApiServer {
             .collect();
         if self.authorization == Authorization::Rbac {
             objects.extend(
-                auth::rbac::bootstrap_policy()
+                auth::bootstrap::policy()
                     .into_iter()
                     .map(|(plural, obj)| (auth::rbac::GROUP, plural, obj)),
             );

@@ -11,7 +11,8 @@
 //! | [`mode`] | the configured authorization mode (public [`crate::Authorization`]) |
 //! | [`identity`] | users, groups and the names Kubernetes gives service accounts |
 //! | [`sa_token`] | service-account tokens: signed JWTs with upstream's claims |
-//! | [`rbac`] | RBAC evaluation over the stored Roles and bindings, bootstrap policy |
+//! | [`rbac`] | RBAC evaluation over the stored Roles and bindings |
+//! | [`bootstrap`] | the ClusterRoles and bindings a server starts with |
 //! | [`escalation`] | a write of a role or binding grants only what its author holds, or may escalate or bind |
 //! | [`reviews`] | TokenReview, SubjectAccessReview and friends, TokenRequest |
 //!
@@ -24,6 +25,7 @@ use crate::registry::Objects;
 
 pub(crate) mod authenticate;
 pub(crate) mod authorize;
+pub(crate) mod bootstrap;
 pub(crate) mod escalation;
 pub(crate) mod identity;
 pub(crate) mod mode;
