@@ -78,6 +78,10 @@ impl Webhooks {
     ) -> Result<(), ApiError> {
         // Webhooks that asked to be reinvoked and ran before some later
         // webhook changed the object: the second round calls them again.
+        // The second round keeps the same books, as upstream's does: a
+        // reinvoked webhook that changes the object again marks those
+        // called since the last change, and the ones after it in this
+        // round are called once more.
         let mut reinvocable = BTreeSet::new();
         let mut reinvoke = BTreeSet::new();
         let mut called = 0;
@@ -113,13 +117,11 @@ impl Webhooks {
                 let changed = self
                     .settle(hook, attrs, started, result, (round, index), sink)?
                     .unwrap_or(false);
-                if round == 0 {
-                    if changed {
-                        reinvoke.append(&mut reinvocable);
-                    }
-                    if hook.reinvocation == Reinvocation::IfNeeded {
-                        reinvocable.insert(index);
-                    }
+                if changed {
+                    reinvoke.append(&mut reinvocable);
+                }
+                if hook.reinvocation == Reinvocation::IfNeeded {
+                    reinvocable.insert(index);
                 }
             }
             if reinvoke.is_empty() {

@@ -422,6 +422,68 @@ async fn if_needed_reinvokes_a_webhook_after_a_later_mutation() {
     assert_eq!(hooks.calls("/later").len(), 1);
 }
 
+/// In the second round a reinvoked webhook's change marks the webhooks
+/// called since the last change, as upstream's reinvocation context does:
+/// those after it in that round are called once more.
+#[tokio::test]
+async fn a_change_in_the_second_round_reinvokes_the_webhooks_after_it() {
+    let h = Harness::start().await;
+    let bumps = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = bumps.clone();
+    let hooks = WebhookServer::start(move |call| match call.path.as_str() {
+        "/bump" => {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            patch(json!([{"op": "add", "path": format!("/metadata/labels/bump-{n}"), "value": "yes"}]))
+        }
+        "/once" => patch(json!([{"op": "add", "path": "/metadata/labels/once", "value": "yes"}])),
+        _ => allow(),
+    })
+    .await;
+    let mutating = |name: &str, path: &str, policy: &str| {
+        with(
+            hook(name, &hooks, path, rule(&["CREATE"], &["configmaps"])),
+            json!({"reinvocationPolicy": policy}),
+        )
+    };
+    configure(
+        &h,
+        MUTATING,
+        "a",
+        vec![mutating("bump.example.com", "/bump", "IfNeeded")],
+    )
+    .await;
+    configure(
+        &h,
+        MUTATING,
+        "b",
+        vec![mutating("once.example.com", "/once", "Never")],
+    )
+    .await;
+    configure(
+        &h,
+        MUTATING,
+        "c",
+        vec![mutating("watch.example.com", "/watch", "IfNeeded")],
+    )
+    .await;
+    let (code, body) = h
+        .raw("POST", CONFIGMAPS, None, &configmap("r", json!({})))
+        .await;
+    assert_eq!(code, 201, "{body}");
+    assert_eq!(hooks.calls("/bump").len(), 2);
+    assert_eq!(hooks.calls("/once").len(), 1);
+    let watched = hooks.calls("/watch");
+    assert_eq!(
+        watched.len(),
+        2,
+        "called again after /bump changed the object in round two"
+    );
+    assert_eq!(
+        watched[1].request["object"]["metadata"]["labels"]["bump-2"],
+        "yes"
+    );
+}
+
 #[tokio::test]
 async fn a_webhook_that_never_answers_fails_closed_or_open_by_policy() {
     let h = Harness::start().await;
