@@ -164,6 +164,11 @@ pub(crate) fn tls_config(
                     .add(cert)
                     .map_err(|e| format!("unable to load root certificates: {e}"))?;
             }
+            if roots.is_empty() {
+                return Err(
+                    "unable to load root certificates: unable to parse bytes as PEM block".into(),
+                );
+            }
             builder.with_root_certificates(roots)
         }
         None => {

@@ -135,8 +135,8 @@ pub(crate) struct Webhook {
     pub(crate) namespace_selector: LabelSelector,
     pub(crate) object_selector: LabelSelector,
     pub(crate) endpoint: Endpoint,
-    /// `clientConfig.caBundle`, decoded: PEM certificates, the only roots
-    /// the call trusts when set.
+    /// `clientConfig.caBundle`, decoded: the PEM certificates that are the
+    /// only roots the call trusts, when not empty.
     pub(crate) ca_bundle: Option<Vec<u8>>,
     /// The TLS client for `ca_bundle`, built on the first call.
     pub(crate) tls: OnceLock<Result<Arc<rustls::ClientConfig>, String>>,
@@ -158,23 +158,15 @@ pub(crate) fn with_match_conditions(obj: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The PEM a `caBundle` (base64 of PEM, as the JSON of Go's `[]byte`)
-/// carries, if it holds at least one certificate.
+/// The bytes a `caBundle` carries (base64, as the JSON of Go's `[]byte`).
+/// What they hold is read only when the webhook is called, as upstream
+/// does: a bundle that holds no certificate fails the call, under the
+/// webhook's failure policy, not the configuration's write (cert-manager's
+/// CA injector fills in a placeholder bundle later).
 pub(crate) fn decode_ca_bundle(text: &str) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let pem = base64::engine::general_purpose::STANDARD
+    base64::engine::general_purpose::STANDARD
         .decode(text)
-        .map_err(|e| format!("illegal base64 data: {e}"))?;
-    let mut certs = 0;
-    for cert in CertificateDer::pem_slice_iter(&pem) {
-        cert.map_err(|e| format!("unable to load root certificates: {e}"))?;
-        certs += 1;
-    }
-    if certs == 0 {
-        return Err("unable to load root certificates: no PEM certificate in it".into());
-    }
-    Ok(pem)
+        .map_err(|e| format!("illegal base64 data: {e}"))
 }
 
 /// The webhooks of a stored (already prepared) configuration, in order. An entry that does not read is left out
@@ -260,7 +252,8 @@ fn parse_webhook(kind: ConfigKind, h: &Value) -> Option<Webhook> {
         endpoint,
         ca_bundle: cc["caBundle"]
             .as_str()
-            .and_then(|c| decode_ca_bundle(c).ok()),
+            .and_then(|c| decode_ca_bundle(c).ok())
+            .filter(|pem| !pem.is_empty()),
         tls: OnceLock::new(),
     })
 }

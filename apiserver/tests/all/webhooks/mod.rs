@@ -603,6 +603,44 @@ async fn an_unreachable_url_and_a_wrong_ca_bundle_are_call_failures() {
         "{message}"
     );
     assert!(hooks.calls("/ca").is_empty());
+
+    // A placeholder bundle (what cert-manager's CA injector later fills
+    // in) is stored as upstream stores it; the call fails by policy.
+    let mut placeholder = hook(
+        "placeholder.example.com",
+        &hooks,
+        "/placeholder",
+        rule(&["CREATE"], &["endpoints"]),
+    );
+    placeholder["clientConfig"]["caBundle"] = json!("Cg==");
+    configure(&h, VALIDATING, "placeholder", vec![placeholder]).await;
+    let endpoints =
+        json!({"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "e"}}).to_string();
+    let (code, status) = h
+        .raw(
+            "POST",
+            "/api/v1/namespaces/default/endpoints",
+            None,
+            &endpoints,
+        )
+        .await;
+    assert_eq!(code, 500, "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.contains(
+            "failed calling webhook \"placeholder.example.com\": could not get REST client: unable to load root certificates: unable to parse bytes as PEM block"
+        ),
+        "{message}"
+    );
+    // An empty bundle trusts the system's roots, as upstream's does.
+    let mut empty = hook(
+        "empty.example.com",
+        &hooks,
+        "/empty",
+        rule(&["CREATE"], &["events"]),
+    );
+    empty["clientConfig"]["caBundle"] = json!("");
+    configure(&h, VALIDATING, "empty", vec![empty]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
