@@ -306,7 +306,10 @@ impl Webhooks {
                 ) {
                     self.metrics.exceeded(Limit::WebhookResponse);
                 }
-                calling(format!("{}: {e}", e.context()))
+                match e {
+                    review::BadResponse::NotJsonPatch(_) => HookError::Refused(internal(e)),
+                    e => calling(format!("{}: {e}", e.context())),
+                }
             })?;
         let mut dropped = verdict.dropped_annotations;
         for (key, value) in &verdict.audit_annotations {

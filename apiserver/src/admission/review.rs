@@ -176,6 +176,11 @@ pub(crate) enum BadResponse {
     /// Not an upstream check: a patch past [`MAX_PATCH_BYTES`] decoded.
     #[error("the patch is {0} bytes decoded, more than {MAX_PATCH_BYTES}; it is not read")]
     PatchSize(usize),
+    /// A well-formed answer whose patch is not a JSON patch: upstream
+    /// fails the request with an internal error here, whatever the
+    /// webhook's failure policy.
+    #[error("{0}")]
+    NotJsonPatch(String),
 }
 
 impl BadResponse {
@@ -413,9 +418,9 @@ fn decode_patch(text: &str) -> Result<Value, BadResponse> {
         return Err(BadResponse::PatchSize(bytes.len()));
     }
     let ops: Value =
-        serde_json::from_slice(&bytes).map_err(|e| BadResponse::Patch(e.to_string()))?;
+        serde_json::from_slice(&bytes).map_err(|e| BadResponse::NotJsonPatch(e.to_string()))?;
     if !ops.is_array() {
-        return Err(BadResponse::Patch(
+        return Err(BadResponse::NotJsonPatch(
             "a JSON patch must be a list of operations".into(),
         ));
     }

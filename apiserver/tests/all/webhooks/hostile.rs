@@ -184,3 +184,39 @@ async fn audit_annotations_are_bounded_per_answer_and_per_request() {
     }
     assert!(h.server.limit_exceeded("webhookAnnotations") >= 9);
 }
+
+/// A well-formed answer whose patch is base64 of something other than a
+/// JSON patch fails the request with an internal error, as upstream's
+/// does, even under `failurePolicy: Ignore`: it is not a call failure.
+#[tokio::test]
+async fn a_patch_that_is_not_a_json_patch_fails_the_request_whatever_the_policy() {
+    use base64::Engine as _;
+    let h = Harness::start().await;
+    let hooks = WebhookServer::start(|_| {
+        Reply::Respond(json!({
+            "allowed": true,
+            "patchType": "JSONPatch",
+            "patch": base64::engine::general_purpose::STANDARD.encode(r#"{"x":1}"#),
+        }))
+    })
+    .await;
+    let mut ignored = hook(
+        "odd.example.com",
+        &hooks,
+        "/",
+        rule(&["CREATE"], &["configmaps"]),
+    );
+    ignored["failurePolicy"] = json!("Ignore");
+    configure(&h, MUTATING, "odd", vec![ignored]).await;
+    let (code, status) = create(&h, "a").await;
+    assert_eq!(code, 500, "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert_eq!(
+        message,
+        "Internal error occurred: a JSON patch must be a list of operations"
+    );
+    assert_eq!(
+        h.raw("GET", &format!("{CONFIGMAPS}/a"), None, "").await.0,
+        404
+    );
+}
