@@ -293,10 +293,15 @@ impl Webhooks {
                 if matches!(e, CallError::TooLarge) {
                     self.metrics.exceeded(Limit::WebhookResponse);
                 }
-                calling(format!(
-                    "failed to call webhook: Post {}: {e}",
-                    go_quote(&dest.shown)
-                ))
+                match e {
+                    // client-go reads the answer of a non-2xx status into
+                    // a Status error: no URL error wraps it.
+                    CallError::Status(_) => calling(format!("failed to call webhook: {e}")),
+                    e => calling(format!(
+                        "failed to call webhook: Post {}: {e}",
+                        go_quote(&dest.shown)
+                    )),
+                }
             })?;
         let verdict =
             review::verify(&uid, hook.kind == ConfigKind::Mutating, &answer).map_err(|e| {

@@ -534,6 +534,34 @@ async fn a_webhook_that_never_answers_fails_closed_or_open_by_policy() {
     );
 }
 
+/// A webhook answering an HTTP error instead of a review is a call
+/// failure worded as client-go words a Status error: no URL before it.
+#[tokio::test]
+async fn an_http_error_from_a_webhook_reads_as_upstream_s() {
+    let h = Harness::start().await;
+    let hooks = WebhookServer::start(|_| Reply::Status(500, "boom")).await;
+    configure(
+        &h,
+        VALIDATING,
+        "broken",
+        vec![hook(
+            "broken.example.com",
+            &hooks,
+            "/",
+            rule(&["CREATE"], &["configmaps"]),
+        )],
+    )
+    .await;
+    let (code, status) = h
+        .raw("POST", CONFIGMAPS, None, &configmap("a", json!({})))
+        .await;
+    assert_eq!(code, 500, "{status}");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: failed calling webhook \"broken.example.com\": failed to call webhook: an error on the server (\"boom\") has prevented the request from succeeding"
+    );
+}
+
 #[tokio::test]
 async fn an_unreachable_url_and_a_wrong_ca_bundle_are_call_failures() {
     let h = Harness::start().await;

@@ -43,6 +43,8 @@ pub enum Reply {
     Respond(Value),
     /// Never answer (the connection stays open).
     Hang,
+    /// Answer with this HTTP status and plain-text body, not a review.
+    Status(u16, &'static str),
 }
 
 type Handler = Arc<dyn Fn(Call) -> BoxFuture<'static, Reply> + Send + Sync>;
@@ -246,6 +248,13 @@ async fn serve(
     let mut response = match handler(call).await {
         Reply::Respond(r) => r,
         Reply::Hang => std::future::pending().await,
+        Reply::Status(code, text) => {
+            return Ok(hyper::Response::builder()
+                .status(code)
+                .header("content-type", "text/plain")
+                .body(Full::new(Bytes::from_static(text.as_bytes())))
+                .unwrap());
+        }
     };
     if response.get("uid").is_none() {
         response["uid"] = uid;
