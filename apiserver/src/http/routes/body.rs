@@ -16,7 +16,7 @@ use crate::http::state::ServerState;
 use crate::metrics::json_limit;
 use crate::registry::delete::DeleteOptions;
 use crate::registry::resources::ResourceInfo;
-use crate::registry::writes::{GrantCheck, PatchKind, WriteCtx};
+use crate::registry::writes::{GrantCheck, PatchKind, QueryOptions, WriteCtx};
 
 /// The longest `fieldManager` (kube-apiserver's `FieldManagerMaxLength`):
 /// every object's managedFields name their managers, so the name is
@@ -73,7 +73,17 @@ pub(super) fn write_ctx(
 ) -> Result<WriteCtx, ApiError> {
     let (q, headers, scope) = (req.q, req.headers, req.scope);
     let dry_run = dry_run(q.get("dryRun").into_iter())?;
-    let manager = match field_manager(q, req.method)? {
+    let given = field_manager(q, req.method)?;
+    let query = QueryOptions {
+        field_manager: given.map(str::to_string),
+        field_validation: match q.get("fieldValidation") {
+            Some("Strict") => Some("Strict"),
+            Some("Warn") => Some("Warn"),
+            Some("Ignore") => Some("Ignore"),
+            _ => None,
+        },
+    };
+    let manager = match given {
         Some(m) => m.to_string(),
         None => {
             // As upstream: the User-Agent's product, cut to the longest
@@ -98,6 +108,7 @@ pub(super) fn write_ctx(
         manager,
         dry_run,
         strict: q.get("fieldValidation") == Some("Strict"),
+        query,
         warnings: scope.warnings.clone(),
         audit_annotations: scope.audit_annotations.clone(),
         caller: Some(Arc::new(Caller {

@@ -137,11 +137,11 @@ impl Admitting<'_> {
         if self.ctx.dry_run {
             options["dryRun"] = json!(["All"]);
         }
-        if !self.ctx.manager.is_empty() {
-            options["fieldManager"] = json!(self.ctx.manager);
+        if let Some(manager) = &self.ctx.query.field_manager {
+            options["fieldManager"] = json!(manager);
         }
-        if self.ctx.strict {
-            options["fieldValidation"] = json!("Strict");
+        if let Some(validation) = self.ctx.query.field_validation {
+            options["fieldValidation"] = json!(validation);
         }
         options
     }

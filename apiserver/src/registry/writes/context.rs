@@ -22,6 +22,9 @@ pub(crate) struct WriteCtx {
     /// `fieldValidation=Strict`: unknown fields of a custom resource are a
     /// 400 instead of being pruned.
     pub(crate) strict: bool,
+    /// The write options the request's query set, as admission webhooks
+    /// are shown them.
+    pub(crate) query: QueryOptions,
     /// `Warning` headers for the response (pruned unknown fields under the
     /// default `fieldValidation=Warn`, admission webhooks' warnings).
     /// Shared with the HTTP layer, which adds them to the response whether
@@ -64,6 +67,16 @@ pub(crate) trait GrantCheck: Send + Sync + std::fmt::Debug {
     ) -> Result<(), ApiError>;
 }
 
+/// What a request's query said of its write options (`None`: nothing):
+/// upstream decodes a review's `options` from the query alone, so a
+/// field manager taken from the User-Agent is not shown.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct QueryOptions {
+    pub(crate) field_manager: Option<String>,
+    /// `Strict`, `Warn` or `Ignore`.
+    pub(crate) field_validation: Option<&'static str>,
+}
+
 impl WriteCtx {
     /// A server-internal writer (garbage collector, namespace controller).
     pub(crate) fn system(manager: &str) -> Self {
@@ -71,6 +84,7 @@ impl WriteCtx {
             manager: manager.to_string(),
             dry_run: false,
             strict: false,
+            query: QueryOptions::default(),
             warnings: Default::default(),
             audit_annotations: Default::default(),
             caller: None,

@@ -32,7 +32,7 @@ mod rules;
 mod update;
 mod warnings;
 
-pub(crate) use context::{GrantCheck, MAX_RETRIES, PatchKind, Subresource, WriteCtx};
+pub(crate) use context::{GrantCheck, MAX_RETRIES, PatchKind, QueryOptions, Subresource, WriteCtx};
 pub(crate) use errors::{patch_error, smp_unsupported};
 pub(crate) use rbac::{GROUP as RBAC_GROUP, aggregation_rule, list as rbac_list};
 pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace, uid_precondition};

@@ -268,6 +268,20 @@ async fn a_mutation_is_stored_and_validating_webhooks_see_it() {
         stored["metadata"]["labels"],
         json!({"app": "x", "stamped": "by-webhook"})
     );
+    let (code, _) = h
+        .raw(
+            "POST",
+            &format!("{CONFIGMAPS}?fieldManager=tool&fieldValidation=Warn"),
+            None,
+            &configmap("n", json!({})),
+        )
+        .await;
+    assert_eq!(code, 201);
+    assert_eq!(
+        hooks.calls("/mutate")[1].request["options"],
+        json!({"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1",
+               "fieldManager": "tool", "fieldValidation": "Warn"})
+    );
 
     // What the reviews carried, as upstream fills them.
     let mutate = &hooks.calls("/mutate")[0].request;
@@ -294,6 +308,13 @@ async fn a_mutation_is_stored_and_validating_webhooks_see_it() {
     );
     assert_eq!(mutate["options"]["kind"], "CreateOptions");
     assert_eq!(mutate["options"]["apiVersion"], "meta.k8s.io/v1");
+    // Options are what the query said: the manager named after the
+    // User-Agent is not one of them.
+    assert!(
+        mutate["options"].get("fieldManager").is_none(),
+        "{}",
+        mutate["options"]
+    );
     assert_eq!(mutate["dryRun"], false);
     assert_eq!(mutate["oldObject"], Value::Null);
     assert!(mutate["object"]["metadata"].get("uid").is_none());
