@@ -130,6 +130,15 @@ impl Verdict {
             ));
         }
         for (k, v) in &r.audit_annotations {
+            // The API server files it as `<webhook>/<key>`, which must be
+            // a qualified name: a key with a prefix of its own is dropped
+            // there, so it is refused here, where the author sees why.
+            if k.contains('/') {
+                return Err(format!(
+                    "audit annotation key {}: holds a '/'; the API server prefixes it with the webhook's name, so a key is a name alone (at most 63 letters, digits, '-', '_' or '.')",
+                    validate::quoted(k)
+                ));
+            }
             validate::label_key(k).map_err(|e| format!("audit annotation key: {e}"))?;
             bounded("an audit annotation", v, MAX_ANNOTATION_BYTES)?;
         }
@@ -318,6 +327,16 @@ mod tests {
             .contains("the patched object is")
         );
         assert!(refused(|r| r.code = 200, Review::Validate).contains("code 200"));
+        assert!(
+            refused(
+                |r| r.audit_annotations = vec![("example.com/reason".into(), "x".into())],
+                Review::Validate
+            )
+            .contains("audit annotation key \"example.com/reason\": holds a '/'")
+        );
+        let mut keyed = response();
+        keyed.audit_annotations = vec![("reason".into(), "x".into())];
+        assert!(Verdict::from_wit(keyed, Review::Validate).is_ok());
         let v = Verdict::from_wit(response(), Review::Validate).unwrap();
         assert_eq!(v.code, 403);
         let mut r = response();
