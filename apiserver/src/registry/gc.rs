@@ -237,17 +237,8 @@ impl Collector {
                         .store
                         .get(&gr, &ns, &name)
                         .is_some_and(|d| !deleting(&d.obj));
-                    if pending
-                        && !delete(
-                            objects,
-                            &gr,
-                            &ns,
-                            &name,
-                            "Foreground",
-                            Deleter::GarbageCollector,
-                        )
-                    {
-                        self.refused.insert(Refused::Dependent(gr, ns, name));
+                    if pending {
+                        delete_dependent(objects, &mut self.refused, gr, ns, name);
                     }
                 }
             }
@@ -336,22 +327,14 @@ impl Collector {
                 .get(&o.uid)
                 .is_some_and(|owner_ns| owns(owner_ns, &ev.namespace))
         });
-        if owned
-            && !storage::is_deleting(&ev.object)
-            && !delete(
+        if owned && !storage::is_deleting(&ev.object) {
+            delete_dependent(
                 &self.objects,
-                &ev.resource,
-                &ev.namespace,
-                &ev.name,
-                "Foreground",
-                Deleter::GarbageCollector,
-            )
-        {
-            self.refused.insert(Refused::Dependent(
+                &mut self.refused,
                 ev.resource.clone(),
                 ev.namespace.clone(),
                 ev.name.clone(),
-            ));
+            );
         }
     }
 
@@ -372,16 +355,7 @@ impl Collector {
                     continue;
                 };
                 if !deleting(&dep.obj) {
-                    if !delete(
-                        objects,
-                        &gr,
-                        &ns,
-                        &name,
-                        "Foreground",
-                        Deleter::GarbageCollector,
-                    ) {
-                        self.refused.insert(Refused::Dependent(gr, ns, name));
-                    }
+                    delete_dependent(objects, &mut self.refused, gr, ns, name);
                 } else if has_finalizer(&dep.obj, FOREGROUND)
                     && waits_on_a_waiter(objects, &dep.obj)
                 {
@@ -446,6 +420,27 @@ fn unblock(objects: &Objects, gr: &GroupResource, ns: &str, name: &str) {
             .insert("ownerReferences".into(), Value::Array(unblocked));
         Some(new)
     });
+}
+
+/// Deletes a dependent in the foreground as the collector; one that is
+/// refused is kept in `refused` to be tried again.
+fn delete_dependent(
+    objects: &Objects,
+    refused: &mut BTreeSet<Refused>,
+    gr: GroupResource,
+    ns: String,
+    name: String,
+) {
+    if !delete(
+        objects,
+        &gr,
+        &ns,
+        &name,
+        "Foreground",
+        Deleter::GarbageCollector,
+    ) {
+        refused.insert(Refused::Dependent(gr, ns, name));
+    }
 }
 
 /// Deletes one object as `by`; false when it is still there because the

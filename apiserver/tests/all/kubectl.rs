@@ -607,11 +607,7 @@ async fn server_side_apply_merges_a_custom_resources_lists_by_its_schema() {
             })
         }
     };
-    let http = apply("http", listener("[{port: 80, name: http}]", "[web]")).await;
-    assert!(http.status.success(), "{http:?}");
-    let tls = apply("tls", listener("[{port: 443, name: https}]", "[tls]")).await;
-    assert!(tls.status.success(), "{tls:?}");
-    assert_eq!(
+    let ports_and_tags = || {
         ok(
             &h,
             &[
@@ -619,12 +615,15 @@ async fn server_side_apply_merges_a_custom_resources_lists_by_its_schema() {
                 "listener",
                 "edge",
                 "-o",
-                "jsonpath={.spec.ports[*].name} {.spec.tags}"
-            ]
+                "jsonpath={.spec.ports[*].name} {.spec.tags}",
+            ],
         )
-        .await,
-        r#"http https ["web","tls"]"#
-    );
+    };
+    let http = apply("http", listener("[{port: 80, name: http}]", "[web]")).await;
+    assert!(http.status.success(), "{http:?}");
+    let tls = apply("tls", listener("[{port: 443, name: https}]", "[tls]")).await;
+    assert!(tls.status.success(), "{tls:?}");
+    assert_eq!(ports_and_tags().await, r#"http https ["web","tls"]"#);
 
     // Renaming the other manager's port conflicts on that item alone.
     let taken = apply("tls", listener("[{port: 80, name: web}]", "[tls]")).await;
@@ -638,18 +637,5 @@ async fn server_side_apply_merges_a_custom_resources_lists_by_its_schema() {
     // A manager that drops its item removes only that item.
     let dropped = apply("tls", listener("[]", "[]")).await;
     assert!(dropped.status.success(), "{dropped:?}");
-    assert_eq!(
-        ok(
-            &h,
-            &[
-                "get",
-                "listener",
-                "edge",
-                "-o",
-                "jsonpath={.spec.ports[*].name} {.spec.tags}"
-            ]
-        )
-        .await,
-        r#"http ["web"]"#
-    );
+    assert_eq!(ports_and_tags().await, r#"http ["web"]"#);
 }

@@ -44,6 +44,14 @@ fn with(mut hook: Value, extra: Value) -> Value {
     hook
 }
 
+/// A mutating webhook on configmap creates with `reinvocationPolicy`.
+fn reinvoked(server: &WebhookServer, name: &str, path: &str, policy: &str) -> Value {
+    with(
+        hook(name, server, path, rule(&["CREATE"], &["configmaps"])),
+        json!({"reinvocationPolicy": policy}),
+    )
+}
+
 /// Creates the configuration `name` at `collection` holding `webhooks`.
 async fn configure(h: &Harness, collection: &str, name: &str, webhooks: Vec<Value>) -> Value {
     let (code, body) = h
@@ -395,12 +403,7 @@ async fn if_needed_reinvokes_a_webhook_after_a_later_mutation() {
         _ => allow(),
     })
     .await;
-    let mutating = |name: &str, path: &str, policy: &str| {
-        with(
-            hook(name, &hooks, path, rule(&["CREATE"], &["configmaps"])),
-            json!({"reinvocationPolicy": policy}),
-        )
-    };
+    let mutating = |name: &str, path: &str, policy: &str| reinvoked(&hooks, name, path, policy);
     // Configurations run by name: "a-first" before "b-later".
     configure(
         &h,
@@ -460,12 +463,7 @@ async fn a_change_in_the_second_round_reinvokes_the_webhooks_after_it() {
         _ => allow(),
     })
     .await;
-    let mutating = |name: &str, path: &str, policy: &str| {
-        with(
-            hook(name, &hooks, path, rule(&["CREATE"], &["configmaps"])),
-            json!({"reinvocationPolicy": policy}),
-        )
-    };
+    let mutating = |name: &str, path: &str, policy: &str| reinvoked(&hooks, name, path, policy);
     configure(
         &h,
         MUTATING,
