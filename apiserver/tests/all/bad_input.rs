@@ -144,3 +144,29 @@ async fn bad_requests_store_nothing() {
         assert_eq!(h.server.limit_exceeded(limit), 0, "{limit}");
     }
 }
+
+/// Across namespaces a namespaced resource is only listed and watched, as
+/// upstream serves it: a create or a collection delete there is a 405 that
+/// touches nothing, in any namespace.
+#[tokio::test]
+async fn a_namespaced_collection_is_not_written_across_namespaces() {
+    let h = Harness::start().await;
+    let cm =
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kept"}}).to_string();
+    let (code, _) = h.raw("POST", CMS, None, &cm).await;
+    assert_eq!(code, 201);
+    let (code, s) = h.raw("DELETE", "/api/v1/configmaps", None, "").await;
+    assert_eq!(code, 405, "{s}");
+    assert_eq!(s["reason"], "MethodNotAllowed");
+    assert_eq!(
+        s["message"],
+        "the server does not allow this method on the requested resource (DELETE)"
+    );
+    let (code, _) = h.raw("POST", "/api/v1/configmaps", None, &cm).await;
+    assert_eq!(code, 405);
+    assert_eq!(count(&h).await, 1);
+    // Named, the namespace's collection is deleted.
+    let (code, _) = h.raw("DELETE", CMS, None, "").await;
+    assert_eq!(code, 200);
+    assert_eq!(count(&h).await, 0);
+}

@@ -130,6 +130,9 @@ pub(super) async fn resource(
                 scope.set_created(&created);
                 Ok(response::json(StatusCode::CREATED, &created))
             }
+            // Upstream serves only list and watch across namespaces: a
+            // collection delete names the namespace it empties.
+            Method::DELETE if info.namespaced && t.namespace.is_none() => Err(not_allowed()),
             Method::DELETE => delete_collection(shared, &t, req).await,
             _ => Err(not_allowed()),
         },
