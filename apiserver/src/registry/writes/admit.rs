@@ -10,10 +10,11 @@ use serde_json::{Value, json};
 use super::context::WriteCtx;
 use super::rules::{is_namespace, webhook_configuration};
 use crate::admission::{Attributes, Caller, Configs, Gvk, Gvr, Lookup, Operation};
-use crate::error::ApiError;
+use crate::error::{ApiError, Cause};
 use crate::registry::Objects;
 use crate::registry::resources::{GroupResource, ResourceInfo, View};
-use crate::values::go_quote;
+use crate::registry::storage::Stored;
+use crate::values::{go_quote, meta_str};
 
 /// Admission of one request's write: the configured webhooks as they stood
 /// when it began, and what the write addresses.
@@ -197,6 +198,53 @@ impl Admitting<'_> {
             .admission
             .validate(&self.configs, &attrs, object, old, self.objects, self.ctx)
             .await
+    }
+
+    /// Mutating webhooks on an update of the stored `cur` to `new` (views),
+    /// with the update's options: what an update and a patch both run.
+    /// What the webhooks leave is then held to upstream's checks of an
+    /// updated object, which follow its mutation: a `resourceVersion` is a
+    /// precondition (409 when it is not the stored one), and a `uid` other
+    /// than the stored one is an immutable field changed (422).
+    pub(crate) async fn mutate_update(
+        &self,
+        (namespace, name): (&str, &str),
+        new: &mut Value,
+        old: &Value,
+        cur: &Stored,
+    ) -> Result<(), ApiError> {
+        let options = self.write_options(Operation::Update);
+        self.mutate(
+            Operation::Update,
+            (namespace, name),
+            Some(new),
+            Some(old),
+            options,
+        )
+        .await?;
+        let info = self.info;
+        if let Some(rv) = meta_str(new, "resourceVersion")
+            && !rv.is_empty()
+            && rv != cur.rv.to_string()
+        {
+            return Err(ApiError::stale(&info.group, &info.plural, name));
+        }
+        if let Some(uid) = meta_str(new, "uid")
+            && !uid.is_empty()
+            && Some(uid) != meta_str(&cur.obj, "uid")
+        {
+            return Err(ApiError::invalid(
+                &info.group,
+                &info.kind,
+                name,
+                vec![Cause::invalid(
+                    "metadata.uid",
+                    &go_quote(uid),
+                    "field is immutable",
+                )],
+            ));
+        }
+        Ok(())
     }
 
     /// Validating webhooks on an update from `old` to `new` (views), with

@@ -134,15 +134,8 @@ impl Objects {
                 return Err(ApiError::stale(&info.group, &info.plural, name));
             }
             if let (Some(a), Some(old_view)) = (&admitting, &cur_view) {
-                let options = a.write_options(Operation::Update);
-                a.mutate(
-                    Operation::Update,
-                    (&ns, name),
-                    Some(&mut patched),
-                    Some(old_view),
-                    options,
-                )
-                .await?;
+                a.mutate_update((&ns, name), &mut patched, old_view, &cur)
+                    .await?;
                 self.check_type(info, &patched)?;
             }
             let new = from_view(info, patched);

@@ -5,7 +5,6 @@ use serde_json::Value;
 
 use super::context::{MAX_RETRIES, Subresource, WriteCtx};
 use super::prepare::Outcome;
-use crate::admission::Operation;
 use crate::error::ApiError;
 use crate::registry::Objects;
 use crate::registry::resources::ResourceInfo;
@@ -91,15 +90,8 @@ impl Objects {
             let old_view = match &admitting {
                 Some(a) => {
                     let old_view = to_view(info, &cur.obj);
-                    let options = a.write_options(Operation::Update);
-                    a.mutate(
-                        Operation::Update,
-                        (&ns, name),
-                        Some(&mut view),
-                        Some(&old_view),
-                        options,
-                    )
-                    .await?;
+                    a.mutate_update((&ns, name), &mut view, &old_view, &cur)
+                        .await?;
                     self.check_type(info, &view)?;
                     Some(old_view)
                 }

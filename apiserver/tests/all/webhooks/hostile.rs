@@ -220,3 +220,65 @@ async fn a_patch_that_is_not_a_json_patch_fails_the_request_whatever_the_policy(
         404
     );
 }
+
+/// What mutating webhooks leave of an update is held to upstream's checks
+/// that follow the mutation: a `uid` other than the stored one is an
+/// immutable field changed (422), a `resourceVersion` other than the
+/// stored one a conflict (409). Neither is dropped in silence, by a PUT or
+/// a patch.
+#[tokio::test]
+async fn an_update_whose_uid_or_resource_version_a_webhook_rewrites_is_refused() {
+    const UID: &str = "00000000-0000-0000-0000-000000000000";
+    let h = Harness::start().await;
+    assert_eq!(create(&h, "a").await.0, 201);
+    let hooks = WebhookServer::start(|call| {
+        match call.request["object"]["metadata"]["labels"]["case"].as_str() {
+            Some("uid") => patch(json!([{"op": "add", "path": "/metadata/uid", "value": UID}])),
+            Some("rv") => {
+                patch(json!([{"op": "add", "path": "/metadata/resourceVersion", "value": "1"}]))
+            }
+            _ => patch(json!([])),
+        }
+    })
+    .await;
+    configure(
+        &h,
+        MUTATING,
+        "rewrite",
+        vec![hook(
+            "rewrite.example.com",
+            &hooks,
+            "/",
+            rule(&["UPDATE"], &["configmaps"]),
+        )],
+    )
+    .await;
+    let path = format!("{CONFIGMAPS}/a");
+    let (_, stored) = h.raw("GET", &path, None, "").await;
+    for case in ["uid", "rv"] {
+        let mut put = stored.clone();
+        put["metadata"]["labels"] = json!({"case": case});
+        let by_put = h.raw("PUT", &path, None, &put.to_string()).await;
+        let merge = json!({"metadata": {"labels": {"case": case}}}).to_string();
+        let by_patch = h
+            .raw("PATCH", &path, Some("application/merge-patch+json"), &merge)
+            .await;
+        for (code, status) in [by_put, by_patch] {
+            if case == "uid" {
+                assert_eq!(code, 422, "{status}");
+                assert_eq!(
+                    status["message"],
+                    format!(
+                        "ConfigMap \"a\" is invalid: metadata.uid: Invalid value: \"{UID}\": field is immutable"
+                    )
+                );
+            } else {
+                assert_eq!(code, 409, "{status}");
+                assert_eq!(status["reason"], "Conflict");
+            }
+        }
+    }
+    assert_eq!(hooks.calls("/").len(), 4);
+    let (_, after) = h.raw("GET", &path, None, "").await;
+    assert_eq!(after, stored, "nothing was written");
+}
