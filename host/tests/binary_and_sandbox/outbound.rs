@@ -662,6 +662,61 @@ async fn a_read_only_grant_refuses_writes_before_sending() {
     );
     assert_eq!(server.total(), 0);
     assert_eq!(run(&p, "get", TIMEOUT).await, Ok(Action::done()));
+    assert_eq!(server.total(), 1);
+}
+
+/// Servers that read a method-override header take it as the method: a
+/// GET that names DELETE there is judged as a DELETE, by the grant's rules
+/// and by a read-only grant, and nothing is sent.
+#[tokio::test]
+async fn a_method_override_header_is_judged_as_the_method_it_names() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let url = format!("http://localhost:{}/ok", server.port());
+    let cases = json!({
+        "delete": { "url": url, "headers": [["X-HTTP-Method-Override", "delete"]] },
+        "put": { "url": url, "headers": [["X-Method-Override", "PUT"]] },
+        "garbled": { "url": url, "headers": [["X-HTTP-Method", "x".repeat(64)]] },
+    });
+    // GET and PUT to the server: a DELETE in disguise has no rule.
+    let p = plugin(
+        &rt,
+        cases.clone(),
+        grant(&server, OutboundLimits::default()),
+    )
+    .await;
+    let deleted = run(&p, "delete", TIMEOUT).await;
+    let (_, message) = refusal(&deleted);
+    assert!(
+        message.contains("DELETE http://localhost:")
+            && message.contains("no rule of the plugin's outbound grant allows it"),
+        "{message}"
+    );
+    let garbled = run(&p, "garbled", TIMEOUT).await;
+    let (_, message) = refusal(&garbled);
+    assert!(
+        message.contains("a x-http-method header of 64 bytes that is not a method is refused"),
+        "{message}"
+    );
+    assert_eq!(server.total(), 0);
+    // PUT is granted, so a GET that names it is sent.
+    assert_eq!(run(&p, "put", TIMEOUT).await, Ok(Action::done()));
+    assert_eq!(server.hits("/ok"), 1);
+    // A shadow candidate sends no PUT, whatever header carries it.
+    let shadow = plugin(
+        &rt,
+        cases,
+        grant(&server, OutboundLimits::default()).read_only(),
+    )
+    .await;
+    let shadowed = run(&shadow, "put", TIMEOUT).await;
+    let (_, message) = refusal(&shadowed);
+    assert!(
+        message.contains("PUT http://localhost:")
+            && message.contains("a shadow candidate sends only GET and HEAD"),
+        "{message}"
+    );
+    assert_eq!(server.hits("/ok"), 1);
 }
 
 /// The component declares its destinations through the

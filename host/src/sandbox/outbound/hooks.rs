@@ -125,30 +125,42 @@ impl OutboundHooks {
                 }
             }
         }
-        if (self.grant.read_only || self.call.reviewing) && !matches!(method, "GET" | "HEAD") {
-            return Err(Refusal {
-                reason: DenyReason::ReadOnly,
-                message: format!(
-                    "{method} {}: {} sends only GET and HEAD requests",
-                    dest.shown,
-                    if self.call.reviewing {
-                        "an admission review"
-                    } else {
-                        "a shadow candidate"
-                    }
-                ),
-            });
+        // Many servers take a method-override header as the method, so each
+        // one named is judged as the request's method is: a GET that a
+        // server reads as DELETE needs a rule that allows DELETE.
+        let overrides = method_overrides(request, &dest)?;
+        let mut found = Vec::with_capacity(1);
+        for method in std::iter::once(method).chain(overrides.iter().map(String::as_str)) {
+            if (self.grant.read_only || self.call.reviewing) && !matches!(method, "GET" | "HEAD") {
+                return Err(Refusal {
+                    reason: DenyReason::ReadOnly,
+                    message: format!(
+                        "{method} {}: {} sends only GET and HEAD requests",
+                        dest.shown,
+                        if self.call.reviewing {
+                            "an admission review"
+                        } else {
+                            "a shadow candidate"
+                        }
+                    ),
+                });
+            }
+            let Some(allowed) = self.grant.find(&dest, method) else {
+                return Err(Refusal {
+                    reason: DenyReason::NotAllowed,
+                    message: format!(
+                        "{method} {}: no rule of the plugin's outbound grant allows it ({})",
+                        dest.shown,
+                        self.rules_named()
+                    ),
+                });
+            };
+            found.push(allowed);
         }
-        let Some((index, rule)) = self.grant.find(&dest, method) else {
-            return Err(Refusal {
-                reason: DenyReason::NotAllowed,
-                message: format!(
-                    "{method} {}: no rule of the plugin's outbound grant allows it ({})",
-                    dest.shown,
-                    self.rules_named()
-                ),
-            });
-        };
+        let (index, rule) = found[0];
+        // An internal address is reached only if every rule that allowed
+        // one of the request's methods allows it.
+        let private = found.iter().all(|(_, r)| r.private);
         let announced = request
             .headers()
             .get(http::header::CONTENT_LENGTH)
@@ -172,7 +184,7 @@ impl OutboundHooks {
         Ok(Checked::Send(Plan {
             secrets,
             rule: format!("outbound[{index}] ({rule})"),
-            private: rule.private,
+            private,
             host_label: rule_host(&rule.url),
             record,
             dest,
@@ -188,6 +200,41 @@ impl OutboundHooks {
             n => format!("its rules: {}; and {} more", rules[..8].join("; "), n - 8),
         }
     }
+}
+
+/// The headers by which common HTTP frameworks let a request name another
+/// method than its own.
+const METHOD_OVERRIDE_HEADERS: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// The methods `request` names in method-override headers, each bounded
+/// as a method is.
+fn method_overrides(
+    request: &http::Request<WasiBody>,
+    dest: &Destination,
+) -> Result<Vec<String>, Refusal> {
+    let mut methods = Vec::new();
+    for name in METHOD_OVERRIDE_HEADERS {
+        for value in request.headers().get_all(name) {
+            let method = value
+                .to_str()
+                .ok()
+                .filter(|m| m.len() <= MAX_METHOD_BYTES && !m.is_empty())
+                .ok_or_else(|| Refusal {
+                    reason: DenyReason::Url,
+                    message: format!(
+                        "{}: a {name} header of {} bytes that is not a method is refused (at most {MAX_METHOD_BYTES} bytes of text)",
+                        dest.shown,
+                        value.len()
+                    ),
+                })?;
+            methods.push(method.trim().to_ascii_uppercase());
+        }
+    }
+    Ok(methods)
 }
 
 /// What the checks decided: send the request, or (in a replay) answer it
