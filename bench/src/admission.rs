@@ -291,6 +291,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             ca_secret: None,
             client_ca_file: None,
             register: false,
+            reapply_interval: std::time::Duration::from_secs(600),
         };
         let stop = CancellationToken::new();
         let server = WebhookServer::start(

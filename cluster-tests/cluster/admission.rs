@@ -718,3 +718,59 @@ async fn a_renewed_mounted_certificate_is_registered_with_its_new_ca() {
     );
     host.stop().await.unwrap();
 }
+
+/// A configuration deleted or edited by someone else is put back at the
+/// next `reapplyInterval`: the plugin's reviews do not stop being asked
+/// for in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_or_edited_configuration_is_put_back() {
+    let cluster = Cluster::start().await;
+    let text = config(artifacts::GATEKEEPER, "protect").replace(
+        "webhook: { bind: \"127.0.0.1:0\" }",
+        "webhook: { bind: \"127.0.0.1:0\", reapplyInterval: 1s }",
+    );
+    let host = cluster.host(&text).await;
+    registered(&cluster, "gatekeeper").await;
+    let policy = || {
+        cluster.kubectl(&[
+            "get",
+            "validatingwebhookconfiguration",
+            "wasmctrl-gatekeeper",
+            "-o",
+            "jsonpath={.webhooks[0].failurePolicy}",
+        ])
+    };
+    assert_eq!(policy().trim(), "Fail");
+
+    // The patch's answer is the object as stored: the edit took.
+    let edited = cluster.kubectl(&[
+        "patch",
+        "validatingwebhookconfiguration",
+        "wasmctrl-gatekeeper",
+        "--type=json",
+        "-p",
+        r#"[{"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Ignore"}]"#,
+        "-o",
+        "jsonpath={.webhooks[0].failurePolicy}",
+    ]);
+    assert_eq!(edited.trim(), "Ignore");
+    eventually(
+        "the edited configuration put back",
+        Duration::from_secs(60),
+        || async { (policy().trim() == "Fail").then_some(()) },
+    )
+    .await;
+
+    cluster.kubectl(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        "wasmctrl-gatekeeper",
+    ]);
+    registered(&cluster, "gatekeeper").await;
+    refused(
+        &cluster,
+        "forbid-1",
+        &["denied the request: forbidden by the gatekeeper"],
+    );
+    host.stop().await.unwrap();
+}

@@ -8,6 +8,7 @@
 //!   certDir: /certs                  # tls.crt, tls.key (and ca.crt): cert-manager's Secret
 //!   clientCAFile: /etc/kubernetes/admission-client-ca.crt   # only callers this CA signed
 //!   service: { namespace: wasmctrl, name: wasmctrl-webhook }   # or url: https://host:port
+//!   reapplyInterval: 10m             # put back configurations deleted or edited by others
 //! plugins:
 //!   - name: webapp
 //!     admission: { mode: monitor }   # allow everything, record what would be denied
@@ -15,10 +16,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::error::FieldProblem;
+use super::units::duration;
 use crate::meta::syntax as validate;
 
 /// The `webhook` section.
@@ -59,7 +62,23 @@ pub struct WebhookSection {
     /// by hand (`wasmctrl rbac` still lists the permissions it would need).
     #[serde(default = "yes")]
     pub register: bool,
+    /// With `register`: how often every configuration is applied again
+    /// though nothing changed, so that one deleted or edited by someone
+    /// else is put back (an apply that changes nothing writes nothing).
+    #[serde(default = "reapply_interval", deserialize_with = "duration")]
+    pub reapply_interval: Duration,
 }
+
+/// A deleted configuration leaves the plugin's reviews unasked for at
+/// most this long; re-applying a thousand plugins' configurations every
+/// ten minutes is about three requests a second.
+fn reapply_interval() -> Duration {
+    Duration::from_secs(600)
+}
+
+/// The shortest `reapplyInterval`: each one writes to the API server once
+/// per configuration.
+const MIN_REAPPLY_INTERVAL: Duration = Duration::from_secs(1);
 
 fn yes() -> bool {
     true
@@ -106,6 +125,15 @@ impl WebhookSection {
                 .map_err(|e| FieldProblem::new("webhook.caSecret.namespace", e.to_string()))?;
             validate::dns_subdomain("name", &s.name)
                 .map_err(|e| FieldProblem::new("webhook.caSecret.name", e.to_string()))?;
+        }
+        if self.reapply_interval < MIN_REAPPLY_INTERVAL {
+            return Err(FieldProblem::new(
+                "webhook.reapplyInterval",
+                format!(
+                    "{:?} is shorter than {MIN_REAPPLY_INTERVAL:?}: each one applies every plugin's configurations",
+                    self.reapply_interval
+                ),
+            ));
         }
         if let Some(url) = &self.url {
             check_url(url).map_err(|m| FieldProblem::new("webhook.url", m))?;

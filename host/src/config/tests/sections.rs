@@ -1,4 +1,5 @@
-//! The host-wide sections: `leaderElection`, `runtime.guestCpu`, `cache`.
+//! The host-wide sections: `leaderElection`, `runtime.guestCpu`, `cache`,
+//! `webhook`.
 
 use super::*;
 
@@ -57,4 +58,27 @@ fn the_cache_strips_managed_fields_unless_told_to_keep_them() {
         let err = with(bad).unwrap_err().to_string();
         assert!(err.contains(named), "{bad}: {err}");
     }
+}
+
+#[test]
+fn webhook_configurations_are_applied_again_every_ten_minutes_unless_told() {
+    let with = |webhook: &str| {
+        let text = FULL.replace(
+            "shutdownTimeout: 45s",
+            &format!("shutdownTimeout: 45s\nwebhook: {webhook}"),
+        );
+        parse(&text)
+    };
+    let c = with(r#"{ bind: "127.0.0.1:0" }"#).unwrap();
+    let webhook = c.webhook.unwrap();
+    assert_eq!(webhook.reapply_interval, Duration::from_secs(600));
+    let c = with(r#"{ bind: "127.0.0.1:0", reapplyInterval: 30s }"#).unwrap();
+    assert_eq!(c.webhook.unwrap().reapply_interval, Duration::from_secs(30));
+    let err = with(r#"{ bind: "127.0.0.1:0", reapplyInterval: 100ms }"#)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("webhook.reapplyInterval") && err.contains("shorter than 1s"),
+        "{err}"
+    );
 }

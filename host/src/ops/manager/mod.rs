@@ -368,7 +368,13 @@ impl Manager {
             )
             .await?;
             let registrar = section.register.then(|| {
-                Registrar::start(host.client.clone(), &server, reviewers, host.stop.clone())
+                Registrar::start(
+                    host.client.clone(),
+                    &server,
+                    reviewers,
+                    section.reapply_interval,
+                    host.stop.clone(),
+                )
             });
             let _ = host.webhook.set((server, registrar));
         }

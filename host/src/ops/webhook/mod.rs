@@ -431,7 +431,10 @@ impl Drop for Counted {
 
 /// Keeps every plugin's webhook configurations as its webhooks are: told
 /// of a change, it reads the plugin's webhooks then (so a burst of changes
-/// is one write) and applies them, retrying on failure.
+/// is one write) and applies them, retrying on failure. Every
+/// `reapply` it applies them all again, which puts back a configuration
+/// someone else deleted or edited: without it the plugin's reviews would
+/// stop being asked for, and nothing would say so.
 pub struct Registrar {
     changes: mpsc::UnboundedSender<String>,
 }
@@ -445,11 +448,13 @@ const CA_CHECK: Duration = Duration::from_secs(5);
 
 impl Registrar {
     /// Starts registering with `client` toward `server`, reading each
-    /// plugin's webhooks from `reviewers`, until `stop`.
+    /// plugin's webhooks from `reviewers`, applying all again every
+    /// `reapply`, until `stop`.
     pub fn start(
         client: kube::Client,
         server: &WebhookServer,
         reviewers: Arc<dyn Reviewers>,
+        reapply: Duration,
         stop: CancellationToken,
     ) -> Self {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
@@ -461,6 +466,9 @@ impl Registrar {
             let mut applied: BTreeMap<String, Vec<Webhook>> = BTreeMap::new();
             let mut ca_check = tokio::time::interval(CA_CHECK);
             ca_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut reapplying =
+                tokio::time::interval_at(tokio::time::Instant::now() + reapply, reapply);
+            reapplying.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 let name = tokio::select! {
                     _ = stop.cancelled() => return,
@@ -476,6 +484,13 @@ impl Registrar {
                             for name in std::mem::take(&mut applied).into_keys() {
                                 let _ = retry.send(name);
                             }
+                        }
+                        continue;
+                    }
+                    _ = reapplying.tick() => {
+                        tracing::debug!(plugins = applied.len(), "applying the webhook configurations again");
+                        for name in std::mem::take(&mut applied).into_keys() {
+                            let _ = retry.send(name);
                         }
                         continue;
                     }
