@@ -239,6 +239,14 @@ impl ApiError {
         }
     }
 
+    /// 504: the request's deadline passed before it was done, as
+    /// upstream's handlers answer on a done context.
+    pub(crate) fn request_timeout() -> Self {
+        ApiError::Timeout(
+            "request did not complete within requested timeout - context deadline exceeded".into(),
+        )
+    }
+
     /// 409 Conflict for a stale resourceVersion, worded as the real server does
     /// because some clients match on it.
     pub(crate) fn stale(group: &str, plural: &str, name: &str) -> Self {

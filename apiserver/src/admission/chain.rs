@@ -284,25 +284,40 @@ impl Webhooks {
             .map_err(|e| calling(format!("could not get REST client: {e}")))?;
         let uid = uuid::Uuid::new_v4().to_string();
         let body = review::request_body(&uid, attrs, invocation, object, old);
-        let dest = client::destination(&hook.endpoint, hook.timeout, |ns, name, port| {
+        // No webhook is given longer than its request has left.
+        let timeout = match attrs.deadline {
+            Some(deadline) => hook
+                .timeout
+                .min(deadline.saturating_duration_since(tokio::time::Instant::now())),
+            None => hook.timeout,
+        };
+        let dest = client::destination(&hook.endpoint, timeout, |ns, name, port| {
             env.service_address(ns, name, port)
         });
-        let answer = client::post(&dest, tls, body, hook.timeout)
-            .await
-            .map_err(|e| {
-                if matches!(e, CallError::TooLarge) {
-                    self.metrics.exceeded(Limit::WebhookResponse);
+        let answer = client::post(&dest, tls, body, timeout).await.map_err(|e| {
+            if matches!(e, CallError::TooLarge) {
+                self.metrics.exceeded(Limit::WebhookResponse);
+            }
+            match e {
+                // The request's own deadline, not the webhook's: the
+                // request has timed out, whatever the failure policy
+                // (upstream's write then fails on its done context).
+                CallError::Deadline
+                    if attrs
+                        .deadline
+                        .is_some_and(|d| tokio::time::Instant::now() >= d) =>
+                {
+                    HookError::Refused(ApiError::request_timeout())
                 }
-                match e {
-                    // client-go reads the answer of a non-2xx status into
-                    // a Status error: no URL error wraps it.
-                    CallError::Status(_) => calling(format!("failed to call webhook: {e}")),
-                    e => calling(format!(
-                        "failed to call webhook: Post {}: {e}",
-                        go_quote(&dest.shown)
-                    )),
-                }
-            })?;
+                // client-go reads the answer of a non-2xx status into
+                // a Status error: no URL error wraps it.
+                CallError::Status(_) => calling(format!("failed to call webhook: {e}")),
+                e => calling(format!(
+                    "failed to call webhook: Post {}: {e}",
+                    go_quote(&dest.shown)
+                )),
+            }
+        })?;
         let verdict =
             review::verify(&uid, hook.kind == ConfigKind::Mutating, &answer).map_err(|e| {
                 if matches!(
@@ -500,6 +515,7 @@ mod tests {
             options: Value::Null,
             caller,
             equivalent_versions: &[],
+            deadline: None,
         }
     }
 

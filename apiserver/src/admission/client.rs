@@ -75,7 +75,9 @@ pub(crate) fn destination(
     timeout: Duration,
     resolve: impl FnOnce(&str, &str, u16) -> Result<SocketAddr, String>,
 ) -> Destination {
-    let query = format!("timeout={}s", timeout.as_secs().max(1));
+    // As upstream: the time the call has, rounded up to a second.
+    let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
+    let query = format!("timeout={}s", seconds.max(1));
     match endpoint {
         Endpoint::Url(url) => {
             let host = match url.host() {

@@ -190,6 +190,7 @@ mod tests {
             options: Value::Null,
             caller: &caller,
             equivalent_versions: versions,
+            deadline: None,
         };
         f(&attrs)
     }

@@ -119,6 +119,8 @@ pub(crate) struct Attributes<'a> {
     /// The other served versions of the resource, which differ from the
     /// requested one only in `apiVersion` (for `matchPolicy: Equivalent`).
     pub(crate) equivalent_versions: &'a [String],
+    /// When the request must be answered: no webhook is given longer.
+    pub(crate) deadline: Option<tokio::time::Instant>,
 }
 
 /// What admission needs to know of the cluster.

@@ -545,6 +545,7 @@ mod tests {
             options: json!({"apiVersion": "meta.k8s.io/v1", "kind": "UpdateOptions"}),
             caller: &caller,
             equivalent_versions: &[],
+            deadline: None,
         };
         let inv = Invocation { kind, resource };
         let old = json!({"metadata": {"name": "web"}});

@@ -39,6 +39,19 @@ impl Harness {
         client_for(&self.server.kubeconfig()).await
     }
 
+    /// A client that asks once: kube's client retries a 429, 503 or 504,
+    /// which a test of those answers must see as they are.
+    pub async fn client_without_retries(&self) -> kube::Client {
+        let mut config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::from_yaml(&self.server.kubeconfig()).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        config.default_retry = false;
+        kube::Client::try_from(config).unwrap()
+    }
+
     /// A raw request through kube's client (TLS + token) returning status
     /// code and parsed JSON body.
     pub async fn raw(

@@ -327,14 +327,7 @@ async fn paginated_lists_are_consistent_across_continue_and_expire_with_410() {
             "/api/v1/namespaces/default/configmaps?resourceVersion={rv}&resourceVersionMatch=Exact"
         )
     };
-    let mut once = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::from_yaml(&h.server.kubeconfig()).unwrap(),
-        &Default::default(),
-    )
-    .await
-    .unwrap();
-    once.default_retry = false;
-    let once = kube::Client::try_from(once).unwrap();
+    let once = h.client_without_retries().await;
     let (code, body) =
         crate::common::raw(&once, "GET", &path(&future.to_string()), None, b"").await;
     assert_eq!(code, 504, "{body}");

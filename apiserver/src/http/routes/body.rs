@@ -109,6 +109,7 @@ pub(super) fn write_ctx(
         dry_run,
         strict: q.get("fieldValidation") == Some("Strict"),
         query,
+        deadline: scope.deadline(),
         warnings: scope.warnings.clone(),
         audit_annotations: scope.audit_annotations.clone(),
         caller: Some(Arc::new(Caller {

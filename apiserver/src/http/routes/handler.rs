@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
 
 use super::dispatch::dispatch;
@@ -129,6 +129,7 @@ async fn serve(
     scope: &RequestScope,
     user: &UserInfo,
 ) -> Response {
+    let started = tokio::time::Instant::now();
     let target = info
         .is_resource
         .then_some((info.group.as_str(), info.resource.as_str()));
@@ -149,7 +150,23 @@ async fn serve(
         scope,
         user,
     };
-    let result = dispatch(shared, segs, info, req).await;
+    let writes = matches!(
+        parts.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    let result = if writes {
+        match super::deadline::write_deadline(query, started) {
+            Ok(deadline) => {
+                scope.set_deadline(deadline);
+                tokio::time::timeout_at(deadline, dispatch(shared, segs, info, req))
+                    .await
+                    .unwrap_or_else(|_| Err(ApiError::request_timeout()))
+            }
+            Err(e) => Err(e),
+        }
+    } else {
+        dispatch(shared, segs, info, req).await
+    };
     let mut response = result.unwrap_or_else(|e| {
         tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code(), error = %e, "request failed");
         e.into_response()

@@ -15,6 +15,7 @@
 
 mod body;
 mod collection;
+mod deadline;
 mod dispatch;
 mod handler;
 mod params;

@@ -123,6 +123,7 @@ impl Admitting<'_> {
             options,
             caller: self.caller,
             equivalent_versions: &self.equivalent_versions,
+            deadline: self.ctx.deadline,
         }
     }
 

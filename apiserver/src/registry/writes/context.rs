@@ -25,6 +25,9 @@ pub(crate) struct WriteCtx {
     /// The write options the request's query set, as admission webhooks
     /// are shown them.
     pub(crate) query: QueryOptions,
+    /// When the request must be answered: admission webhooks are called
+    /// with no more than the time left. None for the server's own writes.
+    pub(crate) deadline: Option<tokio::time::Instant>,
     /// `Warning` headers for the response (pruned unknown fields under the
     /// default `fieldValidation=Warn`, admission webhooks' warnings).
     /// Shared with the HTTP layer, which adds them to the response whether
@@ -85,6 +88,7 @@ impl WriteCtx {
             dry_run: false,
             strict: false,
             query: QueryOptions::default(),
+            deadline: None,
             warnings: Default::default(),
             audit_annotations: Default::default(),
             caller: None,

@@ -553,6 +553,71 @@ async fn a_webhook_that_never_answers_fails_closed_or_open_by_policy() {
     );
 }
 
+/// A write has its `?timeout=` (as `kubectl --request-timeout` sends it),
+/// at most the server's 60 s: a webhook is given no more than what is
+/// left, and when it runs out the write is a 504 whatever the webhook's
+/// failure policy, as upstream's, and nothing is stored.
+#[tokio::test]
+async fn a_write_ends_at_its_own_timeout_whatever_the_webhooks_allow() {
+    let h = Harness::start().await;
+    let hooks = WebhookServer::start(|_| Reply::Hang).await;
+    configure(
+        &h,
+        VALIDATING,
+        "slow",
+        vec![with(
+            hook(
+                "slow.example.com",
+                &hooks,
+                "/hang",
+                rule(&["CREATE"], &["configmaps"]),
+            ),
+            json!({"timeoutSeconds": 30, "failurePolicy": "Ignore"}),
+        )],
+    )
+    .await;
+    let once = h.client_without_retries().await;
+    let (code, status) = crate::common::raw(
+        &once,
+        "POST",
+        &format!("{CONFIGMAPS}?timeout=1s"),
+        None,
+        configmap("late", json!({})).as_bytes(),
+    )
+    .await;
+    assert_eq!(code, 504, "{status}");
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["message"],
+        "Timeout: request did not complete within requested timeout - context deadline exceeded"
+    );
+    let calls = hooks.calls("/hang");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        calls[0].query, "timeout=1s",
+        "the time left, not the webhook's 30 s"
+    );
+    assert_eq!(
+        h.raw("GET", &format!("{CONFIGMAPS}/late"), None, "")
+            .await
+            .0,
+        404
+    );
+    let (code, status) = h
+        .raw(
+            "POST",
+            &format!("{CONFIGMAPS}?timeout=soon"),
+            None,
+            &configmap("late", json!({})),
+        )
+        .await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "invalid timeout specified in the request URL - time: invalid duration \"soon\""
+    );
+}
+
 /// A webhook answering an HTTP error instead of a review is a call
 /// failure worded as client-go words a Status error: no URL before it.
 #[tokio::test]
