@@ -107,9 +107,8 @@ pub(super) fn write_ctx(
     Ok(WriteCtx {
         manager,
         dry_run,
-        strict: q.get("fieldValidation") == Some("Strict"),
         query,
-        deadline: scope.deadline(),
+        deadline: req.deadline,
         warnings: scope.warnings.clone(),
         audit_annotations: scope.audit_annotations.clone(),
         caller: Some(Arc::new(Caller {

@@ -142,6 +142,17 @@ async fn serve(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
+    let writes = matches!(
+        parts.method,
+        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
+    );
+    let deadline = match writes
+        .then(|| super::deadline::write_deadline(query, started))
+        .transpose()
+    {
+        Ok(deadline) => deadline,
+        Err(e) => return e.into_response(),
+    };
     let req = Req {
         method: &parts.method,
         q: query,
@@ -149,23 +160,14 @@ async fn serve(
         body: &body,
         scope,
         user,
+        deadline,
     };
-    let writes = matches!(
-        parts.method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    );
-    let result = if writes {
-        match super::deadline::write_deadline(query, started) {
-            Ok(deadline) => {
-                scope.set_deadline(deadline);
-                tokio::time::timeout_at(deadline, dispatch(shared, segs, info, req))
-                    .await
-                    .unwrap_or_else(|_| Err(ApiError::request_timeout()))
-            }
-            Err(e) => Err(e),
-        }
-    } else {
-        dispatch(shared, segs, info, req).await
+    let dispatched = dispatch(shared, segs, info, req);
+    let result = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, dispatched)
+            .await
+            .unwrap_or_else(|_| Err(ApiError::request_timeout())),
+        None => dispatched.await,
     };
     let mut response = result.unwrap_or_else(|e| {
         tracing::debug!(method = %parts.method, path = %parts.uri.path(), code = e.code(), error = %e, "request failed");

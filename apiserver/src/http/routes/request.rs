@@ -1,7 +1,7 @@
 //! A request as the handlers see it, and the state they leave for the
 //! layer that answers it.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, Method};
 use serde_json::Value;
@@ -27,8 +27,6 @@ pub(super) struct RequestScope {
     pub(super) warnings: Arc<Mutex<Warnings>>,
     /// Audit annotations admission webhooks added.
     pub(super) audit_annotations: Arc<Mutex<Vec<(String, String)>>>,
-    /// When a write must be answered (see [`super::deadline`]).
-    deadline: OnceLock<tokio::time::Instant>,
 }
 
 impl RequestScope {
@@ -43,14 +41,6 @@ impl RequestScope {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-    }
-
-    pub(super) fn set_deadline(&self, deadline: tokio::time::Instant) {
-        let _ = self.deadline.set(deadline);
-    }
-
-    pub(super) fn deadline(&self) -> Option<tokio::time::Instant> {
-        self.deadline.get().copied()
     }
 
     pub(super) fn take_pending(&self) -> Vec<Durable> {
@@ -84,4 +74,7 @@ pub(super) struct Req<'a> {
     pub(super) scope: &'a RequestScope,
     /// Whom the request acts as (after impersonation).
     pub(super) user: &'a UserInfo,
+    /// When a write must be answered (see [`super::deadline`]); None for
+    /// reads.
+    pub(super) deadline: Option<tokio::time::Instant>,
 }

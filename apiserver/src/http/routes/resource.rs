@@ -84,6 +84,7 @@ pub(super) async fn resource(
         body,
         scope,
         user,
+        ..
     } = req;
     let t = target(&shared.objects.registry(), request)?;
     let info = t.info.clone();

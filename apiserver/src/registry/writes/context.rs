@@ -19,9 +19,6 @@ pub(crate) struct WriteCtx {
     pub(crate) manager: String,
     /// `dryRun=All`: compute and answer, store nothing, emit nothing.
     pub(crate) dry_run: bool,
-    /// `fieldValidation=Strict`: unknown fields of a custom resource are a
-    /// 400 instead of being pruned.
-    pub(crate) strict: bool,
     /// The write options the request's query set, as admission webhooks
     /// are shown them.
     pub(crate) query: QueryOptions,
@@ -81,12 +78,17 @@ pub(crate) struct QueryOptions {
 }
 
 impl WriteCtx {
+    /// `fieldValidation=Strict`: unknown fields of a custom resource are a
+    /// 400 instead of being pruned.
+    pub(crate) fn strict(&self) -> bool {
+        self.query.field_validation == Some("Strict")
+    }
+
     /// A server-internal writer (garbage collector, namespace controller).
     pub(crate) fn system(manager: &str) -> Self {
         WriteCtx {
             manager: manager.to_string(),
             dry_run: false,
-            strict: false,
             query: QueryOptions::default(),
             deadline: None,
             warnings: Default::default(),

@@ -90,7 +90,7 @@ pub(super) fn apply_schema(
             crate::registry::schema::MAX_DEFAULTED_BYTES
         )));
     }
-    if ctx.strict && !out.pruned.is_empty() {
+    if ctx.strict() && !out.pruned.is_empty() {
         let fields = out
             .pruned
             .iter()
