@@ -27,7 +27,7 @@ pub mod patch;
 mod registration;
 mod review;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -446,6 +446,19 @@ const RETRY: Duration = Duration::from_secs(2);
 /// mounted `ca.crt` renewed); each look is a stat of the mounted files.
 const CA_CHECK: Duration = Duration::from_secs(5);
 
+/// Marks every applied plugin to be applied again, and asks for each.
+fn all_due(
+    applied: &BTreeMap<String, Vec<Webhook>>,
+    due: &mut BTreeSet<String>,
+    ask: &mpsc::UnboundedSender<String>,
+) {
+    for name in applied.keys() {
+        if due.insert(name.clone()) {
+            let _ = ask.send(name.clone());
+        }
+    }
+}
+
 impl Registrar {
     /// Starts registering with `client` toward `server`, reading each
     /// plugin's webhooks from `reviewers`, applying all again every
@@ -464,6 +477,8 @@ impl Registrar {
         let mut ca = certs.ca_bundle();
         tokio::spawn(async move {
             let mut applied: BTreeMap<String, Vec<Webhook>> = BTreeMap::new();
+            // Plugins to apply again though their webhooks are as applied.
+            let mut due = BTreeSet::new();
             let mut ca_check = tokio::time::interval(CA_CHECK);
             ca_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut reapplying =
@@ -481,17 +496,13 @@ impl Registrar {
                         if now != ca {
                             tracing::info!(plugins = applied.len(), "webhook CA changed; registering again");
                             ca = now;
-                            for name in std::mem::take(&mut applied).into_keys() {
-                                let _ = retry.send(name);
-                            }
+                            all_due(&applied, &mut due, &retry);
                         }
                         continue;
                     }
                     _ = reapplying.tick() => {
                         tracing::debug!(plugins = applied.len(), "applying the webhook configurations again");
-                        for name in std::mem::take(&mut applied).into_keys() {
-                            let _ = retry.send(name);
-                        }
+                        all_due(&applied, &mut due, &retry);
                         continue;
                     }
                 };
@@ -501,15 +512,22 @@ impl Registrar {
                     .unwrap_or_default();
                 // The first look at a plugin always writes: configurations a
                 // former run left behind are brought in line (or deleted).
-                if applied.get(&name) == Some(&webhooks) {
+                let changed = applied.get(&name) != Some(&webhooks);
+                if !due.remove(&name) && !changed {
                     continue;
                 }
                 match register(&client, &name, &webhooks, &endpoint, ca.as_deref()).await {
                     Ok(()) => {
-                        tracing::info!(plugin = %name, webhooks = webhooks.len(), "webhook configurations applied");
+                        if changed {
+                            tracing::info!(plugin = %name, webhooks = webhooks.len(), "webhook configurations applied");
+                        } else {
+                            tracing::debug!(plugin = %name, "webhook configurations applied again");
+                        }
                         applied.insert(name, webhooks);
                     }
                     Err(e) => {
+                        // Forgotten, so the retry writes whatever it finds.
+                        applied.remove(&name);
                         tracing::error!(plugin = %name, "cannot apply the plugin's webhook configurations (retrying): {e}");
                         let retry = retry.clone();
                         let stop = stop.clone();
