@@ -49,14 +49,18 @@ pub fn detect(dir: &Path, language: Option<Language>) -> Result<Language, BuildE
 /// (what `wasmctrl build` writes by default), or
 /// `<workspace>/target/wasm32-wasip2/release/<crate>.wasm` of a Rust crate.
 /// Used by `wasmctrl dev` to build a plugin whose component is missing.
+/// A relative `component` is taken from the current directory, and the
+/// source returned is absolute (a config in the current directory names
+/// `target/…`, whose project is `.`, not an empty path).
 pub fn source_of(component: &Path) -> Option<(PathBuf, BuildOptions)> {
+    let component = std::path::absolute(component).ok()?;
     let parent = component.parent()?;
     if parent.file_name()? == "target" {
         let dir = parent.parent()?;
         for language in [Language::Python, Language::JavaScript] {
             if dir.join(language.project_file()).is_file() {
                 let options = BuildOptions {
-                    out: Some(component.to_path_buf()),
+                    out: Some(component.clone()),
                     language: Some(language),
                     ..BuildOptions::default()
                 };
@@ -68,7 +72,7 @@ pub fn source_of(component: &Path) -> Option<(PathBuf, BuildOptions)> {
     let workspace = target.parent()?.parent()?;
     let krate = component.file_stem()?.to_string_lossy().replace('_', "-");
     let options = BuildOptions {
-        out: Some(component.to_path_buf()),
+        out: Some(component.clone()),
         language: Some(Language::Rust),
         package: Some(krate),
         ..BuildOptions::default()

@@ -61,6 +61,15 @@ fn dev_finds_the_source_of_a_missing_component() {
     assert_eq!(options.language, Some(Language::Rust));
 
     assert!(source_of(Path::new("/somewhere/plugin.wasm")).is_none());
+
+    // A config in the current directory names its component relatively.
+    let relative = Path::new("target/wasm32-wasip2/release/my_plugin.wasm");
+    let (source, options) = source_of(relative).unwrap();
+    assert_eq!(source, std::env::current_dir().unwrap());
+    assert_eq!(
+        options.out.as_deref(),
+        Some(std::env::current_dir().unwrap().join(relative).as_path())
+    );
 }
 
 #[test]
