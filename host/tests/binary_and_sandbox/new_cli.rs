@@ -4,6 +4,13 @@
 //! makes the sample Ready with no edit, and an edit of the source is
 //! rebuilt and swapped in (a broken edit first, which keeps the running
 //! version serving).
+//!
+//! Each project is written afresh to the same directory outside the
+//! repository on every run, and a Rust project builds into a target
+//! directory kept in the suite's own: cargo then reuses the registry
+//! crates' builds from the run before and compiles only the project's own
+//! crates, as an author's second build does. The project is new each run;
+//! only compiled dependencies are kept.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,16 +38,26 @@ pub(crate) fn toolchains() -> PathBuf {
     }
 }
 
+/// The target directory the scaffolded Rust projects build into:
+/// `<target>/tmp/new-plugins-target`, not this build's own (the scaffold is
+/// a project of its own, with its own profiles and lock file).
+fn scaffold_target() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("new-plugins-target")
+}
+
+/// Points `command` at a scaffolded project's build environment: its
+/// target dir ([`scaffold_target`]) and the suite's toolchain cache.
+fn scaffold_env(command: &mut Command) -> &mut Command {
+    command
+        .env("CARGO_TARGET_DIR", scaffold_target())
+        .env("WASMCTRL_TOOLCHAINS", toolchains())
+}
+
 /// Runs `command` to success in `dir`, printing how long it took; panics
 /// with its output otherwise.
 fn succeeds(what: &str, dir: &Path, command: &mut Command) {
     let started = Instant::now();
-    let out = command
-        .current_dir(dir)
-        // The scaffold is a project of its own: nothing of this build's
-        // cargo environment may leak into it (its target dir above all).
-        .env_remove("CARGO_TARGET_DIR")
-        .env("WASMCTRL_TOOLCHAINS", toolchains())
+    let out = scaffold_env(command.current_dir(dir))
         .output()
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(
@@ -53,17 +70,32 @@ fn succeeds(what: &str, dir: &Path, command: &mut Command) {
     eprintln!("{what}: {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// `wasmctrl new NAME --lang LANG ARGS…` into a fresh temporary directory;
-/// the temporary directory and the project in it.
-fn new_project(name: &str, lang: &str, args: &[&str]) -> (tempfile::TempDir, PathBuf) {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join(name);
+/// A scaffolded project's directory, removed when dropped.
+struct Project(PathBuf);
+
+impl Drop for Project {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `wasmctrl new NAME --lang LANG ARGS…` into an emptied directory outside
+/// the repository, the same one every run (cargo keys a path crate's
+/// builds by its path), named after this suite's target directory so two
+/// checkouts never share it; the directory's guard and the project in it.
+fn new_project(name: &str, lang: &str, args: &[&str]) -> (Project, PathBuf) {
+    let suite = wasmctrl::sandbox::digest(env!("CARGO_TARGET_TMPDIR").as_bytes());
+    let parent = std::env::temp_dir().join(format!("wasmctrl-new-{name}-{}", &suite[7..19]));
+    let _ = std::fs::remove_dir_all(&parent);
+    std::fs::create_dir_all(&parent).unwrap();
+    let guard = Project(parent.clone());
+    let dir = parent.join(name);
     let mut new = wasmctrl();
     new.args(["new", name, "--lang", lang, "--dir"])
         .arg(&dir)
         .args(args);
-    succeeds("wasmctrl new", tmp.path(), &mut new);
-    (tmp, dir)
+    succeeds("wasmctrl new", &parent, &mut new);
+    (guard, dir)
 }
 
 /// `wasmctrl build .`, then `wasmctrl dev --config wasmctrl.yaml --apply .`
@@ -76,12 +108,8 @@ async fn dev_makes_the_sample_ready(dir: &Path, resource: &str, interpreted: boo
 
     let kubeconfig = dir.join(".wasmctrl").join("kubeconfig");
     let mut command = wasmctrl();
-    // `--watch` builds as `wasmctrl build` does, in the project's own
-    // target dir and the suite's toolchain cache.
-    command
-        .current_dir(dir)
-        .env_remove("CARGO_TARGET_DIR")
-        .env("WASMCTRL_TOOLCHAINS", toolchains());
+    // `--watch` builds as `wasmctrl build` does.
+    scaffold_env(command.current_dir(dir));
     let started = Instant::now();
     let dev = Dev::start_with(
         command,
@@ -226,14 +254,14 @@ async fn edits_are_rebuilt_and_swapped_in(dir: &Path, resource: &str, dev: &Dev)
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_rust_plugin_tests_builds_and_runs_outside_the_repository() {
-    let (_tmp, dir) = new_project("greeter", "rust", &["--owns", "ConfigMap"]);
+    let (_project, dir) = new_project("greeter", "rust", &["--owns", "ConfigMap"]);
     succeeds("cargo test", &dir, Command::new("cargo").arg("test"));
     dev_makes_the_sample_ready(&dir, "greeters.greeter.example.com", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_python_plugin_tests_builds_and_runs_outside_the_repository() {
-    let (_tmp, dir) = new_project(
+    let (_project, dir) = new_project(
         "hello-py",
         "python",
         &[
@@ -253,7 +281,7 @@ async fn a_new_python_plugin_tests_builds_and_runs_outside_the_repository() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_new_typescript_plugin_tests_builds_and_runs_outside_the_repository() {
-    let (_tmp, dir) = new_project("welcome", "typescript", &["--owns", "ConfigMap"]);
+    let (_project, dir) = new_project("welcome", "typescript", &["--owns", "ConfigMap"]);
     succeeds(
         "npm install",
         &dir,
