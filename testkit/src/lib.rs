@@ -9,6 +9,8 @@
 //!   when dropped;
 //! - [`dns_provider`]: a fake HTTP DNS provider on a loopback port, for
 //!   operators of records outside the cluster;
+//! - [`kept`]: directories kept across runs in the target directory (the
+//!   compiled-component cache the suites share);
 //! - [`kubectl`]: kubectl run against a kubeconfig;
 //! - [`registry`]: a real OCI registry on a loopback port;
 //! - [`residency`]: a directory on a real disk, and what of its mapped files
@@ -36,6 +38,7 @@ pub mod client;
 pub mod dns_provider;
 #[cfg(feature = "host")]
 pub mod host;
+pub mod kept;
 pub mod kubectl;
 pub mod process;
 pub mod registry;

@@ -2,9 +2,11 @@
 //! measure pages dropped back to the file they map; on a tmpfs those pages
 //! have no disk to go to, so such tests need a directory on a real disk.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tempfile::TempDir;
+
+use crate::kept::target_tmp_dir;
 
 /// A fresh directory on a real disk, removed when dropped: under the
 /// target directory of the running test binary (beside cargo's
@@ -26,17 +28,6 @@ pub fn disk_dir() -> TempDir {
         dir.path().display()
     );
     dir
-}
-
-/// `<target>/tmp`, cargo's `CARGO_TARGET_TMPDIR`: test binaries run from
-/// `<target>/<profile>/deps/`.
-fn target_tmp_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let target = exe
-        .ancestors()
-        .nth(3)
-        .expect("the test binary runs from <target>/<profile>/deps/");
-    target.join("tmp")
 }
 
 /// Whether `dir` is on a tmpfs.

@@ -55,9 +55,8 @@ pub fn runtime_with(config: RuntimeConfig) -> Runtime {
 /// tests that load the large interpreted guests compile each once per build,
 /// not once per test.
 pub fn runtime_with_disk_cache() -> Runtime {
-    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("compiled-components");
     runtime_with(RuntimeConfig {
-        cache_dir: Some(dir),
+        cache_dir: Some(wasmctrl_testkit::kept::compiled_components_dir()),
         ..test_runtime_config()
     })
 }
