@@ -20,6 +20,8 @@ use crate::stats::{load_average, round};
 #[derive(Debug, Clone)]
 pub struct Options {
     pub rounds: usize,
+    /// The languages to compile (as [`PAIRS`] names them); all when empty.
+    pub languages: Vec<String>,
     pub json: bool,
 }
 
@@ -41,13 +43,22 @@ struct Row {
 
 pub fn run(options: &Options) -> anyhow::Result<()> {
     ensure!(options.rounds > 0, "--rounds must be at least 1");
+    for language in &options.languages {
+        ensure!(
+            PAIRS.iter().any(|(known, _, _)| known == language),
+            "--language {language:?}: not one of rust, python, js"
+        );
+    }
+    let pairs = PAIRS.iter().filter(|(language, _, _)| {
+        options.languages.is_empty() || options.languages.iter().any(|l| l == language)
+    });
     let load_before = load_average();
     let tokio = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
     let mut rows = Vec::new();
-    for &(language, first, second) in PAIRS {
+    for &(language, first, second) in pairs {
         for cache in [false, true] {
             let mut firsts = Vec::new();
             let mut seconds = Vec::new();

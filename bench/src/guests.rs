@@ -42,6 +42,8 @@ pub struct Options {
     pub rounds: usize,
     /// Warm instances for the memory measurement.
     pub instances: usize,
+    /// `runtime.cacheDir`: compiled components persist there.
+    pub cache_dir: Option<std::path::PathBuf>,
     pub json: bool,
 }
 
@@ -125,6 +127,7 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
 async fn run_async(options: &Options) -> anyhow::Result<()> {
     let config = RuntimeConfig {
         max_instances: (options.instances as u32 + 4).max(16),
+        cache_dir: options.cache_dir.clone(),
         ..RuntimeConfig::default()
     };
     let rt = Runtime::new(config, Arc::new(Metrics::new()))?;

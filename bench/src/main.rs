@@ -291,6 +291,12 @@ enum Scenario {
         /// Warm instances for the memory measurement.
         #[arg(long, default_value_t = 8)]
         instances: usize,
+        /// Compiled components are read from and written to this
+        /// directory (`runtime.cacheDir`), so a second run compiles
+        /// nothing. The guests' code is then mapped from its file, which
+        /// the memory rows count as shared, not private.
+        #[arg(long)]
+        cache_dir: Option<std::path::PathBuf>,
         /// One JSON line per row instead of the tables.
         #[arg(long)]
         json: bool,
@@ -340,6 +346,10 @@ enum Scenario {
         /// Rounds per language and setting (the median is reported).
         #[arg(long, default_value_t = 3)]
         rounds: usize,
+        /// Only these languages (`rust`, `python`, `js`); repeatable.
+        /// All three by default.
+        #[arg(long = "language")]
+        languages: Vec<String>,
         /// One JSON line per row instead of the table.
         #[arg(long)]
         json: bool,
@@ -553,7 +563,15 @@ fn main() -> anyhow::Result<()> {
             json,
             only,
         }),
-        Scenario::Compile { rounds, json } => compile::run(&compile::Options { rounds, json }),
+        Scenario::Compile {
+            rounds,
+            languages,
+            json,
+        } => compile::run(&compile::Options {
+            rounds,
+            languages,
+            json,
+        }),
         Scenario::InstanceCost {
             iterations,
             rounds,
@@ -569,11 +587,13 @@ fn main() -> anyhow::Result<()> {
             iterations,
             rounds,
             instances,
+            cache_dir,
             json,
         } => guests::run(&guests::Options {
             iterations,
             rounds,
             instances,
+            cache_dir,
             json,
         }),
         Scenario::Breakdown {
