@@ -124,23 +124,14 @@ fn main() {
     let wasm_target = target_root.join("wasm-plugins");
 
     // The workspace Cargo.toml holds the guests' release profiles.
-    for dir in ["wit", "guest-sdk", "Cargo.lock", "Cargo.toml"]
+    let rust_inputs: Vec<&str> = RUST_INPUTS
         .iter()
-        .map(|d| root.join(d))
-        .chain(PLUGINS.iter().map(|(_, dir)| root.join(dir)))
-    {
-        println!("cargo:rerun-if-changed={}", dir.display());
+        .copied()
+        .chain(PLUGINS.iter().map(|(_, dir)| *dir))
+        .collect();
+    for input in &rust_inputs {
+        println!("cargo:rerun-if-changed={}", root.join(input).display());
     }
-
-    // Once, before the first of the builds below.
-    let verbose = polyglot::BuildOptions {
-        verbose: true,
-        ..polyglot::BuildOptions::default()
-    };
-    polyglot::ensure_wasm_target(&root, &verbose)
-        .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
-    let packages: Vec<&str> = PLUGINS.iter().map(|(_, dir)| last_name(dir)).collect();
-    cargo_build(&root, &wasm_target, &packages, None);
 
     let mut consts = String::new();
     let mut all = String::from("pub const ALL: &[(&str, &str)] = &[\n");
@@ -152,22 +143,46 @@ fn main() {
         ));
         all.push_str(&format!("    ({package:?}, {name}),\n"));
     };
-    for (name, dir) in PLUGINS {
-        let package = last_name(dir);
-        let mut file = wasm_file(&wasm_target, package);
+
+    // Built again only when an input's content (or the compiler) changed:
+    // cargo would rebuild every guest of a fresh clone, whose files are
+    // all new to it.
+    let rust_outputs = rust_outputs(&wasm_target);
+    let stamp = wasm_target.join("rust-inputs.sha256");
+    let inputs = format!(
+        "{}\n{}",
+        rustc_version(),
+        inputs_digest(&root, &rust_inputs)
+    );
+    let built_before = fs::read_to_string(&stamp).is_ok_and(|s| s == inputs)
+        && rust_outputs.iter().all(|(_, _, file)| file.is_file());
+    if !built_before {
+        let _ = fs::remove_file(&stamp);
+        let verbose = polyglot::BuildOptions {
+            verbose: true,
+            ..polyglot::BuildOptions::default()
+        };
+        polyglot::ensure_wasm_target(&root, &verbose)
+            .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
+        let packages: Vec<&str> = PLUGINS.iter().map(|(_, dir)| last_name(dir)).collect();
+        cargo_build(&root, &wasm_target, &packages, None);
         // Variants of a package overwrite its output: keep a copy.
-        if VARIANTS.iter().any(|v| v.1 == package) {
-            let copy = wasm_target.join(format!("{}_default.wasm", package.replace('-', "_")));
-            fs::copy(&file, &copy).unwrap();
-            file = copy;
+        for package in packages.iter().filter(|p| has_variants(p)) {
+            fs::copy(
+                wasm_file(&wasm_target, package),
+                plugin_output(&wasm_target, package),
+            )
+            .unwrap();
         }
-        emit(name, package, &file);
+        for (name, package, features) in VARIANTS {
+            cargo_build(&root, &wasm_target, &[package], Some(features));
+            let copy = wasm_target.join(component_file(name));
+            fs::copy(wasm_file(&wasm_target, package), &copy).unwrap();
+        }
+        fs::write(&stamp, &inputs).unwrap();
     }
-    for (name, package, features) in VARIANTS {
-        cargo_build(&root, &wasm_target, &[package], Some(features));
-        let copy = wasm_target.join(component_file(name));
-        fs::copy(wasm_file(&wasm_target, package), &copy).unwrap();
-        emit(name, package, &copy);
+    for (name, package, file) in &rust_outputs {
+        emit(name, package, file);
     }
     let many = wasm_target.join("many_memories.wasm");
     fs::write(&many, many_memories(&root.join("wit"))).unwrap();
@@ -191,7 +206,7 @@ fn main() {
     // digest would miss every compiled-component cache the tests keep in
     // the target dir. A fresh clone (new mtimes, same content) keeps them.
     let stamp = wasm_target.join("polyglot-inputs.sha256");
-    let inputs = polyglot_inputs_digest(&root);
+    let inputs = inputs_digest(&root, POLYGLOT_INPUTS);
     let built_before = fs::read_to_string(&stamp).is_ok_and(|s| s == inputs)
         && POLYGLOT
             .iter()
@@ -220,10 +235,59 @@ fn main() {
     fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
 }
 
-/// SHA-256 over the path and content of every file of [`POLYGLOT_INPUTS`]
-/// (directories walked in name order, bytecode caches and installed
-/// packages left out).
-fn polyglot_inputs_digest(root: &Path) -> String {
+/// The Rust guests' files, with their components and the workspace's
+/// lock file and profiles; each of [`PLUGINS`] too.
+const RUST_INPUTS: &[&str] = &[
+    "wit",
+    "guest-sdk",
+    "apimachinery",
+    "Cargo.lock",
+    "Cargo.toml",
+    "rust-toolchain.toml",
+];
+
+/// Each Rust guest's component: (constant name, package, file). A package
+/// with [`VARIANTS`] keeps its default build in `<package>_default.wasm`.
+fn rust_outputs(wasm_target: &Path) -> Vec<(&'static str, &'static str, PathBuf)> {
+    let mut outputs = Vec::new();
+    for (name, dir) in PLUGINS {
+        let package = last_name(dir);
+        outputs.push((*name, package, plugin_output(wasm_target, package)));
+    }
+    for (name, package, _) in VARIANTS {
+        outputs.push((*name, *package, wasm_target.join(component_file(name))));
+    }
+    outputs
+}
+
+fn has_variants(package: &str) -> bool {
+    VARIANTS.iter().any(|v| v.1 == package)
+}
+
+/// Where `package`'s default build is kept: its build output, or a copy
+/// of it when its variants' builds overwrite that.
+fn plugin_output(wasm_target: &Path, package: &str) -> PathBuf {
+    if has_variants(package) {
+        wasm_target.join(format!("{}_default.wasm", package.replace('-', "_")))
+    } else {
+        wasm_file(wasm_target, package)
+    }
+}
+
+/// `rustc -V` of the compiler cargo builds with.
+fn rustc_version() -> String {
+    let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .arg("-V")
+        .output()
+        .unwrap_or_else(|e| panic!("{rustc} -V: {e}"));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// SHA-256 over the path and content of every file of `inputs`, relative
+/// to `root` (directories walked in name order, bytecode caches and
+/// installed packages left out).
+fn inputs_digest(root: &Path, inputs: &[&str]) -> String {
     fn add(root: &Path, path: &Path, hasher: &mut Sha256) {
         if path.is_dir() {
             let mut entries: Vec<PathBuf> = fs::read_dir(path)
@@ -247,7 +311,7 @@ fn polyglot_inputs_digest(root: &Path) -> String {
         }
     }
     let mut hasher = Sha256::new();
-    for input in POLYGLOT_INPUTS {
+    for input in inputs {
         add(root, &root.join(input), &mut hasher);
     }
     hex::encode(hasher.finalize())
