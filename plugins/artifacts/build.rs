@@ -148,39 +148,39 @@ fn main() {
     // cargo would rebuild every guest of a fresh clone, whose files are
     // all new to it.
     let rust_outputs = rust_outputs(&wasm_target);
-    let stamp = wasm_target.join("rust-inputs.sha256");
     let inputs = format!(
         "{}\n{}",
         rustc_version(),
         inputs_digest(&root, &rust_inputs)
     );
-    let built_before = fs::read_to_string(&stamp).is_ok_and(|s| s == inputs)
-        && rust_outputs.iter().all(|(_, _, file)| file.is_file());
-    if !built_before {
-        let _ = fs::remove_file(&stamp);
-        let verbose = polyglot::BuildOptions {
-            verbose: true,
-            ..polyglot::BuildOptions::default()
-        };
-        polyglot::ensure_wasm_target(&root, &verbose)
-            .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
-        let packages: Vec<&str> = PLUGINS.iter().map(|(_, dir)| last_name(dir)).collect();
-        cargo_build(&root, &wasm_target, &packages, None);
-        // Variants of a package overwrite its output: keep a copy.
-        for package in packages.iter().filter(|p| has_variants(p)) {
-            fs::copy(
-                wasm_file(&wasm_target, package),
-                plugin_output(&wasm_target, package),
-            )
-            .unwrap();
-        }
-        for (name, package, features) in VARIANTS {
-            cargo_build(&root, &wasm_target, &[package], Some(features));
-            let copy = wasm_target.join(component_file(name));
-            fs::copy(wasm_file(&wasm_target, package), &copy).unwrap();
-        }
-        fs::write(&stamp, &inputs).unwrap();
-    }
+    unless_built(
+        &wasm_target.join("rust-inputs.sha256"),
+        &inputs,
+        rust_outputs.iter().map(|(_, _, file)| file.as_path()),
+        || {
+            let verbose = polyglot::BuildOptions {
+                verbose: true,
+                ..polyglot::BuildOptions::default()
+            };
+            polyglot::ensure_wasm_target(&root, &verbose)
+                .unwrap_or_else(|e| panic!("the plugins cannot be built: {e}"));
+            let packages: Vec<&str> = PLUGINS.iter().map(|(_, dir)| last_name(dir)).collect();
+            cargo_build(&root, &wasm_target, &packages, None);
+            // Variants of a package overwrite its output: keep a copy.
+            for package in packages.iter().filter(|p| has_variants(p)) {
+                fs::copy(
+                    wasm_file(&wasm_target, package),
+                    plugin_output(&wasm_target, package),
+                )
+                .unwrap();
+            }
+            for (name, package, features) in VARIANTS {
+                cargo_build(&root, &wasm_target, &[package], Some(features));
+                let copy = wasm_target.join(component_file(name));
+                fs::copy(wasm_file(&wasm_target, package), &copy).unwrap();
+            }
+        },
+    );
     for (name, package, file) in &rust_outputs {
         emit(name, package, file);
     }
@@ -205,34 +205,50 @@ fn main() {
     // and componentize-js do not write the same bytes twice, and a new
     // digest would miss every compiled-component cache the tests keep in
     // the target dir. A fresh clone (new mtimes, same content) keeps them.
-    let stamp = wasm_target.join("polyglot-inputs.sha256");
-    let inputs = inputs_digest(&root, POLYGLOT_INPUTS);
-    let built_before = fs::read_to_string(&stamp).is_ok_and(|s| s == inputs)
-        && POLYGLOT
-            .iter()
-            .all(|(name, _)| wasm_target.join(component_file(name)).is_file());
-    if !built_before {
-        let _ = fs::remove_file(&stamp);
-        for (name, dir) in POLYGLOT {
-            let options = polyglot::BuildOptions {
-                out: Some(wasm_target.join(component_file(name))),
-                toolchains: Some(toolchains.clone()),
-                ..polyglot::BuildOptions::default()
-            };
-            polyglot::build(&root.join(dir), &options)
-                .unwrap_or_else(|e| panic!("building {dir} failed: {e}"));
-        }
-        fs::write(&stamp, &inputs).unwrap();
-    }
-    for (name, dir) in POLYGLOT {
-        emit(
-            name,
-            last_name(dir),
-            &wasm_target.join(component_file(name)),
-        );
+    let polyglot_outputs: Vec<PathBuf> = POLYGLOT
+        .iter()
+        .map(|(name, _)| wasm_target.join(component_file(name)))
+        .collect();
+    unless_built(
+        &wasm_target.join("polyglot-inputs.sha256"),
+        &inputs_digest(&root, POLYGLOT_INPUTS),
+        polyglot_outputs.iter().map(PathBuf::as_path),
+        || {
+            for ((_, dir), out) in POLYGLOT.iter().zip(&polyglot_outputs) {
+                let options = polyglot::BuildOptions {
+                    out: Some(out.clone()),
+                    toolchains: Some(toolchains.clone()),
+                    ..polyglot::BuildOptions::default()
+                };
+                polyglot::build(&root.join(dir), &options)
+                    .unwrap_or_else(|e| panic!("building {dir} failed: {e}"));
+            }
+        },
+    );
+    for ((name, dir), out) in POLYGLOT.iter().zip(&polyglot_outputs) {
+        emit(name, last_name(dir), out);
     }
     all.push_str("];\n");
     fs::write(out_dir.join("artifacts.rs"), consts + &all).unwrap();
+}
+
+/// Runs `build` unless the `stamp` file holds `inputs` (a digest of what
+/// the outputs are built from) and every one of `outputs` exists; then
+/// stamps `inputs`. The stamp is removed first, so a build that fails
+/// half-way is run again next time.
+fn unless_built<'a>(
+    stamp: &Path,
+    inputs: &str,
+    mut outputs: impl Iterator<Item = &'a Path>,
+    build: impl FnOnce(),
+) {
+    let built_before =
+        fs::read_to_string(stamp).is_ok_and(|s| s == inputs) && outputs.all(Path::is_file);
+    if !built_before {
+        let _ = fs::remove_file(stamp);
+        build();
+        fs::write(stamp, inputs).unwrap();
+    }
 }
 
 /// The Rust guests' files, with their components and the workspace's
