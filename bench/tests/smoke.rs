@@ -252,6 +252,7 @@ fn dispatch_breakdown_floor_and_instance_cost() {
 
 #[test]
 fn guests() {
+    let cache = wasmctrl_testkit::kept::compiled_components_dir();
     let lines = run(
         &[
             "guests",
@@ -263,7 +264,7 @@ fn guests() {
             "1",
             // The interpreted guests compile once per build of them.
             "--cache-dir",
-            concat!(env!("CARGO_TARGET_TMPDIR"), "/bench-compiled-components"),
+            cache.to_str().unwrap(),
         ],
         &["guests", "guests-memory"],
         &["guest"],
