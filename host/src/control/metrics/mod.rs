@@ -20,6 +20,7 @@
 //!   ([`CallKind`]) tells a plugin's reconciles from its admission reviews.
 //! - `refusals`: the process-wide refusal counters of sources and of what
 //!   the host reads back from its disk.
+//! - `process`: the process-wide gauges of what every plugin shares.
 //! - `per_plugin`: [`PluginFamily`], the families whose series belong to
 //!   one plugin each and are dropped when it is removed
 //!   ([`Metrics::forget_plugin`]).
@@ -28,6 +29,7 @@
 mod labels;
 mod per_plugin;
 mod plugin;
+mod process;
 mod reconcile;
 mod refusals;
 mod registry;
@@ -43,6 +45,7 @@ pub use labels::{
 };
 pub use per_plugin::{OfPlugin, PluginFamily};
 pub use plugin::{CallKind, CallSeries, CallUsage};
+pub use process::OUTBOUND_LOOKUPS;
 pub use reconcile::ReconcileSeries;
 pub use refusals::{
     DiskRefusal, SourceRefusal, count_disk_refusal, count_source_refusal, disk_refusals,

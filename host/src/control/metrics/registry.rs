@@ -502,7 +502,7 @@ impl Metrics {
                 r,
                 forgetters,
                 "wasmctrl_plugin_http_denied",
-                "Outbound HTTP requests refused, per reason (notAllowed|url|internalAddress|readOnly|requests|requestBytes|responseBytes|connections|deadline|secret|secretHost)",
+                "Outbound HTTP requests refused, per reason (notAllowed|url|internalAddress|readOnly|requests|requestBytes|responseBytes|connections|lookups|deadline|secret|secretHost)",
                 m.http_denied
             );
             per_plugin!(
@@ -559,6 +559,11 @@ impl Metrics {
                 "wasmctrl_disk_refusals",
                 "What the host refused to read back from its own disk, per what (process-wide)",
                 DISK_REFUSALS.clone(),
+            );
+            r.register(
+                "wasmctrl_outbound_lookups_in_flight",
+                "Outbound name lookups on the host's resolver threads, those whose reconcile gave up on them included (process-wide; at most 128)",
+                super::process::OUTBOUND_LOOKUPS.clone(),
             );
             r.register(
                 "wasmctrl_source_refusals",

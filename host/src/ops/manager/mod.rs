@@ -54,6 +54,7 @@ use crate::control::workqueue::WorkQueue;
 use crate::ops::admin;
 use crate::ops::source::{FileWatcher, SourceError};
 use crate::ops::webhook::{Registrar, Reviewers, WebhookError, WebhookServer};
+use crate::sandbox::outbound::Connections;
 use crate::sandbox::{LoadError, Runtime, RuntimeError};
 
 pub use canary::{CanaryStatus, PromoteError, WindowStatus, in_canary};
@@ -211,6 +212,9 @@ pub(crate) struct Host {
     /// The TLS settings of plugins' outbound requests, with
     /// `runtime.caBundle`'s roots (None: the platform's roots only).
     outbound_tls: Option<Arc<rustls::ClientConfig>>,
+    /// Per plugin name: the outbound connections its versions hold
+    /// together, while any of them (or a connection) lives.
+    outbound_connections: Mutex<BTreeMap<String, std::sync::Weak<Connections>>>,
     plugins: Mutex<BTreeMap<String, PluginEntry>>,
     /// The config's plugins not in `plugins`: loading, or refused.
     pending: Mutex<BTreeMap<String, startup::PendingPlugin>>,
@@ -334,6 +338,7 @@ impl Manager {
             resolver,
             secret_watch: SecretWatch::new(client.clone()),
             outbound_tls,
+            outbound_connections: Mutex::default(),
             objects,
             client,
             plugin_client,
@@ -551,6 +556,25 @@ impl Reviewers for Host {
 }
 
 impl Host {
+    /// The outbound connection count that every version of plugin `name`
+    /// shares (stable, candidate, shadow, and the old version finishing
+    /// its reconciles after a swap), so that `limits.httpConnections`
+    /// bounds them together. Counts of plugins whose every version and
+    /// connection is gone are dropped here.
+    fn outbound_connections(&self, name: &str) -> Arc<Connections> {
+        let mut all = self
+            .outbound_connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        all.retain(|_, count| count.strong_count() > 0);
+        if let Some(count) = all.get(name).and_then(std::sync::Weak::upgrade) {
+            return count;
+        }
+        let count = Connections::new();
+        all.insert(name.to_string(), Arc::downgrade(&count));
+        count
+    }
+
     /// Asks the API server, one SelfSubjectAccessReview per access, whether
     /// RBAC allows this host all of `plugin`'s grant, and reports what it
     /// refuses (logged, and shown by `/plugins` as `rbac_denied`) before the

@@ -278,7 +278,9 @@ impl Host {
             if version == Version::Stable {
                 self.note_fetched(&config.name, &artifact.digest);
             }
-            let mut outbound = config.outbound_grant_with(Some(&self.secret_watch));
+            let mut outbound = config
+                .outbound_grant_with(Some(&self.secret_watch))
+                .sharing_connections(self.outbound_connections(&config.name));
             if let Some(tls) = &self.outbound_tls {
                 outbound = outbound.with_tls(tls.clone());
             }

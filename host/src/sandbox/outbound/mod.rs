@@ -28,8 +28,10 @@
 //! `wasmctrl_plugin_http_denied_total{reason}`.
 
 mod call;
+mod connections;
 mod destination;
 mod hooks;
+mod lookup;
 mod rule;
 mod secret;
 mod send;
@@ -38,8 +40,10 @@ mod tape;
 use std::sync::Arc;
 
 pub(crate) use call::HttpCall;
+pub use connections::Connections;
 pub use destination::Destination;
 pub(crate) use hooks::OutboundHooks;
+pub use lookup::{MAX_LOOKUPS, lookups_in_flight};
 pub use rule::{HostPattern, OutboundRule, RequestHost, Target, grant_covers, method_allowed};
 pub use secret::{
     MAX_SECRET_BYTES, MAX_SECRETS, RevealRefusal, SecretBinding, SecretKeyRef, SecretSource,
@@ -59,8 +63,8 @@ pub struct OutboundLimits {
     pub request_bytes: u64,
     /// Bytes of one response's body (`limits.httpResponseBytes`).
     pub response_bytes: u64,
-    /// Connections the plugin's reconciles hold open at once
-    /// (`limits.httpConnections`).
+    /// Connections the plugin's reconciles hold open at once, across its
+    /// versions (`limits.httpConnections`).
     pub connections: u32,
 }
 
@@ -91,7 +95,9 @@ pub struct OutboundGrant {
     /// writes are never sent, and to the outside world any other method
     /// may write).
     read_only: bool,
-    connections: Arc<tokio::sync::Semaphore>,
+    /// The connections the plugin holds, counted with its other versions'
+    /// when the host shares them (see [`OutboundGrant::sharing_connections`]).
+    connections: Arc<Connections>,
     /// The values its requests may carry as `${secret:NAME}`.
     secrets: Secrets,
     /// The TLS settings of its connections (None: the platform's roots).
@@ -118,7 +124,7 @@ impl OutboundGrant {
             .collect::<Result<_, String>>()?;
         Ok(Self {
             rules,
-            connections: Arc::new(tokio::sync::Semaphore::new(limits.connections as usize)),
+            connections: Connections::new(),
             limits,
             read_only: false,
             secrets: Secrets::default(),
@@ -131,6 +137,20 @@ impl OutboundGrant {
     pub fn with_tls(mut self, tls: Arc<rustls::ClientConfig>) -> Self {
         self.tls = Some(tls);
         self
+    }
+
+    /// The same grant counting its connections in `connections`, the
+    /// plugin's count that its other versions' grants share: the ceiling
+    /// `limits.httpConnections` bounds what all of them hold together.
+    pub fn sharing_connections(mut self, connections: Arc<Connections>) -> Self {
+        self.connections = connections;
+        self
+    }
+
+    /// The connections the plugin holds now (with the versions it shares
+    /// them with).
+    pub fn connections(&self) -> &Arc<Connections> {
+        &self.connections
     }
 
     /// The same grant with `secrets` for its requests to carry.
@@ -209,6 +229,9 @@ pub enum DenyReason {
     ResponseBytes,
     /// `limits.httpConnections`.
     Connections,
+    /// Every one of the host's name-lookup slots is taken (lookups the
+    /// resolver has not answered; see [`MAX_LOOKUPS`]).
+    Lookups,
     /// The reconcile's deadline passed while the request was under way.
     Deadline,
     /// A `${secret:NAME}` placeholder the plugin's secrets do not hold, in
@@ -230,6 +253,7 @@ impl DenyReason {
             DenyReason::RequestBytes => "requestBytes",
             DenyReason::ResponseBytes => "responseBytes",
             DenyReason::Connections => "connections",
+            DenyReason::Lookups => "lookups",
             DenyReason::Deadline => "deadline",
             DenyReason::Secret => "secret",
             DenyReason::SecretHost => "secretHost",

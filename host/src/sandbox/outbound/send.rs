@@ -18,6 +18,7 @@ use wasmtime_wasi_http::{Error, WasiBody};
 
 use super::call::HttpCall;
 use super::destination::Destination;
+use super::lookup::{self, LookupError};
 use super::rule::RequestHost;
 use super::secret::{self, Redactor};
 use super::tape::{BodySlot, HttpExchange, HttpTape, header_pairs};
@@ -102,7 +103,7 @@ pub(super) async fn send(
         Ok(placed) => placed,
         Err(e) => return Err(e),
     };
-    let Ok(permit) = grant.connections.clone().try_acquire_owned() else {
+    let Some(permit) = grant.connections.try_take(grant.limits.connections) else {
         return Err(call.refuse(Refusal {
             reason: DenyReason::Connections,
             message: format!(
@@ -112,19 +113,29 @@ pub(super) async fn send(
         }));
     };
     let dest = &plan.dest;
-    let addrs: Vec<SocketAddr> = match &dest.host {
-        RequestHost::Ip(ip) => vec![SocketAddr::new(*ip, dest.port)],
+    let (addrs, permit) = match &dest.host {
+        RequestHost::Ip(ip) => (vec![SocketAddr::new(*ip, dest.port)], permit),
         RequestHost::Name(name) => {
-            let lookup = tokio::net::lookup_host((name.as_str(), dest.port));
-            match tokio::time::timeout_at(deadline.into(), lookup).await {
-                Err(_) => return Err(late("resolving the name")),
-                Ok(Err(e)) => {
+            match lookup::SYSTEM
+                .resolve(name, dest.port, permit, deadline)
+                .await
+            {
+                Ok(resolved) => resolved,
+                Err(LookupError::Deadline) => return Err(late("resolving the name")),
+                Err(LookupError::Full(slots)) => {
+                    return Err(call.refuse(Refusal {
+                        reason: DenyReason::Lookups,
+                        message: format!(
+                            "{shown}: the host's {slots} name lookups are all taken by lookups its resolver has not answered; nothing was sent"
+                        ),
+                    }));
+                }
+                Err(LookupError::Failed(e)) => {
                     return Err(Error::DnsError {
                         rcode: Some(e.to_string()),
                         info_code: None,
                     });
                 }
-                Ok(Ok(addrs)) => addrs.collect(),
             }
         }
     };
