@@ -6,6 +6,7 @@
 use serde_json::{Value, json};
 
 use super::Objects;
+use super::namespace_status::{self, ContentReport};
 use super::resources::ResourceInfo;
 use super::storage::{Change, Expect, StoreError, Stored};
 use super::views::to_view;
@@ -313,6 +314,36 @@ impl Objects {
             }
         }
         Ok(())
+    }
+
+    /// Writes on terminating namespace `name` the conditions that say why it
+    /// is not gone yet, from `report` (see [`super::namespace_status`]);
+    /// nothing when they say that already.
+    pub(crate) fn note_namespace_contents(&self, name: &str, report: &ContentReport) {
+        let Some(info) = self.registry().find("", "v1", "namespaces") else {
+            return;
+        };
+        let ctx = WriteCtx::system("namespace-controller");
+        for _ in 0..MAX_RETRIES {
+            let Some(cur) = self.store.latest(&info.storage, "", name) else {
+                return;
+            };
+            if cur.obj["metadata"].get("deletionTimestamp").is_none() {
+                return;
+            }
+            let old = cur.obj.get("status").and_then(|s| s.get("conditions"));
+            let Some(conditions) = namespace_status::conditions(old, report, &now_rfc3339()) else {
+                return;
+            };
+            let mut obj = (*cur.obj).clone();
+            obj["status"]["conditions"] = conditions;
+            metadata_mut(&mut obj).remove("resourceVersion");
+            match self.commit(&info, "", name, Expect::Rv(cur.rv), Change::Put(obj), &ctx) {
+                Ok(_) => return,
+                Err(StoreError::Mismatch(Some(_))) => continue,
+                Err(_) => return,
+            }
+        }
     }
 
     /// Finishes deleting a namespace whose contents are gone.

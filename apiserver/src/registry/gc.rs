@@ -21,9 +21,10 @@ use tokio::sync::mpsc;
 use super::Objects;
 use super::aggregation;
 use super::delete::{DeleteOptions, FOREGROUND, ORPHAN};
+use super::namespace_status::ContentReport;
 use super::resources::GroupResource;
 use super::storage::{self, Event, EventType};
-use super::writes::{CRD_CLEANUP_FINALIZER, WriteCtx};
+use super::writes::{CRD_CLEANUP_FINALIZER, WriteCtx, finalizers};
 use crate::admission::Caller;
 use crate::values::meta_str;
 
@@ -308,8 +309,15 @@ impl Collector {
                 } else {
                     self.waiting.remove(&uid);
                 }
-                if ev.resource == namespace_key() && !terminate_namespace(objects, &ev.name) {
-                    self.refused.insert(Refused::Namespace(ev.name.clone()));
+                // A namespace whose refused contents wait for a retry is left
+                // to it: the conditions written about them change it too,
+                // and must not set off another pass at once.
+                let namespace = Refused::Namespace(ev.name.clone());
+                if ev.resource == namespace_key()
+                    && !self.refused.contains(&namespace)
+                    && !terminate_namespace(objects, &ev.name)
+                {
+                    self.refused.insert(namespace);
                 }
                 if ev.resource == crd_key() && has_finalizer(obj, CRD_CLEANUP_FINALIZER) {
                     cleanup_crd(objects, obj);
@@ -453,8 +461,20 @@ fn delete(
     policy: &str,
     by: Deleter,
 ) -> bool {
+    try_delete(objects, gr, ns, name, policy, by).is_ok()
+}
+
+/// [`delete`], with the error of a delete that failed.
+fn try_delete(
+    objects: &Objects,
+    gr: &GroupResource,
+    ns: &str,
+    name: &str,
+    policy: &str,
+    by: Deleter,
+) -> Result<(), String> {
     let Some(info) = objects.info_for(gr) else {
-        return true;
+        return Ok(());
     };
     let opts = DeleteOptions {
         propagation: Some(policy.to_string()),
@@ -468,12 +488,12 @@ fn delete(
         _ => objects.delete_now(&info, ns, name, &opts, &ctx),
     };
     match result {
-        Ok(_) => true,
-        Err(e) if e.code() == 404 => true,
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == 404 => Ok(()),
         Err(e) => {
             tracing::warn!(error = %e, resource = ?gr, ns, name, deleter = ?by,
                 "a controller's delete failed; it is tried again later");
-            false
+            Err(e.to_string())
         }
     }
 }
@@ -563,26 +583,48 @@ fn check_foreground_by_uid(objects: &Objects, uid: &str) {
     }
 }
 
-/// Deletes what a terminating namespace holds; false when a delete
-/// failed.
+/// Deletes what a terminating namespace holds, and says on the namespace
+/// what failed and what is left ([`super::namespace_status`]); false when
+/// a delete failed.
 fn terminate_namespace(objects: &Objects, ns: &str) -> bool {
-    let mut done = true;
+    let mut report = ContentReport::default();
     for (gr, name) in objects.store.namespace_contents(ns) {
         if let Some(obj) = objects.store.get(&gr, ns, &name)
             && !deleting(&obj.obj)
-        {
-            done &= delete(
+            && let Err(e) = try_delete(
                 objects,
                 &gr,
                 ns,
                 &name,
                 "Background",
                 Deleter::NamespaceController,
-            );
+            )
+        {
+            report.failures.entry(shown(&gr)).or_insert(e);
         }
     }
     check_namespace(objects, ns);
+    for (gr, name) in objects.store.namespace_contents(ns) {
+        if let Some(obj) = objects.store.get(&gr, ns, &name) {
+            *report.remaining.entry(shown(&gr)).or_default() += 1;
+            for f in finalizers(&obj.obj) {
+                *report.finalizers.entry(f).or_default() += 1;
+            }
+        }
+    }
+    let done = report.failures.is_empty();
+    objects.note_namespace_contents(ns, &report);
     done
+}
+
+/// A resource as upstream's messages name it: `configmaps`,
+/// `deployments.apps`.
+fn shown(gr: &GroupResource) -> String {
+    if gr.group.is_empty() {
+        gr.resource.clone()
+    } else {
+        format!("{}.{}", gr.resource, gr.group)
+    }
 }
 
 fn check_namespace(objects: &Objects, ns: &str) {

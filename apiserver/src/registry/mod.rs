@@ -18,6 +18,7 @@
 //! | [`validation`], [`schema`], [`crd`] | metadata rules, CRD structural schemas, CRD status and registry entries |
 //! | [`writes`], [`delete`], [`scale`] | object semantics of every write |
 //! | [`gc`] | owner references, propagation, namespace and CRD cleanup |
+//! | [`namespace_status`] | the conditions that say why a namespace stays `Terminating` |
 //! | [`aggregation`] | the rules of ClusterRoles with an `aggregationRule` |
 //!
 //! Writes of requests go through admission ([`crate::admission`]) between
@@ -37,6 +38,7 @@ pub(crate) mod aggregation;
 pub(crate) mod crd;
 pub(crate) mod delete;
 pub(crate) mod gc;
+pub(crate) mod namespace_status;
 pub(crate) mod resources;
 pub(crate) mod scale;
 pub(crate) mod schema;

@@ -1305,8 +1305,8 @@ fn last_configmap_create_annotations(h: &Harness) -> Vec<(String, String)> {
 /// The garbage collector and the namespace controller delete as clients
 /// do on a real cluster: a webhook sees their deletes, as their service
 /// accounts, and a refusal keeps the object (the namespace stays
-/// terminating) until the webhook allows it, when the delete is tried
-/// again.
+/// terminating, its conditions saying why) until the webhook allows it,
+/// when the delete is tried again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
     let h = Harness::start().await;
@@ -1403,8 +1403,41 @@ async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
     .await;
     assert!(exists(format!("{in_doomed}/kept")).await);
     assert!(exists(format!("{CONFIGMAPS}/dependent")).await);
-    let (_, namespace) = h.raw("GET", "/api/v1/namespaces/doomed", None, "").await;
+    let condition = |namespace: &Value, kind: &str| {
+        namespace["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == kind).cloned())
+            .unwrap_or(Value::Null)
+    };
+    // The conditions are written once the pass over the contents ends.
+    let namespace = wasmctrl_testkit::eventually(
+        "the namespace's conditions",
+        std::time::Duration::from_secs(30),
+        || async {
+            let (_, namespace) = h.raw("GET", "/api/v1/namespaces/doomed", None, "").await;
+            (!condition(&namespace, "NamespaceDeletionContentFailure").is_null())
+                .then_some(namespace)
+        },
+    )
+    .await;
     assert_eq!(namespace["status"]["phase"], "Terminating", "{namespace}");
+    let failure = condition(&namespace, "NamespaceDeletionContentFailure");
+    assert_eq!(failure["status"], "True", "{namespace}");
+    assert_eq!(failure["reason"], "ContentDeletionFailed");
+    assert_eq!(
+        failure["message"],
+        "Failed to delete all resource types, 1 remaining: admission webhook \"protect.example.com\" denied the request: protected"
+    );
+    let remaining = condition(&namespace, "NamespaceContentRemaining");
+    assert_eq!(remaining["status"], "True", "{namespace}");
+    assert_eq!(
+        remaining["message"],
+        "Some resources are remaining: configmaps has 1 resource instances"
+    );
+    assert_eq!(
+        condition(&namespace, "NamespaceFinalizersRemaining")["status"],
+        "False"
+    );
 
     // Both refused again on the next try, then let through.
     hooks.await_calls("/delete", 6).await;
