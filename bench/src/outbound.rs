@@ -1,7 +1,9 @@
 //! `outbound`: one GET to a loopback server per reconcile, from a wasm
 //! plugin through the host's outbound hook (`wasm`: the outbound test
 //! plugin, a fresh instance per call, its grant naming the server's IP
-//! literal; `wasm-reuse`: the same with warm instances) against the same
+//! literal; `wasm-reuse`: the same with warm instances; `wasm-secret`: the
+//! fresh plugin sending `authorization: Bearer ${secret:token}`, whose value
+//! the host reads, places and redacts from the answer) against the same
 //! request sent natively with hyper over a new connection, as the host
 //! sends a guest's (`native`). Calls run one at a
 //! time, interleaved over rounds, on one current-thread tokio runtime; the
@@ -22,18 +24,24 @@ use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 use wasmctrl::control::metrics::Metrics;
-use wasmctrl::sandbox::outbound::{OutboundGrant, OutboundLimits, OutboundRule};
+use wasmctrl::sandbox::outbound::{
+    OutboundGrant, OutboundLimits, OutboundRule, SecretBinding, Secrets,
+};
 use wasmctrl::sandbox::{InstanceMode, PluginSpec, Runtime, RuntimeConfig};
 use wasmctrl::{Action, ObjectKey, ReconcileRequest};
 
 use crate::stats::{Samples, load_average, round};
+
+/// The environment variable the `wasm-secret` variant's secret is read from.
+const TOKEN_VAR: &str = "WASMCTRL_BENCH_OUTBOUND_TOKEN";
 
 #[derive(Debug, Clone)]
 pub struct Options {
     pub iterations: usize,
     pub rounds: usize,
     pub json: bool,
-    /// The variants to run (`wasm`, `wasm-reuse`, `native`); empty runs all.
+    /// The variants to run (`wasm`, `wasm-reuse`, `wasm-secret`, `native`);
+    /// empty runs all.
     /// One variant alone is what a profiler or `strace -c` should watch.
     pub only: Vec<String>,
 }
@@ -98,7 +106,8 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         options.iterations >= options.rounds,
         "--iterations must be at least --rounds"
     );
-    let names = ["wasm", "wasm-reuse", "native"];
+    let names = ["wasm", "wasm-reuse", "wasm-secret", "native"];
+    const NATIVE: usize = 3;
     for name in &options.only {
         ensure!(
             names.contains(&name.as_str()),
@@ -127,10 +136,31 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         )
         .map_err(anyhow::Error::msg)?;
         let grant = Arc::new(grant);
+        // SAFETY: set before the runtime runs anything that reads the
+        // environment; nothing else of the process writes it.
+        unsafe { std::env::set_var(TOKEN_VAR, "bench-token-value-0123456789") };
+        let bindings: Vec<SecretBinding> = serde_json::from_value(serde_json::json!([
+            { "name": "token", "env": TOKEN_VAR, "hosts": [format!("http://{addr}")] }
+        ]))?;
+        let with_secret = Arc::new(
+            OutboundGrant::new(grant.rules().cloned().collect(), OutboundLimits::default())
+                .map_err(anyhow::Error::msg)?
+                .with_secrets(Secrets::new(bindings, None).map_err(anyhow::Error::msg)?),
+        );
+        let ok =
+            serde_json::json!({ "cases": { "item-1": { "url": format!("http://{addr}/ok") } } });
+        let bearer = serde_json::json!({ "cases": { "item-1": {
+            "url": format!("http://{addr}/ok"),
+            "headers": [["authorization", "Bearer ${secret:token}"]],
+        } } });
         let mut plugins = Vec::new();
-        for mode in [InstanceMode::Fresh, InstanceMode::Reuse] {
+        for (mode, grant, settings) in [
+            (InstanceMode::Fresh, &grant, &ok),
+            (InstanceMode::Reuse, &grant, &ok),
+            (InstanceMode::Fresh, &with_secret, &bearer),
+        ] {
             let mut spec = PluginSpec::new("outbound");
-            spec.settings = serde_json::json!({ "cases": { "item-1": { "url": format!("http://{addr}/ok") } } });
+            spec.settings = settings.clone();
             spec.outbound = grant.clone();
             spec.instance_mode = mode;
             plugins.push(
@@ -140,14 +170,11 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             );
         }
         let per_round = options.iterations.div_ceil(options.rounds);
-        let mut samples = [
-            Samples::with_capacity(options.iterations),
-            Samples::with_capacity(options.iterations),
-            Samples::with_capacity(options.iterations),
-        ];
-        let mut totals = [Duration::ZERO; 3];
+        let mut samples: [Samples; 4] =
+            std::array::from_fn(|_| Samples::with_capacity(options.iterations));
+        let mut totals = [Duration::ZERO; 4];
         for measured in std::iter::once(false).chain(std::iter::repeat_n(true, options.rounds)) {
-            for variant in 0..3 {
+            for variant in 0..4 {
                 if !selected[variant] {
                     continue;
                 }
@@ -225,14 +252,14 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             rate
         );
     }
-    for (i, name) in names[..2].iter().enumerate() {
-        if !(selected[i] && selected[2]) {
+    for (i, name) in names[..NATIVE].iter().enumerate() {
+        if !(selected[i] && selected[NATIVE]) {
             continue;
         }
         println!(
             "  {name}: reconciles/s against native {:.2} (goal ≥ 0.8); p99 overhead {:.0} µs (goal ≤ 1000)",
-            rates[i] / rates[2],
-            summaries[i].p99_us() - summaries[2].p99_us()
+            rates[i] / rates[NATIVE],
+            summaries[i].p99_us() - summaries[NATIVE].p99_us()
         );
     }
     Ok(())

@@ -282,7 +282,15 @@ fn outbound() {
         &["outbound"],
         &["variant", "median_us", "reconciles_per_s", "calls"],
     );
-    assert_eq!(values(&lines, "variant").len(), 3);
+    assert_eq!(
+        values(&lines, "variant"),
+        [
+            r#""native""#,
+            r#""wasm""#,
+            r#""wasm-reuse""#,
+            r#""wasm-secret""#
+        ]
+    );
 }
 
 #[test]

@@ -41,6 +41,8 @@ struct Seen {
     /// the answers that ended.
     big_sent: AtomicU64,
     big_ended: AtomicU32,
+    /// The `x-store` header of the last request to `/store`.
+    stored: Mutex<String>,
 }
 
 impl Server {
@@ -73,6 +75,11 @@ impl Server {
 
     pub(crate) fn total(&self) -> u32 {
         self.seen.hits.lock().unwrap().values().sum()
+    }
+
+    /// What `/store` last kept.
+    pub(crate) fn stored(&self) -> String {
+        self.seen.stored.lock().unwrap().clone()
     }
 
     /// The heads of the requests received, in order.
@@ -125,6 +132,20 @@ async fn answer(mut conn: TcpStream, seen: Arc<Seen>) {
                 .to_string();
             let body = token.repeat((256 << 10) / token.len().max(1));
             let _ = conn.write_all(plain("200 OK", &body).as_bytes()).await;
+        }
+        "/store" => {
+            // A server that keeps a header as a field of its own.
+            let value = text
+                .lines()
+                .find_map(|l| l.strip_prefix("x-store: "))
+                .unwrap_or("")
+                .to_string();
+            *seen.stored.lock().unwrap() = value;
+            let _ = conn.write_all(plain("200 OK", "kept").as_bytes()).await;
+        }
+        "/stored" => {
+            let value = seen.stored.lock().unwrap().clone();
+            let _ = conn.write_all(plain("200 OK", &value).as_bytes()).await;
         }
         "/encoded" => {
             // A server that compresses whatever the client asked for.

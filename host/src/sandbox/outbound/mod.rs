@@ -17,8 +17,8 @@
 //! `private: true`, connects to the address it checked, and bounds the
 //! connection count, the request and response bodies, and everything up to
 //! the last byte by the reconcile's deadline. Redirects are never followed.
-//! A response to a request that carried secrets has their values redacted
-//! before the guest reads it.
+//! Every response to a plugin with secrets has their values redacted
+//! before the guest reads it, whether or not the request carried them.
 //!
 //! # What a refusal does
 //! The guest's request fails (`HTTP-request-denied`, or the size or

@@ -203,7 +203,12 @@ fn cut(s: &str) -> String {
 #[derive(Debug, Default)]
 pub struct Secrets {
     entries: Vec<Bound>,
+    /// The value lists answers were last redacted of, and their patterns,
+    /// the most recent first.
+    redaction: std::sync::Mutex<Vec<RedactionCache>>,
 }
+
+type RedactionCache = (Vec<(String, Vec<u8>)>, Arc<Patterns>);
 
 #[derive(Debug)]
 struct Bound {
@@ -244,7 +249,10 @@ impl Secrets {
                 })
             })
             .collect::<Result<_, String>>()?;
-        Ok(Self { entries })
+        Ok(Self {
+            entries,
+            redaction: Default::default(),
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -330,6 +338,31 @@ impl Secrets {
             }
         }
         Ok(used)
+    }
+
+    /// How many secrets the plugin has (entries `0..len`).
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// A redactor of `values` (name, value; where two values are the
+    /// same, the first one's name marks it). Its patterns are built again
+    /// only for a list unlike the last few (a rotation, a value that could
+    /// not be read, another order): building them costs far more than
+    /// comparing a few values.
+    pub(super) fn redactor(&self, values: Vec<(String, Vec<u8>)>) -> Redactor {
+        const KEPT: usize = 8;
+        let mut cached = self.redaction.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(i) = cached.iter().position(|(v, _)| *v == values) {
+            let hit = cached.remove(i);
+            let patterns = hit.1.clone();
+            cached.insert(0, hit);
+            return Redactor::of(patterns);
+        }
+        let patterns = Arc::new(Patterns::new(&values));
+        cached.insert(0, (values, patterns.clone()));
+        cached.truncate(KEPT);
+        Redactor::of(patterns)
     }
 
     /// The name of entry `i`.
@@ -492,23 +525,30 @@ pub(super) fn substitute(value: &[u8], values: &[(&str, &[u8])]) -> Vec<u8> {
 /// byte is scanned at most twice whatever the chunks' sizes.
 #[derive(Debug)]
 pub(super) struct Redactor {
+    patterns: Arc<Patterns>,
+    held: Vec<u8>,
+}
+
+/// What a [`Redactor`] looks for: built once per set of values, shared by
+/// the redactors of every answer while the values stay the same.
+#[derive(Debug)]
+pub(super) struct Patterns {
     /// None when there is nothing to look for.
     finder: Option<aho_corasick::AhoCorasick>,
     /// The marker of each pattern of `finder`, by pattern index.
     markers: Vec<std::sync::Arc<[u8]>>,
     /// The longest pattern's length.
     longest: usize,
-    held: Vec<u8>,
 }
 
-impl Redactor {
-    /// A redactor of `values` (name, value); empty values are skipped.
-    pub(super) fn new(values: Vec<(String, Vec<u8>)>) -> Self {
+impl Patterns {
+    /// The patterns of `values` (name, value); empty values are skipped.
+    fn new(values: &[(String, Vec<u8>)]) -> Self {
         let mut patterns: Vec<Vec<u8>> = Vec::new();
         let mut markers = Vec::new();
-        for (name, value) in values.into_iter().filter(|(_, v)| !v.is_empty()) {
+        for (name, value) in values.iter().filter(|(_, v)| !v.is_empty()) {
             let marker: std::sync::Arc<[u8]> = format!("<secret:{name}>").into_bytes().into();
-            for form in echoed_forms(&value) {
+            for form in echoed_forms(value) {
                 if !patterns.contains(&form) {
                     patterns.push(form);
                     markers.push(marker.clone());
@@ -527,6 +567,19 @@ impl Redactor {
             finder,
             markers,
             longest,
+        }
+    }
+}
+
+impl Redactor {
+    /// A redactor of `values` (name, value); empty values are skipped.
+    pub(super) fn new(values: Vec<(String, Vec<u8>)>) -> Self {
+        Self::of(Arc::new(Patterns::new(&values)))
+    }
+
+    fn of(patterns: Arc<Patterns>) -> Self {
+        Self {
+            patterns,
             held: Vec::new(),
         }
     }
@@ -540,10 +593,10 @@ impl Redactor {
     /// held back).
     pub(super) fn push(&mut self, chunk: &[u8]) -> Vec<u8> {
         self.held.extend_from_slice(chunk);
-        if self.held.len() < 2 * self.longest {
+        if self.held.len() < 2 * self.patterns.longest {
             return Vec::new();
         }
-        let hold_from = self.held.len() + 1 - self.longest;
+        let hold_from = self.held.len() + 1 - self.patterns.longest;
         let (out, done) = self.scan(&self.held, hold_from);
         self.held.drain(..done);
         out
@@ -562,13 +615,13 @@ impl Redactor {
     fn scan(&self, buf: &[u8], hold_from: usize) -> (Vec<u8>, usize) {
         let mut out = Vec::with_capacity(buf.len());
         let mut i = 0;
-        if let Some(finder) = &self.finder {
+        if let Some(finder) = &self.patterns.finder {
             for m in finder.find_iter(buf) {
                 if m.start() >= hold_from {
                     break;
                 }
                 out.extend_from_slice(&buf[i..m.start()]);
-                out.extend_from_slice(&self.markers[m.pattern().as_usize()]);
+                out.extend_from_slice(&self.patterns.markers[m.pattern().as_usize()]);
                 i = m.end();
             }
         }
@@ -578,7 +631,7 @@ impl Redactor {
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.finder.is_none()
+        self.patterns.finder.is_none()
     }
 }
 
@@ -820,6 +873,34 @@ mod tests {
             String::from_utf8(out).unwrap(),
             "xx <secret:long> <secret:short> <secret:short>d"
         );
+    }
+
+    #[test]
+    fn patterns_are_built_once_per_list_of_values_and_again_after_a_rotation() {
+        let secrets = Secrets::default();
+        let values = |v: &str| {
+            vec![
+                ("tok".to_string(), v.as_bytes().to_vec()),
+                ("other".to_string(), b"0ther-value".to_vec()),
+            ]
+        };
+        let first = secrets.redactor(values("s3cr3t-one"));
+        let again = secrets.redactor(values("s3cr3t-one"));
+        assert!(Arc::ptr_eq(&first.patterns, &again.patterns), "built twice");
+        let rotated = secrets.redactor(values("s3cr3t-two"));
+        assert!(!Arc::ptr_eq(&first.patterns, &rotated.patterns));
+        assert_eq!(
+            rotated.redact(b"s3cr3t-one s3cr3t-two 0ther-value"),
+            b"s3cr3t-one <secret:tok> <secret:other>"
+        );
+        // The lists used lately stay built; the oldest go past eight.
+        let back = secrets.redactor(values("s3cr3t-one"));
+        assert!(Arc::ptr_eq(&first.patterns, &back.patterns));
+        for i in 0..8 {
+            secrets.redactor(values(&format!("value-{i}")));
+        }
+        let rebuilt = secrets.redactor(values("s3cr3t-one"));
+        assert!(!Arc::ptr_eq(&first.patterns, &rebuilt.patterns));
     }
 
     #[tokio::test]

@@ -273,7 +273,7 @@ pub(super) async fn send(
             return Err(call.refuse(Refusal {
                 reason: DenyReason::Secret,
                 message: format!(
-                    "{shown}: the answer to a request carrying a secret is encoded ({encoding:?}); only an unencoded answer can be checked for the secret's value, and the request asked for one"
+                    "{shown}: the answer to a request of a plugin with secrets is encoded ({encoding:?}); only an unencoded answer can be checked for the secrets' values, and the request asked for one"
                 ),
             }));
         }
@@ -371,7 +371,7 @@ struct BoundedResponse {
     deadline: Pin<Box<tokio::time::Sleep>>,
     call: Arc<HttpCall>,
     shown: String,
-    /// The values of the secrets the request carried, to redact.
+    /// The values of the plugin's secrets, to redact.
     redactor: Option<Redactor>,
     /// The inner body ended (and the redactor's tail was handed on).
     ended: bool,
@@ -502,9 +502,10 @@ impl BoundedResponse {
 }
 
 /// Reads the values of the secrets `plan` places and substitutes them into
-/// the request's headers; with them, the redactor of its response (None
-/// when it carries no secret). A value that cannot be read, or that no
-/// header may carry, refuses the request.
+/// the request's headers; with them, the redactor of its response, of
+/// every value of the plugin's secrets (None when it has none). A placed
+/// value that cannot be read, or that no header may carry, refuses the
+/// request.
 async fn place_secrets(
     plan: &Plan,
     request: http::Request<WasiBody>,
@@ -512,10 +513,14 @@ async fn place_secrets(
     call: &HttpCall,
     shown: &str,
 ) -> Result<(http::Request<WasiBody>, Option<Redactor>), Error> {
-    if plan.secrets.is_empty() {
+    let secrets = grant.secrets();
+    // A server a secret was sent to may keep it (a header stored as a
+    // field, say) and answer it later to a request that does not carry
+    // it, under any name the server goes by: every answer is redacted of
+    // all the plugin's secrets, whoever it comes from.
+    if secrets.is_empty() {
         return Ok((request, None));
     }
-    let secrets = grant.secrets();
     let mut values = Vec::with_capacity(plan.secrets.len());
     for &i in &plan.secrets {
         let name = secrets.name(i);
@@ -529,8 +534,21 @@ async fn place_secrets(
             }
         }
     }
+    // The request's own secrets come first: a value two secrets share is
+    // marked with the name the request used.
+    let placed = values.len();
+    for i in (0..secrets.len()).filter(|i| !plan.secrets.contains(i)) {
+        // A value that cannot be read now is not one the request sends;
+        // the answer is redacted of those that can.
+        if let Ok(v) = secrets.value(i, call.deadline).await {
+            values.push((secrets.name(i), v));
+        }
+    }
     let (mut parts, body) = request.into_parts();
-    let pairs: Vec<(&str, &[u8])> = values.iter().map(|(n, v)| (*n, v.as_slice())).collect();
+    let pairs: Vec<(&str, &[u8])> = values[..placed]
+        .iter()
+        .map(|(n, v)| (*n, v.as_slice()))
+        .collect();
     for value in parts.headers.values_mut() {
         if memchr::memmem::find(value.as_bytes(), b"${secret:").is_none() {
             continue;
@@ -551,7 +569,7 @@ async fn place_secrets(
             }
         }
     }
-    let redactor = Redactor::new(
+    let redactor = secrets.redactor(
         values
             .into_iter()
             .map(|(n, v)| (n.to_string(), v))

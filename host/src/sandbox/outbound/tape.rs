@@ -7,7 +7,7 @@
 //! the request's headers as the guest wrote them (so a secret is its
 //! `${secret:NAME}` placeholder, never its value), the status, and the
 //! response's headers and body as the guest read them (already redacted:
-//! a value the request carried is `<secret:NAME>`). A body is kept up to
+//! a secret's value is `<secret:NAME>`). A body is kept up to
 //! [`MAX_RECORDED_BODY`] bytes, as text (bytes that are not UTF-8 are
 //! replaced); past it, `truncated` says so. At most [`MAX_EXCHANGES`] are
 //! kept per call, then counted in `dropped`.

@@ -104,7 +104,7 @@ async fn a_placeholder_is_replaced_only_toward_its_hosts_and_redacted_from_the_a
     let result = run(&p, "encoded", TIMEOUT).await;
     let (_, message) = refusal(&result);
     assert!(
-        message.contains("the answer to a request carrying a secret is encoded (\"gzip\")"),
+        message.contains("the answer to a request of a plugin with secrets is encoded (\"gzip\")"),
         "{message}"
     );
     assert_eq!(denied(&rt, "secret"), before + 1);
@@ -228,4 +228,59 @@ async fn a_redacted_answer_is_held_to_the_response_ceiling_as_the_guest_reads_it
     );
     assert_eq!(denied(&rt, "responseBytes"), 1);
     assert_eq!(server.hits("/echo-repeated"), 1);
+}
+
+/// A server on a secret's hosts that keeps a header as a field and answers
+/// it to a later request carrying no secret, under its own name or another
+/// one no secret lists: the value comes back redacted all the same.
+#[tokio::test]
+async fn a_value_a_server_kept_is_redacted_from_its_later_answers() {
+    let server = Server::start().await;
+    let rt = runtime();
+    let port = server.port();
+    let secrets = format!(
+        "[{{name: tok, env: WASMCTRL_TEST_KEPT_SECRET, hosts: ['http://localhost:{port}']}}]"
+    );
+    // SAFETY: only this test reads or writes the variable.
+    unsafe { std::env::set_var("WASMCTRL_TEST_KEPT_SECRET", "k3pt-value") };
+    let cases = json!({
+        "store": {
+            "method": "PUT",
+            "url": format!("http://localhost:{port}/store"),
+            "headers": [["x-store", "${secret:tok}"]],
+        },
+        "read": { "url": format!("http://localhost:{port}/stored"), "echo": true },
+        "read-literal": { "url": format!("http://127.0.0.1:{port}/stored"), "echo": true },
+    });
+    let bindings: Vec<SecretBinding> = serde_norway::from_str(&secrets).unwrap();
+    let grant = OutboundGrant::new(
+        vec![
+            rule(&format!("http://localhost:{port}"), &["GET", "PUT"], true),
+            rule(&format!("http://127.0.0.1:{port}"), &["GET"], false),
+        ],
+        OutboundLimits::default(),
+    )
+    .unwrap()
+    .with_secrets(Secrets::new(bindings, None).unwrap());
+    let p = plugin(&rt, cases, grant).await;
+    assert_eq!(run(&p, "store", TIMEOUT).await, Ok(Action::done()));
+    assert_eq!(server.stored(), "k3pt-value", "the server kept the value");
+    let seen = match run(&p, "read", TIMEOUT).await {
+        Err(ReconcileError::Permanent(m)) => m,
+        other => panic!("expected the read case to report its answer, got {other:?}"),
+    };
+    assert!(
+        !seen.contains("k3pt-value"),
+        "the guest saw the value: {seen}"
+    );
+    assert!(seen.contains("<secret:tok>"), "{seen}");
+    let seen = match run(&p, "read-literal", TIMEOUT).await {
+        Err(ReconcileError::Permanent(m)) => m,
+        other => panic!("expected the read case to report its answer, got {other:?}"),
+    };
+    assert!(
+        !seen.contains("k3pt-value"),
+        "the guest saw the value through another name of the server: {seen}"
+    );
+    assert!(seen.contains("<secret:tok>"), "{seen}");
 }
