@@ -503,45 +503,83 @@ pub(crate) fn issue_token(
     Ok((token, claims.expires))
 }
 
-/// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`: a TokenRequest
-/// answered with a fresh token in `status.token`.
-pub(crate) fn token_request(
-    auth: &Auth,
-    namespace: &str,
-    name: &str,
-    mut body: Value,
-) -> Result<Value, ApiError> {
-    const API_VERSION: &str = "authentication.k8s.io/v1";
+const TOKEN_REQUEST_VERSION: &str = "authentication.k8s.io/v1";
+
+/// `POST /api/v1/namespaces/NS/serviceaccounts/NAME/token`, first step:
+/// the TokenRequest `body` decoded as upstream decodes it (its kind and
+/// apiVersion checked, `spec.expirationSeconds` defaulted), as mutating
+/// admission webhooks see it.
+pub(crate) fn decode_token_request(mut body: Value) -> Result<Value, ApiError> {
     if !body.is_object() {
         return Err(ApiError::BadRequest(
             "the object provided is unrecognized (must be of type TokenRequest)".into(),
         ));
     }
-    for (field, want) in [("apiVersion", API_VERSION), ("kind", "TokenRequest")] {
+    for (field, want) in [
+        ("apiVersion", TOKEN_REQUEST_VERSION),
+        ("kind", "TokenRequest"),
+    ] {
         let got = str_field(&body, field);
         if !got.is_empty() && got != want {
+            let what = if field == "kind" {
+                "kind"
+            } else {
+                "API version"
+            };
             return Err(ApiError::BadRequest(format!(
-                "the {} in the data ({got}) does not match the expected {} ({want})",
-                if field == "kind" {
-                    "kind"
-                } else {
-                    "API version"
-                },
-                if field == "kind" {
-                    "kind"
-                } else {
-                    "API version"
-                },
+                "the {what} in the data ({got}) does not match the expected {what} ({want})"
             )));
         }
     }
+    body["apiVersion"] = json!(TOKEN_REQUEST_VERSION);
+    body["kind"] = json!("TokenRequest");
+    if !body["metadata"].is_object() {
+        body["metadata"] = json!({"creationTimestamp": null});
+    }
+    if !body["spec"].is_object() {
+        body["spec"] = json!({});
+    }
+    if object_field(&body["spec"], "expirationSeconds").is_none() {
+        body["spec"]["expirationSeconds"] = json!(sa_token::DEFAULT_EXPIRATION_SECS);
+    }
+    Ok(body)
+}
+
+/// A TokenRequest checked and completed as upstream's storage does before
+/// validating admission webhooks see it, and what its token will carry.
+pub(crate) struct TokenAsk {
+    request: Value,
+    audiences: Vec<String>,
+    expiration: i64,
+    bound: Option<BoundObject>,
+}
+
+impl TokenAsk {
+    /// The TokenRequest as validating admission webhooks see it.
+    pub(crate) fn request(&self) -> &Value {
+        &self.request
+    }
+}
+
+/// Second step: the (mutated) TokenRequest for the service account
+/// `namespace/name` checked (audiences, lifetime, bound object) and
+/// completed (audiences defaulted, its name and namespace, no status).
+pub(crate) fn prepare_token_request(
+    auth: &Auth,
+    namespace: &str,
+    name: &str,
+    body: Value,
+) -> Result<TokenAsk, ApiError> {
+    let mut body = decode_token_request(body)?;
     let spec = body["spec"].clone();
-    let expiration = match object_field(&spec, "expirationSeconds") {
-        None => sa_token::DEFAULT_EXPIRATION_SECS,
-        Some(v) => v.as_i64().ok_or_else(|| {
-            ApiError::BadRequest("spec.expirationSeconds must be an integer".into())
-        })?,
-    };
+    let expiration = object_field(&spec, "expirationSeconds")
+        .map(|v| {
+            v.as_i64().ok_or_else(|| {
+                ApiError::BadRequest("spec.expirationSeconds must be an integer".into())
+            })
+        })
+        .transpose()?
+        .unwrap_or(sa_token::DEFAULT_EXPIRATION_SECS);
     let mut audiences = string_list(
         &spec,
         "audiences",
@@ -557,21 +595,41 @@ pub(crate) fn token_request(
     }
     check_expiration(expiration, name)?;
     let bound = bound_object(auth, namespace, name, &spec)?;
-    let (token, expires) =
-        issue_token(auth, namespace, name, audiences.clone(), expiration, bound)?;
-    body["apiVersion"] = json!(API_VERSION);
-    body["kind"] = json!("TokenRequest");
-    if !body["metadata"].is_object() {
-        body["metadata"] = json!({"creationTimestamp": null});
-    }
-    if !body["spec"].is_object() {
-        body["spec"] = json!({});
-    }
     body["spec"]["audiences"] = json!(audiences);
     body["spec"]["expirationSeconds"] = json!(expiration);
-    body["status"] = json!({
+    for (field, value) in [("name", name), ("namespace", namespace)] {
+        if str_field(&body["metadata"], field).is_empty() {
+            body["metadata"][field] = json!(value);
+        }
+    }
+    if let Some(m) = body.as_object_mut() {
+        m.remove("status");
+    }
+    Ok(TokenAsk {
+        request: body,
+        audiences,
+        expiration,
+        bound,
+    })
+}
+
+/// Last step: the token of `ask`, answered in `status.token`.
+pub(crate) fn issue_token_request(
+    auth: &Auth,
+    namespace: &str,
+    name: &str,
+    ask: TokenAsk,
+) -> Result<Value, ApiError> {
+    let TokenAsk {
+        mut request,
+        audiences,
+        expiration,
+        bound,
+    } = ask;
+    let (token, expires) = issue_token(auth, namespace, name, audiences, expiration, bound)?;
+    request["status"] = json!({
         "token": token,
         "expirationTimestamp": crate::values::format_unix(expires),
     });
-    Ok(body)
+    Ok(request)
 }

@@ -13,6 +13,7 @@ use super::collection::{delete_collection, list, watch_params};
 use super::params::header_str;
 use super::request::Req;
 use super::target::target;
+use crate::admission::Operation;
 use crate::auth::rbac::Attributes;
 use crate::error::ApiError;
 use crate::http::request_info::RequestInfo;
@@ -200,8 +201,37 @@ pub(super) async fn resource(
         },
         (Some(name), Some("token")) if info.token_request => match *method {
             Method::POST => {
-                let body = parse_body(shared, headers, body)?;
-                let answer = crate::auth::reviews::token_request(&shared.auth, ns, name, body)?;
+                use crate::auth::reviews;
+                // As upstream: mutating webhooks see the request decoded,
+                // validating ones see it checked and completed, and the
+                // token is issued only once both allowed it.
+                let mut asked = reviews::decode_token_request(parse_body(shared, headers, body)?)?;
+                let ctx = write_ctx(shared, &info, ns, req)?;
+                let admitting = shared.objects.admitting(&info, Some("token"), &ctx);
+                if let Some(a) = &admitting {
+                    let options = a.write_options(Operation::Create);
+                    a.mutate(
+                        Operation::Create,
+                        (ns, name),
+                        Some(&mut asked),
+                        None,
+                        options,
+                    )
+                    .await?;
+                }
+                let ask = reviews::prepare_token_request(&shared.auth, ns, name, asked)?;
+                if let Some(a) = &admitting {
+                    let options = a.write_options(Operation::Create);
+                    a.validate(
+                        Operation::Create,
+                        (ns, name),
+                        Some(ask.request()),
+                        None,
+                        options,
+                    )
+                    .await?;
+                }
+                let answer = reviews::issue_token_request(&shared.auth, ns, name, ask)?;
                 Ok(response::json(StatusCode::CREATED, &answer))
             }
             _ => Err(not_allowed()),

@@ -25,7 +25,8 @@ pub(crate) struct Admitting<'a> {
     ctx: &'a WriteCtx,
     caller: &'a Caller,
     subresource: &'a str,
-    /// The kind of the object sent: the resource's, or a Scale.
+    /// The kind of the object sent: the resource's, a Scale or a
+    /// TokenRequest.
     kind: Gvk,
     equivalent_versions: Vec<String>,
 }
@@ -54,6 +55,12 @@ impl Objects {
                 group: "autoscaling".into(),
                 version: "v1".into(),
                 kind: "Scale".into(),
+            }
+        } else if subresource == Some("token") {
+            Gvk {
+                group: "authentication.k8s.io".into(),
+                version: "v1".into(),
+                kind: "TokenRequest".into(),
             }
         } else {
             Gvk {

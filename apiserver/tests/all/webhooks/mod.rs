@@ -1031,6 +1031,110 @@ async fn a_rule_on_a_subresource_sees_status_and_scale_writes() {
     assert_eq!(calls[1].request["oldObject"]["spec"]["replicas"], 1);
 }
 
+/// A TokenRequest is admitted as upstream admits it: mutating webhooks
+/// see it as sent (its lifetime defaulted) and may change it, validating
+/// ones see it completed (audiences, name and namespace) and may refuse
+/// it, and no token is issued for a refused request.
+#[tokio::test]
+async fn a_token_request_is_admitted_before_its_token_is_issued() {
+    let h = Harness::start().await;
+    let hooks = WebhookServer::start(|call| match call.path.as_str() {
+        "/longer" => patch(json!([
+            {"op": "replace", "path": "/spec/expirationSeconds", "value": 7200}
+        ])),
+        _ => {
+            let audiences = &call.request["object"]["spec"]["audiences"];
+            if audiences
+                .as_array()
+                .is_some_and(|a| a.contains(&json!("vault")))
+            {
+                deny("no tokens for vault")
+            } else {
+                allow()
+            }
+        }
+    })
+    .await;
+    let accounts = "/api/v1/namespaces/default/serviceaccounts";
+    let (code, body) = h
+        .raw("POST", accounts, None, r#"{"metadata":{"name":"robot"}}"#)
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let token_rule = rule(&["CREATE"], &["serviceaccounts/token"]);
+    configure(
+        &h,
+        MUTATING,
+        "longer",
+        vec![hook(
+            "longer.example.com",
+            &hooks,
+            "/longer",
+            token_rule.clone(),
+        )],
+    )
+    .await;
+    configure(
+        &h,
+        VALIDATING,
+        "audiences",
+        vec![hook(
+            "audiences.example.com",
+            &hooks,
+            "/audiences",
+            token_rule,
+        )],
+    )
+    .await;
+    let token = format!("{accounts}/robot/token");
+    let (code, answer) = h
+        .raw("POST", &token, None, r#"{"spec":{"audiences":["vault"]}}"#)
+        .await;
+    assert_eq!(
+        (code, answer["message"].as_str()),
+        (
+            403,
+            Some(
+                "admission webhook \"audiences.example.com\" denied the request: no tokens for vault"
+            )
+        ),
+        "{answer}"
+    );
+    let (code, answer) = h.raw("POST", &token, None, "{}").await;
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(answer["spec"]["expirationSeconds"], 7200, "{answer}");
+    assert!(
+        answer["status"]["token"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+    );
+
+    let mutated = hooks.calls("/longer");
+    assert_eq!(mutated.len(), 2);
+    let review = &mutated[1].request;
+    assert_eq!(
+        review["kind"],
+        json!({"group": "authentication.k8s.io", "version": "v1", "kind": "TokenRequest"})
+    );
+    assert_eq!(review["resource"]["resource"], "serviceaccounts");
+    assert_eq!(review["subResource"], "token");
+    assert_eq!(review["operation"], "CREATE");
+    assert_eq!(review["name"], "robot");
+    assert_eq!(review["object"]["spec"]["expirationSeconds"], 3600);
+    let validated = hooks.calls("/audiences");
+    assert_eq!(validated.len(), 2, "the refused request was validated too");
+    let seen = &validated[1].request["object"];
+    assert_eq!(seen["spec"]["expirationSeconds"], 7200, "{seen}");
+    assert!(
+        seen["spec"]["audiences"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty()),
+        "validating webhooks see the audiences defaulted: {seen}"
+    );
+    assert_eq!(seen["metadata"]["name"], "robot");
+    assert_eq!(seen["metadata"]["namespace"], "default");
+    assert!(seen.get("status").is_none(), "{seen}");
+}
+
 #[tokio::test]
 async fn a_delete_sends_the_old_object_and_no_object() {
     let h = Harness::start().await;
