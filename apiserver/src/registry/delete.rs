@@ -320,34 +320,36 @@ impl Objects {
     /// is not gone yet, from `report` (see [`super::namespace_status`]);
     /// nothing when they say that already.
     pub(crate) fn note_namespace_contents(&self, name: &str, report: &ContentReport) {
-        let Some(info) = self.registry().find("", "v1", "namespaces") else {
-            return;
-        };
-        let ctx = WriteCtx::system("namespace-controller");
-        for _ in 0..MAX_RETRIES {
-            let Some(cur) = self.store.latest(&info.storage, "", name) else {
-                return;
-            };
-            if cur.obj["metadata"].get("deletionTimestamp").is_none() {
-                return;
-            }
-            let old = cur.obj.get("status").and_then(|s| s.get("conditions"));
-            let Some(conditions) = namespace_status::conditions(old, report, &now_rfc3339()) else {
-                return;
-            };
-            let mut obj = (*cur.obj).clone();
+        self.change_terminating_namespace(name, |cur| {
+            let old = cur.get("status").and_then(|s| s.get("conditions"));
+            let conditions = namespace_status::conditions(old, report, &now_rfc3339())?;
+            let mut obj = cur.clone();
             obj["status"]["conditions"] = conditions;
             metadata_mut(&mut obj).remove("resourceVersion");
-            match self.commit(&info, "", name, Expect::Rv(cur.rv), Change::Put(obj), &ctx) {
-                Ok(_) => return,
-                Err(StoreError::Mismatch(Some(_))) => continue,
-                Err(_) => return,
-            }
-        }
+            Some(Change::Put(obj))
+        });
     }
 
     /// Finishes deleting a namespace whose contents are gone.
     pub(crate) fn finalize_namespace(&self, name: &str) {
+        self.change_terminating_namespace(name, |cur| {
+            if finalizers(cur).is_empty() {
+                return Some(Change::Delete);
+            }
+            // Metadata finalizers still hold it; drop only spec.finalizers.
+            cur["spec"].get("finalizers")?;
+            let mut obj = cur.clone();
+            obj["spec"] = json!({});
+            metadata_mut(&mut obj).remove("resourceVersion");
+            Some(Change::Put(obj))
+        });
+    }
+
+    /// Commits `change` of terminating namespace `name` as the namespace
+    /// controller, at the resourceVersion it read, reading it again after
+    /// a concurrent write; nothing once it is gone or not terminating, or
+    /// when `change` says None.
+    fn change_terminating_namespace(&self, name: &str, change: impl Fn(&Value) -> Option<Change>) {
         let Some(info) = self.registry().find("", "v1", "namespaces") else {
             return;
         };
@@ -359,17 +361,8 @@ impl Objects {
             if cur.obj["metadata"].get("deletionTimestamp").is_none() {
                 return;
             }
-            let change = if finalizers(&cur.obj).is_empty() {
-                Change::Delete
-            } else {
-                // Metadata finalizers still hold it; drop only spec.finalizers.
-                let mut obj = (*cur.obj).clone();
-                if obj["spec"].get("finalizers").is_none() {
-                    return;
-                }
-                obj["spec"] = json!({});
-                metadata_mut(&mut obj).remove("resourceVersion");
-                Change::Put(obj)
+            let Some(change) = change(&cur.obj) else {
+                return;
             };
             match self.commit(&info, "", name, Expect::Rv(cur.rv), change, &ctx) {
                 Ok(_) => return,
