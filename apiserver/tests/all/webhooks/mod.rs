@@ -1556,3 +1556,143 @@ async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
     )
     .await;
 }
+
+/// The collector's updates are admitted as upstream's collector's patches
+/// are: taking an orphaned dependent's ownerReference out, and removing an
+/// owner's `orphan` or `foregroundDeletion` finalizer, are UPDATEs by its
+/// service account. A refusal keeps the reference and the finalizer (the
+/// owner stays) until the webhook allows them, when they are tried again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collector_s_updates_are_admitted_and_tried_again_once_allowed() {
+    let h = Harness::start().await;
+    let allowing = Arc::new(AtomicBool::new(false));
+    let seen = allowing.clone();
+    let hooks = WebhookServer::start(move |call| {
+        let collector = call.request["userInfo"]["username"]
+            == "system:serviceaccount:kube-system:generic-garbage-collector";
+        if collector && !seen.load(Ordering::SeqCst) {
+            deny("hold on")
+        } else {
+            allow()
+        }
+    })
+    .await;
+    for (owner_name, dependent_name) in [("owner", "dependent"), ("leader", "follower")] {
+        let (_, owner) = h
+            .raw("POST", CONFIGMAPS, None, &configmap(owner_name, json!({})))
+            .await;
+        let mut dependent: Value =
+            serde_json::from_str(&configmap(dependent_name, json!({}))).unwrap();
+        dependent["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1",
+            "kind": "ConfigMap", "name": owner_name, "uid": owner["metadata"]["uid"],
+            "blockOwnerDeletion": true}]);
+        assert_eq!(
+            h.raw("POST", CONFIGMAPS, None, &dependent.to_string())
+                .await
+                .0,
+            201
+        );
+    }
+    configure(
+        &h,
+        VALIDATING,
+        "hold",
+        vec![hook(
+            "hold.example.com",
+            &hooks,
+            "/update",
+            rule(&["UPDATE"], &["configmaps"]),
+        )],
+    )
+    .await;
+    let orphan = r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Orphan"}"#;
+    let (code, body) = h
+        .raw("DELETE", &format!("{CONFIGMAPS}/owner"), None, orphan)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    // Refused once, then again at the retry: nothing changed meanwhile.
+    let calls = hooks.await_calls("/update", 2).await;
+    let review = &calls[0].request;
+    assert_eq!(review["operation"], "UPDATE");
+    assert_eq!(review["name"], "dependent");
+    assert!(review["oldObject"]["metadata"]["ownerReferences"].is_array());
+    assert!(
+        review["object"]["metadata"]["ownerReferences"].is_null(),
+        "{review}"
+    );
+    let get = |name: &'static str| {
+        let h = &h;
+        async move {
+            h.raw("GET", &format!("{CONFIGMAPS}/{name}"), None, "")
+                .await
+        }
+    };
+    let (code, kept) = get("owner").await;
+    assert_eq!(code, 200);
+    assert_eq!(kept["metadata"]["finalizers"], json!(["orphan"]), "{kept}");
+    let (_, held) = get("dependent").await;
+    assert!(held["metadata"]["ownerReferences"].is_array(), "{held}");
+
+    // In the foreground the collector deletes the dependent in the
+    // foreground too: the `foregroundDeletion` finalizer that holds it is
+    // then the collector's to remove, and refused, so both stay.
+    let foreground =
+        r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}"#;
+    let (code, body) = h
+        .raw("DELETE", &format!("{CONFIGMAPS}/leader"), None, foreground)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    wasmctrl_testkit::eventually(
+        "the follower's finalizer refused",
+        std::time::Duration::from_secs(30),
+        || async {
+            hooks.calls("/update").iter().any(|c| {
+                c.request["name"] == "follower"
+                    && c.request["oldObject"]["metadata"]["finalizers"]
+                        == json!(["foregroundDeletion"])
+            })
+        },
+    )
+    .await;
+    let (code, follower) = get("follower").await;
+    assert_eq!(code, 200);
+    assert!(
+        follower["metadata"]["deletionTimestamp"].is_string(),
+        "{follower}"
+    );
+    let (code, leader) = get("leader").await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        leader["metadata"]["finalizers"],
+        json!(["foregroundDeletion"]),
+        "{leader}"
+    );
+
+    allowing.store(true, Ordering::SeqCst);
+    wasmctrl_testkit::eventually(
+        "both owners and the follower gone, the orphan kept without its reference",
+        std::time::Duration::from_secs(60),
+        || async {
+            let (owner, _) = get("owner").await;
+            let (leader, _) = get("leader").await;
+            let (follower, _) = get("follower").await;
+            let (_, dependent) = get("dependent").await;
+            owner == 404
+                && leader == 404
+                && follower == 404
+                && dependent["metadata"]["ownerReferences"].is_null()
+        },
+    )
+    .await;
+    // The owner's finalizer went by an UPDATE of the owner, admitted too.
+    let owner_updates: Vec<_> = hooks
+        .calls("/update")
+        .into_iter()
+        .filter(|c| c.request["name"] == "owner")
+        .collect();
+    assert!(!owner_updates.is_empty());
+    assert_eq!(
+        owner_updates[0].request["oldObject"]["metadata"]["finalizers"],
+        json!(["orphan"])
+    );
+}

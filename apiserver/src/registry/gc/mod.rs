@@ -5,11 +5,15 @@
 //! event, delivered reliably over an unbounded channel.
 //!
 //! As on a real cluster, the collector's and the namespace controller's
-//! deletes are a client's: admission webhooks see them, as the service
-//! accounts upstream runs those controllers as, and may refuse them. A
-//! refused delete is tried again later, with a growing delay, so a
-//! webhook that comes back or changes its mind lets the namespace or the
-//! dependents go.
+//! deletes, and the collector's updates (an ownerReference taken out of an
+//! orphaned dependent, an owner's `orphan` or `foregroundDeletion`
+//! finalizer removed), are a client's ([`client`]): admission webhooks see
+//! them, as the service accounts upstream runs those controllers as, and
+//! may refuse them. A refused step is tried again later, with a growing
+//! delay, so a webhook that comes back or changes its mind lets the
+//! namespace, the owner or the dependents go. The cycle-breaking update of
+//! `blockOwnerDeletion` and the namespace's own finalization stay the
+//! server's bookkeeping, past admission.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -18,14 +22,17 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+mod client;
+
+use client::{Deleter, delete, release, strip_owner};
+
 use super::Objects;
 use super::aggregation;
-use super::delete::{DeleteOptions, FOREGROUND, ORPHAN};
+use super::delete::{FOREGROUND, ORPHAN};
 use super::namespace_status::ContentReport;
 use super::resources::GroupResource;
 use super::storage::{self, Event, EventType};
-use super::writes::{CRD_CLEANUP_FINALIZER, WriteCtx, finalizers};
-use crate::admission::Caller;
+use super::writes::{CRD_CLEANUP_FINALIZER, finalizers};
 use crate::values::meta_str;
 
 const MANAGER: &str = "garbage-collector";
@@ -168,40 +175,9 @@ enum Refused {
     Dependents(String),
     /// A dependent of an owner in foreground deletion.
     Dependent(GroupResource, String, String),
-}
-
-/// Who deletes, as admission webhooks see it.
-#[derive(Debug, Clone, Copy)]
-enum Deleter {
-    /// Upstream's `generic-garbage-collector` service account.
-    GarbageCollector,
-    /// Upstream's `namespace-controller` service account.
-    NamespaceController,
-    /// The CRD finalizer, which upstream runs inside the API server
-    /// against storage, past admission.
-    CrdCleanup,
-}
-
-impl Deleter {
-    fn ctx(self) -> WriteCtx {
-        let mut ctx = WriteCtx::system(MANAGER);
-        let account = match self {
-            Deleter::GarbageCollector => "generic-garbage-collector",
-            Deleter::NamespaceController => "namespace-controller",
-            Deleter::CrdCleanup => return ctx,
-        };
-        ctx.caller = Some(Arc::new(Caller {
-            username: format!("system:serviceaccount:kube-system:{account}"),
-            uid: String::new(),
-            groups: vec![
-                "system:serviceaccounts".into(),
-                "system:serviceaccounts:kube-system".into(),
-                "system:authenticated".into(),
-            ],
-            extra: Default::default(),
-        }));
-        ctx
-    }
+    /// An owner's finalizer (`orphan` or `foregroundDeletion`) whose
+    /// removal, or the orphaning before it, a webhook refused.
+    Finalizer(GroupResource, String, String, &'static str),
 }
 
 impl Collector {
@@ -233,6 +209,26 @@ impl Collector {
                         self.refused.insert(Refused::Dependents(uid));
                     }
                 }
+                Refused::Finalizer(gr, ns, name, finalizer) => {
+                    let Some(owner) = objects.store.get(&gr, &ns, &name) else {
+                        continue;
+                    };
+                    if !deleting(&owner.obj) || !has_finalizer(&owner.obj, finalizer) {
+                        continue;
+                    }
+                    let uid = meta_str(&owner.obj, "uid").unwrap_or("").to_string();
+                    let done = if finalizer == ORPHAN {
+                        orphan(objects, &gr, &ns, &name, &uid)
+                    } else {
+                        // Dependents that block it let it go when they do.
+                        objects.store.blocks_deletion(&uid, &ns)
+                            || release(objects, &gr, &ns, &name, finalizer).is_ok()
+                    };
+                    if !done {
+                        self.refused
+                            .insert(Refused::Finalizer(gr, ns, name, finalizer));
+                    }
+                }
                 Refused::Dependent(gr, ns, name) => {
                     let pending = objects
                         .store
@@ -253,7 +249,9 @@ impl Collector {
             self.handle(ev);
         }
         for uid in self.objects.store.take_released() {
-            check_foreground_by_uid(&self.objects, &uid);
+            if let Some(refused) = check_foreground_by_uid(&self.objects, &uid) {
+                self.refused.insert(refused);
+            }
         }
         if aggregation::touches(events) {
             aggregation::aggregate(&self.objects);
@@ -301,8 +299,15 @@ impl Collector {
                     return;
                 }
                 let uid = meta_str(obj, "uid").unwrap_or("").to_string();
-                if has_finalizer(obj, ORPHAN) {
-                    orphan(objects, ev, &uid);
+                if has_finalizer(obj, ORPHAN)
+                    && !orphan(objects, &ev.resource, &ev.namespace, &ev.name, &uid)
+                {
+                    self.refused.insert(Refused::Finalizer(
+                        ev.resource.clone(),
+                        ev.namespace.clone(),
+                        ev.name.clone(),
+                        ORPHAN,
+                    ));
                 }
                 if has_finalizer(obj, FOREGROUND) {
                     self.foreground(ev, &uid);
@@ -372,9 +377,14 @@ impl Collector {
             }
         }
         if !objects.store.blocks_deletion(uid, &ev.namespace)
-            && let Some(info) = objects.info_for(&ev.resource)
+            && release(objects, &ev.resource, &ev.namespace, &ev.name, FOREGROUND).is_err()
         {
-            objects.remove_finalizer(&info, &ev.namespace, &ev.name, FOREGROUND);
+            self.refused.insert(Refused::Finalizer(
+                ev.resource.clone(),
+                ev.namespace.clone(),
+                ev.name.clone(),
+                FOREGROUND,
+            ));
         }
     }
 }
@@ -453,48 +463,13 @@ fn delete_dependent(
     }
 }
 
-/// Deletes one object as `by`; the error, when it is still there because
-/// the delete failed (a webhook refused it, or could not be called).
-fn delete(
-    objects: &Objects,
-    gr: &GroupResource,
-    ns: &str,
-    name: &str,
-    policy: &str,
-    by: Deleter,
-) -> Result<(), String> {
-    let Some(info) = objects.info_for(gr) else {
-        return Ok(());
-    };
-    let opts = DeleteOptions {
-        propagation: Some(policy.to_string()),
-        ..Default::default()
-    };
-    let ctx = by.ctx();
-    let result = match tokio::runtime::Handle::try_current() {
-        Ok(runtime) if ctx.caller.is_some() && objects.admission.current().is_some() => {
-            runtime.block_on(objects.delete_object(&info, ns, name, &opts, &ctx))
-        }
-        _ => objects.delete_now(&info, ns, name, &opts, &ctx),
-    };
-    match result {
-        Ok(_) => Ok(()),
-        Err(e) if e.code() == 404 => Ok(()),
-        Err(e) => {
-            tracing::warn!(error = %e, resource = ?gr, ns, name, deleter = ?by,
-                "a controller's delete failed; it is tried again later");
-            Err(e.to_string())
-        }
-    }
-}
-
 fn live_owner(objects: &Objects, uid: &str) -> bool {
     objects.store.locate_uid(uid).is_some()
 }
 
 /// Background collection after an owner is gone: dependents with no other
 /// live owner are deleted; the others just lose the reference. False when
-/// a delete failed.
+/// a delete or a reference's removal failed.
 fn collect_dependents(objects: &Objects, owner_uid: &str) -> bool {
     let mut done = true;
     for (gr, (ns, name)) in objects.store.dependents(owner_uid) {
@@ -508,7 +483,7 @@ fn collect_dependents(objects: &Objects, owner_uid: &str) -> bool {
             .filter_map(|r| r["uid"].as_str())
             .any(|u| u != owner_uid && live_owner(objects, u));
         if other_live {
-            strip_owner(objects, &gr, &ns, &name, owner_uid);
+            done &= strip_owner(objects, &gr, &ns, &name, owner_uid).is_ok();
         } else {
             done &= delete(
                 objects,
@@ -524,54 +499,27 @@ fn collect_dependents(objects: &Objects, owner_uid: &str) -> bool {
     done
 }
 
-fn strip_owner(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, owner_uid: &str) {
-    let Some(info) = objects.info_for(gr) else {
-        return;
-    };
-    objects.mutate_object(&info, ns, name, MANAGER, |cur| {
-        let refs = cur["metadata"]["ownerReferences"].as_array()?;
-        let kept: Vec<Value> = refs
-            .iter()
-            .filter(|r| r["uid"].as_str() != Some(owner_uid))
-            .cloned()
-            .collect();
-        if kept.len() == refs.len() {
-            return None;
-        }
-        let mut new = cur.clone();
-        let md = crate::values::metadata_mut(&mut new);
-        if kept.is_empty() {
-            md.remove("ownerReferences");
-        } else {
-            md.insert("ownerReferences".into(), Value::Array(kept));
-        }
-        Some(new)
-    });
+/// Takes the owner `gr` `ns`/`name` (uid `uid`) out of its dependents'
+/// references, then lets it go; false when a webhook refused a step (the
+/// `orphan` finalizer stays until it is tried again).
+fn orphan(objects: &Objects, gr: &GroupResource, ns: &str, name: &str, uid: &str) -> bool {
+    let mut done = true;
+    for (dgr, (dns, dname)) in objects.store.dependents(uid) {
+        done &= strip_owner(objects, &dgr, &dns, &dname, uid).is_ok();
+    }
+    done && release(objects, gr, ns, name, ORPHAN).is_ok()
 }
 
-fn orphan(objects: &Objects, ev: &Event, uid: &str) {
-    for (gr, (ns, name)) in objects.store.dependents(uid) {
-        strip_owner(objects, &gr, &ns, &name, uid);
-    }
-    if let Some(info) = objects.info_for(&ev.resource) {
-        objects.remove_finalizer(&info, &ev.namespace, &ev.name, ORPHAN);
-    }
-}
-
-fn check_foreground_by_uid(objects: &Objects, uid: &str) {
-    let Some((gr, (ns, name))) = objects.store.locate_uid(uid) else {
-        return;
-    };
-    let Some(owner) = objects.store.get(&gr, &ns, &name) else {
-        return;
-    };
-    if deleting(&owner.obj)
+/// Lets an owner in foreground deletion go once nothing blocks it; what to
+/// try again when a webhook refused that.
+fn check_foreground_by_uid(objects: &Objects, uid: &str) -> Option<Refused> {
+    let (gr, (ns, name)) = objects.store.locate_uid(uid)?;
+    let owner = objects.store.get(&gr, &ns, &name)?;
+    let refused = deleting(&owner.obj)
         && has_finalizer(&owner.obj, FOREGROUND)
         && !objects.store.blocks_deletion(uid, &ns)
-        && let Some(info) = objects.info_for(&gr)
-    {
-        objects.remove_finalizer(&info, &ns, &name, FOREGROUND);
-    }
+        && release(objects, &gr, &ns, &name, FOREGROUND).is_err();
+    refused.then_some(Refused::Finalizer(gr, ns, name, FOREGROUND))
 }
 
 /// Deletes what a terminating namespace holds, and says on the namespace
