@@ -22,7 +22,9 @@
 //! [`add_with_priority`](WorkQueue::add_with_priority)), `get` hands out the
 //! highest priority first, and `workqueue_depth` is reported per priority.
 //! The host queues the keys of an initial list or a resync at
-//! [`Priority::LOW`] so that changes jump ahead of them.
+//! [`Priority::LOW`] so that changes jump ahead of them, and while changes
+//! come in, low-priority keys pause every other millisecond to leave the
+//! machine room for them (see [`WorkQueue`]).
 //!
 //! Nothing runs in the background: there is no waiting-loop task and no
 //! heartbeat. Every call moves the keys that have become due into the queue,
@@ -57,6 +59,14 @@ pub use ratelimit::{QueueKey, RateLimiter};
 /// Delays are clamped to about a century so that `now + delay` cannot
 /// overflow; a key delayed that long is, for a running process, never due.
 const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// How long after the last change low-priority keys keep making room for
+/// changes (see `State::paced`).
+const PACE_AFTER: Duration = Duration::from_secs(1);
+
+/// How long low-priority keys are handed out at a time while changes come
+/// in, and how long they then pause.
+const PACE_SLICE: Duration = Duration::from_millis(1);
 
 /// A rate-limited, delaying work queue of keys; cheap to clone, every clone is
 /// the same queue.
@@ -113,6 +123,16 @@ const MAX_DELAY: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 /// changes nothing. Once handed out, a key forgets its priority: the next
 /// add sets it afresh.
 ///
+/// # Low priority pauses for changes
+/// While changes come in (a key of [`Priority::NORMAL`] or higher was added
+/// within the last second), keys below normal priority are handed out in
+/// slices of a millisecond, each followed by a millisecond with none. A
+/// resync then leaves the machine about half its time for the changes,
+/// the events that bring them and the API server, instead of keeping
+/// every core busy when a change arrives; it drains at about half speed
+/// while changes come in, and at full speed otherwise. A change is never
+/// held: a getter waiting out a pause takes it at once.
+///
 /// # Depth per priority
 /// The depth hook ([`QueueMetrics::set_depth`]) reports the dirty keys of
 /// each priority separately; a raised key moves from one to the other, so
@@ -155,6 +175,12 @@ struct Inner<K: QueueKey> {
 struct State<K> {
     queue: Queue<K>,
     waiting: Waiting<K>,
+    /// When a key of [`Priority::NORMAL`] or higher was last added: a
+    /// change, which low-priority keys make room for (see [`PACE_AFTER`]).
+    last_change: Option<Instant>,
+    /// While changes come in: low-priority keys are handed out until the
+    /// first time, then none until the second (see `State::paced`).
+    low_slice: (Instant, Instant),
     shutting_down: bool,
     /// Set by `shut_down_with_drain`, cleared by `shut_down` (which, as in
     /// client-go, releases a pending drain).
@@ -172,9 +198,39 @@ struct Wakeups {
 
 impl<K: QueueKey> State<K> {
     fn add(&mut self, key: K, added_at: Instant, priority: Priority) {
+        if priority >= Priority::NORMAL {
+            self.last_change = Some(added_at);
+        }
         if !self.shutting_down && self.queue.add(key, added_at, priority) {
             self.wake.getters += 1;
         }
+    }
+
+    /// When a low-priority key may be handed out, if not now. While changes
+    /// come in (one was added within [`PACE_AFTER`]), keys below
+    /// [`Priority::NORMAL`] are handed out in slices of [`PACE_SLICE`], each
+    /// followed by as long with none, so that a resync leaves the machine
+    /// idle about half the time for the changes, their events and the API
+    /// server, instead of every core being busy when a change arrives. A
+    /// slice starts when a getter asks after the pause: a timer that fires
+    /// late shortens the pause's successor, never the slice. A change is
+    /// never held: it is first in line whenever it is ready.
+    fn paced(&mut self, now: Instant) -> Option<Instant> {
+        let changing = self
+            .last_change
+            .is_some_and(|t| now.saturating_duration_since(t) < PACE_AFTER);
+        if !changing || self.queue.first_priority()? >= Priority::NORMAL {
+            return None;
+        }
+        let (slice_ends, pause_ends) = self.low_slice;
+        if now < slice_ends {
+            return None;
+        }
+        if now < pause_ends {
+            return Some(pause_ends);
+        }
+        self.low_slice = (now + PACE_SLICE, now + 2 * PACE_SLICE);
+        None
     }
 
     /// Queues `key` once `delay` has passed (a zero delay: now), counting a
@@ -293,6 +349,8 @@ impl<K: QueueKey> WorkQueue<K> {
         let state = State {
             queue: Queue::new(metrics),
             waiting: Waiting::new(),
+            last_change: None,
+            low_slice: (Instant::now(), Instant::now()),
             shutting_down: false,
             draining: false,
             wake: Wakeups::default(),
@@ -381,6 +439,9 @@ impl<K: QueueKey> WorkQueue<K> {
                     Step::ShutDown
                 } else if !yielded && state.queue.len() > 0 {
                     Step::Yield
+                } else if let Some(at) = state.paced(now) {
+                    let due = state.waiting.next_ready_at();
+                    Step::Wait(Some(due.map_or(at, |d| d.min(at))))
                 } else if let Some((key, priority)) = state.queue.pop(now) {
                     Step::Got(key, priority)
                 } else {

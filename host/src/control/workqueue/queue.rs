@@ -183,6 +183,30 @@ impl<K: QueueKey> Queue<K> {
         unreachable!("ready_len counts live entries")
     }
 
+    /// The priority of the key [`pop`](Self::pop) would hand out now,
+    /// dropping the stale entries in front of it.
+    pub(super) fn first_priority(&mut self) -> Option<Priority> {
+        if self.ready_len == 0 {
+            return None;
+        }
+        let Self {
+            ready,
+            dirty,
+            stale,
+            ..
+        } = self;
+        for (&Reverse(priority), line) in ready.iter_mut() {
+            while let Some((seq, key)) = line.front() {
+                if dirty.get(key).is_some_and(|d| d.ready_seq == Some(*seq)) {
+                    return Some(priority);
+                }
+                line.pop_front();
+                *stale -= 1;
+            }
+        }
+        None
+    }
+
     /// Ends the processing of `key`. Returns true if it was added meanwhile and
     /// is now ready again (at the back of its priority's line).
     pub(super) fn done(&mut self, key: &K, now: Instant) -> bool {

@@ -569,6 +569,56 @@ async fn drain_ready<K: QueueKey + Copy>(q: &WorkQueue<K>) -> Vec<(K, Priority)>
     got
 }
 
+/// While changes come in, keys below normal priority are handed out in
+/// slices of a millisecond, each followed by a millisecond with none; a
+/// change is handed out at once, also to a getter waiting for the pause to
+/// end; once no change came for a second, low keys go at once again.
+#[tokio::test(start_paused = true)]
+async fn low_priority_keys_pause_for_changes_every_other_millisecond() {
+    let q = queue::<&str>();
+    let get_after = |q: WorkQueue<&'static str>| async move {
+        let asked = Instant::now();
+        let item = q.get().await.unwrap();
+        (*item.key(), asked.elapsed())
+    };
+    // No change yet: low keys go at once.
+    q.add_with_priority("low-1", Priority::LOW);
+    advance(5 * MS).await;
+    assert_eq!(get_after(q.clone()).await, ("low-1", Duration::ZERO));
+
+    // A change goes first; the low keys queued with it start a slice.
+    q.add("change-1");
+    q.add_with_priority("low-2", Priority::LOW);
+    q.add_with_priority("low-3", Priority::LOW);
+    q.add_with_priority("low-4", Priority::LOW);
+    assert_eq!(get_after(q.clone()).await, ("change-1", Duration::ZERO));
+    assert_eq!(get_after(q.clone()).await, ("low-2", Duration::ZERO));
+    assert_eq!(get_after(q.clone()).await, ("low-3", Duration::ZERO));
+    // The slice is over: the next low key waits out the pause, and then
+    // starts the next slice.
+    advance(MS).await;
+    assert_eq!(get_after(q.clone()).await, ("low-4", MS));
+
+    // A getter waiting out a pause takes a change at once.
+    advance(MS).await;
+    q.add_with_priority("low-5", Priority::LOW);
+    let waiting = tokio::spawn(get_after(q.clone()));
+    settle().await;
+    assert!(!waiting.is_finished(), "a low key went during a pause");
+    q.add("change-2");
+    assert_eq!(waiting.await.unwrap(), ("change-2", Duration::ZERO));
+    assert_eq!(get_after(q.clone()).await, ("low-5", MS));
+
+    // A second without a change: low keys go at once again.
+    advance(SEC + 2 * MS).await;
+    q.add_with_priority("low-6", Priority::LOW);
+    q.add_with_priority("low-7", Priority::LOW);
+    advance(MS).await;
+    assert_eq!(get_after(q.clone()).await, ("low-6", Duration::ZERO));
+    advance(3 * MS).await;
+    assert_eq!(get_after(q.clone()).await, ("low-7", Duration::ZERO));
+}
+
 #[tokio::test(start_paused = true)]
 async fn highest_priority_first() {
     let q = queue::<&str>();
