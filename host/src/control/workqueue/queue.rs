@@ -165,22 +165,16 @@ impl<K: QueueKey> Queue<K> {
     /// Removes the first live entry of `ready` and its key's `dirty` record,
     /// dropping the stale entries before it. There must be one.
     fn take_first_live(&mut self) -> (K, Priority, Dirty) {
-        let Self {
-            ready,
-            dirty,
-            stale,
-            ..
-        } = self;
-        for (&Reverse(priority), line) in ready.iter_mut() {
-            while let Some((seq, key)) = line.pop_front() {
-                if dirty.get(&key).is_some_and(|d| d.ready_seq == Some(seq)) {
-                    let record = dirty.remove(&key).expect("checked above");
-                    return (key, priority, record);
-                }
-                *stale -= 1;
-            }
-        }
-        unreachable!("ready_len counts live entries")
+        let priority = self
+            .first_priority()
+            .expect("ready_len counts live entries");
+        let (_, key) = self
+            .ready
+            .get_mut(&Reverse(priority))
+            .and_then(VecDeque::pop_front)
+            .expect("first_priority stops at a live entry");
+        let record = self.dirty.remove(&key).expect("a live entry is dirty");
+        (key, priority, record)
     }
 
     /// The priority of the key [`pop`](Self::pop) would hand out now,
