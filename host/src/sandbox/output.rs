@@ -62,6 +62,11 @@ struct SinkState {
     cut: [usize; 2],
     /// The call whose revealed secrets are redacted from the lines.
     call: Option<Arc<HttpCall>>,
+    /// The lines emitted, as logged: tests read them here, since tracing's
+    /// per-callsite interest, shared by the whole process, cannot be relied
+    /// on by a test's own subscriber while other tests log.
+    #[cfg(test)]
+    emitted_lines: Vec<String>,
 }
 
 impl OutputSink {
@@ -77,6 +82,8 @@ impl OutputSink {
                 pending: [Vec::new(), Vec::new()],
                 cut: [0, 0],
                 call: None,
+                #[cfg(test)]
+                emitted_lines: Vec::new(),
             })),
         }
     }
@@ -145,11 +152,14 @@ impl OutputSink {
                 None => text,
             };
             let stream = stream.as_str();
-            if cut > 0 {
-                tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{text}… [wasmctrl: {cut} more bytes of this line dropped]");
+            let message = if cut > 0 {
+                format!("{text}… [wasmctrl: {cut} more bytes of this line dropped]")
             } else {
-                tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{text}");
-            }
+                text.into_owned()
+            };
+            tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{message}");
+            #[cfg(test)]
+            s.emitted_lines.push(message);
         }
         // Keep the allocation of a reasonably sized line for the next one.
         if line.capacity() <= 4096 {
@@ -327,36 +337,19 @@ mod tests {
 
     #[test]
     fn a_revealed_secret_is_redacted_from_the_lines_a_guest_writes() {
-        #[derive(Clone, Default)]
-        struct Lines(Arc<Mutex<Vec<u8>>>);
-        impl io::Write for Lines {
-            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let writer = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, || {
-            let sink = OutputSink::new("p".into(), 1 << 20, 1 << 10);
-            let call = call();
-            call.revealed("tok", b"s3cr3t");
-            sink.begin_call(call);
-            sink.write(Stream::Stdout, b"the token is s3cr3t\n");
-            sink.write(Stream::Stderr, b"again: s3cr3t");
-            sink.flush();
-        });
-        let logged = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
-        assert!(!logged.contains("s3cr3t"), "{logged}");
-        assert!(logged.contains("the token is <secret:tok>"), "{logged}");
-        assert!(logged.contains("again: <secret:tok>"), "{logged}");
+        let sink = OutputSink::new("p".into(), 1 << 20, 1 << 10);
+        let call = call();
+        call.revealed("tok", b"s3cr3t");
+        sink.begin_call(call);
+        sink.write(Stream::Stdout, b"the token is s3cr3t\n");
+        sink.write(Stream::Stderr, b"again: s3cr3t");
+        sink.flush();
+        let lines = sink.state.lock().unwrap().emitted_lines.clone();
+        assert_eq!(
+            lines,
+            ["the token is <secret:tok>", "again: <secret:tok>"],
+            "{lines:?}"
+        );
     }
 
     #[test]
