@@ -12,6 +12,7 @@ use super::storage::{Change, Expect, StoreError, Stored};
 use super::views::to_view;
 use super::writes::{
     MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace, uid_precondition,
+    without_finalizer,
 };
 use crate::admission::Operation;
 use crate::error::ApiError;
@@ -253,16 +254,7 @@ impl Objects {
         finalizer: &str,
     ) {
         let ctx = WriteCtx::system("wasmctrl-apiserver");
-        let without = |cur: &Value| {
-            let fins = finalizers(cur);
-            if !fins.iter().any(|f| f == finalizer) {
-                return None;
-            }
-            let mut obj = cur.clone();
-            let rest: Vec<&String> = fins.iter().filter(|f| *f != finalizer).collect();
-            metadata_mut(&mut obj).insert("finalizers".into(), json!(rest));
-            Some(obj)
-        };
+        let without = |cur: &Value| without_finalizer(cur, finalizer);
         if let Err(e) = self.rewrite(info, ns, name, &ctx, false, without) {
             tracing::warn!(error = %e, "removing finalizer");
         }

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::MANAGER;
 use crate::admission::Caller;
@@ -13,7 +13,7 @@ use crate::registry::Objects;
 use crate::registry::delete::DeleteOptions;
 use crate::registry::resources::GroupResource;
 use crate::registry::views::to_view;
-use crate::registry::writes::{MAX_RETRIES, Subresource, WriteCtx, finalizers};
+use crate::registry::writes::{MAX_RETRIES, Subresource, WriteCtx, without_finalizer};
 
 /// Who deletes, as admission webhooks see it.
 #[derive(Debug, Clone, Copy)]
@@ -141,14 +141,7 @@ pub(super) fn release(
     finalizer: &str,
 ) -> Result<(), String> {
     update(objects, gr, ns, name, |cur| {
-        let fins = finalizers(cur);
-        if !fins.iter().any(|f| f == finalizer) {
-            return None;
-        }
-        let rest: Vec<&String> = fins.iter().filter(|f| *f != finalizer).collect();
-        let mut obj = cur.clone();
-        crate::values::metadata_mut(&mut obj).insert("finalizers".into(), json!(rest));
-        Some(obj)
+        without_finalizer(cur, finalizer)
     })
 }
 

@@ -180,6 +180,18 @@ enum Refused {
     Finalizer(GroupResource, String, String, &'static str),
 }
 
+impl Refused {
+    /// `finalizer` of the object of `ev`, to remove once allowed.
+    fn finalizer_of(ev: &Event, finalizer: &'static str) -> Self {
+        Refused::Finalizer(
+            ev.resource.clone(),
+            ev.namespace.clone(),
+            ev.name.clone(),
+            finalizer,
+        )
+    }
+}
+
 impl Collector {
     pub(crate) fn new(objects: Arc<Objects>) -> Self {
         Collector {
@@ -302,12 +314,7 @@ impl Collector {
                 if has_finalizer(obj, ORPHAN)
                     && !orphan(objects, &ev.resource, &ev.namespace, &ev.name, &uid)
                 {
-                    self.refused.insert(Refused::Finalizer(
-                        ev.resource.clone(),
-                        ev.namespace.clone(),
-                        ev.name.clone(),
-                        ORPHAN,
-                    ));
+                    self.refused.insert(Refused::finalizer_of(ev, ORPHAN));
                 }
                 if has_finalizer(obj, FOREGROUND) {
                     self.foreground(ev, &uid);
@@ -379,12 +386,7 @@ impl Collector {
         if !objects.store.blocks_deletion(uid, &ev.namespace)
             && release(objects, &ev.resource, &ev.namespace, &ev.name, FOREGROUND).is_err()
         {
-            self.refused.insert(Refused::Finalizer(
-                ev.resource.clone(),
-                ev.namespace.clone(),
-                ev.name.clone(),
-                FOREGROUND,
-            ));
+            self.refused.insert(Refused::finalizer_of(ev, FOREGROUND));
         }
     }
 }

@@ -35,5 +35,7 @@ mod warnings;
 pub(crate) use context::{GrantCheck, MAX_RETRIES, PatchKind, QueryOptions, Subresource, WriteCtx};
 pub(crate) use errors::{patch_error, smp_unsupported};
 pub(crate) use rbac::{GROUP as RBAC_GROUP, aggregation_rule, list as rbac_list};
-pub(crate) use rules::{CRD_CLEANUP_FINALIZER, finalizers, is_namespace, uid_precondition};
+pub(crate) use rules::{
+    CRD_CLEANUP_FINALIZER, finalizers, is_namespace, uid_precondition, without_finalizer,
+};
 pub(crate) use warnings::Warnings;

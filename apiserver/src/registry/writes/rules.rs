@@ -33,6 +33,18 @@ pub(crate) fn normalize_finalizers(obj: &mut Value) {
     }
 }
 
+/// `obj` without `finalizer` in its metadata; None when it has none such.
+pub(crate) fn without_finalizer(obj: &Value, finalizer: &str) -> Option<Value> {
+    let fins = finalizers(obj);
+    if !fins.iter().any(|f| f == finalizer) {
+        return None;
+    }
+    let rest: Vec<&String> = fins.iter().filter(|f| *f != finalizer).collect();
+    let mut out = obj.clone();
+    crate::values::metadata_mut(&mut out).insert("finalizers".into(), serde_json::json!(rest));
+    Some(out)
+}
+
 pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     obj.get("metadata")
         .and_then(|m| m.get("finalizers"))
