@@ -572,14 +572,10 @@ pub(crate) fn prepare_token_request(
 ) -> Result<TokenAsk, ApiError> {
     let mut body = decode_token_request(body)?;
     let spec = body["spec"].clone();
-    let expiration = object_field(&spec, "expirationSeconds")
-        .map(|v| {
-            v.as_i64().ok_or_else(|| {
-                ApiError::BadRequest("spec.expirationSeconds must be an integer".into())
-            })
-        })
-        .transpose()?
-        .unwrap_or(sa_token::DEFAULT_EXPIRATION_SECS);
+    // Decoding defaulted it.
+    let expiration = spec["expirationSeconds"]
+        .as_i64()
+        .ok_or_else(|| ApiError::BadRequest("spec.expirationSeconds must be an integer".into()))?;
     let mut audiences = string_list(
         &spec,
         "audiences",
