@@ -27,7 +27,7 @@
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use prometheus_client::metrics::gauge::Gauge;
@@ -44,10 +44,10 @@ type LookupFn = dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync;
 /// A bounded pool of name lookups on blocking threads.
 pub(crate) struct Lookups {
     capacity: usize,
-    running: Arc<AtomicUsize>,
+    /// The lookups running, abandoned ones included: the count the
+    /// capacity bounds, and the host's gauge of it.
+    running: Gauge,
     lookup: Arc<LookupFn>,
-    /// Shows `running` (the host's lookups only).
-    gauge: Option<Gauge>,
 }
 
 /// Why a lookup gave no addresses.
@@ -62,37 +62,33 @@ pub(super) enum LookupError {
     Failed(io::Error),
 }
 
-/// The host's lookups, with the platform's resolver.
+/// The host's lookups, with the platform's resolver, counted in
+/// `wasmctrl_outbound_lookups_in_flight`.
 pub(super) static SYSTEM: std::sync::LazyLock<Lookups> = std::sync::LazyLock::new(|| {
-    let mut lookups = Lookups::new(MAX_LOOKUPS, |name, port| {
+    Lookups::new(MAX_LOOKUPS, OUTBOUND_LOOKUPS.clone(), |name, port| {
         (name, port).to_socket_addrs().map(Iterator::collect)
-    });
-    lookups.gauge = Some(OUTBOUND_LOOKUPS.clone());
-    lookups
+    })
 });
 
-/// Lookups running now on the host's resolver threads (the gauge
-/// `wasmctrl_outbound_lookups_in_flight`).
-pub fn lookups_in_flight() -> usize {
-    SYSTEM.running()
-}
-
 impl Lookups {
+    /// At most `capacity` lookups at once with `lookup`, counted in
+    /// `running`.
     pub(crate) fn new(
         capacity: usize,
+        running: Gauge,
         lookup: impl Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync + 'static,
     ) -> Self {
         Self {
             capacity,
-            running: Arc::default(),
+            running,
             lookup: Arc::new(lookup),
-            gauge: None,
         }
     }
 
     /// Lookups running now, abandoned ones included.
-    pub(crate) fn running(&self) -> usize {
-        self.running.load(Ordering::Acquire)
+    #[cfg(test)]
+    fn running(&self) -> i64 {
+        self.running.get()
     }
 
     /// The addresses of `name`, resolved on a blocking thread that holds
@@ -105,8 +101,8 @@ impl Lookups {
         connection: ConnectionPermit,
         deadline: Instant,
     ) -> Result<(Vec<SocketAddr>, ConnectionPermit), LookupError> {
-        let slot = Slot::take(&self.running, self.capacity, self.gauge.clone())
-            .ok_or(LookupError::Full(self.capacity))?;
+        let slot =
+            Slot::take(&self.running, self.capacity).ok_or(LookupError::Full(self.capacity))?;
         let lookup = self.lookup.clone();
         let name = name.to_string();
         let thread = tokio::task::spawn_blocking(move || {
@@ -124,34 +120,24 @@ impl Lookups {
 }
 
 /// One of the host's lookup slots, given back when dropped.
-struct Slot {
-    running: Arc<AtomicUsize>,
-    gauge: Option<Gauge>,
-}
+struct Slot(Gauge);
 
 impl Slot {
-    fn take(running: &Arc<AtomicUsize>, capacity: usize, gauge: Option<Gauge>) -> Option<Self> {
+    fn take(running: &Gauge, capacity: usize) -> Option<Self> {
+        let capacity = i64::try_from(capacity).unwrap_or(i64::MAX);
         running
+            .inner()
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < capacity).then_some(n + 1)
             })
             .ok()?;
-        if let Some(g) = &gauge {
-            g.inc();
-        }
-        Some(Self {
-            running: running.clone(),
-            gauge,
-        })
+        Some(Self(running.clone()))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.running.fetch_sub(1, Ordering::AcqRel);
-        if let Some(g) = &self.gauge {
-            g.dec();
-        }
+        self.0.dec();
     }
 }
 
@@ -176,7 +162,7 @@ mod tests {
         let wait = Arc::new(Mutex::new(wait));
         let started = Arc::new(AtomicU32::new(0));
         let counted = started.clone();
-        let lookups = Lookups::new(2, move |_, port| {
+        let lookups = Lookups::new(2, Gauge::default(), move |_, port| {
             counted.fetch_add(1, Ordering::AcqRel);
             let _ = wait.lock().unwrap().recv();
             Ok(vec![SocketAddr::from(([192, 0, 2, 1], port))])

@@ -43,7 +43,7 @@ pub(crate) use call::HttpCall;
 pub use connections::Connections;
 pub use destination::Destination;
 pub(crate) use hooks::OutboundHooks;
-pub use lookup::{MAX_LOOKUPS, lookups_in_flight};
+pub use lookup::MAX_LOOKUPS;
 pub use rule::{HostPattern, OutboundRule, RequestHost, Target, grant_covers, method_allowed};
 pub use secret::{
     MAX_SECRET_BYTES, MAX_SECRETS, RevealRefusal, SecretBinding, SecretKeyRef, SecretSource,
@@ -145,12 +145,6 @@ impl OutboundGrant {
     pub fn sharing_connections(mut self, connections: Arc<Connections>) -> Self {
         self.connections = connections;
         self
-    }
-
-    /// The connections the plugin holds now (with the versions it shares
-    /// them with).
-    pub fn connections(&self) -> &Arc<Connections> {
-        &self.connections
     }
 
     /// The same grant with `secrets` for its requests to carry.
