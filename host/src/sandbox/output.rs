@@ -69,6 +69,28 @@ struct SinkState {
     emitted_lines: Vec<String>,
 }
 
+/// A line as logged: its text, and how many bytes of it were cut. Formatted
+/// only by a subscriber that records the event, so a line nobody logs costs
+/// no allocation.
+struct LineMessage<'a> {
+    text: &'a str,
+    cut: usize,
+}
+
+impl std::fmt::Display for LineMessage<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text)?;
+        if self.cut > 0 {
+            write!(
+                f,
+                "… [wasmctrl: {} more bytes of this line dropped]",
+                self.cut
+            )?;
+        }
+        Ok(())
+    }
+}
+
 impl OutputSink {
     pub(crate) fn new(plugin: Arc<str>, budget: usize, line_limit: usize) -> Self {
         Self {
@@ -152,14 +174,10 @@ impl OutputSink {
                 None => text,
             };
             let stream = stream.as_str();
-            let message = if cut > 0 {
-                format!("{text}… [wasmctrl: {cut} more bytes of this line dropped]")
-            } else {
-                text.into_owned()
-            };
+            let message = LineMessage { text: &text, cut };
             tracing::info!(target: "wasmctrl::guest", plugin = %self.plugin, stream, "{message}");
             #[cfg(test)]
-            s.emitted_lines.push(message);
+            s.emitted_lines.push(message.to_string());
         }
         // Keep the allocation of a reasonably sized line for the next one.
         if line.capacity() <= 4096 {
