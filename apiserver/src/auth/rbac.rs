@@ -370,7 +370,7 @@ impl<'a> Resolver<'a> {
         let read = |resource: &str| {
             self.store
                 .list(&gr(resource), namespace, None, None, None)
-                .1
+                .items
                 .iter()
                 .map(|o| Binding::from_json(&crate::registry::storage::parse_json(o)))
                 .collect::<Vec<_>>()

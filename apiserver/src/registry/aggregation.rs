@@ -164,7 +164,7 @@ pub(crate) fn aggregate(objects: &Objects) {
     let Some(info) = objects.info_for(&gr) else {
         return;
     };
-    let listed = objects.store.list(&gr, None, None, None, None).1;
+    let listed = objects.store.list(&gr, None, None, None, None).items;
     if !listed
         .iter()
         .any(|json| storage::mentions(json, b"\"aggregationRule\""))

@@ -205,6 +205,8 @@ async fn configmap_crud_and_conflicts() {
         .await
         .unwrap();
     assert_eq!(page.items.len(), 2);
+    // Under a selector upstream does not count what remains, nor do we.
+    assert_eq!(page.metadata.remaining_item_count, None);
     let token = page.metadata.continue_.clone().expect("continue token");
     let rest = api
         .list(
@@ -266,7 +268,7 @@ async fn configmap_crud_and_conflicts() {
     assert_eq!(s.data.unwrap()["p"].0, b"pw");
 }
 
-/// A list read in pages is one list: later pages show the objects as they
+/// A list read in pages is one list: later pages show (and count) the objects as they
 /// stood at the first page's resourceVersion, whatever was written between
 /// pages; a token older than the history the server keeps gets 410.
 #[tokio::test]
@@ -283,6 +285,7 @@ async fn paginated_lists_are_consistent_across_continue_and_expire_with_410() {
         list.items.iter().map(|c| c.name_any()).collect()
     };
     assert_eq!(names(&first), ["p1", "p2"]);
+    assert_eq!(first.metadata.remaining_item_count, Some(2));
     let token = first.metadata.continue_.clone().expect("continue token");
     api.patch(
         "p3",
@@ -295,11 +298,19 @@ async fn paginated_lists_are_consistent_across_continue_and_expire_with_410() {
     api.create(&PostParams::default(), &cm("p25", &[]))
         .await
         .unwrap();
+    let one = api
+        .list(&ListParams::default().limit(1).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&one), ["p3"]);
+    // Counted as the list stood at its first page: p4, not p25.
+    assert_eq!(one.metadata.remaining_item_count, Some(1));
     let rest = api
         .list(&ListParams::default().limit(10).continue_token(&token))
         .await
         .unwrap();
     assert_eq!(names(&rest), ["p3", "p4"]);
+    assert_eq!(rest.metadata.remaining_item_count, None);
     assert_eq!(rest.items[0].data.as_ref().unwrap()["v"], "old");
     assert_eq!(
         rest.metadata.resource_version,

@@ -41,26 +41,42 @@ fn selectors(q: &Query, info: &ResourceInfo) -> Result<(LabelSelector, FieldSele
 /// older than the history it can roll back through.
 const CONTINUE_EXPIRED: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.";
 
-/// An opaque continue token: the list's resourceVersion and the last key.
-fn encode_continue(rv: u64, key: &(String, String)) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(
-        serde_json::to_vec(&json!({"rv": rv, "ns": key.0, "name": key.1})).unwrap_or_default(),
-    )
+/// What a continue token carries: the list's resourceVersion, the last key
+/// it returned, and how many objects remained after it, where known.
+struct Continue {
+    rv: u64,
+    after: (String, String),
+    remaining: Option<u64>,
 }
 
-fn decode_continue(token: &str) -> Result<(u64, (String, String)), ApiError> {
-    let bad = || ApiError::BadRequest("continue key is not valid: invalid token".into());
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(token)
-        .map_err(|_| bad())?;
-    let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
-    Ok((
-        v["rv"].as_u64().ok_or_else(bad)?,
-        (
-            v["ns"].as_str().ok_or_else(bad)?.to_string(),
-            v["name"].as_str().ok_or_else(bad)?.to_string(),
-        ),
-    ))
+impl Continue {
+    /// Opaque to clients, as kube-apiserver's are. A client that alters the
+    /// count gets only a wrong `remainingItemCount` back: it never decides
+    /// what is listed.
+    fn encode(&self) -> String {
+        let mut token = json!({"rv": self.rv, "ns": self.after.0, "name": self.after.1});
+        if let Some(n) = self.remaining {
+            token["remaining"] = json!(n);
+        }
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .encode(serde_json::to_vec(&token).unwrap_or_default())
+    }
+
+    fn decode(token: &str) -> Result<Self, ApiError> {
+        let bad = || ApiError::BadRequest("continue key is not valid: invalid token".into());
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(token)
+            .map_err(|_| bad())?;
+        let v: Value = serde_json::from_slice(&bytes).map_err(|_| bad())?;
+        Ok(Continue {
+            rv: v["rv"].as_u64().ok_or_else(bad)?,
+            after: (
+                v["ns"].as_str().ok_or_else(bad)?.to_string(),
+                v["name"].as_str().ok_or_else(bad)?.to_string(),
+            ),
+            remaining: v["remaining"].as_u64(),
+        })
+    }
 }
 
 /// The resourceVersion a list asks for exactly
@@ -124,7 +140,7 @@ pub(super) fn list(
         .and_then(|l| l.parse::<usize>().ok())
         .filter(|l| *l > 0);
     let cont = match q.get("continue").filter(|c| !c.is_empty()) {
-        Some(c) => Some(decode_continue(c)?),
+        Some(c) => Some(Continue::decode(c)?),
         None => None,
     };
     let name_pin = fields.exact_name().map(str::to_string);
@@ -140,7 +156,7 @@ pub(super) fn list(
     let filter: Option<&dyn Fn(&Value) -> bool> = selective.then_some(&filter);
     // Later pages show the objects as they stood at the first page's
     // resourceVersion, and report it, as kube-apiserver's do.
-    let (list_rv, items, next) = match (&cont, exact) {
+    let mut page = match (&cont, exact) {
         (None, None) => shared
             .objects
             .store
@@ -154,26 +170,49 @@ pub(super) fn list(
                     "Too large resource version: {at}, current: {current}"
                 )));
             }
-            let (items, next) = shared
+            shared
                 .objects
                 .store
                 .list_at(&info.storage, t.namespace, at, None, limit, filter)
-                .map_err(|e| shared.objects.store_error(info, "", e))?;
-            (at, items, next)
+                .map_err(|e| shared.objects.store_error(info, "", e))?
         }
-        (Some((at, after)), _) => {
-            let (items, next) = shared
+        (Some(cont), _) => {
+            let mut page = shared
                 .objects
                 .store
-                .list_at(&info.storage, t.namespace, *at, Some(after), limit, filter)
+                .list_at(
+                    &info.storage,
+                    t.namespace,
+                    cont.rv,
+                    Some(&cont.after),
+                    limit,
+                    filter,
+                )
                 .map_err(|_| ApiError::Expired(CONTINUE_EXPIRED.into()))?;
-            (*at, items, next)
+            // The first page counted what followed it; each page since
+            // takes its own share off.
+            if page.next.is_some() && !selective {
+                page.remaining = cont
+                    .remaining
+                    .and_then(|n| n.checked_sub(page.items.len() as u64))
+                    .filter(|n| *n > 0);
+            }
+            page
         }
     };
-    let mut metadata = json!({"resourceVersion": list_rv.to_string()});
-    if let Some(k) = &next {
-        metadata["continue"] = json!(encode_continue(list_rv, k));
+    let mut metadata = json!({"resourceVersion": page.rv.to_string()});
+    if let Some(after) = page.next.take() {
+        let token = Continue {
+            rv: page.rv,
+            after,
+            remaining: page.remaining,
+        };
+        metadata["continue"] = json!(token.encode());
+        if let Some(n) = page.remaining {
+            metadata["remainingItemCount"] = json!(n);
+        }
     }
+    let items = page.items;
     // The answer's share of the budget is taken before it is built: the
     // items are the stored objects, shared, until then.
     let estimate = items.iter().map(|o| o.len() + 1).sum::<usize>() + 1024;
@@ -249,13 +288,17 @@ pub(super) async fn delete_collection(
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
     let (ctx, opts) = delete_request(shared, info, t.namespace.unwrap_or(""), req)?;
-    let (_, items, _) = shared.objects.store.list(
-        &info.storage,
-        t.namespace,
-        None,
-        None,
-        Some(&|o: &Value| labels.matches(o) && fields.matches(o)),
-    );
+    let items = shared
+        .objects
+        .store
+        .list(
+            &info.storage,
+            t.namespace,
+            None,
+            None,
+            Some(&|o: &Value| labels.matches(o) && fields.matches(o)),
+        )
+        .items;
     let mut deleted = Vec::new();
     for obj in items.iter().map(|o| parse_json(o)) {
         let ns = crate::values::meta_str(&obj, "namespace")
@@ -291,12 +334,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn continue_tokens_round_trip() {
-        let t = encode_continue(42, &("ns".into(), "n".into()));
-        assert_eq!(
-            decode_continue(&t).unwrap(),
-            (42, ("ns".into(), "n".into()))
-        );
-        assert!(decode_continue("!!").is_err());
+    fn continue_tokens_round_trip_with_and_without_a_count() {
+        for remaining in [Some(7), None] {
+            let token = Continue {
+                rv: 42,
+                after: ("ns".into(), "n".into()),
+                remaining,
+            };
+            let back = Continue::decode(&token.encode()).unwrap();
+            assert_eq!(
+                (back.rv, back.after, back.remaining),
+                (42, token.after, remaining)
+            );
+        }
+        assert!(Continue::decode("!!").is_err());
     }
 }

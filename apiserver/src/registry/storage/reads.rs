@@ -113,10 +113,10 @@ impl Store {
             .unwrap_or_default()
     }
 
-    /// A filtered, ordered page of objects, as their JSON. `ns` None lists
-    /// all namespaces; `after` is the exclusive start key of a continued
-    /// list; at most `limit` matches are returned, with the key to continue
-    /// from when more remain. Objects are parsed only for a `filter`.
+    /// A filtered, ordered page of objects, as their JSON, at the store's
+    /// current resourceVersion. `ns` None lists all namespaces; `after` is
+    /// the exclusive start key of a continued list; at most `limit` matches
+    /// are returned. Objects are parsed only for a `filter`.
     pub(crate) fn list(
         &self,
         gr: &GroupResource,
@@ -124,23 +124,21 @@ impl Store {
         after: Option<&ObjKey>,
         limit: Option<usize>,
         filter: Option<&dyn Fn(&Value) -> bool>,
-    ) -> (u64, Vec<Json>, Option<ObjKey>) {
+    ) -> Page {
         let st = self.lock();
+        let rv = st.rv;
         let Some(table) = st.tables.get(gr) else {
-            return (st.rv, Vec::new(), None);
+            return Page::last(rv, Vec::new());
         };
         let objects = table
             .range(lower_bound(ns, after))
             .map(|(k, e)| (k.parts(), &e.obj));
         let Some(filter) = filter else {
-            let (items, next) = page(objects, ns, limit, None);
-            return (st.rv, items, next);
+            return page(rv, objects, ns, limit, None, after.is_none());
         };
-        let rv = st.rv;
         let candidates = candidates(objects, ns);
         drop(st);
-        let (items, next) = page_owned(&candidates, ns, limit, filter);
-        (rv, items, next)
+        page_owned(rv, &candidates, ns, limit, filter)
     }
 
     /// [`Store::list`] as the objects stood at resourceVersion `at`: what a
@@ -157,7 +155,7 @@ impl Store {
         after: Option<&ObjKey>,
         limit: Option<usize>,
         filter: Option<&dyn Fn(&Value) -> bool>,
-    ) -> Result<(Vec<Json>, Option<ObjKey>), StoreError> {
+    ) -> Result<Page, StoreError> {
         let st = self.lock();
         if at < st.floor || at > st.rv {
             return Err(StoreError::Expired {
@@ -209,11 +207,11 @@ impl Store {
             }
         });
         let Some(filter) = filter else {
-            return Ok(page(merged, ns, limit, None));
+            return Ok(page(at, merged, ns, limit, None, after.is_none()));
         };
         let candidates = candidates(merged, ns);
         drop(st);
-        Ok(page_owned(&candidates, ns, limit, filter))
+        Ok(page_owned(at, &candidates, ns, limit, filter))
     }
 }
 
@@ -233,15 +231,16 @@ fn candidates<'a>(
 
 /// [`page`] over [`candidates`].
 fn page_owned(
+    rv: u64,
     candidates: &[(String, String, Json)],
     ns: Option<&str>,
     limit: Option<usize>,
     filter: &dyn Fn(&Value) -> bool,
-) -> (Vec<Json>, Option<ObjKey>) {
+) -> Page {
     let objects = candidates
         .iter()
         .map(|(kns, name, obj)| ((kns.as_str(), name.as_str()), obj));
-    page(objects, ns, limit, Some(filter))
+    page(rv, objects, ns, limit, Some(filter), false)
 }
 
 fn lower_bound(
@@ -257,20 +256,22 @@ fn lower_bound(
 }
 
 /// The first `limit` objects of `objects` (in key order, from the lower
-/// bound) that are in `ns` and pass `filter`, and the key to continue from
-/// when more remain.
+/// bound) that are in `ns` and pass `filter`, the key to continue from
+/// when more remain, and, with `count_rest`, how many more there are.
 fn page<'a>(
-    objects: impl Iterator<Item = ((&'a str, &'a str), &'a Json)>,
+    rv: u64,
+    mut objects: impl Iterator<Item = ((&'a str, &'a str), &'a Json)>,
     ns: Option<&str>,
     limit: Option<usize>,
     filter: Option<&dyn Fn(&Value) -> bool>,
-) -> (Vec<Json>, Option<ObjKey>) {
-    let mut out = Vec::new();
+    count_rest: bool,
+) -> Page {
+    let in_ns = |key: &(&str, &str)| ns.is_none_or(|ns| key.0 == ns);
+    let mut items = Vec::new();
     let mut last: Option<(&str, &str)> = None;
-    for (key, obj) in objects {
-        if let Some(ns) = ns
-            && key.0 != ns
-        {
+    let mut more = false;
+    for (key, obj) in objects.by_ref() {
+        if !in_ns(&key) {
             break;
         }
         if let Some(filter) = filter
@@ -278,16 +279,54 @@ fn page<'a>(
         {
             continue;
         }
-        if let Some(limit) = limit
-            && out.len() == limit
-        {
-            return (
-                out,
-                last.map(|(ns, name)| (ns.to_string(), name.to_string())),
-            );
+        if limit.is_some_and(|limit| items.len() == limit) {
+            more = true;
+            break;
         }
-        out.push(obj.clone());
+        items.push(obj.clone());
         last = Some(key);
     }
-    (out, None)
+    let Some((kns, name)) = last.filter(|_| more) else {
+        return Page::last(rv, items);
+    };
+    // The object that showed more remain was taken from `objects` already.
+    let remaining = count_rest
+        .then(|| 1 + objects.take_while(|(key, _)| in_ns(key)).count())
+        .map(|n| n as u64);
+    Page {
+        rv,
+        items,
+        next: Some((kns.to_string(), name.to_string())),
+        remaining,
+    }
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub(crate) struct Page {
+    /// The resourceVersion the page shows the objects at.
+    pub(crate) rv: u64,
+    /// The objects' stored JSON, in key order.
+    pub(crate) items: Vec<Json>,
+    /// The exclusive start key of the next page, when more objects remain.
+    pub(crate) next: Option<ObjKey>,
+    /// How many objects follow this page, where the store counted them: on
+    /// a first page (no `after`) without a filter that has more, as
+    /// kube-apiserver's `remainingItemCount` is unknown under a selector.
+    /// Later pages of the same list are not counted again: the count is the
+    /// first page's, less what each page since returned, so that a listing
+    /// read in many pages walks the rest of its objects once.
+    pub(crate) remaining: Option<u64>,
+}
+
+impl Page {
+    /// A page with nothing after it.
+    fn last(rv: u64, items: Vec<Json>) -> Self {
+        Page {
+            rv,
+            items,
+            next: None,
+            remaining: None,
+        }
+    }
 }

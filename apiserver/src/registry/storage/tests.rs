@@ -85,22 +85,62 @@ fn commit_checks_expectations_and_bumps_rv() {
     assert!(s.get(&gr, "default", "a").is_none());
 }
 
+fn names(page: &[super::Json]) -> Vec<String> {
+    page.iter()
+        .map(|o| {
+            super::json::decode(o)["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
 #[test]
-fn list_pages_in_key_order() {
+fn list_pages_in_key_order_and_counts_what_follows_a_first_page() {
     let s = store();
+    let other = json!({"metadata": {"name": "other"}});
+    let namespaces = GroupResource::new("", "namespaces");
+    s.commit(
+        &namespaces,
+        "",
+        "other",
+        Expect::Absent,
+        Change::Put(other),
+        false,
+    )
+    .unwrap();
     let gr = GroupResource::new("", "configmaps");
-    for n in ["c", "a", "b"] {
-        s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
+    for (ns, n) in [("default", "c"), ("default", "a"), ("default", "b")]
+        .into_iter()
+        .chain([("other", "x"), ("other", "y")])
+    {
+        s.commit(&gr, ns, n, Expect::Absent, Change::Put(cm(n)), false)
             .unwrap();
     }
-    let (_, page, next) = s.list(&gr, Some("default"), None, Some(2), None);
-    assert_eq!(page.len(), 2);
-    assert_eq!(super::json::decode(&page[0])["metadata"]["name"], "a");
-    let next = next.unwrap();
-    let (_, page, more) = s.list(&gr, Some("default"), Some(&next), Some(2), None);
-    assert_eq!(page.len(), 1);
-    assert_eq!(super::json::decode(&page[0])["metadata"]["name"], "c");
-    assert!(more.is_none());
+    let first = s.list(&gr, Some("default"), None, Some(2), None);
+    assert_eq!(names(&first.items), ["a", "b"]);
+    // The other namespace's objects follow in the table, not in the list.
+    assert_eq!(first.remaining, Some(1));
+    let next = first.next.unwrap();
+    let last = s.list(&gr, Some("default"), Some(&next), Some(2), None);
+    assert_eq!(names(&last.items), ["c"]);
+    assert!(last.next.is_none());
+    assert_eq!(last.remaining, None);
+    // Across namespaces; a continued page is not counted again.
+    let all = s.list(&gr, None, None, Some(1), None);
+    assert_eq!(
+        (names(&all.items), all.remaining),
+        (vec!["a".into()], Some(4))
+    );
+    let second = s.list(&gr, None, all.next.as_ref(), Some(1), None);
+    assert_eq!(names(&second.items), ["b"]);
+    assert_eq!(second.remaining, None);
+    // Under a filter the count is unknown, as upstream's.
+    let some = |o: &serde_json::Value| o["metadata"]["name"] != "b";
+    let filtered = s.list(&gr, None, None, Some(1), Some(&some));
+    assert!(filtered.next.is_some());
+    assert_eq!(filtered.remaining, None);
 }
 
 #[test]
@@ -111,9 +151,11 @@ fn a_continued_list_shows_the_objects_as_they_stood_at_its_first_page() {
         s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
             .unwrap();
     }
-    let (at, first, next) = s.list(&gr, Some("default"), None, Some(2), None);
-    assert_eq!(first.len(), 2);
-    let next = next.unwrap();
+    let first = s.list(&gr, Some("default"), None, Some(2), None);
+    let at = first.rv;
+    assert_eq!(first.items.len(), 2);
+    assert_eq!(first.remaining, Some(2));
+    let next = first.next.unwrap();
     let mut changed = cm("c");
     changed["data"] = json!({"k": "later"});
     let rv = |n: &str| Expect::Rv(s.get(&gr, "default", n).unwrap().rv);
@@ -121,42 +163,45 @@ fn a_continued_list_shows_the_objects_as_they_stood_at_its_first_page() {
         .unwrap();
     s.commit(&gr, "default", "d", rv("d"), Change::Delete, false)
         .unwrap();
-    for n in ["bb", "e"] {
+    for n in ["bb", "e", "f"] {
         s.commit(&gr, "default", n, Expect::Absent, Change::Put(cm(n)), false)
             .unwrap();
     }
-    let names = |page: &[super::Json]| -> Vec<String> {
-        page.iter()
-            .map(|o| {
-                super::json::decode(o)["metadata"]["name"]
-                    .as_str()
-                    .unwrap()
-                    .to_string()
-            })
-            .collect()
-    };
-    let (rest, more) = s
+    let rest = s
         .list_at(&gr, Some("default"), at, Some(&next), None, None)
         .unwrap();
-    assert_eq!(names(&rest), ["c", "d"]);
-    let c = super::json::decode(&rest[0]);
+    assert_eq!(names(&rest.items), ["c", "d"]);
+    let c = super::json::decode(&rest.items[0]);
     assert!(c.get("data").is_none(), "c as it was: {c}");
-    assert!(more.is_none());
+    assert!(rest.next.is_none());
     // Paged one by one, the same.
-    let (one, more) = s
+    let one = s
         .list_at(&gr, Some("default"), at, Some(&next), Some(1), None)
         .unwrap();
-    assert_eq!(names(&one), ["c"]);
-    let (two, more) = s
-        .list_at(&gr, Some("default"), at, more.as_ref(), Some(1), None)
+    assert_eq!(names(&one.items), ["c"]);
+    let two = s
+        .list_at(&gr, Some("default"), at, one.next.as_ref(), Some(1), None)
         .unwrap();
-    assert_eq!((names(&two), more), (vec!["d".to_string()], None));
+    assert_eq!((names(&two.items), two.next), (vec!["d".to_string()], None));
+    // A first page at `at` counts the objects as they stood then: c and d,
+    // not bb, e and f.
+    let then = s
+        .list_at(&gr, Some("default"), at, None, Some(2), None)
+        .unwrap();
+    assert_eq!(
+        (names(&then.items), then.remaining),
+        (vec!["a".into(), "b".into()], Some(2))
+    );
     // A list at the current resourceVersion sees everything.
-    let (now, _, _) = s.list(&gr, Some("default"), None, None, None);
-    let (all, _) = s
+    let now = s.list(&gr, Some("default"), None, None, None).rv;
+    let all = s
         .list_at(&gr, Some("default"), now, None, None, None)
         .unwrap();
-    assert_eq!(names(&all), ["a", "b", "bb", "c", "e"]);
+    assert_eq!(names(&all.items), ["a", "b", "bb", "c", "e", "f"]);
+    let counted = s
+        .list_at(&gr, Some("default"), now, None, Some(2), None)
+        .unwrap();
+    assert_eq!(counted.remaining, Some(4));
     // Past the history, or from the future: Expired.
     s.expire_history();
     let expired = s.list_at(&gr, Some("default"), at, Some(&next), None, None);

@@ -104,7 +104,7 @@ impl Objects {
                 crate::admission::config::GROUP,
                 plural,
             );
-            let (_, stored, _) = self.store.list(&gr, None, None, None, None);
+            let stored = self.store.list(&gr, None, None, None, None).items;
             for obj in stored
                 .iter()
                 .map(|o| crate::registry::storage::parse_json(o))

@@ -315,7 +315,7 @@ fn endpoint_address(objects: &Objects, ns: &str, svc: &Value, port: u16) -> Opti
             }
         }
     }
-    let (_, slices, _) = objects.store.list(
+    let slices = objects.store.list(
         &GroupResource::new("discovery.k8s.io", "endpointslices"),
         Some(ns),
         None,
@@ -324,7 +324,7 @@ fn endpoint_address(objects: &Objects, ns: &str, svc: &Value, port: u16) -> Opti
             o.pointer("/metadata/labels/kubernetes.io~1service-name") == Some(&json!(name))
         }),
     );
-    slices.iter().find_map(|slice| {
+    slices.items.iter().find_map(|slice| {
         let slice = crate::registry::storage::parse_json(slice);
         let addr = slice["endpoints"]
             .as_array()
