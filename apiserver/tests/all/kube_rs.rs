@@ -268,6 +268,41 @@ async fn configmap_crud_and_conflicts() {
     assert_eq!(s.data.unwrap()["p"].0, b"pw");
 }
 
+/// A read has the request's deadline too: a list that parses objects for
+/// a selector stops once `?timeout=` passes and answers upstream's 504; a
+/// timeout that is not a Go duration is a 400, as for a write.
+#[tokio::test]
+async fn a_selective_list_ends_at_the_request_s_deadline() {
+    let h = Harness::start().await;
+    let api: Api<ConfigMap> = Api::namespaced(h.client().await, "default");
+    for i in 0..3 {
+        let mut c = cm(&format!("t{i}"), &[]);
+        c.metadata.labels = Some(BTreeMap::from([("app".into(), "t".into())]));
+        api.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let path = |timeout: &str| {
+        format!("/api/v1/namespaces/default/configmaps?labelSelector=app%3Dt&timeout={timeout}")
+    };
+    let once = h.client_without_retries().await;
+    // Passed before the first object is parsed.
+    let (code, status) = crate::common::raw(&once, "GET", &path("1ns"), None, b"").await;
+    assert_eq!(code, 504, "{status}");
+    assert_eq!(status["reason"], "Timeout");
+    assert_eq!(
+        status["message"],
+        "Timeout: request did not complete within requested timeout - context deadline exceeded"
+    );
+    let (code, list) = crate::common::raw(&once, "GET", &path("30s"), None, b"").await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["items"].as_array().unwrap().len(), 3);
+    let (code, status) = crate::common::raw(&once, "GET", &path("soon"), None, b"").await;
+    assert_eq!(code, 400, "{status}");
+    assert_eq!(
+        status["message"],
+        "invalid timeout specified in the request URL - time: invalid duration \"soon\""
+    );
+}
+
 /// A list read in pages is one list: later pages show (and count) the objects as they
 /// stood at the first page's resourceVersion, whatever was written between
 /// pages; a token older than the history the server keeps gets 410.

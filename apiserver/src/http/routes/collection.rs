@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use axum::http::StatusCode;
 use axum::response::Response;
 use base64::Engine;
@@ -18,7 +20,7 @@ use crate::http::state::ServerState;
 use crate::http::watch::WatchParams;
 use crate::registry::resources::ResourceInfo;
 use crate::registry::selectors::{FieldSelector, LabelSelector, SelectorError};
-use crate::registry::storage::parse_json;
+use crate::registry::storage::{Filter, parse_json};
 use crate::registry::views::to_view;
 
 fn selector_error(e: SelectorError) -> ApiError {
@@ -130,6 +132,7 @@ pub(super) fn list(
     t: &Target<'_>,
     q: &Query,
     table: Option<&'static str>,
+    deadline: Option<Instant>,
 ) -> Result<Response, ApiError> {
     let info = &t.info;
     let (labels, fields) = selectors(q, info)?;
@@ -144,16 +147,25 @@ pub(super) fn list(
         None => None,
     };
     let name_pin = fields.exact_name().map(str::to_string);
-    let filter = |o: &Value| {
+    // Parsing every object of a large resource for a selector takes
+    // seconds: once the request's deadline passes, the rest are skipped
+    // unparsed and the list answers 504, as upstream's timeout does.
+    let out_of_time = std::cell::Cell::new(false);
+    let filter = |raw: &[u8]| {
+        if out_of_time.get() || deadline.is_some_and(|d| Instant::now() >= d) {
+            out_of_time.set(true);
+            return false;
+        }
+        let o = parse_json(raw);
         name_pin
             .as_deref()
-            .is_none_or(|n| crate::values::meta_str(o, "name") == Some(n))
-            && labels.matches(o)
-            && fields.matches(o)
+            .is_none_or(|n| crate::values::meta_str(&o, "name") == Some(n))
+            && labels.matches(&o)
+            && fields.matches(&o)
     };
     // Without a selector nothing is parsed: the stored JSON is the answer.
     let selective = name_pin.is_some() || !labels.is_empty() || !fields.is_empty();
-    let filter: Option<&dyn Fn(&Value) -> bool> = selective.then_some(&filter);
+    let filter: Option<Filter<'_>> = selective.then_some(&filter);
     // Later pages show the objects as they stood at the first page's
     // resourceVersion, and report it, as kube-apiserver's do.
     let mut page = match (&cont, exact) {
@@ -200,6 +212,9 @@ pub(super) fn list(
             page
         }
     };
+    if out_of_time.get() {
+        return Err(ApiError::request_timeout());
+    }
     let mut metadata = json!({"resourceVersion": page.rv.to_string()});
     if let Some(after) = page.next.take() {
         let token = Continue {
@@ -296,7 +311,10 @@ pub(super) async fn delete_collection(
             t.namespace,
             None,
             None,
-            Some(&|o: &Value| labels.matches(o) && fields.matches(o)),
+            Some(&|raw: &[u8]| {
+                let o = parse_json(raw);
+                labels.matches(&o) && fields.matches(&o)
+            }),
         )
         .items;
     let mut deleted = Vec::new();

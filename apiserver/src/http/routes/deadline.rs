@@ -1,9 +1,10 @@
-//! A write's deadline, as kube-apiserver's request deadline: the client's
-//! `?timeout=` (a Go duration, as `kubectl --request-timeout` sends it),
-//! at most the server's request timeout, which is also the default. When
-//! it passes, the write is answered 504 and what it still awaited
-//! (admission webhooks above all) is dropped; each webhook is called with
-//! no more than the time left.
+//! A request's deadline, as kube-apiserver's: the client's `?timeout=` (a
+//! Go duration, as `kubectl --request-timeout` sends it), at most the
+//! server's request timeout, which is also the default. Every request but
+//! a watch has one. When it passes, the request is answered 504: a write
+//! drops what it still awaited (admission webhooks above all), each
+//! webhook called with no more than the time left; a list stops parsing
+//! objects for its selector.
 //!
 //! Go's `time.ParseDuration` is written here because the API's wire format
 //! is Go's: no crate parses exactly that grammar.
@@ -16,17 +17,17 @@ use super::params::Query;
 use crate::error::ApiError;
 use crate::values::go_quote;
 
-/// kube-apiserver's default `--request-timeout`: the longest a write may
-/// take, whatever its `?timeout=` asks.
+/// kube-apiserver's default `--request-timeout`: the longest a request
+/// may take, whatever its `?timeout=` asks.
 pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The longest `?timeout=` value read; a duration never needs more.
 const MAX_TIMEOUT_TEXT: usize = 64;
 
-/// When a write that began at `started` must be answered: `?timeout=` if it
+/// When a request that began at `started` must be answered: `?timeout=` if it
 /// is positive and shorter than [`REQUEST_TIMEOUT`], else that. A value
 /// that is not a Go duration is a 400, worded as upstream's.
-pub(super) fn write_deadline(q: &Query, started: Instant) -> Result<Instant, ApiError> {
+pub(super) fn request_deadline(q: &Query, started: Instant) -> Result<Instant, ApiError> {
     let asked = match q.get("timeout") {
         None | Some("") => None,
         Some(text) => Some(go_duration(text).ok_or_else(|| {
@@ -132,9 +133,9 @@ mod tests {
     }
 
     #[test]
-    fn a_write_waits_at_most_the_request_timeout() {
+    fn a_request_waits_at_most_the_request_timeout() {
         let now = Instant::now();
-        let deadline = |query: &str| write_deadline(&Query::parse(Some(query)), now);
+        let deadline = |query: &str| request_deadline(&Query::parse(Some(query)), now);
         assert_eq!(deadline("").unwrap(), now + REQUEST_TIMEOUT);
         assert_eq!(
             deadline("timeout=2s").unwrap(),

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, header};
+use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 
 use super::dispatch::dispatch;
@@ -142,12 +142,9 @@ async fn serve(
         Ok(b) => b,
         Err(e) => return e.into_response(),
     };
-    let writes = matches!(
-        parts.method,
-        Method::POST | Method::PUT | Method::PATCH | Method::DELETE
-    );
-    let deadline = match writes
-        .then(|| super::deadline::write_deadline(query, started))
+    // As upstream's, every request but a long-running watch has one.
+    let deadline = match (info.verb != "watch")
+        .then(|| super::deadline::request_deadline(query, started))
         .transpose()
     {
         Ok(deadline) => deadline,

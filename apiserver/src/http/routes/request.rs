@@ -74,7 +74,7 @@ pub(super) struct Req<'a> {
     pub(super) scope: &'a RequestScope,
     /// Whom the request acts as (after impersonation).
     pub(super) user: &'a UserInfo,
-    /// When a write must be answered (see [`super::deadline`]); None for
-    /// reads.
+    /// When the request must be answered (see [`super::deadline`]); None
+    /// for a watch, which runs until its own `timeoutSeconds`.
     pub(super) deadline: Option<tokio::time::Instant>,
 }

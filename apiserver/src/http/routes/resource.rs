@@ -119,7 +119,7 @@ pub(super) async fn resource(
                     }
                     watch::serve(shared.clone(), info, watch_params(&t, q, table)?)
                 } else {
-                    list(shared, &t, q, table)
+                    list(shared, &t, q, table, req.deadline)
                 }
             }
             Method::POST => {

@@ -48,6 +48,7 @@ pub(crate) use json::{
     api_version as api_version_of, decode as parse_json, mentions, nests_deeper_than,
     resource_version, uid_and_owners,
 };
+pub(crate) use reads::Filter;
 pub(crate) use state::{HISTORY_LEN, ObjKey, Stored, is_deleting};
 pub(crate) use store::Store;
 pub(crate) use watch::WatchFrom;

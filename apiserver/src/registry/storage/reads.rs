@@ -5,13 +5,15 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::RangeBounds;
 
-use serde_json::Value;
-
 use super::commit::StoreError;
-use super::json::{self, Json};
+use super::json::Json;
 use super::state::{ObjKey, Stored, TableKey};
 use super::store::Store;
 use crate::registry::resources::GroupResource;
+
+/// Which objects a list keeps, judged from each one's stored JSON: the
+/// filter parses it if it must.
+pub(crate) type Filter<'a> = &'a dyn Fn(&[u8]) -> bool;
 
 impl Store {
     /// One visible object (what GET answers).
@@ -116,14 +118,15 @@ impl Store {
     /// A filtered, ordered page of objects, as their JSON, at the store's
     /// current resourceVersion. `ns` None lists all namespaces; `after` is
     /// the exclusive start key of a continued list; at most `limit` matches
-    /// are returned. Objects are parsed only for a `filter`.
+    /// are returned. A `filter` is given each object's JSON, to parse if it
+    /// must: without one, nothing is parsed.
     pub(crate) fn list(
         &self,
         gr: &GroupResource,
         ns: Option<&str>,
         after: Option<&ObjKey>,
         limit: Option<usize>,
-        filter: Option<&dyn Fn(&Value) -> bool>,
+        filter: Option<Filter<'_>>,
     ) -> Page {
         let st = self.lock();
         let rv = st.rv;
@@ -154,7 +157,7 @@ impl Store {
         at: u64,
         after: Option<&ObjKey>,
         limit: Option<usize>,
-        filter: Option<&dyn Fn(&Value) -> bool>,
+        filter: Option<Filter<'_>>,
     ) -> Result<Page, StoreError> {
         let st = self.lock();
         if at < st.floor || at > st.rv {
@@ -235,7 +238,7 @@ fn page_owned(
     candidates: &[(String, String, Json)],
     ns: Option<&str>,
     limit: Option<usize>,
-    filter: &dyn Fn(&Value) -> bool,
+    filter: Filter<'_>,
 ) -> Page {
     let objects = candidates
         .iter()
@@ -263,7 +266,7 @@ fn page<'a>(
     mut objects: impl Iterator<Item = ((&'a str, &'a str), &'a Json)>,
     ns: Option<&str>,
     limit: Option<usize>,
-    filter: Option<&dyn Fn(&Value) -> bool>,
+    filter: Option<Filter<'_>>,
     count_rest: bool,
 ) -> Page {
     let in_ns = |key: &(&str, &str)| ns.is_none_or(|ns| key.0 == ns);
@@ -275,7 +278,7 @@ fn page<'a>(
             break;
         }
         if let Some(filter) = filter
-            && !filter(&json::decode(obj))
+            && !filter(obj)
         {
             continue;
         }

@@ -320,8 +320,10 @@ fn endpoint_address(objects: &Objects, ns: &str, svc: &Value, port: u16) -> Opti
         Some(ns),
         None,
         None,
-        Some(&|o: &Value| {
-            o.pointer("/metadata/labels/kubernetes.io~1service-name") == Some(&json!(name))
+        Some(&|raw: &[u8]| {
+            crate::registry::storage::parse_json(raw)
+                .pointer("/metadata/labels/kubernetes.io~1service-name")
+                == Some(&json!(name))
         }),
     );
     slices.items.iter().find_map(|slice| {
