@@ -207,21 +207,25 @@ pub(super) async fn resource(
                 // token is issued only once both allowed it.
                 let mut asked = reviews::decode_token_request(parse_body(shared, headers, body)?)?;
                 let ctx = write_ctx(shared, &info, ns, req)?;
-                let admitting = shared.objects.admitting(&info, Some("token"), &ctx);
-                if let Some(a) = &admitting {
-                    let options = a.write_options(Operation::Create);
+                let admitting = shared
+                    .objects
+                    .admitting(&info, Some("token"), &ctx)
+                    .map(|a| {
+                        let options = a.write_options(Operation::Create);
+                        (a, options)
+                    });
+                if let Some((a, options)) = &admitting {
                     a.mutate(
                         Operation::Create,
                         (ns, name),
                         Some(&mut asked),
                         None,
-                        options,
+                        options.clone(),
                     )
                     .await?;
                 }
                 let ask = reviews::prepare_token_request(&shared.auth, ns, name, asked)?;
-                if let Some(a) = &admitting {
-                    let options = a.write_options(Operation::Create);
+                if let Some((a, options)) = admitting {
                     a.validate(
                         Operation::Create,
                         (ns, name),

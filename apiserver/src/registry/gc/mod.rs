@@ -530,8 +530,10 @@ fn check_foreground_by_uid(objects: &Objects, uid: &str) -> Option<Refused> {
 fn terminate_namespace(objects: &Objects, ns: &str) -> bool {
     let mut report = ContentReport::default();
     for (gr, name) in objects.store.namespace_contents(ns) {
-        if let Some(obj) = objects.store.get(&gr, ns, &name)
-            && !deleting(&obj.obj)
+        let Some(obj) = objects.store.get(&gr, ns, &name) else {
+            continue;
+        };
+        if !deleting(&obj.obj)
             && let Err(e) = delete(
                 objects,
                 &gr,
@@ -543,16 +545,16 @@ fn terminate_namespace(objects: &Objects, ns: &str) -> bool {
         {
             report.failures.entry(shown(&gr)).or_insert(e);
         }
-    }
-    check_namespace(objects, ns);
-    for (gr, name) in objects.store.namespace_contents(ns) {
-        if let Some(obj) = objects.store.get(&gr, ns, &name) {
+        // What the deletion left: an object its finalizers hold, or one
+        // that could not be deleted.
+        if let Some(left) = objects.store.get(&gr, ns, &name) {
             *report.remaining.entry(shown(&gr)).or_default() += 1;
-            for f in finalizers(&obj.obj) {
+            for f in finalizers(&left.obj) {
                 *report.finalizers.entry(f).or_default() += 1;
             }
         }
     }
+    check_namespace(objects, ns);
     let done = report.failures.is_empty();
     objects.note_namespace_contents(ns, &report);
     done
