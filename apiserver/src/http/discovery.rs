@@ -107,6 +107,13 @@ struct Subresource {
 fn subresources(r: &ResourceInfo) -> Vec<Subresource> {
     const READ_WRITE: &[&str] = &["get", "patch", "update"];
     let mut subs = Vec::new();
+    if crate::registry::writes::is_namespace(r) {
+        subs.push(Subresource {
+            name: "finalize",
+            other_kind: None,
+            verbs: &["update"],
+        });
+    }
     if r.status {
         subs.push(Subresource {
             name: "status",
@@ -405,6 +412,19 @@ mod tests {
             .collect();
         assert!(names.contains(&"deployments/status"));
         assert!(names.contains(&"deployments/scale"));
+        let core = resource_list(&reg, "", "v1").unwrap();
+        let entry = |name: &str| {
+            core["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["name"] == name)
+                .cloned()
+        };
+        let finalize = entry("namespaces/finalize").expect("namespaces/finalize");
+        assert_eq!(finalize["verbs"], json!(["update"]));
+        assert_eq!(finalize["kind"], "Namespace");
+        assert!(entry("configmaps/finalize").is_none());
         let agg = aggregated(&reg, true, "v2");
         assert_eq!(agg["items"][0]["metadata"]["name"], "");
         let groups = api_group_list(&reg);

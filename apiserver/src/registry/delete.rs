@@ -322,16 +322,32 @@ impl Objects {
         });
     }
 
-    /// Finishes deleting a namespace whose contents are gone.
+    /// Takes the namespace controller's `kubernetes` finalizer out of
+    /// terminating namespace `name`'s `spec.finalizers` once its contents
+    /// are gone, past admission, and deletes it when no finalizer (of its
+    /// metadata or its spec) still holds it.
     pub(crate) fn finalize_namespace(&self, name: &str) {
         self.change_terminating_namespace(name, |cur| {
-            if finalizers(cur).is_empty() {
+            let spec: Vec<Value> = cur["spec"]["finalizers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|f| *f != "kubernetes")
+                .cloned()
+                .collect();
+            if finalizers(cur).is_empty() && spec.is_empty() {
                 return Some(Change::Delete);
             }
-            // Metadata finalizers still hold it; drop only spec.finalizers.
-            cur["spec"].get("finalizers")?;
+            let held = cur["spec"]["finalizers"].as_array().map_or(0, Vec::len);
+            if spec.len() == held {
+                return None;
+            }
             let mut obj = cur.clone();
-            obj["spec"] = json!({});
+            obj["spec"] = if spec.is_empty() {
+                json!({})
+            } else {
+                json!({"finalizers": spec})
+            };
             metadata_mut(&mut obj).remove("resourceVersion");
             Some(Change::Put(obj))
         });

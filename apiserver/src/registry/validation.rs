@@ -143,6 +143,42 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
     out.into_vec()
 }
 
+/// The finalizers upstream names without a domain (`IsStandardFinalizerName`).
+const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
+
+/// Validates a namespace's `spec.finalizers` as the `finalize` subresource
+/// writes them (upstream's `ValidateNamespaceFinalizeUpdate`): qualified
+/// names, and fully qualified (with a `/`) unless standard.
+pub(crate) fn validate_namespace_finalizers(obj: &Value) -> Vec<Cause> {
+    let mut out = Causes::default();
+    let list = &obj["spec"]["finalizers"];
+    if list.is_null() {
+        return out.into_vec();
+    }
+    let Some(list) = list.as_array() else {
+        out.add(|| invalid("spec.finalizers", &list.to_string(), "must be a list"));
+        return out.into_vec();
+    };
+    for (i, v) in list.iter().enumerate() {
+        let field = format!("spec.finalizers[{i}]");
+        let Some(name) = v.as_str() else {
+            out.add(|| invalid(&field, &v.to_string(), "must be a qualified name"));
+            continue;
+        };
+        check(&mut out, &field, name, names::qualified_name);
+        if !name.contains('/') && !STANDARD_FINALIZERS.contains(&name) {
+            out.add(|| {
+                invalid(
+                    &field,
+                    name,
+                    "name is neither a standard finalizer name nor is it fully qualified",
+                )
+            });
+        }
+    }
+    out.into_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +203,30 @@ mod tests {
         assert!(!validate_namespace("Bad_NS").is_empty());
         assert!(validate_namespace("kube-system").is_empty());
         assert!(!validate_name(&"a".repeat(254), NameRule::Subdomain, "metadata.name").is_empty());
+    }
+
+    #[test]
+    fn a_namespace_s_finalizers_are_standard_or_fully_qualified() {
+        let ok = json!({"spec": {"finalizers": ["kubernetes", "example.com/hold"]}});
+        assert!(validate_namespace_finalizers(&ok).is_empty());
+        assert!(validate_namespace_finalizers(&json!({"spec": {}})).is_empty());
+        let bad = json!({"spec": {"finalizers": ["kubernetes", "hold", "a/b/c", 3]}});
+        let causes = validate_namespace_finalizers(&bad);
+        let fields: Vec<&str> = causes.iter().map(|c| c.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.finalizers[1]",
+                "spec.finalizers[2]",
+                "spec.finalizers[3]"
+            ]
+        );
+        assert!(
+            causes[0]
+                .message
+                .contains("neither a standard finalizer name"),
+            "{causes:?}"
+        );
     }
 
     #[test]

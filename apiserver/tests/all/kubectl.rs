@@ -639,3 +639,34 @@ async fn server_side_apply_merges_a_custom_resources_lists_by_its_schema() {
     assert!(dropped.status.success(), "{dropped:?}");
     assert_eq!(ports_and_tags().await, r#"http ["web"]"#);
 }
+
+/// The usual way out of a namespace its contents hold in Terminating
+/// works as on a cluster: its JSON, `spec.finalizers` emptied, put back
+/// through `kubectl replace --raw .../finalize`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_replace_raw_finalize_lets_a_stuck_namespace_go() {
+    let h = Harness::start().await;
+    ok(&h, &["create", "namespace", "stuck"]).await;
+    let held = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: held\n  finalizers: [example.com/hold]\n";
+    ok_stdin(&h, &["apply", "-n", "stuck", "-f", "-"], Some(held)).await;
+    ok(&h, &["delete", "namespace", "stuck", "--wait=false"]).await;
+    let phase = ok(
+        &h,
+        &["get", "ns", "stuck", "-o", "jsonpath={.status.phase}"],
+    )
+    .await;
+    assert_eq!(phase, "Terminating");
+    let mut ns: serde_json::Value =
+        serde_json::from_str(&ok(&h, &["get", "ns", "stuck", "-o", "json"]).await).unwrap();
+    ns["spec"]["finalizers"] = serde_json::json!([]);
+    let path = "/api/v1/namespaces/stuck/finalize";
+    let put = ok_stdin(
+        &h,
+        &["replace", "--raw", path, "-f", "-"],
+        Some(&ns.to_string()),
+    )
+    .await;
+    assert!(put.contains("\"name\":\"stuck\""), "{put}");
+    let gone = fails(&h, &["get", "ns", "stuck"]).await;
+    assert!(gone.contains("namespaces \"stuck\" not found"), "{gone}");
+}

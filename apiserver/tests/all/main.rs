@@ -13,6 +13,7 @@ mod kube_rs;
 mod kubectl;
 mod limits;
 mod names;
+mod namespaces;
 #[cfg(feature = "testing")]
 mod persistence;
 mod protocol;

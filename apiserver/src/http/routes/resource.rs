@@ -1,6 +1,6 @@
 //! Resource requests, per name, subresource and method: reviews, lists
 //! and watches, create, get, update, patch and delete, status, token
-//! requests and scale.
+//! requests, scale and a namespace's finalizers.
 
 use std::sync::Arc;
 
@@ -21,7 +21,7 @@ use crate::http::response;
 use crate::http::state::ServerState;
 use crate::http::watch;
 use crate::registry::resources::ResourceInfo;
-use crate::registry::writes::{PatchKind, Subresource};
+use crate::registry::writes::{PatchKind, Subresource, is_namespace};
 
 /// A PUT or PATCH of object `name` or of its status (`sub`). A
 /// server-side apply may create the object, which is answered 201.
@@ -270,6 +270,11 @@ pub(super) async fn resource(
                     .await?;
                 Ok(response::json(StatusCode::OK, &v))
             }
+            _ => Err(not_allowed()),
+        },
+        // Upstream serves a namespace's finalizers by PUT alone.
+        (Some(name), Some("finalize")) if is_namespace(&info) => match *method {
+            Method::PUT => update(shared, &info, ns, name, Subresource::Finalize, req).await,
             _ => Err(not_allowed()),
         },
         _ => Err(ApiError::no_route()),

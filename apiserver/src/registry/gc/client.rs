@@ -11,7 +11,7 @@ use super::MANAGER;
 use crate::admission::Caller;
 use crate::registry::Objects;
 use crate::registry::delete::DeleteOptions;
-use crate::registry::resources::GroupResource;
+use crate::registry::resources::{GroupResource, ResourceInfo};
 use crate::registry::views::to_view;
 use crate::registry::writes::{MAX_RETRIES, Subresource, WriteCtx, without_finalizer};
 
@@ -99,37 +99,99 @@ pub(super) fn update(
     let Some(info) = objects.info_for(gr) else {
         return Ok(());
     };
-    let ctx = Deleter::GarbageCollector.ctx();
-    let runtime = match tokio::runtime::Handle::try_current() {
-        Ok(runtime) if objects.admission.current().is_some() => runtime,
-        _ => {
-            objects.mutate_object(&info, ns, name, MANAGER, f);
-            return Ok(());
-        }
+    let by = Deleter::GarbageCollector;
+    admitted_update(objects, &info, ns, name, Subresource::Main, by, &f).unwrap_or_else(|| {
+        objects.mutate_object(&info, ns, name, MANAGER, f);
+        Ok(())
+    })
+}
+
+/// Lets terminating namespace `name`, whose contents are gone, go as the
+/// namespace controller: the `kubernetes` finalizer is taken out of its
+/// `spec.finalizers` through `/finalize`, which deletes it when nothing
+/// else holds it. With webhooks configured that is an UPDATE of
+/// `namespaces/finalize` they admit, as upstream's controller's is; the
+/// error, when it was refused.
+pub(super) fn finalize_namespace(objects: &Objects, name: &str) -> Result<(), String> {
+    let Some(info) = objects.info_for(&super::namespace_key()) else {
+        return Ok(());
     };
+    let by = Deleter::NamespaceController;
+    let finalized = |cur: &Value| {
+        cur["metadata"].get("deletionTimestamp")?;
+        without_spec_finalizer(cur, NAMESPACE_FINALIZER)
+    };
+    admitted_update(
+        objects,
+        &info,
+        "",
+        name,
+        Subresource::Finalize,
+        by,
+        &finalized,
+    )
+    .unwrap_or_else(|| {
+        objects.finalize_namespace(name);
+        Ok(())
+    })
+}
+
+/// The namespace controller's finalizer, in every namespace's
+/// `spec.finalizers` from its creation.
+const NAMESPACE_FINALIZER: &str = "kubernetes";
+
+/// `ns` without `finalizer` in its `spec.finalizers`; None when it has
+/// none such.
+fn without_spec_finalizer(ns: &Value, finalizer: &str) -> Option<Value> {
+    let list = ns["spec"]["finalizers"].as_array()?;
+    if !list.iter().any(|f| f == finalizer) {
+        return None;
+    }
+    let kept: Vec<Value> = list.iter().filter(|f| *f != finalizer).cloned().collect();
+    let mut new = ns.clone();
+    new["spec"]["finalizers"] = Value::Array(kept);
+    Some(new)
+}
+
+/// One object changed by `f` as `by` through `sub`, an UPDATE admission
+/// webhooks see, retried after a concurrent write. None when no webhook is
+/// configured (or no runtime runs): nothing would see the write, and the
+/// caller makes it past admission.
+fn admitted_update(
+    objects: &Objects,
+    info: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    sub: Subresource,
+    by: Deleter,
+    f: &dyn Fn(&Value) -> Option<Value>,
+) -> Option<Result<(), String>> {
+    let runtime = tokio::runtime::Handle::try_current().ok()?;
+    objects.admission.current()?;
+    let ctx = by.ctx();
     for _ in 0..MAX_RETRIES {
         let Some(cur) = objects.store.latest(&info.storage, ns, name) else {
-            return Ok(());
+            return Some(Ok(()));
         };
         let Some(new) = f(&cur.obj) else {
-            return Ok(());
+            return Some(Ok(()));
         };
-        let mut view = to_view(&info, &new);
+        let mut view = to_view(info, &new);
         crate::values::metadata_mut(&mut view)
             .insert("resourceVersion".into(), cur.rv.to_string().into());
-        let sent = objects.update_object(&info, ns, name, view, Subresource::Main, &ctx);
+        let sent = objects.update_object(info, ns, name, view, sub, &ctx);
         match runtime.block_on(sent) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.code() == 404 => return Ok(()),
+            Ok(_) => return Some(Ok(())),
+            Err(e) if e.code() == 404 => return Some(Ok(())),
             Err(e) if e.code() == 409 => continue,
             Err(e) => {
-                tracing::warn!(error = %e, resource = ?gr, ns, name,
-                    "the collector's update failed; it is tried again later");
-                return Err(e.to_string());
+                tracing::warn!(error = %e, resource = ?info.storage, ns, name, writer = ?by,
+                    "a controller's update failed; it is tried again later");
+                return Some(Err(e.to_string()));
             }
         }
     }
-    Err(format!("{name} kept changing under the collector"))
+    Some(Err(format!("{name} kept changing under {by:?}")))
 }
 
 /// Removes `finalizer` from an object being deleted, as the collector.

@@ -11,9 +11,11 @@
 //! them, as the service accounts upstream runs those controllers as, and
 //! may refuse them. A refused step is tried again later, with a growing
 //! delay, so a webhook that comes back or changes its mind lets the
-//! namespace, the owner or the dependents go. The cycle-breaking update of
-//! `blockOwnerDeletion` and the namespace's own finalization stay the
-//! server's bookkeeping, past admission.
+//! namespace, the owner or the dependents go. The namespace controller's
+//! finalization of an emptied namespace is an admitted UPDATE of
+//! `namespaces/finalize`, as upstream's is. The cycle-breaking update of
+//! `blockOwnerDeletion` and the status conditions of a terminating
+//! namespace stay the server's bookkeeping, past admission.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -284,8 +286,9 @@ impl Collector {
                         self.refused.insert(Refused::Dependents(uid));
                     }
                 }
-                if !ev.namespace.is_empty() {
-                    check_namespace(objects, &ev.namespace);
+                if !ev.namespace.is_empty() && !check_namespace(objects, &ev.namespace) {
+                    self.refused
+                        .insert(Refused::Namespace(ev.namespace.clone()));
                 }
                 // A custom resource gone may free its terminating CRD.
                 let crd_name = format!("{}.{}", ev.resource.resource, ev.resource.group);
@@ -554,8 +557,8 @@ fn terminate_namespace(objects: &Objects, ns: &str) -> bool {
             }
         }
     }
-    check_namespace(objects, ns);
-    let done = report.failures.is_empty();
+    let finalized = check_namespace(objects, ns);
+    let done = report.failures.is_empty() && finalized;
     objects.note_namespace_contents(ns, &report);
     done
 }
@@ -570,13 +573,14 @@ fn shown(gr: &GroupResource) -> String {
     }
 }
 
-fn check_namespace(objects: &Objects, ns: &str) {
+/// Lets terminating namespace `ns` go once it is empty; false when a
+/// webhook refused that, to be tried again.
+fn check_namespace(objects: &Objects, ns: &str) -> bool {
     let Some(n) = objects.store.get(&namespace_key(), "", ns) else {
-        return;
+        return true;
     };
-    if deleting(&n.obj) && objects.store.namespace_is_empty(ns) {
-        objects.finalize_namespace(ns);
-    }
+    !(deleting(&n.obj) && objects.store.namespace_is_empty(ns))
+        || client::finalize_namespace(objects, ns).is_ok()
 }
 
 fn cleanup_crd(objects: &Objects, crd: &Value) {

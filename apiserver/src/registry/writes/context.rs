@@ -142,6 +142,9 @@ impl Sink for WriteCtx {
 pub(crate) enum Subresource {
     Main,
     Status,
+    /// A namespace's `spec.finalizers`, which only the namespace
+    /// controller, or someone standing in for it, writes.
+    Finalize,
 }
 
 impl Subresource {
@@ -149,6 +152,7 @@ impl Subresource {
         match self {
             Subresource::Main => None,
             Subresource::Status => Some("status"),
+            Subresource::Finalize => Some("finalize"),
         }
     }
 }

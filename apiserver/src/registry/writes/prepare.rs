@@ -312,10 +312,31 @@ impl Objects {
         causes.extend(rbac::validate(info, &new, Some(old)));
         apply_schema(info, &mut new, ctx, &mut causes)?;
         if is_namespace(info) {
-            // spec.finalizers and status belong to the namespace lifecycle.
-            for f in ["spec", "status"] {
-                if let Some(v) = old.get(f) {
-                    new[f] = v.clone();
+            // spec.finalizers and status belong to the namespace lifecycle:
+            // the former is written through /finalize alone.
+            let kept: &[&str] = match sub {
+                Subresource::Finalize => &["status"],
+                _ => &["spec", "status"],
+            };
+            for f in kept {
+                match old.get(*f) {
+                    Some(v) => new[*f] = v.clone(),
+                    None => {
+                        if let Some(m) = new.as_object_mut() {
+                            m.remove(*f);
+                        }
+                    }
+                }
+            }
+            if sub == Subresource::Finalize {
+                causes.extend(validation::validate_namespace_finalizers(&new));
+                // Upstream's serialization omits an empty list.
+                if new["spec"]["finalizers"]
+                    .as_array()
+                    .is_some_and(Vec::is_empty)
+                    && let Some(spec) = new["spec"].as_object_mut()
+                {
+                    spec.remove("finalizers");
                 }
             }
         }
@@ -350,7 +371,13 @@ impl Objects {
         }
         let ns = meta_str(old, "namespace").unwrap_or("");
         self.check_grants(info, ns, &name, &new, Some(old), ctx)?;
-        if deleting && finalizers(&new).is_empty() {
+        // A namespace also waits for its spec.finalizers: the namespace
+        // controller's, until its contents are gone.
+        let held_by_spec = is_namespace(info)
+            && new["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
+        if deleting && finalizers(&new).is_empty() && !held_by_spec {
             return Ok(Outcome::Delete(new));
         }
         Ok(Outcome::Put(new))
