@@ -11,11 +11,12 @@
 //! them, as the service accounts upstream runs those controllers as, and
 //! may refuse them. A refused step is tried again later, with a growing
 //! delay, so a webhook that comes back or changes its mind lets the
-//! namespace, the owner or the dependents go. The namespace controller's
-//! finalization of an emptied namespace is an admitted UPDATE of
-//! `namespaces/finalize`, as upstream's is. The cycle-breaking update of
-//! `blockOwnerDeletion` and the status conditions of a terminating
-//! namespace stay the server's bookkeeping, past admission.
+//! namespace, the owner or the dependents go. The collector's update that
+//! lets an ownership cycle's references stop blocking
+//! (`blockOwnerDeletion: false`) is admitted too, and so is the namespace
+//! controller's finalization of an emptied namespace, an UPDATE of
+//! `namespaces/finalize`, as upstream's are. The status conditions of a
+//! terminating namespace stay the server's bookkeeping, past admission.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -180,6 +181,9 @@ enum Refused {
     /// An owner's finalizer (`orphan` or `foregroundDeletion`) whose
     /// removal, or the orphaning before it, a webhook refused.
     Finalizer(GroupResource, String, String, &'static str),
+    /// A dependent in an ownership cycle whose references a webhook
+    /// refused to let stop blocking.
+    Unblock(GroupResource, String, String),
 }
 
 impl Refused {
@@ -241,6 +245,15 @@ impl Collector {
                     if !done {
                         self.refused
                             .insert(Refused::Finalizer(gr, ns, name, finalizer));
+                    }
+                }
+                Refused::Unblock(gr, ns, name) => {
+                    let cycle = objects
+                        .store
+                        .get(&gr, &ns, &name)
+                        .is_some_and(|d| in_a_cycle(objects, &d.obj));
+                    if cycle && unblock(objects, &gr, &ns, &name).is_err() {
+                        self.refused.insert(Refused::Unblock(gr, ns, name));
                     }
                 }
                 Refused::Dependent(gr, ns, name) => {
@@ -379,10 +392,10 @@ impl Collector {
                 };
                 if !deleting(&dep.obj) {
                     delete_dependent(objects, &mut self.refused, gr, ns, name);
-                } else if has_finalizer(&dep.obj, FOREGROUND)
-                    && waits_on_a_waiter(objects, &dep.obj)
+                } else if in_a_cycle(objects, &dep.obj)
+                    && unblock(objects, &gr, &ns, &name).is_err()
                 {
-                    unblock(objects, &gr, &ns, &name);
+                    self.refused.insert(Refused::Unblock(gr, ns, name));
                 }
             }
         }
@@ -401,8 +414,13 @@ fn owns(owner_ns: &str, dependent_ns: &str) -> bool {
     owner_ns.is_empty() || owner_ns == dependent_ns
 }
 
-/// Whether one of `obj`'s dependents is itself waiting for its own.
-fn waits_on_a_waiter(objects: &Objects, obj: &Value) -> bool {
+/// Whether `obj`, waiting in the foreground for its dependents, has one
+/// that waits for its own too: an ownership cycle, which ends only once
+/// its references stop blocking.
+fn in_a_cycle(objects: &Objects, obj: &Value) -> bool {
+    if !deleting(obj) || !has_finalizer(obj, FOREGROUND) {
+        return false;
+    }
     let Some(uid) = meta_str(obj, "uid") else {
         return false;
     };
@@ -418,12 +436,11 @@ fn waits_on_a_waiter(objects: &Objects, obj: &Value) -> bool {
         })
 }
 
-/// Sets `blockOwnerDeletion` to false in every ownerReference of an object.
-fn unblock(objects: &Objects, gr: &GroupResource, ns: &str, name: &str) {
-    let Some(info) = objects.info_for(gr) else {
-        return;
-    };
-    objects.mutate_object(&info, ns, name, MANAGER, |cur| {
+/// Sets `blockOwnerDeletion` to false in every ownerReference of an
+/// object, as the collector (an UPDATE webhooks admit); the error when it
+/// was refused.
+fn unblock(objects: &Objects, gr: &GroupResource, ns: &str, name: &str) -> Result<(), String> {
+    client::update(objects, gr, ns, name, |cur| {
         let refs = cur["metadata"]["ownerReferences"].as_array()?;
         if !refs.iter().any(|r| r["blockOwnerDeletion"] == true) {
             return None;
@@ -442,7 +459,7 @@ fn unblock(objects: &Objects, gr: &GroupResource, ns: &str, name: &str) {
         crate::values::metadata_mut(&mut new)
             .insert("ownerReferences".into(), Value::Array(unblocked));
         Some(new)
-    });
+    })
 }
 
 /// Deletes a dependent in the foreground as the collector; one that is

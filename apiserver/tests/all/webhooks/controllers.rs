@@ -370,3 +370,105 @@ async fn the_namespace_controller_s_finalize_is_admitted_and_tried_again_once_al
     )
     .await;
 }
+
+/// An ownership cycle deleted in the foreground ends as upstream's
+/// collector ends it, by an UPDATE that lets a waiting dependent's
+/// references stop blocking (`blockOwnerDeletion: false`): a webhook sees
+/// it, and its refusal keeps the cycle until it is allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_collector_s_unblocking_of_a_cycle_is_admitted_and_tried_again_once_allowed() {
+    let h = Harness::start().await;
+    let allowing = Arc::new(AtomicBool::new(false));
+    let seen = allowing.clone();
+    let unblocks = |review: &Value| {
+        review["oldObject"]["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] == true
+            && review["object"]["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] == false
+    };
+    let hooks = WebhookServer::start(move |call| {
+        if unblocks(&call.request) && !seen.load(Ordering::SeqCst) {
+            deny("the cycle stays")
+        } else {
+            allow()
+        }
+    })
+    .await;
+    let mut uids = Vec::new();
+    for name in ["a", "b"] {
+        let (_, made) = h
+            .raw("POST", CONFIGMAPS, None, &configmap(name, json!({})))
+            .await;
+        uids.push(made["metadata"]["uid"].clone());
+    }
+    for (name, owner, uid) in [("a", "b", &uids[1]), ("b", "a", &uids[0])] {
+        let refs = json!({"metadata": {"ownerReferences": [{"apiVersion": "v1",
+            "kind": "ConfigMap", "name": owner, "uid": uid, "blockOwnerDeletion": true}]}});
+        let (code, body) = h
+            .raw(
+                "PATCH",
+                &format!("{CONFIGMAPS}/{name}"),
+                Some("application/merge-patch+json"),
+                &refs.to_string(),
+            )
+            .await;
+        assert_eq!(code, 200, "{body}");
+    }
+    configure(
+        &h,
+        VALIDATING,
+        "cycle",
+        vec![hook(
+            "cycle.example.com",
+            &hooks,
+            "/update",
+            rule(&["UPDATE"], &["configmaps"]),
+        )],
+    )
+    .await;
+    let foreground =
+        r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}"#;
+    let (code, body) = h
+        .raw("DELETE", &format!("{CONFIGMAPS}/a"), None, foreground)
+        .await;
+    assert_eq!(code, 200, "{body}");
+    // Refused once, then again at the retry.
+    wasmctrl_testkit::eventually(
+        "the unblocking refused twice",
+        std::time::Duration::from_secs(30),
+        || async {
+            hooks
+                .calls("/update")
+                .iter()
+                .filter(|c| unblocks(&c.request))
+                .count()
+                >= 2
+        },
+    )
+    .await;
+    let unblocking = hooks
+        .calls("/update")
+        .into_iter()
+        .find(|c| unblocks(&c.request))
+        .unwrap();
+    assert_eq!(
+        unblocking.request["userInfo"]["username"],
+        "system:serviceaccount:kube-system:generic-garbage-collector"
+    );
+    let exists = |name: &'static str| {
+        let h = &h;
+        async move {
+            h.raw("GET", &format!("{CONFIGMAPS}/{name}"), None, "")
+                .await
+                .0
+                == 200
+        }
+    };
+    assert!(exists("a").await && exists("b").await, "the cycle ended");
+
+    allowing.store(true, Ordering::SeqCst);
+    wasmctrl_testkit::eventually(
+        "both ends of the cycle gone",
+        std::time::Duration::from_secs(60),
+        || async { !exists("a").await && !exists("b").await },
+    )
+    .await;
+}
