@@ -12,6 +12,8 @@ use wasmctrl_testkit::{
     host::RunningHost,
 };
 
+const LIMIT: Duration = Duration::from_secs(30);
+
 fn config(permissions: &str, extra: &str) -> String {
     format!(
         r#"
@@ -124,4 +126,88 @@ async fn shutdown_waits_for_a_slow_reconcile_and_leaves_nothing_in_processing() 
         "{text}"
     );
     assert!(!text.contains(r#"result="error""#), "{text}");
+}
+
+/// Leadership lost in the middle of a hot swap's handover: the new version
+/// serves while the old one finishes a long reconcile, another holder
+/// takes the Lease, and the host ends at once as a lost leader. The old
+/// version's reconcile is cancelled with the rest, rather than left to run
+/// out its time on a host that no longer leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leadership_lost_during_a_swap_s_handover_cancels_the_old_version_s_reconcile() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use kube::api::{Api, Patch, PatchParams};
+    use wasmctrl::ops::manager::ManagerError;
+    use wasmctrl_testkit::admin::http;
+
+    let cluster = Cluster::start().await;
+    let text = config(
+        "[{ resources: [configmaps], verbs: [list, watch] }]",
+        "leaderElection: { enabled: true, leaseName: handover, leaseDuration: 2s, renewDeadline: 1500ms, retryPeriod: 200ms }",
+    )
+    .replace("shutdownTimeout: 10s", "shutdownTimeout: 300s")
+    .replace("reconcileTimeout: 5s", "reconcileTimeout: 300s");
+    let running = start(&cluster, &text).await;
+    cluster.kubectl(&["create", "configmap", "slow-240000", "-n", "default"]);
+    let queue = running.queue("misbehave");
+    eventually("the slow reconcile to start", LIMIT, || async {
+        (queue.processing_len() == 1).then_some(())
+    })
+    .await;
+    let (code, body) = http(running.admin, "POST", "/plugins/misbehave/reload", &[]).await;
+    assert_eq!(code, 200, "{body}");
+    eventually("the second version serves", LIMIT, || async {
+        running
+            .plugin("misbehave")
+            .await
+            .is_some_and(|p| p["generation"] == 2)
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        queue.processing_len(),
+        1,
+        "the first version still runs the slow key"
+    );
+
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
+    let taken =
+        serde_json::json!({"spec": {"holderIdentity": "thief", "leaseDurationSeconds": 3600}});
+    leases
+        .patch("handover", &PatchParams::default(), &Patch::Merge(&taken))
+        .await
+        .unwrap();
+    let metrics = running.metrics.clone();
+    let ended = tokio::time::timeout(LIMIT, running.ended())
+        .await
+        .expect("a lost leader ends");
+    assert!(
+        matches!(ended, Err(ManagerError::LeadershipLost)),
+        "{ended:?}"
+    );
+    eventually("the first version's reconcile cancelled", LIMIT, || async {
+        metrics
+            .encode()
+            .lines()
+            .any(|l| {
+                l.starts_with("controller_runtime_reconcile_total{")
+                    && l.contains(r#"controller="misbehave""#)
+                    && l.contains(r#"result="error""#)
+            })
+            .then_some(())
+    })
+    .await;
+    let text = metrics.encode();
+    let reconciles: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("controller_runtime_reconcile_total{"))
+        .collect();
+    assert_eq!(
+        reconciles,
+        [
+            r#"controller_runtime_reconcile_total{controller="misbehave",result="error",version="stable"} 1"#
+        ],
+        "the slow reconcile ran to its end"
+    );
+    assert_eq!(queue.processing_len(), 0);
 }

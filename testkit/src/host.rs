@@ -142,6 +142,18 @@ impl RunningHost {
     }
 }
 
+impl RunningHost {
+    /// Waits for the manager to end on its own (leadership lost, a fatal
+    /// error) without asking it to stop, and returns how `run` ended.
+    pub async fn ended(mut self) -> Result<(), ManagerError> {
+        self.done
+            .take()
+            .expect("awaited once")
+            .await
+            .expect("the manager task does not panic")
+    }
+}
+
 impl Drop for RunningHost {
     fn drop(&mut self) {
         if let Some(stop) = self.stop.take() {
