@@ -13,6 +13,25 @@ use super::server::{WebhookServer, allow, deny};
 use super::{CONFIGMAPS, VALIDATING, configmap, configure, hook, rule};
 use crate::common::Harness;
 
+/// A webhook server that denies the reviews `refused` picks, saying
+/// `why`, until the switch it returns is set; it allows everything else.
+async fn refusing_until_allowed(
+    refused: impl Fn(&Value) -> bool + Send + Sync + 'static,
+    why: &'static str,
+) -> (WebhookServer, Arc<AtomicBool>) {
+    let allowing = Arc::new(AtomicBool::new(false));
+    let seen = allowing.clone();
+    let hooks = WebhookServer::start(move |call| {
+        if refused(&call.request) && !seen.load(Ordering::SeqCst) {
+            deny(why)
+        } else {
+            allow()
+        }
+    })
+    .await;
+    (hooks, allowing)
+}
+
 /// The garbage collector and the namespace controller delete as clients
 /// do on a real cluster: a webhook sees their deletes, as their service
 /// accounts, and a refusal keeps the object (the namespace stays
@@ -21,16 +40,10 @@ use crate::common::Harness;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
     let h = Harness::start().await;
-    let allowing = Arc::new(AtomicBool::new(false));
-    let seen = allowing.clone();
-    let hooks = WebhookServer::start(move |call| {
-        let protected = call.request["oldObject"]["metadata"]["labels"]["protect"] == "yes";
-        if protected && !seen.load(Ordering::SeqCst) {
-            deny("protected")
-        } else {
-            allow()
-        }
-    })
+    let (hooks, allowing) = refusing_until_allowed(
+        |review| review["oldObject"]["metadata"]["labels"]["protect"] == "yes",
+        "protected",
+    )
     .await;
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "doomed"}});
     assert_eq!(
@@ -172,17 +185,13 @@ async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collector_s_updates_are_admitted_and_tried_again_once_allowed() {
     let h = Harness::start().await;
-    let allowing = Arc::new(AtomicBool::new(false));
-    let seen = allowing.clone();
-    let hooks = WebhookServer::start(move |call| {
-        let collector = call.request["userInfo"]["username"]
-            == "system:serviceaccount:kube-system:generic-garbage-collector";
-        if collector && !seen.load(Ordering::SeqCst) {
-            deny("hold on")
-        } else {
-            allow()
-        }
-    })
+    let (hooks, allowing) = refusing_until_allowed(
+        |review| {
+            review["userInfo"]["username"]
+                == "system:serviceaccount:kube-system:generic-garbage-collector"
+        },
+        "hold on",
+    )
     .await;
     for (owner_name, dependent_name) in [("owner", "dependent"), ("leader", "follower")] {
         let (_, owner) = h
@@ -311,16 +320,7 @@ async fn the_collector_s_updates_are_admitted_and_tried_again_once_allowed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_namespace_controller_s_finalize_is_admitted_and_tried_again_once_allowed() {
     let h = Harness::start().await;
-    let allowing = Arc::new(AtomicBool::new(false));
-    let seen = allowing.clone();
-    let hooks = WebhookServer::start(move |_| {
-        if seen.load(Ordering::SeqCst) {
-            allow()
-        } else {
-            deny("not yet")
-        }
-    })
-    .await;
+    let (hooks, allowing) = refusing_until_allowed(|_| true, "not yet").await;
     let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "leaving"}});
     let (code, body) = h
         .raw("POST", "/api/v1/namespaces", None, &ns.to_string())
@@ -378,20 +378,11 @@ async fn the_namespace_controller_s_finalize_is_admitted_and_tried_again_once_al
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_collector_s_unblocking_of_a_cycle_is_admitted_and_tried_again_once_allowed() {
     let h = Harness::start().await;
-    let allowing = Arc::new(AtomicBool::new(false));
-    let seen = allowing.clone();
     let unblocks = |review: &Value| {
         review["oldObject"]["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] == true
             && review["object"]["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] == false
     };
-    let hooks = WebhookServer::start(move |call| {
-        if unblocks(&call.request) && !seen.load(Ordering::SeqCst) {
-            deny("the cycle stays")
-        } else {
-            allow()
-        }
-    })
-    .await;
+    let (hooks, allowing) = refusing_until_allowed(unblocks, "the cycle stays").await;
     let mut uids = Vec::new();
     for name in ["a", "b"] {
         let (_, made) = h
