@@ -35,6 +35,9 @@ pub(crate) struct DeleteOptions {
     pub(crate) precondition_rv: Option<String>,
 }
 
+/// What deleting a namespace whose contents are still going answers.
+const NAMESPACE_EMPTYING: &str = "The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system.";
+
 /// The namespaces the real server refuses to delete answer 403.
 fn refuse_undeletable(info: &ResourceInfo, name: &str) -> Result<(), ApiError> {
     if is_namespace(info) && UNDELETABLE_NAMESPACES.contains(&name) {
@@ -185,7 +188,21 @@ impl Objects {
             _ => {}
         }
         let already = cur.obj["metadata"].get("deletionTimestamp").is_some();
-        let change = if fins.is_empty() && !is_namespace(info) {
+        // A terminating namespace goes only once its spec.finalizers are
+        // empty: until then a delete is refused, in upstream's words.
+        let namespace_held = is_namespace(info)
+            && cur.obj["spec"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| !f.is_empty());
+        if already && namespace_held {
+            return Err(ApiError::conflict(
+                &info.group,
+                &info.plural,
+                name,
+                NAMESPACE_EMPTYING,
+            ));
+        }
+        let change = if fins.is_empty() && !namespace_held {
             Change::Delete
         } else if already && fins == finalizers(&cur.obj) {
             // Deletion already in progress; nothing new to record.

@@ -656,6 +656,11 @@ async fn kubectl_replace_raw_finalize_lets_a_stuck_namespace_go() {
     )
     .await;
     assert_eq!(phase, "Terminating");
+    let again = fails(&h, &["delete", "namespace", "stuck", "--wait=false"]).await;
+    assert!(
+        again.contains("Error from server (Conflict): Operation cannot be fulfilled on namespaces \"stuck\": The system is ensuring all content is removed from this namespace."),
+        "{again}"
+    );
     let mut ns: serde_json::Value =
         serde_json::from_str(&ok(&h, &["get", "ns", "stuck", "-o", "json"]).await).unwrap();
     ns["spec"]["finalizers"] = serde_json::json!([]);

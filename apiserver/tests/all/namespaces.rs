@@ -146,6 +146,13 @@ async fn the_finalize_subresource_writes_a_namespace_s_spec_finalizers() {
     terminate(&h, "stuck").await;
     let (code, status) = finalize(&h, "stuck", "PATCH", json!([])).await;
     assert_eq!(code, 405, "{status}");
+    // Deleting it again is refused while its finalizers hold it.
+    let (code, status) = h.raw("DELETE", "/api/v1/namespaces/stuck", None, "").await;
+    assert_eq!(code, 409, "{status}");
+    assert_eq!(
+        status["message"],
+        "Operation cannot be fulfilled on namespaces \"stuck\": The system is ensuring all content is removed from this namespace.  Upon completion, this namespace will automatically be purged by the system."
+    );
     let (code, status) = finalize(&h, "stuck", "PUT", json!(["hold"])).await;
     assert_eq!(code, 422, "{status}");
     assert_eq!(
