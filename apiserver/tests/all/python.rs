@@ -1,4 +1,5 @@
-//! The official Python client (PyPI `kubernetes`): CRUD, watch and a 409.
+//! The official Python client (PyPI `kubernetes`): CRUD, watch, a 409 and
+//! pages.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -95,6 +96,16 @@ assert seen == [("ADDED", "py1"), ("MODIFIED", "py1")], seen
 
 v1.delete_namespaced_config_map("py1", "default")
 assert v1.list_namespaced_config_map("default", label_selector="app=py").items == []
+
+# Pages: a continue token, and what remains counted without a selector.
+for n in range(3):
+    v1.create_namespaced_config_map("default", client.V1ConfigMap(metadata=client.V1ObjectMeta(name=f"page{n}")))
+first = v1.list_namespaced_config_map("default", limit=1)
+assert first.metadata._continue, first.metadata
+assert first.metadata.remaining_item_count == 2, first.metadata
+second = v1.list_namespaced_config_map("default", limit=1, _continue=first.metadata._continue)
+assert second.metadata.remaining_item_count == 1, second.metadata
+assert [i.metadata.name for i in second.items] == ["page1"], second.items
 print("python ok")
 "#;
 
