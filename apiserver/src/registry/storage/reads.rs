@@ -137,7 +137,21 @@ impl Store {
             .range(lower_bound(ns, after))
             .map(|(k, e)| (k.parts(), &e.obj));
         let Some(filter) = filter else {
-            return page(rv, objects, ns, limit, None, after.is_none());
+            // Across namespaces a first page is the table's first keys:
+            // the rest is counted without walking it.
+            let whole_table = after.is_none() && ns.is_none();
+            let mut first = page(
+                rv,
+                objects,
+                ns,
+                limit,
+                None,
+                after.is_none() && !whole_table,
+            );
+            if whole_table && first.next.is_some() {
+                first.remaining = Some((table.len() - first.items.len()) as u64);
+            }
+            return first;
         };
         let candidates = candidates(objects, ns);
         drop(st);
