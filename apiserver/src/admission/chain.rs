@@ -523,20 +523,26 @@ mod tests {
         Webhooks::new(Arc::new(Metrics::new()), 3 << 20)
     }
 
+    /// `w` validating an empty ConfigMap create under `configs`, with
+    /// what it warns and annotates in `notes`.
+    async fn validate(
+        w: &Webhooks,
+        configs: &Configs,
+        dry_run: bool,
+        notes: &Notes,
+    ) -> Result<(), ApiError> {
+        let caller = Caller::default();
+        let attrs = attrs(&caller, dry_run);
+        w.validate(configs, &attrs, Some(&json!({})), None, &Env, notes)
+            .await
+    }
+
     #[tokio::test]
     async fn a_dry_run_never_reaches_a_webhook_with_side_effects() {
         let caller = Caller::default();
         let legacy = configs(ConfigKind::Validating, json!({"sideEffects": "Some"}));
         let w = webhooks();
-        let err = w
-            .validate(
-                &legacy,
-                &attrs(&caller, true),
-                Some(&json!({})),
-                None,
-                &Env,
-                &Notes::default(),
-            )
+        let err = validate(&w, &legacy, true, &Notes::default())
             .await
             .unwrap_err();
         assert_eq!(err.code(), 400);
@@ -565,7 +571,6 @@ mod tests {
 
     #[tokio::test]
     async fn more_webhooks_than_a_request_may_call_are_refused_before_any_call() {
-        let caller = Caller::default();
         let w = webhooks();
         let one = configs(ConfigKind::Validating, json!({}));
         let many = Configs {
@@ -574,15 +579,7 @@ mod tests {
                 .collect(),
             ..Default::default()
         };
-        let err = w
-            .validate(
-                &many,
-                &attrs(&caller, false),
-                Some(&json!({})),
-                None,
-                &Env,
-                &Notes::default(),
-            )
+        let err = validate(&w, &many, false, &Notes::default())
             .await
             .unwrap_err();
         assert_eq!(err.code(), 500);
@@ -596,18 +593,9 @@ mod tests {
 
     #[tokio::test]
     async fn an_unreachable_service_fails_closed_or_open_by_policy() {
-        let caller = Caller::default();
         let w = webhooks();
         let fail = configs(ConfigKind::Validating, json!({}));
-        let err = w
-            .validate(
-                &fail,
-                &attrs(&caller, false),
-                Some(&json!({})),
-                None,
-                &Env,
-                &Notes::default(),
-            )
+        let err = validate(&w, &fail, false, &Notes::default())
             .await
             .unwrap_err();
         assert_eq!(err.code(), 500);
@@ -617,16 +605,7 @@ mod tests {
         );
         let ignore = configs(ConfigKind::Validating, json!({"failurePolicy": "Ignore"}));
         let notes = Notes::default();
-        w.validate(
-            &ignore,
-            &attrs(&caller, false),
-            Some(&json!({})),
-            None,
-            &Env,
-            &notes,
-        )
-        .await
-        .unwrap();
+        validate(&w, &ignore, false, &notes).await.unwrap();
         assert_eq!(
             *notes.0.lock().unwrap(),
             vec![(
