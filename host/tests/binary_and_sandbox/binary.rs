@@ -66,6 +66,32 @@ impl Run {
     }
 }
 
+impl Run {
+    /// [`Run::start`] in a mount namespace of its own whose
+    /// `/etc/resolv.conf` is `resolv_conf`, so the host's resolver asks the
+    /// name servers a test chose (`unshare` and the bind mount need root,
+    /// which the suite runs as).
+    pub async fn start_with_resolv_conf(
+        config: &Path,
+        kubeconfig: &Path,
+        resolv_conf: &Path,
+    ) -> Run {
+        let mut command = Command::new("unshare");
+        command
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
+            .arg(resolv_conf)
+            .arg(env!("CARGO_BIN_EXE_wasmctrl"))
+            .args(["--log-format", "human", "run", "--config"])
+            .arg(config)
+            .env("KUBECONFIG", kubeconfig)
+            .env("RUST_LOG", "wasmctrl=info");
+        let process = Process::spawn(&mut command);
+        let (admin, _) = admin_address(&process).await;
+        Run { process, admin }
+    }
+}
+
 /// A `wasmctrl dev` process; killed when dropped.
 pub struct Dev {
     pub process: Process,

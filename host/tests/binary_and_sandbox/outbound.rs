@@ -22,6 +22,7 @@ use wasmctrl_testkit::eventually;
 
 use crate::{TIMEOUT, request, runtime};
 
+mod dns;
 mod replay;
 mod secrets;
 mod tls;
