@@ -216,6 +216,13 @@ pub fn main() -> ExitCode {
             }
         }
     });
+    // The command's work is done (a host has drained its plugins by now).
+    // What may still hold the blocking pool cannot be cancelled, above all
+    // a name lookup past its reconcile's deadline, which waits for the
+    // resolver for as long as resolv.conf's timeouts allow; dropping the
+    // runtime would wait for it, so the process waits a moment, then
+    // leaves it.
+    runtime.shutdown_timeout(BLOCKING_GRACE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -224,6 +231,10 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// How long a finished command waits for blocking work still running
+/// (see the end of [`main`]).
+const BLOCKING_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
