@@ -143,6 +143,28 @@ pub(crate) fn validate_metadata(obj: &Value) -> Vec<Cause> {
     out.into_vec()
 }
 
+/// Validates the phase a namespace's status is written with (upstream's
+/// `ValidateNamespaceStatusUpdate`): `Active` unless it is being deleted,
+/// then `Terminating`.
+pub(crate) fn validate_namespace_phase(obj: &Value, deleting: bool) -> Vec<Cause> {
+    let phase = obj["status"]["phase"].as_str().unwrap_or("");
+    let (want, why) = if deleting {
+        (
+            "Terminating",
+            "may only be 'Terminating' if `deletionTimestamp` is not empty",
+        )
+    } else {
+        (
+            "Active",
+            "may only be 'Active' if `deletionTimestamp` is empty",
+        )
+    };
+    if phase == want {
+        return Vec::new();
+    }
+    vec![invalid("status.Phase", phase, why)]
+}
+
 /// The finalizers upstream names without a domain (`IsStandardFinalizerName`).
 const STANDARD_FINALIZERS: [&str; 3] = ["kubernetes", "orphan", "foregroundDeletion"];
 
@@ -203,6 +225,21 @@ mod tests {
         assert!(!validate_namespace("Bad_NS").is_empty());
         assert!(validate_namespace("kube-system").is_empty());
         assert!(!validate_name(&"a".repeat(254), NameRule::Subdomain, "metadata.name").is_empty());
+    }
+
+    #[test]
+    fn a_namespace_s_phase_follows_its_deletion() {
+        let active = json!({"status": {"phase": "Active"}});
+        let terminating = json!({"status": {"phase": "Terminating"}});
+        assert!(validate_namespace_phase(&active, false).is_empty());
+        assert!(validate_namespace_phase(&terminating, true).is_empty());
+        let causes = validate_namespace_phase(&terminating, false);
+        assert_eq!(causes[0].field, "status.Phase");
+        assert!(
+            causes[0].message.contains("may only be 'Active'"),
+            "{causes:?}"
+        );
+        assert_eq!(validate_namespace_phase(&json!({}), true).len(), 1);
     }
 
     #[test]

@@ -171,3 +171,37 @@ async fn the_finalize_subresource_writes_a_namespace_s_spec_finalizers() {
     assert_eq!(code, 200, "{body}");
     assert_eq!(get_namespace(&h, "stuck").await.0, 404);
 }
+
+/// `PUT namespaces/{name}/status` writes the status, as a controller
+/// reporting conditions does, and keeps the spec; its phase must follow
+/// the namespace's deletion, as upstream checks it.
+#[tokio::test]
+async fn the_status_subresource_writes_a_namespace_s_status_and_checks_its_phase() {
+    let h = Harness::start().await;
+    create_namespace(&h, "reported", &[]).await;
+    let (_, mut ns) = get_namespace(&h, "reported").await;
+    ns["status"]["conditions"] = json!([{"type": "Example", "status": "True",
+        "lastTransitionTime": "2026-12-07T00:00:00Z", "reason": "Tested", "message": "set"}]);
+    ns["spec"]["finalizers"] = json!([]);
+    let path = "/api/v1/namespaces/reported/status";
+    let (code, written) = h.raw("PUT", path, None, &ns.to_string()).await;
+    assert_eq!(code, 200, "{written}");
+    assert_eq!(written["status"]["conditions"][0]["type"], "Example");
+    assert_eq!(written["status"]["phase"], "Active");
+    assert_eq!(written["spec"]["finalizers"], json!(["kubernetes"]));
+    let (_, stored) = get_namespace(&h, "reported").await;
+    assert_eq!(stored["status"]["conditions"][0]["reason"], "Tested");
+
+    let mut wrong = stored.clone();
+    wrong["status"]["phase"] = json!("Terminating");
+    let (code, status) = h.raw("PUT", path, None, &wrong.to_string()).await;
+    assert_eq!(code, 422, "{status}");
+    assert_eq!(status["details"]["causes"][0]["field"], "status.Phase");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap()
+            .contains("may only be 'Active' if `deletionTimestamp` is empty"),
+        "{status}"
+    );
+}

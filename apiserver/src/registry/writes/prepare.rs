@@ -313,10 +313,11 @@ impl Objects {
         apply_schema(info, &mut new, ctx, &mut causes)?;
         if is_namespace(info) {
             // spec.finalizers and status belong to the namespace lifecycle:
-            // the former is written through /finalize alone.
+            // each is written through its own subresource alone.
             let kept: &[&str] = match sub {
+                Subresource::Main => &["spec", "status"],
+                Subresource::Status => &["spec"],
                 Subresource::Finalize => &["status"],
-                _ => &["spec", "status"],
             };
             for f in kept {
                 match old.get(*f) {
@@ -327,6 +328,9 @@ impl Objects {
                         }
                     }
                 }
+            }
+            if sub == Subresource::Status {
+                causes.extend(validation::validate_namespace_phase(&new, deleting));
             }
             if sub == Subresource::Finalize {
                 causes.extend(validation::validate_namespace_finalizers(&new));
