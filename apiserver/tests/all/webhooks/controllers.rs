@@ -13,6 +13,16 @@ use super::server::{WebhookServer, allow, deny};
 use super::{CONFIGMAPS, VALIDATING, configmap, configure, hook, rule};
 use crate::common::Harness;
 
+/// Deletes ConfigMap `name` of the default namespace in the foreground.
+async fn delete_in_the_foreground(h: &Harness, name: &str) {
+    let foreground =
+        r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}"#;
+    let (code, body) = h
+        .raw("DELETE", &format!("{CONFIGMAPS}/{name}"), None, foreground)
+        .await;
+    assert_eq!(code, 200, "{body}");
+}
+
 /// A webhook server that denies the reviews `refused` picks, saying
 /// `why`, until the switch it returns is set; it allows everything else.
 async fn refusing_until_allowed(
@@ -252,12 +262,7 @@ async fn the_collector_s_updates_are_admitted_and_tried_again_once_allowed() {
     // In the foreground the collector deletes the dependent in the
     // foreground too: the `foregroundDeletion` finalizer that holds it is
     // then the collector's to remove, and refused, so both stay.
-    let foreground =
-        r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}"#;
-    let (code, body) = h
-        .raw("DELETE", &format!("{CONFIGMAPS}/leader"), None, foreground)
-        .await;
-    assert_eq!(code, 200, "{body}");
+    delete_in_the_foreground(&h, "leader").await;
     wasmctrl_testkit::eventually(
         "the follower's finalizer refused",
         std::time::Duration::from_secs(30),
@@ -415,12 +420,7 @@ async fn the_collector_s_unblocking_of_a_cycle_is_admitted_and_tried_again_once_
         )],
     )
     .await;
-    let foreground =
-        r#"{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Foreground"}"#;
-    let (code, body) = h
-        .raw("DELETE", &format!("{CONFIGMAPS}/a"), None, foreground)
-        .await;
-    assert_eq!(code, 200, "{body}");
+    delete_in_the_foreground(&h, "a").await;
     // Refused once, then again at the retry.
     wasmctrl_testkit::eventually(
         "the unblocking refused twice",
