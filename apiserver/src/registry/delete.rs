@@ -11,8 +11,8 @@ use super::resources::ResourceInfo;
 use super::storage::{Change, Expect, StoreError, Stored};
 use super::views::to_view;
 use super::writes::{
-    MAX_RETRIES, Subresource, WriteCtx, finalizers, is_namespace, uid_precondition,
-    without_finalizer,
+    MAX_RETRIES, NAMESPACE_FINALIZER, Subresource, WriteCtx, finalizers, held_by_spec_finalizers,
+    is_namespace, uid_precondition, without_finalizer, without_spec_finalizer,
 };
 use crate::admission::Operation;
 use crate::error::ApiError;
@@ -190,10 +190,7 @@ impl Objects {
         let already = cur.obj["metadata"].get("deletionTimestamp").is_some();
         // A terminating namespace goes only once its spec.finalizers are
         // empty: until then a delete is refused, in upstream's words.
-        let namespace_held = is_namespace(info)
-            && cur.obj["spec"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| !f.is_empty());
+        let namespace_held = is_namespace(info) && held_by_spec_finalizers(&cur.obj);
         if already && namespace_held {
             return Err(ApiError::conflict(
                 &info.group,
@@ -345,26 +342,12 @@ impl Objects {
     /// metadata or its spec) still holds it.
     pub(crate) fn finalize_namespace(&self, name: &str) {
         self.change_terminating_namespace(name, |cur| {
-            let spec: Vec<Value> = cur["spec"]["finalizers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|f| *f != "kubernetes")
-                .cloned()
-                .collect();
-            if finalizers(cur).is_empty() && spec.is_empty() {
+            let next = without_spec_finalizer(cur, NAMESPACE_FINALIZER);
+            let after = next.as_ref().unwrap_or(cur);
+            if finalizers(after).is_empty() && !held_by_spec_finalizers(after) {
                 return Some(Change::Delete);
             }
-            let held = cur["spec"]["finalizers"].as_array().map_or(0, Vec::len);
-            if spec.len() == held {
-                return None;
-            }
-            let mut obj = cur.clone();
-            obj["spec"] = if spec.is_empty() {
-                json!({})
-            } else {
-                json!({"finalizers": spec})
-            };
+            let mut obj = next?;
             metadata_mut(&mut obj).remove("resourceVersion");
             Some(Change::Put(obj))
         });

@@ -13,7 +13,10 @@ use crate::registry::Objects;
 use crate::registry::delete::DeleteOptions;
 use crate::registry::resources::{GroupResource, ResourceInfo};
 use crate::registry::views::to_view;
-use crate::registry::writes::{MAX_RETRIES, Subresource, WriteCtx, without_finalizer};
+use crate::registry::writes::{
+    MAX_RETRIES, NAMESPACE_FINALIZER, Subresource, WriteCtx, without_finalizer,
+    without_spec_finalizer,
+};
 
 /// Who deletes, as admission webhooks see it.
 #[derive(Debug, Clone, Copy)]
@@ -134,23 +137,6 @@ pub(super) fn finalize_namespace(objects: &Objects, name: &str) -> Result<(), St
         objects.finalize_namespace(name);
         Ok(())
     })
-}
-
-/// The namespace controller's finalizer, in every namespace's
-/// `spec.finalizers` from its creation.
-const NAMESPACE_FINALIZER: &str = "kubernetes";
-
-/// `ns` without `finalizer` in its `spec.finalizers`; None when it has
-/// none such.
-fn without_spec_finalizer(ns: &Value, finalizer: &str) -> Option<Value> {
-    let list = ns["spec"]["finalizers"].as_array()?;
-    if !list.iter().any(|f| f == finalizer) {
-        return None;
-    }
-    let kept: Vec<Value> = list.iter().filter(|f| *f != finalizer).cloned().collect();
-    let mut new = ns.clone();
-    new["spec"]["finalizers"] = Value::Array(kept);
-    Some(new)
 }
 
 /// One object changed by `f` as `by` through `sub`, an UPDATE admission

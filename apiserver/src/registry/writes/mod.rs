@@ -36,6 +36,7 @@ pub(crate) use context::{GrantCheck, MAX_RETRIES, PatchKind, QueryOptions, Subre
 pub(crate) use errors::{patch_error, smp_unsupported};
 pub(crate) use rbac::{GROUP as RBAC_GROUP, aggregation_rule, list as rbac_list};
 pub(crate) use rules::{
-    CRD_CLEANUP_FINALIZER, finalizers, is_namespace, uid_precondition, without_finalizer,
+    CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, finalizers, held_by_spec_finalizers, is_namespace,
+    uid_precondition, without_finalizer, without_spec_finalizer,
 };
 pub(crate) use warnings::Warnings;

@@ -7,8 +7,9 @@ use super::context::{Subresource, WriteCtx};
 use super::defaults::{apply_builtin_defaults, fold_string_data};
 use super::rbac;
 use super::rules::{
-    CRD_CLEANUP_FINALIZER, apply_schema, comparable, finalizers, is_crd, is_namespace,
-    normalize_finalizers, obj_name, spec_part, webhook_configuration,
+    CRD_CLEANUP_FINALIZER, NAMESPACE_FINALIZER, apply_schema, comparable, finalizers,
+    held_by_spec_finalizers, is_crd, is_namespace, normalize_finalizers, obj_name, spec_part,
+    webhook_configuration,
 };
 use crate::error::{ApiError, Cause};
 use crate::metrics::Limit;
@@ -147,7 +148,7 @@ impl Objects {
             obj["status"] = json!({"phase": "Pending"});
         }
         if is_namespace(info) {
-            obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            obj["spec"] = json!({"finalizers": [NAMESPACE_FINALIZER]});
             obj["status"] = json!({"phase": "Active"});
         }
         if is_crd(info) {
@@ -377,10 +378,7 @@ impl Objects {
         self.check_grants(info, ns, &name, &new, Some(old), ctx)?;
         // A namespace also waits for its spec.finalizers: the namespace
         // controller's, until its contents are gone.
-        let held_by_spec = is_namespace(info)
-            && new["spec"]["finalizers"]
-                .as_array()
-                .is_some_and(|f| !f.is_empty());
+        let held_by_spec = is_namespace(info) && held_by_spec_finalizers(&new);
         if deleting && finalizers(&new).is_empty() && !held_by_spec {
             return Ok(Outcome::Delete(new));
         }

@@ -45,6 +45,37 @@ pub(crate) fn without_finalizer(obj: &Value, finalizer: &str) -> Option<Value> {
     Some(out)
 }
 
+/// The namespace controller's finalizer, in every namespace's
+/// `spec.finalizers` from its creation until its contents are gone.
+pub(crate) const NAMESPACE_FINALIZER: &str = "kubernetes";
+
+/// Whether namespace `ns` is held by its `spec.finalizers`: a terminating
+/// namespace goes only once they, as well as its metadata finalizers, are
+/// empty.
+pub(crate) fn held_by_spec_finalizers(ns: &Value) -> bool {
+    ns["spec"]["finalizers"]
+        .as_array()
+        .is_some_and(|f| !f.is_empty())
+}
+
+/// Namespace `ns` without `finalizer` in its `spec.finalizers`, the list
+/// left out once empty as upstream serializes it; None when it has none
+/// such.
+pub(crate) fn without_spec_finalizer(ns: &Value, finalizer: &str) -> Option<Value> {
+    let list = ns["spec"]["finalizers"].as_array()?;
+    if !list.iter().any(|f| f == finalizer) {
+        return None;
+    }
+    let kept: Vec<Value> = list.iter().filter(|f| *f != finalizer).cloned().collect();
+    let mut out = ns.clone();
+    out["spec"] = if kept.is_empty() {
+        serde_json::json!({})
+    } else {
+        serde_json::json!({"finalizers": kept})
+    };
+    Some(out)
+}
+
 pub(crate) fn finalizers(obj: &Value) -> Vec<String> {
     obj.get("metadata")
         .and_then(|m| m.get("finalizers"))
