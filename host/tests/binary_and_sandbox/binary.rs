@@ -33,6 +33,18 @@ async fn admin_address(process: &Process) -> (SocketAddr, Vec<String>) {
     (addr, printed)
 }
 
+/// An embedded API server for a `wasmctrl run` process to run against, a
+/// fresh temporary directory, and the admin kubeconfig written in it.
+pub async fn api_server() -> (wasmctrl_apiserver::ApiServer, tempfile::TempDir, PathBuf) {
+    let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    server.write_kubeconfig(&kubeconfig).unwrap();
+    (server, dir, kubeconfig)
+}
+
 /// A `wasmctrl run` process; killed when dropped.
 pub struct Run {
     pub process: Process,

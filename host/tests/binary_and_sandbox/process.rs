@@ -101,12 +101,7 @@ struct Measured {
 impl Measured {
     /// Starts the host with `plugins` (the config's `plugins:` entries).
     async fn start(plugins: &str) -> Self {
-        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
-            .await
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
+        let (server, dir, kubeconfig) = crate::binary::api_server().await;
         let config = dir.path().join("wasmctrl.yaml");
         // The interpreted guests' compile is done once per build of them;
         // memory is measured from readiness on, after any compile.
@@ -333,12 +328,7 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Self {
-        let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config::default())
-            .await
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let admin = dir.path().join("kubeconfig");
-        server.write_kubeconfig(&admin).unwrap();
+        let (server, dir, admin) = crate::binary::api_server().await;
         let client = client_for(&admin).await;
         Self {
             server,

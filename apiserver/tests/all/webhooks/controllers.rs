@@ -13,6 +13,17 @@ use super::server::{WebhookServer, allow, deny};
 use super::{CONFIGMAPS, VALIDATING, configmap, configure, hook, rule};
 use crate::common::Harness;
 
+/// Creates ConfigMap `name` in the default namespace with `labels`, its
+/// one ownerReference `reference`.
+async fn create_dependent(h: &Harness, name: &str, labels: Value, reference: Value) {
+    let mut dependent: Value = serde_json::from_str(&configmap(name, labels)).unwrap();
+    dependent["metadata"]["ownerReferences"] = json!([reference]);
+    let (code, body) = h
+        .raw("POST", CONFIGMAPS, None, &dependent.to_string())
+        .await;
+    assert_eq!(code, 201, "{body}");
+}
+
 /// Deletes ConfigMap `name` of the default namespace in the foreground.
 async fn delete_in_the_foreground(h: &Harness, name: &str) {
     let foreground =
@@ -72,16 +83,9 @@ async fn the_controllers_deletes_are_admitted_and_tried_again_once_allowed() {
     let (_, owner) = h
         .raw("POST", CONFIGMAPS, None, &configmap("owner", json!({})))
         .await;
-    let mut dependent: Value =
-        serde_json::from_str(&configmap("dependent", json!({"protect": "yes"}))).unwrap();
-    dependent["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap",
-        "name": "owner", "uid": owner["metadata"]["uid"]}]);
-    assert_eq!(
-        h.raw("POST", CONFIGMAPS, None, &dependent.to_string())
-            .await
-            .0,
-        201
-    );
+    let reference = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "owner",
+        "uid": owner["metadata"]["uid"]});
+    create_dependent(&h, "dependent", json!({"protect": "yes"}), reference).await;
     configure(
         &h,
         VALIDATING,
@@ -207,17 +211,9 @@ async fn the_collector_s_updates_are_admitted_and_tried_again_once_allowed() {
         let (_, owner) = h
             .raw("POST", CONFIGMAPS, None, &configmap(owner_name, json!({})))
             .await;
-        let mut dependent: Value =
-            serde_json::from_str(&configmap(dependent_name, json!({}))).unwrap();
-        dependent["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1",
-            "kind": "ConfigMap", "name": owner_name, "uid": owner["metadata"]["uid"],
-            "blockOwnerDeletion": true}]);
-        assert_eq!(
-            h.raw("POST", CONFIGMAPS, None, &dependent.to_string())
-                .await
-                .0,
-            201
-        );
+        let reference = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": owner_name,
+            "uid": owner["metadata"]["uid"], "blockOwnerDeletion": true});
+        create_dependent(&h, dependent_name, json!({}), reference).await;
     }
     configure(
         &h,

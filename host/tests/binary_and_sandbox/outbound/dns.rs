@@ -55,12 +55,7 @@ impl SilentDns {
     /// resolver waits for it as resolv.conf's `options` say.
     async fn start(address: &str, options: &str) -> Self {
         let queries = silent_name_server(address);
-        let server = ApiServer::start(wasmctrl_apiserver::Config::default())
-            .await
-            .unwrap();
-        let dir = tempfile::tempdir().unwrap();
-        let kubeconfig = dir.path().join("kubeconfig");
-        server.write_kubeconfig(&kubeconfig).unwrap();
+        let (server, dir, kubeconfig) = crate::binary::api_server().await;
         let resolv_conf = dir.path().join("resolv.conf");
         std::fs::write(
             &resolv_conf,
