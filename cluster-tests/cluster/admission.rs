@@ -9,7 +9,7 @@
 use futures::StreamExt;
 use std::time::Duration;
 
-use wasmctrl_cluster_tests::{Cluster, quickstart_config, with_compiled_cache};
+use wasmctrl_cluster_tests::{Cluster, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::admin::metric_value;
 use wasmctrl_testkit::eventually;
@@ -353,7 +353,7 @@ async fn the_typescript_webapp_refuses_and_defaults_as_the_rust_one() {
 async fn quick_start_webhooks(component: &str) {
     let cluster = Cluster::start().await;
     cluster.apply_webapp_crd();
-    let config = with_compiled_cache(quickstart_config(component));
+    let config = quickstart_config(component);
     assert!(config.webhook.is_some(), "the quick start serves webhooks");
     let _host = RunningHost::start(config, cluster.client.clone(), None).await;
     registered(&cluster, "webapp").await;

@@ -89,9 +89,7 @@ async fn dns_acceptance(component: &str) {
         "--from-literal=token=t0ken-1",
     ]);
     let provider = DnsProvider::start("t0ken-1").await;
-    let host = cluster
-        .host_with_compiled_cache(&config(&provider, component))
-        .await;
+    let host = cluster.host(&config(&provider, component)).await;
 
     // Created: the record is put at the provider with the Secret's token.
     cluster.kubectl(&["apply", "-f", &format!("{EXAMPLE}/dnsrecord.yaml")]);

@@ -78,9 +78,7 @@ async fn deep_json_refused(plugin: &str, admin: std::net::SocketAddr) {
 async fn contained(plugin: &str, component: &str) {
     let cluster = Cluster::start().await;
     let api: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), "default");
-    let host = cluster
-        .host_with_compiled_cache(&config(plugin, component))
-        .await;
+    let host = cluster.host(&config(plugin, component)).await;
     for name in ["output-flood", "huge-error", "deep-json", "host-call-flood"] {
         create(&api, name).await;
     }
@@ -165,9 +163,7 @@ async fn deep_json_from_an_interpreted_guest_never_reaches_the_api_server() {
         // shows after it for this name is the guest's.
         create(&api, "deep-json").await;
         let writes_before = cluster.server().audit().records().len();
-        let host = cluster
-            .host_with_compiled_cache(&config(plugin, component))
-            .await;
+        let host = cluster.host(&config(plugin, component)).await;
         deep_json_refused(plugin, host.admin).await;
         let sent: Vec<String> = cluster.server().audit().records()[writes_before..]
             .iter()

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use wasmctrl::ops::manager::{Manager, ManagerOptions};
-use wasmctrl_cluster_tests::{Cluster, QUICKSTART, quickstart_config, with_compiled_cache};
+use wasmctrl_cluster_tests::{Cluster, QUICKSTART, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::{admin::http_get, eventually, host::RunningHost};
 
@@ -53,12 +53,7 @@ async fn the_typescript_webapp_operator_converges_heals_and_cleans_up() {
 async fn webapp_acceptance(component: &str) {
     let cluster = Cluster::start().await;
     cluster.apply_webapp_crd();
-    let host = RunningHost::start(
-        with_compiled_cache(quickstart_config(component)),
-        cluster.client.clone(),
-        None,
-    )
-    .await;
+    let host = RunningHost::start(quickstart_config(component), cluster.client.clone(), None).await;
     converges_heals_and_cleans_up(&cluster, host).await;
 }
 

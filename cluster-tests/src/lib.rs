@@ -86,23 +86,12 @@ impl Cluster {
         .await
     }
 
-    /// Like [`Cluster::host`], with compiled components kept in the
-    /// suites' shared cache ([`with_compiled_cache`]).
-    pub async fn host_with_compiled_cache(&self, text: &str) -> RunningHost {
-        RunningHost::start(
-            with_compiled_cache(host_config(text, self.dir.path())),
-            self.client.clone(),
-            None,
-        )
-        .await
-    }
-
     /// Why a host with the config `text` refuses its first plugin that
     /// does not load (the load's error, as `/plugins` shows it); panics
     /// with `why` if every plugin loads.
     pub async fn refused_plugin(&self, text: &str, why: &str) -> String {
         let manager = wasmctrl::ops::manager::Manager::start(
-            host_config(text, self.dir.path()),
+            wasmctrl_testkit::host::with_kept_compiled_cache(host_config(text, self.dir.path())),
             self.client.clone(),
             wasmctrl::ops::manager::ManagerOptions {
                 admin_bind: Some("127.0.0.1:0".parse().unwrap()),
@@ -170,15 +159,6 @@ pub fn quickstart_config(component: &str) -> HostConfig {
     if let Some(webhook) = config.webhook.as_mut() {
         webhook.bind = "127.0.0.1:0".parse().unwrap();
     }
-    config
-}
-
-/// `config` with `runtime.cacheDir` the suites' compiled-component cache
-/// (`wasmctrl_testkit::kept::compiled_components_dir`), for hosts of the
-/// interpreted guests, whose compile takes seconds: each is then compiled
-/// once per build of it, not once per test.
-pub fn with_compiled_cache(mut config: HostConfig) -> HostConfig {
-    config.runtime.cache_dir = Some(wasmctrl_testkit::kept::compiled_components_dir());
     config
 }
 

@@ -30,6 +30,20 @@ pub fn host_config(text: &str, base: &Path) -> HostConfig {
     HostConfig::parse(Path::new("test.yaml"), text, base.to_path_buf()).expect("valid config")
 }
 
+/// `config`, with `runtime.cacheDir` the suites' kept compiled-component
+/// cache ([`crate::kept::compiled_components_dir`]) where it sets none:
+/// compiling the guests was most of a cluster test's CPU, and with the
+/// cache each build of a component is compiled once, not once per host.
+/// Artifacts are keyed by the component's digest and the engine's
+/// settings, so a host gets exactly the code it would have compiled; the
+/// tests of the cache itself give their hosts a directory of their own.
+pub fn with_kept_compiled_cache(mut config: HostConfig) -> HostConfig {
+    if config.runtime.cache_dir.is_none() {
+        config.runtime.cache_dir = Some(crate::kept::compiled_components_dir());
+    }
+    config
+}
+
 /// The digest wasmctrl gives the component file at `path`
 /// (`sha256:<hex>`).
 pub fn file_digest(path: &str) -> String {
@@ -56,12 +70,19 @@ pub struct RunningHost {
 impl RunningHost {
     /// Starts a manager with `config` against `client` and waits (bounded)
     /// until `/readyz` answers 200. `config_path`, when set, is watched and
-    /// reloaded like `wasmctrl run --config` does.
+    /// reloaded like `wasmctrl run --config` does. An unwatched config
+    /// without `runtime.cacheDir` gets the kept one
+    /// ([`with_kept_compiled_cache`]); a watched one is left as its file
+    /// says, since a reload reads the file again.
     pub async fn start(
         config: HostConfig,
         client: kube::Client,
         config_path: Option<PathBuf>,
     ) -> Self {
+        let config = match config_path {
+            None => with_kept_compiled_cache(config),
+            Some(_) => config,
+        };
         let names: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
         let manager = Manager::start(
             config,

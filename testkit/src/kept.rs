@@ -16,12 +16,12 @@ pub fn target_tmp_dir() -> PathBuf {
     target.join("tmp")
 }
 
-/// The compiled-component cache (`runtime.cacheDir`) of hosts and runtimes
-/// that load the interpreted guests: compiling a Python or JavaScript
-/// component takes seconds, and with this directory each is compiled once
-/// per build of it rather than once per test. Artifacts are keyed by the
-/// component's digest and the engine's settings, so a test gets exactly
-/// the code it would have compiled.
+/// The compiled-component cache (`runtime.cacheDir`) of the suites' hosts
+/// and runtimes: compiling a Python or JavaScript component takes seconds
+/// and a Rust one most of a small test's CPU, and with this directory each
+/// is compiled once per build of it rather than once per test. Artifacts
+/// are keyed by the component's digest and the engine's settings, so a
+/// test gets exactly the code it would have compiled.
 pub fn compiled_components_dir() -> PathBuf {
     target_tmp_dir().join("compiled-components")
 }
