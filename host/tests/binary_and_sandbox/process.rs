@@ -407,11 +407,15 @@ impl Fixture {
 }
 
 fn mirror_config(extra: &str) -> String {
+    // The suites' kept compiled-component cache: each replica and restart
+    // would otherwise compile mirror again.
+    let cache = wasmctrl_testkit::kept::compiled_components_dir();
     format!(
         r#"apiVersion: wasmctrl.dev/v1alpha1
 kind: HostConfig
 admin: {{ bind: "127.0.0.1:0" }}
 shutdownTimeout: 5s
+runtime: {{ cacheDir: {cache:?} }}
 {extra}
 plugins:
   - name: mirror
