@@ -56,8 +56,11 @@ async fn create_objects(api: &Api<ConfigMap>, value: &str) {
 }
 
 /// Sets every object's `data.value`, retrying a write the fault refused.
+/// Sets every object's `data.value`, the writes side by side: under a
+/// server that answers each request a second late, one after another
+/// they would take a second each.
 async fn set_all(api: &Api<ConfigMap>, value: &str) {
-    for i in 0..OBJECTS {
+    futures::future::join_all((0..OBJECTS).map(|i| async move {
         let patch = serde_json::json!({"data": {"value": value}});
         eventually("a write the fault let through", CONVERGE, || async {
             api.patch(
@@ -69,7 +72,8 @@ async fn set_all(api: &Api<ConfigMap>, value: &str) {
             .ok()
         })
         .await;
-    }
+    }))
+    .await;
 }
 
 /// Every object mirrors its final value, and the host holds no key.
@@ -138,6 +142,20 @@ async fn a_slow_server_is_waited_for() {
     faults.delay_responses(Some(Duration::from_secs(1)));
     faults.drop_watches();
     set_all(&api, "slow").await;
+    // The host's own writes go through the slow server too before it is
+    // fast again.
+    eventually(
+        "a mirror written through the slow server",
+        CONVERGE,
+        || async {
+            let list = api.list(&Default::default()).await.ok()?;
+            list.items
+                .iter()
+                .any(|cm| value_and_mirror(cm).1.is_some_and(|m| m == "slow"))
+                .then_some(())
+        },
+    )
+    .await;
     faults.delay_responses(None);
     converged(&host, &api, "every change through a slow server").await;
     host.stop().await.unwrap();
