@@ -66,19 +66,9 @@ impl Run {
         json: bool,
     ) -> Run {
         let format = if json { "json" } else { "human" };
-        let process = Process::spawn(
-            wasmctrl()
-                .args(["--log-format", format, "run", "--config"])
-                .arg(config)
-                .env("KUBECONFIG", kubeconfig)
-                .env("RUST_LOG", rust_log),
-        );
-        let (admin, _) = admin_address(&process).await;
-        Run { process, admin }
+        Self::spawn(&mut wasmctrl(), config, kubeconfig, rust_log, format).await
     }
-}
 
-impl Run {
     /// [`Run::start`] in a mount namespace of its own whose
     /// `/etc/resolv.conf` is `resolv_conf`, so the host's resolver asks the
     /// name servers a test chose (`unshare` and the bind mount need root,
@@ -93,12 +83,26 @@ impl Run {
             .args(["--mount", "--propagation", "private", "sh", "-c"])
             .arg(r#"mount --bind "$0" /etc/resolv.conf && exec "$@""#)
             .arg(resolv_conf)
-            .arg(env!("CARGO_BIN_EXE_wasmctrl"))
-            .args(["--log-format", "human", "run", "--config"])
-            .arg(config)
-            .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "wasmctrl=info");
-        let process = Process::spawn(&mut command);
+            .arg(env!("CARGO_BIN_EXE_wasmctrl"));
+        Self::spawn(&mut command, config, kubeconfig, "wasmctrl=info", "human").await
+    }
+
+    /// `command` (which runs `wasmctrl`) given `run --config CONFIG` and
+    /// its log settings, started; waits until its host runs.
+    async fn spawn(
+        command: &mut Command,
+        config: &Path,
+        kubeconfig: &Path,
+        rust_log: &str,
+        format: &str,
+    ) -> Run {
+        let process = Process::spawn(
+            command
+                .args(["--log-format", format, "run", "--config"])
+                .arg(config)
+                .env("KUBECONFIG", kubeconfig)
+                .env("RUST_LOG", rust_log),
+        );
         let (admin, _) = admin_address(&process).await;
         Run { process, admin }
     }
