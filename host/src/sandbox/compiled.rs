@@ -75,12 +75,10 @@ impl Drop for Pin {
 
 impl ComponentCache {
     pub(crate) fn new(engine: Engine, dir: Option<PathBuf>) -> Self {
-        let mut h = DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut h);
         Self {
+            engine_hash: engine_hash(&engine),
             engine,
             dir,
-            engine_hash: format!("{:016x}", h.finish()),
             memory: Mutex::new(HashMap::new()),
             pinned: Arc::default(),
             unsettled: Mutex::default(),
@@ -343,7 +341,7 @@ impl ComponentCache {
             return Err("truncated".into());
         }
         let tag = bytes.split_off(bytes.len() - MAC_LEN);
-        let key = self.key(dir).map_err(|e| format!("no cache key: {e}"))?;
+        let key = mac_key(dir).map_err(|e| format!("no cache key: {e}"))?;
         let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes any key length");
         mac.update(digest.as_bytes());
         mac.update(self.engine_hash.as_bytes());
@@ -355,47 +353,56 @@ impl ComponentCache {
     }
 
     fn mac(&self, dir: &std::path::Path, digest: &str, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-        let key = self.key(dir)?;
+        let key = mac_key(dir)?;
         let mut mac = HmacSha256::new_from_slice(&key).expect("HMAC takes any key length");
         mac.update(digest.as_bytes());
         mac.update(self.engine_hash.as_bytes());
         mac.update(bytes);
         Ok(mac.finalize().into_bytes().to_vec())
     }
-
-    /// The host's MAC key in `dir`, created (32 random bytes, mode 0600) on
-    /// first use.
-    fn key(&self, dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
-        let path = dir.join(".key");
-        let not_a_key =
-            || std::io::Error::other(format!("{} is not a {KEY_LEN}-byte key", path.display()));
-        match files::read_regular_blocking(&path, KEY_LEN as u64) {
-            Ok(k) if k.len() == KEY_LEN => return Ok(k),
-            Ok(_) | Err(LocalReadError::TooLarge { .. }) => return Err(not_a_key()),
-            Err(e) if e.not_found() => {}
-            Err(LocalReadError::Io(e)) => return Err(e),
-            Err(e) => return Err(std::io::Error::other(format!("{}: {e}", path.display()))),
-        }
-        create_private_dir(dir)?;
-        let mut key = vec![0u8; KEY_LEN];
-        std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
-        let tmp = dir.join(format!(".key.tmp{}", std::process::id()));
-        write_private(&tmp, &key)?;
-        // Another host process may have raced us: the first rename wins and
-        // everyone uses the key that is there afterwards.
-        if std::fs::hard_link(&tmp, &path).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-            return match files::read_regular_blocking(&path, KEY_LEN as u64) {
-                Ok(k) if k.len() == KEY_LEN => Ok(k),
-                _ => Err(not_a_key()),
-            };
-        }
-        let _ = std::fs::remove_file(&tmp);
-        Ok(key)
-    }
 }
 
-type HmacSha256 = Hmac<Sha256>;
+/// The host's MAC key in the cache directory `dir`, created (32 random
+/// bytes, mode 0600) on first use: it signs the compiled artifacts and the
+/// compiled functions kept there (`function_cache`).
+pub(super) fn mac_key(dir: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    let path = dir.join(".key");
+    let not_a_key =
+        || std::io::Error::other(format!("{} is not a {KEY_LEN}-byte key", path.display()));
+    match files::read_regular_blocking(&path, KEY_LEN as u64) {
+        Ok(k) if k.len() == KEY_LEN => return Ok(k),
+        Ok(_) | Err(LocalReadError::TooLarge { .. }) => return Err(not_a_key()),
+        Err(e) if e.not_found() => {}
+        Err(LocalReadError::Io(e)) => return Err(e),
+        Err(e) => return Err(std::io::Error::other(format!("{}: {e}", path.display()))),
+    }
+    create_private_dir(dir)?;
+    let mut key = vec![0u8; KEY_LEN];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut key)?;
+    let tmp = dir.join(format!(".key.tmp{}", std::process::id()));
+    write_private(&tmp, &key)?;
+    // Another host process may have raced us: the first rename wins and
+    // everyone uses the key that is there afterwards.
+    if std::fs::hard_link(&tmp, &path).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+        return match files::read_regular_blocking(&path, KEY_LEN as u64) {
+            Ok(k) if k.len() == KEY_LEN => Ok(k),
+            _ => Err(not_a_key()),
+        };
+    }
+    let _ = std::fs::remove_file(&tmp);
+    Ok(key)
+}
+
+/// What distinguishes the code of engines with other settings (fuel,
+/// version): part of every cached artifact's name and MAC.
+pub(super) fn engine_hash(engine: &Engine) -> String {
+    let mut h = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+pub(super) type HmacSha256 = Hmac<Sha256>;
 const MAC_LEN: usize = 32;
 const KEY_LEN: usize = 32;
 /// The largest compiled artifact read back: an interpreter's component
@@ -411,7 +418,7 @@ fn file_digest(file: &std::path::Path) -> String {
     format!("sha256:{}", name.split('-').next().unwrap_or_default())
 }
 
-fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+pub(super) fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .recursive(true)

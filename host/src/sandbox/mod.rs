@@ -112,8 +112,13 @@ pub struct RuntimeConfig {
     pub guest_cpu: GuestCpu,
     /// Bytes of compiled functions kept in memory for later compiles
     /// (0: none): a rebuilt or second plugin of an interpreted language
-    /// compiles only the functions that changed (`function_cache.rs`).
+    /// compiles only the functions that changed (`function_cache`).
     pub function_cache_bytes: usize,
+    /// Where compiled functions are kept across restarts, up to
+    /// `function_cache_bytes` (None: `cache_dir`, if set). A later host
+    /// compiling a component whose functions were compiled before (a
+    /// rebuilt interpreted plugin) reads them instead.
+    pub function_cache_dir: Option<PathBuf>,
 }
 
 impl Default for RuntimeConfig {
@@ -128,6 +133,7 @@ impl Default for RuntimeConfig {
             max_unused_warm_slots: 16,
             guest_cpu: GuestCpu::default(),
             function_cache_bytes: 128 << 20,
+            function_cache_dir: None,
         }
     }
 }
@@ -211,13 +217,23 @@ impl Runtime {
             .cranelift_opt_level(OptLevel::Speed)
             .concurrency_support(false)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
-        if config.function_cache_bytes > 0 {
-            c.enable_incremental_compilation(Arc::new(function_cache::FunctionCache::new(
+        let functions = (config.function_cache_bytes > 0).then(|| {
+            Arc::new(function_cache::FunctionCache::new(
                 config.function_cache_bytes,
-            )))
-            .map_err(RuntimeError::Engine)?;
+            ))
+        });
+        if let Some(functions) = &functions {
+            c.enable_incremental_compilation(functions.clone())
+                .map_err(RuntimeError::Engine)?;
         }
         let engine = Engine::new(&c).map_err(RuntimeError::Engine)?;
+        let functions_dir = config
+            .function_cache_dir
+            .as_ref()
+            .or(config.cache_dir.as_ref());
+        if let (Some(functions), Some(dir)) = (&functions, functions_dir) {
+            functions.keep_on_disk(dir, &compiled::engine_hash(&engine));
+        }
 
         let mut linker = Linker::new(&engine);
         imports::add_to_linker(&mut linker).map_err(RuntimeError::Link)?;

@@ -104,6 +104,9 @@ pub enum DiskRefusal {
     /// A precompiled artifact whose MAC, engine or shape did not check out
     /// (recompiled instead).
     CompiledArtifact,
+    /// A compiled function kept on disk whose MAC or shape did not check
+    /// out, or a directory of them others could write (compiled instead).
+    CompiledFunction,
     /// A cached component over its `maxSize` or not matching its digest.
     CachedComponent,
     /// A cached reference record over 64 KiB or not well-formed.
@@ -116,8 +119,9 @@ pub enum DiskRefusal {
 }
 
 impl DiskRefusal {
-    const ALL: [DiskRefusal; 5] = [
+    const ALL: [DiskRefusal; 6] = [
         DiskRefusal::CompiledArtifact,
+        DiskRefusal::CompiledFunction,
         DiskRefusal::CachedComponent,
         DiskRefusal::CachedRecord,
         DiskRefusal::DockerConfig,
@@ -127,6 +131,7 @@ impl DiskRefusal {
     pub fn as_str(self) -> &'static str {
         match self {
             DiskRefusal::CompiledArtifact => "compiledArtifact",
+            DiskRefusal::CompiledFunction => "compiledFunction",
             DiskRefusal::CachedComponent => "cachedComponent",
             DiskRefusal::CachedRecord => "cachedRecord",
             DiskRefusal::DockerConfig => "dockerConfig",
