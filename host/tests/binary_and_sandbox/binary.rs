@@ -2,7 +2,7 @@
 //! long-running subcommands as processes (`wasmctrl run`, `wasmctrl dev`)
 //! that print their admin address once the host runs.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -126,12 +126,25 @@ impl Dev {
     }
 
     /// [`Dev::start`] from `command` (a [`wasmctrl`] with its working
-    /// directory or environment set).
+    /// directory or environment set). Its user cache (`XDG_CACHE_HOME`),
+    /// where `dev` keeps compiled code, is the suite's kept one, so later
+    /// runs compile as an author's restarted `dev` does; its toolchains
+    /// stay the suite's.
     pub async fn start_with<A: AsRef<OsStr>>(
         mut command: Command,
         args: &[A],
         kubeconfig: PathBuf,
     ) -> Dev {
+        let set: Vec<OsString> = command.get_envs().map(|(k, _)| k.to_owned()).collect();
+        if !set.iter().any(|k| k == "WASMCTRL_TOOLCHAINS") {
+            command.env("WASMCTRL_TOOLCHAINS", crate::new_cli::toolchains());
+        }
+        if !set.iter().any(|k| k == "XDG_CACHE_HOME") {
+            command.env(
+                "XDG_CACHE_HOME",
+                Path::new(env!("CARGO_TARGET_TMPDIR")).join("dev-user-cache"),
+            );
+        }
         let process = Process::spawn(
             command
                 .args(["dev", "--admin", "127.0.0.1:0", "--kubeconfig-out"])

@@ -11,6 +11,7 @@ mod binary;
 mod build_session;
 mod controller;
 mod cpu_share;
+mod dev_cache;
 mod dev_cli;
 mod instances;
 mod load;

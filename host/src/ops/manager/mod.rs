@@ -159,6 +159,9 @@ pub struct ManagerOptions {
     /// the embedded API server's, which signs the certificate it presents
     /// to webhooks).
     pub webhook_client_ca: Option<String>,
+    /// Where compiled functions are kept across restarts when the config
+    /// sets no `runtime.cacheDir` (`wasmctrl dev`: the user's cache).
+    pub function_cache_dir: Option<PathBuf>,
 }
 
 /// This process's identity for leader election and sharding: the host
@@ -189,6 +192,7 @@ impl Default for ManagerOptions {
             watch_sources: true,
             kube_config: None,
             webhook_client_ca: None,
+            function_cache_dir: None,
         }
     }
 }
@@ -273,7 +277,13 @@ impl Manager {
     ) -> Result<Self, ManagerError> {
         let metrics = Arc::new(Metrics::new());
         let engine = EngineLimits::for_config(&config);
-        let runtime = Runtime::new(engine.runtime_config(&config), metrics.clone())?;
+        let runtime = Runtime::new(
+            crate::sandbox::RuntimeConfig {
+                function_cache_dir: options.function_cache_dir.clone(),
+                ..engine.runtime_config(&config)
+            },
+            metrics.clone(),
+        )?;
         let outbound_tls = match &config.runtime.ca_bundle {
             Some(file) => {
                 let path = config.base_dir.join(file);

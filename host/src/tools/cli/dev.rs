@@ -96,6 +96,7 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         config_path: Some(config_path.clone()),
         kube_config: Some(kube_config),
         webhook_client_ca: Some(server.ca_pem().to_string()),
+        function_cache_dir: function_cache_dir(&config),
         ..ManagerOptions::default()
     };
     let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
@@ -266,6 +267,25 @@ fn load_with_admin_bind(path: &Path, admin: Option<SocketAddr>) -> anyhow::Resul
     let text = serde_norway::to_string(&value)?;
     HostConfig::parse(path, &text, config.base_dir.clone())
         .with_context(|| format!("--admin {bind}"))
+}
+
+/// Where `dev` keeps compiled functions when the config sets no
+/// `runtime.cacheDir`: the user's cache (`~/.cache/wasmctrl/compiled`, or
+/// under `$XDG_CACHE_HOME`), laid out as a `cacheDir` is. An author restarts `dev` often, and an
+/// interpreted plugin rebuilt is a new component whose interpreter's
+/// functions were compiled before, so the compile after a restart reuses
+/// them (`sandbox::function_cache`). Only functions: whole compiled
+/// components, a new one per rebuild, would fill the disk for nothing.
+fn function_cache_dir(config: &HostConfig) -> Option<PathBuf> {
+    if config.runtime.cache_dir.is_some() {
+        return None;
+    }
+    let dir = crate::tools::build::user_cache_dir("compiled")?;
+    println!(
+        "compiled functions are kept in {} for the next start (runtime.cacheDir moves them)",
+        dir.display()
+    );
+    Some(dir)
 }
 
 fn absolute(p: &Path) -> PathBuf {
