@@ -4,7 +4,10 @@
 //! different plugins built by the same toolchain are compiled one after the
 //! other on a fresh runtime, with the cache off and on; each row is the
 //! median over rounds. The second compile with the cache on is the figure
-//! of an interpreted plugin's rebuild.
+//! of an interpreted plugin's rebuild. The `disk` row is a restart: a host
+//! keeping its functions on disk compiles the first plugin, and a new host
+//! on the same directory compiles a rebuild of it (other bytes, the same
+//! functions), as `wasmctrl dev` does after a restart.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -36,7 +39,9 @@ const PAIRS: &[(&str, &str, &str)] = &[
 struct Row {
     scenario: &'static str,
     language: &'static str,
-    function_cache: bool,
+    /// `off`, `memory` (one host compiles both) or `disk` (a restarted
+    /// host compiles the rebuild).
+    function_cache: &'static str,
     first_s: f64,
     second_s: f64,
 }
@@ -86,11 +91,24 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
             rows.push(Row {
                 scenario: "compile",
                 language,
-                function_cache: cache,
+                function_cache: if cache { "memory" } else { "off" },
                 first_s: round(median(&mut firsts), 2),
                 second_s: round(median(&mut seconds), 2),
             });
         }
+        let (mut firsts, mut seconds) = (Vec::new(), Vec::new());
+        for _ in 0..options.rounds {
+            let (a, b) = tokio.block_on(restarted(first))?;
+            firsts.push(a);
+            seconds.push(b);
+        }
+        rows.push(Row {
+            scenario: "compile",
+            language,
+            function_cache: "disk",
+            first_s: round(median(&mut firsts), 2),
+            second_s: round(median(&mut seconds), 2),
+        });
     }
     if options.json {
         for row in &rows {
@@ -101,18 +119,16 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         for r in &rows {
             println!(
                 "{:<9} {:<14} {:>11.2} s {:>13.2} s",
-                r.language,
-                if r.function_cache { "on" } else { "off" },
-                r.first_s,
-                r.second_s
+                r.language, r.function_cache, r.first_s, r.second_s
             );
         }
-        for pair in rows.chunks(2) {
-            if let [off, on] = pair {
+        for language in rows.chunks(3) {
+            if let [off, memory, disk] = language {
                 println!(
-                    "{}: second compile off/on = {:.2}×",
+                    "{}: second compile off/memory = {:.2}×, off/disk (restarted) = {:.2}×",
                     off.language,
-                    off.second_s / on.second_s
+                    off.second_s / memory.second_s,
+                    off.second_s / disk.second_s
                 );
             }
         }
@@ -122,6 +138,31 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The seconds a host keeping its functions in a new directory takes to
+/// compile `plugin`, and a second host on that directory to compile a
+/// rebuild of it (a custom section more: other bytes, the same functions).
+async fn restarted(plugin: &str) -> anyhow::Result<(f64, f64)> {
+    let dir = tempfile::tempdir()?;
+    let functions = dir.path().join("cache");
+    let config = || RuntimeConfig {
+        function_cache_dir: Some(functions.clone()),
+        ..RuntimeConfig::default()
+    };
+    let runtime = Runtime::new(config(), Arc::new(Metrics::new()))?;
+    let started = Instant::now();
+    runtime.load_file(plugin, PluginSpec::new("first")).await?;
+    let first = started.elapsed().as_secs_f64();
+    drop(runtime);
+    let mut rebuilt = std::fs::read(plugin).with_context(|| format!("reading {plugin}"))?;
+    rebuilt.extend_from_slice(&[0, 7, 5, b'b', b'u', b'i', b'l', b'd', 1]);
+    let path = dir.path().join("rebuilt.wasm");
+    std::fs::write(&path, rebuilt)?;
+    let runtime = Runtime::new(config(), Arc::new(Metrics::new()))?;
+    let started = Instant::now();
+    runtime.load_file(&path, PluginSpec::new("first")).await?;
+    Ok((first, started.elapsed().as_secs_f64()))
 }
 
 fn median(v: &mut [f64]) -> f64 {

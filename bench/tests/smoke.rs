@@ -340,8 +340,8 @@ fn compile() {
     assert_eq!(values(&lines, "language"), [r#""rust""#]);
     assert_eq!(
         values(&lines, "function_cache"),
-        ["false", "true"],
-        "with and without the cache"
+        [r#""disk""#, r#""memory""#, r#""off""#],
+        "without the cache, in memory, and on disk across a restart"
     );
 }
 
