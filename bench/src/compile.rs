@@ -124,11 +124,13 @@ pub fn run(options: &Options) -> anyhow::Result<()> {
         }
         for language in rows.chunks(3) {
             if let [off, memory, disk] = language {
+                // A restarted host's compile is the first of its engine:
+                // it is held against the first compile without a cache.
                 println!(
-                    "{}: second compile off/memory = {:.2}×, off/disk (restarted) = {:.2}×",
+                    "{}: second compile off/memory = {:.2}×; a restart's compile of a rebuild, off/disk = {:.2}×",
                     off.language,
                     off.second_s / memory.second_s,
-                    off.second_s / disk.second_s
+                    off.first_s / disk.second_s
                 );
             }
         }
