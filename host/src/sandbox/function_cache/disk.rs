@@ -101,6 +101,8 @@ enum Writer {
         file: File,
         path: PathBuf,
         written: u64,
+        /// The other packs' bytes when last listed.
+        others: u64,
     },
     /// Full, or the directory cannot be written: nothing more is written.
     Stopped,
@@ -162,6 +164,7 @@ impl Packs {
             file,
             path,
             written,
+            others,
         } = &mut *writer
         else {
             return;
@@ -172,7 +175,14 @@ impl Packs {
         };
         let record = self.record(&mac, key, value);
         let len = record.len() as u64;
-        if !self.make_room(path, *written + len) {
+        // The directory is listed again only when the last listing says
+        // this would not fit: another process may have removed packs since.
+        if *written + len + *others > self.max_bytes
+            && let Some(left) = self.make_room(path, *written + len)
+        {
+            *others = left;
+        }
+        if *written + len + *others > self.max_bytes {
             tracing::debug!(dir = %self.dir.display(), "this process's compiled functions fill runtime.functionCache on disk; no more are kept");
             *writer = Writer::Stopped;
             return;
@@ -328,12 +338,13 @@ impl Packs {
         packs
     }
 
-    /// Whether this process's pack (`ours`) may grow to `needed` bytes
-    /// within the ceiling, removing the oldest other packs (down to half of
-    /// what is left beside ours, so that this is rare) if it must.
-    fn make_room(&self, ours: &Path, needed: u64) -> bool {
+    /// Makes room for this process's pack (`ours`) to grow to `needed`
+    /// bytes within the ceiling, removing the oldest other packs (down to
+    /// half of what is left beside ours, so that this is rare) if it must;
+    /// the other packs' bytes then, None if `needed` alone is too many.
+    fn make_room(&self, ours: &Path, needed: u64) -> Option<u64> {
         if needed > self.max_bytes {
-            return false;
+            return None;
         }
         let mut others: Vec<_> = self
             .packs()
@@ -342,7 +353,7 @@ impl Packs {
             .collect();
         let mut total: u64 = others.iter().map(|(_, bytes, _)| bytes).sum();
         if needed + total <= self.max_bytes {
-            return true;
+            return Some(total);
         }
         let keep = (self.max_bytes - needed) / 2;
         while total > keep && !others.is_empty() {
@@ -351,7 +362,7 @@ impl Packs {
             total -= bytes;
         }
         tracing::debug!(dir = %self.dir.display(), "removed the oldest packs of compiled functions for new ones");
-        needed + total <= self.max_bytes
+        Some(total)
     }
 
     /// Creates this process's pack, first removing the oldest packs when
@@ -364,12 +375,13 @@ impl Packs {
             tracing::warn!(dir = %self.dir.display(), "compiled functions are not kept on disk: {e}");
             return Writer::Stopped;
         }
-        let packs = self.packs();
+        let mut packs = self.packs();
         if packs.len() >= MAX_PACKS {
-            for (_, _, oldest) in &packs[..packs.len() - MAX_PACKS / 2] {
+            for (_, _, oldest) in packs.drain(..packs.len() - MAX_PACKS / 2) {
                 let _ = std::fs::remove_file(oldest);
             }
         }
+        let others = packs.iter().map(|(_, bytes, _)| bytes).sum();
         let name = format!("{}-{:016x}.pack", std::process::id(), rand::random::<u64>());
         let path = self.dir.join(name);
         let file = std::fs::OpenOptions::new()
@@ -383,6 +395,7 @@ impl Packs {
                 file,
                 path,
                 written: 0,
+                others,
             },
             Err(e) => {
                 tracing::warn!(dir = %self.dir.display(), "compiled functions are not kept on disk: {e}");
