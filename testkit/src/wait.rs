@@ -32,7 +32,10 @@ impl Outcome for bool {
 
 /// Polls `check` every 20 ms until it holds (answers `true` or `Some`),
 /// and returns what it answered then (`()` or the value); panics naming
-/// `what` once `limit` has passed without it holding.
+/// `what` once `limit` has passed without it holding. A check that takes
+/// longer than 20 ms (a kubectl process) waits as long as it took before
+/// the next: a poll spends at most about half a core, and what it waits
+/// for keeps the rest.
 pub async fn eventually<O, F, Fut>(what: &str, limit: Duration, mut check: F) -> O::Value
 where
     O: Outcome,
@@ -41,6 +44,7 @@ where
 {
     let deadline = Instant::now() + limit;
     loop {
+        let started = Instant::now();
         if let Some(v) = check().await.holds() {
             return v;
         }
@@ -48,6 +52,6 @@ where
             Instant::now() < deadline,
             "timed out after {limit:?} waiting for {what}"
         );
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(POLL.max(started.elapsed())).await;
     }
 }
