@@ -8,7 +8,7 @@
 use std::fs::{Metadata, OpenOptions};
 use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tokio::io::AsyncReadExt;
 
@@ -99,6 +99,18 @@ pub(crate) fn read_regular_blocking(path: &Path, max: u64) -> Result<Vec<u8>, Lo
     let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
     (&mut file).take(max + 1).read_to_end(&mut bytes)?;
     within(bytes, max)
+}
+
+/// `name` in the user's cache directory: `$XDG_CACHE_HOME/wasmctrl/<name>`,
+/// else `~/.cache/wasmctrl/<name>`; None with neither variable set.
+pub(crate) fn user_cache_dir(name: &str) -> Option<PathBuf> {
+    let var = |v: &str| {
+        std::env::var_os(v)
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from)
+    };
+    let cache = var("XDG_CACHE_HOME").or_else(|| Some(var("HOME")?.join(".cache")))?;
+    Some(cache.join("wasmctrl").join(name))
 }
 
 /// Refuses a directory someone other than the host's user could plant

@@ -74,5 +74,5 @@ pub use options::{BuildOptions, Built};
 pub use plugin::{build, detect, prewarm, source_of};
 pub use python::COMPONENTIZE_PY;
 pub use rust::{WASM_TARGET, ensure_wasm_target};
-pub use toolchain::{toolchains_dir, user_cache_dir};
+pub use toolchain::toolchains_dir;
 pub use warm::BuildSession;

@@ -22,21 +22,21 @@ pub(super) fn cache_root(options: &BuildOptions) -> Result<PathBuf, BuildError> 
 /// The toolchain cache: `$WASMCTRL_TOOLCHAINS`, else
 /// `$XDG_CACHE_HOME/wasmctrl/toolchains`, else `~/.cache/wasmctrl/toolchains`.
 pub fn toolchains_dir() -> Result<PathBuf, BuildError> {
-    match std::env::var_os("WASMCTRL_TOOLCHAINS").filter(|v| !v.is_empty()) {
-        Some(dir) => Ok(PathBuf::from(dir)),
-        None => user_cache_dir("toolchains").ok_or(BuildError::NoCacheDir),
+    let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+    if let Some(dir) = set("WASMCTRL_TOOLCHAINS") {
+        return Ok(PathBuf::from(dir));
     }
-}
-
-/// `name` in the user's cache: `$XDG_CACHE_HOME/wasmctrl/<name>`, else
-/// `~/.cache/wasmctrl/<name>`; None with neither variable set.
-pub fn user_cache_dir(name: &str) -> Option<PathBuf> {
-    let set = |var: &str| std::env::var_os(var).filter(|v| !v.is_empty());
-    let cache = match set("XDG_CACHE_HOME") {
-        Some(cache) => PathBuf::from(cache),
-        None => PathBuf::from(set("HOME")?).join(".cache"),
-    };
-    Some(cache.join("wasmctrl").join(name))
+    if let Some(cache) = set("XDG_CACHE_HOME") {
+        return Ok(PathBuf::from(cache).join("wasmctrl").join("toolchains"));
+    }
+    set("HOME")
+        .map(|home| {
+            PathBuf::from(home)
+                .join(".cache")
+                .join("wasmctrl")
+                .join("toolchains")
+        })
+        .ok_or(BuildError::NoCacheDir)
 }
 
 /// Runs `install` into `dir` unless its `.installed` marker exists,

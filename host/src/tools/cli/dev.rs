@@ -280,7 +280,7 @@ fn function_cache_dir(config: &HostConfig) -> Option<PathBuf> {
     if config.runtime.cache_dir.is_some() {
         return None;
     }
-    let dir = crate::tools::build::user_cache_dir("compiled")?;
+    let dir = crate::meta::files::user_cache_dir("compiled")?;
     println!(
         "compiled functions are kept in {} for the next start (runtime.cacheDir moves them)",
         dir.display()
