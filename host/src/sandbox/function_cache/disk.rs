@@ -420,32 +420,33 @@ mod tests {
         packs.packs().into_iter().map(|(_, _, p)| p).collect()
     }
 
+    /// The pack of a process of `engine` that kept two functions, `k1`
+    /// and `k2`, under `root`.
+    fn two_kept(root: &Path, engine: &str) -> PathBuf {
+        let first = Packs::new(root, engine, 1 << 20);
+        first.insert(b"k1", b"code one");
+        first.insert(b"k2", b"code two");
+        pack_files(&first).remove(0)
+    }
+
     #[test]
     fn what_one_process_kept_the_next_reads_and_another_engine_does_not() {
         let root = private_root();
-        let first = Packs::new(root.path(), "engine-a", 1 << 20);
-        first.insert(b"k1", b"code one");
-        first.insert(b"k2", b"code two");
+        let pack = two_kept(root.path(), "engine-a");
         let next = Packs::new(root.path(), "engine-a", 1 << 20);
         assert_eq!(next.get(b"k1").as_deref(), Some(&b"code one"[..]));
         assert_eq!(next.get(b"k2").as_deref(), Some(&b"code two"[..]));
         assert_eq!(next.get(b"k3"), None);
         let other = Packs::new(root.path(), "engine-b", 1 << 20);
         assert_eq!(other.get(b"k1"), None, "another engine's code is not used");
-        let mode = std::fs::metadata(&pack_files(&first)[0])
-            .unwrap()
-            .permissions()
-            .mode();
+        let mode = std::fs::metadata(&pack).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]
     fn a_changed_value_or_a_pack_moved_to_another_engine_is_refused() {
         let root = private_root();
-        let first = Packs::new(root.path(), "engine-a", 1 << 20);
-        first.insert(b"k1", b"code one");
-        first.insert(b"k2", b"code two");
-        let pack = pack_files(&first).remove(0);
+        let pack = two_kept(root.path(), "engine-a");
         let mut bytes = std::fs::read(&pack).unwrap();
         let at = bytes.windows(3).position(|w| w == b"one").unwrap();
         bytes[at] = b'X';
@@ -459,6 +460,7 @@ mod tests {
         // The same pack under another engine's name: its MACs name engine-a.
         let moved = root.path().join("functions").join("engine-b");
         std::fs::create_dir_all(&moved).unwrap();
+        std::fs::set_permissions(&moved, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::copy(&pack, moved.join("1-0.pack")).unwrap();
         let other = Packs::new(root.path(), "engine-b", 1 << 20);
         assert_eq!(other.get(b"k2"), None);
@@ -467,10 +469,7 @@ mod tests {
     #[test]
     fn a_partly_written_pack_keeps_its_whole_records() {
         let root = private_root();
-        let first = Packs::new(root.path(), "e", 1 << 20);
-        first.insert(b"k1", b"code one");
-        first.insert(b"k2", b"code two");
-        let pack = pack_files(&first).remove(0);
+        let pack = two_kept(root.path(), "e");
         let len = std::fs::metadata(&pack).unwrap().len();
         std::fs::OpenOptions::new()
             .write(true)
