@@ -63,6 +63,9 @@ pub(super) struct Packs {
     key: OnceLock<Option<Vec<u8>>>,
     index: OnceLock<Option<Index>>,
     writer: Mutex<Writer>,
+    /// Whether a refused record was logged: a damaged pack refuses every
+    /// record in it, and one line says so (the metric counts them all).
+    said_refused: std::sync::atomic::AtomicBool,
     /// Functions read from the packs and written to them by this process.
     #[cfg(test)]
     pub(super) counts: Counts,
@@ -118,6 +121,7 @@ impl Packs {
             key: OnceLock::new(),
             index: OnceLock::new(),
             writer: Mutex::new(Writer::NotStarted),
+            said_refused: std::sync::atomic::AtomicBool::new(false),
             #[cfg(test)]
             counts: Counts::default(),
         }
@@ -141,10 +145,15 @@ impl Packs {
             }
             None => {
                 count_disk_refusal(DiskRefusal::CompiledFunction);
-                tracing::warn!(
-                    dir = %self.dir.display(),
-                    "a compiled function on disk does not check out (corrupted, replaced or from another host); compiling it"
-                );
+                if !self
+                    .said_refused
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        "a compiled function on disk does not check out (corrupted, replaced or from another host); compiling it, and any other that does not"
+                    );
+                }
                 None
             }
         }
