@@ -24,8 +24,8 @@
 //! # Bounded
 //! The packs together hold at most the function cache's byte ceiling
 //! (`runtime.functionCache`): a process whose next function would pass it
-//! first removes the oldest other packs, down to half of the room its own
-//! leaves, and stops keeping functions once its own pack alone would pass
+//! first removes the least recently used other packs (a pack read from is
+//! marked used), down to half of the room its own leaves, and stops keeping functions once its own pack alone would pass
 //! it. At most [`MAX_PACKS`] packs are kept; a record over [`MAX_VALUE`]
 //! is neither written nor read.
 
@@ -81,6 +81,11 @@ pub(super) struct Counts {
 /// Where each function of the packs present at the first lookup is.
 struct Index {
     packs: Vec<File>,
+    /// Whether this process marked each pack used (its modified time set
+    /// to now), so that the packs removed for room are those least
+    /// recently used, not the oldest written: the pack holding an
+    /// interpreter's functions is written once and read by every start.
+    used: Vec<std::sync::atomic::AtomicBool>,
     at: HashMap<Vec<u8>, Record>,
 }
 
@@ -137,6 +142,9 @@ impl Packs {
         let read = index.packs[record.pack].read_exact_at(&mut bytes, record.offset);
         match read.ok().and_then(|()| self.verified(&mac, key, &bytes)) {
             Some(value) => {
+                if !index.used[record.pack].swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    let _ = index.packs[record.pack].set_modified(std::time::SystemTime::now());
+                }
                 #[cfg(test)]
                 self.counts
                     .read
@@ -273,6 +281,7 @@ impl Packs {
         }
         let mut index = Index {
             packs: Vec::new(),
+            used: Vec::new(),
             at: HashMap::new(),
         };
         let mut packs = self.packs();
@@ -325,6 +334,7 @@ impl Packs {
             }
             drop(reader);
             index.packs.push(file);
+            index.used.push(std::sync::atomic::AtomicBool::new(false));
         }
         Some(index)
     }
@@ -492,7 +502,7 @@ mod tests {
     }
 
     #[test]
-    fn the_packs_stay_within_the_ceiling_and_the_oldest_go_first() {
+    fn the_packs_stay_within_the_ceiling_and_the_least_used_go_first() {
         let root = private_root();
         let value = vec![7u8; 300];
         let written = |p: &Packs| p.counts.written.load(std::sync::atomic::Ordering::Relaxed);
@@ -509,7 +519,7 @@ mod tests {
         );
         assert!(size(&first) <= 1000);
         let oldest = pack_files(&first);
-        // The next process needs room: the oldest pack goes.
+        // The next process needs room: the least recently used pack goes.
         let second = Packs::new(root.path(), "e", 1000);
         second.insert(b"b1", &value);
         second.insert(b"b2", &value);
@@ -523,6 +533,41 @@ mod tests {
         third.insert(b"c1", &[0u8; 1000]);
         assert_eq!(written(&third), 0);
         assert_eq!(third.get(b"b2").as_deref(), Some(&value[..]));
+    }
+
+    #[test]
+    fn a_pack_read_from_is_kept_over_one_written_later_but_unused() {
+        let root = private_root();
+        let value = vec![7u8; 50];
+        // Records of 8 + 2 + 50 + 32 = 92 bytes.
+        let first = Packs::new(root.path(), "e", 1000);
+        first.insert(b"a1", &value);
+        first.insert(b"a2", &value);
+        let used = pack_files(&first).remove(0);
+        let second = Packs::new(root.path(), "e", 1000);
+        for key in [b"b1", b"b2", b"b3"] {
+            second.insert(key, &value);
+        }
+        let unused = pack_files(&second)
+            .into_iter()
+            .find(|p| *p != used)
+            .unwrap();
+        let ago = |secs| std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+        let set = |path: &Path, at| File::open(path).unwrap().set_modified(at).unwrap();
+        set(&used, ago(100));
+        set(&unused, ago(50));
+        // A third process reads from the older pack, then needs room.
+        let third = Packs::new(root.path(), "e", 1000);
+        assert_eq!(third.get(b"a1").as_deref(), Some(&value[..]));
+        for key in [b"c1", b"c2", b"c3", b"c4", b"c5", b"c6"] {
+            third.insert(key, &value);
+        }
+        assert!(used.exists(), "the pack read from stays");
+        assert!(!unused.exists(), "the pack not read from goes");
+        let next = Packs::new(root.path(), "e", 1000);
+        assert_eq!(next.get(b"a2").as_deref(), Some(&value[..]));
+        assert_eq!(next.get(b"c6").as_deref(), Some(&value[..]));
+        assert_eq!(next.get(b"b1"), None);
     }
 
     #[test]
