@@ -1,6 +1,6 @@
-//! Cranelift's incremental compilation cache, kept in memory: a function
-//! whose code did not change since an earlier compile in this process is
-//! not compiled again. A Python or JavaScript plugin is an interpreter
+//! Cranelift's incremental compilation cache: a function whose code did
+//! not change since an earlier compile (in this process, or with a cache
+//! directory in an earlier one) is not compiled again. A Python or JavaScript plugin is an interpreter
 //! plus the plugin's code (mostly data in the interpreter's memory
 //! snapshot), so a rebuild after an edit, or a second plugin of the same
 //! SDK, differs from the last compile in a few functions at most: its
