@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use wasmctrl_cluster_tests::{Cluster, quickstart_config};
 use wasmctrl_plugin_artifacts as artifacts;
-use wasmctrl_testkit::admin::metric_value;
+use wasmctrl_testkit::admin::{metric_reaches, metric_value};
 use wasmctrl_testkit::eventually;
 use wasmctrl_testkit::host::RunningHost;
 
@@ -433,17 +433,12 @@ async fn with_a_client_ca_only_the_api_server_s_certificate_gets_a_review() {
     assert!(anonymous.is_err(), "{anonymous:?}");
     // The server counts the refusal once its side of the handshake ends,
     // which may be after the client has given up.
-    eventually(
+    metric_reaches(
         "the refused handshake to be counted",
         Duration::from_secs(10),
-        || async {
-            metric_value(
-                host.admin,
-                r#"wasmctrl_webhook_refused_handshakes_total{reason="clientCertificate"}"#,
-            )
-            .await
-            .is_some_and(|n| n >= 1.0)
-        },
+        host.admin,
+        r#"wasmctrl_webhook_refused_handshakes_total{reason="clientCertificate"}"#,
+        1.0,
     )
     .await;
     host.stop().await.unwrap();

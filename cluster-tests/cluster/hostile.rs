@@ -9,7 +9,7 @@ use kube::api::{Api, PostParams};
 use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::{
-    admin::{self, metric_line, metric_value},
+    admin::{self, metric_line, metric_reaches, metric_value},
     eventually,
 };
 
@@ -208,17 +208,12 @@ async fn floods_of_output_logs_and_host_calls_are_cut_while_other_keys_are_recon
     // The host-call flood is stopped at its ceiling, as a limit trap.
     stopped_at_limit(host.admin, "hostCalls").await;
     // The output flood was written in full by the guest and cut by the host.
-    let written = eventually(
+    let written = metric_reaches(
         "the output flood measured",
         Duration::from_secs(60),
-        || async {
-            metric_value(
-                host.admin,
-                r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable",kind="reconcile"}"#,
-            )
-            .await
-            .filter(|b| *b >= (64 << 20) as f64)
-        },
+        host.admin,
+        r#"wasmctrl_plugin_output_bytes_total{plugin="hostile",version="stable",kind="reconcile"}"#,
+        (64 << 20) as f64,
     )
     .await;
     assert!(written >= (64 << 20) as f64, "{written}");

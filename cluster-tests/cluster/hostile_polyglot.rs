@@ -10,7 +10,7 @@ use kube::api::Api;
 use wasmctrl_cluster_tests::Cluster;
 use wasmctrl_plugin_artifacts as artifacts;
 use wasmctrl_testkit::{
-    admin::{self, metric_line, metric_value},
+    admin::{self, metric_line, metric_reaches, metric_value},
     eventually,
 };
 
@@ -121,11 +121,13 @@ async fn contained(plugin: &str, component: &str) {
         r#"wasmctrl_plugin_output_bytes_total{{plugin="{plugin}",version="stable",kind="reconcile"}}"#
     );
     let written = flood_bytes() + (8 << 20) as f64;
-    eventually("the output measured", Duration::from_secs(120), || async {
-        metric_value(host.admin, &output)
-            .await
-            .filter(|b| *b >= written)
-    })
+    metric_reaches(
+        "the output measured",
+        Duration::from_secs(120),
+        host.admin,
+        &output,
+        written,
+    )
     .await;
 
     // Where the refusal is made is the next test's subject.

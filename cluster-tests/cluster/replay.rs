@@ -150,14 +150,13 @@ async fn only_the_keys_the_selector_picks_are_recorded() {
         })
         .await;
     }
-    let written = eventually("a transcript counted", Duration::from_secs(30), || async {
-        admin::metric_value(
-            host.admin,
-            r#"wasmctrl_record_transcripts_total{plugin="webapp"}"#,
-        )
-        .await
-        .filter(|n| *n >= 1.0)
-    })
+    let written = admin::metric_reaches(
+        "a transcript counted",
+        Duration::from_secs(30),
+        host.admin,
+        r#"wasmctrl_record_transcripts_total{plugin="webapp"}"#,
+        1.0,
+    )
     .await;
     host.stop().await.unwrap();
     let file = dir.path().join("webapp.jsonl");

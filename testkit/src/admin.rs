@@ -2,6 +2,7 @@
 //! loopback address, and the Prometheus text of `/metrics`.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -85,4 +86,20 @@ pub async fn metric_value(admin: SocketAddr, needle: &str) -> Option<f64> {
         .1
         .parse()
         .ok()
+}
+
+/// Waits until the `/metrics` line on `admin` starting with `needle` reads
+/// at least `min`, and returns its value then; panics naming `what` once
+/// `limit` has passed (see [`crate::eventually`]).
+pub async fn metric_reaches(
+    what: &str,
+    limit: Duration,
+    admin: SocketAddr,
+    needle: &str,
+    min: f64,
+) -> f64 {
+    crate::eventually(what, limit, || async {
+        metric_value(admin, needle).await.filter(|n| *n >= min)
+    })
+    .await
 }

@@ -18,7 +18,7 @@ use wasmctrl::ops::source::oci::{self, RegistryOptions};
 use wasmctrl::ops::source::{DiskCache, OciSource, PluginSource, SourceError, UrlSource};
 use wasmctrl::sandbox::digest;
 use wasmctrl_plugin_artifacts as artifacts;
-use wasmctrl_testkit::admin::metric_value;
+use wasmctrl_testkit::admin::metric_reaches;
 use wasmctrl_testkit::eventually;
 use wasmctrl_testkit::host::{
     RunningHost, file_digest, host_config, insecure_registry, push_component,
@@ -762,17 +762,12 @@ plugins:
     let serving = host.plugin("stamp").await.expect("/plugins lists stamp")["digest"].clone();
     assert_eq!(serving, file_digest(artifacts::STAMP_V1));
     hostile.store(true, Ordering::SeqCst);
-    let cut = eventually(
+    let cut = metric_reaches(
         "an error answer cut and counted",
         Duration::from_secs(30),
-        || async {
-            metric_value(
-                host.admin,
-                r#"wasmctrl_source_refusals_total{reason="errorAnswer"}"#,
-            )
-            .await
-            .filter(|n| *n >= 1.0)
-        },
+        host.admin,
+        r#"wasmctrl_source_refusals_total{reason="errorAnswer"}"#,
+        1.0,
     )
     .await;
     assert!(cut >= 1.0);
