@@ -271,11 +271,12 @@ fn load_with_admin_bind(path: &Path, admin: Option<SocketAddr>) -> anyhow::Resul
 
 /// Where `dev` keeps compiled functions when the config sets no
 /// `runtime.cacheDir`: the user's cache (`~/.cache/wasmctrl/compiled`, or
-/// under `$XDG_CACHE_HOME`), laid out as a `cacheDir` is. An author restarts `dev` often, and an
-/// interpreted plugin rebuilt is a new component whose interpreter's
-/// functions were compiled before, so the compile after a restart reuses
-/// them (`sandbox::function_cache`). Only functions: whole compiled
-/// components, a new one per rebuild, would fill the disk for nothing.
+/// under `$XDG_CACHE_HOME`), laid out as a `cacheDir` is. An author
+/// restarts `dev` often, and an interpreted plugin rebuilt is a new
+/// component whose interpreter's functions were compiled before, so the
+/// compile after a restart reuses them (`sandbox::function_cache`). Only
+/// functions: whole compiled components, a new one per rebuild, would
+/// fill the disk for nothing.
 fn function_cache_dir(config: &HostConfig) -> Option<PathBuf> {
     if config.runtime.cache_dir.is_some() {
         return None;
