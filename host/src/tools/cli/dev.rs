@@ -50,7 +50,10 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         watch,
     } = dev;
     let config = load_with_admin_bind(&config_path, admin)?;
-    build_missing_plugins(&config)?;
+    // One build session for the start's builds and the watch's rebuilds: a
+    // JavaScript plugin built now leaves its componentize-js worker warm.
+    let session = watch.then(crate::tools::build::BuildSession::new);
+    build_missing_plugins(&config, session.as_ref())?;
     let server = wasmctrl_apiserver::ApiServer::start(wasmctrl_apiserver::Config {
         addr,
         authorization,
@@ -100,9 +103,9 @@ pub(super) async fn dev(config_path: PathBuf, dev: DevOptions) -> anyhow::Result
         ..ManagerOptions::default()
     };
     let plugins: Vec<String> = config.plugins.iter().map(|p| p.name.clone()).collect();
-    let watched = watch.then(|| {
+    let watched = session.map(|session| {
         let mut plugins = super::watch::watched_plugins(&config);
-        super::watch::share_warm_tools(&mut plugins);
+        super::watch::share_warm_tools(&mut plugins, session);
         plugins
     });
     let manager = Manager::start(config, client, options).await?;
@@ -296,7 +299,12 @@ fn absolute(p: &Path) -> PathBuf {
 /// `dev` builds plugins whose component is missing when its path follows
 /// the build conventions (`crate::tools::build::source_of`): a Rust crate of a
 /// cargo workspace, or a Python/JavaScript plugin's `target/<name>.wasm`.
-fn build_missing_plugins(config: &HostConfig) -> anyhow::Result<()> {
+/// With `session` (`--watch`), the builds run in the session the rebuilds
+/// use.
+fn build_missing_plugins(
+    config: &HostConfig,
+    session: Option<&crate::tools::build::BuildSession>,
+) -> anyhow::Result<()> {
     for plugin in &config.plugins {
         let Some(path) = plugin.file(&config.base_dir) else {
             continue;
@@ -312,9 +320,19 @@ fn build_missing_plugins(config: &HostConfig) -> anyhow::Result<()> {
                 path.display()
             );
         };
-        println!("building plugin {:?} from {} …", plugin.name, dir.display());
+        println!(
+            "building plugin {:?} from {} …{}",
+            plugin.name,
+            dir.display(),
+            if session.is_some() {
+                " (in the build session --watch keeps for rebuilds)"
+            } else {
+                ""
+            }
+        );
         let options = crate::tools::build::BuildOptions {
             verbose: true,
+            session: session.cloned(),
             ..options
         };
         crate::tools::build::build(&dir, &options)

@@ -105,12 +105,11 @@ pub(super) fn is_source_change(dir: &Path, component: &Path, path: &Path) -> boo
     !(skipped_dir || scratch)
 }
 
-/// Gives `plugins` one [`build::BuildSession`], so that their rebuilds
-/// share warm tools, and warms a JavaScript plugin's componentize-js in the
-/// background (from now, while the host starts), saying on stderr when it
-/// is warm.
-pub(super) fn share_warm_tools(plugins: &mut [WatchedPlugin]) {
-    let session = build::BuildSession::new();
+/// Gives `plugins` the build `session`, so that their rebuilds share warm
+/// tools, and warms a JavaScript plugin's componentize-js in the background
+/// (from now, while the host starts) unless a build already did, saying on
+/// stderr when it is warm.
+pub(super) fn share_warm_tools(plugins: &mut [WatchedPlugin], session: build::BuildSession) {
     for plugin in plugins.iter_mut() {
         plugin.options.session = Some(session.clone());
     }
