@@ -929,12 +929,12 @@ fn spans(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap() {
+async fn three_sharded_replicas_share_1500_objects_and_hand_over_without_overlap() {
     use futures::StreamExt;
     use wasmctrl::ObjectKey;
     use wasmctrl::control::shard::shard_of;
 
-    const N: usize = 3000;
+    const N: usize = 1500;
     const SHARDS: u32 = 12;
     const LEASE: Duration = Duration::from_secs(2);
     const RETRY: Duration = Duration::from_millis(200);
@@ -968,7 +968,7 @@ async fn three_sharded_replicas_share_3000_objects_and_hand_over_without_overlap
     let mut b = spawn("host-b").await;
     let mut c = spawn("host-c").await;
     balanced("three replicas with 4 shards each", &[&a, &b, &c], 12, 4).await;
-    f.converged("all 3000 objects mirrored").await;
+    f.converged("all 1500 objects mirrored").await;
 
     // Patches the first `limit` objects of `shards` to `value`.
     let set = |shards: Vec<u64>, value: &'static str, limit: usize| {
