@@ -24,16 +24,18 @@
 //! # Bounded
 //! The packs together hold at most the function cache's byte ceiling
 //! (`runtime.functionCache`): a process whose next function would pass it
-//! first removes the least recently used other packs (a pack read from is
-//! marked used), down to half of the room its own leaves, and stops keeping functions once its own pack alone would pass
-//! it. At most [`MAX_PACKS`] packs are kept; a record over [`MAX_VALUE`]
-//! is neither written nor read.
+//! first removes the least recently used other packs (a pack's modified
+//! time is when it was last written or read from), down to half of the
+//! room its own leaves, and stops keeping functions once its own pack
+//! alone would pass it. At most [`MAX_PACKS`] packs are kept; a record
+//! over [`MAX_VALUE`] is neither written nor read.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{BufReader, Read, Write as _};
 use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use hmac::Mac as _;
@@ -42,7 +44,8 @@ use crate::control::metrics::{DiskRefusal, count_disk_refusal};
 use crate::meta::files;
 use crate::sandbox::compiled::{HmacSha256, create_private_dir, mac_key};
 
-/// Packs kept at most; a process finding this many removes the oldest half.
+/// Packs kept at most; a process finding this many removes the least
+/// recently used half.
 pub(super) const MAX_PACKS: usize = 64;
 /// The largest compiled function written or read back (an interpreter's
 /// dispatch loop compiles to a few hundred KiB).
@@ -65,7 +68,7 @@ pub(super) struct Packs {
     writer: Mutex<Writer>,
     /// Whether a refused record was logged: a damaged pack refuses every
     /// record in it, and one line says so (the metric counts them all).
-    said_refused: std::sync::atomic::AtomicBool,
+    said_refused: AtomicBool,
     /// Functions read from the packs and written to them by this process.
     #[cfg(test)]
     pub(super) counts: Counts,
@@ -80,13 +83,18 @@ pub(super) struct Counts {
 
 /// Where each function of the packs present at the first lookup is.
 struct Index {
-    packs: Vec<File>,
-    /// Whether this process marked each pack used (its modified time set
-    /// to now), so that the packs removed for room are those least
-    /// recently used, not the oldest written: the pack holding an
-    /// interpreter's functions is written once and read by every start.
-    used: Vec<std::sync::atomic::AtomicBool>,
+    packs: Vec<Pack>,
     at: HashMap<Vec<u8>, Record>,
+}
+
+/// A pack open for reading.
+struct Pack {
+    file: File,
+    /// Whether this process marked it used (its modified time set to
+    /// now), so that the packs removed for room are those least recently
+    /// used, not the oldest written: the pack holding an interpreter's
+    /// functions is written once and read by every start.
+    used: AtomicBool,
 }
 
 #[derive(Clone, Copy)]
@@ -126,7 +134,7 @@ impl Packs {
             key: OnceLock::new(),
             index: OnceLock::new(),
             writer: Mutex::new(Writer::NotStarted),
-            said_refused: std::sync::atomic::AtomicBool::new(false),
+            said_refused: AtomicBool::new(false),
             #[cfg(test)]
             counts: Counts::default(),
         }
@@ -139,24 +147,20 @@ impl Packs {
         let record = *index.at.get(key)?;
         let mac = self.key()?;
         let mut bytes = vec![0; record.len()];
-        let read = index.packs[record.pack].read_exact_at(&mut bytes, record.offset);
+        let pack = &index.packs[record.pack];
+        let read = pack.file.read_exact_at(&mut bytes, record.offset);
         match read.ok().and_then(|()| self.verified(&mac, key, &bytes)) {
             Some(value) => {
-                if !index.used[record.pack].swap(true, std::sync::atomic::Ordering::Relaxed) {
-                    let _ = index.packs[record.pack].set_modified(std::time::SystemTime::now());
+                if !pack.used.swap(true, Ordering::Relaxed) {
+                    let _ = pack.file.set_modified(std::time::SystemTime::now());
                 }
                 #[cfg(test)]
-                self.counts
-                    .read
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.counts.read.fetch_add(1, Ordering::Relaxed);
                 Some(value)
             }
             None => {
                 count_disk_refusal(DiskRefusal::CompiledFunction);
-                if !self
-                    .said_refused
-                    .swap(true, std::sync::atomic::Ordering::Relaxed)
-                {
+                if !self.said_refused.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         dir = %self.dir.display(),
                         "a compiled function on disk does not check out (corrupted, replaced or from another host); compiling it, and any other that does not"
@@ -211,9 +215,7 @@ impl Packs {
         }
         *written += len;
         #[cfg(test)]
-        self.counts
-            .written
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.counts.written.fetch_add(1, Ordering::Relaxed);
     }
 
     fn key(&self) -> Option<Vec<u8>> {
@@ -281,7 +283,6 @@ impl Packs {
         }
         let mut index = Index {
             packs: Vec::new(),
-            used: Vec::new(),
             at: HashMap::new(),
         };
         let mut packs = self.packs();
@@ -333,13 +334,16 @@ impl Packs {
                 offset += record.len() as u64;
             }
             drop(reader);
-            index.packs.push(file);
-            index.used.push(std::sync::atomic::AtomicBool::new(false));
+            index.packs.push(Pack {
+                file,
+                used: AtomicBool::new(false),
+            });
         }
         Some(index)
     }
 
-    /// The packs in the directory, oldest first: (modified, bytes, path).
+    /// The packs in the directory, least recently used first: (modified,
+    /// bytes, path).
     fn packs(&self) -> Vec<(std::time::SystemTime, u64, PathBuf)> {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -358,9 +362,10 @@ impl Packs {
     }
 
     /// Makes room for this process's pack (`ours`) to grow to `needed`
-    /// bytes within the ceiling, removing the oldest other packs (down to
-    /// half of what is left beside ours, so that this is rare) if it must;
-    /// the other packs' bytes then, None if `needed` alone is too many.
+    /// bytes within the ceiling, removing the least recently used other
+    /// packs (down to half of what is left beside ours, so that this is
+    /// rare) if it must; the other packs' bytes then, None if `needed`
+    /// alone is too many.
     fn make_room(&self, ours: &Path, needed: u64) -> Option<u64> {
         if needed > self.max_bytes {
             return None;
@@ -376,16 +381,16 @@ impl Packs {
         }
         let keep = (self.max_bytes - needed) / 2;
         while total > keep && !others.is_empty() {
-            let (_, bytes, oldest) = others.remove(0);
-            let _ = std::fs::remove_file(&oldest);
+            let (_, bytes, least_used) = others.remove(0);
+            let _ = std::fs::remove_file(&least_used);
             total -= bytes;
         }
-        tracing::debug!(dir = %self.dir.display(), "removed the oldest packs of compiled functions for new ones");
+        tracing::debug!(dir = %self.dir.display(), "removed the least recently used packs of compiled functions for new ones");
         Some(total)
     }
 
-    /// Creates this process's pack, first removing the oldest packs when
-    /// there are [`MAX_PACKS`].
+    /// Creates this process's pack, first removing the least recently used
+    /// packs when there are [`MAX_PACKS`].
     fn start_pack(&self) -> Writer {
         if let Err(e) = create_private_dir(&self.dir)
             .and_then(|()| files::private_dir(&self.root))
@@ -396,8 +401,8 @@ impl Packs {
         }
         let mut packs = self.packs();
         if packs.len() >= MAX_PACKS {
-            for (_, _, oldest) in packs.drain(..packs.len() - MAX_PACKS / 2) {
-                let _ = std::fs::remove_file(oldest);
+            for (_, _, least_used) in packs.drain(..packs.len() - MAX_PACKS / 2) {
+                let _ = std::fs::remove_file(least_used);
             }
         }
         let others = packs.iter().map(|(_, bytes, _)| bytes).sum();
@@ -505,7 +510,7 @@ mod tests {
     fn the_packs_stay_within_the_ceiling_and_the_least_used_go_first() {
         let root = private_root();
         let value = vec![7u8; 300];
-        let written = |p: &Packs| p.counts.written.load(std::sync::atomic::Ordering::Relaxed);
+        let written = |p: &Packs| p.counts.written.load(Ordering::Relaxed);
         let size = |p: &Packs| -> u64 { p.packs().iter().map(|(_, b, _)| b).sum() };
         // Each record is 8 + 2 + 300 + 32 = 342 bytes: two fit in 1000.
         let first = Packs::new(root.path(), "e", 1000);
@@ -583,11 +588,6 @@ mod tests {
         let next = Packs::new(root.path(), "e", 1 << 20);
         assert_eq!(next.get(b"k1"), None);
         next.insert(b"k2", b"code");
-        assert_eq!(
-            next.counts
-                .written
-                .load(std::sync::atomic::Ordering::Relaxed),
-            0
-        );
+        assert_eq!(next.counts.written.load(Ordering::Relaxed), 0);
     }
 }

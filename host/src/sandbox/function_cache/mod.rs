@@ -1,10 +1,11 @@
 //! Cranelift's incremental compilation cache: a function whose code did
 //! not change since an earlier compile (in this process, or with a cache
-//! directory in an earlier one) is not compiled again. A Python or JavaScript plugin is an interpreter
-//! plus the plugin's code (mostly data in the interpreter's memory
-//! snapshot), so a rebuild after an edit, or a second plugin of the same
-//! SDK, differs from the last compile in a few functions at most: its
-//! compile is mostly cache hits (docs/BENCHMARKS.md, `dev --watch`).
+//! directory in an earlier one) is not compiled again. A Python or
+//! JavaScript plugin is an interpreter plus the plugin's code (mostly data
+//! in the interpreter's memory snapshot), so a rebuild after an edit, or a
+//! second plugin of the same SDK, differs from the last compile in a few
+//! functions at most: its compile is mostly cache hits
+//! (docs/BENCHMARKS.md, `dev --watch`).
 //!
 //! The key is Cranelift's hash of the function (its body, signature and
 //! the target's flags) and the value the compiled function. At most
