@@ -13,7 +13,7 @@ use kube::api::{Api, PostParams};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wasmctrl_cluster_tests::{Cluster, configmap};
 use wasmctrl_plugin_artifacts as artifacts;
-use wasmctrl_testkit::admin::{http, http_get, metric_value};
+use wasmctrl_testkit::admin::{http, http_get, metric_reaches, metric_value};
 use wasmctrl_testkit::dns_provider::DnsProvider;
 use wasmctrl_testkit::eventually;
 
@@ -183,10 +183,12 @@ plugins:
         .await
         .unwrap();
     let denied = "wasmctrl_plugin_http_denied_total{plugin=\"outbound\",reason=\"connections\"}";
-    eventually(
+    metric_reaches(
         "the second version's request refused at the shared ceiling",
         LIMIT,
-        || async { metric_value(host.admin, denied).await.unwrap_or(0.0) >= 1.0 },
+        host.admin,
+        denied,
+        1.0,
     )
     .await;
     assert_eq!(hit("/ok"), 0, "a request past the ceiling was sent");
